@@ -1,0 +1,52 @@
+# keylock: the one entry point for people and CI.
+#
+#   make            build everything in release mode and run every demo
+#   make test       run every test suite (what CI runs)
+#   make bench      run every benchmark and regenerate BENCHMARKS.md
+#   make fmt / lint formatting and clippy (-D warnings)
+#
+# Each front end adds its own targets from mk/<name>.mk by appending to the
+# *_TARGETS lists below, so this file stays small.
+
+SHELL := bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := all
+MAKEFLAGS += --no-print-directory
+
+CARGO ?= cargo
+ROOT := $(CURDIR)
+# A project-local virtual environment for every Python tool (maturin, pytest, matplotlib).
+VENV := $(ROOT)/.venv
+PY := $(VENV)/bin/python
+# Release build of the whole workspace, shared by every front end.
+TARGET_DIR := $(ROOT)/target
+
+BUILD_TARGETS := build-rust
+DEMO_TARGETS := demo-rust
+TEST_TARGETS := test-rust
+BENCH_TARGETS := bench-rust
+LINT_TARGETS := lint-rust
+FMT_TARGETS := fmt-rust
+
+include mk/rust.mk
+-include mk/c.mk
+-include mk/py.mk
+-include mk/node.mk
+-include mk/bench.mk
+
+.PHONY: all build demo test bench fmt lint venv
+all: build demo
+build: $(BUILD_TARGETS)
+demo: $(DEMO_TARGETS)
+test: $(TEST_TARGETS)
+bench: $(BENCH_TARGETS)
+lint: $(LINT_TARGETS)
+fmt: $(FMT_TARGETS)
+
+# The virtual environment; front ends add their packages to requirements-dev.txt.
+venv: $(VENV)/.stamp
+$(VENV)/.stamp: requirements-dev.txt
+	python3 -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements-dev.txt
+	touch $@

@@ -1,0 +1,36 @@
+//! The one error type of keylock.
+
+use std::fmt;
+
+/// Why an acquire or release did not happen.
+///
+/// Numbers and meanings are shared with every front end: the C ABI, Python and Node map each
+/// variant to their own error code or exception.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Error {
+    /// A `try_*` call found the lock taken.
+    WouldBlock,
+    /// A timed call waited its whole timeout without getting the lock.
+    TimedOut,
+    /// An explicit unlock of something that is not locked.
+    NotLocked,
+    /// An argument outside what the call accepts; the text says which.
+    InvalidArgument(&'static str),
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::WouldBlock => f.write_str("the lock is held by someone else"),
+            Error::TimedOut => f.write_str("timed out waiting for the lock"),
+            Error::NotLocked => f.write_str("unlock of a lock that is not locked"),
+            Error::InvalidArgument(what) => write!(f, "invalid argument: {what}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// `Result` with keylock's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

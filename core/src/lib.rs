@@ -1,0 +1,50 @@
+//! # keylock-core
+//!
+//! Locks by key: serialize work per user, per account, per row or per file path without one
+//! global lock, and without a map of locks that leaks or races.
+//!
+//! Three primitives, each with blocking, try, timed and async acquisition, guards, explicit
+//! unlocks for callers that cannot keep a guard, and deadlock-free multi-key locking:
+//!
+//! | type | what it gives | memory | pick it when |
+//! |---|---|---|---|
+//! | [`StripedLock`] | a fixed array of padded mutexes, `hash(key) & mask` | fixed | speed and fixed memory matter more than the odd false conflict between keys |
+//! | [`KeyPool`] | exact per-key locks | follows the keys held or awaited | different keys must never block each other |
+//! | [`RwLock`] / [`AdderRwLock`] | a reader-writer lock whose readers count on striped counters | O(cores) under contention, [`RawAdderRwLock::SIZE`] bytes otherwise | read-mostly work that must scale across cores |
+//!
+//! Waiting threads and async tasks stand in one queue per lock ([`wait`]), served in order with
+//! eventual fairness. Futures work on any executor; dropping one cancels its wait exactly.
+//!
+//! ```
+//! use keylock_core::{KeyPool, StripedLock, RwLock};
+//!
+//! let pool: KeyPool<String> = KeyPool::new();
+//! let striped = StripedLock::new(1024).unwrap();
+//! let rw = RwLock::new();
+//!
+//! let _r = rw.read();
+//! let _both = pool.lock_many(["acct-1", "acct-2"]);
+//! let _s = striped.lock(&42u64);
+//! ```
+
+#![warn(clippy::undocumented_unsafe_blocks)]
+
+mod adder;
+mod error;
+mod hash;
+mod pool;
+mod raw_mutex;
+mod rwlock;
+mod striped;
+mod sync;
+pub mod wait;
+
+pub use error::{Error, Result};
+pub use hash::DefaultHashBuilder;
+pub use pool::{
+    KeyPool, PoolGuard, PoolLockFuture, PoolManyGuard, PoolManyLockFuture, PoolRef, PoolStats,
+};
+pub use rwlock::{
+    AdderRwLock, RawAdderRwLock, ReadFuture, ReadGuard, RwLock, WriteFuture, WriteGuard,
+};
+pub use striped::{StripeGuard, StripeLockFuture, StripedLock, StripesGuard, StripesLockFuture};

@@ -1,0 +1,537 @@
+//! `StripedLock`: a fixed array of padded mutexes indexed by `hash(key) & mask` (seed 000).
+
+use std::fmt;
+use std::future::Future;
+use std::hash::Hash;
+use std::ops::Deref;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use crossbeam_utils::CachePadded;
+
+use crate::error::{Error, Result};
+use crate::hash::{DefaultHashBuilder, hash_of, random, seeded};
+use crate::raw_mutex::RawMutex;
+use crate::wait::{Waiter, Wake};
+
+/// A fixed number of locks shared by all keys: each key maps to the stripe
+/// `hash(key) & (stripes - 1)`.
+///
+/// Memory is fixed at creation (one cache-padded mutex per stripe, 128 bytes on x86-64) and
+/// locking is one hash and one compare-and-swap. **The trade-off: keys that share a stripe
+/// exclude each other.** With `s` stripes and `n` keys held at once, a new key collides with
+/// probability about `n / s`. Pick it when occasional false sharing between keys is acceptable
+/// and speed and fixed memory matter most; pick [`KeyPool`](crate::KeyPool) when two different
+/// keys must never block each other.
+///
+/// ```
+/// use keylock_core::StripedLock;
+///
+/// let locks = StripedLock::new(1000).unwrap(); // rounded up to 1024
+/// assert_eq!(locks.stripes(), 1024);
+/// {
+///     let _guard = locks.lock("account-17");
+///     assert!(locks.is_locked("account-17"));
+///     assert!(locks.try_lock("account-17").is_err());
+/// }
+/// assert!(!locks.is_locked("account-17"));
+///
+/// // Several keys at once, deadlock-free: distinct stripes in ascending order.
+/// let both = locks.lock_many(["alice", "bob"].iter());
+/// drop(both);
+/// ```
+pub struct StripedLock {
+    stripes: Box<[CachePadded<RawMutex>]>,
+    mask: usize,
+    hasher: DefaultHashBuilder,
+}
+
+impl fmt::Debug for StripedLock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let held = self.stripes.iter().filter(|s| s.is_locked()).count();
+        f.debug_struct("StripedLock")
+            .field("stripes", &self.stripes.len())
+            .field("held", &held)
+            .finish()
+    }
+}
+
+fn deadline_after(timeout: Duration) -> Option<Instant> {
+    Instant::now().checked_add(timeout)
+}
+
+impl StripedLock {
+    /// The largest number of stripes accepted (2^20: 128 MiB of padded locks).
+    pub const MAX_STRIPES: usize = 1 << 20;
+
+    /// `stripes` locks (rounded up to a power of two) with a random hash seed.
+    ///
+    /// `Err(InvalidArgument)` when `stripes` is 0 or more than [`MAX_STRIPES`](Self::MAX_STRIPES).
+    pub fn new(stripes: usize) -> Result<Self> {
+        Self::build(stripes, random())
+    }
+
+    /// Like [`new`](Self::new), but with a fixed seed: the same key maps to the same stripe in
+    /// every process that runs the same keylock build.
+    ///
+    /// ```
+    /// use keylock_core::StripedLock;
+    /// let a = StripedLock::with_seed(64, 7).unwrap();
+    /// let b = StripedLock::with_seed(64, 7).unwrap();
+    /// assert_eq!(a.stripe_of("user:42"), b.stripe_of("user:42"));
+    /// ```
+    pub fn with_seed(stripes: usize, seed: u64) -> Result<Self> {
+        Self::build(stripes, seeded(seed))
+    }
+
+    fn build(stripes: usize, hasher: DefaultHashBuilder) -> Result<Self> {
+        if stripes == 0 {
+            return Err(Error::InvalidArgument("stripes must be at least 1"));
+        }
+        if stripes > Self::MAX_STRIPES {
+            return Err(Error::InvalidArgument(
+                "stripes exceeds StripedLock::MAX_STRIPES",
+            ));
+        }
+        let n = stripes.next_power_of_two();
+        let stripes = (0..n).map(|_| CachePadded::new(RawMutex::new())).collect();
+        Ok(Self {
+            stripes,
+            mask: n - 1,
+            hasher,
+        })
+    }
+
+    /// The number of stripes (a power of two).
+    pub fn stripes(&self) -> usize {
+        self.stripes.len()
+    }
+
+    /// The stripe `key` maps to.
+    #[inline]
+    pub fn stripe_of<K: Hash + ?Sized>(&self, key: &K) -> usize {
+        hash_of(&self.hasher, key) as usize & self.mask
+    }
+
+    #[inline]
+    fn stripe(&self, index: usize) -> &RawMutex {
+        &self.stripes[index]
+    }
+
+    /// Blocks until `key`'s stripe is held.
+    #[inline]
+    pub fn lock<K: Hash + ?Sized>(&self, key: &K) -> StripeGuard<&Self> {
+        let stripe = self.stripe_of(key);
+        self.stripe(stripe).lock(None);
+        StripeGuard {
+            lock: Some(self),
+            stripe,
+        }
+    }
+
+    /// Takes `key`'s stripe if it is free; `Err(WouldBlock)` otherwise.
+    #[inline]
+    pub fn try_lock<K: Hash + ?Sized>(&self, key: &K) -> Result<StripeGuard<&Self>> {
+        let stripe = self.stripe_of(key);
+        if self.stripe(stripe).try_lock() {
+            Ok(StripeGuard {
+                lock: Some(self),
+                stripe,
+            })
+        } else {
+            Err(Error::WouldBlock)
+        }
+    }
+
+    /// Waits at most `timeout` for `key`'s stripe; `Err(TimedOut)` when it runs out.
+    pub fn try_lock_for<K: Hash + ?Sized>(
+        &self,
+        key: &K,
+        timeout: Duration,
+    ) -> Result<StripeGuard<&Self>> {
+        let stripe = self.stripe_of(key);
+        if self.stripe(stripe).lock(deadline_after(timeout)) {
+            Ok(StripeGuard {
+                lock: Some(self),
+                stripe,
+            })
+        } else {
+            Err(Error::TimedOut)
+        }
+    }
+
+    /// Releases `key`'s stripe, for callers that leaked its guard ([`StripeGuard::leak`]).
+    /// `Err(NotLocked)` when that stripe is not locked.
+    pub fn unlock<K: Hash + ?Sized>(&self, key: &K) -> Result<()> {
+        if self.stripe(self.stripe_of(key)).unlock() {
+            Ok(())
+        } else {
+            Err(Error::NotLocked)
+        }
+    }
+
+    /// Whether `key`'s stripe is held (a snapshot).
+    pub fn is_locked<K: Hash + ?Sized>(&self, key: &K) -> bool {
+        self.stripe(self.stripe_of(key)).is_locked()
+    }
+
+    /// The distinct stripes of `keys`, ascending: the one order every multi-key acquire uses.
+    fn stripes_of<'k, K, I>(&self, keys: I) -> Vec<usize>
+    where
+        K: Hash + ?Sized + 'k,
+        I: IntoIterator<Item = &'k K>,
+    {
+        let mut stripes: Vec<usize> = keys.into_iter().map(|k| self.stripe_of(k)).collect();
+        stripes.sort_unstable();
+        stripes.dedup();
+        stripes
+    }
+
+    fn lock_stripes(&self, stripes: &[usize], deadline: Option<Instant>) -> bool {
+        for (taken, &stripe) in stripes.iter().enumerate() {
+            if !self.stripe(stripe).lock(deadline) {
+                self.unlock_stripes(&stripes[..taken]);
+                return false;
+            }
+        }
+        true
+    }
+
+    fn unlock_stripes(&self, stripes: &[usize]) {
+        for &stripe in stripes.iter().rev() {
+            self.stripe(stripe).unlock();
+        }
+    }
+
+    /// Blocks until the stripes of all `keys` are held. Deadlock-free: distinct stripes are
+    /// taken in ascending order, each once even when several keys share it.
+    pub fn lock_many<'k, K, I>(&self, keys: I) -> StripesGuard<&Self>
+    where
+        K: Hash + ?Sized + 'k,
+        I: IntoIterator<Item = &'k K>,
+    {
+        let stripes = self.stripes_of(keys);
+        self.lock_stripes(&stripes, None);
+        StripesGuard {
+            lock: Some(self),
+            stripes,
+        }
+    }
+
+    /// Takes the stripes of all `keys` if all are free, or none; `Err(WouldBlock)` otherwise.
+    pub fn try_lock_many<'k, K, I>(&self, keys: I) -> Result<StripesGuard<&Self>>
+    where
+        K: Hash + ?Sized + 'k,
+        I: IntoIterator<Item = &'k K>,
+    {
+        let stripes = self.stripes_of(keys);
+        for (taken, &stripe) in stripes.iter().enumerate() {
+            if !self.stripe(stripe).try_lock() {
+                self.unlock_stripes(&stripes[..taken]);
+                return Err(Error::WouldBlock);
+            }
+        }
+        Ok(StripesGuard {
+            lock: Some(self),
+            stripes,
+        })
+    }
+
+    /// Waits at most `timeout` in all for the stripes of all `keys`: all or none.
+    pub fn try_lock_many_for<'k, K, I>(
+        &self,
+        keys: I,
+        timeout: Duration,
+    ) -> Result<StripesGuard<&Self>>
+    where
+        K: Hash + ?Sized + 'k,
+        I: IntoIterator<Item = &'k K>,
+    {
+        let stripes = self.stripes_of(keys);
+        if self.lock_stripes(&stripes, deadline_after(timeout)) {
+            Ok(StripesGuard {
+                lock: Some(self),
+                stripes,
+            })
+        } else {
+            Err(Error::TimedOut)
+        }
+    }
+
+    /// Releases the stripes of all `keys` (leaked guards). If any of them is not locked,
+    /// nothing is released and the result is `Err(NotLocked)`.
+    pub fn unlock_many<'k, K, I>(&self, keys: I) -> Result<()>
+    where
+        K: Hash + ?Sized + 'k,
+        I: IntoIterator<Item = &'k K>,
+    {
+        let stripes = self.stripes_of(keys);
+        if stripes.iter().any(|&s| !self.stripe(s).is_locked()) {
+            return Err(Error::NotLocked);
+        }
+        self.unlock_stripes(&stripes);
+        Ok(())
+    }
+
+    /// A future that resolves to the guard of `key`'s stripe, waiting in the same queue as
+    /// blocking callers.
+    pub fn lock_async<K: Hash + ?Sized>(&self, key: &K) -> StripeLockFuture<&Self> {
+        let stripes = Stripes::One([self.stripe_of(key)]);
+        StripeLockFuture {
+            inner: ManyFuture::new(self, stripes),
+        }
+    }
+
+    /// Like [`lock_async`](Self::lock_async), for an `Arc`: the future is `'static`.
+    pub fn lock_async_owned<K: Hash + ?Sized>(
+        self: &Arc<Self>,
+        key: &K,
+    ) -> StripeLockFuture<Arc<Self>> {
+        let stripes = Stripes::One([self.stripe_of(key)]);
+        StripeLockFuture {
+            inner: ManyFuture::new(Arc::clone(self), stripes),
+        }
+    }
+
+    /// A future that resolves once the stripes of all `keys` are held (ascending order).
+    pub fn lock_many_async<'k, K, I>(&self, keys: I) -> StripesLockFuture<&Self>
+    where
+        K: Hash + ?Sized + 'k,
+        I: IntoIterator<Item = &'k K>,
+    {
+        let stripes = Stripes::Many(self.stripes_of(keys));
+        StripesLockFuture {
+            inner: ManyFuture::new(self, stripes),
+        }
+    }
+
+    /// Like [`lock_many_async`](Self::lock_many_async), for an `Arc`: the future is `'static`.
+    pub fn lock_many_async_owned<'k, K, I>(
+        self: &Arc<Self>,
+        keys: I,
+    ) -> StripesLockFuture<Arc<Self>>
+    where
+        K: Hash + ?Sized + 'k,
+        I: IntoIterator<Item = &'k K>,
+    {
+        let stripes = Stripes::Many(self.stripes_of(keys));
+        StripesLockFuture {
+            inner: ManyFuture::new(Arc::clone(self), stripes),
+        }
+    }
+}
+
+/// A held stripe; released on drop. `Send`: it may be released from another thread.
+#[must_use = "the stripe is released as soon as the guard is dropped"]
+pub struct StripeGuard<P: Deref<Target = StripedLock>> {
+    lock: Option<P>,
+    stripe: usize,
+}
+
+impl<P: Deref<Target = StripedLock>> StripeGuard<P> {
+    /// The stripe held.
+    pub fn stripe(&self) -> usize {
+        self.stripe
+    }
+
+    /// Keeps the stripe held and forgets the guard; release it later with
+    /// [`StripedLock::unlock`].
+    pub fn leak(mut self) {
+        self.lock = None;
+    }
+}
+
+impl<P: Deref<Target = StripedLock>> fmt::Debug for StripeGuard<P> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StripeGuard")
+            .field("stripe", &self.stripe)
+            .finish()
+    }
+}
+
+impl<P: Deref<Target = StripedLock>> Drop for StripeGuard<P> {
+    #[inline]
+    fn drop(&mut self) {
+        if let Some(lock) = &self.lock {
+            lock.stripe(self.stripe).unlock();
+        }
+    }
+}
+
+/// Several held stripes; all released on drop.
+#[must_use = "the stripes are released as soon as the guard is dropped"]
+pub struct StripesGuard<P: Deref<Target = StripedLock>> {
+    lock: Option<P>,
+    stripes: Vec<usize>,
+}
+
+impl<P: Deref<Target = StripedLock>> StripesGuard<P> {
+    /// The distinct stripes held, ascending.
+    pub fn stripes(&self) -> &[usize] {
+        &self.stripes
+    }
+
+    /// Keeps the stripes held and forgets the guard; release them later with
+    /// [`StripedLock::unlock_many`].
+    pub fn leak(mut self) {
+        self.lock = None;
+    }
+}
+
+impl<P: Deref<Target = StripedLock>> fmt::Debug for StripesGuard<P> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StripesGuard")
+            .field("stripes", &self.stripes)
+            .finish()
+    }
+}
+
+impl<P: Deref<Target = StripedLock>> Drop for StripesGuard<P> {
+    fn drop(&mut self) {
+        if let Some(lock) = &self.lock {
+            lock.unlock_stripes(&self.stripes);
+        }
+    }
+}
+
+/// The stripes a future acquires: one inline (no allocation), or a sorted list.
+#[derive(Debug)]
+enum Stripes {
+    One([usize; 1]),
+    Many(Vec<usize>),
+}
+
+impl Stripes {
+    fn as_slice(&self) -> &[usize] {
+        match self {
+            Stripes::One(one) => one,
+            Stripes::Many(many) => many,
+        }
+    }
+}
+
+/// Acquires a sorted list of stripes one after another.
+struct ManyFuture<P: Deref<Target = StripedLock>> {
+    lock: Option<P>,
+    stripes: Stripes,
+    /// How many of `stripes` are held.
+    held: usize,
+    waiter: Waiter,
+}
+
+impl<P: Deref<Target = StripedLock>> ManyFuture<P> {
+    fn new(lock: P, stripes: Stripes) -> Self {
+        Self {
+            lock: Some(lock),
+            stripes,
+            held: 0,
+            waiter: Waiter::new(),
+        }
+    }
+
+    fn poll_stripes(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<(P, Stripes)> {
+        // SAFETY: the waiter is never moved out of the pinned future.
+        let this = unsafe { self.get_unchecked_mut() };
+        let lock = this
+            .lock
+            .as_ref()
+            .expect("keylock future polled after completion");
+        let stripes = this.stripes.as_slice();
+        while this.held < stripes.len() {
+            let mutex = lock.stripe(stripes[this.held]);
+            // SAFETY: as above.
+            let waiter = unsafe { Pin::new_unchecked(&mut this.waiter) };
+            let got = (!waiter.is_registered() && mutex.try_lock())
+                || waiter
+                    .poll(mutex, || Wake::Task(cx.waker().clone()))
+                    .is_ready();
+            if !got {
+                return Poll::Pending;
+            }
+            this.held += 1;
+        }
+        let lock = this.lock.take().expect("checked above");
+        Poll::Ready((
+            lock,
+            std::mem::replace(&mut this.stripes, Stripes::Many(Vec::new())),
+        ))
+    }
+}
+
+impl<P: Deref<Target = StripedLock>> Drop for ManyFuture<P> {
+    fn drop(&mut self) {
+        if let Some(lock) = &self.lock {
+            let stripes = self.stripes.as_slice();
+            if self.held < stripes.len() {
+                // SAFETY: the future is dropped in place; the waiter was pinned inside it.
+                let waiter = unsafe { Pin::new_unchecked(&mut self.waiter) };
+                waiter.abandon(lock.stripe(stripes[self.held]), false);
+            }
+            lock.unlock_stripes(&stripes[..self.held]);
+        }
+    }
+}
+
+/// Resolves to a [`StripeGuard`]. Dropping it before then cancels the wait exactly: a waiter
+/// leaves the queue, and a lock already handed to it passes on.
+#[must_use = "futures do nothing unless polled"]
+pub struct StripeLockFuture<P: Deref<Target = StripedLock>> {
+    inner: ManyFuture<P>,
+}
+
+impl<P: Deref<Target = StripedLock>> Future for StripeLockFuture<P> {
+    type Output = StripeGuard<P>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<StripeGuard<P>> {
+        // SAFETY: structural pinning of the only field.
+        let inner = unsafe { self.map_unchecked_mut(|f| &mut f.inner) };
+        inner.poll_stripes(cx).map(|(lock, stripes)| StripeGuard {
+            lock: Some(lock),
+            stripe: stripes.as_slice()[0],
+        })
+    }
+}
+
+impl<P: Deref<Target = StripedLock>> fmt::Debug for StripeLockFuture<P> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StripeLockFuture")
+            .field("stripes", &self.inner.stripes)
+            .finish()
+    }
+}
+
+/// Resolves to a [`StripesGuard`]. Dropping it before then releases what it took and cancels
+/// the wait exactly.
+#[must_use = "futures do nothing unless polled"]
+pub struct StripesLockFuture<P: Deref<Target = StripedLock>> {
+    inner: ManyFuture<P>,
+}
+
+impl<P: Deref<Target = StripedLock>> Future for StripesLockFuture<P> {
+    type Output = StripesGuard<P>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<StripesGuard<P>> {
+        // SAFETY: structural pinning of the only field.
+        let inner = unsafe { self.map_unchecked_mut(|f| &mut f.inner) };
+        inner.poll_stripes(cx).map(|(lock, stripes)| {
+            let stripes = match stripes {
+                Stripes::Many(many) => many,
+                Stripes::One(one) => one.to_vec(),
+            };
+            StripesGuard {
+                lock: Some(lock),
+                stripes,
+            }
+        })
+    }
+}
+
+impl<P: Deref<Target = StripedLock>> fmt::Debug for StripesLockFuture<P> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StripesLockFuture")
+            .field("stripes", &self.inner.stripes)
+            .finish()
+    }
+}

@@ -1,0 +1,126 @@
+//! The synchronisation primitives the algorithms are written against.
+//!
+//! Under `--cfg loom` every atomic, mutex and thread operation comes from loom, so the same
+//! code is model-checked (the crossbeam approach). Nothing else in the crate names
+//! `std::sync::atomic`, `parking_lot` or `std::thread` directly.
+
+#[cfg(loom)]
+pub(crate) use loom::sync::atomic::{AtomicPtr, AtomicU8, AtomicUsize};
+#[cfg(not(loom))]
+pub(crate) use std::sync::atomic::{AtomicPtr, AtomicU8, AtomicUsize};
+
+pub(crate) use std::sync::atomic::Ordering;
+
+#[cfg(loom)]
+pub(crate) use loom::thread::{Thread, current as current_thread};
+#[cfg(not(loom))]
+pub(crate) use std::thread::{Thread, current as current_thread};
+
+/// A mutex for short critical sections (queue and shard bookkeeping).
+#[derive(Debug, Default)]
+pub(crate) struct Mutex<T> {
+    #[cfg(not(loom))]
+    inner: parking_lot::Mutex<T>,
+    #[cfg(loom)]
+    inner: loom::sync::Mutex<T>,
+}
+
+#[cfg(not(loom))]
+pub(crate) type MutexGuard<'a, T> = parking_lot::MutexGuard<'a, T>;
+#[cfg(loom)]
+pub(crate) type MutexGuard<'a, T> = loom::sync::MutexGuard<'a, T>;
+
+impl<T> Mutex<T> {
+    #[cfg(not(loom))]
+    pub(crate) const fn new(value: T) -> Self {
+        Self {
+            inner: parking_lot::Mutex::new(value),
+        }
+    }
+
+    #[cfg(loom)]
+    pub(crate) fn new(value: T) -> Self {
+        Self {
+            inner: loom::sync::Mutex::new(value),
+        }
+    }
+
+    #[inline]
+    pub(crate) fn lock(&self) -> MutexGuard<'_, T> {
+        #[cfg(not(loom))]
+        {
+            self.inner.lock()
+        }
+        #[cfg(loom)]
+        {
+            self.inner.lock().unwrap()
+        }
+    }
+}
+
+/// Parks the current thread until it is unparked or `deadline` passes.
+///
+/// Returns `false` when the deadline has passed. Spurious returns are allowed: callers
+/// re-check their condition. Under loom a timed park yields once and reports the deadline
+/// as passed, so models explore a timeout racing every other step.
+#[inline]
+pub(crate) fn park(deadline: Option<std::time::Instant>) -> bool {
+    #[cfg(not(loom))]
+    {
+        match deadline {
+            None => {
+                std::thread::park();
+                true
+            }
+            Some(deadline) => {
+                let now = std::time::Instant::now();
+                if now >= deadline {
+                    return false;
+                }
+                std::thread::park_timeout(deadline - now);
+                true
+            }
+        }
+    }
+    #[cfg(loom)]
+    {
+        match deadline {
+            None => {
+                loom::thread::park();
+                true
+            }
+            Some(_) => {
+                loom::thread::yield_now();
+                false
+            }
+        }
+    }
+}
+
+/// Spins for a short, bounded number of rounds; `false` once the budget is spent.
+///
+/// Waiters spin only while it is cheap to do so (nobody is parked yet), then park: a
+/// yield loop would burn the CPU that the holder needs on a small machine.
+#[derive(Debug, Default)]
+pub(crate) struct Spin {
+    step: u32,
+}
+
+impl Spin {
+    const LIMIT: u32 = 6;
+
+    #[inline]
+    pub(crate) fn spin(&mut self) -> bool {
+        if self.step >= Self::LIMIT {
+            return false;
+        }
+        #[cfg(not(loom))]
+        for _ in 0..(1u32 << self.step) {
+            std::hint::spin_loop();
+        }
+        #[cfg(loom)]
+        loom::thread::yield_now();
+        self.step += 1;
+        true
+    }
+}

@@ -1,0 +1,180 @@
+//! Stress with exact counts: threads increment plain (non-atomic) counters under each lock,
+//! oversubscribed (more threads than cores), with timeouts expiring mid-run.
+
+mod common;
+
+use std::sync::Arc;
+use std::thread;
+use std::time::Duration;
+
+use common::{Racy, within};
+use keylock_core::{Error, KeyPool, RwLock, StripedLock};
+
+const THREADS: usize = 8;
+const KEYS: usize = 16;
+const ROUNDS: usize = 4_000;
+const LIMIT: Duration = Duration::from_secs(60);
+
+fn counters() -> Arc<Vec<Racy>> {
+    Arc::new((0..KEYS).map(|_| Racy::new()).collect())
+}
+
+#[test]
+fn striped_exact_counts() {
+    within(LIMIT, || {
+        // Few stripes, so keys also collide on stripes.
+        let lock = Arc::new(StripedLock::new(8).unwrap());
+        let counts = counters();
+        let timeouts = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let threads: Vec<_> = (0..THREADS)
+            .map(|t| {
+                let (lock, counts, timeouts) = (lock.clone(), counts.clone(), timeouts.clone());
+                thread::spawn(move || {
+                    let mut done = 0;
+                    let mut i = t;
+                    while done < ROUNDS {
+                        let key = (i % KEYS) as u64;
+                        i += 1;
+                        let guard = match i % 3 {
+                            0 => lock.lock(&key),
+                            1 => match lock.try_lock(&key) {
+                                Ok(g) => g,
+                                Err(e) => {
+                                    assert_eq!(e, Error::WouldBlock);
+                                    continue;
+                                }
+                            },
+                            _ => match lock.try_lock_for(&key, Duration::from_micros(50)) {
+                                Ok(g) => g,
+                                Err(e) => {
+                                    assert_eq!(e, Error::TimedOut);
+                                    timeouts.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                                    continue;
+                                }
+                            },
+                        };
+                        counts[key as usize].bump();
+                        drop(guard);
+                        done += 1;
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        let total: u64 = counts.iter().map(Racy::get).sum();
+        assert_eq!(total, (THREADS * ROUNDS) as u64);
+        for k in 0..KEYS as u64 {
+            assert!(!lock.is_locked(&k));
+        }
+    });
+}
+
+#[test]
+fn pool_exact_counts_and_empty_after() {
+    within(LIMIT, || {
+        let pool: Arc<KeyPool<u64>> = Arc::new(KeyPool::new());
+        let counts = counters();
+        let threads: Vec<_> = (0..THREADS)
+            .map(|t| {
+                let (pool, counts) = (pool.clone(), counts.clone());
+                thread::spawn(move || {
+                    let mut done = 0;
+                    let mut i = t;
+                    while done < ROUNDS {
+                        let key = (i % KEYS) as u64;
+                        i += 1;
+                        let guard = match i % 3 {
+                            0 => pool.lock(&key),
+                            1 => match pool.try_lock(&key) {
+                                Ok(g) => g,
+                                Err(e) => {
+                                    assert_eq!(e, Error::WouldBlock);
+                                    continue;
+                                }
+                            },
+                            _ => match pool.try_lock_for(&key, Duration::from_micros(50)) {
+                                Ok(g) => g,
+                                Err(e) => {
+                                    assert_eq!(e, Error::TimedOut);
+                                    continue;
+                                }
+                            },
+                        };
+                        counts[key as usize].bump();
+                        drop(guard);
+                        done += 1;
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        let total: u64 = counts.iter().map(Racy::get).sum();
+        assert_eq!(total, (THREADS * ROUNDS) as u64);
+        let stats = pool.stats();
+        assert_eq!(stats.held, 0);
+        assert_eq!(stats.waiting, 0);
+        assert!(pool.is_empty());
+        assert!(stats.entries_allocated <= stats.peak_held);
+    });
+}
+
+#[test]
+fn rwlock_exact_counts() {
+    within(LIMIT, || {
+        let rw = Arc::new(RwLock::new());
+        let value = Arc::new(Racy::new());
+        let threads: Vec<_> = (0..THREADS)
+            .map(|t| {
+                let (rw, value) = (rw.clone(), value.clone());
+                thread::spawn(move || {
+                    let mut writes = 0;
+                    let mut i = 0;
+                    while writes < ROUNDS / 4 {
+                        i += 1;
+                        if (i + t) % 4 == 0 {
+                            let guard = match i % 3 {
+                                0 => rw.write(),
+                                1 => match rw.try_write() {
+                                    Ok(g) => g,
+                                    Err(_) => continue,
+                                },
+                                _ => match rw.try_write_for(Duration::from_micros(50)) {
+                                    Ok(g) => g,
+                                    Err(e) => {
+                                        assert_eq!(e, Error::TimedOut);
+                                        continue;
+                                    }
+                                },
+                            };
+                            value.bump();
+                            drop(guard);
+                            writes += 1;
+                        } else {
+                            let guard = match i % 2 {
+                                0 => rw.read(),
+                                _ => match rw.try_read_for(Duration::from_micros(50)) {
+                                    Ok(g) => g,
+                                    Err(_) => continue,
+                                },
+                            };
+                            // Readers see no torn state: a writer never runs beside them.
+                            let before = value.get();
+                            std::hint::spin_loop();
+                            assert_eq!(value.get(), before);
+                            drop(guard);
+                        }
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert_eq!(value.get(), (THREADS * ROUNDS / 4) as u64);
+        assert!(!rw.is_locked());
+    });
+}
