@@ -323,6 +323,8 @@ pub struct PoolStats {
     pub held: usize,
     /// Waiters now: callers queued for a key, or about to retry for one.
     pub waiting: usize,
+    /// Keys that have a slot now (held, or awaited by someone). 0 once everything is released.
+    pub entries_in_use: usize,
     /// Slots allocated (in use or on free lists): the pool's memory, in keys.
     pub entries_allocated: usize,
     /// The sum over shards of each shard's peak of slots in use (held or awaited): an upper
@@ -576,6 +578,11 @@ impl<K: Hash + Eq, S: BuildHasher> KeyPool<K, S> {
             .is_some_and(|slot| state.slots[slot as usize].locked)
     }
 
+    /// The number of shards (a power of two).
+    pub fn shards(&self) -> usize {
+        self.shards.len()
+    }
+
     /// Keys held now (a snapshot; takes no lock).
     pub fn len(&self) -> usize {
         self.shards
@@ -596,6 +603,7 @@ impl<K: Hash + Eq, S: BuildHasher> KeyPool<K, S> {
             let state = shard.state.lock();
             stats.held += state.held;
             stats.waiting += state.waiting;
+            stats.entries_in_use += state.in_use;
             stats.entries_allocated += state.slots.len();
             stats.peak_held += state.peak_in_use;
             stats.acquisitions += state.acquisitions;

@@ -1,0 +1,321 @@
+//! Async acquisition: exact counts with tasks and threads on the same keys, a cancellation
+//! storm, multi-key futures without deadlock, and executor independence.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use common::{Racy, within};
+use keylock_core::{KeyPool, RwLock, StripedLock};
+
+const LIMIT: Duration = Duration::from_secs(120);
+const KEYS: usize = 16;
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .enable_time()
+        .build()
+        .unwrap()
+}
+
+fn assert_send<T: Send>(_: &T) {}
+
+#[test]
+fn pool_tasks_and_threads_exact_counts() {
+    within(LIMIT, || {
+        let pool: Arc<KeyPool<u64>> = Arc::new(KeyPool::new());
+        let counts: Arc<Vec<Racy>> = Arc::new((0..KEYS).map(|_| Racy::new()).collect());
+        const TASKS: usize = 1000;
+        const PER_TASK: usize = 20;
+        const THREADS: usize = 4;
+        const PER_THREAD: usize = 2000;
+        let threads: Vec<_> = (0..THREADS)
+            .map(|t| {
+                let (pool, counts) = (pool.clone(), counts.clone());
+                std::thread::spawn(move || {
+                    for i in 0..PER_THREAD {
+                        let key = ((i + t) % KEYS) as u64;
+                        let _g = pool.lock(&key);
+                        counts[key as usize].bump();
+                    }
+                })
+            })
+            .collect();
+        runtime().block_on(async {
+            let tasks: Vec<_> = (0..TASKS)
+                .map(|t| {
+                    let (pool, counts) = (pool.clone(), counts.clone());
+                    tokio::spawn(async move {
+                        for i in 0..PER_TASK {
+                            let key = ((i * 7 + t) % KEYS) as u64;
+                            let guard = pool.lock_async_owned(&key).await;
+                            assert_send(&guard);
+                            counts[key as usize].bump();
+                            if i % 5 == 0 {
+                                // Hold the key across an await point.
+                                tokio::task::yield_now().await;
+                            }
+                            drop(guard);
+                        }
+                    })
+                })
+                .collect();
+            for t in tasks {
+                t.await.unwrap();
+            }
+        });
+        for t in threads {
+            t.join().unwrap();
+        }
+        let total: u64 = counts.iter().map(Racy::get).sum();
+        assert_eq!(total, (TASKS * PER_TASK + THREADS * PER_THREAD) as u64);
+        assert_eq!(pool.stats().held, 0);
+        assert_eq!(pool.stats().waiting, 0);
+    });
+}
+
+#[test]
+fn striped_tasks_and_threads_exact_counts() {
+    within(LIMIT, || {
+        let lock = Arc::new(StripedLock::new(4).unwrap());
+        let counts: Arc<Vec<Racy>> = Arc::new((0..4).map(|_| Racy::new()).collect());
+        let threads: Vec<_> = (0..4)
+            .map(|t| {
+                let (lock, counts) = (lock.clone(), counts.clone());
+                std::thread::spawn(move || {
+                    for i in 0..2000u64 {
+                        let key = i + t;
+                        let g = lock.lock(&key);
+                        counts[g.stripe()].bump();
+                    }
+                })
+            })
+            .collect();
+        runtime().block_on(async {
+            let tasks: Vec<_> = (0..1000u64)
+                .map(|t| {
+                    let (lock, counts) = (lock.clone(), counts.clone());
+                    tokio::spawn(async move {
+                        for i in 0..20u64 {
+                            let g = lock.lock_async_owned(&(t * 31 + i)).await;
+                            counts[g.stripe()].bump();
+                            tokio::task::yield_now().await;
+                        }
+                    })
+                })
+                .collect();
+            for t in tasks {
+                t.await.unwrap();
+            }
+        });
+        for t in threads {
+            t.join().unwrap();
+        }
+        let total: u64 = counts.iter().map(Racy::get).sum();
+        assert_eq!(total, 1000 * 20 + 4 * 2000);
+        for k in 0..64u64 {
+            assert!(!lock.is_locked(&k));
+        }
+    });
+}
+
+#[test]
+fn cancellation_storm_leaves_nothing_behind() {
+    within(LIMIT, || {
+        let pool: Arc<KeyPool<u64>> = Arc::new(KeyPool::new());
+        let striped = Arc::new(StripedLock::new(2).unwrap());
+        let rw = Arc::new(RwLock::new());
+        let done = Arc::new(AtomicUsize::new(0));
+        let cancelled = Arc::new(AtomicUsize::new(0));
+        runtime().block_on(async {
+            let tasks: Vec<_> = (0..4000u64)
+                .map(|t| {
+                    let (pool, striped, rw) = (pool.clone(), striped.clone(), rw.clone());
+                    let (done, cancelled) = (done.clone(), cancelled.clone());
+                    tokio::spawn(async move {
+                        let key = t % 4;
+                        // Timeouts from 0 to ~300 µs: many expire while waiting, some exactly
+                        // while the lock is being handed over.
+                        let limit = Duration::from_micros((t * 37) % 300);
+                        let work = async {
+                            let _r = if t % 5 == 0 {
+                                None
+                            } else {
+                                Some(rw.read_async_owned().await)
+                            };
+                            let _g = pool.lock_async_owned(&key).await;
+                            let _s = striped.lock_async_owned(&key).await;
+                            tokio::task::yield_now().await;
+                        };
+                        let write = async {
+                            let _w = rw.write_async_owned().await;
+                            tokio::task::yield_now().await;
+                        };
+                        let outcome = if t % 50 == 0 {
+                            tokio::time::timeout(limit, write).await
+                        } else {
+                            tokio::time::timeout(limit, work).await
+                        };
+                        match outcome {
+                            Ok(()) => done.fetch_add(1, Ordering::Relaxed),
+                            Err(_) => cancelled.fetch_add(1, Ordering::Relaxed),
+                        };
+                    })
+                })
+                .collect();
+            for t in tasks {
+                t.await.unwrap();
+            }
+        });
+        assert_eq!(
+            done.load(Ordering::Relaxed) + cancelled.load(Ordering::Relaxed),
+            4000
+        );
+        let stats = pool.stats();
+        assert_eq!(stats.held, 0, "{stats:?}");
+        assert_eq!(stats.waiting, 0, "{stats:?}");
+        assert!(pool.is_empty());
+        for k in 0..4u64 {
+            assert!(!striped.is_locked(&k));
+            // A new acquire succeeds at once.
+            drop(pool.try_lock(&k).unwrap());
+            drop(striped.try_lock(&k).unwrap());
+        }
+        assert!(!rw.is_locked());
+        drop(rw.try_write().unwrap());
+        drop(rw.try_read().unwrap());
+    });
+}
+
+#[test]
+fn lock_many_async_overlapping_sets_finish() {
+    within(LIMIT, || {
+        let pool: Arc<KeyPool<u64>> = Arc::new(KeyPool::new());
+        let striped = Arc::new(StripedLock::new(16).unwrap());
+        let counts: Arc<Vec<Racy>> = Arc::new((0..8).map(|_| Racy::new()).collect());
+        runtime().block_on(async {
+            let tasks: Vec<_> = (0..400usize)
+                .map(|t| {
+                    let (pool, striped, counts) = (pool.clone(), striped.clone(), counts.clone());
+                    tokio::spawn(async move {
+                        for i in 0..10usize {
+                            // Overlapping sets in opposite orders: a naive lock order deadlocks.
+                            let a = ((t + i) % 8) as u64;
+                            let b = ((t * 3 + 1) % 8) as u64;
+                            let keys = if t % 2 == 0 { [a, b, a] } else { [b, a, b] };
+                            let g = pool.lock_many_async_owned(keys.iter()).await;
+                            counts[a as usize].bump();
+                            if a != b {
+                                counts[b as usize].bump();
+                            }
+                            tokio::task::yield_now().await;
+                            drop(g);
+                            let s = striped.lock_many_async_owned(keys.iter()).await;
+                            tokio::task::yield_now().await;
+                            drop(s);
+                        }
+                    })
+                })
+                .collect();
+            for t in tasks {
+                t.await.unwrap();
+            }
+        });
+        let expected: u64 = (0..400usize)
+            .flat_map(|t| (0..10usize).map(move |i| (t, i)))
+            .map(|(t, i)| if (t + i) % 8 == (t * 3 + 1) % 8 { 1 } else { 2 })
+            .sum();
+        let total: u64 = counts.iter().map(Racy::get).sum();
+        assert_eq!(total, expected);
+        assert!(pool.is_empty());
+        assert_eq!(pool.stats().waiting, 0);
+    });
+}
+
+#[test]
+fn works_on_futures_executor() {
+    within(LIMIT, || {
+        let pool: KeyPool<String> = KeyPool::new();
+        let rw = RwLock::new();
+        let striped = StripedLock::new(4).unwrap();
+        futures::executor::block_on(async {
+            let g = pool.lock_async("a").await;
+            let r = rw.read_async().await;
+            let s = striped.lock_async("a").await;
+            assert!(pool.is_locked("a"));
+            drop((g, r, s));
+            let w = rw.write_async().await;
+            assert!(rw.is_write_locked());
+            drop(w);
+        });
+        // Threads on a futures::executor::ThreadPool contend with a blocking thread.
+        let pool = Arc::new(pool);
+        let counter = Arc::new(Racy::new());
+        let exec = futures::executor::ThreadPool::builder()
+            .pool_size(2)
+            .create()
+            .unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        for _ in 0..200 {
+            let (pool, counter, tx) = (pool.clone(), counter.clone(), tx.clone());
+            exec.spawn_ok(async move {
+                for _ in 0..10 {
+                    let _g = pool.lock_async_owned("hot").await;
+                    counter.bump();
+                }
+                tx.send(()).unwrap();
+            });
+        }
+        for _ in 0..2000 {
+            let _g = pool.lock("hot");
+            counter.bump();
+        }
+        for _ in 0..200 {
+            rx.recv().unwrap();
+        }
+        assert_eq!(counter.get(), 4000);
+        assert!(pool.is_empty());
+    });
+}
+
+#[test]
+fn dropped_future_that_was_granted_passes_the_lock_on() {
+    within(LIMIT, || {
+        use std::future::Future;
+        use std::pin::pin;
+        use std::task::{Context, Waker};
+        let pool: KeyPool<u64> = KeyPool::new();
+        let striped = StripedLock::new(1).unwrap();
+        let first = pool.lock(&1);
+        let held = striped.lock(&1);
+        let mut cx = Context::from_waker(Waker::noop());
+        {
+            let mut waiting = pin!(pool.lock_async(&1));
+            let mut waiting_s = pin!(striped.lock_async(&1));
+            assert!(waiting.as_mut().poll(&mut cx).is_pending());
+            assert!(waiting_s.as_mut().poll(&mut cx).is_pending());
+            // Let the waiter age past the fairness threshold so the release hands off to it.
+            std::thread::sleep(Duration::from_millis(2));
+            drop(first);
+            drop(held);
+            // Handed over but never polled again: dropping must pass the locks on.
+        }
+        assert!(!pool.is_locked(&1));
+        assert!(!striped.is_locked(&1));
+        assert!(pool.is_empty());
+        assert_eq!(pool.stats().waiting, 0);
+        drop(pool.try_lock(&1).unwrap());
+        drop(striped.try_lock(&1).unwrap());
+        // A future dropped before its first poll gives back its reservation too.
+        let g = pool.lock(&2);
+        let never_polled = pool.lock_async(&2);
+        assert_eq!(pool.stats().waiting, 1);
+        drop(never_polled);
+        drop(g);
+        assert_eq!(pool.stats().waiting, 0);
+        assert_eq!(pool.stats().held, 0);
+    });
+}
