@@ -1,0 +1,668 @@
+'use strict';
+// keylock for Node.js: KeyPool, StripedLock and RwLock from the keylock Rust core.
+//
+// This file is the public API. It validates arguments, turns native status numbers into
+// errors with a `code`, and turns native waiter ids into promises (timeouts, AbortSignal,
+// guards, withLock). It decides nothing about locking: every acquire and release is one call
+// into the core through the addon `keylock_node.node` (built from src/ by build.js).
+
+const { types } = require('node:util');
+
+const native = loadNative();
+
+function loadNative() {
+  try {
+    return require('./keylock_node.node');
+  } catch (err) {
+    if (err && err.code === 'MODULE_NOT_FOUND') {
+      const e = new Error(
+        'keylock: the native addon keylock_node.node is not built; run `npm install` (or ' +
+          '`npm run build`) in the keylock package folder. It needs a Rust toolchain.',
+      );
+      e.code = 'KEYLOCK_NOT_BUILT';
+      e.cause = err;
+      throw e;
+    }
+    throw err;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Errors
+
+// Status numbers returned by the addon (src/status.rs).
+const OK = 0;
+const WOULD_BLOCK = 1;
+const TIMED_OUT = 2;
+const NOT_LOCKED = 3;
+const INVALID_ARGUMENT = 4;
+
+/** An error from keylock; `code` says which (KEYLOCK_TIMEOUT, KEYLOCK_NOT_LOCKED, ...). */
+class KeylockError extends Error {
+  constructor(code, message, options) {
+    super(message, options);
+    this.code = code;
+  }
+
+  get name() {
+    return 'KeylockError';
+  }
+}
+
+function timeoutError(what, timeout) {
+  return new KeylockError('KEYLOCK_TIMEOUT', `keylock: timed out after ${timeout} ms waiting for ${what}`);
+}
+
+function statusError(status, what) {
+  switch (status) {
+    case TIMED_OUT:
+      return new KeylockError('KEYLOCK_TIMEOUT', `keylock: timed out waiting for ${what}`);
+    case NOT_LOCKED:
+      return new KeylockError('KEYLOCK_NOT_LOCKED', `keylock: ${what} is not locked`);
+    case WOULD_BLOCK:
+      return new KeylockError('KEYLOCK_WOULD_BLOCK', `keylock: ${what} is held`);
+    case INVALID_ARGUMENT:
+      return new KeylockError('KEYLOCK_INVALID_ARGUMENT', `keylock: invalid argument for ${what}`);
+    default:
+      return new KeylockError('KEYLOCK_INTERNAL', `keylock: unexpected status ${status} for ${what}`);
+  }
+}
+
+function typeError(message) {
+  const e = new TypeError(`keylock: ${message}`);
+  e.code = 'KEYLOCK_INVALID_ARGUMENT';
+  return e;
+}
+
+function rangeError(message) {
+  const e = new RangeError(`keylock: ${message}`);
+  e.code = 'KEYLOCK_INVALID_ARGUMENT';
+  return e;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Arguments
+
+function checkKey(key) {
+  if (typeof key === 'string' || key instanceof Uint8Array || types.isUint8Array(key)) return;
+  throw typeError(`a key must be a string, a Buffer or a Uint8Array, not ${describe(key)}`);
+}
+
+// Guards keep their own copy of a byte key, so changing the caller's buffer later cannot make
+// the release miss (strings are immutable and kept as they are).
+function ownKey(key) {
+  return typeof key === 'string' ? key : Uint8Array.prototype.slice.call(key);
+}
+
+function checkKeys(keys) {
+  if (!Array.isArray(keys)) {
+    throw typeError(`keys must be an array of keys, not ${describe(keys)}`);
+  }
+  const own = new Array(keys.length);
+  for (let i = 0; i < keys.length; i++) {
+    checkKey(keys[i]);
+    own[i] = ownKey(keys[i]);
+  }
+  return own;
+}
+
+function checkFn(fn) {
+  if (typeof fn !== 'function') throw typeError(`fn must be a function, not ${describe(fn)}`);
+}
+
+function checkName(name) {
+  if (typeof name !== 'string' || name.length === 0) {
+    throw typeError(`a shared lock's name must be a non-empty string, not ${describe(name)}`);
+  }
+}
+
+function describe(value) {
+  if (value === null) return 'null';
+  if (Array.isArray(value)) return 'an array';
+  if (typeof value === 'object') return `an object (${Object.prototype.toString.call(value)})`;
+  return `a ${typeof value}`;
+}
+
+// The longest delay setTimeout honours; a longer timeout is treated as no timeout.
+const MAX_TIMER = 2 ** 31 - 1;
+const NO_OPTIONS = Object.freeze({ timeout: undefined, signal: undefined });
+
+// Validates `{ timeout, signal }`. Returns NO_OPTIONS for the common case without options.
+function parseOptions(opts, allowSignal = true) {
+  if (opts === undefined || opts === null) return NO_OPTIONS;
+  if (typeof opts !== 'object') throw typeError(`options must be an object, not ${describe(opts)}`);
+  let { timeout, signal } = opts;
+  if (timeout === null || timeout === Infinity) timeout = undefined;
+  if (timeout !== undefined) {
+    if (typeof timeout !== 'number') {
+      throw typeError(`timeout must be a number of milliseconds, not ${describe(timeout)}`);
+    }
+    if (!(timeout >= 0)) throw rangeError(`timeout must be >= 0, not ${timeout}`);
+  }
+  if (signal === null) signal = undefined;
+  if (signal !== undefined) {
+    if (!allowSignal) throw typeError('signal is not supported by synchronous calls');
+    if (!isAbortSignal(signal)) {
+      throw typeError(`signal must be an AbortSignal, not ${describe(signal)}`);
+    }
+  }
+  return timeout === undefined && signal === undefined ? NO_OPTIONS : { timeout, signal };
+}
+
+function isAbortSignal(signal) {
+  return (
+    signal instanceof AbortSignal ||
+    (typeof signal === 'object' &&
+      typeof signal.aborted === 'boolean' &&
+      typeof signal.addEventListener === 'function' &&
+      typeof signal.removeEventListener === 'function')
+  );
+}
+
+// The native timeout of a synchronous wait: undefined waits forever.
+function syncTimeout(timeout) {
+  return timeout === undefined ? undefined : timeout;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Waiting: native waiter ids become promises.
+//
+// `lockAsync` and friends poll the core's future once. If that takes the lock they return 0;
+// otherwise they return an id, and the addon calls `dispatch(ids)` on this thread when the
+// waiters with those ids got their locks (see src/reactor.rs). Waiters are kept per thread;
+// the table lives on globalThis so a second copy of this file in the same thread (a cleared
+// require cache) shares the dispatcher the addon already has.
+
+const FAILED_BIT = 0x80000000;
+const WAITERS = Symbol.for('keylock.waiters.v1');
+let waiters = globalThis[WAITERS];
+if (waiters === undefined) {
+  waiters = new Map();
+  Object.defineProperty(globalThis, WAITERS, { value: waiters });
+  native.init(dispatch);
+}
+
+function dispatch(ids) {
+  for (let i = 0; i < ids.length; i++) {
+    const raw = ids[i];
+    const failed = raw >= FAILED_BIT;
+    const id = failed ? raw - FAILED_BIT : raw;
+    const w = waiters.get(id);
+    if (w === undefined) continue;
+    waiters.delete(id);
+    if (w.timer !== undefined) clearTimeout(w.timer);
+    if (w.signal !== undefined) w.signal.removeEventListener('abort', w.onAbort);
+    if (failed) {
+      w.reject(new KeylockError('KEYLOCK_INTERNAL', 'keylock: a panic in the addon while waiting'));
+    } else {
+      w.resolve(w.acquired());
+    }
+  }
+}
+
+// Cancels waiter `id` (still pending: the addon's table and ours agree) and rejects it.
+function cancelWaiter(id, reason) {
+  const w = waiters.get(id);
+  if (w === undefined) return;
+  waiters.delete(id);
+  native.cancel(id);
+  if (w.timer !== undefined) clearTimeout(w.timer);
+  if (w.signal !== undefined) w.signal.removeEventListener('abort', w.onAbort);
+  w.reject(typeof reason === 'function' ? reason() : reason);
+}
+
+// A promise for waiter `id`; `acquired()` makes the value it resolves to.
+function waitFor(id, opts, what, acquired) {
+  return new Promise((resolve, reject) => {
+    const w = { resolve, reject, acquired, timer: undefined, signal: undefined, onAbort: undefined };
+    waiters.set(id, w);
+    const { timeout, signal } = opts;
+    if (timeout !== undefined && timeout <= MAX_TIMER) {
+      w.timer = setTimeout(() => cancelWaiter(id, () => timeoutError(what, timeout)), timeout);
+    }
+    if (signal !== undefined) {
+      w.signal = signal;
+      w.onAbort = () => cancelWaiter(id, signal.reason);
+      signal.addEventListener('abort', w.onAbort, { once: true });
+    }
+  });
+}
+
+// The common shape of every async acquire: `tryNow()` for timeout 0, `start()` for the native
+// waiter, `acquired()` for the guard.
+function acquire(opts, what, tryNow, start, acquired) {
+  const { timeout, signal } = opts;
+  if (signal !== undefined && signal.aborted) return Promise.reject(signal.reason);
+  if (timeout === 0) {
+    return tryNow() ? Promise.resolve(acquired()) : Promise.reject(timeoutError(what, 0));
+  }
+  const id = start();
+  if (id === 0) return Promise.resolve(acquired());
+  return waitFor(id, opts, what, acquired);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Guards
+
+/** A held lock. `release()` frees it; a second release does nothing. */
+class Guard {
+  #held = true;
+
+  /** Releases the lock. Throws KEYLOCK_NOT_LOCKED if it was released behind this guard's back. */
+  release() {
+    if (!this.#held) return;
+    this.#held = false;
+    const status = this._unlock();
+    if (status !== OK) throw statusError(status, this._what());
+  }
+
+  /** Whether release() was called. */
+  get released() {
+    return !this.#held;
+  }
+
+  [Symbol.dispose]() {
+    this.release();
+  }
+}
+
+class KeyGuard extends Guard {
+  constructor(n, key) {
+    super();
+    this._n = n;
+    this.key = key;
+  }
+
+  _unlock() {
+    return this._n.unlock(this.key);
+  }
+
+  _what() {
+    return `key ${JSON.stringify(String(this.key))}`;
+  }
+}
+
+class KeysGuard extends Guard {
+  constructor(n, keys) {
+    super();
+    this._n = n;
+    this.keys = keys;
+  }
+
+  _unlock() {
+    return this._n.unlockMany(this.keys);
+  }
+
+  _what() {
+    return `keys ${this.keys.length}`;
+  }
+}
+
+class ReadGuard extends Guard {
+  constructor(n) {
+    super();
+    this._n = n;
+  }
+
+  _unlock() {
+    return this._n.readUnlock();
+  }
+
+  _what() {
+    return 'the read lock';
+  }
+}
+
+class WriteGuard extends Guard {
+  constructor(n) {
+    super();
+    this._n = n;
+  }
+
+  _unlock() {
+    return this._n.writeUnlock();
+  }
+
+  _what() {
+    return 'the write lock';
+  }
+}
+
+// Runs `fn` holding `guard`, releasing it whatever `fn` does.
+async function runHolding(guard, fn) {
+  try {
+    return await fn();
+  } finally {
+    guard.release();
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// KeyPool and StripedLock: the same keyed API over two native classes.
+
+const INTERNAL = Symbol('keylock.internal');
+
+function keyWhat(key) {
+  return typeof key === 'string' ? `key ${JSON.stringify(key)}` : `a ${key.length}-byte key`;
+}
+
+// The native object behind a KeyPool or StripedLock, for the subclasses' own methods.
+let nativeOf;
+
+class KeyedLock {
+  #n;
+
+  static {
+    nativeOf = (lock) => lock.#n;
+  }
+
+  constructor(n) {
+    this.#n = n;
+  }
+
+  /** Waits for `key`; resolves to a guard. Options: `{ timeout (ms), signal (AbortSignal) }`. */
+  lock(key, opts) {
+    try {
+      checkKey(key);
+      opts = parseOptions(opts);
+    } catch (err) {
+      return Promise.reject(err);
+    }
+    const n = this.#n;
+    const own = ownKey(key);
+    return acquire(
+      opts,
+      keyWhat(key),
+      () => n.tryLock(own),
+      () => n.lockAsync(own),
+      () => new KeyGuard(n, own),
+    );
+  }
+
+  /** Takes `key` if it is free: a guard, or null. */
+  tryLock(key) {
+    checkKey(key);
+    const own = ownKey(key);
+    return this.#n.tryLock(own) ? new KeyGuard(this.#n, own) : null;
+  }
+
+  /**
+   * Blocks the calling thread until `key` is held (or `timeout` ms passed). Meant for worker
+   * threads: on the main thread it stops the event loop while it waits.
+   */
+  lockSync(key, opts) {
+    checkKey(key);
+    const { timeout } = parseOptions(opts, false);
+    const own = ownKey(key);
+    const status = this.#n.lockSync(own, syncTimeout(timeout));
+    if (status !== OK) throw status === TIMED_OUT ? timeoutError(keyWhat(key), timeout) : statusError(status, keyWhat(key));
+    return new KeyGuard(this.#n, own);
+  }
+
+  /** Releases `key` without its guard. Throws KEYLOCK_NOT_LOCKED if it is not locked. */
+  unlock(key) {
+    checkKey(key);
+    const status = this.#n.unlock(key);
+    if (status !== OK) throw statusError(status, keyWhat(key));
+  }
+
+  /** Holds `key` while `fn` runs; returns (or rethrows) what `fn` returns (or throws). */
+  async withLock(key, fn, opts) {
+    checkKey(key);
+    checkFn(fn);
+    const n = this.#n;
+    const own = ownKey(key);
+    // Fast path: a free key without options is taken and released without a guard object.
+    if (opts === undefined && n.tryLock(own)) {
+      try {
+        return await fn();
+      } finally {
+        const status = n.unlock(own);
+        if (status !== OK) throw statusError(status, keyWhat(key));
+      }
+    }
+    return runHolding(await this.lock(own, opts), fn);
+  }
+
+  /** Waits for all `keys` at once (deadlock-free); resolves to one guard for all of them. */
+  lockMany(keys, opts) {
+    let own;
+    try {
+      own = checkKeys(keys);
+      opts = parseOptions(opts);
+    } catch (err) {
+      return Promise.reject(err);
+    }
+    const n = this.#n;
+    return acquire(
+      opts,
+      `${own.length} keys`,
+      () => n.tryLockMany(own),
+      () => n.lockManyAsync(own),
+      () => new KeysGuard(n, own),
+    );
+  }
+
+  /** Takes all `keys` if all are free (a guard), or none (null). */
+  tryLockMany(keys) {
+    const own = checkKeys(keys);
+    return this.#n.tryLockMany(own) ? new KeysGuard(this.#n, own) : null;
+  }
+
+  /** Blocks the calling thread until all `keys` are held (see lockSync). */
+  lockManySync(keys, opts) {
+    const own = checkKeys(keys);
+    const { timeout } = parseOptions(opts, false);
+    const status = this.#n.lockManySync(own, syncTimeout(timeout));
+    if (status !== OK) throw status === TIMED_OUT ? timeoutError(`${own.length} keys`, timeout) : statusError(status, `${own.length} keys`);
+    return new KeysGuard(this.#n, own);
+  }
+
+  /** Releases all `keys` without their guard; throws KEYLOCK_NOT_LOCKED (releasing none) if one is free. */
+  unlockMany(keys) {
+    const own = checkKeys(keys);
+    const status = this.#n.unlockMany(own);
+    if (status !== OK) throw statusError(status, `${own.length} keys`);
+  }
+
+  /** Holds all `keys` while `fn` runs; returns (or rethrows) what `fn` returns (or throws). */
+  async withLockMany(keys, fn, opts) {
+    checkFn(fn);
+    return runHolding(await this.lockMany(keys, opts), fn);
+  }
+
+  /** Whether `key` is held now. */
+  isLocked(key) {
+    checkKey(key);
+    return this.#n.isLocked(key);
+  }
+}
+
+/**
+ * An exact per-key lock: one entry per key held or waited for, freed when the last user leaves.
+ * Two different keys never block each other.
+ */
+class KeyPool extends KeyedLock {
+  constructor(...args) {
+    super(args[0] === INTERNAL ? args[1] : new native.NativeKeyPool());
+  }
+
+  /** The pool called `name`, the same in every worker thread of this process. */
+  static shared(name) {
+    checkName(name);
+    return new KeyPool(INTERNAL, native.NativeKeyPool.shared(name));
+  }
+
+  /** Keys held now. */
+  get size() {
+    return nativeOf(this).size;
+  }
+
+  /** Counters: held, waiting, entriesAllocated, peakHeld, acquisitions, contended. */
+  stats() {
+    return nativeOf(this).stats();
+  }
+}
+
+/**
+ * A fixed array of locks (stripes); each key maps to one. Fixed memory and one hash per lock,
+ * but two keys on the same stripe exclude each other.
+ */
+class StripedLock extends KeyedLock {
+  constructor(...args) {
+    if (args[0] === INTERNAL) {
+      super(args[1]);
+      return;
+    }
+    super(new native.NativeStripedLock(checkStripes(args[0])));
+  }
+
+  /**
+   * The striped lock called `name`, the same in every worker thread of this process. `stripes`
+   * must agree with the existing lock's (after rounding up to a power of two) if there is one;
+   * omitted, it takes the existing lock's count, or 1024 for a new lock.
+   */
+  static shared(name, stripes) {
+    checkName(name);
+    const wanted = stripes === undefined ? undefined : checkStripes(stripes);
+    const n = native.NativeStripedLock.shared(name, wanted === undefined ? DEFAULT_STRIPES : wanted);
+    if (wanted !== undefined && n.stripes !== roundStripes(wanted)) {
+      throw new KeylockError(
+        'KEYLOCK_SHARED_MISMATCH',
+        `keylock: the shared StripedLock ${JSON.stringify(name)} has ${n.stripes} stripes, not ${roundStripes(wanted)}`,
+      );
+    }
+    return new StripedLock(INTERNAL, n);
+  }
+
+  /** The number of stripes (a power of two). */
+  get stripes() {
+    return nativeOf(this).stripes;
+  }
+
+  /** The stripe `key` maps to (0 <= stripe < stripes). */
+  stripeOf(key) {
+    checkKey(key);
+    return nativeOf(this).stripeOf(key);
+  }
+}
+
+const DEFAULT_STRIPES = 1024;
+StripedLock.MAX_STRIPES = native.MAX_STRIPES;
+
+function checkStripes(stripes) {
+  if (stripes === undefined) return DEFAULT_STRIPES;
+  if (typeof stripes !== 'number') throw typeError(`stripes must be a number, not ${describe(stripes)}`);
+  if (!Number.isInteger(stripes) || stripes < 1 || stripes > native.MAX_STRIPES) {
+    throw rangeError(`stripes must be an integer from 1 to ${native.MAX_STRIPES}, not ${stripes}`);
+  }
+  return stripes;
+}
+
+function roundStripes(n) {
+  let p = 1;
+  while (p < n) p *= 2;
+  return p;
+}
+
+// ---------------------------------------------------------------------------------------------
+// RwLock
+
+/** A reader-writer lock: many readers or one writer. */
+class RwLock {
+  #n;
+
+  constructor(...args) {
+    this.#n = args[0] === INTERNAL ? args[1] : new native.NativeRwLock();
+  }
+
+  /** The lock called `name`, the same in every worker thread of this process. */
+  static shared(name) {
+    checkName(name);
+    return new RwLock(INTERNAL, native.NativeRwLock.shared(name));
+  }
+
+  /** Waits for a read lock; resolves to a guard. Options: `{ timeout, signal }`. */
+  read(opts) {
+    try {
+      opts = parseOptions(opts);
+    } catch (err) {
+      return Promise.reject(err);
+    }
+    const n = this.#n;
+    return acquire(opts, 'the read lock', () => n.tryRead(), () => n.readAsync(), () => new ReadGuard(n));
+  }
+
+  /** Waits for the write lock; resolves to a guard. Options: `{ timeout, signal }`. */
+  write(opts) {
+    try {
+      opts = parseOptions(opts);
+    } catch (err) {
+      return Promise.reject(err);
+    }
+    const n = this.#n;
+    return acquire(opts, 'the write lock', () => n.tryWrite(), () => n.writeAsync(), () => new WriteGuard(n));
+  }
+
+  /** A read guard if no writer holds the lock, else null. */
+  tryRead() {
+    return this.#n.tryRead() ? new ReadGuard(this.#n) : null;
+  }
+
+  /** The write guard if the lock is free, else null. */
+  tryWrite() {
+    return this.#n.tryWrite() ? new WriteGuard(this.#n) : null;
+  }
+
+  /** Blocks the calling thread for a read lock (for worker threads, like lockSync). */
+  readSync(opts) {
+    const { timeout } = parseOptions(opts, false);
+    const status = this.#n.readSync(syncTimeout(timeout));
+    if (status !== OK) throw status === TIMED_OUT ? timeoutError('the read lock', timeout) : statusError(status, 'the read lock');
+    return new ReadGuard(this.#n);
+  }
+
+  /** Blocks the calling thread for the write lock (for worker threads, like lockSync). */
+  writeSync(opts) {
+    const { timeout } = parseOptions(opts, false);
+    const status = this.#n.writeSync(syncTimeout(timeout));
+    if (status !== OK) throw status === TIMED_OUT ? timeoutError('the write lock', timeout) : statusError(status, 'the write lock');
+    return new WriteGuard(this.#n);
+  }
+
+  /** Holds a read lock while `fn` runs; returns (or rethrows) its result. */
+  async withRead(fn, opts) {
+    checkFn(fn);
+    return runHolding(await this.read(opts), fn);
+  }
+
+  /** Holds the write lock while `fn` runs; returns (or rethrows) its result. */
+  async withWrite(fn, opts) {
+    checkFn(fn);
+    return runHolding(await this.write(opts), fn);
+  }
+
+  /** Releases one read lock without its guard; throws KEYLOCK_NOT_LOCKED if none is held. */
+  readUnlock() {
+    const status = this.#n.readUnlock();
+    if (status !== OK) throw statusError(status, 'the read lock');
+  }
+
+  /** Releases the write lock without its guard; throws KEYLOCK_NOT_LOCKED if it is free. */
+  writeUnlock() {
+    const status = this.#n.writeUnlock();
+    if (status !== OK) throw statusError(status, 'the write lock');
+  }
+
+  /** Whether a reader or a writer holds the lock. */
+  isLocked() {
+    return this.#n.isLocked();
+  }
+
+  /** Whether a writer holds the lock. */
+  isWriteLocked() {
+    return this.#n.isWriteLocked();
+  }
+}
+
+module.exports = { KeyPool, StripedLock, RwLock, KeylockError, Guard };

@@ -1,0 +1,439 @@
+//! Async waiting without threads: how a pending `lock()` promise is served.
+//!
+//! Each JavaScript thread (the main thread and every worker) has one [`Reactor`], created by
+//! `init` when the module loads there. A pending acquisition is the core's owned future (for
+//! example `KeyPool::lock_async_owned`), boxed and kept in the reactor's table under a numeric
+//! id. It is polled with a [`Waker`] of our own whose `wake` pushes the id onto a queue and, when
+//! the queue was empty, posts one call through a Node-API threadsafe function. That call runs on
+//! the JavaScript thread: it drains the queue, polls each future again, leaks the guard of every
+//! future that completed and hands their ids to the JavaScript dispatcher, which resolves the
+//! promises. No thread, from libuv's pool or elsewhere, is ever parked on a lock: a waiter costs
+//! a boxed future, a waker and a table entry. Dropping the future (timeout, abort, worker exit)
+//! removes the waiter from the core's queue, or passes the lock on if it had just been handed
+//! to it.
+//!
+//! # Keeping the event loop alive
+//!
+//! The threadsafe function is created unreferenced, so pending waiters alone do not keep a
+//! thread's event loop running: a process whose only pending work is lock waiters exits, as it
+//! would with a pure-JavaScript lock. A waiter must keep its thread alive when the lock can be
+//! released by *another* thread, which is only possible for the shared locks of
+//! `KeyPool.shared(name)` and friends. For those, every thread records its activity on the lock
+//! (locks it holds plus waiters it has pending, see [`crate::shared::Presence`]); a waiter keeps
+//! its thread alive while some other thread is active on the same lock. The reactor counts such
+//! waiters and references the threadsafe function while the count is above zero. The decision is
+//! made when the waiter starts, again at every poll that leaves it pending, and, for waiters that
+//! do not keep the thread alive, whenever this thread releases a shared lock (after which the
+//! lock may have been handed to another thread). Finally, a wake-up that this thread posts to
+//! itself (its own release handed the lock to one of its waiters) keeps the loop alive until it
+//! is delivered, just as a pure-JavaScript lock resolves the next waiter before `release()`
+//! returns.
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::future::Future;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Wake, Waker};
+
+use napi::bindgen_prelude::{Function, Unknown};
+use napi::threadsafe_function::{
+    ThreadsafeCallContext, ThreadsafeFunction, ThreadsafeFunctionCallMode,
+};
+use napi::{Env, Result, Status, sys};
+
+use crate::shared::Presence;
+
+/// Set in an id handed to the dispatcher when polling that waiter panicked: reject it.
+pub(crate) const FAILED_BIT: u32 = 1 << 31;
+
+/// The acquisition a waiter runs: the core's future, mapped to leak its guard on completion.
+pub(crate) type Acquire = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// The threadsafe function: no value per call (ids travel through [`Notifier::queue`]), the
+/// JavaScript dispatcher receives an array of ids, no error-first argument, created weak.
+type Tsfn = ThreadsafeFunction<(), Unknown<'static>, Vec<u32>, Status, false, true>;
+
+/// Source of per-thread ids, so a thread can tell its own activity on a shared lock from others'.
+static NEXT_THREAD_ID: AtomicU64 = AtomicU64::new(1);
+
+thread_local! {
+    static REACTOR: RefCell<Option<Reactor>> = const { RefCell::new(None) };
+    static LOOP_REF: LoopRef = const { LoopRef::new() };
+    static THREAD_ID: u64 = NEXT_THREAD_ID.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Whether this thread's threadsafe function keeps the event loop alive. Kept apart from the
+/// reactor because wakers on this thread reach it while the reactor is borrowed (a future that
+/// wakes another waiter of the same thread while it is polled or dropped).
+struct LoopRef {
+    /// The environment and threadsafe function to (un)reference; null until `init`.
+    env: Cell<sys::napi_env>,
+    tsfn: Cell<sys::napi_threadsafe_function>,
+    /// Pending waiters that keep the loop alive.
+    keep_alive: Cell<usize>,
+    /// A wake-up posted from this thread and not yet delivered.
+    delivery: Cell<bool>,
+    /// Whether the threadsafe function is referenced now.
+    referenced: Cell<bool>,
+}
+
+impl LoopRef {
+    const fn new() -> Self {
+        Self {
+            env: Cell::new(std::ptr::null_mut()),
+            tsfn: Cell::new(std::ptr::null_mut()),
+            keep_alive: Cell::new(0),
+            delivery: Cell::new(false),
+            referenced: Cell::new(false),
+        }
+    }
+
+    /// References or unreferences the threadsafe function to match the counts.
+    fn update(&self) {
+        let want = self.keep_alive.get() > 0 || self.delivery.get();
+        if want == self.referenced.get() || self.tsfn.get().is_null() {
+            return;
+        }
+        self.referenced.set(want);
+        // SAFETY: we are on the environment's JavaScript thread (the only thread that touches
+        // this thread-local), and `tsfn` is alive: `detach` clears it before the reactor (which
+        // owns the threadsafe function) goes away.
+        unsafe {
+            if want {
+                sys::napi_ref_threadsafe_function(self.env.get(), self.tsfn.get());
+            } else {
+                sys::napi_unref_threadsafe_function(self.env.get(), self.tsfn.get());
+            }
+        }
+    }
+
+    fn detach(&self) {
+        self.tsfn.set(std::ptr::null_mut());
+        self.env.set(std::ptr::null_mut());
+    }
+}
+
+/// This JavaScript thread's id (stable for the thread's life).
+pub(crate) fn thread_id() -> u64 {
+    THREAD_ID.with(|id| *id)
+}
+
+/// The part of a reactor that wakers on other threads reach.
+struct Notifier {
+    /// Ids of waiters woken since the JavaScript thread last drained the queue.
+    queue: Mutex<Vec<u32>>,
+    tsfn: Tsfn,
+    /// The JavaScript thread this notifier posts to ([`thread_id`]).
+    owner: u64,
+}
+
+impl Notifier {
+    fn post(&self, id: u32) {
+        let first = {
+            let mut queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+            queue.push(id);
+            queue.len() == 1
+        };
+        if thread_id() == self.owner {
+            // Woken by this thread itself (a release handed the lock to a waiter of the same
+            // thread): keep the loop alive until the wake-up is delivered, as a pure-JavaScript
+            // lock resolves the next waiter before its releasing call returns.
+            LOOP_REF.with(|r| {
+                r.delivery.set(true);
+                r.update();
+            });
+        }
+        if first {
+            // Fails only while the environment shuts down; its waiters are being dropped then.
+            let _ = self.tsfn.call((), ThreadsafeFunctionCallMode::NonBlocking);
+        }
+    }
+
+    fn drain(&self) -> Vec<u32> {
+        std::mem::take(&mut *self.queue.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}
+
+/// The waker of one waiter.
+struct WaiterWaker {
+    notifier: Arc<Notifier>,
+    id: u32,
+}
+
+impl Wake for WaiterWaker {
+    fn wake(self: Arc<Self>) {
+        self.notifier.post(self.id);
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.notifier.post(self.id);
+    }
+}
+
+/// One pending acquisition.
+struct Pending {
+    fut: Acquire,
+    waker: Waker,
+    /// This thread's presence on the lock, for shared locks only.
+    presence: Option<Presence>,
+    /// Whether this waiter currently counts in [`LoopRef::keep_alive`].
+    keeps_alive: bool,
+}
+
+/// Per-thread state of the waiting machinery (see the module documentation).
+struct Reactor {
+    notifier: Arc<Notifier>,
+    pending: HashMap<u32, Pending>,
+    next_id: u32,
+    /// Pending waiters on shared locks that do not keep the loop alive now (re-examined when this
+    /// thread releases a shared lock).
+    dormant: usize,
+}
+
+impl Reactor {
+    fn next_id(&mut self) -> u32 {
+        loop {
+            self.next_id = self.next_id.wrapping_add(1) & !FAILED_BIT;
+            if self.next_id != 0 && !self.pending.contains_key(&self.next_id) {
+                return self.next_id;
+            }
+        }
+    }
+
+    /// Sets whether `id` keeps the loop alive, and (un)references the threadsafe function when
+    /// the count crosses zero.
+    fn set_keep_alive(&mut self, id: u32, keep: bool) {
+        let Some(p) = self.pending.get_mut(&id) else {
+            return;
+        };
+        if p.keeps_alive == keep {
+            return;
+        }
+        p.keeps_alive = keep;
+        if keep {
+            self.dormant -= 1;
+        } else {
+            self.dormant += 1;
+        }
+        LOOP_REF.with(|r| {
+            let n = r.keep_alive.get();
+            r.keep_alive.set(if keep { n + 1 } else { n - 1 });
+            r.update();
+        });
+    }
+
+    /// Removes a waiter and undoes its bookkeeping. `acquired` tells whether its activity on a
+    /// shared lock turns into a hold (kept) or ends (removed).
+    fn remove(&mut self, id: u32, acquired: bool) -> Option<Pending> {
+        if self.pending.get(&id).is_some_and(|p| p.presence.is_some()) {
+            self.set_keep_alive(id, false);
+        }
+        let p = self.pending.remove(&id)?;
+        if let Some(presence) = &p.presence {
+            self.dormant -= 1;
+            if !acquired {
+                presence.leave();
+            }
+        }
+        Some(p)
+    }
+
+    /// Re-decides whether a pending shared waiter keeps the loop alive.
+    fn review(&mut self, id: u32) {
+        let keep = match self.pending.get(&id) {
+            Some(Pending {
+                presence: Some(presence),
+                ..
+            }) => presence.others_active(),
+            _ => return,
+        };
+        self.set_keep_alive(id, keep);
+    }
+
+    /// Polls waiter `id` once; returns the id to dispatch when it completed (or failed).
+    fn poll(&mut self, id: u32) -> Option<u32> {
+        let Pending { fut, waker, .. } = self.pending.get_mut(&id)?;
+        let outcome = catch_unwind(AssertUnwindSafe(|| {
+            fut.as_mut().poll(&mut Context::from_waker(waker))
+        }));
+        match outcome {
+            Ok(Poll::Pending) => {
+                self.review(id);
+                None
+            }
+            Ok(Poll::Ready(())) => {
+                let p = self.remove(id, true);
+                drop(p);
+                Some(id)
+            }
+            Err(_) => {
+                // The future is unusable after a panic; dropping it may panic again.
+                let p = self.remove(id, false);
+                let _ = catch_unwind(AssertUnwindSafe(move || drop(p)));
+                Some(id | FAILED_BIT)
+            }
+        }
+    }
+}
+
+fn with_reactor<R>(f: impl FnOnce(&mut Reactor) -> R) -> Result<R> {
+    REACTOR.with(|cell| match cell.borrow_mut().as_mut() {
+        Some(reactor) => Ok(f(reactor)),
+        None => Err(napi::Error::new(
+            Status::GenericFailure,
+            "keylock: the native module was not initialised on this thread",
+        )),
+    })
+}
+
+/// Creates this thread's reactor. `dispatch(ids)` is called on this thread with the ids of
+/// waiters that acquired their lock (or, with [`FAILED_BIT`] set, failed). A second call on the
+/// same thread keeps the first dispatcher.
+pub(crate) fn init(env: &Env, dispatch: Function<'_, Vec<u32>, Unknown<'static>>) -> Result<()> {
+    if REACTOR.with(|cell| cell.borrow().is_some()) {
+        return Ok(());
+    }
+    let tsfn: Tsfn = dispatch
+        .build_threadsafe_function::<()>()
+        .callee_handled::<false>()
+        .weak::<true>()
+        .build_callback(|_ctx: ThreadsafeCallContext<()>| Ok(run_ready()))?;
+    LOOP_REF.with(|r| {
+        r.env.set(env.raw());
+        r.tsfn.set(tsfn.raw());
+    });
+    let notifier = Arc::new(Notifier {
+        queue: Mutex::new(Vec::new()),
+        tsfn,
+        owner: thread_id(),
+    });
+    REACTOR.with(|cell| {
+        *cell.borrow_mut() = Some(Reactor {
+            notifier,
+            pending: HashMap::new(),
+            next_id: 0,
+            dormant: 0,
+        })
+    });
+    // When the environment goes away (a worker ends), drop every pending future: that cancels
+    // the waiters in the core, exactly as a timeout would.
+    env.add_env_cleanup_hook((), |()| {
+        LOOP_REF.with(LoopRef::detach);
+        let reactor = REACTOR.with(|cell| cell.borrow_mut().take());
+        if let Some(mut reactor) = reactor {
+            let ids: Vec<u32> = reactor.pending.keys().copied().collect();
+            for id in ids {
+                let p = reactor.remove(id, false);
+                let _ = catch_unwind(AssertUnwindSafe(move || drop(p)));
+            }
+        }
+    })?;
+    Ok(())
+}
+
+/// Runs on the JavaScript thread for each threadsafe-function call: polls every woken waiter and
+/// returns the ids to dispatch.
+fn run_ready() -> Vec<u32> {
+    REACTOR.with(|cell| {
+        let mut guard = cell.borrow_mut();
+        let Some(reactor) = guard.as_mut() else {
+            return Vec::new();
+        };
+        // Wake-ups posted from here on need a call of their own; until then none is pending.
+        LOOP_REF.with(|r| r.delivery.set(false));
+        let woken = reactor.notifier.drain();
+        let mut done = Vec::new();
+        for id in woken {
+            // A cancelled waiter's id may still be queued; `poll` then finds nothing.
+            if let Some(d) = reactor.poll(id) {
+                done.push(d);
+            }
+        }
+        LOOP_REF.with(LoopRef::update);
+        done
+    })
+}
+
+/// Starts an acquisition. Returns 0 when the lock was acquired at once (the guard is leaked and,
+/// for a shared lock, counted as held), or the id under which the dispatcher will report it.
+pub(crate) fn start(fut: Acquire, presence: Option<Presence>) -> Result<u32> {
+    with_reactor(|reactor| {
+        let id = reactor.next_id();
+        let waker = Waker::from(Arc::new(WaiterWaker {
+            notifier: reactor.notifier.clone(),
+            id,
+        }));
+        let mut fut = fut;
+        if let Poll::Ready(()) = fut.as_mut().poll(&mut Context::from_waker(&waker)) {
+            if let Some(presence) = &presence {
+                presence.enter();
+            }
+            return 0;
+        }
+        let shared = presence.is_some();
+        if let Some(presence) = &presence {
+            presence.enter();
+        }
+        reactor.pending.insert(
+            id,
+            Pending {
+                fut,
+                waker,
+                presence,
+                keeps_alive: false,
+            },
+        );
+        if shared {
+            reactor.dormant += 1;
+            reactor.review(id);
+        }
+        id
+    })
+}
+
+/// Cancels a pending acquisition (timeout, abort). Returns whether it was still pending; `false`
+/// means it had already been dispatched.
+pub(crate) fn cancel(id: u32) -> Result<bool> {
+    let removed = with_reactor(|reactor| reactor.remove(id, false))?;
+    let was_pending = removed.is_some();
+    // Dropping the future outside the reactor borrow: the core may wake another waiter of this
+    // thread, which only queues its id, but keep the borrow short anyway.
+    drop(removed);
+    Ok(was_pending)
+}
+
+/// Called after this thread released a shared lock: waiters that did not keep the loop alive
+/// look again, as the lock may now belong to another thread.
+pub(crate) fn after_shared_release() {
+    REACTOR.with(|cell| {
+        let mut guard = cell.borrow_mut();
+        let Some(reactor) = guard.as_mut() else {
+            return;
+        };
+        if reactor.dormant == 0 {
+            return;
+        }
+        let ids: Vec<u32> = reactor
+            .pending
+            .iter()
+            .filter(|(_, p)| p.presence.is_some() && !p.keeps_alive)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in ids {
+            reactor.review(id);
+        }
+    });
+}
+
+/// Counts of this thread's waiters, for tests: `[pending, keeping the loop alive]`.
+pub(crate) fn counts() -> Result<[u32; 2]> {
+    with_reactor(|r| {
+        [
+            r.pending.len() as u32,
+            LOOP_REF.with(|l| l.keep_alive.get()) as u32,
+        ]
+    })
+}
