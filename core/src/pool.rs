@@ -178,6 +178,12 @@ impl<K> ShardState<K> {
         self.waiting += 1;
     }
 
+    /// A reservation turns into a hold (the caller acquires next).
+    fn consume_reservation(&mut self, i: u32) {
+        self.slots[i as usize].reservations -= 1;
+        self.waiting -= 1;
+    }
+
     /// Drops a reservation that will not be used; frees the slot if nothing else needs it.
     fn unreserve(&mut self, i: u32) {
         self.slots[i as usize].reservations -= 1;
@@ -212,7 +218,6 @@ impl<K> ShardState<K> {
                 slot.reservations -= 1;
                 self.waiting -= 1;
                 self.acquisitions += 1;
-                self.contended += 1;
                 Ok(next.grant())
             }
             Some(next) => {
@@ -284,11 +289,8 @@ impl<K> Queue for SlotQueue<'_, K> {
         if state.slots[self.slot as usize].locked {
             return false;
         }
-        // The reservation turns into the hold.
-        state.slots[self.slot as usize].reservations -= 1;
-        state.waiting -= 1;
+        state.consume_reservation(self.slot);
         state.acquire(self.slot);
-        state.contended += 1;
         self.shard.publish_held(state);
         true
     }
@@ -332,7 +334,7 @@ pub struct PoolStats {
     pub peak_held: usize,
     /// Acquisitions so far.
     pub acquisitions: u64,
-    /// Acquisitions that had to wait.
+    /// Acquisitions of a single key that found it held and had to wait.
     pub contended: u64,
 }
 
@@ -453,6 +455,7 @@ impl<K: Hash + Eq, S: BuildHasher> KeyPool<K, S> {
         };
         if state.slots[slot as usize].locked {
             state.reserve(slot);
+            state.contended += 1;
             Err(at)
         } else {
             let generation = state.acquire(slot);
@@ -464,15 +467,31 @@ impl<K: Hash + Eq, S: BuildHasher> KeyPool<K, S> {
     /// Waits for a reserved slot; on success returns the acquisition's generation.
     fn acquire_reserved(&self, at: SlotRef, deadline: Option<Instant>) -> Option<u64> {
         let shard = self.shard(at.shard);
+        let try_now = || {
+            let mut state = shard.state.lock();
+            if state.slots[at.slot as usize].locked {
+                return None;
+            }
+            state.consume_reservation(at.slot);
+            let generation = state.acquire(at.slot);
+            shard.publish_held(&state);
+            Some(generation)
+        };
+        if let Some(generation) = try_now() {
+            return Some(generation);
+        }
+        let mut got = None;
         let queue = SlotQueue {
             shard,
             slot: at.slot,
         };
-        if wait_blocking(&queue, deadline, || false) {
-            Some(shard.state.lock().slots[at.slot as usize].generation)
-        } else {
-            None
+        if !wait_blocking(&queue, deadline, || {
+            got = try_now();
+            got.is_some()
+        }) {
+            return None;
         }
+        got.or_else(|| Some(shard.state.lock().slots[at.slot as usize].generation))
     }
 
     fn lock_until<Q>(&self, key: &Q, deadline: Option<Instant>) -> Option<(SlotRef, u64)>
@@ -725,8 +744,7 @@ impl<K: Hash + Eq, S: BuildHasher> KeyPool<K, S> {
                 self.release_all(&held);
                 return Err(Error::WouldBlock);
             }
-            state.slots[at.slot as usize].reservations -= 1;
-            state.waiting -= 1;
+            state.consume_reservation(at.slot);
             let generation = state.acquire(at.slot);
             shard.publish_held(&state);
             held.push((at, generation));
