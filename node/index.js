@@ -498,7 +498,7 @@ class KeyPool extends KeyedLock {
     return nativeOf(this).size;
   }
 
-  /** Counters: held, waiting, entriesAllocated, peakHeld, acquisitions, contended. */
+  /** Counters: held, waiting, entriesInUse, entriesAllocated, peakHeld, acquisitions, contended. */
   stats() {
     return nativeOf(this).stats();
   }

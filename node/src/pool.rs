@@ -24,9 +24,11 @@ pub struct PoolStats {
     pub held: f64,
     /// Waiters queued now.
     pub waiting: f64,
-    /// Per-key entries allocated now (held, waited for, or kept for reuse).
+    /// Keys that have an entry now (held, or awaited by someone); 0 once everything is released.
+    pub entries_in_use: f64,
+    /// Entries allocated (in use or kept for reuse): the pool's memory, in keys.
     pub entries_allocated: f64,
-    /// The most keys held at once so far.
+    /// An upper bound on the most entries in use at once so far.
     pub peak_held: f64,
     /// Acquisitions so far.
     pub acquisitions: f64,
@@ -198,6 +200,7 @@ impl NativeKeyPool {
         PoolStats {
             held: s.held as f64,
             waiting: s.waiting as f64,
+            entries_in_use: s.entries_in_use as f64,
             entries_allocated: s.entries_allocated as f64,
             peak_held: s.peak_held as f64,
             acquisitions: s.acquisitions as f64,

@@ -1,0 +1,79 @@
+'use strict';
+// Bad keys and bad options: TypeError / RangeError with code KEYLOCK_INVALID_ARGUMENT.
+
+const test = require('node:test');
+const assert = require('node:assert/strict');
+const { KeyPool, StripedLock, RwLock } = require('..');
+
+const T = { timeout: 20_000 };
+const badKeys = [1, 1n, null, undefined, {}, ['a'], Symbol('k'), () => 'k', new Uint16Array(2), new ArrayBuffer(4), new DataView(new ArrayBuffer(2)), true];
+const isTypeError = (e) => e instanceof TypeError && e.code === 'KEYLOCK_INVALID_ARGUMENT';
+const isRangeError = (e) => e instanceof RangeError && e.code === 'KEYLOCK_INVALID_ARGUMENT';
+
+test('bad keys throw TypeError from every keyed method', T, async () => {
+  for (const lock of [new KeyPool(), new StripedLock(8)]) {
+    for (const key of badKeys) {
+      assert.throws(() => lock.tryLock(key), isTypeError, String(typeof key));
+      assert.throws(() => lock.lockSync(key), isTypeError);
+      assert.throws(() => lock.unlock(key), isTypeError);
+      assert.throws(() => lock.isLocked(key), isTypeError);
+      await assert.rejects(lock.lock(key), isTypeError);
+      await assert.rejects(lock.withLock(key, () => 1), isTypeError);
+      assert.throws(() => lock.tryLockMany(['ok', key]), isTypeError);
+      await assert.rejects(lock.lockMany(['ok', key]), isTypeError);
+      await assert.rejects(lock.withLockMany([key], () => 1), isTypeError);
+    }
+    assert.throws(() => lock.tryLockMany('ab'), isTypeError, 'keys must be an array');
+    await assert.rejects(lock.lockMany(new Set(['a'])), isTypeError);
+    assert.equal(lock.isLocked('ok'), false, 'a rejected call holds nothing');
+  }
+  assert.throws(() => new StripedLock(8).stripeOf(5), isTypeError);
+});
+
+test('bad options throw or reject with TypeError / RangeError', T, async () => {
+  const pool = new KeyPool();
+  await assert.rejects(pool.lock('a', 5), isTypeError);
+  await assert.rejects(pool.lock('a', { timeout: '10' }), isTypeError);
+  await assert.rejects(pool.lock('a', { timeout: -1 }), isRangeError);
+  await assert.rejects(pool.lock('a', { timeout: NaN }), isRangeError);
+  await assert.rejects(pool.lock('a', { signal: {} }), isTypeError);
+  await assert.rejects(pool.lock('a', { signal: 'abort' }), isTypeError);
+  assert.throws(() => pool.lockSync('a', { timeout: -5 }), isRangeError);
+  assert.throws(() => pool.lockSync('a', { signal: new AbortController().signal }), isTypeError);
+  await assert.rejects(pool.withLock('a', 'not a function'), isTypeError);
+  await assert.rejects(pool.withLockMany(['a'], null), isTypeError);
+  const rw = new RwLock();
+  await assert.rejects(rw.read({ timeout: -1 }), isRangeError);
+  await assert.rejects(rw.withWrite(42), isTypeError);
+  assert.throws(() => rw.writeSync({ timeout: 'x' }), isTypeError);
+  assert.equal(pool.size, 0);
+  assert.equal(rw.isLocked(), false);
+  // Accepted: no options, null, empty object, Infinity and null timeouts.
+  for (const opts of [undefined, null, {}, { timeout: Infinity }, { timeout: null, signal: null }]) {
+    (await pool.lock('a', opts)).release();
+    pool.lockSync('a', opts).release();
+  }
+});
+
+test('bad stripe counts throw RangeError or TypeError', T, () => {
+  for (const n of [0, -1, 1.5, NaN, StripedLock.MAX_STRIPES + 1]) {
+    assert.throws(() => new StripedLock(n), isRangeError, String(n));
+  }
+  assert.throws(() => new StripedLock('8'), isTypeError);
+  assert.equal(new StripedLock(StripedLock.MAX_STRIPES).stripes, StripedLock.MAX_STRIPES);
+});
+
+test('shared(): bad names, mismatched stripes', T, () => {
+  for (const name of ['', 5, null, undefined, {}]) {
+    assert.throws(() => KeyPool.shared(name), isTypeError);
+    assert.throws(() => RwLock.shared(name), isTypeError);
+    assert.throws(() => StripedLock.shared(name, 8), isTypeError);
+  }
+  const a = StripedLock.shared('args-test', 100);
+  assert.equal(a.stripes, 128);
+  assert.equal(StripedLock.shared('args-test', 128).stripes, 128, 'the same count after rounding');
+  assert.equal(StripedLock.shared('args-test').stripes, 128, 'omitted: the existing count');
+  assert.throws(() => StripedLock.shared('args-test', 256), (e) => e.code === 'KEYLOCK_SHARED_MISMATCH');
+  assert.throws(() => StripedLock.shared('args-test', 0), isRangeError);
+  assert.equal(StripedLock.shared('args-test-default').stripes, 1024);
+});

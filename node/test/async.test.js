@@ -1,0 +1,271 @@
+'use strict';
+// Async acquisition: exact counts under contention, withLock, timeouts, AbortSignal.
+
+const test = require('node:test');
+const assert = require('node:assert/strict');
+const { setImmediate: tick } = require('node:timers/promises');
+const { KeyPool, StripedLock, RwLock } = require('..');
+const native = require('../keylock_node.node');
+
+const T = { timeout: 60_000 };
+
+// AbortSignal.timeout() uses an unreferenced timer, and waiters for a lock this thread holds do
+// not keep the event loop alive (as with a pure-JavaScript lock): hold the loop open ourselves.
+async function alive(promise) {
+  const timer = setInterval(() => {}, 1000);
+  try {
+    return await promise;
+  } finally {
+    clearInterval(timer);
+  }
+}
+
+// TASKS tasks each do ROUNDS increments of a random key's counter, yielding to the event loop
+// inside the critical section so that unprotected increments would be lost.
+async function stress(lock, { tasks = 64, rounds = 200, keys = 8, many = false } = {}) {
+  const counters = new Array(keys).fill(0);
+  const inside = new Array(keys).fill(0);
+  let overlaps = 0;
+  async function task(seed) {
+    let x = seed;
+    for (let r = 0; r < rounds; r++) {
+      x = (x * 1103515245 + 12345) >>> 0;
+      const a = x % keys;
+      const b = (a + 1 + ((x >>> 8) % (keys - 1))) % keys;
+      const held = many ? [a, b] : [a];
+      const body = async () => {
+        for (const k of held) if (inside[k]++ !== 0) overlaps++;
+        const before = held.map((k) => counters[k]);
+        await tick();
+        held.forEach((k, i) => (counters[k] = before[i] + 1));
+        for (const k of held) inside[k]--;
+      };
+      if (many) await lock.withLockMany(held.map((k) => `key-${k}`), body);
+      else await lock.withLock(`key-${a}`, body);
+    }
+  }
+  await Promise.all(Array.from({ length: tasks }, (_, i) => task(i + 1)));
+  return { total: counters.reduce((s, c) => s + c, 0), overlaps };
+}
+
+for (const [name, make] of [
+  ['KeyPool', () => new KeyPool()],
+  ['StripedLock', () => new StripedLock(64)],
+]) {
+  test(`${name}: withLock stress has exact counts`, T, async () => {
+    const lock = make();
+    const { total, overlaps } = await stress(lock);
+    assert.equal(overlaps, 0);
+    assert.equal(total, 64 * 200);
+    assert.equal(lock.isLocked('key-0'), false);
+    assert.deepEqual(native.waiterCounts(), [0, 0]);
+  });
+
+  test(`${name}: withLockMany stress has exact counts (deadlock-free)`, T, async () => {
+    const lock = make();
+    const { total, overlaps } = await stress(lock, { many: true, rounds: 100 });
+    assert.equal(overlaps, 0);
+    assert.equal(total, 64 * 100 * 2);
+    assert.deepEqual(native.waiterCounts(), [0, 0]);
+  });
+}
+
+test('KeyPool: explicit lock()/release() pairs with exact counts', T, async () => {
+  const pool = new KeyPool();
+  let count = 0;
+  await Promise.all(
+    Array.from({ length: 200 }, async () => {
+      for (let i = 0; i < 50; i++) {
+        const g = await pool.lock('one');
+        const c = count;
+        await tick();
+        count = c + 1;
+        g.release();
+      }
+    }),
+  );
+  assert.equal(count, 200 * 50);
+  const st = pool.stats();
+  assert.equal(st.held, 0);
+  assert.equal(st.waiting, 0);
+  assert.equal(st.entriesInUse, 0);
+  assert.equal(st.acquisitions, 200 * 50);
+});
+
+test('RwLock: readers overlap, writers exclude everyone; exact counts', T, async () => {
+  const rw = new RwLock();
+  let readers = 0;
+  let writers = 0;
+  let maxReaders = 0;
+  let bad = 0;
+  let writes = 0;
+  const reader = async () => {
+    for (let i = 0; i < 100; i++) {
+      await rw.withRead(async () => {
+        readers++;
+        maxReaders = Math.max(maxReaders, readers);
+        if (writers) bad++;
+        await tick();
+        readers--;
+      });
+    }
+  };
+  const writer = async () => {
+    for (let i = 0; i < 50; i++) {
+      await rw.withWrite(async () => {
+        if (writers++ || readers) bad++;
+        await tick();
+        writes++;
+        writers--;
+      });
+    }
+  };
+  await Promise.all([...Array.from({ length: 16 }, reader), ...Array.from({ length: 4 }, writer)]);
+  assert.equal(bad, 0);
+  assert.equal(writes, 200);
+  assert.ok(maxReaders > 1, 'readers shared the lock');
+  assert.equal(rw.isLocked(), false);
+});
+
+test('withLock returns, rethrows and rejects, always releasing', T, async () => {
+  for (const lock of [new KeyPool(), new StripedLock(8)]) {
+    assert.equal(await lock.withLock('k', () => 7), 7, 'synchronous fn');
+    assert.equal(lock.isLocked('k'), false);
+    assert.equal(await lock.withLock('k', async () => 8), 8, 'async fn');
+    await assert.rejects(lock.withLock('k', () => { throw new Error('sync throw'); }), /sync throw/);
+    assert.equal(lock.isLocked('k'), false);
+    await assert.rejects(lock.withLock('k', async () => { await tick(); throw new Error('rejected'); }), /rejected/);
+    assert.equal(lock.isLocked('k'), false);
+    // The same through the slow path (the key is busy first, and with options).
+    const g = lock.tryLock('k');
+    setTimeout(() => g.release(), 5);
+    await assert.rejects(lock.withLock('k', () => { throw new Error('slow'); }, { timeout: 5000 }), /slow/);
+    assert.equal(lock.isLocked('k'), false);
+    await assert.rejects(lock.withLockMany(['k', 'j'], async () => { throw new Error('many'); }), /many/);
+    assert.equal(lock.isLocked('k') || lock.isLocked('j'), false);
+    assert.equal(await lock.withLockMany(['k', 'j'], () => 'ok'), 'ok');
+  }
+  const rw = new RwLock();
+  await assert.rejects(rw.withWrite(() => { throw new Error('w'); }), /w/);
+  await assert.rejects(rw.withRead(async () => { throw new Error('r'); }), /r/);
+  assert.equal(rw.isLocked(), false);
+});
+
+test('timeout rejects with KEYLOCK_TIMEOUT and leaves nothing behind', T, async () => {
+  const pool = new KeyPool();
+  const g = pool.tryLock('a');
+  const t0 = Date.now();
+  await assert.rejects(pool.lock('a', { timeout: 30 }), (e) => e.code === 'KEYLOCK_TIMEOUT' && e.name === 'KeylockError');
+  assert.ok(Date.now() - t0 >= 25);
+  await assert.rejects(pool.lock('a', { timeout: 0 }), { code: 'KEYLOCK_TIMEOUT' });
+  await assert.rejects(pool.lockMany(['b', 'a'], { timeout: 10 }), { code: 'KEYLOCK_TIMEOUT' });
+  assert.equal(pool.isLocked('b'), false);
+  let st = pool.stats();
+  assert.equal(st.waiting, 0);
+  assert.equal(st.held, 1);
+  assert.equal(st.entriesInUse, 1, 'only the held key has an entry');
+  g.release();
+  st = pool.stats();
+  assert.equal(st.entriesInUse, 0);
+  assert.deepEqual(native.waiterCounts(), [0, 0]);
+  // The lock goes on working normally afterwards.
+  (await pool.lock('a', { timeout: 100 })).release();
+  const rw = new RwLock();
+  const w = rw.tryWrite();
+  await assert.rejects(rw.read({ timeout: 10 }), { code: 'KEYLOCK_TIMEOUT' });
+  await assert.rejects(rw.write({ timeout: 0 }), { code: 'KEYLOCK_TIMEOUT' });
+  w.release();
+  assert.equal(rw.isLocked(), false);
+});
+
+test('a timed-out waiter does not take a lock released later', T, async () => {
+  const pool = new KeyPool();
+  const g = pool.tryLock('a');
+  const waiting = pool.lock('a', { timeout: 20 });
+  await assert.rejects(waiting, { code: 'KEYLOCK_TIMEOUT' });
+  g.release();
+  assert.equal(pool.isLocked('a'), false);
+});
+
+test('AbortSignal: aborted before, while waiting, and with AbortSignal.timeout', T, async () => {
+  const pool = new KeyPool();
+  const reason = new Error('stop');
+  await assert.rejects(pool.lock('free', { signal: AbortSignal.abort(reason) }), (e) => e === reason);
+  assert.equal(pool.isLocked('free'), false, 'an aborted signal wins even over a free key');
+  const g = pool.tryLock('a');
+  const ac = new AbortController();
+  const p = pool.lock('a', { signal: ac.signal });
+  await tick();
+  ac.abort(reason);
+  await assert.rejects(p, (e) => e === reason);
+  const q = pool.lockMany(['b', 'a'], { signal: AbortSignal.timeout(10) });
+  await assert.rejects(alive(q), (e) => e.name === 'TimeoutError');
+  ac.abort(); // aborting again after the waiter is gone is harmless
+  assert.equal(pool.stats().waiting, 0);
+  g.release();
+  assert.equal(pool.size, 0);
+  assert.equal(pool.stats().entriesInUse, 0);
+  // A signal that is never aborted does not disturb a normal acquisition.
+  const keep = new AbortController();
+  const h = pool.tryLock('c');
+  const r = pool.lock('c', { signal: keep.signal, timeout: 5000 });
+  h.release();
+  (await r).release();
+  const rw = new RwLock();
+  const w = rw.tryWrite();
+  const rp = rw.read({ signal: AbortSignal.timeout(5) });
+  await assert.rejects(alive(rp), { name: 'TimeoutError' });
+  w.release();
+  assert.equal(rw.isLocked(), false);
+});
+
+test('cancelling a waiter that was about to be served passes the lock on', T, async () => {
+  const pool = new KeyPool();
+  const g = pool.tryLock('a');
+  const ac = new AbortController();
+  const first = pool.lock('a', { signal: ac.signal });
+  const second = pool.lock('a');
+  g.release(); // hands 'a' to `first` (or lets it compete), delivered on a later tick
+  ac.abort(new Error('gone')); // cancelled before that delivery
+  await assert.rejects(first, /gone/);
+  const g2 = await second;
+  assert.equal(pool.isLocked('a'), true);
+  g2.release();
+  assert.equal(pool.size, 0);
+});
+
+test('100,000 pending lock() promises use no extra threads and are all served', { timeout: 120_000 }, async () => {
+  const threads = () => require('node:fs').readdirSync('/proc/self/task').length;
+  const pool = new KeyPool();
+  const g = pool.tryLock('hot');
+  const before = threads();
+  const N = 100_000;
+  let served = 0;
+  const all = [];
+  for (let i = 0; i < N; i++) {
+    all.push(pool.lock('hot').then((guard) => { served++; guard.release(); }));
+  }
+  assert.equal(native.waiterCounts()[0], N);
+  assert.equal(pool.stats().waiting, N);
+  assert.equal(threads(), before, 'waiting created no thread');
+  g.release();
+  await Promise.all(all);
+  assert.equal(served, N);
+  assert.equal(threads(), before);
+  assert.equal(pool.stats().entriesInUse, 0);
+});
+
+test('a panic in the addon is a JavaScript exception, not a crash', T, async () => {
+  assert.throws(() => native.testingPanic(), /deliberate panic/);
+  // A panic while polling a waiter rejects only that waiter's promise.
+  const id = native.testingPanicWaiter();
+  assert.ok(id > 0);
+  const failed = await new Promise((resolve) => {
+    const waiters = globalThis[Symbol.for('keylock.waiters.v1')];
+    waiters.set(id, { resolve: () => resolve(null), reject: resolve, acquired: () => null, timer: undefined, signal: undefined });
+  });
+  assert.equal(failed.code, 'KEYLOCK_INTERNAL');
+  // Everything else keeps working.
+  const pool = new KeyPool();
+  (await pool.lock('x')).release();
+});

@@ -1,0 +1,201 @@
+'use strict';
+// Synchronous API: tryLock, unlock, guards, isLocked, size, stats, lockSync, keys.
+
+const test = require('node:test');
+const assert = require('node:assert/strict');
+const { KeyPool, StripedLock, RwLock, KeylockError, Guard } = require('..');
+
+const T = { timeout: 20_000 };
+
+test('tryLock gives a guard, then null while held', T, () => {
+  const pool = new KeyPool();
+  const g = pool.tryLock('a');
+  assert.ok(g instanceof Guard);
+  assert.equal(pool.tryLock('a'), null);
+  assert.equal(pool.isLocked('a'), true);
+  assert.equal(pool.size, 1);
+  g.release();
+  assert.equal(pool.isLocked('a'), false);
+  assert.equal(pool.size, 0);
+});
+
+test('releasing a guard twice is a no-op', T, () => {
+  const pool = new KeyPool();
+  const g = pool.tryLock('a');
+  g.release();
+  assert.equal(g.released, true);
+  const h = pool.tryLock('a'); // someone else holds it now
+  g.release(); // must not release h's lock
+  assert.equal(pool.isLocked('a'), true);
+  h.release();
+});
+
+test('Symbol.dispose releases (what `using` calls)', T, () => {
+  for (const lock of [new KeyPool(), new StripedLock(16)]) {
+    const g = lock.tryLock('k');
+    g[Symbol.dispose]();
+    assert.equal(lock.isLocked('k'), false);
+    g[Symbol.dispose](); // twice: no-op
+  }
+  const rw = new RwLock();
+  const w = rw.tryWrite();
+  w[Symbol.dispose]();
+  assert.equal(rw.isLocked(), false);
+});
+
+test('unlock(key) releases without the guard and throws when not locked', T, () => {
+  const pool = new KeyPool();
+  pool.tryLock('a');
+  pool.unlock('a');
+  assert.equal(pool.isLocked('a'), false);
+  assert.throws(() => pool.unlock('a'), (e) => e instanceof KeylockError && e.code === 'KEYLOCK_NOT_LOCKED');
+  const striped = new StripedLock(8);
+  assert.throws(() => striped.unlock('zz'), { code: 'KEYLOCK_NOT_LOCKED' });
+});
+
+test('a guard released behind its back reports KEYLOCK_NOT_LOCKED once', T, () => {
+  const pool = new KeyPool();
+  const g = pool.tryLock('a');
+  pool.unlock('a');
+  assert.throws(() => g.release(), { code: 'KEYLOCK_NOT_LOCKED' });
+  g.release(); // already counted as released
+});
+
+test('string keys lock their UTF-8 bytes: the same key as a Buffer', T, () => {
+  const pool = new KeyPool();
+  const g = pool.tryLock('clé-✓');
+  assert.equal(pool.tryLock(Buffer.from('clé-✓', 'utf8')), null);
+  assert.equal(pool.isLocked(new TextEncoder().encode('clé-✓')), true);
+  assert.equal(pool.isLocked('cle-✓'), false);
+  g.release();
+  // A long key (past the addon's inline buffer) and an empty key work the same way.
+  const long = 'x'.repeat(1000) + 'é'.repeat(300);
+  const l = pool.tryLock(long);
+  assert.equal(pool.isLocked(Buffer.from(long)), true);
+  l.release();
+  const e = pool.tryLock('');
+  assert.equal(pool.isLocked(new Uint8Array(0)), true);
+  e.release();
+});
+
+test('a guard keeps its own copy of a byte key', T, () => {
+  const pool = new KeyPool();
+  const key = Buffer.from('abc');
+  const g = pool.tryLock(key);
+  key[0] = 0x7a; // the caller reuses its buffer
+  assert.equal(pool.isLocked('abc'), true);
+  g.release();
+  assert.equal(pool.isLocked('abc'), false);
+  assert.equal(pool.size, 0);
+});
+
+test('a Uint8Array view locks only the bytes it views', T, () => {
+  const pool = new KeyPool();
+  const backing = Buffer.from('xxkeyxx');
+  const g = pool.tryLock(backing.subarray(2, 5));
+  assert.equal(pool.isLocked('key'), true);
+  g.release();
+});
+
+test('tryLockMany takes all or none; unlockMany checks all first', T, () => {
+  const pool = new KeyPool();
+  const b = pool.tryLock('b');
+  assert.equal(pool.tryLockMany(['a', 'b', 'c']), null);
+  assert.equal(pool.size, 1, 'nothing of a failed tryLockMany stays held');
+  b.release();
+  const all = pool.tryLockMany(['a', 'b', 'c', 'a']);
+  assert.equal(pool.size, 3, 'duplicates collapse');
+  all.release();
+  assert.equal(pool.size, 0);
+  pool.tryLock('a');
+  assert.throws(() => pool.unlockMany(['a', 'b']), { code: 'KEYLOCK_NOT_LOCKED' });
+  assert.equal(pool.isLocked('a'), true, 'a failed unlockMany releases nothing');
+  pool.unlockMany(['a']);
+  assert.equal(pool.size, 0);
+});
+
+test('lockSync takes a free key and times out on a held one', T, () => {
+  const pool = new KeyPool();
+  const g = pool.lockSync('a');
+  assert.equal(pool.isLocked('a'), true);
+  assert.throws(() => pool.lockSync('a', { timeout: 20 }), { code: 'KEYLOCK_TIMEOUT' });
+  assert.throws(() => pool.lockManySync(['b', 'a'], { timeout: 0 }), { code: 'KEYLOCK_TIMEOUT' });
+  assert.equal(pool.isLocked('b'), false, 'a timed-out lockManySync holds nothing');
+  g.release();
+  const m = pool.lockManySync(['a', 'b'], { timeout: 1000 });
+  assert.equal(pool.size, 2);
+  m.release();
+  const s = new StripedLock(4);
+  const sg = s.lockSync('k');
+  assert.throws(() => s.lockSync('k', { timeout: 10 }), { code: 'KEYLOCK_TIMEOUT' });
+  sg.release();
+});
+
+test('stats count acquisitions and entries', T, () => {
+  const pool = new KeyPool();
+  const g = pool.tryLock('a');
+  let st = pool.stats();
+  assert.equal(st.held, 1);
+  assert.equal(st.entriesInUse, 1);
+  assert.equal(st.acquisitions, 1);
+  g.release();
+  st = pool.stats();
+  assert.equal(st.held, 0);
+  assert.equal(st.entriesInUse, 0);
+  assert.equal(st.waiting, 0);
+  for (const k of ['held', 'waiting', 'entriesInUse', 'entriesAllocated', 'peakHeld', 'acquisitions', 'contended']) {
+    assert.equal(typeof st[k], 'number', k);
+  }
+});
+
+test('StripedLock: stripes round up, stripeOf is stable and in range', T, () => {
+  const s = new StripedLock(1000);
+  assert.equal(s.stripes, 1024);
+  assert.equal(new StripedLock().stripes, 1024);
+  assert.equal(new StripedLock(1).stripes, 1);
+  const i = s.stripeOf('user:42');
+  assert.ok(Number.isInteger(i) && i >= 0 && i < 1024);
+  assert.equal(s.stripeOf(Buffer.from('user:42')), i);
+  // Two keys on one stripe exclude each other.
+  const one = new StripedLock(1);
+  const g = one.tryLock('a');
+  assert.equal(one.tryLock('b'), null);
+  assert.equal(one.isLocked('b'), true);
+  g.release();
+});
+
+test('RwLock: readers share, a writer excludes', T, () => {
+  const rw = new RwLock();
+  const r1 = rw.tryRead();
+  const r2 = rw.tryRead();
+  assert.ok(r1 && r2);
+  assert.equal(rw.tryWrite(), null);
+  assert.equal(rw.isLocked(), true);
+  assert.equal(rw.isWriteLocked(), false);
+  r1.release();
+  r2.release();
+  const w = rw.tryWrite();
+  assert.ok(w);
+  assert.equal(rw.isWriteLocked(), true);
+  assert.equal(rw.tryRead(), null);
+  assert.throws(() => rw.readSync({ timeout: 10 }), { code: 'KEYLOCK_TIMEOUT' });
+  w.release();
+  const r = rw.readSync();
+  assert.throws(() => rw.writeSync({ timeout: 0 }), { code: 'KEYLOCK_TIMEOUT' });
+  r.release();
+  const w2 = rw.writeSync({ timeout: 100 });
+  w2.release();
+  assert.throws(() => rw.readUnlock(), { code: 'KEYLOCK_NOT_LOCKED' });
+  assert.throws(() => rw.writeUnlock(), { code: 'KEYLOCK_NOT_LOCKED' });
+  rw.tryRead();
+  rw.readUnlock();
+  assert.equal(rw.isLocked(), false);
+});
+
+test('ESM import gives the same classes', T, async () => {
+  const esm = await import('../index.mjs');
+  assert.equal(esm.KeyPool, KeyPool);
+  assert.equal(esm.default.RwLock, RwLock);
+  const byName = await import('keylock');
+  assert.equal(byName.StripedLock, StripedLock);
+});

@@ -1,0 +1,169 @@
+'use strict';
+// Shared locks across worker_threads: exclusion, wake-ups across threads, exact counts, and
+// which waiters keep their worker alive.
+
+const test = require('node:test');
+const assert = require('node:assert/strict');
+const path = require('node:path');
+const { Worker } = require('node:worker_threads');
+const { setTimeout: sleep } = require('node:timers/promises');
+const { KeyPool, StripedLock, RwLock } = require('..');
+
+const T = { timeout: 60_000 };
+const INDEX = JSON.stringify(path.join(__dirname, '..'));
+
+// Runs `body` (source of an async function body) in a worker; resolves to the worker's
+// messages and its exit code once it exits.
+function runWorker(body, workerData, onMessage) {
+  const src = `
+    const { parentPort, workerData } = require('node:worker_threads');
+    const { KeyPool, StripedLock, RwLock } = require(${INDEX});
+    const post = (m) => parentPort.postMessage(m);
+    (async () => { ${body} })().catch((e) => { post('error: ' + e.stack); process.exitCode = 1; });`;
+  const w = new Worker(src, { eval: true, workerData });
+  const messages = [];
+  w.on('message', (m) => {
+    messages.push(m);
+    if (onMessage) onMessage(m, w);
+  });
+  const done = new Promise((resolve, reject) => {
+    w.on('error', reject);
+    w.on('exit', (code) => resolve({ code, messages }));
+  });
+  return { worker: w, done };
+}
+
+for (const [kind, many] of [['pool', false], ['pool', true], ['striped', false], ['striped', true], ['rw', false]]) {
+  test(`4 workers on a shared ${kind}${many ? ' (lockMany)' : ''}: exact counts`, T, async () => {
+    const keys = 6;
+    const counters = new SharedArrayBuffer(4 * keys);
+    const inside = new SharedArrayBuffer(4 * keys);
+    const overlaps = new SharedArrayBuffer(4);
+    const rounds = 150;
+    const tasks = 4;
+    const name = `stress-${kind}-${many}`;
+    const workers = Array.from({ length: 4 }, (_, i) =>
+      new Promise((resolve, reject) => {
+        const w = new Worker(path.join(__dirname, 'fixtures', 'stress-worker.js'), {
+          workerData: { kind, name, counters, inside, overlaps, seed: i + 1, rounds, tasks, many },
+        });
+        let done = false;
+        w.on('message', (m) => (done = m === 'done'));
+        w.on('error', reject);
+        w.on('exit', (code) => (code === 0 && done ? resolve() : reject(new Error(`worker exit ${code}`))));
+      }),
+    );
+    await Promise.all(workers);
+    const total = new Int32Array(counters).reduce((s, c) => s + c, 0);
+    assert.equal(new Int32Array(overlaps)[0], 0, 'no two holders at once');
+    assert.equal(total, 4 * tasks * rounds * (many ? 2 : 1));
+    if (kind === 'pool') {
+      const st = KeyPool.shared(name).stats();
+      assert.equal(st.held, 0);
+      assert.equal(st.waiting, 0);
+      assert.equal(st.entriesInUse, 0);
+      assert.equal(st.acquisitions, 4 * tasks * rounds * (many ? 2 : 1), "acquisitions count keys");
+    }
+  });
+}
+
+test('a key taken in one thread excludes the others, and its release wakes them', T, async () => {
+  const pool = KeyPool.shared('cross');
+  const g = pool.tryLock('k');
+  const { done } = runWorker(`
+    const pool = KeyPool.shared('cross');
+    post(pool.tryLock('k') === null ? 'excluded' : 'NOT excluded');
+    post(pool.isLocked('k') ? 'sees held' : 'sees free');
+    const t = Date.now();
+    const g = await pool.lock('k');   // nothing else keeps this worker alive
+    post('acquired');
+    g.release();
+  `);
+  await sleep(200);
+  assert.equal(pool.isLocked('k'), true);
+  g.release();
+  const { code, messages } = await done;
+  assert.deepEqual(messages, ['excluded', 'sees held', 'acquired']);
+  assert.equal(code, 0);
+  assert.equal(pool.stats().entriesInUse, 0);
+});
+
+test('shared RwLock and StripedLock exclude across threads too', T, async () => {
+  const rw = RwLock.shared('cross-rw');
+  const striped = StripedLock.shared('cross-striped', 16);
+  const w = rw.tryWrite();
+  const s = striped.tryLock('x');
+  const { done } = runWorker(`
+    const rw = RwLock.shared('cross-rw');
+    const striped = StripedLock.shared('cross-striped', 16);
+    post(rw.tryRead() === null && striped.tryLock('x') === null ? 'excluded' : 'NOT excluded');
+    const [r, g] = await Promise.all([rw.read(), striped.lock('x')]);
+    post('acquired');
+    r.release();
+    g.release();
+  `);
+  await sleep(100);
+  w.release();
+  s.release();
+  const { code, messages } = await done;
+  assert.deepEqual(messages, ['excluded', 'acquired']);
+  assert.equal(code, 0);
+  assert.equal(rw.isLocked(), false);
+});
+
+test('lockSync in a worker blocks until another thread releases', T, async () => {
+  const pool = KeyPool.shared('sync');
+  const g = pool.tryLock('k');
+  const { done } = runWorker(`
+    const pool = KeyPool.shared('sync');
+    post('blocking');
+    try { pool.lockSync('k', { timeout: 10 }); post('NOT timed out'); } catch (e) { post(e.code); }
+    const g = pool.lockSync('k');
+    post('acquired');
+    g.release();
+  `);
+  await sleep(200);
+  g.release();
+  const { code, messages } = await done;
+  assert.deepEqual(messages, ['blocking', 'KEYLOCK_TIMEOUT', 'acquired']);
+  assert.equal(code, 0);
+});
+
+test('a waiter for a lock only its own worker holds does not keep that worker alive', T, async () => {
+  // Another thread is present on the lock but idle: the worker must still exit.
+  const pool = KeyPool.shared('self');
+  const { done } = runWorker(`
+    const pool = KeyPool.shared('self');
+    pool.tryLock('k');
+    pool.lock('k').then(() => post('NOT expected'));
+    post('waiting');
+  `);
+  const { code, messages } = await done;
+  assert.deepEqual(messages, ['waiting']);
+  assert.equal(code, 0);
+  // Its waiter was cancelled when the worker went away; its hold stays (nobody released it).
+  assert.equal(pool.stats().waiting, 0);
+  pool.unlock('k');
+  assert.equal(pool.stats().entriesInUse, 0);
+});
+
+test('a worker terminated while waiting leaves no waiter behind', T, async () => {
+  const pool = KeyPool.shared('terminate');
+  const g = pool.tryLock('k');
+  const { worker, done } = runWorker(
+    `
+    const pool = KeyPool.shared('terminate');
+    pool.lock('k').then(() => post('NOT expected'));
+    pool.lockMany(['j', 'k']).then(() => post('NOT expected'));
+    post('waiting');
+  `,
+    undefined,
+    (m, w) => m === 'waiting' && setTimeout(() => w.terminate(), 50),
+  );
+  await done;
+  assert.equal(pool.stats().waiting, 0);
+  assert.equal(pool.isLocked('j'), false);
+  g.release();
+  assert.equal(pool.stats().entriesInUse, 0);
+  void worker;
+});
