@@ -30,7 +30,9 @@ use std::time::{Duration, Instant};
 use crate::adder::Adder;
 use crate::error::{Error, Result};
 use crate::raw_mutex::RawMutex;
-use crate::sync::{AtomicU8, Mutex, MutexGuard, Ordering, Spin, current_thread, park};
+use crate::sync::{
+    AtomicU8, Mutex, MutexGuard, Ordering, Spin, current_thread, park, store_load_fence,
+};
 use crate::wait::{Queue, WaitList, Waiter, Wake, wait_blocking};
 
 /// `phase`: no writer.
@@ -133,6 +135,7 @@ impl RawAdderRwLock {
     #[inline]
     fn try_read_fast(&self) -> bool {
         self.ingress.increment();
+        store_load_fence();
         if self.phase.load(Ordering::SeqCst) == NONE {
             return true;
         }
@@ -166,6 +169,7 @@ impl RawAdderRwLock {
     #[inline]
     fn read_release(&self) {
         self.egress.increment();
+        store_load_fence();
         if self.phase.load(Ordering::SeqCst) != NONE {
             self.wake_drainer();
         }
@@ -212,6 +216,7 @@ impl RawAdderRwLock {
             return false;
         }
         self.phase.store(DRAINING, Ordering::SeqCst);
+        store_load_fence();
         if self.drain_until(deadline) {
             self.phase.store(HELD, Ordering::Relaxed);
             true
@@ -278,6 +283,7 @@ impl RawAdderRwLock {
             return false;
         }
         self.phase.store(DRAINING, Ordering::SeqCst);
+        store_load_fence();
         if self.drained() {
             self.phase.store(HELD, Ordering::Relaxed);
             true
@@ -316,6 +322,7 @@ impl Queue for ReaderGate<'_> {
     fn acquire_locked<'q>(&'q self, locked: &mut Self::Locked<'q>) -> bool {
         let lock = self.0;
         lock.ingress.increment();
+        store_load_fence();
         if lock.phase.load(Ordering::SeqCst) == NONE {
             return true;
         }
@@ -682,6 +689,7 @@ impl<P: Deref<Target = RwLock>> Future for WriteFuture<P> {
                 return Poll::Pending;
             }
             raw.phase.store(DRAINING, Ordering::SeqCst);
+            store_load_fence();
             this.draining = true;
         }
         match raw.poll_drain(|| Wake::Task(cx.waker().clone())) {

@@ -16,6 +16,21 @@ pub(crate) use loom::thread::{Thread, current as current_thread};
 #[cfg(not(loom))]
 pub(crate) use std::thread::{Thread, current as current_thread};
 
+/// Orders a sequentially consistent store or read-modify-write before a later sequentially
+/// consistent load of another location (the store-load pattern of Dekker's algorithm).
+///
+/// In the C++/Rust memory model, `SeqCst` accesses alone already give this: all of them form
+/// one total order consistent with program order, and x86-64 compiles them to locked
+/// instructions that drain the store buffer. So outside loom this is nothing. loom does not
+/// model `SeqCst` loads and stores (it treats them as acquire/release; tokio-rs/loom#180) but
+/// does model `SeqCst` fences, so under loom the fence stands in for the guarantee the accesses
+/// carry in real builds.
+#[inline(always)]
+pub(crate) fn store_load_fence() {
+    #[cfg(loom)]
+    loom::sync::atomic::fence(Ordering::SeqCst);
+}
+
 /// A mutex for short critical sections (queue and shard bookkeeping).
 #[derive(Debug, Default)]
 pub(crate) struct Mutex<T> {

@@ -70,6 +70,19 @@ const NOTIFIED: u8 = 1;
 /// Unlinked; the lock is held on this waiter's behalf.
 const GRANTED: u8 = 2;
 
+/// Under loom, time does not pass, so the fairness rule is replaced by this switch: the models
+/// run once with plain notification and once with hand-off to every waiter.
+#[cfg(loom)]
+static LOOM_HAND_OFF: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Loom models only: hand every released lock directly to the next waiter (`true`) or notify it
+/// (`false`, the default).
+#[cfg(loom)]
+#[doc(hidden)]
+pub fn loom_hand_off(on: bool) {
+    LOOM_HAND_OFF.store(on, std::sync::atomic::Ordering::Relaxed);
+}
+
 /// How to wake the owner of a node.
 #[derive(Debug)]
 pub(crate) enum Wake {
@@ -241,7 +254,7 @@ impl Completion {
         }
         #[cfg(loom)]
         {
-            links.requeued
+            links.requeued || LOOM_HAND_OFF.load(std::sync::atomic::Ordering::Relaxed)
         }
     }
 

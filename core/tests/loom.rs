@@ -1,0 +1,229 @@
+//! loom models of every algorithm: acquire, release, timeout, hand-off, recycling and async
+//! cancellation, explored over all interleavings up to `LOOM_MAX_PREEMPTIONS` preemptions.
+//!
+//! Run with `make loom` (or `RUSTFLAGS="--cfg loom" cargo test --release --test loom`).
+//! `make loom-swap` builds the RwLock with its egress/ingress reads swapped and expects
+//! `rw_writer_excludes_readers` to fail.
+#![cfg(loom)]
+
+use std::time::Duration;
+
+use keylock_core::{DefaultHashBuilder, Error, KeyPool, RwLock, StripedLock};
+use loom::sync::Arc;
+use loom::sync::atomic::{AtomicUsize, Ordering};
+use loom::thread;
+
+fn pool() -> KeyPool<u64> {
+    KeyPool::with_hasher(DefaultHashBuilder::with_seeds(1, 2, 3, 4))
+}
+
+/// Enters a critical section: fails the model if someone else is inside.
+fn enter(inside: &AtomicUsize) {
+    assert_eq!(
+        inside.fetch_add(1, Ordering::SeqCst),
+        0,
+        "two holders at once"
+    );
+}
+
+fn leave(inside: &AtomicUsize) {
+    inside.fetch_sub(1, Ordering::SeqCst);
+}
+
+#[test]
+fn striped_lock_excludes() {
+    loom::model(|| {
+        let lock = Arc::new(StripedLock::with_seed(1, 9).unwrap());
+        let inside = Arc::new(AtomicUsize::new(0));
+        let t = {
+            let (lock, inside) = (lock.clone(), inside.clone());
+            thread::spawn(move || {
+                let _g = lock.lock(&1u64);
+                enter(&inside);
+                leave(&inside);
+            })
+        };
+        {
+            let _g = lock.lock(&2u64); // one stripe: every key collides
+            enter(&inside);
+            leave(&inside);
+        }
+        t.join().unwrap();
+        assert!(!lock.is_locked(&1u64));
+    });
+}
+
+#[test]
+fn striped_timeout_races_release() {
+    loom::model(|| {
+        let lock = Arc::new(StripedLock::with_seed(1, 9).unwrap());
+        let g = lock.lock(&1u64);
+        let t = {
+            let lock = lock.clone();
+            thread::spawn(
+                move || match lock.try_lock_for(&1u64, Duration::from_millis(1)) {
+                    Ok(g) => drop(g),
+                    Err(e) => assert_eq!(e, Error::TimedOut),
+                },
+            )
+        };
+        drop(g);
+        t.join().unwrap();
+        // Whatever happened, nothing is left held and no waiter is left queued.
+        drop(lock.try_lock(&1u64).expect("free after the race"));
+    });
+}
+
+#[test]
+fn pool_handoff_and_recycle() {
+    loom::model(|| {
+        let pool = Arc::new(pool());
+        let inside = Arc::new(AtomicUsize::new(0));
+        let t = {
+            let (pool, inside) = (pool.clone(), inside.clone());
+            thread::spawn(move || {
+                {
+                    let _g = pool.lock(&1);
+                    enter(&inside);
+                    leave(&inside);
+                }
+                // The slot of key 1 may be recycled for key 2 right here.
+                drop(pool.lock(&2));
+            })
+        };
+        {
+            let _g = pool.lock(&1);
+            enter(&inside);
+            leave(&inside);
+        }
+        t.join().unwrap();
+        let stats = pool.stats();
+        assert_eq!((stats.held, stats.waiting, stats.entries_in_use), (0, 0, 0));
+    });
+}
+
+#[test]
+fn pool_timeout_races_release() {
+    loom::model(|| {
+        let pool = Arc::new(pool());
+        let g = pool.lock(&7);
+        let t = {
+            let pool = pool.clone();
+            thread::spawn(
+                move || match pool.try_lock_for(&7, Duration::from_millis(1)) {
+                    Ok(g) => drop(g),
+                    Err(e) => assert_eq!(e, Error::TimedOut),
+                },
+            )
+        };
+        drop(g);
+        t.join().unwrap();
+        let stats = pool.stats();
+        assert_eq!((stats.held, stats.waiting, stats.entries_in_use), (0, 0, 0));
+    });
+}
+
+#[test]
+fn rw_writer_excludes_readers() {
+    loom::model(|| {
+        let rw = Arc::new(RwLock::new());
+        // Main is a reader that is inside before the writer arrives and leaves later; a second
+        // reader arrives while the writer drains, and must not make the writer's sums agree.
+        let inside = Arc::new(AtomicUsize::new(1));
+        let held = rw.read();
+        let writer = {
+            let (rw, inside) = (rw.clone(), inside.clone());
+            thread::spawn(move || {
+                let _w = rw.write();
+                assert_eq!(
+                    inside.load(Ordering::SeqCst),
+                    0,
+                    "a reader is inside with the writer"
+                );
+            })
+        };
+        let late = {
+            let (rw, inside) = (rw.clone(), inside.clone());
+            thread::spawn(move || {
+                let _r = rw.read();
+                inside.fetch_add(1, Ordering::SeqCst);
+                inside.fetch_sub(1, Ordering::SeqCst);
+            })
+        };
+        inside.fetch_sub(1, Ordering::SeqCst);
+        drop(held);
+        writer.join().unwrap();
+        late.join().unwrap();
+        assert!(!rw.is_locked());
+    });
+}
+
+#[test]
+fn rw_write_timeout_races_reader() {
+    loom::model(|| {
+        let rw = Arc::new(RwLock::new());
+        let r = rw.read();
+        let t = {
+            let rw = rw.clone();
+            thread::spawn(move || match rw.try_write_for(Duration::from_millis(1)) {
+                Ok(w) => drop(w),
+                Err(e) => assert_eq!(e, Error::TimedOut),
+            })
+        };
+        drop(r);
+        t.join().unwrap();
+        assert!(!rw.is_locked());
+        drop(rw.try_write().expect("free after the race"));
+    });
+}
+
+#[test]
+fn async_cancel_races_release() {
+    use std::future::Future;
+    use std::pin::pin;
+    use std::task::{Context, Waker};
+    for hand_off in [false, true] {
+        keylock_core::wait::loom_hand_off(hand_off);
+        loom::model(|| {
+            let pool = Arc::new(pool());
+            let t = {
+                let pool = pool.clone();
+                thread::spawn(move || drop(pool.lock(&3)))
+            };
+            {
+                let mut fut = pin!(pool.lock_async(&3));
+                let mut cx = Context::from_waker(Waker::noop());
+                // Either it gets the key now, or it queues and is dropped while the holder
+                // releases: a cancel racing a release (and maybe a hand-off to the dropped waiter).
+                let _ = fut.as_mut().poll(&mut cx);
+            }
+            t.join().unwrap();
+            let stats = pool.stats();
+            assert_eq!((stats.held, stats.waiting, stats.entries_in_use), (0, 0, 0));
+        });
+    }
+    keylock_core::wait::loom_hand_off(false);
+}
+
+#[test]
+fn async_and_thread_waiters_share_a_queue() {
+    loom::model(|| {
+        let lock = Arc::new(StripedLock::with_seed(1, 9).unwrap());
+        let inside = Arc::new(AtomicUsize::new(0));
+        let t = {
+            let (lock, inside) = (lock.clone(), inside.clone());
+            thread::spawn(move || {
+                let _g = lock.lock(&1u64);
+                enter(&inside);
+                leave(&inside);
+            })
+        };
+        loom::future::block_on(async {
+            let _g = lock.lock_async(&1u64).await;
+            enter(&inside);
+            leave(&inside);
+        });
+        t.join().unwrap();
+        assert!(!lock.is_locked(&1u64));
+    });
+}
