@@ -171,7 +171,8 @@ impl Adder {
             2
         } else {
             // SAFETY: see `increment`.
-            unsafe { (&(*seen).cells).len() * 2 }
+            let seen: &Table = unsafe { &*seen };
+            seen.cells.len() * 2
         };
         if len > max_cells() {
             return;
@@ -218,10 +219,9 @@ impl Adder {
             let mut t = table;
             while !t.is_null() {
                 // SAFETY: see `increment`.
-                unsafe {
-                    n += (&(*t).cells).len();
-                    t = (*t).older;
-                }
+                let table: &Table = unsafe { &*t };
+                n += table.cells.len();
+                t = table.older;
             }
             n
         }

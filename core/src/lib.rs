@@ -40,6 +40,11 @@ mod sync;
 pub mod wait;
 
 pub use error::{Error, Result};
+
+/// The README's examples, compiled and run as doctests so they cannot go stale.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+struct ReadmeDoctests;
 pub use hash::DefaultHashBuilder;
 pub use pool::{
     KeyPool, PoolGuard, PoolLockFuture, PoolManyGuard, PoolManyLockFuture, PoolRef, PoolStats,

@@ -1,4 +1,6 @@
 //! Shared helpers for the integration tests.
+// Each test crate uses its own subset of these helpers.
+#![allow(dead_code)]
 
 use std::sync::mpsc;
 use std::thread;
