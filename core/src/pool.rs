@@ -7,11 +7,14 @@
 //! mutex, so the per-key lock needs no atomics of its own: locking an uncontended key is one
 //! shard lock, one index probe and one slot write.
 //!
-//! A slot exists only while its key is held or reserved. When the last holder leaves and nobody
-//! is waiting, the slot leaves the index and goes to the shard's free list; the next new key
-//! reuses it, and even the key's storage is reused (`ToOwned::clone_into`), so a steady workload
-//! allocates nothing after warm-up and memory is bounded by the peak number of keys in use, not
-//! by the number of keys ever seen.
+//! A slot is *in use* while its key is held or reserved. When the last holder leaves and nobody
+//! is waiting, the slot becomes unused but stays indexed under its key, so taking the same key
+//! again costs no index update. A new key takes an unused slot (the oldest-released first is not
+//! guaranteed: the most recently retired one is evicted from the index and reused, key storage
+//! included, via `ToOwned::clone_into`); only when a shard has no unused slot does it allocate
+//! one. So a steady workload allocates nothing after warm-up, and a shard's slots never outnumber
+//! its peak of keys in use at once: memory follows the keys held or awaited, never the keys ever
+//! seen.
 //!
 //! Why the classic failures of hand-made keyed-lock maps cannot happen here:
 //! - *Two threads with different mutexes for one key*: there is no separate mutex object to
@@ -43,7 +46,7 @@ use crate::wait::{Queue, WaitList, Waiter, Wake, wait_blocking};
 
 /// The lock of one key.
 struct Slot<K> {
-    /// The key; kept after the slot is freed so that its storage can be reused.
+    /// The key; kept while the slot is unused so that its storage can be reused.
     key: Option<K>,
     hash: u64,
     /// Whether some caller holds this key.
@@ -55,15 +58,27 @@ struct Slot<K> {
     reservations: u32,
     /// Threads and tasks waiting for this key.
     waiters: WaitList,
+    /// Whether the slot's number is on the shard's `retired` stack.
+    retired: bool,
+}
+
+impl<K> Slot<K> {
+    /// Neither held nor awaited: the slot may be evicted and reused for another key.
+    #[inline]
+    fn unused(&self) -> bool {
+        !self.locked && self.reservations == 0 && self.waiters.is_empty()
+    }
 }
 
 /// A shard's state, all under its mutex.
 struct ShardState<K> {
-    /// Index from key hash to slot number; only slots in use are indexed.
+    /// Index from key hash to slot number. Every slot is indexed under its key; unused slots
+    /// stay indexed until evicted for a new key.
     index: HashTable<u32>,
     slots: Vec<Slot<K>>,
-    /// Unused slots, ready for the next key.
-    free: Vec<u32>,
+    /// Slots that became unused, most recent last; entries may have been used again since
+    /// (they are skipped when popped). Each slot appears at most once.
+    retired: Vec<u32>,
     /// Keys held now.
     held: usize,
     /// Slots in use now (held or reserved) and their peak.
@@ -93,7 +108,7 @@ impl<K> ShardState<K> {
         Self {
             index: HashTable::new(),
             slots: Vec::new(),
-            free: Vec::new(),
+            retired: Vec::new(),
             held: 0,
             in_use: 0,
             peak_in_use: 0,
@@ -120,7 +135,8 @@ impl<K> ShardState<K> {
             .copied()
     }
 
-    /// The slot of `key`, making one if the key has none.
+    /// The slot of `key`, giving it one if it has none: an unused slot evicted from the index,
+    /// or a new slot when the shard has no unused one.
     #[inline]
     fn find_or_insert<Q>(&mut self, hash: u64, key: &Q) -> u32
     where
@@ -130,7 +146,7 @@ impl<K> ShardState<K> {
         if let Some(i) = self.find(hash, key) {
             return i;
         }
-        let i = match self.free.pop() {
+        let i = match self.evict() {
             Some(i) => {
                 let slot = &mut self.slots[i as usize];
                 match &mut slot.key {
@@ -149,6 +165,7 @@ impl<K> ShardState<K> {
                     generation: 0,
                     reservations: 0,
                     waiters: WaitList::new(),
+                    retired: false,
                 });
                 i
             }
@@ -156,14 +173,38 @@ impl<K> ShardState<K> {
         let slots = &self.slots;
         self.index
             .insert_unique(hash, i, |&j| slots[j as usize].hash);
-        self.in_use += 1;
-        self.peak_in_use = self.peak_in_use.max(self.in_use);
         i
+    }
+
+    /// Takes the most recently retired slot that is still unused out of the index.
+    fn evict(&mut self) -> Option<u32> {
+        while let Some(i) = self.retired.pop() {
+            let slot = &mut self.slots[i as usize];
+            slot.retired = false;
+            if slot.unused() {
+                let hash = slot.hash;
+                if let Ok(entry) = self.index.find_entry(hash, |&j| j == i) {
+                    entry.remove();
+                }
+                return Some(i);
+            }
+        }
+        None
+    }
+
+    /// Counts slot `i` as in use if it was not (before it is locked or reserved).
+    #[inline]
+    fn mark_used(&mut self, i: u32) {
+        if self.slots[i as usize].unused() {
+            self.in_use += 1;
+            self.peak_in_use = self.peak_in_use.max(self.in_use);
+        }
     }
 
     /// Takes slot `i` for a caller. Returns the acquisition's generation.
     #[inline]
     fn acquire(&mut self, i: u32) -> u64 {
+        self.mark_used(i);
         let slot = &mut self.slots[i as usize];
         debug_assert!(!slot.locked);
         slot.locked = true;
@@ -174,11 +215,13 @@ impl<K> ShardState<K> {
     }
 
     fn reserve(&mut self, i: u32) {
+        self.mark_used(i);
         self.slots[i as usize].reservations += 1;
         self.waiting += 1;
     }
 
-    /// A reservation turns into a hold (the caller acquires next).
+    /// A reservation turns into a hold (call right after `acquire`, so that the slot never
+    /// looks unused in between).
     fn consume_reservation(&mut self, i: u32) {
         self.slots[i as usize].reservations -= 1;
         self.waiting -= 1;
@@ -191,17 +234,18 @@ impl<K> ShardState<K> {
         self.free_if_unused(i);
     }
 
+    /// After a release or a dropped reservation: a slot that became unused is counted out and
+    /// retired (it stays indexed until a new key needs it).
     fn free_if_unused(&mut self, i: u32) {
-        let slot = &self.slots[i as usize];
-        if slot.locked || slot.reservations != 0 || !slot.waiters.is_empty() {
+        let slot = &mut self.slots[i as usize];
+        if !slot.unused() {
             return;
         }
-        let hash = slot.hash;
-        if let Ok(entry) = self.index.find_entry(hash, |&j| j == i) {
-            entry.remove();
-        }
-        self.free.push(i);
         self.in_use -= 1;
+        if !slot.retired {
+            slot.retired = true;
+            self.retired.push(i);
+        }
     }
 
     /// Releases slot `i`, if `generation` (when given) is the current acquisition. The next
@@ -289,8 +333,8 @@ impl<K> Queue for SlotQueue<'_, K> {
         if state.slots[self.slot as usize].locked {
             return false;
         }
-        state.consume_reservation(self.slot);
         state.acquire(self.slot);
+        state.consume_reservation(self.slot);
         self.shard.publish_held(state);
         true
     }
@@ -472,8 +516,8 @@ impl<K: Hash + Eq, S: BuildHasher> KeyPool<K, S> {
             if state.slots[at.slot as usize].locked {
                 return None;
             }
-            state.consume_reservation(at.slot);
             let generation = state.acquire(at.slot);
+            state.consume_reservation(at.slot);
             shard.publish_held(&state);
             Some(generation)
         };
@@ -534,12 +578,10 @@ impl<K: Hash + Eq, S: BuildHasher> KeyPool<K, S> {
         let (shard_no, hash) = self.locate(key);
         let shard = self.shard(shard_no);
         let mut state = shard.state.lock();
-        if let Some(slot) = state.find(hash, key) {
-            if state.slots[slot as usize].locked {
-                return Err(Error::WouldBlock);
-            }
-        }
         let slot = state.find_or_insert(hash, key);
+        if state.slots[slot as usize].locked {
+            return Err(Error::WouldBlock);
+        }
         let generation = state.acquire(slot);
         shard.publish_held(&state);
         Ok(PoolGuard {
@@ -744,8 +786,8 @@ impl<K: Hash + Eq, S: BuildHasher> KeyPool<K, S> {
                 self.release_all(&held);
                 return Err(Error::WouldBlock);
             }
-            state.consume_reservation(at.slot);
             let generation = state.acquire(at.slot);
+            state.consume_reservation(at.slot);
             shard.publish_held(&state);
             held.push((at, generation));
         }
