@@ -1,0 +1,42 @@
+# Benchmarks of the core against the alternatives, and the report (BENCHMARKS.md, docs/*.png).
+#
+#   make bench         every benchmark (this file's targets run last, after the C, Python and
+#                      Node ones), then BENCHMARKS.md and the plots from bench/results/*.json
+#   make bench-quick   a short run of the core's benchmarks (under 2 minutes), into
+#                      build/bench-quick/, to check that nothing regressed; commits nothing
+#   make bench-report  only regenerate BENCHMARKS.md and the plots from the JSON
+
+.PHONY: bench-core bench-report bench-quick
+
+BENCH_RESULTS := $(ROOT)/bench/results
+# Thread counts for the scaling runs; a bigger machine can pass more: make bench BENCH_THREADS="1 2 4 8 16 32 64"
+BENCH_THREADS ?= 1 2 4 8 16
+BENCH_CARGO := $(CARGO) bench --locked -p keylock-core
+
+# bench-core writes the same figures bench-rust would, plus the JSON; running both would
+# measure everything twice, so make bench runs only this one.
+BENCH_TARGETS := $(filter-out bench-rust,$(BENCH_TARGETS)) bench-core bench-report
+
+bench-core:
+	@mkdir -p $(BENCH_RESULTS)
+	rm -rf $(TARGET_DIR)/criterion/uncontended_u64 $(TARGET_DIR)/criterion/uncontended_bytes16 \
+		$(TARGET_DIR)/criterion/uncontended_async
+	$(BENCH_CARGO) --bench uncontended
+	python3 bench/report.py criterion $(TARGET_DIR) $(BENCH_RESULTS)/rust.json
+	KEYLOCK_BENCH_DIR=$(BENCH_RESULTS) $(BENCH_CARGO) --bench throughput -- $(BENCH_THREADS)
+	KEYLOCK_BENCH_DIR=$(BENCH_RESULTS) $(BENCH_CARGO) --bench memory
+
+bench-report: $(VENV)/.stamp
+	$(PY) bench/report.py render $(BENCH_RESULTS) BENCHMARKS.md docs
+
+QUICK_DIR := $(ROOT)/build/bench-quick
+bench-quick: $(VENV)/.stamp
+	@mkdir -p $(QUICK_DIR)/results
+	rm -rf $(TARGET_DIR)/criterion/uncontended_u64 $(TARGET_DIR)/criterion/uncontended_bytes16 \
+		$(TARGET_DIR)/criterion/uncontended_async
+	KEYLOCK_BENCH_QUICK=1 $(BENCH_CARGO) --bench uncontended
+	$(PY) bench/report.py criterion $(TARGET_DIR) $(QUICK_DIR)/results/rust.json
+	KEYLOCK_BENCH_QUICK=1 KEYLOCK_BENCH_DIR=$(QUICK_DIR)/results $(BENCH_CARGO) --bench throughput -- 1 2 8
+	KEYLOCK_BENCH_QUICK=1 KEYLOCK_BENCH_DIR=$(QUICK_DIR)/results $(BENCH_CARGO) --bench memory
+	$(PY) bench/report.py render $(QUICK_DIR)/results $(QUICK_DIR)/BENCHMARKS.md $(QUICK_DIR)/docs
+	@echo "bench-quick: report in $(QUICK_DIR)/BENCHMARKS.md"
