@@ -18,14 +18,14 @@ test-rust:
 # models share a process-wide switch (hand-off or notify), and loom needs determinism.
 LOOM_MAX_PREEMPTIONS ?= 4
 loom:
-	RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=$(LOOM_MAX_PREEMPTIONS) \
+	RUSTFLAGS="--cfg keylock_loom" LOOM_MAX_PREEMPTIONS=$(LOOM_MAX_PREEMPTIONS) \
 		$(CARGO) test --locked --release -p keylock-core --test loom --target-dir $(TARGET_DIR)/loom \
 		-- --test-threads=1
 
 # The RwLock's writer must read egress before ingress. Built with the two reads swapped, the
 # model must find a reader inside with the writer: this target fails if it does not.
 loom-swap:
-	@if RUSTFLAGS="--cfg loom --cfg keylock_swap_rw_order" LOOM_MAX_PREEMPTIONS=3 \
+	@if RUSTFLAGS="--cfg keylock_loom --cfg keylock_swap_rw_order" LOOM_MAX_PREEMPTIONS=3 \
 		$(CARGO) test --locked --release -p keylock-core --test loom --target-dir $(TARGET_DIR)/loom-swap \
 		-- --test-threads=1 rw_writer_excludes_readers >$(TARGET_DIR)/loom-swap.log 2>&1; then \
 		echo "loom-swap: the swapped RwLock passed its model; the model cannot see the bug" >&2; exit 1; \

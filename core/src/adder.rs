@@ -46,7 +46,7 @@ impl std::fmt::Debug for Adder {
 
 /// The largest table: the next power of two at or above the available parallelism.
 fn max_cells() -> usize {
-    #[cfg(not(loom))]
+    #[cfg(not(keylock_loom))]
     {
         use std::sync::OnceLock;
         static MAX: OnceLock<usize> = OnceLock::new();
@@ -57,19 +57,19 @@ fn max_cells() -> usize {
                 .max(2)
         })
     }
-    #[cfg(loom)]
+    #[cfg(keylock_loom)]
     {
         2
     }
 }
 
-#[cfg(not(loom))]
+#[cfg(not(keylock_loom))]
 std::thread_local! {
     /// This thread's cell probe; 0 until first used.
     static PROBE: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
 }
 
-#[cfg(not(loom))]
+#[cfg(not(keylock_loom))]
 fn probe() -> u32 {
     PROBE.with(|p| {
         let mut v = p.get();
@@ -83,7 +83,7 @@ fn probe() -> u32 {
     })
 }
 
-#[cfg(not(loom))]
+#[cfg(not(keylock_loom))]
 fn rehash_probe() {
     PROBE.with(|p| {
         // xorshift32: a cheap move to another cell after a collision.
@@ -95,16 +95,16 @@ fn rehash_probe() {
     });
 }
 
-#[cfg(loom)]
+#[cfg(keylock_loom)]
 fn probe() -> u32 {
     0
 }
 
-#[cfg(loom)]
+#[cfg(keylock_loom)]
 fn rehash_probe() {}
 
 impl Adder {
-    #[cfg(not(loom))]
+    #[cfg(not(keylock_loom))]
     pub(crate) const fn new() -> Self {
         Self {
             base: AtomicUsize::new(0),
@@ -112,7 +112,7 @@ impl Adder {
         }
     }
 
-    #[cfg(loom)]
+    #[cfg(keylock_loom)]
     pub(crate) fn new() -> Self {
         Self {
             base: AtomicUsize::new(0),

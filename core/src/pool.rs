@@ -425,12 +425,12 @@ impl<K: Hash + Eq> Default for KeyPool<K> {
 }
 
 fn default_shards() -> usize {
-    #[cfg(not(loom))]
+    #[cfg(not(keylock_loom))]
     {
         let cores = std::thread::available_parallelism().map_or(8, |n| n.get());
         (cores * 8).next_power_of_two().clamp(64, 1024)
     }
-    #[cfg(loom)]
+    #[cfg(keylock_loom)]
     {
         2
     }

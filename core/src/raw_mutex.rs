@@ -30,7 +30,7 @@ impl Default for RawMutex {
 }
 
 impl RawMutex {
-    #[cfg(not(loom))]
+    #[cfg(not(keylock_loom))]
     pub(crate) const fn new() -> Self {
         Self {
             state: AtomicU8::new(0),
@@ -38,7 +38,7 @@ impl RawMutex {
         }
     }
 
-    #[cfg(loom)]
+    #[cfg(keylock_loom)]
     pub(crate) fn new() -> Self {
         Self {
             state: AtomicU8::new(0),

@@ -98,7 +98,7 @@ impl RawAdderRwLock {
     pub const SIZE: usize = std::mem::size_of::<Self>();
 
     /// A new, unlocked lock.
-    #[cfg(not(loom))]
+    #[cfg(not(keylock_loom))]
     pub const fn new() -> Self {
         Self {
             writer: RawMutex::new(),
@@ -113,7 +113,7 @@ impl RawAdderRwLock {
     }
 
     /// A new, unlocked lock.
-    #[cfg(loom)]
+    #[cfg(keylock_loom)]
     pub fn new() -> Self {
         Self {
             writer: RawMutex::new(),
@@ -263,17 +263,24 @@ impl RawAdderRwLock {
 
     /// Ends a write (or an attempt at one): waiting readers are counted in and granted, then the
     /// phase drops and the writer mutex passes on.
+    ///
+    /// Readers are granted one per gate lock so that each wake-up runs with no lock held (a
+    /// front end's waker may need a lock of its own, such as Python's GIL). Readers that queue
+    /// meanwhile are granted too: the phase stays raised until the queue is empty.
     fn write_release(&self) {
-        {
+        loop {
             let mut gate = self.gate.lock();
             gate.drain = None;
-            while let Some(reader) = gate.readers.pop_front() {
-                self.ingress.increment();
-                if let Some(wake) = reader.grant() {
-                    wake.wake();
-                }
+            let Some(reader) = gate.readers.pop_front() else {
+                self.phase.store(NONE, Ordering::SeqCst);
+                break;
+            };
+            self.ingress.increment();
+            let wake = reader.grant();
+            drop(gate);
+            if let Some(wake) = wake {
+                wake.wake();
             }
-            self.phase.store(NONE, Ordering::SeqCst);
         }
         self.writer.unlock();
     }
@@ -319,19 +326,16 @@ impl Queue for ReaderGate<'_> {
         &mut locked.readers
     }
 
-    fn acquire_locked<'q>(&'q self, locked: &mut Self::Locked<'q>) -> bool {
+    fn acquire_locked<'q>(&'q self, _locked: &mut Self::Locked<'q>) -> bool {
         let lock = self.0;
         lock.ingress.increment();
         store_load_fence();
         if lock.phase.load(Ordering::SeqCst) == NONE {
             return true;
         }
+        // Back out. The draining writer needs no wake-up for this: both increments happen under
+        // the gate lock, and the writer's last check before it sleeps is made under it too.
         lock.egress.increment();
-        // A writer may be waiting on our brief ingress; it re-checks when woken. Waking under the
-        // gate lock is safe: a wake-up only unparks or schedules.
-        if let Some(wake) = locked.drain.take() {
-            wake.wake();
-        }
         false
     }
 
@@ -349,10 +353,10 @@ impl Queue for ReaderGate<'_> {
 // and an exclusive one likewise; readers exclude writers and writers exclude everyone, as argued
 // in the module documentation and checked by the loom models.
 unsafe impl lock_api::RawRwLock for RawAdderRwLock {
-    #[cfg(not(loom))]
+    #[cfg(not(keylock_loom))]
     #[allow(clippy::declare_interior_mutable_const)] // lock_api's required initialiser
     const INIT: Self = Self::new();
-    #[cfg(loom)]
+    #[cfg(keylock_loom)]
     #[allow(clippy::declare_interior_mutable_const)] // lock_api's required initialiser
     const INIT: Self = panic!("loom builds construct locks with RawAdderRwLock::new");
 
@@ -488,7 +492,7 @@ impl<P: Deref<Target = RwLock>> Drop for WriteGuard<P> {
 
 impl RwLock {
     /// A new, unlocked lock.
-    #[cfg(not(loom))]
+    #[cfg(not(keylock_loom))]
     pub const fn new() -> Self {
         Self {
             raw: RawAdderRwLock::new(),
@@ -496,7 +500,7 @@ impl RwLock {
     }
 
     /// A new, unlocked lock.
-    #[cfg(loom)]
+    #[cfg(keylock_loom)]
     pub fn new() -> Self {
         Self {
             raw: RawAdderRwLock::new(),

@@ -1,19 +1,19 @@
 //! The synchronisation primitives the algorithms are written against.
 //!
-//! Under `--cfg loom` every atomic, mutex and thread operation comes from loom, so the same
+//! Under `--cfg keylock_loom` every atomic, mutex and thread operation comes from loom, so the same
 //! code is model-checked (the crossbeam approach). Nothing else in the crate names
 //! `std::sync::atomic`, `parking_lot` or `std::thread` directly.
 
-#[cfg(loom)]
+#[cfg(keylock_loom)]
 pub(crate) use loom::sync::atomic::{AtomicPtr, AtomicU8, AtomicUsize};
-#[cfg(not(loom))]
+#[cfg(not(keylock_loom))]
 pub(crate) use std::sync::atomic::{AtomicPtr, AtomicU8, AtomicUsize};
 
 pub(crate) use std::sync::atomic::Ordering;
 
-#[cfg(loom)]
+#[cfg(keylock_loom)]
 pub(crate) use loom::thread::{Thread, current as current_thread};
-#[cfg(not(loom))]
+#[cfg(not(keylock_loom))]
 pub(crate) use std::thread::{Thread, current as current_thread};
 
 /// Orders a sequentially consistent store or read-modify-write before a later sequentially
@@ -27,33 +27,33 @@ pub(crate) use std::thread::{Thread, current as current_thread};
 /// carry in real builds.
 #[inline(always)]
 pub(crate) fn store_load_fence() {
-    #[cfg(loom)]
+    #[cfg(keylock_loom)]
     loom::sync::atomic::fence(Ordering::SeqCst);
 }
 
 /// A mutex for short critical sections (queue and shard bookkeeping).
 #[derive(Debug, Default)]
 pub(crate) struct Mutex<T> {
-    #[cfg(not(loom))]
+    #[cfg(not(keylock_loom))]
     inner: parking_lot::Mutex<T>,
-    #[cfg(loom)]
+    #[cfg(keylock_loom)]
     inner: loom::sync::Mutex<T>,
 }
 
-#[cfg(not(loom))]
+#[cfg(not(keylock_loom))]
 pub(crate) type MutexGuard<'a, T> = parking_lot::MutexGuard<'a, T>;
-#[cfg(loom)]
+#[cfg(keylock_loom)]
 pub(crate) type MutexGuard<'a, T> = loom::sync::MutexGuard<'a, T>;
 
 impl<T> Mutex<T> {
-    #[cfg(not(loom))]
+    #[cfg(not(keylock_loom))]
     pub(crate) const fn new(value: T) -> Self {
         Self {
             inner: parking_lot::Mutex::new(value),
         }
     }
 
-    #[cfg(loom)]
+    #[cfg(keylock_loom)]
     pub(crate) fn new(value: T) -> Self {
         Self {
             inner: loom::sync::Mutex::new(value),
@@ -62,11 +62,11 @@ impl<T> Mutex<T> {
 
     #[inline]
     pub(crate) fn lock(&self) -> MutexGuard<'_, T> {
-        #[cfg(not(loom))]
+        #[cfg(not(keylock_loom))]
         {
             self.inner.lock()
         }
-        #[cfg(loom)]
+        #[cfg(keylock_loom)]
         {
             self.inner.lock().unwrap()
         }
@@ -80,7 +80,7 @@ impl<T> Mutex<T> {
 /// as passed, so models explore a timeout racing every other step.
 #[inline]
 pub(crate) fn park(deadline: Option<std::time::Instant>) -> bool {
-    #[cfg(not(loom))]
+    #[cfg(not(keylock_loom))]
     {
         match deadline {
             None => {
@@ -97,7 +97,7 @@ pub(crate) fn park(deadline: Option<std::time::Instant>) -> bool {
             }
         }
     }
-    #[cfg(loom)]
+    #[cfg(keylock_loom)]
     {
         match deadline {
             None => {
@@ -129,11 +129,11 @@ impl Spin {
         if self.step >= Self::LIMIT {
             return false;
         }
-        #[cfg(not(loom))]
+        #[cfg(not(keylock_loom))]
         for _ in 0..(1u32 << self.step) {
             std::hint::spin_loop();
         }
-        #[cfg(loom)]
+        #[cfg(keylock_loom)]
         loom::thread::yield_now();
         self.step += 1;
         true

@@ -72,12 +72,12 @@ const GRANTED: u8 = 2;
 
 /// Under loom, time does not pass, so the fairness rule is replaced by this switch: the models
 /// run once with plain notification and once with hand-off to every waiter.
-#[cfg(loom)]
+#[cfg(keylock_loom)]
 static LOOM_HAND_OFF: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Loom models only: hand every released lock directly to the next waiter (`true`) or notify it
 /// (`false`, the default).
-#[cfg(loom)]
+#[cfg(keylock_loom)]
 #[doc(hidden)]
 pub fn loom_hand_off(on: bool) {
     LOOM_HAND_OFF.store(on, std::sync::atomic::Ordering::Relaxed);
@@ -108,7 +108,7 @@ struct Links {
     next: Option<NonNull<WaitNode>>,
     wake: Option<Wake>,
     /// When this waiter first queued (for eventual fairness).
-    #[cfg(not(loom))]
+    #[cfg(not(keylock_loom))]
     since: Option<Instant>,
     /// Whether this waiter was notified before and lost the race (it then queues at the front).
     requeued: bool,
@@ -132,7 +132,7 @@ impl WaitNode {
                 prev: None,
                 next: None,
                 wake: None,
-                #[cfg(not(loom))]
+                #[cfg(not(keylock_loom))]
                 since: None,
                 requeued: false,
             }),
@@ -248,11 +248,11 @@ impl Completion {
         // SAFETY: the node was unlinked under the list lock, which the caller still holds, and
         // its owner cannot free it before we store its final state.
         let links = unsafe { &*self.node.as_ref().links.get() };
-        #[cfg(not(loom))]
+        #[cfg(not(keylock_loom))]
         {
             links.requeued || links.since.is_some_and(|t| t.elapsed() >= FAIR_AFTER)
         }
-        #[cfg(loom)]
+        #[cfg(keylock_loom)]
         {
             links.requeued || LOOM_HAND_OFF.load(std::sync::atomic::Ordering::Relaxed)
         }
@@ -420,7 +420,7 @@ impl Waiter {
             let links = &mut *node.links.get();
             links.wake = Some(wake());
             links.requeued = front;
-            #[cfg(not(loom))]
+            #[cfg(not(keylock_loom))]
             if links.since.is_none() {
                 links.since = Some(Instant::now());
             }

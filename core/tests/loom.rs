@@ -1,10 +1,10 @@
 //! loom models of every algorithm: acquire, release, timeout, hand-off, recycling and async
 //! cancellation, explored over all interleavings up to `LOOM_MAX_PREEMPTIONS` preemptions.
 //!
-//! Run with `make loom` (or `RUSTFLAGS="--cfg loom" cargo test --release --test loom`).
+//! Run with `make loom` (or `RUSTFLAGS="--cfg keylock_loom" cargo test --release --test loom`).
 //! `make loom-swap` builds the RwLock with its egress/ingress reads swapped and expects
 //! `rw_writer_excludes_readers` to fail.
-#![cfg(loom)]
+#![cfg(keylock_loom)]
 
 use std::time::Duration;
 
