@@ -6,6 +6,17 @@ use std::fmt;
 ///
 /// Numbers and meanings are shared with every front end: the C ABI, Python and Node map each
 /// variant to their own error code or exception.
+///
+/// ```
+/// use keylock_core::{Error, StripedLock};
+///
+/// assert_eq!(StripedLock::new(0).unwrap_err(), Error::InvalidArgument("stripes must be at least 1"));
+/// let locks = StripedLock::new(4).unwrap();
+/// assert_eq!(locks.unlock("k"), Err(Error::NotLocked));
+/// let _held = locks.lock("k");
+/// assert_eq!(locks.try_lock("k").unwrap_err(), Error::WouldBlock);
+/// assert_eq!(Error::TimedOut.to_string(), "timed out waiting for the lock");
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Error {
@@ -33,4 +44,12 @@ impl fmt::Display for Error {
 impl std::error::Error for Error {}
 
 /// `Result` with keylock's [`Error`].
+///
+/// ```
+/// fn take(pool: &keylock_core::KeyPool) -> keylock_core::Result<()> {
+///     pool.try_lock(b"job".as_slice())?.leak();
+///     pool.unlock(b"job".as_slice())
+/// }
+/// assert!(take(&keylock_core::KeyPool::new()).is_ok());
+/// ```
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -3,6 +3,13 @@
 use std::hash::{BuildHasher, Hash};
 
 /// The default hasher of keylock's maps and stripes.
+///
+/// ```
+/// use keylock_core::{DefaultHashBuilder, KeyPool};
+/// // A pool with fixed hash seeds (for reproducible benchmarks, say).
+/// let pool: KeyPool<u64> = KeyPool::with_hasher(DefaultHashBuilder::with_seeds(1, 2, 3, 4));
+/// drop(pool.lock(&1));
+/// ```
 pub type DefaultHashBuilder = ahash::RandomState;
 
 /// A hasher with a random per-instance seed.

@@ -53,3 +53,35 @@ pub use rwlock::{
     AdderRwLock, RawAdderRwLock, ReadFuture, ReadGuard, RwLock, WriteFuture, WriteGuard,
 };
 pub use striped::{StripeGuard, StripeLockFuture, StripedLock, StripesGuard, StripesLockFuture};
+
+/// Guards and futures are `Send` (and `Sync`), so they can be held across `.await` on a
+/// multi-threaded runtime and released on another thread.
+#[cfg(test)]
+mod send_sync {
+    use std::sync::Arc;
+
+    use super::*;
+
+    fn check<T: Send + Sync>() {}
+
+    #[test]
+    fn guards_and_futures_are_send_and_sync() {
+        check::<StripedLock>();
+        check::<KeyPool>();
+        check::<RwLock>();
+        check::<AdderRwLock<u8>>();
+        check::<StripeGuard<&StripedLock>>();
+        check::<StripesGuard<Arc<StripedLock>>>();
+        check::<StripeLockFuture<Arc<StripedLock>>>();
+        check::<StripesLockFuture<&StripedLock>>();
+        check::<PoolGuard<&KeyPool>>();
+        check::<PoolManyGuard<Arc<KeyPool<String>>>>();
+        check::<PoolLockFuture<Arc<KeyPool>>>();
+        check::<PoolManyLockFuture<&KeyPool<u64>>>();
+        check::<ReadGuard<&RwLock>>();
+        check::<WriteGuard<Arc<RwLock>>>();
+        check::<ReadFuture<Arc<RwLock>>>();
+        check::<WriteFuture<&RwLock>>();
+        check::<lock_api::RwLockReadGuard<'static, RawAdderRwLock, u8>>();
+    }
+}

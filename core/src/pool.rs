@@ -362,6 +362,16 @@ impl<K> Queue for SlotQueue<'_, K> {
 }
 
 /// Counters of a [`KeyPool`], read by [`KeyPool::stats`].
+///
+/// ```
+/// use keylock_core::KeyPool;
+/// let pool: KeyPool<u64> = KeyPool::new();
+/// let a = pool.lock(&1);
+/// let stats = pool.stats();
+/// assert_eq!((stats.held, stats.entries_in_use, stats.acquisitions), (1, 1, 1));
+/// drop(a);
+/// assert_eq!(pool.stats().entries_in_use, 0);
+/// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct PoolStats {
@@ -903,6 +913,17 @@ mod sealed {
 }
 
 /// A handle to a pool that guards and futures can hold: `&KeyPool` or `Arc<KeyPool>`.
+///
+/// ```
+/// use std::sync::Arc;
+/// use keylock_core::{KeyPool, PoolGuard};
+///
+/// fn held<P: keylock_core::PoolRef>(guard: &PoolGuard<P>) -> u64 {
+///     guard.generation()
+/// }
+/// let pool: Arc<KeyPool<u64>> = Arc::new(KeyPool::new());
+/// assert_eq!(held(&pool.lock(&1)), 1);
+/// ```
 pub trait PoolRef: sealed::Sealed + Deref<Target = KeyPool<Self::Key, Self::Hasher>> {
     /// The pool's key type.
     type Key: Hash + Eq;
@@ -922,6 +943,19 @@ impl<K: Hash + Eq, S: BuildHasher> PoolRef for Arc<KeyPool<K, S>> {
 }
 
 /// A held key; released on drop. `Send`: it may be released from another thread.
+///
+/// ```
+/// use keylock_core::KeyPool;
+/// let pool: KeyPool<String> = KeyPool::new();
+/// let guard = pool.lock("row-9");
+/// std::thread::scope(|s| {
+///     s.spawn(move || drop(guard)); // released on another thread
+/// });
+/// assert!(!pool.is_locked("row-9"));
+///
+/// pool.lock("row-9").leak();        // keep it held without a guard...
+/// pool.unlock("row-9").unwrap();    // ...and release it explicitly
+/// ```
 #[must_use = "the key is released as soon as the guard is dropped"]
 pub struct PoolGuard<P: PoolRef> {
     pool: Option<P>,
@@ -963,6 +997,15 @@ impl<P: PoolRef> Drop for PoolGuard<P> {
 }
 
 /// Several held keys; all released on drop.
+///
+/// ```
+/// use keylock_core::KeyPool;
+/// let pool: KeyPool<u64> = KeyPool::new();
+/// let guard = pool.lock_many([3, 1, 3].iter());
+/// assert_eq!(guard.len(), 2);
+/// drop(guard);
+/// assert!(pool.is_empty());
+/// ```
 #[must_use = "the keys are released as soon as the guard is dropped"]
 pub struct PoolManyGuard<P: PoolRef> {
     pool: Option<P>,
@@ -1006,6 +1049,16 @@ impl<P: PoolRef> Drop for PoolManyGuard<P> {
 /// Resolves to a [`PoolGuard`]. Dropping it before then cancels the wait exactly: the waiter
 /// leaves the queue, its reservation is dropped (freeing the slot if unused), and a key already
 /// handed to it passes on.
+///
+/// ```
+/// use keylock_core::KeyPool;
+/// let pool: KeyPool<String> = KeyPool::new();
+/// futures::executor::block_on(async {
+///     let guard = pool.lock_async("user:1").await;
+///     assert!(pool.is_locked("user:1"));
+///     drop(guard);
+/// });
+/// ```
 #[must_use = "futures do nothing unless polled"]
 pub struct PoolLockFuture<P: PoolRef> {
     pool: Option<P>,
@@ -1097,6 +1150,15 @@ impl<P: PoolRef> Drop for PoolLockFuture<P> {
 
 /// Resolves to a [`PoolManyGuard`]. Dropping it before then releases what it took, drops its
 /// reservations and cancels the wait exactly.
+///
+/// ```
+/// use keylock_core::KeyPool;
+/// let pool: KeyPool<String> = KeyPool::new();
+/// futures::executor::block_on(async {
+///     let both = pool.lock_many_async(["from", "to"]).await;
+///     assert_eq!(both.len(), 2);
+/// });
+/// ```
 #[must_use = "futures do nothing unless polled"]
 pub struct PoolManyLockFuture<P: PoolRef> {
     pool: Option<P>,

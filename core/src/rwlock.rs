@@ -419,6 +419,14 @@ unsafe impl lock_api::RawRwLockTimed for RawAdderRwLock {
 }
 
 /// A reader-writer lock that protects `T`, built on [`RawAdderRwLock`] with [`lock_api`].
+///
+/// ```
+/// use keylock_core::AdderRwLock;
+/// static CONFIG: AdderRwLock<u32> = AdderRwLock::new(1);
+/// assert_eq!(*CONFIG.read(), 1);
+/// *CONFIG.write() = 2;
+/// assert_eq!(*CONFIG.try_read_for(std::time::Duration::from_millis(1)).unwrap(), 2);
+/// ```
 pub type AdderRwLock<T> = lock_api::RwLock<RawAdderRwLock, T>;
 
 /// A reader-writer lock that protects no data: keylock's `RwLock` for callers that pair
@@ -445,6 +453,15 @@ pub struct RwLock {
 }
 
 /// A held read lock; released on drop.
+///
+/// ```
+/// use keylock_core::RwLock;
+/// let rw = RwLock::new();
+/// let guard = rw.read();
+/// assert!(rw.is_locked() && !rw.is_write_locked());
+/// guard.leak();
+/// rw.read_unlock().unwrap();
+/// ```
 #[derive(Debug)]
 #[must_use = "the lock is released as soon as the guard is dropped"]
 pub struct ReadGuard<P: Deref<Target = RwLock>> {
@@ -452,6 +469,15 @@ pub struct ReadGuard<P: Deref<Target = RwLock>> {
 }
 
 /// A held write lock; released on drop.
+///
+/// ```
+/// use keylock_core::RwLock;
+/// let rw = RwLock::new();
+/// rw.write().leak();
+/// assert!(rw.try_read().is_err());
+/// rw.write_unlock().unwrap();
+/// assert!(!rw.is_locked());
+/// ```
 #[derive(Debug)]
 #[must_use = "the lock is released as soon as the guard is dropped"]
 pub struct WriteGuard<P: Deref<Target = RwLock>> {
@@ -617,6 +643,16 @@ impl RwLock {
 }
 
 /// Resolves to a [`ReadGuard`]. Dropping it before then cancels the wait exactly.
+///
+/// ```
+/// use keylock_core::RwLock;
+/// let rw = RwLock::new();
+/// futures::executor::block_on(async {
+///     let a = rw.read_async().await;
+///     let b = rw.read_async().await; // readers share
+///     drop((a, b));
+/// });
+/// ```
 #[derive(Debug)]
 #[must_use = "futures do nothing unless polled"]
 pub struct ReadFuture<P: Deref<Target = RwLock>> {
@@ -662,6 +698,16 @@ impl<P: Deref<Target = RwLock>> Drop for ReadFuture<P> {
 }
 
 /// Resolves to a [`WriteGuard`]. Dropping it before then cancels the wait exactly.
+///
+/// ```
+/// use std::sync::Arc;
+/// use keylock_core::RwLock;
+/// let rw = Arc::new(RwLock::new());
+/// let fut = rw.write_async_owned(); // 'static: can be spawned
+/// let guard = futures::executor::block_on(fut);
+/// assert!(rw.is_write_locked());
+/// drop(guard);
+/// ```
 #[derive(Debug)]
 #[must_use = "futures do nothing unless polled"]
 pub struct WriteFuture<P: Deref<Target = RwLock>> {

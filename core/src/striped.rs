@@ -324,6 +324,15 @@ impl StripedLock {
 }
 
 /// A held stripe; released on drop. `Send`: it may be released from another thread.
+///
+/// ```
+/// use keylock_core::StripedLock;
+/// let locks = StripedLock::new(16).unwrap();
+/// let guard = locks.lock("k");
+/// assert_eq!(guard.stripe(), locks.stripe_of("k"));
+/// guard.leak();
+/// locks.unlock("k").unwrap();
+/// ```
 #[must_use = "the stripe is released as soon as the guard is dropped"]
 pub struct StripeGuard<P: Deref<Target = StripedLock>> {
     lock: Option<P>,
@@ -361,6 +370,13 @@ impl<P: Deref<Target = StripedLock>> Drop for StripeGuard<P> {
 }
 
 /// Several held stripes; all released on drop.
+///
+/// ```
+/// use keylock_core::StripedLock;
+/// let locks = StripedLock::new(1).unwrap(); // one stripe: every key shares it
+/// let guard = locks.lock_many(["a", "b", "c"].iter());
+/// assert_eq!(guard.stripes(), &[0]);        // taken once
+/// ```
 #[must_use = "the stripes are released as soon as the guard is dropped"]
 pub struct StripesGuard<P: Deref<Target = StripedLock>> {
     lock: Option<P>,
@@ -476,6 +492,14 @@ impl<P: Deref<Target = StripedLock>> Drop for ManyFuture<P> {
 
 /// Resolves to a [`StripeGuard`]. Dropping it before then cancels the wait exactly: a waiter
 /// leaves the queue, and a lock already handed to it passes on.
+///
+/// ```
+/// use keylock_core::StripedLock;
+/// let locks = StripedLock::new(16).unwrap();
+/// let guard = futures::executor::block_on(locks.lock_async(&5u32));
+/// assert!(locks.is_locked(&5u32));
+/// drop(guard);
+/// ```
 #[must_use = "futures do nothing unless polled"]
 pub struct StripeLockFuture<P: Deref<Target = StripedLock>> {
     inner: ManyFuture<P>,
@@ -504,6 +528,14 @@ impl<P: Deref<Target = StripedLock>> fmt::Debug for StripeLockFuture<P> {
 
 /// Resolves to a [`StripesGuard`]. Dropping it before then releases what it took and cancels
 /// the wait exactly.
+///
+/// ```
+/// use keylock_core::StripedLock;
+/// let locks = StripedLock::new(16).unwrap();
+/// let guard = futures::executor::block_on(locks.lock_many_async([1u8, 2].iter()));
+/// assert!(locks.is_locked(&1u8) && locks.is_locked(&2u8));
+/// drop(guard);
+/// ```
 #[must_use = "futures do nothing unless polled"]
 pub struct StripesLockFuture<P: Deref<Target = StripedLock>> {
     inner: ManyFuture<P>,

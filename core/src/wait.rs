@@ -60,6 +60,10 @@ use std::time::{Duration, Instant};
 use crate::sync::{AtomicU8, Ordering, Thread, current_thread, park};
 
 /// A waiter that has waited this long is handed the lock directly instead of competing for it.
+///
+/// ```
+/// assert_eq!(keylock_core::wait::FAIR_AFTER, std::time::Duration::from_micros(500));
+/// ```
 pub const FAIR_AFTER: Duration = Duration::from_micros(500);
 
 /// Node states. A node is `WAITING` while linked in a list; the releasing side unlinks it and
