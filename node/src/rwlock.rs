@@ -1,6 +1,7 @@
 //! `RwLock` for JavaScript: the native half (the public class is in `index.js`).
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use keylock_core::RwLock;
 use napi::Result;
@@ -126,7 +127,22 @@ impl NativeRwLock {
     /// Releases one read lock: a status.
     #[napi(catch_unwind)]
     pub fn read_unlock(&self) -> u32 {
-        self.released(status::of(self.core.read_unlock()))
+        let mut result = self.core.read_unlock();
+        // Work-around for the core (reported): a reader granted by a writer's release can hold
+        // the lock while that writer still grants other queued readers, and during that window
+        // `read_unlock` reports `NotLocked` (the phase still says "writer"). The window ends as
+        // soon as the writer has granted the queue, so retry briefly while a writer shows.
+        if result == Err(keylock_core::Error::NotLocked) {
+            let start = Instant::now();
+            while result.is_err()
+                && self.core.is_write_locked()
+                && start.elapsed() < Duration::from_millis(10)
+            {
+                std::thread::yield_now();
+                result = self.core.read_unlock();
+            }
+        }
+        self.released(status::of(result))
     }
 
     /// Releases the write lock: a status.
