@@ -1,0 +1,160 @@
+/*
+ * C side of the keylock C benchmark (driven by ffi-c/bench/run.py, `make bench-c`).
+ *
+ * Uncontended lock+unlock, one thread, over the same 1024 keys of 16 bytes that
+ * ffi-c/benches/rust_calls.rs uses:
+ *   c_pool            keylock_pool_lock + keylock_pool_unlock
+ *   c_striped         keylock_striped_lock + keylock_striped_unlock (1024 stripes)
+ *   c_pthread_array   what a C programmer writes instead: hash the key bytes (a word-at-a-time
+ *                     multiply-fold hash, as fast as a decent hash gets) into an array of 1024
+ *                     pthread mutexes padded to a cache line, lock + unlock (the key is hashed
+ *                     once, then its mutex is unlocked directly, as a C user would)
+ *
+ * Usage: bench_c ITERS ROUNDS. Prints one line per case: "name ns_per_op", the median of ROUNDS
+ * rounds of ITERS lock+unlock pairs each.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include <keylock.h>
+
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define NKEYS 1024
+#define KEY_LEN 16
+#define STRIPES 1024
+
+static uint8_t keys[NKEYS][KEY_LEN];
+
+/* ---- the pthread alternative ------------------------------------------------------------- */
+
+typedef struct {
+    _Alignas(64) pthread_mutex_t mutex;
+} padded_mutex;
+
+static padded_mutex mutexes[STRIPES];
+
+static uint64_t fold_mul(uint64_t a, uint64_t b) {
+    __extension__ typedef unsigned __int128 u128;
+    u128 p = (u128)a * b;
+    return (uint64_t)p ^ (uint64_t)(p >> 64);
+}
+
+/* A multiply-fold hash over 8-byte words (the same construction as ahash's fallback and
+ * wyhash), with a per-process seed. */
+static uint64_t hash_bytes(const uint8_t *p, size_t len, uint64_t seed) {
+    uint64_t h = seed ^ (len * 0x9E3779B97F4A7C15ULL);
+    while (len >= 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        h = fold_mul(h ^ w, 0xA0761D6478BD642FULL);
+        p += 8;
+        len -= 8;
+    }
+    if (len > 0) {
+        uint64_t w = 0;
+        memcpy(&w, p, len);
+        h = fold_mul(h ^ w, 0xE7037ED1A0B428DBULL);
+    }
+    return fold_mul(h, 0x8EBC6AF09C88C6E3ULL);
+}
+
+/* ---- timing ------------------------------------------------------------------------------ */
+
+static double now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e9 + (double)t.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static volatile uint64_t sink; /* keeps the seed live so the hash cannot be folded away */
+
+#define FAIL_IF(cond, what)                                                                   \
+    do {                                                                                      \
+        if (cond) {                                                                           \
+            fprintf(stderr, "bench_c: %s failed\n", what);                                    \
+            exit(1);                                                                          \
+        }                                                                                     \
+    } while (0)
+
+static double run_pool(keylock_pool *pool, long iters) {
+    double start = now_ns();
+    for (long i = 0; i < iters; i++) {
+        const uint8_t *k = keys[i & (NKEYS - 1)];
+        FAIL_IF(keylock_pool_lock(pool, k, KEY_LEN) != KEYLOCK_OK, "keylock_pool_lock");
+        FAIL_IF(keylock_pool_unlock(pool, k, KEY_LEN) != KEYLOCK_OK, "keylock_pool_unlock");
+    }
+    return (now_ns() - start) / (double)iters;
+}
+
+static double run_striped(keylock_striped *striped, long iters) {
+    double start = now_ns();
+    for (long i = 0; i < iters; i++) {
+        const uint8_t *k = keys[i & (NKEYS - 1)];
+        FAIL_IF(keylock_striped_lock(striped, k, KEY_LEN) != KEYLOCK_OK, "keylock_striped_lock");
+        FAIL_IF(keylock_striped_unlock(striped, k, KEY_LEN) != KEYLOCK_OK,
+                "keylock_striped_unlock");
+    }
+    return (now_ns() - start) / (double)iters;
+}
+
+static double run_pthread(long iters, uint64_t seed) {
+    double start = now_ns();
+    for (long i = 0; i < iters; i++) {
+        const uint8_t *k = keys[i & (NKEYS - 1)];
+        pthread_mutex_t *m = &mutexes[hash_bytes(k, KEY_LEN, seed) & (STRIPES - 1)].mutex;
+        FAIL_IF(pthread_mutex_lock(m) != 0, "pthread_mutex_lock");
+        FAIL_IF(pthread_mutex_unlock(m) != 0, "pthread_mutex_unlock");
+    }
+    return (now_ns() - start) / (double)iters;
+}
+
+int main(int argc, char **argv) {
+    long iters = argc > 1 ? atol(argv[1]) : 2000000;
+    int rounds = argc > 2 ? atoi(argv[2]) : 5;
+    double pool_ns[64], striped_ns[64], pthread_ns[64];
+    uint64_t seed = (uint64_t)now_ns();
+    keylock_pool *pool = keylock_pool_new();
+    keylock_striped *striped = keylock_striped_new(STRIPES);
+    if (iters < 1 || rounds < 1 || rounds > 64 || !pool || !striped) {
+        fprintf(stderr, "usage: bench_c [iters >= 1] [1 <= rounds <= 64]\n");
+        return 2;
+    }
+    sink = seed;
+    for (int i = 0; i < NKEYS; i++) {
+        char text[KEY_LEN + 1];
+        snprintf(text, sizeof text, "account:%08d", i);
+        memcpy(keys[i], text, KEY_LEN);
+    }
+    for (int i = 0; i < STRIPES; i++) pthread_mutex_init(&mutexes[i].mutex, NULL);
+
+    /* warm up every path (page faults, the pool's entries, branch predictors) */
+    run_pool(pool, iters / 4 + 1);
+    run_striped(striped, iters / 4 + 1);
+    run_pthread(iters / 4 + 1, seed);
+    /* rounds interleave the cases, so a slow moment of the machine hits all of them */
+    for (int r = 0; r < rounds; r++) {
+        pool_ns[r] = run_pool(pool, iters);
+        striped_ns[r] = run_striped(striped, iters);
+        pthread_ns[r] = run_pthread(iters, seed);
+    }
+    qsort(pool_ns, (size_t)rounds, sizeof(double), cmp_double);
+    qsort(striped_ns, (size_t)rounds, sizeof(double), cmp_double);
+    qsort(pthread_ns, (size_t)rounds, sizeof(double), cmp_double);
+    printf("c_pool %.3f\n", pool_ns[rounds / 2]);
+    printf("c_striped %.3f\n", striped_ns[rounds / 2]);
+    printf("c_pthread_array %.3f\n", pthread_ns[rounds / 2]);
+
+    keylock_pool_free(pool);
+    keylock_striped_free(striped);
+    return 0;
+}
