@@ -1,0 +1,49 @@
+# Python: the keylock package (py/, `import keylock`), its demos, tests and benchmark.
+#
+#   make build-py        build the abi3 extension with maturin (release) and install it into .venv
+#   make demo-py         run the bank demos of examples/python (threads, then asyncio)
+#   make test-py         pytest py/tests (per-test timeout; includes the demos)
+#   make bench-py        benchmarks -> bench/results/python.json (bench-py-quick: fewer runs)
+#   make lint-py         clippy for the binding, ruff, and stubtest (the .pyi against the module)
+#   make fmt-py          rustfmt for the binding, ruff format for the Python files
+
+.PHONY: build-py demo-py test-py bench-py bench-py-quick lint-py fmt-py
+
+BUILD_TARGETS += build-py
+DEMO_TARGETS += demo-py
+TEST_TARGETS += test-py
+BENCH_TARGETS += bench-py
+LINT_TARGETS += lint-py
+FMT_TARGETS += fmt-py
+
+PY_EXAMPLES := examples/python/bank.py examples/python/bank_async.py
+PY_LINTED := py/python py/tests py/bench examples/python
+RUFF := $(VENV)/bin/ruff
+
+# maturin develop builds the release cdylib (into $(TARGET_DIR) like every crate), copies it
+# next to py/python/keylock/__init__.py and installs the package into .venv in editable form.
+build-py: $(VENV)/.stamp
+	VIRTUAL_ENV=$(VENV) $(VENV)/bin/maturin develop --release --locked --quiet \
+		--manifest-path py/Cargo.toml
+
+demo-py: build-py
+	@for ex in $(PY_EXAMPLES); do echo "== $$ex"; $(PY) $$ex; done
+
+test-py: build-py
+	$(PY) -m pytest py/tests -q
+
+bench-py: build-py
+	$(PY) py/bench/bench_python.py --out bench/results/python.json
+
+bench-py-quick: build-py
+	$(PY) py/bench/bench_python.py --quick --out bench/results/python.json
+
+lint-py: build-py
+	$(CARGO) clippy --locked -p keylock-py --all-targets -- -D warnings
+	$(RUFF) check --config py/pyproject.toml $(PY_LINTED)
+	$(RUFF) format --check --config py/pyproject.toml $(PY_LINTED)
+	$(PY) -m mypy.stubtest keylock --allowlist py/stubtest-allowlist.txt
+
+fmt-py: $(VENV)/.stamp
+	$(CARGO) fmt -p keylock-py
+	$(RUFF) format --config py/pyproject.toml $(PY_LINTED)

@@ -1,0 +1,423 @@
+"""A keylock handle follows threading.Lock's protocol: same results, same argument checks,
+same exceptions. Every handle kind (KeyPool, StripedLock, lock_many, RwLock read/write) is
+checked against a fresh threading.Lock side by side."""
+
+from __future__ import annotations
+
+import gc
+import re
+import threading
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import keylock
+import pytest
+
+from conftest import run_threads
+
+
+def _pool() -> keylock.LockHandle:
+    return keylock.KeyPool().lock("k")
+
+
+def _striped() -> keylock.LockHandle:
+    return keylock.StripedLock(16).lock("k")
+
+
+def _many() -> keylock.LockHandle:
+    return keylock.KeyPool().lock_many(["a", "b", 3])
+
+
+def _striped_many() -> keylock.LockHandle:
+    return keylock.StripedLock(16).lock_many(["a", "b", 3])
+
+
+def _write() -> keylock.LockHandle:
+    return keylock.RwLock().write()
+
+
+MAKERS: dict[str, Callable[[], keylock.LockHandle]] = {
+    "pool": _pool,
+    "striped": _striped,
+    "many": _many,
+    "striped_many": _striped_many,
+    "write": _write,
+}
+
+# Exclusive handles: a second acquire fails while held, like threading.Lock. (A read handle is
+# shared, so it is checked separately below.)
+exclusive = pytest.mark.parametrize("make", list(MAKERS.values()), ids=list(MAKERS))
+
+
+@exclusive
+def test_acquire_release_locked(make: Callable[[], keylock.LockHandle]) -> None:
+    h = make()
+    assert not h.locked()
+    assert h.acquire() is True
+    assert h.locked()
+    assert h.acquire(False) is False
+    assert h.acquire(blocking=False) is False
+    assert h.acquire(timeout=0) is False
+    assert h.acquire(True, 0.01) is False
+    assert h.acquire(timeout=0.01) is False
+    h.release()
+    assert not h.locked()
+    assert h.acquire(timeout=0.5) is True
+    h.release()
+    assert h.acquire(blocking=False) is True
+    h.release()
+
+
+@exclusive
+def test_release_unlocked_raises_runtime_error(make: Callable[[], keylock.LockHandle]) -> None:
+    h = make()
+    with pytest.raises(RuntimeError):
+        h.release()
+    with pytest.raises(keylock.NotLockedError):
+        h.release()
+    assert issubclass(keylock.NotLockedError, RuntimeError)
+
+
+# Every argument combination that threading.Lock.acquire rejects or accepts: the handle must
+# do the same (same exception type, same result). The flag says whether the call returns at
+# once on a held lock (a valid call without a short timeout would wait).
+ACQUIRE_ARGS: list[tuple[tuple[Any, ...], dict[str, Any], bool]] = [
+    ((), {"timeout": None}, True),
+    ((), {"timeout": "1"}, True),
+    ((), {"timeout": -0.5}, True),
+    ((), {"timeout": -2}, True),
+    ((), {"timeout": -1e-9}, True),
+    ((), {"timeout": -1.0}, False),
+    ((), {"timeout": -1}, False),
+    ((), {"blocking": False, "timeout": 1}, True),
+    ((), {"blocking": False, "timeout": 0}, True),
+    ((), {"blocking": False, "timeout": -1}, True),
+    ((), {"timeout": float("nan")}, True),
+    ((), {"timeout": float("inf")}, True),
+    ((), {"timeout": threading.TIMEOUT_MAX * 2}, True),
+    ((), {"timeout": 10**30}, True),
+    ((), {"timeout": threading.TIMEOUT_MAX}, False),
+    ((), {"timeout": True}, False),
+    ((), {"timeout": 0.0}, True),
+    ((), {"timeout": 0.001}, True),
+    ((), {"blocking": "x"}, True),
+    ((), {"blocking": None}, True),
+    ((), {"blocking": 1.5}, True),
+    ((), {"blocking": 2}, False),
+    ((), {"blocking": 0}, True),
+    ((0,), {}, True),
+    ((1, 0.001), {}, True),
+    ((1, 2, 3), {}, True),
+    ((), {"foo": 1}, True),
+    ((True,), {"blocking": True}, True),
+]
+
+
+def _outcome(fn: Callable[[], Any]) -> Any:
+    try:
+        return ("ok", fn())
+    except Exception as e:  # noqa: BLE001 - compared below
+        return ("raise", type(e))
+
+
+@exclusive
+@pytest.mark.parametrize(
+    ("args", "kwargs", "returns_when_held"), ACQUIRE_ARGS, ids=[repr(a[:2]) for a in ACQUIRE_ARGS]
+)
+def test_acquire_arguments_match_threading(
+    make: Callable[[], keylock.LockHandle],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    returns_when_held: bool,
+) -> None:
+    if returns_when_held:
+        ref = threading.Lock()
+        ref.acquire()
+        h = make()
+        h.acquire()
+        assert _outcome(lambda: h.acquire(*args, **kwargs)) == _outcome(
+            lambda: ref.acquire(*args, **kwargs)
+        )
+        h.release()
+    # Free: a valid call takes the lock.
+    ref2 = threading.Lock()
+    h2 = make()
+    assert _outcome(lambda: h2.acquire(*args, **kwargs)) == _outcome(
+        lambda: ref2.acquire(*args, **kwargs)
+    )
+
+
+def test_acquire_arguments_blocking_forms_match_threading() -> None:
+    # The forms that would block forever on a held lock, checked on a free one.
+    for kwargs in ({}, {"timeout": -1}, {"timeout": -1.0}, {"blocking": True}):
+        for make in MAKERS.values():
+            h = make()
+            assert h.acquire(**kwargs) is threading.Lock().acquire(**kwargs) is True
+            h.release()
+
+
+def test_timeout_max_boundary() -> None:
+    h = _pool()
+    assert h.acquire(timeout=threading.TIMEOUT_MAX) is True
+    with pytest.raises(OverflowError):
+        h.acquire(timeout=threading.TIMEOUT_MAX * 1.01)
+    h.release()
+
+
+@exclusive
+def test_with_releases_on_any_exception(make: Callable[[], keylock.LockHandle]) -> None:
+    h = make()
+    with h as entered:
+        assert entered is True
+        assert h.locked()
+    assert not h.locked()
+    for exc in (ValueError("x"), KeyboardInterrupt(), SystemExit(3)):
+        with pytest.raises(type(exc)):
+            with h:
+                raise exc
+        assert not h.locked()
+
+
+def test_with_timeout_raises_lock_timeout() -> None:
+    pool = keylock.KeyPool()
+    with pool.lock("k"):
+        with pytest.raises(keylock.LockTimeout):
+            with pool.lock("k", timeout=0.05):
+                pytest.fail("entered a held lock")  # pragma: no cover
+        with pytest.raises(TimeoutError):
+            with pool.lock("k", timeout=0):
+                pytest.fail("entered a held lock")  # pragma: no cover
+    assert issubclass(keylock.LockTimeout, TimeoutError)
+    assert len(pool) == 0
+
+
+@pytest.mark.parametrize("bad", [-1, -0.1, float("nan"), "1", [1]])
+def test_handle_timeout_argument_checked(bad: Any) -> None:
+    pool, striped, rw = keylock.KeyPool(), keylock.StripedLock(), keylock.RwLock()
+    for make in (
+        lambda t: pool.lock("k", timeout=t),
+        lambda t: pool.lock_many(["k"], timeout=t),
+        lambda t: striped.lock("k", t),
+        lambda t: striped.lock_many(["k"], t),
+        lambda t: rw.read(timeout=t),
+        lambda t: rw.write(t),
+        lambda t: pool.lock("k").acquire_async(timeout=t),
+    ):
+        with pytest.raises((ValueError, TypeError)):
+            make(bad)
+    with pytest.raises(OverflowError):
+        pool.lock("k", timeout=threading.TIMEOUT_MAX * 2)
+
+
+def test_handle_timeout_property() -> None:
+    pool = keylock.KeyPool()
+    assert pool.lock("k").timeout is None
+    assert pool.lock("k", 2).timeout == 2.0
+    assert keylock.RwLock().read(0.5).timeout == 0.5
+
+
+def _repr_pattern(state: str, cls: str, rest: str) -> str:
+    return rf"<{state} keylock\.{cls} object{rest} at 0x[0-9a-f]+>"
+
+
+def test_repr_forms() -> None:
+    pool = keylock.KeyPool()
+    h = pool.lock("user:1")
+    assert re.fullmatch(_repr_pattern("unlocked", "KeyLock", " key='user:1'"), repr(h))
+    with h:
+        assert re.fullmatch(_repr_pattern("locked", "KeyLock", " key='user:1'"), repr(h))
+    # threading.Lock's form, for comparison
+    assert re.fullmatch(r"<unlocked _thread\.lock object at 0x[0-9a-f]+>", repr(threading.Lock()))
+    assert f"at {hex(id(h))}>" in repr(h)
+    assert "key=b'\\xff'" in repr(pool.lock(b"\xff"))
+    s = keylock.StripedLock(8).lock("k")
+    assert re.fullmatch(_repr_pattern("unlocked", "KeyLock", " key='k'"), repr(s))
+    m = pool.lock_many(["a", "b"])
+    with m:
+        assert re.fullmatch(_repr_pattern("locked", "ManyLock", " keys=\\['a', 'b'\\]"), repr(m))
+    rw = keylock.RwLock()
+    assert re.fullmatch(_repr_pattern("unlocked", "ReadLock", ""), repr(rw.read()))
+    with rw.write():
+        assert re.fullmatch(_repr_pattern("locked", "WriteLock", ""), repr(rw.write()))
+        assert re.fullmatch(_repr_pattern("locked", "ReadLock", ""), repr(rw.read()))
+    assert "KeyPool" in repr(pool) and "StripedLock" in repr(keylock.StripedLock())
+
+
+def test_weakref() -> None:
+    for h in (_pool(), _striped(), _many(), _write(), keylock.RwLock().read()):
+        r = weakref.ref(h)
+        assert r() is h
+        del h
+        gc.collect()
+        assert r() is None
+    ws: weakref.WeakSet[keylock.LockHandle] = weakref.WeakSet()
+    h = _pool()
+    ws.add(h)
+    assert h in ws
+
+
+def test_classes() -> None:
+    pool = keylock.KeyPool()
+    assert type(pool.lock("k")) is keylock.KeyLock
+    assert type(keylock.StripedLock().lock("k")) is keylock.KeyLock
+    assert type(pool.lock_many(["k"])) is keylock.ManyLock
+    assert type(keylock.RwLock().read()) is keylock.ReadLock
+    assert type(keylock.RwLock().write()) is keylock.WriteLock
+    for cls in (keylock.KeyLock, keylock.ManyLock, keylock.ReadLock, keylock.WriteLock):
+        assert issubclass(cls, keylock.LockHandle)
+        with pytest.raises(TypeError):
+            cls()
+    assert pool.lock("k").key == b"k"
+    assert pool.lock_many(["a", 1]).keys == [b"a", keylock.key_bytes(1)]
+
+
+def test_every_public_name_has_a_docstring() -> None:
+    for name in keylock.__all__:
+        obj = getattr(keylock, name)
+        if name == "__version__":
+            continue
+        assert obj.__doc__, name
+        if isinstance(obj, type):
+            for attr, member in vars(obj).items():
+                if attr.startswith("_") and attr not in ("__enter__", "__exit__", "__aenter__", "__aexit__", "__len__"):
+                    continue
+                assert getattr(member, "__doc__", None), f"{name}.{attr}"
+
+
+def test_handles_for_one_key_are_interchangeable() -> None:
+    pool = keylock.KeyPool()
+    a, b = pool.lock("k"), pool.lock("k")
+    a.acquire()
+    assert b.locked()
+    assert b.acquire(blocking=False) is False
+    b.release()  # like threading.Lock, anyone may release
+    assert not a.locked()
+    assert len(pool) == 0
+
+
+def test_release_from_another_thread() -> None:
+    pool = keylock.KeyPool()
+    h = pool.lock("k")
+    h.acquire()
+    run_threads([h.release])
+    assert not h.locked()
+    # and acquire in one thread, release in another, wait in a third
+    h.acquire()
+    got: list[bool] = []
+    run_threads([lambda: got.append(pool.lock("k").acquire(timeout=20)), h.release])
+    assert got == [True]
+    h.release()
+
+
+def test_condition_over_keylock_handle() -> None:
+    pool = keylock.KeyPool()
+    cond = threading.Condition(pool.lock("queue"))
+    items: list[int] = []
+    consumed: list[int] = []
+    n = 200
+
+    def producer() -> None:
+        for i in range(n):
+            with cond:
+                items.append(i)
+                cond.notify()
+
+    def consumer() -> None:
+        while len(consumed) < n:
+            with cond:
+                assert cond.wait_for(lambda: items, timeout=20), "consumer starved"
+                consumed.append(items.pop(0))
+
+    run_threads([consumer, producer])
+    assert consumed == list(range(n))
+    assert len(pool) == 0
+    # Condition checks ownership through acquire(False): not owned when free.
+    with pytest.raises(RuntimeError):
+        cond.notify()
+
+
+def test_condition_wait_timeout_reacquires() -> None:
+    pool = keylock.KeyPool()
+    cond = threading.Condition(pool.lock("c"))
+    with cond:
+        assert cond.wait(timeout=0.01) is False
+        assert pool.is_locked("c")
+    assert not pool.is_locked("c")
+
+
+def test_read_handle_protocol() -> None:
+    rw = keylock.RwLock()
+    r1, r2, w = rw.read(), rw.read(), rw.write()
+    assert r1.acquire() and r2.acquire(blocking=False)  # readers share
+    assert rw.is_locked() and not rw.is_write_locked()
+    assert not r1.locked()  # a reader could still enter
+    assert w.locked() and w.acquire(timeout=0.01) is False
+    r1.release()
+    r2.release()
+    with pytest.raises(keylock.NotLockedError):
+        r1.release()
+    with w:
+        assert r1.locked() and r1.acquire(blocking=False) is False
+        assert rw.is_write_locked()
+    assert not rw.is_locked()
+    with pytest.raises(keylock.NotLockedError):
+        w.release()
+
+
+def test_lock_many_all_or_none() -> None:
+    pool = keylock.KeyPool()
+    with pool.lock("b"):
+        m = pool.lock_many(["a", "b", "c"])
+        assert m.locked()  # one of its keys is held
+        assert m.acquire(blocking=False) is False
+        assert not pool.is_locked("a") and not pool.is_locked("c")
+        assert m.acquire(timeout=0.02) is False
+        assert len(pool) == 1
+    with pool.lock_many(["a", "b", "c", "a"]) as entered:  # duplicates are fine
+        assert entered is True
+        assert all(pool.is_locked(k) for k in "abc")
+    assert len(pool) == 0
+
+
+def test_lock_many_empty() -> None:
+    pool = keylock.KeyPool()
+    with pytest.raises(ValueError):
+        with pool.lock_many([]):
+            pass  # pragma: no cover
+
+
+def test_pool_len_and_stats() -> None:
+    pool = keylock.KeyPool()
+    assert len(pool) == 0
+    hs = [pool.lock(i) for i in range(5)]
+    for h in hs:
+        h.acquire()
+    assert len(pool) == 5
+    st = pool.stats()
+    assert set(st) == {"held", "waiting", "entries_allocated", "peak_held", "acquisitions", "contended"}
+    assert st["held"] == 5 and st["waiting"] == 0 and st["peak_held"] >= 5
+    for h in hs:
+        h.release()
+    assert len(pool) == 0 and pool.stats()["held"] == 0
+
+
+def test_striped_properties() -> None:
+    s = keylock.StripedLock(1000)
+    assert s.stripes == 1024
+    assert keylock.StripedLock().stripes == 1024
+    assert keylock.StripedLock(1).stripes == 1
+    for bad in (0, -1):
+        with pytest.raises(ValueError):
+            keylock.StripedLock(bad)
+    with pytest.raises(ValueError):
+        keylock.StripedLock(keylock.StripedLock.MAX_STRIPES * 2)
+    with pytest.raises(TypeError):
+        keylock.StripedLock("8")  # type: ignore[arg-type]
+    a, b = keylock.StripedLock(64, seed=7), keylock.StripedLock(64, seed=7)
+    assert [a.stripe_of(i) for i in range(100)] == [b.stripe_of(i) for i in range(100)]
+    # keys on one stripe share its lock
+    k0 = 0
+    k1 = next(i for i in range(1, 10_000) if a.stripe_of(i) == a.stripe_of(k0))
+    with a.lock(k0):
+        assert a.is_locked(k1) and not a.lock(k1).acquire(blocking=False)
