@@ -4,6 +4,7 @@
 #   make test       run every test suite (what CI runs)
 #   make bench      run every benchmark and regenerate BENCHMARKS.md
 #   make fmt / lint formatting and clippy (-D warnings)
+#   make loom       exhaustive loom models; make tsan: tests under ThreadSanitizer
 #
 # Each front end adds its own targets from mk/<name>.mk by appending to the
 # *_TARGETS lists below, so this file stays small.
@@ -27,6 +28,7 @@ TEST_TARGETS := test-rust
 BENCH_TARGETS := bench-rust
 LINT_TARGETS := lint-rust
 FMT_TARGETS := fmt-rust
+TSAN_TARGETS := tsan-rust
 
 include mk/rust.mk
 -include mk/c.mk
@@ -34,7 +36,7 @@ include mk/rust.mk
 -include mk/node.mk
 -include mk/bench.mk
 
-.PHONY: all build demo test bench fmt lint venv
+.PHONY: all build demo test bench fmt lint venv tsan
 all: build demo
 build: $(BUILD_TARGETS)
 demo: $(DEMO_TARGETS)
@@ -42,6 +44,8 @@ test: $(TEST_TARGETS)
 bench: $(BENCH_TARGETS)
 lint: $(LINT_TARGETS)
 fmt: $(FMT_TARGETS)
+# The core's and the C ABI's test suites under ThreadSanitizer (nightly toolchain).
+tsan: $(TSAN_TARGETS)
 
 # The virtual environment; front ends add their packages to requirements-dev.txt.
 venv: $(VENV)/.stamp

@@ -1,6 +1,6 @@
 # Rust: the core crate and the Rust bank demo.
 
-.PHONY: build-rust demo-rust test-rust bench-rust lint-rust fmt-rust loom loom-swap
+.PHONY: build-rust demo-rust test-rust bench-rust lint-rust fmt-rust loom loom-swap tsan-rust
 
 build-rust:
 	$(CARGO) build --locked --release -p keylock-core -p keylock-bank
@@ -41,3 +41,15 @@ lint-rust:
 
 fmt-rust:
 	$(CARGO) fmt --all
+
+# ThreadSanitizer needs the nightly toolchain. Its standard library is not instrumented, so the
+# suppressions in .ci/tsan.supp cover exactly the false races that causes (Arc's reference
+# counts, deallocation, libtest's result channel) and nothing of keylock's own code. One test
+# thread: libtest's own thread hand-off is invisible to TSan otherwise.
+TSAN_RUSTFLAGS := -Zsanitizer=thread -Cunsafe-allow-abi-mismatch=sanitizer
+TSAN_ENV := TSAN_OPTIONS="suppressions=$(ROOT)/.ci/tsan.supp halt_on_error=1" RUSTFLAGS="$(TSAN_RUSTFLAGS)"
+TSAN_CARGO := $(TSAN_ENV) $(CARGO) +nightly
+TSAN_TARGET := x86_64-unknown-linux-gnu
+tsan-rust:
+	$(TSAN_CARGO) test --locked -p keylock-core --target $(TSAN_TARGET) --target-dir $(TARGET_DIR)/tsan \
+		--lib --tests -- --test-threads=1

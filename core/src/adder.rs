@@ -48,14 +48,18 @@ impl std::fmt::Debug for Adder {
 fn max_cells() -> usize {
     #[cfg(not(keylock_loom))]
     {
-        use std::sync::OnceLock;
-        static MAX: OnceLock<usize> = OnceLock::new();
-        *MAX.get_or_init(|| {
-            std::thread::available_parallelism()
-                .map_or(8, |n| n.get())
-                .next_power_of_two()
-                .max(2)
-        })
+        // Computed once; a race computes the same value twice, which is harmless. (An atomic
+        // rather than OnceLock keeps it visible to ThreadSanitizer, which cannot see into the
+        // uninstrumented standard library.)
+        static MAX: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let cached = MAX.load(std::sync::atomic::Ordering::Relaxed);
+        if cached != 0 {
+            return cached;
+        }
+        let max =
+            std::thread::available_parallelism().map_or(8, |n| n.get()).next_power_of_two().max(2);
+        MAX.store(max, std::sync::atomic::Ordering::Relaxed);
+        max
     }
     #[cfg(keylock_loom)]
     {

@@ -251,30 +251,33 @@ fn works_on_futures_executor() {
             assert!(rw.is_write_locked());
             drop(w);
         });
-        // Threads on a futures::executor::ThreadPool contend with a blocking thread.
+        // Two threads, each running 100 tasks on futures' single-threaded executor, contend
+        // with this thread's blocking locks on one key.
         let pool = Arc::new(pool);
         let counter = Arc::new(Racy::new());
-        let exec = futures::executor::ThreadPool::builder()
-            .pool_size(2)
-            .create()
-            .unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        for _ in 0..200 {
-            let (pool, counter, tx) = (pool.clone(), counter.clone(), tx.clone());
-            exec.spawn_ok(async move {
-                for _ in 0..10 {
-                    let _g = pool.lock_async_owned("hot").await;
-                    counter.bump();
-                }
-                tx.send(()).unwrap();
-            });
-        }
+        let executors: Vec<_> = (0..2)
+            .map(|_| {
+                let (pool, counter) = (pool.clone(), counter.clone());
+                std::thread::spawn(move || {
+                    let tasks = (0..100).map(|_| {
+                        let (pool, counter) = (pool.clone(), counter.clone());
+                        async move {
+                            for _ in 0..10 {
+                                let _g = pool.lock_async_owned("hot").await;
+                                counter.bump();
+                            }
+                        }
+                    });
+                    futures::executor::block_on(futures::future::join_all(tasks));
+                })
+            })
+            .collect();
         for _ in 0..2000 {
             let _g = pool.lock("hot");
             counter.bump();
         }
-        for _ in 0..200 {
-            rx.recv().unwrap();
+        for e in executors {
+            e.join().unwrap();
         }
         assert_eq!(counter.get(), 4000);
         assert!(pool.is_empty());

@@ -2,31 +2,45 @@
 // Each test crate uses its own subset of these helpers.
 #![allow(dead_code)]
 
-use std::sync::mpsc;
+use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
 /// Runs `body` on its own thread and fails the test if it has not finished within `limit`:
 /// a hang is reported as a deadlock instead of hanging CI.
+///
+/// The hand-back uses parking_lot rather than std's channels: under ThreadSanitizer the
+/// standard library is not instrumented here, and its channels would report false races.
 pub(crate) fn within<T: Send + 'static>(
     limit: Duration,
     body: impl FnOnce() -> T + Send + 'static,
 ) -> T {
-    let (tx, rx) = mpsc::channel();
+    let done = Arc::new((parking_lot::Mutex::new(false), parking_lot::Condvar::new()));
+    let signal = done.clone();
     let handle = thread::spawn(move || {
-        let out = body();
-        let _ = tx.send(());
-        out
-    });
-    match rx.recv_timeout(limit) {
-        Ok(()) => handle.join().expect("test body panicked"),
-        Err(mpsc::RecvTimeoutError::Disconnected) => match handle.join() {
-            Ok(_) => unreachable!("body finished without reporting"),
-            Err(panic) => std::panic::resume_unwind(panic),
-        },
-        Err(mpsc::RecvTimeoutError::Timeout) => {
-            panic!("deadlock: test body did not finish within {limit:?}")
+        struct Finish(Arc<(parking_lot::Mutex<bool>, parking_lot::Condvar)>);
+        impl Drop for Finish {
+            // Runs on return and on panic alike.
+            fn drop(&mut self) {
+                *self.0.0.lock() = true;
+                self.0.1.notify_all();
+            }
         }
+        let _finish = Finish(signal);
+        body()
+    });
+    let (lock, cond) = &*done;
+    let mut finished = lock.lock();
+    if !*finished {
+        let _ = cond.wait_for(&mut finished, limit);
+    }
+    if !*finished {
+        panic!("deadlock: test body did not finish within {limit:?}");
+    }
+    drop(finished);
+    match handle.join() {
+        Ok(out) => out,
+        Err(panic) => std::panic::resume_unwind(panic),
     }
 }
 
