@@ -77,9 +77,10 @@ build-c: build-ffi
 	$(CC) -std=c11 -O2 $(C_WARN) examples/c/bank.c -o $(C_BUILD)/bank $$flags; \
 	$(CXX) $(CXX_STD) -O2 $(C_WARN) examples/cpp/bank.cpp -o $(C_BUILD)/bank_cpp $$flags
 
+# `timeout`: a demo that hangs fails instead (each run takes about a second).
 demo-c: build-c
-	$(C_BUILD)/bank
-	$(C_BUILD)/bank_cpp
+	timeout 60 $(C_BUILD)/bank
+	timeout 60 $(C_BUILD)/bank_cpp
 
 # ---- header ------------------------------------------------------------------------------------
 
@@ -124,9 +125,9 @@ test-c-api: build-ffi
 	$(CC) -std=c11 -O2 $(C_WARN) examples/c/bank.c -o "$$tmp/bank_static" $$static -pthread; \
 	! readelf -d "$$tmp/bank_static" | grep -q 'NEEDED.*libkeylock'; \
 	export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1; \
-	"$$tmp/test_keylock"; \
-	"$$tmp/test_keylock_cpp"; \
-	"$$tmp/bank_static" 4 64 100
+	timeout 180 "$$tmp/test_keylock"; \
+	timeout 180 "$$tmp/test_keylock_cpp"; \
+	timeout 60 "$$tmp/bank_static" 4 64 100
 
 # ---- benchmark ---------------------------------------------------------------------------------
 

@@ -127,10 +127,14 @@ static int64_t total(const bank *b) {
     return sum;
 }
 
+/* An audit that cannot get the write lock within this long reports a failure rather than hang
+ * (a reader that never left would otherwise stop the demo forever). */
+#define AUDIT_TIMEOUT_MS 5000
+
 static void audit(bank *b) {
-    keylock_result r = keylock_rwlock_write_lock(b->rw);
+    keylock_result r = keylock_rwlock_write_lock_timeout(b->rw, AUDIT_TIMEOUT_MS);
     if (r != KEYLOCK_OK) {
-        fail(b, "keylock_rwlock_write_lock", r);
+        fail(b, "keylock_rwlock_write_lock_timeout (audit)", r);
         return;
     }
     int64_t sum = total(b);

@@ -47,8 +47,11 @@ struct Bank {
 
     std::int64_t total() const { return std::accumulate(balance.begin(), balance.end(), std::int64_t{0}); }
 
+    // An audit that cannot get the write lock within 5 s throws rather than hang (a reader that
+    // never left would otherwise stop the demo forever).
     void audit() {
-        auto w = rw.write();
+        auto w = rw.try_write_for(std::chrono::seconds(5));
+        if (!w) throw keylock::error(KEYLOCK_TIMEOUT);
         std::int64_t sum = total();
         if (sum == initial_total) {
             audits_passed++;
