@@ -56,8 +56,10 @@ fn max_cells() -> usize {
         if cached != 0 {
             return cached;
         }
-        let max =
-            std::thread::available_parallelism().map_or(8, |n| n.get()).next_power_of_two().max(2);
+        let max = std::thread::available_parallelism()
+            .map_or(8, |n| n.get())
+            .next_power_of_two()
+            .max(2);
         MAX.store(max, std::sync::atomic::Ordering::Relaxed);
         max
     }

@@ -5,7 +5,7 @@
 
 use std::time::Instant;
 
-use crate::sync::{AtomicU8, Mutex, MutexGuard, Ordering};
+use crate::sync::{AtomicU8, AtomicU32, Mutex, MutexGuard, Ordering};
 use crate::wait::{Queue, WaitList, Wake, wait_blocking};
 
 /// Bit 0 of `state`: the mutex is held.
@@ -19,6 +19,10 @@ const QUEUED: u8 = 2;
 pub(crate) struct RawMutex {
     /// `LOCKED | QUEUED` bits, see above.
     state: AtomicU8,
+    /// Bumped by each holder right after acquiring (only the holder writes it); a guard releases
+    /// only if it still matches, so a guard whose acquisition was released explicitly cannot
+    /// release a later holder's.
+    generation: AtomicU32,
     /// The waiters, guarded by their own short lock.
     queue: Mutex<WaitList>,
 }
@@ -34,6 +38,7 @@ impl RawMutex {
     pub(crate) const fn new() -> Self {
         Self {
             state: AtomicU8::new(0),
+            generation: AtomicU32::new(0),
             queue: Mutex::new(WaitList::new()),
         }
     }
@@ -42,6 +47,7 @@ impl RawMutex {
     pub(crate) fn new() -> Self {
         Self {
             state: AtomicU8::new(0),
+            generation: AtomicU32::new(0),
             queue: Mutex::new(WaitList::new()),
         }
     }
@@ -133,6 +139,20 @@ impl RawMutex {
             wake.wake();
         }
         true
+    }
+
+    /// Called by a new holder: starts its acquisition and returns its generation.
+    #[inline]
+    pub(crate) fn begin(&self) -> u32 {
+        let generation = self.generation.load(Ordering::Relaxed).wrapping_add(1);
+        self.generation.store(generation, Ordering::Relaxed);
+        generation
+    }
+
+    /// Releases the acquisition numbered `generation`, if it is still the current one.
+    #[inline]
+    pub(crate) fn unlock_if(&self, generation: u32) -> bool {
+        self.generation.load(Ordering::Relaxed) == generation && self.unlock()
     }
 
     #[inline]

@@ -120,15 +120,24 @@ impl StripedLock {
         &self.stripes[index]
     }
 
+    /// The guard for a stripe just acquired: records the acquisition's generation, so that the
+    /// guard never releases a later acquisition (after an explicit `unlock`).
+    #[inline]
+    fn guard<P: Deref<Target = StripedLock>>(&self, lock: P, stripe: usize) -> StripeGuard<P> {
+        let generation = self.stripe(stripe).begin();
+        StripeGuard {
+            lock: Some(lock),
+            stripe,
+            generation,
+        }
+    }
+
     /// Blocks until `key`'s stripe is held.
     #[inline]
     pub fn lock<K: Hash + ?Sized>(&self, key: &K) -> StripeGuard<&Self> {
         let stripe = self.stripe_of(key);
         self.stripe(stripe).lock(None);
-        StripeGuard {
-            lock: Some(self),
-            stripe,
-        }
+        self.guard(self, stripe)
     }
 
     /// Takes `key`'s stripe if it is free; `Err(WouldBlock)` otherwise.
@@ -136,10 +145,7 @@ impl StripedLock {
     pub fn try_lock<K: Hash + ?Sized>(&self, key: &K) -> Result<StripeGuard<&Self>> {
         let stripe = self.stripe_of(key);
         if self.stripe(stripe).try_lock() {
-            Ok(StripeGuard {
-                lock: Some(self),
-                stripe,
-            })
+            Ok(self.guard(self, stripe))
         } else {
             Err(Error::WouldBlock)
         }
@@ -153,10 +159,7 @@ impl StripedLock {
     ) -> Result<StripeGuard<&Self>> {
         let stripe = self.stripe_of(key);
         if self.stripe(stripe).lock(deadline_after(timeout)) {
-            Ok(StripeGuard {
-                lock: Some(self),
-                stripe,
-            })
+            Ok(self.guard(self, stripe))
         } else {
             Err(Error::TimedOut)
         }
@@ -189,19 +192,28 @@ impl StripedLock {
         stripes
     }
 
-    fn lock_stripes(&self, stripes: &[usize], deadline: Option<Instant>) -> bool {
-        for (taken, &stripe) in stripes.iter().enumerate() {
-            if !self.stripe(stripe).lock(deadline) {
-                self.unlock_stripes(&stripes[..taken]);
-                return false;
+    /// Takes `stripes` in order with `take`; all or none.
+    fn take_stripes(
+        &self,
+        stripes: Vec<usize>,
+        mut take: impl FnMut(&RawMutex) -> bool,
+    ) -> Option<Vec<(usize, u32)>> {
+        let mut held = Vec::with_capacity(stripes.len());
+        for stripe in stripes {
+            if !take(self.stripe(stripe)) {
+                self.release_held(&held);
+                return None;
             }
+            held.push((stripe, self.stripe(stripe).begin()));
         }
-        true
+        Some(held)
     }
 
-    fn unlock_stripes(&self, stripes: &[usize]) {
-        for &stripe in stripes.iter().rev() {
-            self.stripe(stripe).unlock();
+    /// Releases stripes taken by this caller, newest first; a stripe whose acquisition was
+    /// already released explicitly (another generation now) is left alone.
+    fn release_held(&self, held: &[(usize, u32)]) {
+        for &(stripe, generation) in held.iter().rev() {
+            self.stripe(stripe).unlock_if(generation);
         }
     }
 
@@ -213,10 +225,12 @@ impl StripedLock {
         I: IntoIterator<Item = &'k K>,
     {
         let stripes = self.stripes_of(keys);
-        self.lock_stripes(&stripes, None);
+        let held = self
+            .take_stripes(stripes, |m| m.lock(None))
+            .expect("an untimed wait succeeds");
         StripesGuard {
             lock: Some(self),
-            stripes,
+            held,
         }
     }
 
@@ -227,16 +241,13 @@ impl StripedLock {
         I: IntoIterator<Item = &'k K>,
     {
         let stripes = self.stripes_of(keys);
-        for (taken, &stripe) in stripes.iter().enumerate() {
-            if !self.stripe(stripe).try_lock() {
-                self.unlock_stripes(&stripes[..taken]);
-                return Err(Error::WouldBlock);
-            }
+        match self.take_stripes(stripes, RawMutex::try_lock) {
+            Some(held) => Ok(StripesGuard {
+                lock: Some(self),
+                held,
+            }),
+            None => Err(Error::WouldBlock),
         }
-        Ok(StripesGuard {
-            lock: Some(self),
-            stripes,
-        })
     }
 
     /// Waits at most `timeout` in all for the stripes of all `keys`: all or none.
@@ -249,14 +260,14 @@ impl StripedLock {
         K: Hash + ?Sized + 'k,
         I: IntoIterator<Item = &'k K>,
     {
+        let deadline = deadline_after(timeout);
         let stripes = self.stripes_of(keys);
-        if self.lock_stripes(&stripes, deadline_after(timeout)) {
-            Ok(StripesGuard {
+        match self.take_stripes(stripes, |m| m.lock(deadline)) {
+            Some(held) => Ok(StripesGuard {
                 lock: Some(self),
-                stripes,
-            })
-        } else {
-            Err(Error::TimedOut)
+                held,
+            }),
+            None => Err(Error::TimedOut),
         }
     }
 
@@ -271,14 +282,16 @@ impl StripedLock {
         if stripes.iter().any(|&s| !self.stripe(s).is_locked()) {
             return Err(Error::NotLocked);
         }
-        self.unlock_stripes(&stripes);
+        for &stripe in stripes.iter().rev() {
+            self.stripe(stripe).unlock();
+        }
         Ok(())
     }
 
     /// A future that resolves to the guard of `key`'s stripe, waiting in the same queue as
     /// blocking callers.
     pub fn lock_async<K: Hash + ?Sized>(&self, key: &K) -> StripeLockFuture<&Self> {
-        let stripes = Stripes::One([self.stripe_of(key)]);
+        let stripes = Stripes::One([(self.stripe_of(key), 0)]);
         StripeLockFuture {
             inner: ManyFuture::new(self, stripes),
         }
@@ -289,7 +302,7 @@ impl StripedLock {
         self: &Arc<Self>,
         key: &K,
     ) -> StripeLockFuture<Arc<Self>> {
-        let stripes = Stripes::One([self.stripe_of(key)]);
+        let stripes = Stripes::One([(self.stripe_of(key), 0)]);
         StripeLockFuture {
             inner: ManyFuture::new(Arc::clone(self), stripes),
         }
@@ -301,7 +314,7 @@ impl StripedLock {
         K: Hash + ?Sized + 'k,
         I: IntoIterator<Item = &'k K>,
     {
-        let stripes = Stripes::Many(self.stripes_of(keys));
+        let stripes = Stripes::many(self.stripes_of(keys));
         StripesLockFuture {
             inner: ManyFuture::new(self, stripes),
         }
@@ -316,7 +329,7 @@ impl StripedLock {
         K: Hash + ?Sized + 'k,
         I: IntoIterator<Item = &'k K>,
     {
-        let stripes = Stripes::Many(self.stripes_of(keys));
+        let stripes = Stripes::many(self.stripes_of(keys));
         StripesLockFuture {
             inner: ManyFuture::new(Arc::clone(self), stripes),
         }
@@ -337,6 +350,7 @@ impl StripedLock {
 pub struct StripeGuard<P: Deref<Target = StripedLock>> {
     lock: Option<P>,
     stripe: usize,
+    generation: u32,
 }
 
 impl<P: Deref<Target = StripedLock>> StripeGuard<P> {
@@ -364,7 +378,7 @@ impl<P: Deref<Target = StripedLock>> Drop for StripeGuard<P> {
     #[inline]
     fn drop(&mut self) {
         if let Some(lock) = &self.lock {
-            lock.stripe(self.stripe).unlock();
+            lock.stripe(self.stripe).unlock_if(self.generation);
         }
     }
 }
@@ -375,18 +389,19 @@ impl<P: Deref<Target = StripedLock>> Drop for StripeGuard<P> {
 /// use keylock_core::StripedLock;
 /// let locks = StripedLock::new(1).unwrap(); // one stripe: every key shares it
 /// let guard = locks.lock_many(["a", "b", "c"].iter());
-/// assert_eq!(guard.stripes(), &[0]);        // taken once
+/// assert_eq!(guard.stripes().collect::<Vec<_>>(), [0]); // taken once
 /// ```
 #[must_use = "the stripes are released as soon as the guard is dropped"]
 pub struct StripesGuard<P: Deref<Target = StripedLock>> {
     lock: Option<P>,
-    stripes: Vec<usize>,
+    /// (stripe, generation) for each stripe held, ascending.
+    held: Vec<(usize, u32)>,
 }
 
 impl<P: Deref<Target = StripedLock>> StripesGuard<P> {
     /// The distinct stripes held, ascending.
-    pub fn stripes(&self) -> &[usize] {
-        &self.stripes
+    pub fn stripes(&self) -> impl ExactSizeIterator<Item = usize> + '_ {
+        self.held.iter().map(|&(stripe, _)| stripe)
     }
 
     /// Keeps the stripes held and forgets the guard; release them later with
@@ -399,7 +414,7 @@ impl<P: Deref<Target = StripedLock>> StripesGuard<P> {
 impl<P: Deref<Target = StripedLock>> fmt::Debug for StripesGuard<P> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("StripesGuard")
-            .field("stripes", &self.stripes)
+            .field("stripes", &self.stripes().collect::<Vec<_>>())
             .finish()
     }
 }
@@ -407,20 +422,32 @@ impl<P: Deref<Target = StripedLock>> fmt::Debug for StripesGuard<P> {
 impl<P: Deref<Target = StripedLock>> Drop for StripesGuard<P> {
     fn drop(&mut self) {
         if let Some(lock) = &self.lock {
-            lock.unlock_stripes(&self.stripes);
+            lock.release_held(&self.held);
         }
     }
 }
 
-/// The stripes a future acquires: one inline (no allocation), or a sorted list.
+/// The stripes a future acquires, each with the generation of its acquisition once held: one
+/// inline (no allocation), or a sorted list.
 #[derive(Debug)]
 enum Stripes {
-    One([usize; 1]),
-    Many(Vec<usize>),
+    One([(usize, u32); 1]),
+    Many(Vec<(usize, u32)>),
 }
 
 impl Stripes {
-    fn as_slice(&self) -> &[usize] {
+    fn many(stripes: Vec<usize>) -> Self {
+        Stripes::Many(stripes.into_iter().map(|s| (s, 0)).collect())
+    }
+
+    fn as_mut_slice(&mut self) -> &mut [(usize, u32)] {
+        match self {
+            Stripes::One(one) => one,
+            Stripes::Many(many) => many,
+        }
+    }
+
+    fn as_slice(&self) -> &[(usize, u32)] {
         match self {
             Stripes::One(one) => one,
             Stripes::Many(many) => many,
@@ -454,9 +481,9 @@ impl<P: Deref<Target = StripedLock>> ManyFuture<P> {
             .lock
             .as_ref()
             .expect("keylock future polled after completion");
-        let stripes = this.stripes.as_slice();
+        let stripes = this.stripes.as_mut_slice();
         while this.held < stripes.len() {
-            let mutex = lock.stripe(stripes[this.held]);
+            let mutex = lock.stripe(stripes[this.held].0);
             // SAFETY: as above.
             let waiter = unsafe { Pin::new_unchecked(&mut this.waiter) };
             let got = (!waiter.is_registered() && mutex.try_lock())
@@ -466,6 +493,7 @@ impl<P: Deref<Target = StripedLock>> ManyFuture<P> {
             if !got {
                 return Poll::Pending;
             }
+            stripes[this.held].1 = mutex.begin();
             this.held += 1;
         }
         let lock = this.lock.take().expect("checked above");
@@ -483,9 +511,9 @@ impl<P: Deref<Target = StripedLock>> Drop for ManyFuture<P> {
             if self.held < stripes.len() {
                 // SAFETY: the future is dropped in place; the waiter was pinned inside it.
                 let waiter = unsafe { Pin::new_unchecked(&mut self.waiter) };
-                waiter.abandon(lock.stripe(stripes[self.held]), false);
+                waiter.abandon(lock.stripe(stripes[self.held].0), false);
             }
-            lock.unlock_stripes(&stripes[..self.held]);
+            lock.release_held(&stripes[..self.held]);
         }
     }
 }
@@ -511,9 +539,13 @@ impl<P: Deref<Target = StripedLock>> Future for StripeLockFuture<P> {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<StripeGuard<P>> {
         // SAFETY: structural pinning of the only field.
         let inner = unsafe { self.map_unchecked_mut(|f| &mut f.inner) };
-        inner.poll_stripes(cx).map(|(lock, stripes)| StripeGuard {
-            lock: Some(lock),
-            stripe: stripes.as_slice()[0],
+        inner.poll_stripes(cx).map(|(lock, stripes)| {
+            let (stripe, generation) = stripes.as_slice()[0];
+            StripeGuard {
+                lock: Some(lock),
+                stripe,
+                generation,
+            }
         })
     }
 }
@@ -548,13 +580,13 @@ impl<P: Deref<Target = StripedLock>> Future for StripesLockFuture<P> {
         // SAFETY: structural pinning of the only field.
         let inner = unsafe { self.map_unchecked_mut(|f| &mut f.inner) };
         inner.poll_stripes(cx).map(|(lock, stripes)| {
-            let stripes = match stripes {
+            let held = match stripes {
                 Stripes::Many(many) => many,
                 Stripes::One(one) => one.to_vec(),
             };
             StripesGuard {
                 lock: Some(lock),
-                stripes,
+                held,
             }
         })
     }
