@@ -23,6 +23,7 @@
 #define KEYLOCK_HPP
 
 #include <chrono>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
@@ -59,11 +60,15 @@ inline const std::uint8_t *bytes(std::string_view s) noexcept {
 }
 
 /// Milliseconds for a _timeout call: rounded up (so a wait is never shorter than asked),
-/// negative as 0.
+/// negative as 0, and saturated at UINT64_MAX (which waits without limit) instead of overflowing
+/// for durations such as std::chrono::hours::max().
 template <class Rep, class Period>
 std::uint64_t to_ms(std::chrono::duration<Rep, Period> d) {
-    auto ms = std::chrono::ceil<std::chrono::milliseconds>(d).count();
-    return ms <= 0 ? 0 : static_cast<std::uint64_t>(ms);
+    using float_ms = std::chrono::duration<long double, std::milli>;
+    const long double ms = std::chrono::duration_cast<float_ms>(d).count();
+    if (!(ms > 0)) return 0;  // negative, zero (or NaN)
+    if (ms >= 18446744073709551615.0L) return UINT64_MAX;
+    return static_cast<std::uint64_t>(std::ceil(ms));
 }
 
 // The C functions of each keyed primitive, so that KeyPool and StripedLock share one template.

@@ -66,7 +66,12 @@ void keyed_guards(Keyed &keyed) {
         CHECK(!keyed.try_lock("a"));
         CHECK(!keyed.try_lock_for("a", 10ms));
         CHECK(!keyed.try_lock_for("a", 1us));  // rounds up to 1 ms, still times out
+        CHECK(!keyed.try_lock_for("a", -5ms));  // a negative timeout tries once
     }
+    // The longest durations saturate instead of overflowing (UBSan would catch an overflow).
+    CHECK(keyed.try_lock_for("a", std::chrono::hours::max()).has_value());
+    CHECK(keyed.try_lock_for("a", std::chrono::nanoseconds::max()).has_value());
+    CHECK(keyed.try_lock_for("a", std::chrono::duration<double>(1e300)).has_value());
     CHECK(!keyed.is_locked("a"));  // the destructor released it
 
     // The key is copied: the guard does not depend on the caller's buffer.
