@@ -42,7 +42,7 @@ use hashbrown::HashTable;
 use crate::error::{Error, Result};
 use crate::hash::{DefaultHashBuilder, hash_of, random};
 use crate::sync::{AtomicUsize, Mutex, MutexGuard, Ordering};
-use crate::wait::{Queue, WaitList, Waiter, Wake, wait_blocking};
+use crate::wait::{LazyWaiter, Queue, WaitList, Wake, wait_blocking};
 
 /// The lock of one key.
 struct Slot<K> {
@@ -1065,7 +1065,7 @@ pub struct PoolLockFuture<P: PoolRef> {
     at: SlotRef,
     /// `Some` when the key was free at creation and is held already.
     generation: Option<u64>,
-    waiter: Waiter,
+    waiter: LazyWaiter,
 }
 
 impl<P: PoolRef> PoolLockFuture<P> {
@@ -1078,7 +1078,7 @@ impl<P: PoolRef> PoolLockFuture<P> {
             pool: Some(pool),
             at,
             generation,
-            waiter: Waiter::new(),
+            waiter: LazyWaiter::new(),
         }
     }
 }
@@ -1110,6 +1110,7 @@ impl<P: PoolRef> Future for PoolLockFuture<P> {
                 slot: this.at.slot,
             };
             if waiter
+                .get()
                 .poll(&queue, || Wake::Task(cx.waker().clone()))
                 .is_pending()
             {
@@ -1165,7 +1166,7 @@ pub struct PoolManyLockFuture<P: PoolRef> {
     /// Reserved slots in canonical order; `held.len()` of them are held.
     slots: Vec<SlotRef>,
     held: Vec<(SlotRef, u64)>,
-    waiter: Waiter,
+    waiter: LazyWaiter,
 }
 
 impl<P: PoolRef> PoolManyLockFuture<P> {
@@ -1175,7 +1176,7 @@ impl<P: PoolRef> PoolManyLockFuture<P> {
             pool: Some(pool),
             slots,
             held,
-            waiter: Waiter::new(),
+            waiter: LazyWaiter::new(),
         }
     }
 }
@@ -1209,6 +1210,7 @@ impl<P: PoolRef> Future for PoolManyLockFuture<P> {
                 slot: at.slot,
             };
             if waiter
+                .get()
                 .poll(&queue, || Wake::Task(cx.waker().clone()))
                 .is_pending()
             {

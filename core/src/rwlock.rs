@@ -33,7 +33,7 @@ use crate::raw_mutex::RawMutex;
 use crate::sync::{
     AtomicU8, Mutex, MutexGuard, Ordering, Spin, current_thread, park, store_load_fence,
 };
-use crate::wait::{Queue, WaitList, Waiter, Wake, wait_blocking};
+use crate::wait::{LazyWaiter, Queue, WaitList, Wake, wait_blocking};
 
 /// `phase`: no writer.
 const NONE: u8 = 0;
@@ -611,7 +611,7 @@ impl RwLock {
     pub fn read_async(&self) -> ReadFuture<&Self> {
         ReadFuture {
             lock: Some(self),
-            waiter: Waiter::new(),
+            waiter: LazyWaiter::new(),
         }
     }
 
@@ -619,7 +619,7 @@ impl RwLock {
     pub fn write_async(&self) -> WriteFuture<&Self> {
         WriteFuture {
             lock: Some(self),
-            waiter: Waiter::new(),
+            waiter: LazyWaiter::new(),
             draining: false,
         }
     }
@@ -628,7 +628,7 @@ impl RwLock {
     pub fn read_async_owned(self: &Arc<Self>) -> ReadFuture<Arc<Self>> {
         ReadFuture {
             lock: Some(Arc::clone(self)),
-            waiter: Waiter::new(),
+            waiter: LazyWaiter::new(),
         }
     }
 
@@ -636,7 +636,7 @@ impl RwLock {
     pub fn write_async_owned(self: &Arc<Self>) -> WriteFuture<Arc<Self>> {
         WriteFuture {
             lock: Some(Arc::clone(self)),
-            waiter: Waiter::new(),
+            waiter: LazyWaiter::new(),
             draining: false,
         }
     }
@@ -657,7 +657,7 @@ impl RwLock {
 #[must_use = "futures do nothing unless polled"]
 pub struct ReadFuture<P: Deref<Target = RwLock>> {
     lock: Option<P>,
-    waiter: Waiter,
+    waiter: LazyWaiter,
 }
 
 impl<P: Deref<Target = RwLock>> Future for ReadFuture<P> {
@@ -675,6 +675,7 @@ impl<P: Deref<Target = RwLock>> Future for ReadFuture<P> {
         let waiter = unsafe { Pin::new_unchecked(&mut this.waiter) };
         let ready = (!waiter.is_registered() && raw.try_read_fast())
             || waiter
+                .get()
                 .poll(&ReaderGate(raw), || Wake::Task(cx.waker().clone()))
                 .is_ready();
         if ready {
@@ -712,7 +713,7 @@ impl<P: Deref<Target = RwLock>> Drop for ReadFuture<P> {
 #[must_use = "futures do nothing unless polled"]
 pub struct WriteFuture<P: Deref<Target = RwLock>> {
     lock: Option<P>,
-    waiter: Waiter,
+    waiter: LazyWaiter,
     /// The writer mutex is held and readers are draining.
     draining: bool,
 }
@@ -733,6 +734,7 @@ impl<P: Deref<Target = RwLock>> Future for WriteFuture<P> {
             let waiter = unsafe { Pin::new_unchecked(&mut this.waiter) };
             let held = (!waiter.is_registered() && raw.writer.try_lock())
                 || waiter
+                    .get()
                     .poll(&raw.writer, || Wake::Task(cx.waker().clone()))
                     .is_ready();
             if !held {

@@ -14,7 +14,7 @@ use crossbeam_utils::CachePadded;
 use crate::error::{Error, Result};
 use crate::hash::{DefaultHashBuilder, hash_of, random, seeded};
 use crate::raw_mutex::RawMutex;
-use crate::wait::{Waiter, Wake};
+use crate::wait::{LazyWaiter, Wake};
 
 /// A fixed number of locks shared by all keys: each key maps to the stripe
 /// `hash(key) & (stripes - 1)`.
@@ -291,9 +291,10 @@ impl StripedLock {
     /// A future that resolves to the guard of `key`'s stripe, waiting in the same queue as
     /// blocking callers.
     pub fn lock_async<K: Hash + ?Sized>(&self, key: &K) -> StripeLockFuture<&Self> {
-        let stripes = Stripes::One([(self.stripe_of(key), 0)]);
         StripeLockFuture {
-            inner: ManyFuture::new(self, stripes),
+            lock: Some(self),
+            stripe: self.stripe_of(key),
+            waiter: LazyWaiter::new(),
         }
     }
 
@@ -302,9 +303,10 @@ impl StripedLock {
         self: &Arc<Self>,
         key: &K,
     ) -> StripeLockFuture<Arc<Self>> {
-        let stripes = Stripes::One([(self.stripe_of(key), 0)]);
         StripeLockFuture {
-            inner: ManyFuture::new(Arc::clone(self), stripes),
+            lock: Some(Arc::clone(self)),
+            stripe: self.stripe_of(key),
+            waiter: LazyWaiter::new(),
         }
     }
 
@@ -314,7 +316,7 @@ impl StripedLock {
         K: Hash + ?Sized + 'k,
         I: IntoIterator<Item = &'k K>,
     {
-        let stripes = Stripes::many(self.stripes_of(keys));
+        let stripes = self.stripes_of(keys);
         StripesLockFuture {
             inner: ManyFuture::new(self, stripes),
         }
@@ -329,7 +331,7 @@ impl StripedLock {
         K: Hash + ?Sized + 'k,
         I: IntoIterator<Item = &'k K>,
     {
-        let stripes = Stripes::many(self.stripes_of(keys));
+        let stripes = self.stripes_of(keys);
         StripesLockFuture {
             inner: ManyFuture::new(Arc::clone(self), stripes),
         }
@@ -427,93 +429,51 @@ impl<P: Deref<Target = StripedLock>> Drop for StripesGuard<P> {
     }
 }
 
-/// The stripes a future acquires, each with the generation of its acquisition once held: one
-/// inline (no allocation), or a sorted list.
-#[derive(Debug)]
-enum Stripes {
-    One([(usize, u32); 1]),
-    Many(Vec<(usize, u32)>),
-}
-
-impl Stripes {
-    fn many(stripes: Vec<usize>) -> Self {
-        Stripes::Many(stripes.into_iter().map(|s| (s, 0)).collect())
-    }
-
-    fn as_mut_slice(&mut self) -> &mut [(usize, u32)] {
-        match self {
-            Stripes::One(one) => one,
-            Stripes::Many(many) => many,
-        }
-    }
-
-    fn as_slice(&self) -> &[(usize, u32)] {
-        match self {
-            Stripes::One(one) => one,
-            Stripes::Many(many) => many,
-        }
+/// Polls for one stripe: the lock-free attempt first (when not queued), else the queue.
+fn poll_stripe(mutex: &RawMutex, waiter: Pin<&mut LazyWaiter>, cx: &mut Context<'_>) -> Poll<u32> {
+    let got = (!waiter.is_registered() && mutex.try_lock())
+        || waiter
+            .get()
+            .poll(mutex, || Wake::Task(cx.waker().clone()))
+            .is_ready();
+    if got {
+        Poll::Ready(mutex.begin())
+    } else {
+        Poll::Pending
     }
 }
 
 /// Acquires a sorted list of stripes one after another.
 struct ManyFuture<P: Deref<Target = StripedLock>> {
     lock: Option<P>,
-    stripes: Stripes,
+    /// (stripe, generation once held), ascending.
+    stripes: Vec<(usize, u32)>,
     /// How many of `stripes` are held.
     held: usize,
-    waiter: Waiter,
+    waiter: LazyWaiter,
 }
 
 impl<P: Deref<Target = StripedLock>> ManyFuture<P> {
-    fn new(lock: P, stripes: Stripes) -> Self {
+    fn new(lock: P, stripes: Vec<usize>) -> Self {
+        let stripes = stripes.into_iter().map(|s| (s, 0)).collect();
         Self {
             lock: Some(lock),
             stripes,
             held: 0,
-            waiter: Waiter::new(),
+            waiter: LazyWaiter::new(),
         }
-    }
-
-    fn poll_stripes(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<(P, Stripes)> {
-        // SAFETY: the waiter is never moved out of the pinned future.
-        let this = unsafe { self.get_unchecked_mut() };
-        let lock = this
-            .lock
-            .as_ref()
-            .expect("keylock future polled after completion");
-        let stripes = this.stripes.as_mut_slice();
-        while this.held < stripes.len() {
-            let mutex = lock.stripe(stripes[this.held].0);
-            // SAFETY: as above.
-            let waiter = unsafe { Pin::new_unchecked(&mut this.waiter) };
-            let got = (!waiter.is_registered() && mutex.try_lock())
-                || waiter
-                    .poll(mutex, || Wake::Task(cx.waker().clone()))
-                    .is_ready();
-            if !got {
-                return Poll::Pending;
-            }
-            stripes[this.held].1 = mutex.begin();
-            this.held += 1;
-        }
-        let lock = this.lock.take().expect("checked above");
-        Poll::Ready((
-            lock,
-            std::mem::replace(&mut this.stripes, Stripes::Many(Vec::new())),
-        ))
     }
 }
 
 impl<P: Deref<Target = StripedLock>> Drop for ManyFuture<P> {
     fn drop(&mut self) {
         if let Some(lock) = &self.lock {
-            let stripes = self.stripes.as_slice();
-            if self.held < stripes.len() {
+            if self.held < self.stripes.len() {
                 // SAFETY: the future is dropped in place; the waiter was pinned inside it.
                 let waiter = unsafe { Pin::new_unchecked(&mut self.waiter) };
-                waiter.abandon(lock.stripe(stripes[self.held].0), false);
+                waiter.abandon(lock.stripe(self.stripes[self.held].0), false);
             }
-            lock.release_held(&stripes[..self.held]);
+            lock.release_held(&self.stripes[..self.held]);
         }
     }
 }
@@ -530,30 +490,46 @@ impl<P: Deref<Target = StripedLock>> Drop for ManyFuture<P> {
 /// ```
 #[must_use = "futures do nothing unless polled"]
 pub struct StripeLockFuture<P: Deref<Target = StripedLock>> {
-    inner: ManyFuture<P>,
+    lock: Option<P>,
+    stripe: usize,
+    waiter: LazyWaiter,
 }
 
 impl<P: Deref<Target = StripedLock>> Future for StripeLockFuture<P> {
     type Output = StripeGuard<P>;
 
+    #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<StripeGuard<P>> {
-        // SAFETY: structural pinning of the only field.
-        let inner = unsafe { self.map_unchecked_mut(|f| &mut f.inner) };
-        inner.poll_stripes(cx).map(|(lock, stripes)| {
-            let (stripe, generation) = stripes.as_slice()[0];
-            StripeGuard {
-                lock: Some(lock),
-                stripe,
-                generation,
-            }
+        // SAFETY: the waiter is never moved out of the pinned future.
+        let this = unsafe { self.get_unchecked_mut() };
+        let lock = this
+            .lock
+            .as_ref()
+            .expect("StripeLockFuture polled after completion");
+        // SAFETY: as above.
+        let waiter = unsafe { Pin::new_unchecked(&mut this.waiter) };
+        poll_stripe(lock.stripe(this.stripe), waiter, cx).map(|generation| StripeGuard {
+            lock: this.lock.take(),
+            stripe: this.stripe,
+            generation,
         })
+    }
+}
+
+impl<P: Deref<Target = StripedLock>> Drop for StripeLockFuture<P> {
+    fn drop(&mut self) {
+        if let Some(lock) = &self.lock {
+            // SAFETY: the future is dropped in place; the waiter was pinned inside it.
+            let waiter = unsafe { Pin::new_unchecked(&mut self.waiter) };
+            waiter.abandon(lock.stripe(self.stripe), false);
+        }
     }
 }
 
 impl<P: Deref<Target = StripedLock>> fmt::Debug for StripeLockFuture<P> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("StripeLockFuture")
-            .field("stripes", &self.inner.stripes)
+            .field("stripe", &self.stripe)
             .finish()
     }
 }
@@ -577,17 +553,25 @@ impl<P: Deref<Target = StripedLock>> Future for StripesLockFuture<P> {
     type Output = StripesGuard<P>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<StripesGuard<P>> {
-        // SAFETY: structural pinning of the only field.
-        let inner = unsafe { self.map_unchecked_mut(|f| &mut f.inner) };
-        inner.poll_stripes(cx).map(|(lock, stripes)| {
-            let held = match stripes {
-                Stripes::Many(many) => many,
-                Stripes::One(one) => one.to_vec(),
-            };
-            StripesGuard {
-                lock: Some(lock),
-                held,
+        // SAFETY: structural pinning of the only field; its waiter is never moved out.
+        let this = unsafe { &mut self.get_unchecked_mut().inner };
+        let lock = this
+            .lock
+            .as_ref()
+            .expect("StripesLockFuture polled after completion");
+        while this.held < this.stripes.len() {
+            let mutex = lock.stripe(this.stripes[this.held].0);
+            // SAFETY: as above.
+            let waiter = unsafe { Pin::new_unchecked(&mut this.waiter) };
+            match poll_stripe(mutex, waiter, cx) {
+                Poll::Ready(generation) => this.stripes[this.held].1 = generation,
+                Poll::Pending => return Poll::Pending,
             }
+            this.held += 1;
+        }
+        Poll::Ready(StripesGuard {
+            lock: this.lock.take(),
+            held: std::mem::take(&mut this.stripes),
         })
     }
 }

@@ -478,6 +478,45 @@ impl Waiter {
     }
 }
 
+/// A [`Waiter`] made on first need: a future whose lock is free on its first poll never
+/// initialises (or drops) a queue node, which keeps the uncontended async path close to the
+/// blocking one.
+#[derive(Debug, Default)]
+pub(crate) struct LazyWaiter(Option<Waiter>);
+
+impl LazyWaiter {
+    pub(crate) const fn new() -> Self {
+        Self(None)
+    }
+
+    /// Whether a waiter exists and is registered with a queue.
+    #[inline]
+    pub(crate) fn is_registered(&self) -> bool {
+        self.0.as_ref().is_some_and(Waiter::is_registered)
+    }
+
+    /// The waiter, made now if it does not exist yet.
+    pub(crate) fn get(self: Pin<&mut Self>) -> Pin<&mut Waiter> {
+        // SAFETY: the Option is never moved out of or replaced once it holds a waiter; the
+        // waiter is pinned exactly where it was made.
+        unsafe { self.map_unchecked_mut(|slot| slot.0.get_or_insert_with(Waiter::new)) }
+    }
+
+    /// [`Waiter::abandon`], if a waiter exists.
+    pub(crate) fn abandon<Q: Queue + ?Sized>(
+        self: Pin<&mut Self>,
+        queue: &Q,
+        keep_granted: bool,
+    ) -> bool {
+        // SAFETY: as in `get`.
+        match unsafe { self.get_unchecked_mut() }.0.as_mut() {
+            // SAFETY: as in `get`.
+            Some(waiter) => unsafe { Pin::new_unchecked(waiter) }.abandon(queue, keep_granted),
+            None => false,
+        }
+    }
+}
+
 /// Blocks the current thread until `queue`'s lock is taken or `deadline` passes.
 /// `try_fast` is the caller's lock-free attempt, retried while spinning.
 pub(crate) fn wait_blocking<Q: Queue + ?Sized>(
