@@ -234,6 +234,20 @@ def render(results_dir: str, md_path: str, docs_dir: str) -> None:
         "interleaved with keylock; figures are medians of several runs with the spread "
         "(min .. max) beside them, and ratios are against the named baseline in the same run. "
         "The machine is shared and has few cores, so absolute numbers are noisy; read the ratios.\n")
+    out.append(
+        "Workloads. *Uncontended* (criterion, one thread): lock and unlock with nothing else "
+        "running; keyed locks cycle through 1,024 keys, so hashing and lookup are included. "
+        "*Per-key throughput*: each thread either cycles through 64 keys of its own (distinct "
+        "keys) or all threads share 4 keys (hot keys); empty critical section; ~200 ms per run. "
+        "*Latency*: 8 threads on one hot key, a ~50 ns critical section, wait measured from "
+        "before the lock call to inside the critical section; fairness is the spread of "
+        "acquisitions per thread (stddev/mean: lower is fairer; min/max: higher is fairer). "
+        "*RwLock mixes*: each operation is a read with the given probability, else a write. "
+        "*Async contended*: 1,000 tokio tasks on a multi-thread runtime, each taking random keys "
+        "out of 1,000. *Memory*: exact live heap bytes from a counting global allocator. "
+        "Alternatives: the naive map is `Mutex<HashMap<K, Arc<Mutex<()>>>>` with lookup-or-insert "
+        "and no removal, as commonly written; the DashMap keyed lock is `DashMap<K, Arc<Mutex<()>>>` "
+        "the same way; `lockmap` is used through `LockMap::entry`, as its documentation shows.\n")
     plots = [p for p in ("throughput-threads.png", "rwlock-read-ratio.png", "memory-keys.png")
              if os.path.exists(os.path.join(docs_dir, p))]
 
