@@ -267,14 +267,14 @@ class Guard {
 }
 
 class KeyGuard extends Guard {
-  constructor(n, key) {
+  constructor(h, key) {
     super();
-    this._n = n;
+    this._h = h;
     this.key = key;
   }
 
   _unlock() {
-    return this._n.unlock(this.key);
+    return this._h.unlock(this.key);
   }
 
   _what() {
@@ -283,14 +283,14 @@ class KeyGuard extends Guard {
 }
 
 class KeysGuard extends Guard {
-  constructor(n, keys) {
+  constructor(h, keys) {
     super();
-    this._n = n;
+    this._h = h;
     this.keys = keys;
   }
 
   _unlock() {
-    return this._n.unlockMany(this.keys);
+    return this._h.unlockMany(this.keys);
   }
 
   _what() {
@@ -299,13 +299,13 @@ class KeysGuard extends Guard {
 }
 
 class ReadGuard extends Guard {
-  constructor(n) {
+  constructor(h) {
     super();
-    this._n = n;
+    this._h = h;
   }
 
   _unlock() {
-    return this._n.readUnlock();
+    return this._h.readUnlock();
   }
 
   _what() {
@@ -314,13 +314,13 @@ class ReadGuard extends Guard {
 }
 
 class WriteGuard extends Guard {
-  constructor(n) {
+  constructor(h) {
     super();
-    this._n = n;
+    this._h = h;
   }
 
   _unlock() {
-    return this._n.writeUnlock();
+    return this._h.writeUnlock();
   }
 
   _what() {
@@ -346,18 +346,18 @@ function keyWhat(key) {
   return typeof key === 'string' ? `key ${JSON.stringify(key)}` : `a ${key.length}-byte key`;
 }
 
-// The native object behind a KeyPool or StripedLock, for the subclasses' own methods.
-let nativeOf;
+// The handle behind a KeyPool or StripedLock, for the subclasses' own methods.
+let handleOf;
 
 class KeyedLock {
-  #n;
+  #h;
 
   static {
-    nativeOf = (lock) => lock.#n;
+    handleOf = (lock) => lock.#h;
   }
 
-  constructor(n) {
-    this.#n = n;
+  constructor(h) {
+    this.#h = h;
   }
 
   /** Waits for `key`; resolves to a guard. Options: `{ timeout (ms), signal (AbortSignal) }`. */
@@ -368,14 +368,14 @@ class KeyedLock {
     } catch (err) {
       return Promise.reject(err);
     }
-    const n = this.#n;
+    const h = this.#h;
     const own = ownKey(key);
     return acquire(
       opts,
       keyWhat(key),
-      () => n.tryLock(own),
-      () => n.lockAsync(own),
-      () => new KeyGuard(n, own),
+      () => h.tryLock(own),
+      () => h.lockAsync(own),
+      () => new KeyGuard(h, own),
     );
   }
 
@@ -383,7 +383,7 @@ class KeyedLock {
   tryLock(key) {
     checkKey(key);
     const own = ownKey(key);
-    return this.#n.tryLock(own) ? new KeyGuard(this.#n, own) : null;
+    return this.#h.tryLock(own) ? new KeyGuard(this.#h, own) : null;
   }
 
   /**
@@ -394,15 +394,15 @@ class KeyedLock {
     checkKey(key);
     const { timeout } = parseOptions(opts, false);
     const own = ownKey(key);
-    const status = this.#n.lockSync(own, syncTimeout(timeout));
+    const status = this.#h.lockSync(own, syncTimeout(timeout));
     if (status !== OK) throw status === TIMED_OUT ? timeoutError(keyWhat(key), timeout) : statusError(status, keyWhat(key));
-    return new KeyGuard(this.#n, own);
+    return new KeyGuard(this.#h, own);
   }
 
   /** Releases `key` without its guard. Throws KEYLOCK_NOT_LOCKED if it is not locked. */
   unlock(key) {
     checkKey(key);
-    const status = this.#n.unlock(key);
+    const status = this.#h.unlock(key);
     if (status !== OK) throw statusError(status, keyWhat(key));
   }
 
@@ -410,14 +410,14 @@ class KeyedLock {
   async withLock(key, fn, opts) {
     checkKey(key);
     checkFn(fn);
-    const n = this.#n;
+    const h = this.#h;
     const own = ownKey(key);
     // Fast path: a free key without options is taken and released without a guard object.
-    if (opts === undefined && n.tryLock(own)) {
+    if (opts === undefined && h.tryLock(own)) {
       try {
         return await fn();
       } finally {
-        const status = n.unlock(own);
+        const status = h.unlock(own);
         if (status !== OK) throw statusError(status, keyWhat(key));
       }
     }
@@ -433,35 +433,35 @@ class KeyedLock {
     } catch (err) {
       return Promise.reject(err);
     }
-    const n = this.#n;
+    const h = this.#h;
     return acquire(
       opts,
       `${own.length} keys`,
-      () => n.tryLockMany(own),
-      () => n.lockManyAsync(own),
-      () => new KeysGuard(n, own),
+      () => h.tryLockMany(own),
+      () => h.lockManyAsync(own),
+      () => new KeysGuard(h, own),
     );
   }
 
   /** Takes all `keys` if all are free (a guard), or none (null). */
   tryLockMany(keys) {
     const own = checkKeys(keys);
-    return this.#n.tryLockMany(own) ? new KeysGuard(this.#n, own) : null;
+    return this.#h.tryLockMany(own) ? new KeysGuard(this.#h, own) : null;
   }
 
   /** Blocks the calling thread until all `keys` are held (see lockSync). */
   lockManySync(keys, opts) {
     const own = checkKeys(keys);
     const { timeout } = parseOptions(opts, false);
-    const status = this.#n.lockManySync(own, syncTimeout(timeout));
+    const status = this.#h.lockManySync(own, syncTimeout(timeout));
     if (status !== OK) throw status === TIMED_OUT ? timeoutError(`${own.length} keys`, timeout) : statusError(status, `${own.length} keys`);
-    return new KeysGuard(this.#n, own);
+    return new KeysGuard(this.#h, own);
   }
 
   /** Releases all `keys` without their guard; throws KEYLOCK_NOT_LOCKED (releasing none) if one is free. */
   unlockMany(keys) {
     const own = checkKeys(keys);
-    const status = this.#n.unlockMany(own);
+    const status = this.#h.unlockMany(own);
     if (status !== OK) throw statusError(status, `${own.length} keys`);
   }
 
@@ -474,7 +474,7 @@ class KeyedLock {
   /** Whether `key` is held now. */
   isLocked(key) {
     checkKey(key);
-    return this.#n.isLocked(key);
+    return this.#h.isLocked(key);
   }
 }
 
@@ -484,23 +484,23 @@ class KeyedLock {
  */
 class KeyPool extends KeyedLock {
   constructor(...args) {
-    super(args[0] === INTERNAL ? args[1] : new native.NativeKeyPool());
+    super(args[0] === INTERNAL ? args[1] : native.poolNew());
   }
 
   /** The pool called `name`, the same in every worker thread of this process. */
   static shared(name) {
     checkName(name);
-    return new KeyPool(INTERNAL, native.NativeKeyPool.shared(name));
+    return new KeyPool(INTERNAL, native.poolShared(name));
   }
 
   /** Keys held now. */
   get size() {
-    return nativeOf(this).size;
+    return native.poolSize(handleOf(this).handle);
   }
 
   /** Counters: held, waiting, entriesInUse, entriesAllocated, peakHeld, acquisitions, contended. */
   stats() {
-    return nativeOf(this).stats();
+    return native.poolStats(handleOf(this).handle);
   }
 }
 
@@ -514,7 +514,7 @@ class StripedLock extends KeyedLock {
       super(args[1]);
       return;
     }
-    super(new native.NativeStripedLock(checkStripes(args[0])));
+    super(native.stripedNew(checkStripes(args[0])));
   }
 
   /**
@@ -525,25 +525,26 @@ class StripedLock extends KeyedLock {
   static shared(name, stripes) {
     checkName(name);
     const wanted = stripes === undefined ? undefined : checkStripes(stripes);
-    const n = native.NativeStripedLock.shared(name, wanted === undefined ? DEFAULT_STRIPES : wanted);
-    if (wanted !== undefined && n.stripes !== roundStripes(wanted)) {
+    const h = native.stripedShared(name, wanted === undefined ? DEFAULT_STRIPES : wanted);
+    const have = native.stripedStripes(h.handle);
+    if (wanted !== undefined && have !== roundStripes(wanted)) {
       throw new KeylockError(
         'KEYLOCK_SHARED_MISMATCH',
-        `keylock: the shared StripedLock ${JSON.stringify(name)} has ${n.stripes} stripes, not ${roundStripes(wanted)}`,
+        `keylock: the shared StripedLock ${JSON.stringify(name)} has ${have} stripes, not ${roundStripes(wanted)}`,
       );
     }
-    return new StripedLock(INTERNAL, n);
+    return new StripedLock(INTERNAL, h);
   }
 
   /** The number of stripes (a power of two). */
   get stripes() {
-    return nativeOf(this).stripes;
+    return native.stripedStripes(handleOf(this).handle);
   }
 
   /** The stripe `key` maps to (0 <= stripe < stripes). */
   stripeOf(key) {
     checkKey(key);
-    return nativeOf(this).stripeOf(key);
+    return native.stripedStripeOf(handleOf(this).handle, key);
   }
 }
 
@@ -570,16 +571,16 @@ function roundStripes(n) {
 
 /** A reader-writer lock: many readers or one writer. */
 class RwLock {
-  #n;
+  #h;
 
   constructor(...args) {
-    this.#n = args[0] === INTERNAL ? args[1] : new native.NativeRwLock();
+    this.#h = args[0] === INTERNAL ? args[1] : native.rwNew();
   }
 
   /** The lock called `name`, the same in every worker thread of this process. */
   static shared(name) {
     checkName(name);
-    return new RwLock(INTERNAL, native.NativeRwLock.shared(name));
+    return new RwLock(INTERNAL, native.rwShared(name));
   }
 
   /** Waits for a read lock; resolves to a guard. Options: `{ timeout, signal }`. */
@@ -589,8 +590,8 @@ class RwLock {
     } catch (err) {
       return Promise.reject(err);
     }
-    const n = this.#n;
-    return acquire(opts, 'the read lock', () => n.tryRead(), () => n.readAsync(), () => new ReadGuard(n));
+    const h = this.#h;
+    return acquire(opts, 'the read lock', () => h.tryRead(), () => h.readAsync(), () => new ReadGuard(h));
   }
 
   /** Waits for the write lock; resolves to a guard. Options: `{ timeout, signal }`. */
@@ -600,34 +601,34 @@ class RwLock {
     } catch (err) {
       return Promise.reject(err);
     }
-    const n = this.#n;
-    return acquire(opts, 'the write lock', () => n.tryWrite(), () => n.writeAsync(), () => new WriteGuard(n));
+    const h = this.#h;
+    return acquire(opts, 'the write lock', () => h.tryWrite(), () => h.writeAsync(), () => new WriteGuard(h));
   }
 
   /** A read guard if no writer holds the lock, else null. */
   tryRead() {
-    return this.#n.tryRead() ? new ReadGuard(this.#n) : null;
+    return this.#h.tryRead() ? new ReadGuard(this.#h) : null;
   }
 
   /** The write guard if the lock is free, else null. */
   tryWrite() {
-    return this.#n.tryWrite() ? new WriteGuard(this.#n) : null;
+    return this.#h.tryWrite() ? new WriteGuard(this.#h) : null;
   }
 
   /** Blocks the calling thread for a read lock (for worker threads, like lockSync). */
   readSync(opts) {
     const { timeout } = parseOptions(opts, false);
-    const status = this.#n.readSync(syncTimeout(timeout));
+    const status = this.#h.readSync(syncTimeout(timeout));
     if (status !== OK) throw status === TIMED_OUT ? timeoutError('the read lock', timeout) : statusError(status, 'the read lock');
-    return new ReadGuard(this.#n);
+    return new ReadGuard(this.#h);
   }
 
   /** Blocks the calling thread for the write lock (for worker threads, like lockSync). */
   writeSync(opts) {
     const { timeout } = parseOptions(opts, false);
-    const status = this.#n.writeSync(syncTimeout(timeout));
+    const status = this.#h.writeSync(syncTimeout(timeout));
     if (status !== OK) throw status === TIMED_OUT ? timeoutError('the write lock', timeout) : statusError(status, 'the write lock');
-    return new WriteGuard(this.#n);
+    return new WriteGuard(this.#h);
   }
 
   /** Holds a read lock while `fn` runs; returns (or rethrows) its result. */
@@ -644,24 +645,24 @@ class RwLock {
 
   /** Releases one read lock without its guard; throws KEYLOCK_NOT_LOCKED if none is held. */
   readUnlock() {
-    const status = this.#n.readUnlock();
+    const status = this.#h.readUnlock();
     if (status !== OK) throw statusError(status, 'the read lock');
   }
 
   /** Releases the write lock without its guard; throws KEYLOCK_NOT_LOCKED if it is free. */
   writeUnlock() {
-    const status = this.#n.writeUnlock();
+    const status = this.#h.writeUnlock();
     if (status !== OK) throw statusError(status, 'the write lock');
   }
 
   /** Whether a reader or a writer holds the lock. */
   isLocked() {
-    return this.#n.isLocked();
+    return this.#h.isLocked();
   }
 
   /** Whether a writer holds the lock. */
   isWriteLocked() {
-    return this.#n.isWriteLocked();
+    return this.#h.isWriteLocked();
   }
 }
 

@@ -6,24 +6,175 @@
 //! event loop ([`reactor`]). Locks of the same name are shared by every worker of the process
 //! ([`shared`]).
 //!
-//! The JavaScript-facing API (guards, `withLock`, options, `AbortSignal`, `using`) is in
-//! `index.js`; the classes here are its private building blocks.
+//! JavaScript holds each lock as an opaque handle ([`handle`]). The operations made once per
+//! acquisition or release are plain Node-API functions ([`raw`]), the rest are napi-rs exports
+//! below. The public API (classes, guards, `withLock`, options, `AbortSignal`, `using`) is in
+//! `index.js`.
 
+mod handle;
 pub mod keys;
-pub mod pool;
+mod locks;
+mod raw;
 mod reactor;
-pub mod rwlock;
 mod shared;
 mod status;
-pub mod striped;
 
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use napi::bindgen_prelude::{Function, Unknown};
-use napi::{Env, Result};
+use keylock_core::{RwLock, StripedLock};
+use napi::bindgen_prelude::{FromNapiValue, Function, Unknown};
+use napi::{Env, Error, JsValue, Result, Status};
 use napi_derive::napi;
+
+use crate::keys::Key;
+use crate::locks::{Handle, Held, Pool, SHARED_POOLS, SHARED_RWLOCKS, SHARED_STRIPED};
+use crate::shared::{Presence, Shared};
+
+/// The largest stripe count a `StripedLock` accepts.
+#[napi]
+pub const MAX_STRIPES: u32 = StripedLock::MAX_STRIPES as u32;
+
+/// Hands a lock to JavaScript: an object of its per-operation functions plus `.handle`.
+fn give(env: &Env, handle: Handle) -> Result<Unknown<'_>> {
+    // SAFETY: `env` is the current call's environment.
+    unsafe {
+        let value = raw::bind(env.raw(), handle)?;
+        Unknown::from_napi_value(env.raw(), value)
+    }
+}
+
+/// The handle behind a JavaScript value.
+fn take<'a>(env: &Env, value: &'a Unknown<'_>) -> Result<&'a Handle> {
+    // SAFETY: `value` is an argument of the current call, alive for `'a`.
+    unsafe { handle::unwrap(env.raw(), value.raw()) }
+        .ok_or_else(|| Error::new(Status::InvalidArg, "not a keylock handle"))
+}
+
+fn held<T>(shared: std::sync::Arc<Shared<T>>) -> Held<T>
+where
+    T: Send + Sync + std::fmt::Debug + 'static,
+{
+    Held {
+        core: shared.core.clone(),
+        presence: Some(Presence::join(&shared)),
+    }
+}
+
+fn invalid(e: keylock_core::Error) -> Error {
+    Error::new(Status::InvalidArg, e.to_string())
+}
+
+/// A new `KeyPool`.
+#[napi(catch_unwind)]
+pub fn pool_new(env: &Env) -> Result<Unknown<'_>> {
+    give(env, Handle::Pool(Held::new(Pool::new())))
+}
+
+/// The process-wide `KeyPool` called `name`.
+#[napi(catch_unwind)]
+pub fn pool_shared(env: &Env, name: String) -> Result<Unknown<'_>> {
+    let shared = SHARED_POOLS.get_or_insert(&name, || Ok::<_, Error>(Pool::new()))?;
+    give(env, Handle::Pool(held(shared)))
+}
+
+/// A new `StripedLock` of `stripes` stripes (rounded up to a power of two).
+#[napi(catch_unwind)]
+pub fn striped_new(env: &Env, stripes: u32) -> Result<Unknown<'_>> {
+    let core = StripedLock::new(stripes as usize).map_err(invalid)?;
+    give(env, Handle::Striped(Held::new(core)))
+}
+
+/// The process-wide `StripedLock` called `name`, created with `stripes` stripes if new (the
+/// caller compares the stripes of an existing one with what it asked for).
+#[napi(catch_unwind)]
+pub fn striped_shared(env: &Env, name: String, stripes: u32) -> Result<Unknown<'_>> {
+    let shared = SHARED_STRIPED.get_or_insert(&name, || {
+        StripedLock::new(stripes as usize).map_err(invalid)
+    })?;
+    give(env, Handle::Striped(held(shared)))
+}
+
+/// A new `RwLock`.
+#[napi(catch_unwind)]
+pub fn rw_new(env: &Env) -> Result<Unknown<'_>> {
+    give(env, Handle::Rw(Held::new(RwLock::new())))
+}
+
+/// The process-wide `RwLock` called `name`.
+#[napi(catch_unwind)]
+pub fn rw_shared(env: &Env, name: String) -> Result<Unknown<'_>> {
+    let shared = SHARED_RWLOCKS.get_or_insert(&name, || Ok::<_, Error>(RwLock::new()))?;
+    give(env, Handle::Rw(held(shared)))
+}
+
+/// `pool.stats()`: counters of the core's `PoolStats` (numbers, exact below 2^53).
+#[napi(object)]
+#[derive(Debug, Clone, Copy)]
+pub struct PoolStats {
+    /// Keys held now.
+    pub held: f64,
+    /// Waiters queued now.
+    pub waiting: f64,
+    /// Keys that have an entry now (held, or awaited by someone); 0 once everything is released.
+    pub entries_in_use: f64,
+    /// Entries allocated (in use or kept for reuse): the pool's memory, in keys.
+    pub entries_allocated: f64,
+    /// An upper bound on the most entries in use at once so far.
+    pub peak_held: f64,
+    /// Acquisitions so far.
+    pub acquisitions: f64,
+    /// Acquisitions that had to wait.
+    pub contended: f64,
+}
+
+fn pool<'a>(env: &Env, handle: &'a Unknown<'_>) -> Result<&'a Held<Pool>> {
+    match take(env, handle)? {
+        Handle::Pool(p) => Ok(p),
+        _ => Err(Error::new(Status::InvalidArg, "not a KeyPool handle")),
+    }
+}
+
+fn striped<'a>(env: &Env, handle: &'a Unknown<'_>) -> Result<&'a Held<StripedLock>> {
+    match take(env, handle)? {
+        Handle::Striped(s) => Ok(s),
+        _ => Err(Error::new(Status::InvalidArg, "not a StripedLock handle")),
+    }
+}
+
+/// Keys a pool holds now.
+#[napi(catch_unwind)]
+pub fn pool_size(env: &Env, handle: Unknown<'_>) -> Result<u32> {
+    Ok(pool(env, &handle)?.core.len() as u32)
+}
+
+/// A pool's counters.
+#[napi(catch_unwind)]
+pub fn pool_stats(env: &Env, handle: Unknown<'_>) -> Result<PoolStats> {
+    let s = pool(env, &handle)?.core.stats();
+    Ok(PoolStats {
+        held: s.held as f64,
+        waiting: s.waiting as f64,
+        entries_in_use: s.entries_in_use as f64,
+        entries_allocated: s.entries_allocated as f64,
+        peak_held: s.peak_held as f64,
+        acquisitions: s.acquisitions as f64,
+        contended: s.contended as f64,
+    })
+}
+
+/// A striped lock's number of stripes.
+#[napi(catch_unwind)]
+pub fn striped_stripes(env: &Env, handle: Unknown<'_>) -> Result<u32> {
+    Ok(striped(env, &handle)?.core.stripes() as u32)
+}
+
+/// The stripe `key` maps to.
+#[napi(catch_unwind)]
+pub fn striped_stripe_of(env: &Env, handle: Unknown<'_>, key: Key) -> Result<u32> {
+    Ok(striped(env, &handle)?.core.stripe_of(key.as_bytes()) as u32)
+}
 
 /// Installs this thread's dispatcher: `dispatch(ids)` receives the ids of waiters that acquired
 /// their lock (ids with bit 31 set failed: a panic while polling them).

@@ -12,6 +12,52 @@ const { KeyPool, StripedLock, RwLock } = require('..');
 const T = { timeout: 60_000 };
 const INDEX = JSON.stringify(path.join(__dirname, '..'));
 
+// One worker of the shared-lock stress: `tasks` async tasks, `rounds` increments each of
+// counters in a SharedArrayBuffer, with an await inside each critical section.
+const STRESS_WORKER = `
+const INDEX = ${INDEX};
+const { workerData, parentPort } = require('node:worker_threads');
+const { setImmediate: tick } = require('node:timers/promises');
+const { KeyPool, StripedLock, RwLock } = require(INDEX);
+
+const { kind, name, counters, inside, overlaps, seed, rounds, tasks, many } = workerData;
+const counts = new Int32Array(counters);
+const busy = new Int32Array(inside);
+const bad = new Int32Array(overlaps);
+const keys = counts.length;
+const lock = kind === 'pool' ? KeyPool.shared(name) : kind === 'striped' ? StripedLock.shared(name, 64) : RwLock.shared(name);
+
+async function task(s) {
+  let x = s;
+  for (let r = 0; r < rounds; r++) {
+    x = (x * 1103515245 + 12345) >>> 0;
+    const a = x % keys;
+    const b = (a + 1 + ((x >>> 8) % (keys - 1))) % keys;
+    const held = kind === 'rw' ? [0] : many ? [a, b] : [a];
+    const body = async () => {
+      for (const k of held) if (Atomics.add(busy, k, 1) !== 0) Atomics.add(bad, 0, 1);
+      const before = held.map((k) => counts[k]); // plain reads and writes: the lock protects them
+      await tick();
+      held.forEach((k, i) => (counts[k] = before[i] + 1));
+      for (const k of held) Atomics.sub(busy, k, 1);
+    };
+    if (kind === 'rw') await lock.withWrite(body);
+    else if (many) await lock.withLockMany(held.map((k) => \`k\${k}\`), body);
+    else if (r % 2) await lock.withLock(\`k\${a}\`, body);
+    else {
+      const g = await lock.lock(\`k\${a}\`);
+      try {
+        await body();
+      } finally {
+        g.release();
+      }
+    }
+  }
+}
+
+Promise.all(Array.from({ length: tasks }, (_, i) => task(seed * 1000 + i + 1))).then(() => parentPort.postMessage('done'));
+`;
+
 // Runs `body` (source of an async function body) in a worker; resolves to the worker's
 // messages and its exit code once it exits.
 function runWorker(body, workerData, onMessage) {
@@ -44,7 +90,8 @@ for (const [kind, many] of [['pool', false], ['pool', true], ['striped', false],
     const name = `stress-${kind}-${many}`;
     const workers = Array.from({ length: 4 }, (_, i) =>
       new Promise((resolve, reject) => {
-        const w = new Worker(path.join(__dirname, 'fixtures', 'stress-worker.js'), {
+        const w = new Worker(STRESS_WORKER, {
+          eval: true,
           workerData: { kind, name, counters, inside, overlaps, seed: i + 1, rounds, tasks, many },
         });
         let done = false;

@@ -1,0 +1,55 @@
+# Node.js: the keylock package (node/, `require('keylock')`), its bank demo, tests and benchmark.
+#
+#   make build-node        npm ci in node/ (its install script builds the addon, release mode)
+#   make demo-node         run examples/node/bank.js (one thread, then 4 worker_threads)
+#   make test-node         node --test node/test, the TypeScript check of index.d.ts, the demo
+#   make bench-node        withLock vs async-lock vs async-mutex -> bench/results/node.json
+#                          (bench-node-quick: fewer runs)
+#   make lint-node         clippy for the addon (-D warnings) and the TypeScript check
+#   make fmt-node          rustfmt for the addon
+
+.PHONY: build-node demo-node test-node bench-node bench-node-quick lint-node fmt-node
+
+BUILD_TARGETS += build-node
+DEMO_TARGETS += demo-node
+TEST_TARGETS += test-node
+BENCH_TARGETS += bench-node
+LINT_TARGETS += lint-node
+FMT_TARGETS += fmt-node
+
+NODE_DIR := $(ROOT)/node
+NODE_MODULES_STAMP := $(NODE_DIR)/node_modules/.keylock-stamp
+NPM_FLAGS := --no-audit --no-fund --loglevel=error
+
+# npm ci installs the pinned devDependencies (@napi-rs/cli, typescript, the benchmark's
+# competitors) and runs the package's install script, which builds the addon. It runs again
+# only when package.json or package-lock.json change.
+$(NODE_MODULES_STAMP): $(NODE_DIR)/package.json $(NODE_DIR)/package-lock.json
+	cd $(NODE_DIR) && npm ci $(NPM_FLAGS)
+	touch $@
+
+# Rebuild on every run (cargo makes it a no-op when nothing changed), so an edit to the core or
+# the addon is always picked up.
+build-node: $(NODE_MODULES_STAMP)
+	cd $(NODE_DIR) && node build.js
+
+demo-node: build-node
+	node examples/node/bank.js
+
+test-node: build-node
+	cd $(NODE_DIR) && node --test test/
+	cd $(NODE_DIR) && npx --no-install tsc -p test
+	node examples/node/bank.js
+
+bench-node: build-node
+	node $(NODE_DIR)/bench/bench.js --out bench/results/node.json
+
+bench-node-quick: build-node
+	node $(NODE_DIR)/bench/bench.js --quick --out bench/results/node.json
+
+lint-node: $(NODE_MODULES_STAMP)
+	$(CARGO) clippy --locked -p keylock-node --all-targets -- -D warnings
+	cd $(NODE_DIR) && npx --no-install tsc -p test
+
+fmt-node:
+	$(CARGO) fmt -p keylock-node
