@@ -437,8 +437,10 @@ impl<K: Hash + Eq> Default for KeyPool<K> {
 fn default_shards() -> usize {
     #[cfg(not(keylock_loom))]
     {
+        // Enough shards that threads working on different keys rarely share a shard's cache
+        // line (each shard is one padded mutex plus an empty index until used: 32 KiB for 256).
         let cores = std::thread::available_parallelism().map_or(8, |n| n.get());
-        (cores * 8).next_power_of_two().clamp(64, 1024)
+        (cores * 32).next_power_of_two().clamp(256, 4096)
     }
     #[cfg(keylock_loom)]
     {
