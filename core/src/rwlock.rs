@@ -180,9 +180,8 @@ impl RawAdderRwLock {
     /// The check is exact when no other reader is entering or leaving at the same moment; an
     /// unmatched call racing with real readers cannot always be told apart from a real release.
     fn read_release_checked(&self) -> Result<()> {
-        if self.phase.load(Ordering::SeqCst) == HELD {
-            return Err(Error::NotLocked);
-        }
+        // Only the counts decide: the phase can still say HELD while a leaving writer grants the
+        // readers that queued behind it, and those readers already hold the lock.
         let egress = self.egress.sum();
         let ingress = self.ingress.sum();
         if egress >= ingress {
