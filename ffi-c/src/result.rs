@@ -29,6 +29,8 @@ pub const KEYLOCK_INVALID_ARGUMENT: keylock_result = 5;
 /// call did nothing that the caller must undo; please report it as a bug.
 pub const KEYLOCK_PANIC: keylock_result = 6;
 
+// Next free number: 7. Retired numbers (never to be reused): none yet.
+
 /// Static descriptions, indexed by code. Each ends with NUL so it can go to C as is.
 const DESCRIPTIONS: [&str; 7] = [
     "KEYLOCK_OK: success\0",

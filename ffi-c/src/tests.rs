@@ -1,7 +1,9 @@
 //! Checks that tie the C header to this crate. The C API itself is exercised from C by
 //! `examples/c/test_keylock.c` (under AddressSanitizer) in `make test`.
 
+use crate::pool::keylock_pool;
 use crate::result::*;
+use crate::rwlock::keylock_rwlock;
 use crate::striped::*;
 
 const HEADER: &str = include_str!("../../include/keylock.h");
@@ -57,4 +59,13 @@ fn result_codes_in_header_match() {
     ] {
         assert_eq!(define(name), code.to_string(), "{name}");
     }
+}
+
+/// The header promises that every handle may be used from many threads at once.
+#[test]
+fn handles_are_send_and_sync() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<keylock_pool>();
+    assert_send_sync::<keylock_striped>();
+    assert_send_sync::<keylock_rwlock>();
 }
