@@ -36,6 +36,8 @@ const WOULD_BLOCK = 1;
 const TIMED_OUT = 2;
 const NOT_LOCKED = 3;
 const INVALID_ARGUMENT = 4;
+// Added to a release's status when it woke a waiter of this thread (served at once, below).
+const LOCAL_WAKE = 0x100;
 
 /** An error from keylock; `code` says which (KEYLOCK_TIMEOUT, KEYLOCK_NOT_LOCKED, ...). */
 class KeylockError extends Error {
@@ -200,6 +202,15 @@ function dispatch(ids) {
   }
 }
 
+// The status of a release, after serving the waiter of this thread that it woke, if any: the
+// waiter's promise then resolves before the releasing call returns, as with a pure-JavaScript
+// lock, instead of on the event loop's next turn.
+function released(status) {
+  if (status < LOCAL_WAKE) return status;
+  dispatch(native.runReady());
+  return status & (LOCAL_WAKE - 1);
+}
+
 // Cancels waiter `id` (still pending: the addon's table and ours agree) and rejects it.
 function cancelWaiter(id, reason) {
   const w = waiters.get(id);
@@ -274,7 +285,7 @@ class KeyGuard extends Guard {
   }
 
   _unlock() {
-    return this._h.unlock(this.key);
+    return released(this._h.unlock(this.key));
   }
 
   _what() {
@@ -290,7 +301,7 @@ class KeysGuard extends Guard {
   }
 
   _unlock() {
-    return this._h.unlockMany(this.keys);
+    return released(this._h.unlockMany(this.keys));
   }
 
   _what() {
@@ -305,7 +316,7 @@ class ReadGuard extends Guard {
   }
 
   _unlock() {
-    return this._h.readUnlock();
+    return released(this._h.readUnlock());
   }
 
   _what() {
@@ -320,7 +331,7 @@ class WriteGuard extends Guard {
   }
 
   _unlock() {
-    return this._h.writeUnlock();
+    return released(this._h.writeUnlock());
   }
 
   _what() {
@@ -402,7 +413,7 @@ class KeyedLock {
   /** Releases `key` without its guard. Throws KEYLOCK_NOT_LOCKED if it is not locked. */
   unlock(key) {
     checkKey(key);
-    const status = this.#h.unlock(key);
+    const status = released(this.#h.unlock(key));
     if (status !== OK) throw statusError(status, keyWhat(key));
   }
 
@@ -417,7 +428,7 @@ class KeyedLock {
       try {
         return await fn();
       } finally {
-        const status = h.unlock(own);
+        const status = released(h.unlock(own));
         if (status !== OK) throw statusError(status, keyWhat(key));
       }
     }
@@ -461,7 +472,7 @@ class KeyedLock {
   /** Releases all `keys` without their guard; throws KEYLOCK_NOT_LOCKED (releasing none) if one is free. */
   unlockMany(keys) {
     const own = checkKeys(keys);
-    const status = this.#h.unlockMany(own);
+    const status = released(this.#h.unlockMany(own));
     if (status !== OK) throw statusError(status, `${own.length} keys`);
   }
 
@@ -645,13 +656,13 @@ class RwLock {
 
   /** Releases one read lock without its guard; throws KEYLOCK_NOT_LOCKED if none is held. */
   readUnlock() {
-    const status = this.#h.readUnlock();
+    const status = released(this.#h.readUnlock());
     if (status !== OK) throw statusError(status, 'the read lock');
   }
 
   /** Releases the write lock without its guard; throws KEYLOCK_NOT_LOCKED if it is free. */
   writeUnlock() {
-    const status = this.#h.writeUnlock();
+    const status = released(this.#h.writeUnlock());
     if (status !== OK) throw statusError(status, 'the write lock');
   }
 

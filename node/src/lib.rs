@@ -183,6 +183,13 @@ pub fn init(env: Env, dispatch: Function<'_, Vec<u32>, Unknown<'static>>) -> Res
     reactor::init(&env, dispatch)
 }
 
+/// Polls the waiters of this thread that were woken and returns the ids to dispatch (called
+/// after a release that reported a wake-up of this same thread).
+#[napi(catch_unwind)]
+pub fn run_ready() -> Vec<u32> {
+    reactor::run_ready()
+}
+
 /// Cancels a pending waiter: `true` when it was still pending (it then holds nothing).
 #[napi(catch_unwind)]
 pub fn cancel(id: u32) -> Result<bool> {

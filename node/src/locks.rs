@@ -46,7 +46,8 @@ impl<T> Held<T> {
         code
     }
 
-    /// Counts a release made with status `code` (shared locks only).
+    /// Counts a release made with status `code` (shared locks only), and flags a waiter of this
+    /// thread that it woke ([`status::LOCAL_WAKE`]).
     #[inline]
     fn released(&self, code: u32) -> u32 {
         if code == status::OK
@@ -55,7 +56,11 @@ impl<T> Held<T> {
             p.leave();
             reactor::after_shared_release();
         }
-        code
+        if reactor::local_wake_pending() {
+            code | status::LOCAL_WAKE
+        } else {
+            code
+        }
     }
 
     fn start(&self, fut: Acquire) -> napi::Result<u32> {

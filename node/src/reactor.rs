@@ -334,9 +334,15 @@ pub(crate) fn init(env: &Env, dispatch: Function<'_, Vec<u32>, Unknown<'static>>
     Ok(())
 }
 
-/// Runs on the JavaScript thread for each threadsafe-function call: polls every woken waiter and
-/// returns the ids to dispatch.
-fn run_ready() -> Vec<u32> {
+/// Whether this thread posted a wake-up to itself that is not delivered yet.
+#[inline]
+pub(crate) fn local_wake_pending() -> bool {
+    LOOP_REF.with(|r| r.delivery.get())
+}
+
+/// Polls every woken waiter of this thread and returns the ids to dispatch. Runs for each
+/// threadsafe-function call, and directly when a release woke a waiter of this same thread.
+pub(crate) fn run_ready() -> Vec<u32> {
     REACTOR.with(|cell| {
         let mut guard = cell.borrow_mut();
         let Some(reactor) = guard.as_mut() else {

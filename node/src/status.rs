@@ -19,6 +19,10 @@ pub(crate) const NOT_LOCKED: u32 = 3;
 pub(crate) const INVALID_ARGUMENT: u32 = 4;
 /// A core error this binding does not know yet (the core's `Error` is non-exhaustive).
 pub(crate) const OTHER: u32 = 5;
+/// Added to a release's status when it woke a waiter of this same thread: `index.js` then
+/// serves it at once (`runReady`) instead of waiting for the event loop's next turn, as a
+/// pure-JavaScript lock hands over before `release()` returns.
+pub(crate) const LOCAL_WAKE: u32 = 0x100;
 
 /// The status of a core result.
 pub(crate) fn of<T>(result: keylock_core::Result<T>) -> u32 {

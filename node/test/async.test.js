@@ -219,19 +219,40 @@ test('AbortSignal: aborted before, while waiting, and with AbortSignal.timeout',
   assert.equal(rw.isLocked(), false);
 });
 
-test('cancelling a waiter that was about to be served passes the lock on', T, async () => {
+test('a release serves a waiter of the same thread before it returns', T, async () => {
   const pool = new KeyPool();
   const g = pool.tryLock('a');
   const ac = new AbortController();
-  const first = pool.lock('a', { signal: ac.signal });
-  const second = pool.lock('a');
-  g.release(); // hands 'a' to `first` (or lets it compete), delivered on a later tick
-  ac.abort(new Error('gone')); // cancelled before that delivery
-  await assert.rejects(first, /gone/);
-  const g2 = await second;
+  let served = null;
+  const first = pool.lock('a', { signal: ac.signal }).then((guard) => (served = guard));
+  await tick();
+  g.release(); // hands 'a' to `first`; its promise is resolved now, not on a later turn
+  ac.abort(new Error('too late')); // so this abort finds nothing to cancel
+  await first;
+  assert.ok(served, 'the waiter was served');
   assert.equal(pool.isLocked('a'), true);
-  g2.release();
+  served.release();
   assert.equal(pool.size, 0);
+});
+
+test('cancelling a waiter that was handed the lock but not yet polled passes it on', T, async () => {
+  // At the native level, a release's wake-up waits in the queue until runReady() polls it;
+  // a cancel in between must pass the lock to the next waiter, not leak it.
+  const h = native.poolNew();
+  assert.equal(h.tryLock('a'), true);
+  const first = h.lockAsync('a');
+  const second = h.lockAsync('a');
+  assert.ok(first > 0 && second > 0);
+  const status = h.unlock('a');
+  assert.equal(status & 0xff, 0);
+  assert.ok(status & 0x100, 'the release reports a wake-up of this thread');
+  assert.equal(native.cancel(first), true, 'still pending for the reactor');
+  assert.deepEqual(native.runReady(), [second]);
+  assert.equal(h.isLocked('a'), true, 'held by the second waiter');
+  assert.equal(h.unlock('a') & 0xff, 0);
+  assert.equal(h.isLocked('a'), false);
+  assert.equal(native.cancel(second), false, 'already served');
+  assert.deepEqual(native.waiterCounts(), [0, 0]);
 });
 
 test('100,000 pending lock() promises use no extra threads and are all served', { timeout: 120_000 }, async () => {
