@@ -446,7 +446,7 @@ static void test_rwlock(void) {
 
 /* ---- stress: exact counts under contention, oversubscribed -------------------------------- */
 
-enum { THREADS = 8, ITERS = 4000, NKEYS = 4 };
+enum { THREADS = 8, ITERS = 20000, NKEYS = 4 };
 
 static const char *const STRESS_KEYS[NKEYS] = {"s0", "s1", "s2", "s3"};
 
