@@ -8,13 +8,13 @@
 //! shard lock, one index probe and one slot write.
 //!
 //! A slot is *in use* while its key is held or reserved. When the last holder leaves and nobody
-//! is waiting, the slot becomes unused but stays indexed under its key, so taking the same key
-//! again costs no index update. A new key takes an unused slot (the oldest-released first is not
-//! guaranteed: the most recently retired one is evicted from the index and reused, key storage
-//! included, via `ToOwned::clone_into`); only when a shard has no unused slot does it allocate
-//! one. So a steady workload allocates nothing after warm-up, and a shard's slots never outnumber
-//! its peak of keys in use at once: memory follows the keys held or awaited, never the keys ever
-//! seen.
+//! is waiting, the slot becomes unused but stays indexed under its key, so taking a recently used
+//! key again costs no index update. A new key gets a new slot while the shard has fewer than its
+//! peak in use plus [`KeyPool::RETAINED_PER_SHARD`]; beyond that it takes the unused slot retired
+//! longest ago, evicting that slot's key from the index and reusing its storage (key storage
+//! included, via `ToOwned::clone_into`). So a steady workload allocates nothing after warm-up,
+//! and a shard's slots never outnumber its peak of keys in use at once plus that small constant:
+//! memory follows the keys held or awaited, never the keys ever seen.
 //!
 //! Why the classic failures of hand-made keyed-lock maps cannot happen here:
 //! - *Two threads with different mutexes for one key*: there is no separate mutex object to
@@ -27,6 +27,7 @@
 //!   the peak in use.
 
 use std::borrow::Borrow;
+use std::collections::VecDeque;
 use std::fmt;
 use std::future::Future;
 use std::hash::{BuildHasher, Hash};
@@ -44,6 +45,10 @@ use crate::hash::{DefaultHashBuilder, hash_of, random};
 use crate::sync::{AtomicUsize, Mutex, MutexGuard, Ordering};
 use crate::wait::{LazyWaiter, Queue, WaitList, Wake, wait_blocking};
 
+/// Unused slots a shard may keep indexed beyond its peak in use, so that a working set of keys
+/// larger than the concurrency is not evicted and re-inserted on every acquisition.
+const RETAINED_PER_SHARD: usize = 3;
+
 /// The lock of one key.
 struct Slot<K> {
     /// The key; kept while the slot is unused so that its storage can be reused.
@@ -58,7 +63,7 @@ struct Slot<K> {
     reservations: u32,
     /// Threads and tasks waiting for this key.
     waiters: WaitList,
-    /// Whether the slot's number is on the shard's `retired` stack.
+    /// Whether the slot's number is on the shard's `retired` queue.
     retired: bool,
 }
 
@@ -76,9 +81,9 @@ struct ShardState<K> {
     /// stay indexed until evicted for a new key.
     index: HashTable<u32>,
     slots: Vec<Slot<K>>,
-    /// Slots that became unused, most recent last; entries may have been used again since
-    /// (they are skipped when popped). Each slot appears at most once.
-    retired: Vec<u32>,
+    /// Slots that became unused, oldest first; entries may have been used again since (they
+    /// are skipped when popped). Each slot appears at most once.
+    retired: VecDeque<u32>,
     /// Keys held now.
     held: usize,
     /// Slots in use now (held or reserved) and their peak.
@@ -108,7 +113,7 @@ impl<K> ShardState<K> {
         Self {
             index: HashTable::new(),
             slots: Vec::new(),
-            retired: Vec::new(),
+            retired: VecDeque::new(),
             held: 0,
             in_use: 0,
             peak_in_use: 0,
@@ -135,8 +140,9 @@ impl<K> ShardState<K> {
             .copied()
     }
 
-    /// The slot of `key`, giving it one if it has none: an unused slot evicted from the index,
-    /// or a new slot when the shard has no unused one.
+    /// The slot of `key`, giving it one if it has none: a new slot while the shard is under its
+    /// allowance (peak in use plus `RETAINED_PER_SHARD`), else the unused slot retired longest
+    /// ago, evicted from the index.
     #[inline]
     fn find_or_insert<Q>(&mut self, hash: u64, key: &Q) -> u32
     where
@@ -146,7 +152,13 @@ impl<K> ShardState<K> {
         if let Some(i) = self.find(hash, key) {
             return i;
         }
-        let i = match self.evict() {
+        let allowance = self.peak_in_use.max(self.in_use + 1) + RETAINED_PER_SHARD;
+        let reuse = if self.slots.len() < allowance {
+            None
+        } else {
+            self.evict()
+        };
+        let i = match reuse {
             Some(i) => {
                 let slot = &mut self.slots[i as usize];
                 match &mut slot.key {
@@ -176,9 +188,9 @@ impl<K> ShardState<K> {
         i
     }
 
-    /// Takes the most recently retired slot that is still unused out of the index.
+    /// Takes the longest-retired slot that is still unused out of the index.
     fn evict(&mut self) -> Option<u32> {
-        while let Some(i) = self.retired.pop() {
+        while let Some(i) = self.retired.pop_front() {
             let slot = &mut self.slots[i as usize];
             slot.retired = false;
             if slot.unused() {
@@ -244,7 +256,7 @@ impl<K> ShardState<K> {
         self.in_use -= 1;
         if !slot.retired {
             slot.retired = true;
-            self.retired.push(i);
+            self.retired.push_back(i);
         }
     }
 
@@ -384,7 +396,8 @@ pub struct PoolStats {
     /// Slots allocated (in use or on free lists): the pool's memory, in keys.
     pub entries_allocated: usize,
     /// The sum over shards of each shard's peak of slots in use (held or awaited): an upper
-    /// bound on the pool's peak, and what `entries_allocated` can never exceed.
+    /// bound on the pool's peak. `entries_allocated` never exceeds it by more than
+    /// [`KeyPool::RETAINED_PER_SHARD`] per shard.
     pub peak_held: usize,
     /// Acquisitions so far.
     pub acquisitions: u64,
@@ -650,6 +663,11 @@ impl<K: Hash + Eq, S: BuildHasher> KeyPool<K, S> {
             .find(hash, key)
             .is_some_and(|slot| state.slots[slot as usize].locked)
     }
+
+    /// Unused slots each shard may keep (indexed under their last key) beyond its peak of keys in
+    /// use: `stats().entries_allocated` never exceeds `stats().peak_held` plus this times
+    /// [`shards`](Self::shards).
+    pub const RETAINED_PER_SHARD: usize = RETAINED_PER_SHARD;
 
     /// The number of shards (a power of two).
     pub fn shards(&self) -> usize {

@@ -35,9 +35,13 @@ fn ten_million_distinct_keys_leave_nothing() {
         assert_eq!(stats.entries_in_use, 0);
         assert_eq!(stats.acquisitions, 10_000_000);
         // Memory follows the keys in use: two threads hold at most one key each, so each shard
-        // saw at most two keys at once, and slots are bounded by the per-shard peaks, not by
-        // the ten million keys seen.
-        assert!(stats.entries_allocated <= stats.peak_held, "{stats:?}");
+        // saw at most two keys at once, and slots are bounded by the per-shard peaks plus the
+        // small retained allowance, not by the ten million keys seen.
+        let retained = KeyPool::<u64>::RETAINED_PER_SHARD * pool.shards();
+        assert!(
+            stats.entries_allocated <= stats.peak_held + retained,
+            "{stats:?}"
+        );
         assert!(stats.peak_held <= 2 * pool.shards(), "{stats:?}");
     });
 }
@@ -53,9 +57,14 @@ fn byte_keys_reuse_their_storage() {
     }
     let stats = pool.stats();
     assert_eq!(stats.entries_in_use, 0);
-    // One key at a time: at most one slot per shard, whatever the number of keys seen.
-    assert!(stats.entries_allocated <= pool.shards(), "{stats:?}");
-    assert_eq!(stats.peak_held, stats.entries_allocated);
+    // One key at a time: at most one slot in use per shard, plus the retained allowance,
+    // whatever the number of keys seen.
+    let per_shard = 1 + KeyPool::<Vec<u8>>::RETAINED_PER_SHARD;
+    assert!(
+        stats.entries_allocated <= per_shard * pool.shards(),
+        "{stats:?}"
+    );
+    assert!(stats.peak_held <= pool.shards());
 }
 
 /// The classic race: a holder removes the map entry while a waiter, which already looked it up,
