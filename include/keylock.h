@@ -129,6 +129,24 @@ extern "C" {
 #endif // __cplusplus
 
 /**
+ * Describes `result` in English, starting with its macro name (e.g.
+ * `"KEYLOCK_TIMEOUT: the timeout passed ..."`). Any value is accepted: one this version does
+ * not know gets `"unknown keylock_result"`.
+ *
+ * Returns a NUL-terminated static string that lives as long as the library is loaded; the
+ * caller must not free or modify it. Never returns NULL.
+ */
+const char *keylock_result_str(keylock_result result);
+
+/**
+ * The version of the library that is loaded, as `"MAJOR.MINOR.PATCH"` (for example `"0.1.0"`).
+ * Compare it with the `KEYLOCK_VERSION` macro to check that the header and the library agree.
+ *
+ * Returns a NUL-terminated static string; the caller must not free it. Never returns NULL.
+ */
+const char *keylock_version(void);
+
+/**
  * Creates an empty pool.
  *
  * Returns a handle that the caller owns and frees with `keylock_pool_free`, or NULL on an
@@ -273,156 +291,6 @@ keylock_result keylock_pool_unlock_many(keylock_pool *pool,
                                         const uint8_t *const *keys,
                                         const size_t *lens,
                                         size_t n);
-
-/**
- * Describes `result` in English, starting with its macro name (e.g.
- * `"KEYLOCK_TIMEOUT: the timeout passed ..."`). Any value is accepted: one this version does
- * not know gets `"unknown keylock_result"`.
- *
- * Returns a NUL-terminated static string that lives as long as the library is loaded; the
- * caller must not free or modify it. Never returns NULL.
- */
-const char *keylock_result_str(keylock_result result);
-
-/**
- * The version of the library that is loaded, as `"MAJOR.MINOR.PATCH"` (for example `"0.1.0"`).
- * Compare it with the `KEYLOCK_VERSION` macro to check that the header and the library agree.
- *
- * Returns a NUL-terminated static string; the caller must not free it. Never returns NULL.
- */
-const char *keylock_version(void);
-
-/**
- * Creates an unlocked reader-writer lock.
- *
- * Returns a handle that the caller owns and frees with `keylock_rwlock_free`, or NULL on an
- * internal error.
- */
-keylock_rwlock *keylock_rwlock_new(void);
-
-/**
- * Frees `rw`. `keylock_rwlock_free(NULL)` does nothing.
- *
- * No thread may use or wait on the lock during or after this call.
- *
- * # Safety
- * `rw` is NULL or a handle from `keylock_rwlock_new` not freed before.
- */
-void keylock_rwlock_free(keylock_rwlock *rw);
-
-/**
- * Takes a shared (read) lock, waiting as long as it takes. Any number of readers hold the lock
- * together, while no writer does.
- *
- * Returns:
- * - `KEYLOCK_OK`: held; release with `keylock_rwlock_read_unlock`.
- * - `KEYLOCK_NULL_ARGUMENT`: `rw` is NULL.
- * - `KEYLOCK_PANIC`: internal error; nothing was locked.
- *
- * # Safety
- * `rw` is NULL or a live handle.
- */
-keylock_result keylock_rwlock_read_lock(keylock_rwlock *rw);
-
-/**
- * Takes the read lock if that needs no wait.
- *
- * Returns:
- * - `KEYLOCK_OK`: held; release with `keylock_rwlock_read_unlock`.
- * - `KEYLOCK_WOULD_BLOCK`: a writer holds or waits for the lock.
- * - `KEYLOCK_NULL_ARGUMENT`: `rw` is NULL.
- * - `KEYLOCK_PANIC`: internal error; nothing was locked.
- *
- * # Safety
- * `rw` is NULL or a live handle.
- */
-keylock_result keylock_rwlock_try_read_lock(keylock_rwlock *rw);
-
-/**
- * Takes the read lock, waiting at most `timeout_ms` milliseconds. A timeout of 0 tries once;
- * a timeout too large to form a deadline (never the case on Linux) waits without limit.
- *
- * Returns:
- * - `KEYLOCK_OK`: held; release with `keylock_rwlock_read_unlock`.
- * - `KEYLOCK_TIMEOUT`: the timeout passed first; nothing was locked.
- * - `KEYLOCK_NULL_ARGUMENT`: `rw` is NULL.
- * - `KEYLOCK_PANIC`: internal error; nothing was locked.
- *
- * # Safety
- * `rw` is NULL or a live handle.
- */
-keylock_result keylock_rwlock_read_lock_timeout(keylock_rwlock *rw, uint64_t timeout_ms);
-
-/**
- * Releases one read lock, which any thread may have taken.
- *
- * Returns:
- * - `KEYLOCK_OK`: released.
- * - `KEYLOCK_NOT_LOCKED`: no read lock is held; nothing changed.
- * - `KEYLOCK_NULL_ARGUMENT`: `rw` is NULL.
- * - `KEYLOCK_PANIC`: internal error.
- *
- * # Safety
- * `rw` is NULL or a live handle.
- */
-keylock_result keylock_rwlock_read_unlock(keylock_rwlock *rw);
-
-/**
- * Takes the exclusive (write) lock, waiting as long as it takes: one writer holds it, and no
- * reader.
- *
- * Returns:
- * - `KEYLOCK_OK`: held; release with `keylock_rwlock_write_unlock`.
- * - `KEYLOCK_NULL_ARGUMENT`: `rw` is NULL.
- * - `KEYLOCK_PANIC`: internal error; nothing was locked.
- *
- * # Safety
- * `rw` is NULL or a live handle.
- */
-keylock_result keylock_rwlock_write_lock(keylock_rwlock *rw);
-
-/**
- * Takes the write lock if that needs no wait.
- *
- * Returns:
- * - `KEYLOCK_OK`: held; release with `keylock_rwlock_write_unlock`.
- * - `KEYLOCK_WOULD_BLOCK`: a reader or writer holds the lock.
- * - `KEYLOCK_NULL_ARGUMENT`: `rw` is NULL.
- * - `KEYLOCK_PANIC`: internal error; nothing was locked.
- *
- * # Safety
- * `rw` is NULL or a live handle.
- */
-keylock_result keylock_rwlock_try_write_lock(keylock_rwlock *rw);
-
-/**
- * Takes the write lock, waiting at most `timeout_ms` milliseconds. A timeout of 0 tries once;
- * a timeout too large to form a deadline (never the case on Linux) waits without limit.
- *
- * Returns:
- * - `KEYLOCK_OK`: held; release with `keylock_rwlock_write_unlock`.
- * - `KEYLOCK_TIMEOUT`: the timeout passed first; nothing was locked.
- * - `KEYLOCK_NULL_ARGUMENT`: `rw` is NULL.
- * - `KEYLOCK_PANIC`: internal error; nothing was locked.
- *
- * # Safety
- * `rw` is NULL or a live handle.
- */
-keylock_result keylock_rwlock_write_lock_timeout(keylock_rwlock *rw, uint64_t timeout_ms);
-
-/**
- * Releases one write lock, which any thread may have taken.
- *
- * Returns:
- * - `KEYLOCK_OK`: released.
- * - `KEYLOCK_NOT_LOCKED`: no write lock is held; nothing changed.
- * - `KEYLOCK_NULL_ARGUMENT`: `rw` is NULL.
- * - `KEYLOCK_PANIC`: internal error.
- *
- * # Safety
- * `rw` is NULL or a live handle.
- */
-keylock_result keylock_rwlock_write_unlock(keylock_rwlock *rw);
 
 /**
  * Creates a striped lock with `stripes` stripes, rounded up to a power of two. Each handle hashes
@@ -574,6 +442,138 @@ keylock_result keylock_striped_unlock_many(keylock_striped *striped,
                                            const uint8_t *const *keys,
                                            const size_t *lens,
                                            size_t n);
+
+/**
+ * Creates an unlocked reader-writer lock.
+ *
+ * Returns a handle that the caller owns and frees with `keylock_rwlock_free`, or NULL on an
+ * internal error.
+ */
+keylock_rwlock *keylock_rwlock_new(void);
+
+/**
+ * Frees `rw`. `keylock_rwlock_free(NULL)` does nothing.
+ *
+ * No thread may use or wait on the lock during or after this call.
+ *
+ * # Safety
+ * `rw` is NULL or a handle from `keylock_rwlock_new` not freed before.
+ */
+void keylock_rwlock_free(keylock_rwlock *rw);
+
+/**
+ * Takes a shared (read) lock, waiting as long as it takes. Any number of readers hold the lock
+ * together, while no writer does.
+ *
+ * Returns:
+ * - `KEYLOCK_OK`: held; release with `keylock_rwlock_read_unlock`.
+ * - `KEYLOCK_NULL_ARGUMENT`: `rw` is NULL.
+ * - `KEYLOCK_PANIC`: internal error; nothing was locked.
+ *
+ * # Safety
+ * `rw` is NULL or a live handle.
+ */
+keylock_result keylock_rwlock_read_lock(keylock_rwlock *rw);
+
+/**
+ * Takes the read lock if that needs no wait.
+ *
+ * Returns:
+ * - `KEYLOCK_OK`: held; release with `keylock_rwlock_read_unlock`.
+ * - `KEYLOCK_WOULD_BLOCK`: a writer holds or waits for the lock.
+ * - `KEYLOCK_NULL_ARGUMENT`: `rw` is NULL.
+ * - `KEYLOCK_PANIC`: internal error; nothing was locked.
+ *
+ * # Safety
+ * `rw` is NULL or a live handle.
+ */
+keylock_result keylock_rwlock_try_read_lock(keylock_rwlock *rw);
+
+/**
+ * Takes the read lock, waiting at most `timeout_ms` milliseconds. A timeout of 0 tries once;
+ * a timeout too large to form a deadline (never the case on Linux) waits without limit.
+ *
+ * Returns:
+ * - `KEYLOCK_OK`: held; release with `keylock_rwlock_read_unlock`.
+ * - `KEYLOCK_TIMEOUT`: the timeout passed first; nothing was locked.
+ * - `KEYLOCK_NULL_ARGUMENT`: `rw` is NULL.
+ * - `KEYLOCK_PANIC`: internal error; nothing was locked.
+ *
+ * # Safety
+ * `rw` is NULL or a live handle.
+ */
+keylock_result keylock_rwlock_read_lock_timeout(keylock_rwlock *rw, uint64_t timeout_ms);
+
+/**
+ * Releases one read lock, which any thread may have taken.
+ *
+ * Returns:
+ * - `KEYLOCK_OK`: released.
+ * - `KEYLOCK_NOT_LOCKED`: no read lock is held; nothing changed.
+ * - `KEYLOCK_NULL_ARGUMENT`: `rw` is NULL.
+ * - `KEYLOCK_PANIC`: internal error.
+ *
+ * # Safety
+ * `rw` is NULL or a live handle.
+ */
+keylock_result keylock_rwlock_read_unlock(keylock_rwlock *rw);
+
+/**
+ * Takes the exclusive (write) lock, waiting as long as it takes: one writer holds it, and no
+ * reader.
+ *
+ * Returns:
+ * - `KEYLOCK_OK`: held; release with `keylock_rwlock_write_unlock`.
+ * - `KEYLOCK_NULL_ARGUMENT`: `rw` is NULL.
+ * - `KEYLOCK_PANIC`: internal error; nothing was locked.
+ *
+ * # Safety
+ * `rw` is NULL or a live handle.
+ */
+keylock_result keylock_rwlock_write_lock(keylock_rwlock *rw);
+
+/**
+ * Takes the write lock if that needs no wait.
+ *
+ * Returns:
+ * - `KEYLOCK_OK`: held; release with `keylock_rwlock_write_unlock`.
+ * - `KEYLOCK_WOULD_BLOCK`: a reader or writer holds the lock.
+ * - `KEYLOCK_NULL_ARGUMENT`: `rw` is NULL.
+ * - `KEYLOCK_PANIC`: internal error; nothing was locked.
+ *
+ * # Safety
+ * `rw` is NULL or a live handle.
+ */
+keylock_result keylock_rwlock_try_write_lock(keylock_rwlock *rw);
+
+/**
+ * Takes the write lock, waiting at most `timeout_ms` milliseconds. A timeout of 0 tries once;
+ * a timeout too large to form a deadline (never the case on Linux) waits without limit.
+ *
+ * Returns:
+ * - `KEYLOCK_OK`: held; release with `keylock_rwlock_write_unlock`.
+ * - `KEYLOCK_TIMEOUT`: the timeout passed first; nothing was locked.
+ * - `KEYLOCK_NULL_ARGUMENT`: `rw` is NULL.
+ * - `KEYLOCK_PANIC`: internal error; nothing was locked.
+ *
+ * # Safety
+ * `rw` is NULL or a live handle.
+ */
+keylock_result keylock_rwlock_write_lock_timeout(keylock_rwlock *rw, uint64_t timeout_ms);
+
+/**
+ * Releases one write lock, which any thread may have taken.
+ *
+ * Returns:
+ * - `KEYLOCK_OK`: released.
+ * - `KEYLOCK_NOT_LOCKED`: no write lock is held; nothing changed.
+ * - `KEYLOCK_NULL_ARGUMENT`: `rw` is NULL.
+ * - `KEYLOCK_PANIC`: internal error.
+ *
+ * # Safety
+ * `rw` is NULL or a live handle.
+ */
+keylock_result keylock_rwlock_write_unlock(keylock_rwlock *rw);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -7,12 +7,21 @@
 //! converts the answer. Explicit lock/unlock pairs map to the core's guards with `leak()` on lock
 //! and the core's explicit `unlock` on unlock.
 
-// The order of the modules is the order of the header: results first, then each handle type.
-mod boundary;
-pub mod pool;
+// Every export catches panics and turns them into KEYLOCK_PANIC; with panic = "abort" a panic
+// would kill the C program instead, so refuse to build that way.
+#[cfg(panic = "abort")]
+compile_error!("keylock-ffi must be built with panic = \"unwind\" (see the workspace profiles)");
+
+// The order of the modules is the order of the header (blank lines keep rustfmt from sorting
+// them): results first, then each handle type.
 pub mod result;
-pub mod rwlock;
+
+pub mod pool;
 pub mod striped;
+
+pub mod rwlock;
+
+mod boundary;
 
 #[cfg(test)]
 mod tests;
