@@ -51,11 +51,18 @@ class KeylockError extends Error {
   }
 }
 
+// `what` names the lock in messages: a string, or a function making one (formatting a key costs
+// more than locking it, so it is done only when an error is made).
+function whatOf(what) {
+  return typeof what === 'function' ? what() : what;
+}
+
 function timeoutError(what, timeout) {
-  return new KeylockError('KEYLOCK_TIMEOUT', `keylock: timed out after ${timeout} ms waiting for ${what}`);
+  return new KeylockError('KEYLOCK_TIMEOUT', `keylock: timed out after ${timeout} ms waiting for ${whatOf(what)}`);
 }
 
 function statusError(status, what) {
+  what = whatOf(what);
   switch (status) {
     case TIMED_OUT:
       return new KeylockError('KEYLOCK_TIMEOUT', `keylock: timed out waiting for ${what}`);
@@ -205,9 +212,10 @@ function dispatch(ids) {
 // The status of a release, after serving the waiter of this thread that it woke, if any: the
 // waiter's promise then resolves before the releasing call returns, as with a pure-JavaScript
 // lock, instead of on the event loop's next turn.
+const runReady = native.runReadyFunction();
 function released(status) {
   if (status < LOCAL_WAKE) return status;
-  dispatch(native.runReady());
+  dispatch(runReady());
   return status & (LOCAL_WAKE - 1);
 }
 
@@ -383,7 +391,7 @@ class KeyedLock {
     const own = ownKey(key);
     return acquire(
       opts,
-      keyWhat(key),
+      () => keyWhat(key),
       () => h.tryLock(own),
       () => h.lockAsync(own),
       () => new KeyGuard(h, own),
@@ -447,7 +455,7 @@ class KeyedLock {
     const h = this.#h;
     return acquire(
       opts,
-      `${own.length} keys`,
+      () => `${own.length} keys`,
       () => h.tryLockMany(own),
       () => h.lockManyAsync(own),
       () => new KeysGuard(h, own),

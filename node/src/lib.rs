@@ -183,11 +183,16 @@ pub fn init(env: Env, dispatch: Function<'_, Vec<u32>, Unknown<'static>>) -> Res
     reactor::init(&env, dispatch)
 }
 
-/// Polls the waiters of this thread that were woken and returns the ids to dispatch (called
-/// after a release that reported a wake-up of this same thread).
+/// The function that polls the waiters of this thread that were woken and returns the ids to
+/// dispatch (called after a release that reported a wake-up of this same thread); a plain
+/// Node-API function, like the per-lock operations.
 #[napi(catch_unwind)]
-pub fn run_ready() -> Vec<u32> {
-    reactor::run_ready()
+pub fn run_ready_function(env: &Env) -> Result<Unknown<'_>> {
+    // SAFETY: `env` is the current call's environment.
+    unsafe {
+        let f = raw::run_ready_function(env.raw())?;
+        Unknown::from_napi_value(env.raw(), f)
+    }
 }
 
 /// Cancels a pending waiter: `true` when it was still pending (it then holds nothing).

@@ -332,6 +332,58 @@ const RW: &[(&CStr, RawFn)] = &[
     (c"isWriteLocked", rw_is_write_locked),
 ];
 
+/// `runReady()`: polls this thread's woken waiters; returns the ids to dispatch (an array).
+unsafe extern "C" fn run_ready(
+    env: sys::napi_env,
+    _info: sys::napi_callback_info,
+) -> sys::napi_value {
+    let ids = match catch_unwind(crate::reactor::run_ready) {
+        Ok(ids) => ids,
+        Err(panic) => {
+            // SAFETY: throwing in the current environment.
+            unsafe { throw(env, false, &panic_message(panic.as_ref())) };
+            return ptr::null_mut();
+        }
+    };
+    let mut array = ptr::null_mut();
+    // SAFETY: array and number creation in the current environment.
+    unsafe {
+        sys::napi_create_array_with_length(env, ids.len(), &mut array);
+        for (i, id) in ids.iter().enumerate() {
+            let mut n = ptr::null_mut();
+            sys::napi_create_uint32(env, *id, &mut n);
+            sys::napi_set_element(env, array, i as u32, n);
+        }
+    }
+    array
+}
+
+/// The `runReady` function (see [`run_ready`]): one per thread, made by `index.js` at load.
+///
+/// # Safety
+/// `env` is the environment of the current call, on its JavaScript thread.
+pub(crate) unsafe fn run_ready_function(env: sys::napi_env) -> napi::Result<sys::napi_value> {
+    let mut func = ptr::null_mut();
+    // SAFETY: function creation in the current environment; the name is a NUL-terminated static.
+    let status = unsafe {
+        sys::napi_create_function(
+            env,
+            c"runReady".as_ptr(),
+            8,
+            Some(run_ready),
+            ptr::null_mut(),
+            &mut func,
+        )
+    };
+    if status != sys::Status::napi_ok {
+        return Err(napi::Error::new(
+            napi::Status::from(status),
+            "creating runReady",
+        ));
+    }
+    Ok(func)
+}
+
 /// Drops the `Arc<Handle>` reference an entry point owned.
 unsafe extern "C" fn release(_env: sys::napi_env, data: *mut c_void, _hint: *mut c_void) {
     // SAFETY: `data` came from Arc::into_raw in `bind`, and this finalizer runs once.
