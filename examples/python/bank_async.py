@@ -87,9 +87,7 @@ async def amain(args: argparse.Namespace) -> int:
     print(f"bank (asyncio): {args.workers} tasks, {args.accounts} accounts")
     failed = False
     for name, locks in (("KeyPool", keylock.KeyPool()), ("StripedLock", keylock.StripedLock(64))):
-        _, passed, bad, ok = await run_phase(
-            name, locks, args.workers, args.accounts, args.seconds
-        )
+        _, passed, bad, ok = await run_phase(name, locks, args.workers, args.accounts, args.seconds)
         failed |= bad > 0 or not ok or passed == 0
         if isinstance(locks, keylock.KeyPool) and len(locks) != 0:
             print(f"{name}: {len(locks)} keys still held", file=sys.stderr)

@@ -12,10 +12,11 @@ use std::sync::Arc;
 
 use keylock_core as core;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
+use pyo3::types::{PyBytes, PyList, PyString};
 
 use crate::args::{AcquireTimeout, Blocking, OptTimeout, Wait, acquire_wait};
 use crate::errors::{self, LockTimeout};
+use crate::key::OwnedKey;
 use crate::wait::{self, Acquire, Ready};
 
 /// A core future that resolves once the lock is held (its guard already leaked).
@@ -26,22 +27,22 @@ pub(crate) enum Target {
     /// One key of a KeyPool.
     Key {
         pool: Arc<core::KeyPool>,
-        key: Box<[u8]>,
+        key: OwnedKey,
     },
     /// The stripe of one key of a StripedLock.
     Stripe {
         lock: Arc<core::StripedLock>,
-        key: Box<[u8]>,
+        key: OwnedKey,
     },
     /// Several keys of a KeyPool, taken together.
     PoolMany {
         pool: Arc<core::KeyPool>,
-        keys: Vec<Box<[u8]>>,
+        keys: Vec<OwnedKey>,
     },
     /// The stripes of several keys, taken together.
     StripeMany {
         lock: Arc<core::StripedLock>,
-        keys: Vec<Box<[u8]>>,
+        keys: Vec<OwnedKey>,
     },
     /// An RwLock, shared.
     Read(Arc<core::RwLock>),
@@ -49,8 +50,8 @@ pub(crate) enum Target {
     Write(Arc<core::RwLock>),
 }
 
-fn slices(keys: &[Box<[u8]>]) -> impl Iterator<Item = &[u8]> + Clone {
-    keys.iter().map(|k| &**k)
+fn slices(keys: &[OwnedKey]) -> impl Iterator<Item = &[u8]> + Clone {
+    keys.iter().map(OwnedKey::as_bytes)
 }
 
 impl Target {
@@ -225,8 +226,12 @@ impl LockHandle {
     }
 
     /// Release the lock, whatever the exception.
-    #[pyo3(signature = (*_exc))]
-    fn __exit__(&self, _exc: &Bound<'_, PyTuple>) -> PyResult<()> {
+    fn __exit__(
+        &self,
+        _exc_type: &Bound<'_, PyAny>,
+        _exc: &Bound<'_, PyAny>,
+        _tb: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
         self.release()
     }
 
@@ -238,8 +243,13 @@ impl LockHandle {
     }
 
     /// Release the lock, whatever the exception.
-    #[pyo3(signature = (*_exc))]
-    fn __aexit__(&self, py: Python<'_>, _exc: &Bound<'_, PyTuple>) -> PyResult<Py<Ready>> {
+    fn __aexit__(
+        &self,
+        py: Python<'_>,
+        _exc_type: &Bound<'_, PyAny>,
+        _exc: &Bound<'_, PyAny>,
+        _tb: &Bound<'_, PyAny>,
+    ) -> PyResult<Py<Ready>> {
         self.release()?;
         Ready::none(py)
     }
@@ -305,7 +315,7 @@ impl ManyLock {
     #[getter]
     fn keys<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyList>> {
         let py = slf.py();
-        let keys: &[Box<[u8]>] = match &slf.as_super().get().target {
+        let keys: &[OwnedKey] = match &slf.as_super().get().target {
             Target::PoolMany { keys, .. } | Target::StripeMany { keys, .. } => keys,
             _ => &[],
         };

@@ -72,14 +72,71 @@ pub(crate) fn to_key<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Key<'py>> {
     Err(type_error(obj))
 }
 
-/// Converts a Python key to an owned byte string (for handles that keep their key).
+/// A key kept by a handle, without copying it where it can be shared.
+pub(crate) enum OwnedKey {
+    /// A `bytes` object (the key itself, or the UTF-8 encoding of a `str` key) and its buffer.
+    Bytes(SharedBytes),
+    /// An `int` key.
+    Int([u8; 8]),
+    /// A copy (of a `bytearray`, whose contents may change later).
+    Copied(Box<[u8]>),
+}
+
+/// A `bytes` object with its buffer.
+///
+/// `bytes` objects are immutable and the reference keeps this one alive, so the buffer stays
+/// valid and unchanged for as long as this value exists; reading it needs no Python call.
+pub(crate) struct SharedBytes {
+    _obj: Py<PyBytes>,
+    ptr: *const u8,
+    len: usize,
+}
+
+// SAFETY: the buffer is immutable and owned by `_obj`, which is Send + Sync (a Py<T> may move
+// between threads and is only ever dropped through pyo3, which defers the decref to an attached
+// thread); the raw pointer is only read.
+unsafe impl Send for SharedBytes {}
+// SAFETY: as above; `&SharedBytes` only hands out `&[u8]` to immutable memory.
+unsafe impl Sync for SharedBytes {}
+
+impl OwnedKey {
+    #[inline]
+    pub(crate) fn as_bytes(&self) -> &[u8] {
+        match self {
+            // SAFETY: see `SharedBytes`: `ptr`/`len` describe the immutable buffer of `_obj`,
+            // which lives at least as long as `self`.
+            OwnedKey::Bytes(b) => unsafe { std::slice::from_raw_parts(b.ptr, b.len) },
+            OwnedKey::Int(a) => a,
+            OwnedKey::Copied(v) => v,
+        }
+    }
+}
+
+impl Deref for OwnedKey {
+    type Target = [u8];
+
+    #[inline]
+    fn deref(&self) -> &[u8] {
+        self.as_bytes()
+    }
+}
+
+/// Converts a Python key for a handle to keep (see the module docs for the mapping).
 #[inline]
-pub(crate) fn to_owned_key(obj: &Bound<'_, PyAny>) -> PyResult<Box<[u8]>> {
-    Ok(Box::from(&*to_key(obj)?))
+pub(crate) fn to_owned_key(obj: &Bound<'_, PyAny>) -> PyResult<OwnedKey> {
+    Ok(match to_key(obj)? {
+        Key::Bytes(b) => {
+            let bytes = b.as_bytes();
+            let (ptr, len) = (bytes.as_ptr(), bytes.len());
+            OwnedKey::Bytes(SharedBytes { _obj: b.unbind(), ptr, len })
+        }
+        Key::Int(a) => OwnedKey::Int(a),
+        Key::Owned(v) => OwnedKey::Copied(v.into_boxed_slice()),
+    })
 }
 
 /// Converts every key of an iterable (for `lock_many`).
-pub(crate) fn to_owned_keys(keys: &Bound<'_, PyAny>) -> PyResult<Vec<Box<[u8]>>> {
+pub(crate) fn to_owned_keys(keys: &Bound<'_, PyAny>) -> PyResult<Vec<OwnedKey>> {
     if keys.is_instance_of::<PyString>() || keys.is_instance_of::<PyBytes>() {
         // A lone str or bytes is almost always a mistake for a list of keys: iterating it would
         // lock its characters one by one.

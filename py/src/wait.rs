@@ -292,12 +292,14 @@ impl Acquire {
     }
 
     /// Resume the acquire (the value sent is ignored).
-    fn send(slf: &Bound<'_, Self>, _value: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+    #[pyo3(signature = (value, /))]
+    fn send(slf: &Bound<'_, Self>, value: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        let _ = value;
         Self::step(slf)
     }
 
     /// Cancel the wait (nothing stays held), then raise the exception thrown in.
-    #[pyo3(signature = (typ, val = None, tb = None))]
+    #[pyo3(signature = (typ, val = None, tb = None, /))]
     fn throw(
         &self,
         py: Python<'_>,
@@ -376,17 +378,20 @@ impl Ready {
         Err(PyStopIteration::new_err((self.value.clone_ref(py),)))
     }
 
-    fn send(&self, py: Python<'_>, _value: &Bound<'_, PyAny>) -> PyResult<()> {
+    #[pyo3(signature = (value, /))]
+    fn send(&self, py: Python<'_>, value: &Bound<'_, PyAny>) -> PyResult<()> {
+        let _ = value;
         self.__next__(py)
     }
 
-    #[pyo3(signature = (typ, val = None, _tb = None))]
+    #[pyo3(signature = (typ, val = None, tb = None, /))]
     fn throw(
         &self,
         typ: &Bound<'_, PyAny>,
         val: Option<&Bound<'_, PyAny>>,
-        _tb: Option<&Bound<'_, PyAny>>,
+        tb: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
+        let _ = tb;
         let exc = match (typ.cast::<PyType>(), val) {
             (Ok(_), Some(v)) if !v.is_none() => v.clone(),
             (Ok(cls), _) => cls.call0()?,

@@ -53,7 +53,9 @@ def arun(coro: Coroutine[Any, Any, Any], timeout: float = DEADLOCK) -> Any:
     return asyncio.run(guarded())
 
 
-def wait_until(cond: Callable[[], bool], timeout: float = DEADLOCK, what: str = "condition") -> None:
+def wait_until(
+    cond: Callable[[], bool], timeout: float = DEADLOCK, what: str = "condition"
+) -> None:
     """Poll `cond` until it holds; fail after `timeout` seconds."""
     end = time.monotonic() + timeout
     while not cond():
@@ -82,5 +84,7 @@ def run_script(code: str, timeout: float = 60.0, **kw: Any) -> subprocess.Comple
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
         **kw,
     )
-    assert proc.returncode == 0, f"exit {proc.returncode}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}"
+    assert proc.returncode == 0, (
+        f"exit {proc.returncode}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}"
+    )
     return proc

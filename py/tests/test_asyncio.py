@@ -8,9 +8,9 @@ import random
 import sys
 import threading
 
-import keylock
 import pytest
 
+import keylock
 from conftest import arun, async_wait_until
 
 
@@ -182,11 +182,11 @@ def test_cancel_after_grant_passes_the_lock_on() -> None:
             holder = make(pool, rw)
             assert await holder.acquire_async()
 
-            async def waiter(h: keylock.LockHandle = make(pool, rw)) -> None:
+            async def waiter(h: keylock.LockHandle) -> None:
                 async with h:
                     pytest.fail("cancelled task entered")  # pragma: no cover
 
-            t = asyncio.ensure_future(waiter())
+            t = asyncio.ensure_future(waiter(make(pool, rw)))
             await asyncio.sleep(0.01)  # queued long enough to be handed the lock directly
             holder.release()
             t.cancel()

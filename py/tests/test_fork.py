@@ -7,8 +7,9 @@ import os
 import sys
 import threading
 
-import keylock
 import pytest
+
+import keylock
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import array
 import struct
 
-import keylock
 import pytest
+
+import keylock
 
 
 @pytest.mark.parametrize(

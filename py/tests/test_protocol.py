@@ -11,9 +11,9 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-import keylock
 import pytest
 
+import keylock
 from conftest import run_threads
 
 
@@ -245,7 +245,8 @@ def test_repr_forms() -> None:
 
 
 def test_weakref() -> None:
-    for h in (_pool(), _striped(), _many(), _write(), keylock.RwLock().read()):
+    for make in (*MAKERS.values(), lambda: keylock.RwLock().read()):
+        h = make()
         r = weakref.ref(h)
         assert r() is h
         del h
@@ -280,7 +281,13 @@ def test_every_public_name_has_a_docstring() -> None:
         assert obj.__doc__, name
         if isinstance(obj, type):
             for attr, member in vars(obj).items():
-                if attr.startswith("_") and attr not in ("__enter__", "__exit__", "__aenter__", "__aexit__", "__len__"):
+                if attr.startswith("_") and attr not in (
+                    "__enter__",
+                    "__exit__",
+                    "__aenter__",
+                    "__aexit__",
+                    "__len__",
+                ):
                     continue
                 assert getattr(member, "__doc__", None), f"{name}.{attr}"
 
@@ -395,11 +402,20 @@ def test_pool_len_and_stats() -> None:
         h.acquire()
     assert len(pool) == 5
     st = pool.stats()
-    assert set(st) == {"held", "waiting", "entries_allocated", "peak_held", "acquisitions", "contended"}
+    assert set(st) == {
+        "held",
+        "waiting",
+        "entries_in_use",
+        "entries_allocated",
+        "peak_held",
+        "acquisitions",
+        "contended",
+    }
+    assert st["entries_in_use"] == 5
     assert st["held"] == 5 and st["waiting"] == 0 and st["peak_held"] >= 5
     for h in hs:
         h.release()
-    assert len(pool) == 0 and pool.stats()["held"] == 0
+    assert len(pool) == 0 and pool.stats()["held"] == 0 and pool.stats()["entries_in_use"] == 0
 
 
 def test_striped_properties() -> None:

@@ -7,9 +7,9 @@ import random
 import threading
 import time
 
-import keylock
 import pytest
 
+import keylock
 from conftest import run_script, run_threads, wait_until
 
 THREADS = 8
@@ -83,27 +83,28 @@ def test_rwlock_stress_exact_counts() -> None:
     assert not rw.is_locked()
 
 
-def test_lock_many_transfers_keep_total() -> None:
-    for locks in (keylock.KeyPool(), keylock.StripedLock(8)):
-        accounts = [100] * 16
-        transfers = [0]
-        count_lock = threading.Lock()
+@pytest.mark.parametrize("kind", ["pool", "striped"])
+def test_lock_many_transfers_keep_total(kind: str) -> None:
+    locks = keylock.KeyPool() if kind == "pool" else keylock.StripedLock(8)
+    accounts = [100] * 16
+    transfers = [0]
+    count_lock = threading.Lock()
 
-        def worker(seed: int, locks: keylock.KeyPool | keylock.StripedLock = locks) -> None:
-            rng = random.Random(seed)
-            for _ in range(600):
-                a, b = rng.sample(range(len(accounts)), 2)
-                with locks.lock_many([a, b]):
-                    amount = rng.randrange(10)
-                    va, vb = accounts[a], accounts[b]
-                    time.sleep(0)
-                    accounts[a], accounts[b] = va - amount, vb + amount
-                with count_lock:
-                    transfers[0] += 1
+    def worker(seed: int) -> None:
+        rng = random.Random(seed)
+        for _ in range(600):
+            a, b = rng.sample(range(len(accounts)), 2)
+            with locks.lock_many([a, b]):
+                amount = rng.randrange(10)
+                va, vb = accounts[a], accounts[b]
+                time.sleep(0)
+                accounts[a], accounts[b] = va - amount, vb + amount
+            with count_lock:
+                transfers[0] += 1
 
-        run_threads([lambda s=s: worker(s) for s in range(6)])
-        assert sum(accounts) == 1600
-        assert transfers[0] == 6 * 600
+    run_threads([lambda s=s: worker(s) for s in range(6)])
+    assert sum(accounts) == 1600
+    assert transfers[0] == 6 * 600
 
 
 def test_contended_acquire_waits_for_release() -> None:

@@ -25,6 +25,9 @@ def key_bytes(key: Key, /) -> bytes:
     TypeError.
     """
 
+def _resolve(fut: Any) -> None:
+    """Wake-up callback run on the event loop: resolve `fut` unless the task gave up on it."""
+
 @final
 class _Acquire(Generic[_T]):
     """Awaitable returned by `acquire_async()` (result: bool) and `__aenter__()` (None).
@@ -43,7 +46,7 @@ class _Acquire(Generic[_T]):
 class _Ready:
     """An awaitable that is already done (returned by `__aexit__`)."""
 
-    def __await__(self) -> Generator[Any, None, None]: ...
+    def __await__(self) -> Generator[Any]: ...
     def __iter__(self) -> _Ready: ...
     def __next__(self) -> Any: ...
     def send(self, value: Any, /) -> Any: ...
@@ -153,11 +156,19 @@ class PoolStats(TypedDict):
     """Counters of a KeyPool."""
 
     held: int
+    """Keys held now."""
     waiting: int
+    """Callers waiting now."""
+    entries_in_use: int
+    """Keys held or awaited now."""
     entries_allocated: int
+    """The pool's memory, in keys (slots in use or kept for reuse)."""
     peak_held: int
+    """An upper bound on the most keys held or awaited at once."""
     acquisitions: int
+    """Acquisitions so far."""
     contended: int
+    """Acquisitions that found the key held and had to wait."""
 
 @final
 class KeyPool:
@@ -169,7 +180,7 @@ class KeyPool:
     bytearray, memoryview or int (see keylock.key_bytes).
     """
 
-    def __init__(self) -> None: ...
+    def __new__(cls) -> KeyPool: ...
     def lock(self, key: Key, timeout: float | None = None) -> KeyLock:
         """Return the lock handle of `key`. `timeout` (seconds, None for no limit) bounds the
         wait of `with` / `async with`, which raise keylock.LockTimeout when it runs out."""
@@ -185,8 +196,9 @@ class KeyPool:
         """The number of keys held now."""
 
     def stats(self) -> PoolStats:
-        """Return counters as a dict: held, waiting, entries_allocated, peak_held,
-        acquisitions, contended."""
+        """Return counters as a dict: held (keys held now), waiting (callers waiting now),
+        entries_in_use (keys held or awaited), entries_allocated (the pool's memory, in keys),
+        peak_held, acquisitions, contended (acquisitions that had to wait)."""
 
 @final
 class StripedLock:
@@ -202,7 +214,7 @@ class StripedLock:
     MAX_STRIPES: ClassVar[int]
     """The largest number of stripes accepted."""
 
-    def __init__(self, stripes: int = 1024, *, seed: int | None = None) -> None: ...
+    def __new__(cls, stripes: int = 1024, *, seed: int | None = None) -> StripedLock: ...
     @property
     def stripes(self) -> int:
         """The number of stripes (a power of two)."""
@@ -233,7 +245,7 @@ class RwLock:
     asyncio's (`with`, `async with`, acquire/release/locked).
     """
 
-    def __init__(self) -> None: ...
+    def __new__(cls) -> RwLock: ...
     def read(self, timeout: float | None = None) -> ReadLock:
         """Return the shared (read) handle. `timeout` (seconds, None for no limit) bounds the
         wait of `with` / `async with`, which raise keylock.LockTimeout when it runs out."""
