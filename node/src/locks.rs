@@ -4,9 +4,9 @@
 //! releases with the explicit unlocks.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use keylock_core::{Error, KeyPool, RwLock, StripedLock};
+use keylock_core::{KeyPool, RwLock, StripedLock};
 
 use crate::reactor::{self, Acquire};
 use crate::shared::{Presence, Registry};
@@ -201,22 +201,7 @@ impl Held<RwLock> {
     }
 
     pub(crate) fn read_unlock(&self) -> u32 {
-        let mut result = self.core.read_unlock();
-        // Work-around for the core (reported): a reader granted by a writer's release can hold
-        // the lock while that writer still grants other queued readers, and during that window
-        // `read_unlock` reports `NotLocked` (the phase still says "writer"). The window ends as
-        // soon as the writer has granted the queue, so retry briefly while a writer shows.
-        if result == Err(Error::NotLocked) {
-            let start = Instant::now();
-            while result.is_err()
-                && self.core.is_write_locked()
-                && start.elapsed() < Duration::from_millis(10)
-            {
-                std::thread::yield_now();
-                result = self.core.read_unlock();
-            }
-        }
-        self.released(status::of(result))
+        self.released(status::of(self.core.read_unlock()))
     }
 
     pub(crate) fn write_unlock(&self) -> u32 {
