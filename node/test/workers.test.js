@@ -41,7 +41,22 @@ async function task(s) {
       held.forEach((k, i) => (counts[k] = before[i] + 1));
       for (const k of held) Atomics.sub(busy, k, 1);
     };
-    if (kind === 'rw') await lock.withWrite(body);
+    if (kind === 'rw' && r % 3 !== 0) {
+      // A reader: no writer may be inside; readers count themselves atomically (they share).
+      await lock.withRead(async () => {
+        Atomics.add(busy, 1, 1);
+        if (Atomics.load(busy, 0) !== 0) Atomics.add(bad, 0, 1);
+        await tick();
+        if (Atomics.load(busy, 0) !== 0) Atomics.add(bad, 0, 1);
+        Atomics.add(counts, 1, 1);
+        Atomics.sub(busy, 1, 1);
+      });
+    } else if (kind === 'rw') {
+      await lock.withWrite(async () => {
+        if (Atomics.load(busy, 1) !== 0) Atomics.add(bad, 0, 1);
+        await body();
+      });
+    }
     else if (many) await lock.withLockMany(held.map((k) => \`k\${k}\`), body);
     else if (r % 2) await lock.withLock(\`k\${a}\`, body);
     else {
@@ -103,7 +118,7 @@ for (const [kind, many] of [['pool', false], ['pool', true], ['striped', false],
     await Promise.all(workers);
     const total = new Int32Array(counters).reduce((s, c) => s + c, 0);
     assert.equal(new Int32Array(overlaps)[0], 0, 'no two holders at once');
-    assert.equal(total, 4 * tasks * rounds * (many ? 2 : 1));
+    assert.equal(total, 4 * tasks * rounds * (many ? 2 : 1), 'every write (and read) counted');
     if (kind === 'pool') {
       const st = KeyPool.shared(name).stats();
       assert.equal(st.held, 0);
