@@ -22,8 +22,9 @@
  *   - Timeouts are milliseconds as uint64_t; any value is safe (none overflows).
  *   - Strings returned (keylock_result_str, keylock_version) are static: never free them.
  *
- * Link with `pkg-config --cflags --libs keylock` (libkeylock.so, SONAME libkeylock.so.MAJOR) or
- * statically with `pkg-config --static --cflags --libs keylock`.
+ * Link with `pkg-config --cflags --libs keylock` (libkeylock.so, SONAME libkeylock.so.MAJOR), or
+ * statically with libkeylock.a plus the system libraries `pkg-config --static --libs keylock`
+ * lists (examples/c/README.md shows the command).
  */
 
 #ifndef KEYLOCK_H
