@@ -246,6 +246,7 @@ def machine() -> dict[str, Any]:
         "python": sys.version.split()[0],
         "python_implementation": platform.python_implementation(),
         "keylock": keylock.__version__,
+        "keylock_build": getattr(keylock._keylock, "_BUILD", "unknown"),
         "readerwriterlock": importlib.metadata.version("readerwriterlock"),
         "rustc": version(["rustc", "--version"]),
         "switch_interval_s": sys.getswitchinterval(),
@@ -256,6 +257,11 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="fewer and shorter runs")
     ap.add_argument("--out", type=pathlib.Path, default=pathlib.Path("bench/results/python.json"))
+    ap.add_argument(
+        "--merge",
+        type=pathlib.Path,
+        help="add the keylock results of an earlier run with another build (its JSON) to this one",
+    )
     args = ap.parse_args()
     runs = 3 if args.quick else 7
     n = 50_000 if args.quick else 300_000
@@ -386,6 +392,20 @@ def main() -> int:
         )
         results.append(r)
 
+    build = getattr(keylock._keylock, "_BUILD", "unknown")
+    for r in results:
+        r["build"] = build
+    if args.merge:
+        other = json.loads(args.merge.read_text())
+        other_build = other["machine"]["keylock_build"]
+        for r in other["results"]:
+            if r["baseline"] is None and r["unit"] != "ms":
+                continue  # the alternatives were measured again in this run
+            r = {**r, "name": f"{r['name']} [{other_build} build]"}
+            if r["target"]:
+                r["target"] += f" (with the {other_build} build)"
+            results.append(r)
+
     doc = {
         "suite": "python",
         "description": (
@@ -402,6 +422,7 @@ def main() -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(doc, indent=2) + "\n")
 
+    print(f"keylock build: {build}")
     width = max(len(r["name"]) for r in results)
     print(
         f"\n{'benchmark':<{width}}  {'median':>12}  {'min':>12}  {'max':>12}  unit    ratio  target"

@@ -17,14 +17,52 @@ use pyo3::exceptions::{PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyByteArray, PyBytes, PyInt, PyMemoryView, PyString};
 
-/// A key converted to bytes, borrowing from a Python `bytes` object where it can.
+/// A key converted to bytes, borrowing them from a Python object where it can.
 pub(crate) enum Key<'py> {
-    /// A `bytes` object (the key itself, or the UTF-8 encoding of a `str`).
-    Bytes(Bound<'py, PyBytes>),
+    /// Bytes owned by an immutable Python object: a `bytes` key, the UTF-8 encoding of a `str`,
+    /// or (with a 3.10+ floor) the `str` itself, which caches its UTF-8 form for its lifetime.
+    Shared(Shared<'py>),
     /// A copy (of a `bytearray`, whose contents may change later).
     Owned(Vec<u8>),
     /// An `int`.
     Int([u8; 8]),
+}
+
+/// An immutable Python object and the bytes of the key inside it.
+pub(crate) struct Shared<'py> {
+    obj: Bound<'py, PyAny>,
+    ptr: *const u8,
+    len: usize,
+}
+
+impl<'py> Shared<'py> {
+    fn bytes(b: Bound<'py, PyBytes>) -> Self {
+        let (ptr, len) = (b.as_bytes().as_ptr(), b.as_bytes().len());
+        Shared { obj: b.into_any(), ptr, len }
+    }
+
+    /// The UTF-8 form of a `str`, without copying where the interpreter allows it.
+    #[cfg(not(feature = "abi3-py39"))]
+    fn str(s: &Bound<'py, PyString>) -> PyResult<Self> {
+        // PyUnicode_AsUTF8AndSize (limited API 3.10+): CPython caches the UTF-8 form inside the
+        // str and frees it only with the str, which `obj` keeps alive.
+        let utf8 = s.to_str()?;
+        let (ptr, len) = (utf8.as_ptr(), utf8.len());
+        Ok(Shared { obj: s.clone().into_any(), ptr, len })
+    }
+
+    /// The UTF-8 form of a `str`: a new `bytes` object (the 3.9 limited API has no cached form).
+    #[cfg(feature = "abi3-py39")]
+    fn str(s: &Bound<'py, PyString>) -> PyResult<Self> {
+        Ok(Self::bytes(s.encode_utf8()?))
+    }
+
+    #[inline]
+    fn as_slice(&self) -> &[u8] {
+        // SAFETY: `ptr`/`len` were read from `obj`'s immutable buffer, which lives as long as
+        // `obj`, which `self` owns.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
 }
 
 impl Deref for Key<'_> {
@@ -33,7 +71,7 @@ impl Deref for Key<'_> {
     #[inline]
     fn deref(&self) -> &[u8] {
         match self {
-            Key::Bytes(b) => b.as_bytes(),
+            Key::Shared(s) => s.as_slice(),
             Key::Owned(v) => v,
             Key::Int(a) => a,
         }
@@ -44,10 +82,10 @@ impl Deref for Key<'_> {
 #[inline]
 pub(crate) fn to_key<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Key<'py>> {
     if let Ok(s) = obj.cast::<PyString>() {
-        return Ok(Key::Bytes(s.encode_utf8()?));
+        return Ok(Key::Shared(Shared::str(s)?));
     }
     if let Ok(b) = obj.cast::<PyBytes>() {
-        return Ok(Key::Bytes(b.clone()));
+        return Ok(Key::Shared(Shared::bytes(b.clone())));
     }
     if obj.is_instance_of::<PyBool>() {
         return Err(PyTypeError::new_err(
@@ -67,14 +105,14 @@ pub(crate) fn to_key<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Key<'py>> {
     }
     if obj.is_instance_of::<PyMemoryView>() {
         let bytes = obj.call_method0("tobytes")?.cast_into::<PyBytes>()?;
-        return Ok(Key::Bytes(bytes));
+        return Ok(Key::Shared(Shared::bytes(bytes)));
     }
     Err(type_error(obj))
 }
 
 /// A key kept by a handle, without copying it where it can be shared.
 pub(crate) enum OwnedKey {
-    /// A `bytes` object (the key itself, or the UTF-8 encoding of a `str` key) and its buffer.
+    /// An immutable object holding the key's bytes (see [`Key::Shared`]) and those bytes.
     Bytes(SharedBytes),
     /// An `int` key.
     Int([u8; 8]),
@@ -82,12 +120,13 @@ pub(crate) enum OwnedKey {
     Copied(Box<[u8]>),
 }
 
-/// A `bytes` object with its buffer.
+/// An immutable Python object with the key's bytes inside it.
 ///
-/// `bytes` objects are immutable and the reference keeps this one alive, so the buffer stays
-/// valid and unchanged for as long as this value exists; reading it needs no Python call.
+/// The object (a `bytes`, or a `str` with its cached UTF-8 form) is immutable and the reference
+/// keeps it alive, so the buffer stays valid and unchanged for as long as this value exists;
+/// reading it needs no Python call.
 pub(crate) struct SharedBytes {
-    _obj: Py<PyBytes>,
+    _obj: Py<PyAny>,
     ptr: *const u8,
     len: usize,
 }
@@ -125,11 +164,11 @@ impl Deref for OwnedKey {
 #[inline]
 pub(crate) fn to_owned_key(obj: &Bound<'_, PyAny>) -> PyResult<OwnedKey> {
     Ok(match to_key(obj)? {
-        Key::Bytes(b) => {
-            let bytes = b.as_bytes();
-            let (ptr, len) = (bytes.as_ptr(), bytes.len());
-            OwnedKey::Bytes(SharedBytes { _obj: b.unbind(), ptr, len })
-        }
+        Key::Shared(Shared { obj, ptr, len }) => OwnedKey::Bytes(SharedBytes {
+            _obj: obj.unbind(),
+            ptr,
+            len,
+        }),
         Key::Int(a) => OwnedKey::Int(a),
         Key::Owned(v) => OwnedKey::Copied(v.into_boxed_slice()),
     })
@@ -182,8 +221,6 @@ fn type_error(obj: &Bound<'_, PyAny>) -> PyErr {
 #[pyfunction]
 #[pyo3(signature = (key, /))]
 pub(crate) fn key_bytes<'py>(key: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyBytes>> {
-    match to_key(key)? {
-        Key::Bytes(b) => Ok(b),
-        other => Ok(PyBytes::new(key.py(), &other)),
-    }
+    let bytes = to_key(key)?;
+    Ok(PyBytes::new(key.py(), &bytes))
 }

@@ -22,12 +22,21 @@ mod wait;
 
 use pyo3::prelude::*;
 
+/// Which wheel this build is: the oldest CPython it runs on, or a version-specific build.
+#[cfg(feature = "abi3-py39")]
+const BUILD: &str = "abi3, CPython >= 3.9";
+#[cfg(all(feature = "abi3-py310", not(feature = "abi3-py39")))]
+const BUILD: &str = "abi3, CPython >= 3.10";
+#[cfg(not(any(feature = "abi3-py39", feature = "abi3-py310")))]
+const BUILD: &str = "version-specific";
+
 /// The native module. Every class is immutable (`frozen`) and shares only thread-safe core
 /// objects, so the module runs without the GIL on free-threaded Python.
 #[pymodule(gil_used = false)]
 fn _keylock(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add("_BUILD", BUILD)?;
     m.add("LockTimeout", py.get_type::<errors::LockTimeout>())?;
     m.add("NotLockedError", py.get_type::<errors::NotLockedError>())?;
     m.add_class::<pool::KeyPool>()?;

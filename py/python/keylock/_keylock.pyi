@@ -7,6 +7,8 @@ from typing import Any, ClassVar, Final, Generic, TypedDict, TypeVar, Union, fin
 _T = TypeVar("_T")
 
 __version__: Final[str]
+_BUILD: Final[str]
+"""Which wheel this is: "abi3, CPython >= 3.9", "abi3, CPython >= 3.10" or "version-specific"."""
 
 Key = Union[str, bytes, bytearray, memoryview, int]
 """A key: str (UTF-8), bytes, bytearray, memoryview, or int (8 bytes, signed 64-bit big-endian)."""
