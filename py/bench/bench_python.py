@@ -250,6 +250,8 @@ def machine() -> dict[str, Any]:
         "readerwriterlock": importlib.metadata.version("readerwriterlock"),
         "rustc": version(["rustc", "--version"]),
         "switch_interval_s": sys.getswitchinterval(),
+        # Other work on the machine during the run (1, 5, 15 minute averages at the end).
+        "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
     }
 
 
