@@ -10,7 +10,7 @@ demo-rust: build-rust
 
 test-rust:
 	$(CARGO) test --locked -p keylock-core -p keylock-bank
-	$(TARGET_DIR)/debug/keylock-bank 8 64 200
+	$(CARGO) run --locked -q -p keylock-bank -- 8 64 200
 	$(MAKE) loom LOOM_MAX_PREEMPTIONS=3
 	$(MAKE) loom-swap
 
@@ -53,3 +53,10 @@ TSAN_TARGET := x86_64-unknown-linux-gnu
 tsan-rust:
 	$(TSAN_CARGO) test --locked -p keylock-core --target $(TSAN_TARGET) --target-dir $(TARGET_DIR)/tsan \
 		--lib --tests -- --test-threads=1
+
+# Soak: every language's bank stress at once for SOAK_SECONDS (default 10 minutes), reporting
+# transfers, errors and peak memory, and failing if memory grows after warm-up.
+SOAK_SECONDS ?= 600
+.PHONY: soak
+soak: build
+	python3 .ci/soak.py $(SOAK_SECONDS) $(ROOT)
