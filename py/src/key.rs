@@ -38,7 +38,11 @@ pub(crate) struct Shared<'py> {
 impl<'py> Shared<'py> {
     fn bytes(b: Bound<'py, PyBytes>) -> Self {
         let (ptr, len) = (b.as_bytes().as_ptr(), b.as_bytes().len());
-        Shared { obj: b.into_any(), ptr, len }
+        Shared {
+            obj: b.into_any(),
+            ptr,
+            len,
+        }
     }
 
     /// The UTF-8 form of a `str`, without copying where the interpreter allows it.
@@ -48,7 +52,11 @@ impl<'py> Shared<'py> {
         // str and frees it only with the str, which `obj` keeps alive.
         let utf8 = s.to_str()?;
         let (ptr, len) = (utf8.as_ptr(), utf8.len());
-        Ok(Shared { obj: s.clone().into_any(), ptr, len })
+        Ok(Shared {
+            obj: s.clone().into_any(),
+            ptr,
+            len,
+        })
     }
 
     /// The UTF-8 form of a `str`: a new `bytes` object (the 3.9 limited API has no cached form).
