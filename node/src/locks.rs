@@ -56,7 +56,7 @@ impl<T> Held<T> {
             p.leave();
             reactor::after_shared_release();
         }
-        if reactor::local_wake_pending() {
+        if reactor::take_local_wake() {
             code | status::LOCAL_WAKE
         } else {
             code

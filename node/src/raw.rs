@@ -26,7 +26,11 @@ use crate::status;
 /// What an entry point returns to JavaScript.
 enum Ret {
     Bool(bool),
-    U32(u32),
+    /// A status ([`status`]), with [`status::LOCAL_WAKE`] added by releases that woke a waiter of
+    /// this thread.
+    Status(u32),
+    /// A waiter id (0: acquired at once).
+    Id(u32),
 }
 
 /// Why an entry point throws.
@@ -160,6 +164,10 @@ unsafe fn entry<const N: usize>(
             Err(panic) => Err(Fail::Error(panic_message(panic.as_ref()))),
         }
     };
+    // A wake-up of this thread that the result does not report goes by the event loop.
+    if !matches!(outcome, Ok(Ret::Status(code)) if code & status::LOCAL_WAKE != 0) {
+        crate::reactor::flush_local();
+    }
     let mut result = ptr::null_mut();
     // SAFETY: plain value creation and exception throwing in the current environment.
     unsafe {
@@ -167,7 +175,7 @@ unsafe fn entry<const N: usize>(
             Ok(Ret::Bool(b)) => {
                 sys::napi_get_boolean(env, b, &mut result);
             }
-            Ok(Ret::U32(n)) => {
+            Ok(Ret::Status(n) | Ret::Id(n)) => {
                 sys::napi_create_uint32(env, n, &mut result);
             }
             Err(Fail::Type(msg)) => throw(env, true, msg),
@@ -231,7 +239,7 @@ entry_points! {
     }
     /// `unlock(key)`: a status.
     fn unlock[1](c) {
-        Ok(Ret::U32(c.keyed()?.unlock(c.key(0)?.as_bytes())))
+        Ok(Ret::Status(c.keyed()?.unlock(c.key(0)?.as_bytes())))
     }
     /// `isLocked(key)`.
     fn is_locked[1](c) {
@@ -239,11 +247,11 @@ entry_points! {
     }
     /// `lockAsync(key)`: 0 when taken at once, else the waiter id.
     fn lock_async[1](c) {
-        Ok(Ret::U32(c.keyed()?.lock_async(c.key(0)?.as_bytes())?))
+        Ok(Ret::Id(c.keyed()?.lock_async(c.key(0)?.as_bytes())?))
     }
     /// `lockSync(key, timeoutMs)`: a status.
     fn lock_sync[2](c) {
-        Ok(Ret::U32(c.keyed()?.lock_sync(c.key(0)?.as_bytes(), c.timeout(1))))
+        Ok(Ret::Status(c.keyed()?.lock_sync(c.key(0)?.as_bytes(), c.timeout(1))))
     }
     /// `tryLockMany(keys)`: whether all were taken (else none is).
     fn try_lock_many[1](c) {
@@ -251,15 +259,15 @@ entry_points! {
     }
     /// `unlockMany(keys)`: a status.
     fn unlock_many[1](c) {
-        Ok(Ret::U32(c.keyed()?.unlock_many(&slices(&c.keys(0)?))))
+        Ok(Ret::Status(c.keyed()?.unlock_many(&slices(&c.keys(0)?))))
     }
     /// `lockManyAsync(keys)`: 0 when taken at once, else the waiter id.
     fn lock_many_async[1](c) {
-        Ok(Ret::U32(c.keyed()?.lock_many_async(&slices(&c.keys(0)?))?))
+        Ok(Ret::Id(c.keyed()?.lock_many_async(&slices(&c.keys(0)?))?))
     }
     /// `lockManySync(keys, timeoutMs)`: a status.
     fn lock_many_sync[2](c) {
-        Ok(Ret::U32(c.keyed()?.lock_many_sync(&slices(&c.keys(0)?), c.timeout(1))))
+        Ok(Ret::Status(c.keyed()?.lock_many_sync(&slices(&c.keys(0)?), c.timeout(1))))
     }
     /// `tryRead()`.
     fn try_read[0](c) {
@@ -271,27 +279,27 @@ entry_points! {
     }
     /// `readUnlock()`: a status.
     fn read_unlock[0](c) {
-        Ok(Ret::U32(c.rw()?.read_unlock()))
+        Ok(Ret::Status(c.rw()?.read_unlock()))
     }
     /// `writeUnlock()`: a status.
     fn write_unlock[0](c) {
-        Ok(Ret::U32(c.rw()?.write_unlock()))
+        Ok(Ret::Status(c.rw()?.write_unlock()))
     }
     /// `readAsync()`: 0 when taken at once, else the waiter id.
     fn read_async[0](c) {
-        Ok(Ret::U32(c.rw()?.read_async()?))
+        Ok(Ret::Id(c.rw()?.read_async()?))
     }
     /// `writeAsync()`: 0 when taken at once, else the waiter id.
     fn write_async[0](c) {
-        Ok(Ret::U32(c.rw()?.write_async()?))
+        Ok(Ret::Id(c.rw()?.write_async()?))
     }
     /// `readSync(timeoutMs)`: a status.
     fn read_sync[1](c) {
-        Ok(Ret::U32(c.rw()?.read_sync(c.timeout(0))))
+        Ok(Ret::Status(c.rw()?.read_sync(c.timeout(0))))
     }
     /// `writeSync(timeoutMs)`: a status.
     fn write_sync[1](c) {
-        Ok(Ret::U32(c.rw()?.write_sync(c.timeout(0))))
+        Ok(Ret::Status(c.rw()?.write_sync(c.timeout(0))))
     }
     /// `rwIsLocked()`.
     fn rw_is_locked[0](c) {

@@ -123,37 +123,65 @@ pub(crate) fn thread_id() -> u64 {
 
 /// The part of a reactor that wakers on other threads reach.
 struct Notifier {
-    /// Ids of waiters woken since the JavaScript thread last drained the queue.
-    queue: Mutex<Vec<u32>>,
+    /// Ids of waiters woken since the JavaScript thread last drained them, and whether a
+    /// threadsafe-function call to drain them is on its way.
+    queue: Mutex<Queue>,
     tsfn: Tsfn,
     /// The JavaScript thread this notifier posts to ([`thread_id`]).
     owner: u64,
 }
 
+#[derive(Default)]
+struct Queue {
+    ids: Vec<u32>,
+    scheduled: bool,
+}
+
 impl Notifier {
+    /// Queues a wake-up. From another thread, a threadsafe-function call carries it to the
+    /// JavaScript thread (one call per batch). From the JavaScript thread itself (a release that
+    /// handed the lock to a waiter of the same thread), no call is made: the entry point that
+    /// caused it reports it ([`take_local_wake`]) and `index.js` drains it before that call
+    /// returns, or, where an entry point cannot report it, [`flush_local`] schedules the call.
     fn post(&self, id: u32) {
-        let first = {
+        let local = thread_id() == self.owner;
+        let schedule = {
             let mut queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
-            queue.push(id);
-            queue.len() == 1
+            queue.ids.push(id);
+            let schedule = !local && !queue.scheduled;
+            queue.scheduled |= schedule;
+            schedule
         };
-        if thread_id() == self.owner {
-            // Woken by this thread itself (a release handed the lock to a waiter of the same
-            // thread): keep the loop alive until the wake-up is delivered, as a pure-JavaScript
-            // lock resolves the next waiter before its releasing call returns.
-            LOOP_REF.with(|r| {
-                r.delivery.set(true);
-                r.update();
-            });
-        }
-        if first {
-            // Fails only while the environment shuts down; its waiters are being dropped then.
-            let _ = self.tsfn.call((), ThreadsafeFunctionCallMode::NonBlocking);
+        if local {
+            LOOP_REF.with(|r| r.delivery.set(true));
+        } else if schedule {
+            self.schedule();
         }
     }
 
+    fn schedule(&self) {
+        // Fails only while the environment shuts down; its waiters are being dropped then.
+        let _ = self.tsfn.call((), ThreadsafeFunctionCallMode::NonBlocking);
+    }
+
+    /// Takes the queued ids; the next post from another thread schedules a new call.
     fn drain(&self) -> Vec<u32> {
-        std::mem::take(&mut *self.queue.lock().unwrap_or_else(|e| e.into_inner()))
+        let mut queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+        queue.scheduled = false;
+        std::mem::take(&mut queue.ids)
+    }
+
+    /// Makes sure a threadsafe-function call will drain the queue.
+    fn ensure_scheduled(&self) {
+        let schedule = {
+            let mut queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+            let schedule = !queue.scheduled && !queue.ids.is_empty();
+            queue.scheduled |= schedule;
+            schedule
+        };
+        if schedule {
+            self.schedule();
+        }
     }
 }
 
@@ -306,7 +334,7 @@ pub(crate) fn init(env: &Env, dispatch: Function<'_, Vec<u32>, Unknown<'static>>
         r.tsfn.set(tsfn.raw());
     });
     let notifier = Arc::new(Notifier {
-        queue: Mutex::new(Vec::new()),
+        queue: Mutex::new(Queue::default()),
         tsfn,
         owner: thread_id(),
     });
@@ -334,10 +362,29 @@ pub(crate) fn init(env: &Env, dispatch: Function<'_, Vec<u32>, Unknown<'static>>
     Ok(())
 }
 
-/// Whether this thread posted a wake-up to itself that is not delivered yet.
+/// Whether this thread posted a wake-up to itself that is not delivered yet; the caller then
+/// reports it to `index.js`, which drains it at once with `runReady`.
 #[inline]
-pub(crate) fn local_wake_pending() -> bool {
+pub(crate) fn take_local_wake() -> bool {
     LOOP_REF.with(|r| r.delivery.get())
+}
+
+/// Called at the end of every entry point that cannot report a wake-up of this thread: if one
+/// is pending, a threadsafe-function call delivers it on the event loop's next turn (and keeps
+/// the loop alive until then).
+#[inline]
+pub(crate) fn flush_local() {
+    if !LOOP_REF.with(|r| r.delivery.get()) {
+        return;
+    }
+    LOOP_REF.with(LoopRef::update);
+    REACTOR.with(|cell| {
+        if let Ok(guard) = cell.try_borrow()
+            && let Some(reactor) = guard.as_ref()
+        {
+            reactor.notifier.ensure_scheduled();
+        }
+    });
 }
 
 /// Polls every woken waiter of this thread and returns the ids to dispatch. Runs for each
@@ -348,14 +395,20 @@ pub(crate) fn run_ready() -> Vec<u32> {
         let Some(reactor) = guard.as_mut() else {
             return Vec::new();
         };
-        // Wake-ups posted from here on need a call of their own; until then none is pending.
-        LOOP_REF.with(|r| r.delivery.set(false));
-        let woken = reactor.notifier.drain();
         let mut done = Vec::new();
-        for id in woken {
-            // A cancelled waiter's id may still be queued; `poll` then finds nothing.
-            if let Some(d) = reactor.poll(id) {
-                done.push(d);
+        loop {
+            // Polling (or dropping) a future may wake another waiter of this thread: go round
+            // until no wake-up is left.
+            LOOP_REF.with(|r| r.delivery.set(false));
+            let woken = reactor.notifier.drain();
+            if woken.is_empty() {
+                break;
+            }
+            for id in woken {
+                // A cancelled waiter's id may still be queued; `poll` then finds nothing.
+                if let Some(d) = reactor.poll(id) {
+                    done.push(d);
+                }
             }
         }
         LOOP_REF.with(LoopRef::update);
@@ -405,9 +458,9 @@ pub(crate) fn start(fut: Acquire, presence: Option<Presence>) -> Result<u32> {
 pub(crate) fn cancel(id: u32) -> Result<bool> {
     let removed = with_reactor(|reactor| reactor.remove(id, false))?;
     let was_pending = removed.is_some();
-    // Dropping the future outside the reactor borrow: the core may wake another waiter of this
-    // thread, which only queues its id, but keep the borrow short anyway.
+    // Dropping the future may pass the lock to another waiter of this thread.
     drop(removed);
+    flush_local();
     Ok(was_pending)
 }
 

@@ -154,9 +154,7 @@ test('withLock returns, rethrows and rejects, always releasing', T, async () => 
 test('timeout rejects with KEYLOCK_TIMEOUT and leaves nothing behind', T, async () => {
   const pool = new KeyPool();
   const g = pool.tryLock('a');
-  const t0 = Date.now();
   await assert.rejects(pool.lock('a', { timeout: 30 }), (e) => e.code === 'KEYLOCK_TIMEOUT' && e.name === 'KeylockError');
-  assert.ok(Date.now() - t0 >= 25);
   await assert.rejects(pool.lock('a', { timeout: 0 }), { code: 'KEYLOCK_TIMEOUT' });
   await assert.rejects(pool.lockMany(['b', 'a'], { timeout: 10 }), { code: 'KEYLOCK_TIMEOUT' });
   assert.equal(pool.isLocked('b'), false);

@@ -73,8 +73,18 @@ async function task(s) {
 Promise.all(Array.from({ length: tasks }, (_, i) => task(seed * 1000 + i + 1))).then(() => parentPort.postMessage('done'));
 `;
 
+// Resolves once `check()` is true, checking every few milliseconds; rejects after 20 s, so a
+// condition that never comes fails the test instead of keeping the process alive.
+async function until(check, what = 'condition') {
+  const deadline = Date.now() + 20_000;
+  while (!check()) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await sleep(2);
+  }
+}
+
 // Runs `body` (source of an async function body) in a worker; resolves to the worker's
-// messages and its exit code once it exits.
+// messages and its exit code once it exits. `seen(n)` resolves when `n` messages have arrived.
 function runWorker(body, workerData, onMessage) {
   const src = `
     const { parentPort, workerData } = require('node:worker_threads');
@@ -91,7 +101,8 @@ function runWorker(body, workerData, onMessage) {
     w.on('error', reject);
     w.on('exit', (code) => resolve({ code, messages }));
   });
-  return { worker: w, done };
+  const seen = (n) => until(() => messages.length >= n, `${n} messages`);
+  return { worker: w, done, seen };
 }
 
 for (const [kind, many] of [['pool', false], ['pool', true], ['striped', false], ['striped', true], ['rw', false]]) {
@@ -132,16 +143,17 @@ for (const [kind, many] of [['pool', false], ['pool', true], ['striped', false],
 test('a key taken in one thread excludes the others, and its release wakes them', T, async () => {
   const pool = KeyPool.shared('cross');
   const g = pool.tryLock('k');
-  const { done } = runWorker(`
+  const { done, seen } = runWorker(`
     const pool = KeyPool.shared('cross');
     post(pool.tryLock('k') === null ? 'excluded' : 'NOT excluded');
     post(pool.isLocked('k') ? 'sees held' : 'sees free');
-    const t = Date.now();
     const g = await pool.lock('k');   // nothing else keeps this worker alive
     post('acquired');
     g.release();
   `);
-  await sleep(200);
+  await seen(2); // 'excluded', 'sees held'
+  await until(() => pool.stats().waiting === 1); // the worker waits now
+  await sleep(50); // with nothing else to do: it must stay alive
   assert.equal(pool.isLocked('k'), true);
   g.release();
   const { code, messages } = await done;
@@ -155,7 +167,7 @@ test('shared RwLock and StripedLock exclude across threads too', T, async () => 
   const striped = StripedLock.shared('cross-striped', 16);
   const w = rw.tryWrite();
   const s = striped.tryLock('x');
-  const { done } = runWorker(`
+  const { done, seen } = runWorker(`
     const rw = RwLock.shared('cross-rw');
     const striped = StripedLock.shared('cross-striped', 16);
     post(rw.tryRead() === null && striped.tryLock('x') === null ? 'excluded' : 'NOT excluded');
@@ -164,7 +176,8 @@ test('shared RwLock and StripedLock exclude across threads too', T, async () => 
     r.release();
     g.release();
   `);
-  await sleep(100);
+  await seen(1); // 'excluded'
+  await sleep(50); // let the worker start waiting (the outcome is the same if it has not yet)
   w.release();
   s.release();
   const { code, messages } = await done;
@@ -176,7 +189,7 @@ test('shared RwLock and StripedLock exclude across threads too', T, async () => 
 test('lockSync in a worker blocks until another thread releases', T, async () => {
   const pool = KeyPool.shared('sync');
   const g = pool.tryLock('k');
-  const { done } = runWorker(`
+  const { done, seen } = runWorker(`
     const pool = KeyPool.shared('sync');
     post('blocking');
     try { pool.lockSync('k', { timeout: 10 }); post('NOT timed out'); } catch (e) { post(e.code); }
@@ -184,7 +197,8 @@ test('lockSync in a worker blocks until another thread releases', T, async () =>
     post('acquired');
     g.release();
   `);
-  await sleep(200);
+  await seen(2); // 'blocking', 'KEYLOCK_TIMEOUT'
+  await until(() => pool.stats().waiting === 1); // blocked in lockSync now
   g.release();
   const { code, messages } = await done;
   assert.deepEqual(messages, ['blocking', 'KEYLOCK_TIMEOUT', 'acquired']);
