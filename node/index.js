@@ -192,20 +192,25 @@ if (waiters === undefined) {
 }
 
 function dispatch(ids) {
-  for (let i = 0; i < ids.length; i++) {
-    const raw = ids[i];
-    const failed = raw >= FAILED_BIT;
-    const id = failed ? raw - FAILED_BIT : raw;
-    const w = waiters.get(id);
-    if (w === undefined) continue;
-    waiters.delete(id);
-    if (w.timer !== undefined) clearTimeout(w.timer);
-    if (w.signal !== undefined) w.signal.removeEventListener('abort', w.onAbort);
-    if (failed) {
-      w.reject(new KeylockError('KEYLOCK_INTERNAL', 'keylock: a panic in the addon while waiting'));
-    } else {
-      w.resolve(w.acquired());
-    }
+  if (typeof ids === 'number') {
+    settle(ids);
+  } else {
+    for (let i = 0; i < ids.length; i++) settle(ids[i]);
+  }
+}
+
+function settle(raw) {
+  const failed = raw >= FAILED_BIT;
+  const id = failed ? raw - FAILED_BIT : raw;
+  const w = waiters.get(id);
+  if (w === undefined) return;
+  waiters.delete(id);
+  if (w.timer !== undefined) clearTimeout(w.timer);
+  if (w.signal !== undefined) w.signal.removeEventListener('abort', w.onAbort);
+  if (failed) {
+    w.reject(new KeylockError('KEYLOCK_INTERNAL', 'keylock: a panic in the addon while waiting'));
+  } else {
+    w.resolve(makeGuard(w.kind, w.h, w.key));
   }
 }
 
@@ -230,14 +235,88 @@ function cancelWaiter(id, reason) {
   w.reject(typeof reason === 'function' ? reason() : reason);
 }
 
-// A promise for waiter `id`; `acquired()` makes the value it resolves to.
-function waitFor(id, opts, what, acquired) {
+// What an acquisition waits for, and so what its promise resolves to: a guard of `kind` on
+// lock `h` (the lock's object of native functions) for `key` (a key, or an array of keys).
+const KEY = 0;
+const KEYS = 1;
+const READ = 2;
+const WRITE = 3;
+
+function makeGuard(kind, h, key) {
+  switch (kind) {
+    case KEY:
+      return new KeyGuard(h, key);
+    case KEYS:
+      return new KeysGuard(h, key);
+    case READ:
+      return new ReadGuard(h);
+    default:
+      return new WriteGuard(h);
+  }
+}
+
+function describeWait(kind, key) {
+  switch (kind) {
+    case KEY:
+      return keyWhat(key);
+    case KEYS:
+      return `${key.length} keys`;
+    case READ:
+      return 'the read lock';
+    default:
+      return 'the write lock';
+  }
+}
+
+function tryNow(kind, h, key) {
+  switch (kind) {
+    case KEY:
+      return h.tryLock(key);
+    case KEYS:
+      return h.tryLockMany(key);
+    case READ:
+      return h.tryRead();
+    default:
+      return h.tryWrite();
+  }
+}
+
+function startWait(kind, h, key) {
+  switch (kind) {
+    case KEY:
+      return h.lockAsync(key);
+    case KEYS:
+      return h.lockManyAsync(key);
+    case READ:
+      return h.readAsync();
+    default:
+      return h.writeAsync();
+  }
+}
+
+// Every async acquire: an aborted signal rejects first; a free lock resolves at once (a plain
+// try, cheaper than starting a waiter; several keys go straight to the waiter, whose first poll
+// tries them in order); timeout 0 rejects; otherwise the addon starts a waiter and `waitFor`
+// makes its promise. `tried` says the caller has just tried the lock itself.
+function acquire(kind, h, key, opts, tried = false) {
+  const { timeout, signal } = opts;
+  if (signal !== undefined && signal.aborted) return Promise.reject(signal.reason);
+  if (timeout === 0 || (!tried && kind !== KEYS)) {
+    if (tryNow(kind, h, key)) return Promise.resolve(makeGuard(kind, h, key));
+    if (timeout === 0) return Promise.reject(timeoutError(() => describeWait(kind, key), 0));
+  }
+  const id = startWait(kind, h, key);
+  if (id === 0) return Promise.resolve(makeGuard(kind, h, key));
+  return waitFor(id, kind, h, key, timeout, signal);
+}
+
+// The promise of waiter `id`, with its timeout and abort handling.
+function waitFor(id, kind, h, key, timeout, signal) {
   return new Promise((resolve, reject) => {
-    const w = { resolve, reject, acquired, timer: undefined, signal: undefined, onAbort: undefined };
+    const w = { resolve, reject, kind, h, key, timer: undefined, signal: undefined, onAbort: undefined };
     waiters.set(id, w);
-    const { timeout, signal } = opts;
     if (timeout !== undefined && timeout <= MAX_TIMER) {
-      w.timer = setTimeout(() => cancelWaiter(id, () => timeoutError(what, timeout)), timeout);
+      w.timer = setTimeout(() => cancelWaiter(id, () => timeoutError(() => describeWait(kind, key), timeout)), timeout);
     }
     if (signal !== undefined) {
       w.signal = signal;
@@ -245,19 +324,6 @@ function waitFor(id, opts, what, acquired) {
       signal.addEventListener('abort', w.onAbort, { once: true });
     }
   });
-}
-
-// The common shape of every async acquire: `tryNow()` for timeout 0, `start()` for the native
-// waiter, `acquired()` for the guard.
-function acquire(opts, what, tryNow, start, acquired) {
-  const { timeout, signal } = opts;
-  if (signal !== undefined && signal.aborted) return Promise.reject(signal.reason);
-  if (timeout === 0) {
-    return tryNow() ? Promise.resolve(acquired()) : Promise.reject(timeoutError(what, 0));
-  }
-  const id = start();
-  if (id === 0) return Promise.resolve(acquired());
-  return waitFor(id, opts, what, acquired);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -387,15 +453,7 @@ class KeyedLock {
     } catch (err) {
       return Promise.reject(err);
     }
-    const h = this.#h;
-    const own = ownKey(key);
-    return acquire(
-      opts,
-      () => keyWhat(key),
-      () => h.tryLock(own),
-      () => h.lockAsync(own),
-      () => new KeyGuard(h, own),
-    );
+    return acquire(KEY, this.#h, ownKey(key), opts);
   }
 
   /** Takes `key` if it is free: a guard, or null. */
@@ -440,7 +498,7 @@ class KeyedLock {
         if (status !== OK) throw statusError(status, keyWhat(key));
       }
     }
-    return runHolding(await this.lock(own, opts), fn);
+    return runHolding(await acquire(KEY, h, own, parseOptions(opts), opts === undefined), fn);
   }
 
   /** Waits for all `keys` at once (deadlock-free); resolves to one guard for all of them. */
@@ -452,14 +510,7 @@ class KeyedLock {
     } catch (err) {
       return Promise.reject(err);
     }
-    const h = this.#h;
-    return acquire(
-      opts,
-      () => `${own.length} keys`,
-      () => h.tryLockMany(own),
-      () => h.lockManyAsync(own),
-      () => new KeysGuard(h, own),
-    );
+    return acquire(KEYS, this.#h, own, opts);
   }
 
   /** Takes all `keys` if all are free (a guard), or none (null). */
@@ -609,8 +660,7 @@ class RwLock {
     } catch (err) {
       return Promise.reject(err);
     }
-    const h = this.#h;
-    return acquire(opts, 'the read lock', () => h.tryRead(), () => h.readAsync(), () => new ReadGuard(h));
+    return acquire(READ, this.#h, null, opts);
   }
 
   /** Waits for the write lock; resolves to a guard. Options: `{ timeout, signal }`. */
@@ -620,8 +670,7 @@ class RwLock {
     } catch (err) {
       return Promise.reject(err);
     }
-    const h = this.#h;
-    return acquire(opts, 'the write lock', () => h.tryWrite(), () => h.writeAsync(), () => new WriteGuard(h));
+    return acquire(WRITE, this.#h, null, opts);
   }
 
   /** A read guard if no writer holds the lock, else null. */

@@ -340,7 +340,8 @@ const RW: &[(&CStr, RawFn)] = &[
     (c"isWriteLocked", rw_is_write_locked),
 ];
 
-/// `runReady()`: polls this thread's woken waiters; returns the ids to dispatch (an array).
+/// `runReady()`: polls this thread's woken waiters; returns the ids to dispatch: one number for
+/// one (the common case, which saves making an array), else an array.
 unsafe extern "C" fn run_ready(
     env: sys::napi_env,
     _info: sys::napi_callback_info,
@@ -353,17 +354,21 @@ unsafe extern "C" fn run_ready(
             return ptr::null_mut();
         }
     };
-    let mut array = ptr::null_mut();
+    let mut result = ptr::null_mut();
     // SAFETY: array and number creation in the current environment.
     unsafe {
-        sys::napi_create_array_with_length(env, ids.len(), &mut array);
+        if let [id] = ids[..] {
+            sys::napi_create_uint32(env, id, &mut result);
+            return result;
+        }
+        sys::napi_create_array_with_length(env, ids.len(), &mut result);
         for (i, id) in ids.iter().enumerate() {
             let mut n = ptr::null_mut();
             sys::napi_create_uint32(env, *id, &mut n);
-            sys::napi_set_element(env, array, i as u32, n);
+            sys::napi_set_element(env, result, i as u32, n);
         }
     }
-    array
+    result
 }
 
 /// The `runReady` function (see [`run_ready`]): one per thread, made by `index.js` at load.

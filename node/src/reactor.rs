@@ -30,7 +30,6 @@
 //! returns.
 
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
 use std::future::Future;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::Pin;
@@ -201,6 +200,62 @@ impl Wake for WaiterWaker {
     }
 }
 
+/// The pending waiters of a thread, by id. Ids are slot numbers plus one, so a lookup is an
+/// index; a freed slot is reused by the next waiter (a wake-up still queued for the old one then
+/// polls the new one once, which is harmless).
+#[derive(Default)]
+struct Slab {
+    slots: Vec<Option<Pending>>,
+    free: Vec<u32>,
+    len: usize,
+}
+
+impl Slab {
+    /// The id the next `insert` will use.
+    fn vacant(&self) -> u32 {
+        match self.free.last() {
+            Some(&id) => id,
+            None => self.slots.len() as u32 + 1,
+        }
+    }
+
+    fn insert(&mut self, p: Pending) -> u32 {
+        self.len += 1;
+        match self.free.pop() {
+            Some(id) => {
+                self.slots[id as usize - 1] = Some(p);
+                id
+            }
+            None => {
+                self.slots.push(Some(p));
+                self.slots.len() as u32
+            }
+        }
+    }
+
+    fn get(&self, id: u32) -> Option<&Pending> {
+        self.slots.get((id as usize).wrapping_sub(1))?.as_ref()
+    }
+
+    fn get_mut(&mut self, id: u32) -> Option<&mut Pending> {
+        self.slots.get_mut((id as usize).wrapping_sub(1))?.as_mut()
+    }
+
+    fn remove(&mut self, id: u32) -> Option<Pending> {
+        let p = self.slots.get_mut((id as usize).wrapping_sub(1))?.take()?;
+        self.free.push(id);
+        self.len -= 1;
+        Some(p)
+    }
+
+    fn ids(&self) -> impl Iterator<Item = (u32, &Pending)> + '_ {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| Some((i as u32 + 1, p.as_ref()?)))
+    }
+}
+
 /// One pending acquisition.
 struct Pending {
     fut: Acquire,
@@ -214,27 +269,17 @@ struct Pending {
 /// Per-thread state of the waiting machinery (see the module documentation).
 struct Reactor {
     notifier: Arc<Notifier>,
-    pending: HashMap<u32, Pending>,
-    next_id: u32,
+    pending: Slab,
     /// Pending waiters on shared locks that do not keep the loop alive now (re-examined when this
     /// thread releases a shared lock).
     dormant: usize,
 }
 
 impl Reactor {
-    fn next_id(&mut self) -> u32 {
-        loop {
-            self.next_id = self.next_id.wrapping_add(1) & !FAILED_BIT;
-            if self.next_id != 0 && !self.pending.contains_key(&self.next_id) {
-                return self.next_id;
-            }
-        }
-    }
-
     /// Sets whether `id` keeps the loop alive, and (un)references the threadsafe function when
     /// the count crosses zero.
     fn set_keep_alive(&mut self, id: u32, keep: bool) {
-        let Some(p) = self.pending.get_mut(&id) else {
+        let Some(p) = self.pending.get_mut(id) else {
             return;
         };
         if p.keeps_alive == keep {
@@ -256,10 +301,10 @@ impl Reactor {
     /// Removes a waiter and undoes its bookkeeping. `acquired` tells whether its activity on a
     /// shared lock turns into a hold (kept) or ends (removed).
     fn remove(&mut self, id: u32, acquired: bool) -> Option<Pending> {
-        if self.pending.get(&id).is_some_and(|p| p.presence.is_some()) {
+        if self.pending.get(id).is_some_and(|p| p.presence.is_some()) {
             self.set_keep_alive(id, false);
         }
-        let p = self.pending.remove(&id)?;
+        let p = self.pending.remove(id)?;
         if let Some(presence) = &p.presence {
             self.dormant -= 1;
             if !acquired {
@@ -271,7 +316,7 @@ impl Reactor {
 
     /// Re-decides whether a pending shared waiter keeps the loop alive.
     fn review(&mut self, id: u32) {
-        let keep = match self.pending.get(&id) {
+        let keep = match self.pending.get(id) {
             Some(Pending {
                 presence: Some(presence),
                 ..
@@ -283,7 +328,7 @@ impl Reactor {
 
     /// Polls waiter `id` once; returns the id to dispatch when it completed (or failed).
     fn poll(&mut self, id: u32) -> Option<u32> {
-        let Pending { fut, waker, .. } = self.pending.get_mut(&id)?;
+        let Pending { fut, waker, .. } = self.pending.get_mut(id)?;
         let outcome = catch_unwind(AssertUnwindSafe(|| {
             fut.as_mut().poll(&mut Context::from_waker(waker))
         }));
@@ -341,8 +386,7 @@ pub(crate) fn init(env: &Env, dispatch: Function<'_, Vec<u32>, Unknown<'static>>
     REACTOR.with(|cell| {
         *cell.borrow_mut() = Some(Reactor {
             notifier,
-            pending: HashMap::new(),
-            next_id: 0,
+            pending: Slab::default(),
             dormant: 0,
         })
     });
@@ -352,7 +396,7 @@ pub(crate) fn init(env: &Env, dispatch: Function<'_, Vec<u32>, Unknown<'static>>
         LOOP_REF.with(LoopRef::detach);
         let reactor = REACTOR.with(|cell| cell.borrow_mut().take());
         if let Some(mut reactor) = reactor {
-            let ids: Vec<u32> = reactor.pending.keys().copied().collect();
+            let ids: Vec<u32> = reactor.pending.ids().map(|(id, _)| id).collect();
             for id in ids {
                 let p = reactor.remove(id, false);
                 let _ = catch_unwind(AssertUnwindSafe(move || drop(p)));
@@ -420,7 +464,7 @@ pub(crate) fn run_ready() -> Vec<u32> {
 /// for a shared lock, counted as held), or the id under which the dispatcher will report it.
 pub(crate) fn start(fut: Acquire, presence: Option<Presence>) -> Result<u32> {
     with_reactor(|reactor| {
-        let id = reactor.next_id();
+        let id = reactor.pending.vacant();
         let waker = Waker::from(Arc::new(WaiterWaker {
             notifier: reactor.notifier.clone(),
             id,
@@ -436,15 +480,13 @@ pub(crate) fn start(fut: Acquire, presence: Option<Presence>) -> Result<u32> {
         if let Some(presence) = &presence {
             presence.enter();
         }
-        reactor.pending.insert(
-            id,
-            Pending {
-                fut,
-                waker,
-                presence,
-                keeps_alive: false,
-            },
-        );
+        let inserted = reactor.pending.insert(Pending {
+            fut,
+            waker,
+            presence,
+            keeps_alive: false,
+        });
+        debug_assert_eq!(inserted, id);
         if shared {
             reactor.dormant += 1;
             reactor.review(id);
@@ -477,9 +519,9 @@ pub(crate) fn after_shared_release() {
         }
         let ids: Vec<u32> = reactor
             .pending
-            .iter()
+            .ids()
             .filter(|(_, p)| p.presence.is_some() && !p.keeps_alive)
-            .map(|(id, _)| *id)
+            .map(|(id, _)| id)
             .collect();
         for id in ids {
             reactor.review(id);
@@ -491,7 +533,7 @@ pub(crate) fn after_shared_release() {
 pub(crate) fn counts() -> Result<[u32; 2]> {
     with_reactor(|r| {
         [
-            r.pending.len() as u32,
+            r.pending.len as u32,
             LOOP_REF.with(|l| l.keep_alive.get()) as u32,
         ]
     })
