@@ -373,7 +373,10 @@ pub(crate) fn init(env: &Env, dispatch: Function<'_, Vec<u32>, Unknown<'static>>
         .build_threadsafe_function::<()>()
         .callee_handled::<false>()
         .weak::<true>()
-        .build_callback(|_ctx: ThreadsafeCallContext<()>| Ok(run_ready()))?;
+        // A panic must not unwind into Node-API: the waiters it concerned stay pending.
+        .build_callback(|_ctx: ThreadsafeCallContext<()>| {
+            Ok(catch_unwind(run_ready).unwrap_or_default())
+        })?;
     LOOP_REF.with(|r| {
         r.env.set(env.raw());
         r.tsfn.set(tsfn.raw());
@@ -393,15 +396,18 @@ pub(crate) fn init(env: &Env, dispatch: Function<'_, Vec<u32>, Unknown<'static>>
     // When the environment goes away (a worker ends), drop every pending future: that cancels
     // the waiters in the core, exactly as a timeout would.
     env.add_env_cleanup_hook((), |()| {
-        LOOP_REF.with(LoopRef::detach);
-        let reactor = REACTOR.with(|cell| cell.borrow_mut().take());
-        if let Some(mut reactor) = reactor {
-            let ids: Vec<u32> = reactor.pending.ids().map(|(id, _)| id).collect();
-            for id in ids {
-                let p = reactor.remove(id, false);
-                let _ = catch_unwind(AssertUnwindSafe(move || drop(p)));
+        // Nothing may unwind out of a cleanup hook.
+        let _ = catch_unwind(|| {
+            LOOP_REF.with(LoopRef::detach);
+            let reactor = REACTOR.with(|cell| cell.borrow_mut().take());
+            if let Some(mut reactor) = reactor {
+                let ids: Vec<u32> = reactor.pending.ids().map(|(id, _)| id).collect();
+                for id in ids {
+                    let p = reactor.remove(id, false);
+                    let _ = catch_unwind(AssertUnwindSafe(move || drop(p)));
+                }
             }
-        }
+        });
     })?;
     Ok(())
 }
