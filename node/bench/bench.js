@@ -145,7 +145,15 @@ function summary(runs) {
   return { median, min: s[0], max: s[s.length - 1] };
 }
 
+const loadAtStart = os.loadavg().map((x) => Math.round(x * 100) / 100);
+
 async function main() {
+  // How often a key was found held in this workload (KeyPool's own count).
+  const probe = new KeyPool();
+  await withLockRun((key, fn) => probe.withLock(key, fn));
+  const probeStats = probe.stats();
+  const contendedShare = probeStats.contended / probeStats.acquisitions;
+
   // Warm-up: JIT every path once.
   for (const [, make] of withLockContenders) await withLockRun(make());
   for (const [, make] of tryContenders) {
@@ -212,6 +220,7 @@ async function main() {
       cores: os.cpus().length,
       memory_gib: Math.round(os.totalmem() / 2 ** 30),
       os: `${os.type()} ${os.release()} ${os.arch()}`,
+      load_average_at_start: loadAtStart,
       node: process.version,
       napi: process.versions.napi,
       v8: process.versions.v8,
@@ -220,12 +229,23 @@ async function main() {
       keylock: require('../package.json').version,
     },
     date: new Date().toISOString(),
-    config: { rounds: ROUNDS, keys: KEYS, tasks: TASKS, with_lock_ops_per_run: OPS, try_ops_per_run: TRY_OPS, quick },
+    config: {
+      rounds: ROUNDS,
+      keys: KEYS,
+      tasks: TASKS,
+      with_lock_ops_per_run: OPS,
+      try_ops_per_run: TRY_OPS,
+      with_lock_contended_share: Math.round(contendedShare * 1000) / 1000,
+      quick,
+    },
     results,
   };
 
   const fmt = (x) => (x >= 100 ? Math.round(x).toLocaleString('en-US') : x.toFixed(1));
-  console.log(`keylock Node benchmark (${ROUNDS} rounds; median [min - max])`);
+  console.log(
+    `keylock Node benchmark (${ROUNDS} rounds; median [min - max]; ` +
+      `${(contendedShare * 100).toFixed(1)}% of withLock calls found their key held; load ${loadAtStart.join(' ')})`,
+  );
   for (const r of results) {
     const ratio = r.ratio === null ? '' : `  ${r.ratio.toFixed(2)}x ${r.unit === 'ops/s' ? 'async-lock' : 'async-mutex'}`;
     const met = r.met === null ? '' : r.met ? '  target met' : '  target MISSED';
