@@ -36,6 +36,9 @@ include mk/rust.mk
 -include mk/node.mk
 -include mk/bench.mk
 
+# The sanitizer runs fit in the test budget, so `make test` includes them (last).
+TEST_TARGETS += tsan
+
 .PHONY: all build demo test bench fmt lint venv tsan
 all: build demo
 build: $(BUILD_TARGETS)
