@@ -168,11 +168,6 @@ function isAbortSignal(signal) {
   );
 }
 
-// The native timeout of a synchronous wait: undefined waits forever.
-function syncTimeout(timeout) {
-  return timeout === undefined ? undefined : timeout;
-}
-
 // ---------------------------------------------------------------------------------------------
 // Waiting: native waiter ids become promises.
 //
@@ -471,7 +466,7 @@ class KeyedLock {
     checkKey(key);
     const { timeout } = parseOptions(opts, false);
     const own = ownKey(key);
-    const status = this.#h.lockSync(own, syncTimeout(timeout));
+    const status = this.#h.lockSync(own, timeout);
     if (status !== OK) throw status === TIMED_OUT ? timeoutError(keyWhat(key), timeout) : statusError(status, keyWhat(key));
     return new KeyGuard(this.#h, own);
   }
@@ -523,7 +518,7 @@ class KeyedLock {
   lockManySync(keys, opts) {
     const own = checkKeys(keys);
     const { timeout } = parseOptions(opts, false);
-    const status = this.#h.lockManySync(own, syncTimeout(timeout));
+    const status = this.#h.lockManySync(own, timeout);
     if (status !== OK) throw status === TIMED_OUT ? timeoutError(`${own.length} keys`, timeout) : statusError(status, `${own.length} keys`);
     return new KeysGuard(this.#h, own);
   }
@@ -686,7 +681,7 @@ class RwLock {
   /** Blocks the calling thread for a read lock (for worker threads, like lockSync). */
   readSync(opts) {
     const { timeout } = parseOptions(opts, false);
-    const status = this.#h.readSync(syncTimeout(timeout));
+    const status = this.#h.readSync(timeout);
     if (status !== OK) throw status === TIMED_OUT ? timeoutError('the read lock', timeout) : statusError(status, 'the read lock');
     return new ReadGuard(this.#h);
   }
@@ -694,7 +689,7 @@ class RwLock {
   /** Blocks the calling thread for the write lock (for worker threads, like lockSync). */
   writeSync(opts) {
     const { timeout } = parseOptions(opts, false);
-    const status = this.#h.writeSync(syncTimeout(timeout));
+    const status = this.#h.writeSync(timeout);
     if (status !== OK) throw status === TIMED_OUT ? timeoutError('the write lock', timeout) : statusError(status, 'the write lock');
     return new WriteGuard(this.#h);
   }
