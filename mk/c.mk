@@ -177,3 +177,15 @@ tsan-c:
 	export TSAN_OPTIONS="suppressions=$(ROOT)/.ci/tsan.supp halt_on_error=1"; \
 	timeout 300 "$$tmp/c"; \
 	timeout 300 "$$tmp/cpp"
+
+# ---- valgrind ----------------------------------------------------------------------------------
+
+# The C and C++ demos under valgrind's memcheck: any error, or any definite or indirect leak,
+# fails the run.
+TEST_TARGETS += valgrind-c
+.PHONY: valgrind-c
+valgrind-c: build-c
+	valgrind -q --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite,indirect \
+		$(C_BUILD)/bank 4 64 200
+	valgrind -q --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite,indirect \
+		$(C_BUILD)/bank_cpp 4 64 200
