@@ -19,26 +19,39 @@ static TAG: sys::napi_type_tag = sys::napi_type_tag {
     upper: 0x2e97_c4b0_51fd_a6e3,
 };
 
-/// Drops the external's reference to a handle when the external is collected.
-unsafe extern "C" fn finalize(_env: sys::napi_env, data: *mut c_void, _hint: *mut c_void) {
+/// Drops the external's reference to a handle when the external is collected, and takes the
+/// handle's native memory (carried in `hint`) off V8's account.
+unsafe extern "C" fn finalize(env: sys::napi_env, data: *mut c_void, hint: *mut c_void) {
     // SAFETY: `data` is the pointer `wrap` made with Arc::into_raw, finalized exactly once.
     drop(unsafe { Arc::from_raw(data.cast::<Handle>().cast_const()) });
+    let bytes = hint as usize as i64;
+    if bytes != 0 {
+        let mut total = 0;
+        // SAFETY: finalizers run on the environment's thread with a usable `env`.
+        unsafe { sys::napi_adjust_external_memory(env, -bytes, &mut total) };
+    }
 }
 
-/// A new external owning a reference to `handle`.
+/// A new external owning a reference to `handle`; `native_bytes` of memory outside the
+/// JavaScript heap are reported to V8 while it lives.
 ///
 /// # Safety
 /// `env` is the environment of the current call, on its JavaScript thread.
-pub(crate) unsafe fn wrap(env: sys::napi_env, handle: Arc<Handle>) -> Result<sys::napi_value> {
+pub(crate) unsafe fn wrap(
+    env: sys::napi_env,
+    handle: Arc<Handle>,
+    native_bytes: usize,
+) -> Result<sys::napi_value> {
     let data = Arc::into_raw(handle).cast_mut();
     let mut value = ptr::null_mut();
-    // SAFETY: `finalize` frees `data` when the external is collected.
+    // SAFETY: `finalize` frees `data` (and takes `native_bytes` back) when the external is
+    // collected.
     let status = unsafe {
         sys::napi_create_external(
             env,
             data.cast(),
             Some(finalize),
-            ptr::null_mut(),
+            native_bytes as *mut c_void,
             &mut value,
         )
     };
@@ -46,6 +59,11 @@ pub(crate) unsafe fn wrap(env: sys::napi_env, handle: Arc<Handle>) -> Result<sys
         // SAFETY: not adopted by an external; still ours.
         drop(unsafe { Arc::from_raw(data.cast_const()) });
         return Err(Error::new(Status::from(status), "creating a lock handle"));
+    }
+    if native_bytes != 0 {
+        let mut total = 0;
+        // SAFETY: a plain accounting call in the current environment.
+        unsafe { sys::napi_adjust_external_memory(env, native_bytes as i64, &mut total) };
     }
     // SAFETY: `value` is the external just created in `env`.
     let status = unsafe { sys::napi_type_tag_object(env, value, &TAG) };

@@ -38,10 +38,27 @@ pub const MAX_STRIPES: u32 = StripedLock::MAX_STRIPES as u32;
 
 /// Hands a lock to JavaScript: an object of its per-operation functions plus `.handle`.
 fn give(env: &Env, handle: Handle) -> Result<Unknown<'_>> {
+    let bytes = native_bytes(&handle);
     // SAFETY: `env` is the current call's environment.
     unsafe {
-        let value = raw::bind(env.raw(), handle)?;
+        let value = raw::bind(env.raw(), handle, bytes)?;
         Unknown::from_napi_value(env.raw(), value)
+    }
+}
+
+/// Memory a lock of this thread's own holds outside the JavaScript heap, as a hint for V8's
+/// collector (shared locks live for the process and are not counted).
+///
+/// The core reports none of these, so they are estimates: a stripe is one cache-padded mutex
+/// (128 bytes on x86-64), and an empty `KeyPool` measured 64 KiB of resident memory with this
+/// core (256 shards). A pool's per-key entries are not counted.
+fn native_bytes(handle: &Handle) -> usize {
+    const STRIPE: usize = 128;
+    const EMPTY_POOL: usize = 64 * 1024;
+    match handle {
+        Handle::Pool(h) if h.presence.is_none() => EMPTY_POOL,
+        Handle::Striped(h) if h.presence.is_none() => h.core.stripes() * STRIPE,
+        _ => 0,
     }
 }
 

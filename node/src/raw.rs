@@ -397,18 +397,20 @@ pub(crate) unsafe fn run_ready_function(env: sys::napi_env) -> napi::Result<sys:
     Ok(func)
 }
 
-/// Drops the `Arc<Handle>` reference an entry point owned.
-unsafe extern "C" fn release(_env: sys::napi_env, data: *mut c_void, _hint: *mut c_void) {
-    // SAFETY: `data` came from Arc::into_raw in `bind`, and this finalizer runs once.
-    drop(unsafe { Arc::from_raw(data.cast::<Handle>().cast_const()) });
-}
-
-/// The object JavaScript holds for one lock: its entry points, each owning a reference to
-/// `handle`, plus `handle` itself as a tagged external (`.handle`) for the napi-rs functions.
+/// The object JavaScript holds for one lock: its entry points, plus the lock's handle as a
+/// tagged external (`.handle`) for the napi-rs functions. Each entry point gets a pointer to the
+/// handle as its Node-API `data`, and a read-only, non-configurable property that refers to the
+/// external, so the handle (which the external owns) lives as long as any of its functions.
+/// `native_bytes` is the lock's memory outside the JavaScript heap, reported to V8 so that
+/// unused locks are collected in step with the memory they hold.
 ///
 /// # Safety
 /// `env` is the environment of the current call, on its JavaScript thread.
-pub(crate) unsafe fn bind(env: sys::napi_env, handle: Handle) -> napi::Result<sys::napi_value> {
+pub(crate) unsafe fn bind(
+    env: sys::napi_env,
+    handle: Handle,
+    native_bytes: usize,
+) -> napi::Result<sys::napi_value> {
     let check = |status: sys::napi_status| {
         if status == sys::Status::napi_ok {
             Ok(())
@@ -419,19 +421,19 @@ pub(crate) unsafe fn bind(env: sys::napi_env, handle: Handle) -> napi::Result<sy
             ))
         }
     };
-    let handle = Arc::new(handle);
-    let fns = match &*handle {
+    let fns = match handle {
         Handle::Rw(_) => RW,
         _ => KEYED,
     };
+    let handle = Arc::new(handle);
+    let data = Arc::as_ptr(&handle).cast_mut().cast::<c_void>();
     let mut object = ptr::null_mut();
-    // SAFETY: object and function creation in the current environment; the names are
-    // NUL-terminated statics. Each function gets its own strong reference to the handle as
-    // `data`, released by the finalizer added to that function: if adding it fails, the
-    // reference is released here instead.
+    // SAFETY: value creation in the current environment; the names are NUL-terminated statics.
+    // `data` stays valid while any function is reachable: each function keeps the external,
+    // which owns the Arc, through a property that cannot be removed or replaced.
     unsafe {
+        let external = handle::wrap(env, handle, native_bytes)?;
         check(sys::napi_create_object(env, &mut object))?;
-        let external = handle::wrap(env, Arc::clone(&handle))?;
         check(sys::napi_set_named_property(
             env,
             object,
@@ -439,34 +441,26 @@ pub(crate) unsafe fn bind(env: sys::napi_env, handle: Handle) -> napi::Result<sy
             external,
         ))?;
         for (name, f) in fns {
-            let data = Arc::into_raw(Arc::clone(&handle))
-                .cast_mut()
-                .cast::<c_void>();
             let mut func = ptr::null_mut();
-            let status = sys::napi_create_function(
+            check(sys::napi_create_function(
                 env,
                 name.as_ptr(),
                 name.to_bytes().len() as isize,
                 Some(*f),
                 data,
                 &mut func,
-            );
-            let status = if status == sys::Status::napi_ok {
-                sys::napi_add_finalizer(
-                    env,
-                    func,
-                    data,
-                    Some(release),
-                    ptr::null_mut(),
-                    ptr::null_mut(),
-                )
-            } else {
-                status
+            ))?;
+            let keep = sys::napi_property_descriptor {
+                utf8name: c"lock".as_ptr(),
+                name: ptr::null_mut(),
+                method: None,
+                getter: None,
+                setter: None,
+                value: external,
+                attributes: sys::PropertyAttributes::default,
+                data: ptr::null_mut(),
             };
-            if status != sys::Status::napi_ok {
-                release(env, data, ptr::null_mut());
-                return check(status).map(|()| object);
-            }
+            check(sys::napi_define_properties(env, func, 1, &keep))?;
             check(sys::napi_set_named_property(
                 env,
                 object,
