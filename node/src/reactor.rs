@@ -446,9 +446,10 @@ pub(crate) fn run_ready() -> Vec<u32> {
             return Vec::new();
         };
         let mut done = Vec::new();
-        loop {
-            // Polling (or dropping) a future may wake another waiter of this thread: go round
-            // until no wake-up is left.
+        // Polling (or dropping) a future may wake another waiter of this thread: go round
+        // again, a bounded number of times (a future that woke itself on every poll would
+        // otherwise hold the thread); what is left then goes by the threadsafe function.
+        for _ in 0..16 {
             LOOP_REF.with(|r| r.delivery.set(false));
             let woken = reactor.notifier.drain();
             if woken.is_empty() {
@@ -461,6 +462,9 @@ pub(crate) fn run_ready() -> Vec<u32> {
                 }
             }
         }
+        if LOOP_REF.with(|r| r.delivery.get()) {
+            reactor.notifier.ensure_scheduled();
+        }
         LOOP_REF.with(LoopRef::update);
         done
     })
@@ -469,6 +473,13 @@ pub(crate) fn run_ready() -> Vec<u32> {
 /// Starts an acquisition. Returns 0 when the lock was acquired at once (the guard is leaked and,
 /// for a shared lock, counted as held), or the id under which the dispatcher will report it.
 pub(crate) fn start(fut: Acquire, presence: Option<Presence>) -> Result<u32> {
+    let started = start_in(fut, presence);
+    // The first poll may have woken a waiter of this thread (its own, even).
+    flush_local();
+    started
+}
+
+fn start_in(fut: Acquire, presence: Option<Presence>) -> Result<u32> {
     with_reactor(|reactor| {
         let id = reactor.pending.vacant();
         let waker = Waker::from(Arc::new(WaiterWaker {
