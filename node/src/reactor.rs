@@ -3,14 +3,21 @@
 //! Each JavaScript thread (the main thread and every worker) has one [`Reactor`], created by
 //! `init` when the module loads there. A pending acquisition is the core's owned future (for
 //! example `KeyPool::lock_async_owned`), boxed and kept in the reactor's table under a numeric
-//! id. It is polled with a [`Waker`] of our own whose `wake` pushes the id onto a queue and, when
-//! the queue was empty, posts one call through a Node-API threadsafe function. That call runs on
-//! the JavaScript thread: it drains the queue, polls each future again, leaks the guard of every
-//! future that completed and hands their ids to the JavaScript dispatcher, which resolves the
-//! promises. No thread, from libuv's pool or elsewhere, is ever parked on a lock: a waiter costs
-//! a boxed future, a waker and a table entry. Dropping the future (timeout, abort, worker exit)
-//! removes the waiter from the core's queue, or passes the lock on if it had just been handed
-//! to it.
+//! id. It is polled with a [`Waker`] of our own whose `wake` pushes the id onto a queue.
+//!
+//! - Woken from another thread (a worker released a shared lock), the waker also posts one call
+//!   per batch through a Node-API threadsafe function. That call runs on the JavaScript thread:
+//!   it drains the queue, polls each future again, leaks the guard of every future that
+//!   completed and hands their ids to the JavaScript dispatcher, which resolves the promises.
+//! - Woken from the JavaScript thread itself (its own release handed the lock to one of its
+//!   waiters), no call is posted: the release reports it (`status::LOCAL_WAKE`) and `index.js`
+//!   drains the queue at once with `runReady`, so the waiter is served before `release()`
+//!   returns, as with a pure-JavaScript lock. An entry point that cannot report such a wake-up
+//!   posts the call instead ([`flush_local`]).
+//!
+//! No thread, from libuv's pool or elsewhere, is ever parked on a lock: a waiter costs a boxed
+//! future, a waker and a table entry. Dropping the future (timeout, abort, worker exit) removes
+//! the waiter from the core's queue, or passes the lock on if it had just been handed to it.
 //!
 //! # Keeping the event loop alive
 //!
@@ -24,10 +31,8 @@
 //! waiters and references the threadsafe function while the count is above zero. The decision is
 //! made when the waiter starts, again at every poll that leaves it pending, and, for waiters that
 //! do not keep the thread alive, whenever this thread releases a shared lock (after which the
-//! lock may have been handed to another thread). Finally, a wake-up that this thread posts to
-//! itself (its own release handed the lock to one of its waiters) keeps the loop alive until it
-//! is delivered, just as a pure-JavaScript lock resolves the next waiter before `release()`
-//! returns.
+//! lock may have been handed to another thread). Finally, a wake-up that this thread posted to
+//! itself and that goes by the threadsafe function keeps the loop alive until it is delivered.
 
 use std::cell::{Cell, RefCell};
 use std::future::Future;
