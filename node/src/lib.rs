@@ -1,13 +1,13 @@
 //! The native half of the `keylock` Node.js package.
 //!
 //! This crate translates; it decides nothing about locking. Keys become byte slices
-//! ([`keys`]), outcomes become small status numbers ([`status`]) that `index.js` turns into
+//! ([`keys`]), outcomes become small status numbers (`status.rs`) that `index.js` turns into
 //! `Error`s with a `code`, and async acquisitions run the core's owned futures on this thread's
-//! event loop ([`reactor`]). Locks of the same name are shared by every worker of the process
-//! ([`shared`]).
+//! event loop (`reactor.rs`). Locks of the same name are shared by every worker of the process
+//! (`shared.rs`).
 //!
-//! JavaScript holds each lock as an opaque handle ([`handle`]). The operations made once per
-//! acquisition or release are plain Node-API functions ([`raw`]), the rest are napi-rs exports
+//! JavaScript holds each lock as an opaque handle (`handle.rs`). The operations made once per
+//! acquisition or release are plain Node-API functions (`raw.rs`), the rest are napi-rs exports
 //! below. The public API (classes, guards, `withLock`, options, `AbortSignal`, `using`) is in
 //! `index.js`.
 
