@@ -53,6 +53,15 @@ export class Guard implements Disposable {
 }
 
 /** Counters of a `KeyPool`. */
+export interface StripedStats {
+  /** The number of stripes. */
+  stripes: number;
+  /** Stripes held now. */
+  held: number;
+  /** Stripes with waiters queued now. */
+  waiting: number;
+}
+
 export interface PoolStats {
   /** Keys held now. */
   held: number;
@@ -144,6 +153,10 @@ export class StripedLock extends KeyedLock {
   readonly stripes: number;
   /** The stripe `key` maps to, from 0 to `stripes - 1`. */
   stripeOf(key: Key): number;
+  /** Stripes held now (keys that share a stripe count once). */
+  readonly size: number;
+  /** Counters of the stripes. */
+  stats(): StripedStats;
 }
 
 /** A reader-writer lock: many readers or one writer. */

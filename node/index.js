@@ -606,6 +606,16 @@ class StripedLock extends KeyedLock {
     return native.stripedStripes(handleOf(this).handle);
   }
 
+  /** Stripes held now (keys that share a stripe count once). */
+  get size() {
+    return native.stripedSize(handleOf(this).handle);
+  }
+
+  /** Counters: stripes, held (stripes held now), waiting (stripes with waiters queued). */
+  stats() {
+    return native.stripedStats(handleOf(this).handle);
+  }
+
   /** The stripe `key` maps to (0 <= stripe < stripes). */
   stripeOf(key) {
     checkKey(key);

@@ -52,7 +52,9 @@ pub use pool::{
 pub use rwlock::{
     AdderRwLock, RawAdderRwLock, ReadFuture, ReadGuard, RwLock, WriteFuture, WriteGuard,
 };
-pub use striped::{StripeGuard, StripeLockFuture, StripedLock, StripesGuard, StripesLockFuture};
+pub use striped::{
+    StripeGuard, StripeLockFuture, StripedLock, StripedStats, StripesGuard, StripesLockFuture,
+};
 
 /// Guards and futures are `Send` (and `Sync`), so they can be held across `.await` on a
 /// multi-threaded runtime and released on another thread.

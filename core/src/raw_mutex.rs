@@ -155,6 +155,12 @@ impl RawMutex {
         self.generation.load(Ordering::Relaxed) == generation && self.unlock()
     }
 
+    /// Whether waiters may be queued (a snapshot).
+    #[inline]
+    pub(crate) fn is_queued(&self) -> bool {
+        self.state.load(Ordering::Relaxed) & QUEUED != 0
+    }
+
     #[inline]
     pub(crate) fn is_locked(&self) -> bool {
         self.state.load(Ordering::Relaxed) & LOCKED != 0

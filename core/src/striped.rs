@@ -16,6 +16,18 @@ use crate::hash::{DefaultHashBuilder, hash_of, random, seeded};
 use crate::raw_mutex::RawMutex;
 use crate::wait::{LazyWaiter, Wake};
 
+/// Counters of a [`StripedLock`], read by [`StripedLock::stats`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct StripedStats {
+    /// The number of stripes.
+    pub stripes: usize,
+    /// Stripes held now.
+    pub held: usize,
+    /// Stripes that have waiters queued now.
+    pub queued: usize,
+}
+
 /// A fixed number of locks shared by all keys: each key maps to the stripe
 /// `hash(key) & (stripes - 1)`.
 ///
@@ -107,6 +119,29 @@ impl StripedLock {
     /// The number of stripes (a power of two).
     pub fn stripes(&self) -> usize {
         self.stripes.len()
+    }
+
+    /// Stripes held now and stripes with waiters (a snapshot, one pass over the stripes: costs
+    /// O(stripes), so it is meant for monitoring, not for every acquisition).
+    ///
+    /// ```
+    /// use keylock_core::StripedLock;
+    /// let locks = StripedLock::new(8).unwrap();
+    /// let _g = locks.lock("a");
+    /// let stats = locks.stats();
+    /// assert_eq!((stats.stripes, stats.held, stats.queued), (8, 1, 0));
+    /// ```
+    pub fn stats(&self) -> StripedStats {
+        let mut stats = StripedStats {
+            stripes: self.stripes.len(),
+            held: 0,
+            queued: 0,
+        };
+        for stripe in self.stripes.iter() {
+            stats.held += usize::from(stripe.is_locked());
+            stats.queued += usize::from(stripe.is_queued());
+        }
+        stats
     }
 
     /// The stripe `key` maps to.

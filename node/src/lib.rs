@@ -181,6 +181,35 @@ pub fn pool_stats(env: &Env, handle: Unknown<'_>) -> Result<PoolStats> {
     })
 }
 
+/// `striped.stats()`: the core's `StripedStats`.
+#[napi(object)]
+#[derive(Debug, Clone, Copy)]
+pub struct StripedStats {
+    /// The number of stripes.
+    pub stripes: u32,
+    /// Stripes held now.
+    pub held: u32,
+    /// Stripes with waiters queued now.
+    pub waiting: u32,
+}
+
+/// Stripes a striped lock holds now.
+#[napi(catch_unwind)]
+pub fn striped_size(env: &Env, handle: Unknown<'_>) -> Result<u32> {
+    Ok(striped(env, &handle)?.core.stats().held as u32)
+}
+
+/// A striped lock's counters.
+#[napi(catch_unwind)]
+pub fn striped_stats(env: &Env, handle: Unknown<'_>) -> Result<StripedStats> {
+    let s = striped(env, &handle)?.core.stats();
+    Ok(StripedStats {
+        stripes: s.stripes as u32,
+        held: s.held as u32,
+        waiting: s.queued as u32,
+    })
+}
+
 /// A striped lock's number of stripes.
 #[napi(catch_unwind)]
 pub fn striped_stripes(env: &Env, handle: Unknown<'_>) -> Result<u32> {

@@ -199,3 +199,14 @@ test('ESM import gives the same classes', T, async () => {
   const byName = await import('keylock');
   assert.equal(byName.StripedLock, StripedLock);
 });
+
+test('StripedLock: size and stats count held stripes', T, () => {
+  const s = new StripedLock(8);
+  assert.equal(s.size, 0);
+  const g = s.tryLock('a');
+  assert.equal(s.size, 1);
+  assert.deepEqual(s.stats(), { stripes: 8, held: 1, waiting: 0 });
+  g.release();
+  assert.equal(s.size, 0);
+  assert.equal(s.stats().held, 0);
+});
