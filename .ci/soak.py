@@ -104,7 +104,8 @@ def main():
         flat, halves = True, []
         for h in (0, 1):
             lo, mid, hi = h * seconds / 2, h * seconds / 2 + seconds / 4, (h + 1) * seconds / 2
-            first = [kib for t, kib in samples[name] if lo + seconds / 20 <= t < mid]
+            warm = max(seconds / 20, 8.0)
+            first = [kib for t, kib in samples[name] if lo + warm <= t < mid]
             second = [kib for t, kib in samples[name] if mid <= t < hi]
             if first and second:
                 early, late = max(first), max(second)
