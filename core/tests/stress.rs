@@ -205,3 +205,27 @@ fn rwlock_explicit_read_unlock_right_after_a_writer() {
         }
     });
 }
+
+/// A panic inside a critical section unwinds through the guard, which releases the lock: no
+/// poisoning, nothing left held.
+#[test]
+fn panic_inside_a_guard_releases_the_lock() {
+    within(LIMIT, || {
+        let pool: Arc<KeyPool<u64>> = Arc::new(KeyPool::new());
+        let striped = Arc::new(StripedLock::new(4).unwrap());
+        let rw = Arc::new(RwLock::new());
+        let (p, s, r) = (pool.clone(), striped.clone(), rw.clone());
+        let outcome = thread::spawn(move || {
+            let _a = p.lock(&1);
+            let _b = s.lock(&1u64);
+            let _c = r.write();
+            panic!("inside the critical section");
+        })
+        .join();
+        assert!(outcome.is_err());
+        assert!(!pool.is_locked(&1) && pool.is_empty());
+        assert!(!striped.is_locked(&1u64));
+        assert!(!rw.is_locked());
+        drop((pool.try_lock(&1).unwrap(), striped.try_lock(&1u64).unwrap(), rw.try_read().unwrap()));
+    });
+}
