@@ -25,6 +25,9 @@ use crate::sync::{AtomicPtr, AtomicUsize, Ordering};
 struct Table {
     cells: Box<[CachePadded<AtomicUsize>]>,
     older: *mut Table,
+    /// The table has the most cells it may have: collisions no longer lead anywhere, so
+    /// increments skip the compare-and-swap that detects them.
+    full: bool,
 }
 
 /// An increment-only striped counter.
@@ -76,13 +79,17 @@ std::thread_local! {
 }
 
 #[cfg(not(keylock_loom))]
+#[inline]
 fn probe() -> u32 {
     PROBE.with(|p| {
         let mut v = p.get();
         if v == 0 {
             static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-            // Weyl sequence: consecutive threads land far apart.
-            v = NEXT.fetch_add(0x9E37_79B9, std::sync::atomic::Ordering::Relaxed) | 1;
+            // Thread n gets n times an odd constant: consecutive threads differ in their low
+            // bits, which pick the cell, so two threads start on different cells. Bit 31 marks
+            // the probe as set (never 0).
+            let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            v = n.wrapping_mul(0x9E37_79B9) | 0x8000_0000;
             p.set(v);
         }
         v
@@ -151,6 +158,11 @@ impl Adder {
         // SAFETY: tables are only freed in `drop`, which has `&mut self`.
         let cells = unsafe { &(*table).cells };
         let cell = &cells[probe() as usize & (cells.len() - 1)];
+        // SAFETY: as above.
+        if unsafe { (*table).full } {
+            cell.fetch_add(1, Ordering::SeqCst);
+            return;
+        }
         let value = cell.load(Ordering::Relaxed);
         if cell
             .compare_exchange(
@@ -188,6 +200,7 @@ impl Adder {
                 .map(|_| CachePadded::new(AtomicUsize::new(0)))
                 .collect(),
             older: seen,
+            full: len >= max_cells(),
         }));
         if self
             .table

@@ -150,6 +150,7 @@ impl RawAdderRwLock {
         self.wake_drainer();
     }
 
+    #[cold]
     fn wake_drainer(&self) {
         let wake = self.gate.lock().drain.take();
         if let Some(wake) = wake {
@@ -157,10 +158,13 @@ impl RawAdderRwLock {
         }
     }
 
+    #[inline]
     fn read_until(&self, deadline: Option<Instant>) -> bool {
-        if self.try_read_fast() {
-            return true;
-        }
+        self.try_read_fast() || self.read_slow(deadline)
+    }
+
+    #[cold]
+    fn read_slow(&self, deadline: Option<Instant>) -> bool {
         wait_blocking(&ReaderGate(self), deadline, || {
             self.phase.load(Ordering::Relaxed) == NONE && self.try_read_fast()
         })
@@ -362,14 +366,17 @@ unsafe impl lock_api::RawRwLock for RawAdderRwLock {
     /// Guards may be sent to and released on another thread.
     type GuardMarker = lock_api::GuardSend;
 
+    #[inline]
     fn lock_shared(&self) {
         self.read_until(None);
     }
 
+    #[inline]
     fn try_lock_shared(&self) -> bool {
         self.try_read_fast()
     }
 
+    #[inline]
     unsafe fn unlock_shared(&self) {
         self.read_release();
     }
@@ -492,6 +499,7 @@ impl<P: Deref<Target = RwLock>> ReadGuard<P> {
 }
 
 impl<P: Deref<Target = RwLock>> Drop for ReadGuard<P> {
+    #[inline]
     fn drop(&mut self) {
         if let Some(lock) = &self.lock {
             lock.raw.read_release();
@@ -538,12 +546,14 @@ impl RwLock {
     }
 
     /// Blocks until a read lock is held.
+    #[inline]
     pub fn read(&self) -> ReadGuard<&Self> {
         self.raw.read_until(None);
         ReadGuard { lock: Some(self) }
     }
 
     /// Takes a read lock if no writer is present; `Err(WouldBlock)` otherwise.
+    #[inline]
     pub fn try_read(&self) -> Result<ReadGuard<&Self>> {
         if self.raw.try_read_fast() {
             Ok(ReadGuard { lock: Some(self) })

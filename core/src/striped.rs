@@ -465,6 +465,7 @@ impl<P: Deref<Target = StripedLock>> Drop for StripesGuard<P> {
 }
 
 /// Polls for one stripe: the lock-free attempt first (when not queued), else the queue.
+#[inline]
 fn poll_stripe(mutex: &RawMutex, waiter: Pin<&mut LazyWaiter>, cx: &mut Context<'_>) -> Poll<u32> {
     let got = (!waiter.is_registered() && mutex.try_lock())
         || waiter
