@@ -1059,6 +1059,7 @@ impl<P: PoolRef> fmt::Debug for PoolManyGuard<P> {
 }
 
 impl<P: PoolRef> Drop for PoolManyGuard<P> {
+    #[inline]
     fn drop(&mut self) {
         if let Some(pool) = &self.pool {
             pool.release_all(&self.held);
@@ -1148,6 +1149,7 @@ impl<P: PoolRef> Future for PoolLockFuture<P> {
 }
 
 impl<P: PoolRef> Drop for PoolLockFuture<P> {
+    #[inline]
     fn drop(&mut self) {
         let Some(pool) = &self.pool else { return };
         let shard = pool.shard(self.at.shard);
@@ -1247,6 +1249,7 @@ impl<P: PoolRef> Future for PoolManyLockFuture<P> {
 }
 
 impl<P: PoolRef> Drop for PoolManyLockFuture<P> {
+    #[inline]
     fn drop(&mut self) {
         let Some(pool) = &self.pool else { return };
         let next = self.held.len();

@@ -516,6 +516,7 @@ impl<P: Deref<Target = RwLock>> WriteGuard<P> {
 }
 
 impl<P: Deref<Target = RwLock>> Drop for WriteGuard<P> {
+    #[inline]
     fn drop(&mut self) {
         if let Some(lock) = &self.lock {
             lock.raw.write_release();
@@ -698,6 +699,7 @@ impl<P: Deref<Target = RwLock>> Future for ReadFuture<P> {
 }
 
 impl<P: Deref<Target = RwLock>> Drop for ReadFuture<P> {
+    #[inline]
     fn drop(&mut self) {
         if let Some(lock) = &self.lock {
             // SAFETY: the future is being dropped in place; the waiter was pinned inside it.
@@ -767,6 +769,7 @@ impl<P: Deref<Target = RwLock>> Future for WriteFuture<P> {
 }
 
 impl<P: Deref<Target = RwLock>> Drop for WriteFuture<P> {
+    #[inline]
     fn drop(&mut self) {
         if let Some(lock) = &self.lock {
             if self.draining {

@@ -457,6 +457,7 @@ impl<P: Deref<Target = StripedLock>> fmt::Debug for StripesGuard<P> {
 }
 
 impl<P: Deref<Target = StripedLock>> Drop for StripesGuard<P> {
+    #[inline]
     fn drop(&mut self) {
         if let Some(lock) = &self.lock {
             lock.release_held(&self.held);
@@ -502,6 +503,7 @@ impl<P: Deref<Target = StripedLock>> ManyFuture<P> {
 }
 
 impl<P: Deref<Target = StripedLock>> Drop for ManyFuture<P> {
+    #[inline]
     fn drop(&mut self) {
         if let Some(lock) = &self.lock {
             if self.held < self.stripes.len() {
@@ -553,6 +555,7 @@ impl<P: Deref<Target = StripedLock>> Future for StripeLockFuture<P> {
 }
 
 impl<P: Deref<Target = StripedLock>> Drop for StripeLockFuture<P> {
+    #[inline]
     fn drop(&mut self) {
         if let Some(lock) = &self.lock {
             // SAFETY: the future is dropped in place; the waiter was pinned inside it.

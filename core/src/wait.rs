@@ -478,11 +478,12 @@ impl Waiter {
     }
 }
 
-/// A [`Waiter`] made on first need: a future whose lock is free on its first poll never
-/// initialises (or drops) a queue node, which keeps the uncontended async path close to the
-/// blocking one.
+/// A future's [`Waiter`], made on first need. A future whose lock is free on its first poll
+/// never makes one; a future that must wait allocates its one queue node here, on the heap, so
+/// that the future itself stays a few words long and cheap to move (the uncontended async path
+/// then costs about what the blocking one does).
 #[derive(Debug, Default)]
-pub(crate) struct LazyWaiter(Option<Waiter>);
+pub(crate) struct LazyWaiter(Option<Pin<Box<Waiter>>>);
 
 impl LazyWaiter {
     pub(crate) const fn new() -> Self {
@@ -492,14 +493,16 @@ impl LazyWaiter {
     /// Whether a waiter exists and is registered with a queue.
     #[inline]
     pub(crate) fn is_registered(&self) -> bool {
-        self.0.as_ref().is_some_and(Waiter::is_registered)
+        self.0.as_ref().is_some_and(|w| w.is_registered())
     }
 
     /// The waiter, made now if it does not exist yet.
     pub(crate) fn get(self: Pin<&mut Self>) -> Pin<&mut Waiter> {
-        // SAFETY: the Option is never moved out of or replaced once it holds a waiter; the
-        // waiter is pinned exactly where it was made.
-        unsafe { self.map_unchecked_mut(|slot| slot.0.get_or_insert_with(Waiter::new)) }
+        // The waiter is pinned by its box; the LazyWaiter itself need not stay put.
+        Pin::into_inner(self)
+            .0
+            .get_or_insert_with(|| Box::pin(Waiter::new()))
+            .as_mut()
     }
 
     /// [`Waiter::abandon`], if a waiter exists.
@@ -508,10 +511,8 @@ impl LazyWaiter {
         queue: &Q,
         keep_granted: bool,
     ) -> bool {
-        // SAFETY: as in `get`.
-        match unsafe { self.get_unchecked_mut() }.0.as_mut() {
-            // SAFETY: as in `get`.
-            Some(waiter) => unsafe { Pin::new_unchecked(waiter) }.abandon(queue, keep_granted),
+        match Pin::into_inner(self).0.as_mut() {
+            Some(waiter) => waiter.as_mut().abandon(queue, keep_granted),
             None => false,
         }
     }

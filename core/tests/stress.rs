@@ -226,6 +226,10 @@ fn panic_inside_a_guard_releases_the_lock() {
         assert!(!pool.is_locked(&1) && pool.is_empty());
         assert!(!striped.is_locked(&1u64));
         assert!(!rw.is_locked());
-        drop((pool.try_lock(&1).unwrap(), striped.try_lock(&1u64).unwrap(), rw.try_read().unwrap()));
+        drop((
+            pool.try_lock(&1).unwrap(),
+            striped.try_lock(&1u64).unwrap(),
+            rw.try_read().unwrap(),
+        ));
     });
 }
