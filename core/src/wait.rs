@@ -2,9 +2,10 @@
 //!
 //! Every lock in keylock that can make a caller wait keeps its waiters in a [`WaitList`]: an
 //! intrusive, doubly linked FIFO of [`WaitNode`]s, guarded by a lock that belongs to the lock
-//! being waited for (a stripe's queue mutex, a pool shard, the reader gate of an RwLock). A node
-//! lives inside the waiter itself (on the stack of a blocked thread, or inside a pinned future),
-//! so a waiter costs one node and no allocation.
+//! being waited for (a stripe's queue mutex, a pool shard, the reader gate of an RwLock). A
+//! blocked thread's node lives on its stack; a future makes its node on the heap the first time
+//! it has to wait (so that an uncontended future stays three words long). Either way a waiter
+//! costs one node and nothing else.
 //!
 //! A node records *how* to wake its owner ([`Wake`]): unpark a thread, or call a
 //! [`std::task::Waker`]. Threads and tasks therefore stand in the same queue and are served in
