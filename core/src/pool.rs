@@ -43,7 +43,7 @@ use hashbrown::HashTable;
 use crate::error::{Error, Result};
 use crate::hash::{DefaultHashBuilder, hash_of, random};
 use crate::sync::{AtomicUsize, Mutex, MutexGuard, Ordering};
-use crate::wait::{LazyWaiter, Queue, WaitList, Wake, wait_blocking};
+use crate::wait::{LazyWaiter, Queue, WaitList, Wake, deadline_after, wait_blocking};
 
 /// Unused slots a shard may keep indexed beyond its peak in use, so that a working set of keys
 /// larger than the concurrency is not evicted and re-inserted on every acquisition.
@@ -459,10 +459,6 @@ fn default_shards() -> usize {
     {
         2
     }
-}
-
-fn deadline_after(timeout: Duration) -> Option<Instant> {
-    Instant::now().checked_add(timeout)
 }
 
 impl<K: Hash + Eq> KeyPool<K> {

@@ -33,7 +33,7 @@ use crate::raw_mutex::RawMutex;
 use crate::sync::{
     AtomicU8, Mutex, MutexGuard, Ordering, Spin, current_thread, park, store_load_fence,
 };
-use crate::wait::{LazyWaiter, Queue, WaitList, Wake, wait_blocking};
+use crate::wait::{LazyWaiter, Queue, WaitList, Wake, deadline_after, wait_blocking};
 
 /// `phase`: no writer.
 const NONE: u8 = 0;
@@ -87,10 +87,6 @@ impl Default for RawAdderRwLock {
     fn default() -> Self {
         Self::new()
     }
-}
-
-fn deadline_after(timeout: Duration) -> Option<Instant> {
-    Instant::now().checked_add(timeout)
 }
 
 impl RawAdderRwLock {

@@ -7,14 +7,14 @@ use std::ops::Deref;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
 
 use crate::error::{Error, Result};
 use crate::hash::{DefaultHashBuilder, hash_of, random, seeded};
 use crate::raw_mutex::RawMutex;
-use crate::wait::{LazyWaiter, Wake};
+use crate::wait::{LazyWaiter, Wake, deadline_after};
 
 /// Counters of a [`StripedLock`], read by [`StripedLock::stats`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -68,10 +68,6 @@ impl fmt::Debug for StripedLock {
             .field("held", &held)
             .finish()
     }
-}
-
-fn deadline_after(timeout: Duration) -> Option<Instant> {
-    Instant::now().checked_add(timeout)
 }
 
 impl StripedLock {

@@ -553,6 +553,13 @@ pub(crate) fn wait_blocking<Q: Queue + ?Sized>(
     }
 }
 
+/// The deadline `timeout` from now; `None` (wait forever) when it lies beyond what `Instant`
+/// can represent.
+#[inline]
+pub(crate) fn deadline_after(timeout: Duration) -> Option<Instant> {
+    Instant::now().checked_add(timeout)
+}
+
 /// A waker that unparks one thread.
 struct ThreadWaker(Thread);
 
