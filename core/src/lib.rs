@@ -29,16 +29,19 @@
 
 #![warn(clippy::undocumented_unsafe_blocks)]
 
+mod acquisition;
 mod adder;
+mod entry;
 mod error;
 mod hash;
 mod pool;
-mod raw_mutex;
 mod rwlock;
+mod site;
 mod striped;
 mod sync;
 pub mod wait;
 
+pub use acquisition::{Acquisition, LockInfo, LockOptions, Mode, Owner, Wait};
 pub use error::{Error, Result};
 
 /// The README's examples, compiled and run as doctests so they cannot go stale.
@@ -47,13 +50,15 @@ pub use error::{Error, Result};
 struct ReadmeDoctests;
 pub use hash::DefaultHashBuilder;
 pub use pool::{
-    KeyPool, PoolGuard, PoolLockFuture, PoolManyGuard, PoolManyLockFuture, PoolRef, PoolStats,
+    KeyPool, PoolAcquireFuture, PoolBuilder, PoolGuard, PoolLockFuture, PoolManyAcquireFuture,
+    PoolManyGuard, PoolManyLockFuture, PoolRef, PoolStats,
 };
 pub use rwlock::{
     AdderRwLock, RawAdderRwLock, ReadFuture, ReadGuard, RwLock, WriteFuture, WriteGuard,
 };
 pub use striped::{
-    StripeGuard, StripeLockFuture, StripedLock, StripedStats, StripesGuard, StripesLockFuture,
+    StripeAcquireFuture, StripeGuard, StripeLockFuture, StripedLock, StripedLockBuilder,
+    StripedStats, StripesAcquireFuture, StripesGuard, StripesLockFuture,
 };
 
 /// Guards and futures are `Send` (and `Sync`), so they can be held across `.await` on a

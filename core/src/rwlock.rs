@@ -27,13 +27,17 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+use crate::acquisition::{Mode, Wait, Want};
 use crate::adder::Adder;
+use crate::entry::{Hold, Policy};
 use crate::error::{Error, Result};
-use crate::raw_mutex::RawMutex;
+use crate::site::{self, RawLock, RawSite, SiteFuture};
 use crate::sync::{
     AtomicU8, Mutex, MutexGuard, Ordering, Spin, current_thread, park, store_load_fence,
 };
-use crate::wait::{LazyWaiter, Queue, WaitList, Wake, deadline_after, wait_blocking};
+use crate::wait::{
+    Attempt, Grant, LazyWaiter, Queue, WaitList, Wake, Wakes, deadline_after, wait_blocking,
+};
 
 /// `phase`: no writer.
 const NONE: u8 = 0;
@@ -71,8 +75,9 @@ struct Gate {
 /// ```
 #[derive(Debug)]
 pub struct RawAdderRwLock {
-    /// Serialises writers; holds both parked threads and async tasks.
-    writer: RawMutex,
+    /// Serialises writers; holds both parked threads and async tasks. Its fence numbers the
+    /// write acquisitions.
+    writer: RawLock,
     /// `NONE`, `DRAINING` or `HELD` (see the constants).
     phase: AtomicU8,
     /// Readers that announced themselves.
@@ -97,7 +102,7 @@ impl RawAdderRwLock {
     #[cfg(not(keylock_loom))]
     pub const fn new() -> Self {
         Self {
-            writer: RawMutex::new(),
+            writer: RawLock::new(),
             phase: AtomicU8::new(NONE),
             ingress: Adder::new(),
             egress: Adder::new(),
@@ -112,7 +117,7 @@ impl RawAdderRwLock {
     #[cfg(keylock_loom)]
     pub fn new() -> Self {
         Self {
-            writer: RawMutex::new(),
+            writer: RawLock::new(),
             phase: AtomicU8::new(NONE),
             ingress: Adder::new(),
             egress: Adder::new(),
@@ -161,9 +166,11 @@ impl RawAdderRwLock {
 
     #[cold]
     fn read_slow(&self, deadline: Option<Instant>) -> bool {
-        wait_blocking(&ReaderGate(self), deadline, || {
-            self.phase.load(Ordering::Relaxed) == NONE && self.try_read_fast()
-        })
+        let got = wait_blocking(&ReaderGate(self), &Want::SHARED, deadline, || {
+            (self.phase.load(Ordering::Relaxed) == NONE && self.try_read_fast())
+                .then(Grant::default)
+        });
+        matches!(got, Ok(Some(_)))
     }
 
     #[inline]
@@ -173,22 +180,6 @@ impl RawAdderRwLock {
         if self.phase.load(Ordering::SeqCst) != NONE {
             self.wake_drainer();
         }
-    }
-
-    /// Releases a read lock, checking first that some reader holds it.
-    ///
-    /// The check is exact when no other reader is entering or leaving at the same moment; an
-    /// unmatched call racing with real readers cannot always be told apart from a real release.
-    fn read_release_checked(&self) -> Result<()> {
-        // Only the counts decide: the phase can still say HELD while a leaving writer grants the
-        // readers that queued behind it, and those readers already hold the lock.
-        let egress = self.egress.sum();
-        let ingress = self.ingress.sum();
-        if egress >= ingress {
-            return Err(Error::NotLocked);
-        }
-        self.read_release();
-        Ok(())
     }
 
     // ---- writers ----
@@ -210,18 +201,27 @@ impl RawAdderRwLock {
         }
     }
 
-    fn write_until(&self, deadline: Option<Instant>) -> bool {
-        if !self.writer.lock(deadline) {
-            return false;
+    /// The writer mutex as a site.
+    #[inline]
+    fn writer(&self) -> RawSite<'_> {
+        RawSite {
+            lock: &self.writer,
+            policy: Policy::DEFAULT,
         }
+    }
+
+    /// Takes the write lock, waiting until `deadline`; returns its fence.
+    fn write_until(&self, deadline: Option<Instant>) -> Option<u64> {
+        let wait = deadline.map_or(Wait::Forever, Wait::Until);
+        let fence = site::acquire(&self.writer(), &Want::EXCLUSIVE, wait).ok()?.fence;
         self.phase.store(DRAINING, Ordering::SeqCst);
         store_load_fence();
         if self.drain_until(deadline) {
             self.phase.store(HELD, Ordering::Relaxed);
-            true
+            Some(fence)
         } else {
-            self.write_release();
-            false
+            self.write_release(fence);
+            None
         }
     }
 
@@ -260,13 +260,13 @@ impl RawAdderRwLock {
         Poll::Pending
     }
 
-    /// Ends a write (or an attempt at one): waiting readers are counted in and granted, then the
-    /// phase drops and the writer mutex passes on.
+    /// Ends the write (or the attempt at one) numbered `fence`: waiting readers are counted in
+    /// and granted, then the phase drops and the writer mutex passes on.
     ///
     /// Readers are granted one per gate lock so that each wake-up runs with no lock held (a
     /// front end's waker may need a lock of its own, such as Python's GIL). Readers that queue
     /// meanwhile are granted too: the phase stays raised until the queue is empty.
-    fn write_release(&self) {
+    fn write_release(&self, fence: u64) {
         loop {
             let mut gate = self.gate.lock();
             gate.drain = None;
@@ -275,36 +275,34 @@ impl RawAdderRwLock {
                 break;
             };
             self.ingress.increment();
-            let wake = reader.grant();
+            let wake = reader.grant(Grant::default());
             drop(gate);
             if let Some(wake) = wake {
                 wake.wake();
             }
         }
-        self.writer.unlock();
+        let hold = Hold {
+            mode: Mode::Exclusive,
+            fence,
+            ticket: 0,
+            owner: None,
+        };
+        // The caller holds the writer mutex with this fence: the release cannot be refused.
+        let _ = site::release(&self.writer(), &hold);
     }
 
-    fn try_write_now(&self) -> bool {
-        if !self.writer.try_lock() {
-            return false;
-        }
+    /// Takes the write lock if nobody holds the lock; its fence.
+    fn try_write_now(&self) -> Option<u64> {
+        let fence = self.writer.entry.try_fast(Mode::Exclusive, false)?;
         self.phase.store(DRAINING, Ordering::SeqCst);
         store_load_fence();
         if self.drained() {
             self.phase.store(HELD, Ordering::Relaxed);
-            true
+            Some(fence)
         } else {
-            self.write_release();
-            false
+            self.write_release(fence);
+            None
         }
-    }
-
-    fn write_release_checked(&self) -> Result<()> {
-        if self.phase.load(Ordering::Acquire) != HELD {
-            return Err(Error::NotLocked);
-        }
-        self.write_release();
-        Ok(())
     }
 }
 
@@ -325,25 +323,35 @@ impl Queue for ReaderGate<'_> {
         &mut locked.readers
     }
 
-    fn acquire_locked<'q>(&'q self, _locked: &mut Self::Locked<'q>) -> bool {
+    fn acquire_locked<'q>(
+        &'q self,
+        _locked: &mut Self::Locked<'q>,
+        _want: &Want,
+        _front: bool,
+        _wakes: &mut Wakes,
+    ) -> Attempt {
         let lock = self.0;
         lock.ingress.increment();
         store_load_fence();
         if lock.phase.load(Ordering::SeqCst) == NONE {
-            return true;
+            return Attempt::Acquired(Grant::default());
         }
         // Back out. The draining writer needs no wake-up for this: both increments happen under
         // the gate lock, and the writer's last check before it sleeps is made under it too.
         lock.egress.increment();
-        false
+        Attempt::Blocked { recheck_at: None }
     }
 
-    fn leave_locked<'q>(&'q self, _locked: &mut Self::Locked<'q>, _notified: bool) -> Option<Wake> {
+    fn leave_locked<'q>(
+        &'q self,
+        _locked: &mut Self::Locked<'q>,
+        _notified: bool,
+        _wakes: &mut Wakes,
+    ) {
         // Readers are only ever granted, never notified: nothing to pass on.
-        None
     }
 
-    fn release_granted(&self) {
+    fn release_granted(&self, _grant: Grant, _want: &Want) {
         self.0.read_release();
     }
 }
@@ -382,11 +390,12 @@ unsafe impl lock_api::RawRwLock for RawAdderRwLock {
     }
 
     fn try_lock_exclusive(&self) -> bool {
-        self.try_write_now()
+        self.try_write_now().is_some()
     }
 
     unsafe fn unlock_exclusive(&self) {
-        self.write_release();
+        // lock_api's contract: the caller holds the write lock, so the current fence is its own.
+        self.write_release(self.writer.entry.fence());
     }
 
     fn is_locked(&self) -> bool {
@@ -412,11 +421,11 @@ unsafe impl lock_api::RawRwLockTimed for RawAdderRwLock {
     }
 
     fn try_lock_exclusive_for(&self, timeout: Duration) -> bool {
-        self.write_until(deadline_after(timeout))
+        self.write_until(deadline_after(timeout)).is_some()
     }
 
     fn try_lock_exclusive_until(&self, deadline: Instant) -> bool {
-        self.write_until(Some(deadline))
+        self.write_until(Some(deadline)).is_some()
     }
 }
 
@@ -432,8 +441,9 @@ unsafe impl lock_api::RawRwLockTimed for RawAdderRwLock {
 pub type AdderRwLock<T> = lock_api::RwLock<RawAdderRwLock, T>;
 
 /// A reader-writer lock that protects no data: keylock's `RwLock` for callers that pair
-/// acquire and release themselves (the C, Python and Node front ends), with guards, timeouts,
-/// explicit unlocks and futures.
+/// acquire and release themselves (the C, Python and Node front ends), with guards, timeouts
+/// and futures. Each write acquisition has a fence ([`WriteGuard::fence`]) that rises with
+/// every writer.
 ///
 /// ```
 /// use std::time::Duration;
@@ -454,69 +464,71 @@ pub struct RwLock {
     raw: RawAdderRwLock,
 }
 
-/// A held read lock; released on drop.
+/// A held read lock; released on drop (or by [`release`](Self::release)), exactly once.
 ///
 /// ```
 /// use keylock_core::RwLock;
 /// let rw = RwLock::new();
 /// let guard = rw.read();
 /// assert!(rw.is_locked() && !rw.is_write_locked());
-/// guard.leak();
-/// rw.read_unlock().unwrap();
+/// guard.release();
+/// assert!(!rw.is_locked());
 /// ```
 #[derive(Debug)]
 #[must_use = "the lock is released as soon as the guard is dropped"]
 pub struct ReadGuard<P: Deref<Target = RwLock>> {
-    lock: Option<P>,
+    lock: P,
 }
 
-/// A held write lock; released on drop.
+/// A held write lock; released on drop (or by [`release`](Self::release)), exactly once.
 ///
 /// ```
 /// use keylock_core::RwLock;
 /// let rw = RwLock::new();
-/// rw.write().leak();
+/// let first = rw.write().fence();
+/// let second = rw.write();
+/// assert!(second.fence() > first);
 /// assert!(rw.try_read().is_err());
-/// rw.write_unlock().unwrap();
+/// second.release();
 /// assert!(!rw.is_locked());
 /// ```
 #[derive(Debug)]
 #[must_use = "the lock is released as soon as the guard is dropped"]
 pub struct WriteGuard<P: Deref<Target = RwLock>> {
-    lock: Option<P>,
+    lock: P,
+    fence: u64,
 }
 
 impl<P: Deref<Target = RwLock>> ReadGuard<P> {
-    /// Keeps the read lock held and forgets the guard; release it later with
-    /// [`RwLock::read_unlock`].
-    pub fn leak(mut self) {
-        self.lock = None;
+    /// Releases the read lock now (as dropping the guard does).
+    pub fn release(self) {
+        drop(self);
     }
 }
 
 impl<P: Deref<Target = RwLock>> Drop for ReadGuard<P> {
     #[inline]
     fn drop(&mut self) {
-        if let Some(lock) = &self.lock {
-            lock.raw.read_release();
-        }
+        self.lock.raw.read_release();
     }
 }
 
 impl<P: Deref<Target = RwLock>> WriteGuard<P> {
-    /// Keeps the write lock held and forgets the guard; release it later with
-    /// [`RwLock::write_unlock`].
-    pub fn leak(mut self) {
-        self.lock = None;
+    /// This write acquisition's fence: greater than every earlier writer's.
+    pub fn fence(&self) -> u64 {
+        self.fence
+    }
+
+    /// Releases the write lock now (as dropping the guard does).
+    pub fn release(self) {
+        drop(self);
     }
 }
 
 impl<P: Deref<Target = RwLock>> Drop for WriteGuard<P> {
     #[inline]
     fn drop(&mut self) {
-        if let Some(lock) = &self.lock {
-            lock.raw.write_release();
-        }
+        self.lock.raw.write_release(self.fence);
     }
 }
 
@@ -542,18 +554,32 @@ impl RwLock {
         &self.raw
     }
 
+    fn read_guard<P: Deref<Target = RwLock>>(lock: P) -> ReadGuard<P> {
+        ReadGuard { lock }
+    }
+
+    fn write_guard<P: Deref<Target = RwLock>>(lock: P, fence: u64) -> WriteGuard<P> {
+        WriteGuard { lock, fence }
+    }
+
     /// Blocks until a read lock is held.
     #[inline]
     pub fn read(&self) -> ReadGuard<&Self> {
         self.raw.read_until(None);
-        ReadGuard { lock: Some(self) }
+        Self::read_guard(self)
+    }
+
+    /// Like [`read`](Self::read), for an `Arc`: the guard is `'static`.
+    pub fn read_owned(self: &Arc<Self>) -> ReadGuard<Arc<Self>> {
+        self.raw.read_until(None);
+        Self::read_guard(Arc::clone(self))
     }
 
     /// Takes a read lock if no writer is present; `Err(WouldBlock)` otherwise.
     #[inline]
     pub fn try_read(&self) -> Result<ReadGuard<&Self>> {
         if self.raw.try_read_fast() {
-            Ok(ReadGuard { lock: Some(self) })
+            Ok(Self::read_guard(self))
         } else {
             Err(Error::WouldBlock)
         }
@@ -562,45 +588,57 @@ impl RwLock {
     /// Waits at most `timeout` for a read lock; `Err(TimedOut)` when it runs out.
     pub fn try_read_for(&self, timeout: Duration) -> Result<ReadGuard<&Self>> {
         if self.raw.read_until(deadline_after(timeout)) {
-            Ok(ReadGuard { lock: Some(self) })
+            Ok(Self::read_guard(self))
         } else {
             Err(Error::TimedOut)
+        }
+    }
+
+    /// Reads as `wait` says, for an `Arc` (the front ends' form).
+    pub fn read_with_owned(self: &Arc<Self>, wait: Wait) -> Result<ReadGuard<Arc<Self>>> {
+        let got = match wait {
+            Wait::No => self.raw.try_read_fast(),
+            w => self.raw.read_until(w.deadline()),
+        };
+        if got {
+            Ok(Self::read_guard(Arc::clone(self)))
+        } else {
+            Err(wait.failure())
         }
     }
 
     /// Blocks until the write lock is held.
     pub fn write(&self) -> WriteGuard<&Self> {
-        self.raw.write_until(None);
-        WriteGuard { lock: Some(self) }
+        let fence = self.raw.write_until(None).expect("an untimed write succeeds");
+        Self::write_guard(self, fence)
     }
 
     /// Takes the write lock if nobody holds the lock; `Err(WouldBlock)` otherwise.
     pub fn try_write(&self) -> Result<WriteGuard<&Self>> {
-        if self.raw.try_write_now() {
-            Ok(WriteGuard { lock: Some(self) })
-        } else {
-            Err(Error::WouldBlock)
+        match self.raw.try_write_now() {
+            Some(fence) => Ok(Self::write_guard(self, fence)),
+            None => Err(Error::WouldBlock),
         }
     }
 
     /// Waits at most `timeout` for the write lock; `Err(TimedOut)` when it runs out.
     pub fn try_write_for(&self, timeout: Duration) -> Result<WriteGuard<&Self>> {
-        if self.raw.write_until(deadline_after(timeout)) {
-            Ok(WriteGuard { lock: Some(self) })
-        } else {
-            Err(Error::TimedOut)
+        match self.raw.write_until(deadline_after(timeout)) {
+            Some(fence) => Ok(Self::write_guard(self, fence)),
+            None => Err(Error::TimedOut),
         }
     }
 
-    /// Releases a read lock whose guard was leaked. `Err(NotLocked)` when no reader holds it
-    /// (exact when no other reader is entering or leaving at that moment).
-    pub fn read_unlock(&self) -> Result<()> {
-        self.raw.read_release_checked()
-    }
-
-    /// Releases the write lock whose guard was leaked; `Err(NotLocked)` when no writer holds it.
-    pub fn write_unlock(&self) -> Result<()> {
-        self.raw.write_release_checked()
+    /// Writes as `wait` says, for an `Arc` (the front ends' form).
+    pub fn write_with_owned(self: &Arc<Self>, wait: Wait) -> Result<WriteGuard<Arc<Self>>> {
+        let fence = match wait {
+            Wait::No => self.raw.try_write_now(),
+            w => self.raw.write_until(w.deadline()),
+        };
+        match fence {
+            Some(fence) => Ok(Self::write_guard(Arc::clone(self), fence)),
+            None => Err(wait.failure()),
+        }
     }
 
     /// Whether any reader or writer holds the lock (a snapshot).
@@ -625,8 +663,8 @@ impl RwLock {
     pub fn write_async(&self) -> WriteFuture<&Self> {
         WriteFuture {
             lock: Some(self),
-            waiter: LazyWaiter::new(),
-            draining: false,
+            fut: SiteFuture::new(),
+            draining: None,
         }
     }
 
@@ -642,8 +680,8 @@ impl RwLock {
     pub fn write_async_owned(self: &Arc<Self>) -> WriteFuture<Arc<Self>> {
         WriteFuture {
             lock: Some(Arc::clone(self)),
-            waiter: LazyWaiter::new(),
-            draining: false,
+            fut: SiteFuture::new(),
+            draining: None,
         }
     }
 }
@@ -670,24 +708,21 @@ impl<P: Deref<Target = RwLock>> Future for ReadFuture<P> {
     type Output = ReadGuard<P>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<ReadGuard<P>> {
-        // SAFETY: the waiter is never moved out of the pinned future.
-        let this = unsafe { self.get_unchecked_mut() };
+        let this = self.get_mut();
         let lock = this
             .lock
             .as_ref()
             .expect("ReadFuture polled after completion");
         let raw = &lock.raw;
-        // SAFETY: as above.
-        let waiter = unsafe { Pin::new_unchecked(&mut this.waiter) };
-        let ready = (!waiter.is_registered() && raw.try_read_fast())
-            || waiter
-                .get()
-                .poll(&ReaderGate(raw), || Wake::Task(cx.waker().clone()))
+        let ready = (!this.waiter.is_registered() && raw.try_read_fast())
+            || this
+                .waiter
+                .poll(&ReaderGate(raw), &Want::SHARED, cx)
                 .is_ready();
         if ready {
-            Poll::Ready(ReadGuard {
-                lock: this.lock.take(),
-            })
+            Poll::Ready(RwLock::read_guard(
+                this.lock.take().expect("checked above"),
+            ))
         } else {
             Poll::Pending
         }
@@ -698,9 +733,7 @@ impl<P: Deref<Target = RwLock>> Drop for ReadFuture<P> {
     #[inline]
     fn drop(&mut self) {
         if let Some(lock) = &self.lock {
-            // SAFETY: the future is being dropped in place; the waiter was pinned inside it.
-            let waiter = unsafe { Pin::new_unchecked(&mut self.waiter) };
-            waiter.abandon(&ReaderGate(&lock.raw), false);
+            self.waiter.abandon(&ReaderGate(&lock.raw), false);
         }
     }
 }
@@ -720,44 +753,42 @@ impl<P: Deref<Target = RwLock>> Drop for ReadFuture<P> {
 #[must_use = "futures do nothing unless polled"]
 pub struct WriteFuture<P: Deref<Target = RwLock>> {
     lock: Option<P>,
-    waiter: LazyWaiter,
-    /// The writer mutex is held and readers are draining.
-    draining: bool,
+    fut: SiteFuture,
+    /// The writer mutex is held (with this fence) and readers are draining.
+    draining: Option<u64>,
 }
 
 impl<P: Deref<Target = RwLock>> Future for WriteFuture<P> {
     type Output = WriteGuard<P>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<WriteGuard<P>> {
-        // SAFETY: the waiter is never moved out of the pinned future.
-        let this = unsafe { self.get_unchecked_mut() };
+        let this = self.get_mut();
         let lock = this
             .lock
             .as_ref()
             .expect("WriteFuture polled after completion");
         let raw = &lock.raw;
-        if !this.draining {
-            // SAFETY: as above.
-            let waiter = unsafe { Pin::new_unchecked(&mut this.waiter) };
-            let held = (!waiter.is_registered() && raw.writer.try_lock())
-                || waiter
-                    .get()
-                    .poll(&raw.writer, || Wake::Task(cx.waker().clone()))
-                    .is_ready();
-            if !held {
-                return Poll::Pending;
+        let fence = match this.draining {
+            Some(fence) => fence,
+            None => {
+                let fence = match this.fut.poll(&raw.writer(), &Want::EXCLUSIVE, None, cx) {
+                    Poll::Pending => return Poll::Pending,
+                    Poll::Ready(Ok(grant)) => grant.fence,
+                    // A plain untimed acquire has no way to fail.
+                    Poll::Ready(Err(e)) => unreachable!("an untimed plain acquire failed: {e}"),
+                };
+                raw.phase.store(DRAINING, Ordering::SeqCst);
+                store_load_fence();
+                this.draining = Some(fence);
+                fence
             }
-            raw.phase.store(DRAINING, Ordering::SeqCst);
-            store_load_fence();
-            this.draining = true;
-        }
+        };
         match raw.poll_drain(|| Wake::Task(cx.waker().clone())) {
             Poll::Ready(()) => {
                 raw.phase.store(HELD, Ordering::Relaxed);
-                this.draining = false;
-                Poll::Ready(WriteGuard {
-                    lock: this.lock.take(),
-                })
+                this.draining = None;
+                let lock = this.lock.take().expect("checked above");
+                Poll::Ready(RwLock::write_guard(lock, fence))
             }
             Poll::Pending => Poll::Pending,
         }
@@ -768,13 +799,15 @@ impl<P: Deref<Target = RwLock>> Drop for WriteFuture<P> {
     #[inline]
     fn drop(&mut self) {
         if let Some(lock) = &self.lock {
-            if self.draining {
-                lock.raw.write_release();
-            } else {
-                // SAFETY: the future is being dropped in place; the waiter was pinned inside it.
-                let waiter = unsafe { Pin::new_unchecked(&mut self.waiter) };
-                waiter.abandon(&lock.raw.writer, false);
+            match self.draining {
+                Some(fence) => lock.raw.write_release(fence),
+                None => self.fut.cancel(&lock.raw.writer()),
             }
         }
     }
 }
+
+// The futures pin nothing: their queue nodes are boxed (`LazyWaiter`), so moving them is
+// harmless whatever `P` is.
+impl<P: Deref<Target = RwLock>> Unpin for ReadFuture<P> {}
+impl<P: Deref<Target = RwLock>> Unpin for WriteFuture<P> {}

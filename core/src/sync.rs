@@ -5,9 +5,9 @@
 //! `std::sync::atomic`, `parking_lot` or `std::thread` directly.
 
 #[cfg(keylock_loom)]
-pub(crate) use loom::sync::atomic::{AtomicPtr, AtomicU8, AtomicU32, AtomicUsize};
+pub(crate) use loom::sync::atomic::{AtomicPtr, AtomicU8, AtomicU32, AtomicU64, AtomicUsize};
 #[cfg(not(keylock_loom))]
-pub(crate) use std::sync::atomic::{AtomicPtr, AtomicU8, AtomicU32, AtomicUsize};
+pub(crate) use std::sync::atomic::{AtomicPtr, AtomicU8, AtomicU32, AtomicU64, AtomicUsize};
 
 pub(crate) use std::sync::atomic::Ordering;
 

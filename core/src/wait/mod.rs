@@ -49,16 +49,20 @@
 //! drop(guard);
 //! ```
 
-use std::cell::UnsafeCell;
 use std::future::Future;
-use std::marker::PhantomPinned;
 use std::pin::Pin;
-use std::ptr::NonNull;
 use std::sync::Arc;
 use std::task::{Context, Poll, Wake as StdWake, Waker};
 use std::time::{Duration, Instant};
 
-use crate::sync::{AtomicU8, Ordering, Thread, current_thread, park};
+use crate::acquisition::Want;
+use crate::error::Result;
+use crate::sync::{Thread, current_thread, park};
+
+mod list;
+pub(crate) mod timer;
+
+pub(crate) use list::{GRANTED, Grant, NOTIFIED, WAITING, WaitList, WaitNode};
 
 /// A waiter that has waited this long is handed the lock directly instead of competing for it.
 ///
@@ -66,14 +70,6 @@ use crate::sync::{AtomicU8, Ordering, Thread, current_thread, park};
 /// assert_eq!(keylock_core::wait::FAIR_AFTER, std::time::Duration::from_micros(500));
 /// ```
 pub const FAIR_AFTER: Duration = Duration::from_micros(500);
-
-/// Node states. A node is `WAITING` while linked in a list; the releasing side unlinks it and
-/// then stores `NOTIFIED` or `GRANTED` as its very last access to the node.
-const WAITING: u8 = 0;
-/// Unlinked; the lock was released for this waiter to compete for.
-const NOTIFIED: u8 = 1;
-/// Unlinked; the lock is held on this waiter's behalf.
-const GRANTED: u8 = 2;
 
 /// Under loom, time does not pass, so the fairness rule is replaced by this switch: the models
 /// run once with plain notification and once with hand-off to every waiter.
@@ -86,6 +82,11 @@ static LOOM_HAND_OFF: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicB
 #[doc(hidden)]
 pub fn loom_hand_off(on: bool) {
     LOOM_HAND_OFF.store(on, std::sync::atomic::Ordering::Relaxed);
+}
+
+#[cfg(keylock_loom)]
+pub(crate) fn loom_hand_off_on() -> bool {
+    LOOM_HAND_OFF.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 /// How to wake the owner of a node.
@@ -106,183 +107,49 @@ impl Wake {
     }
 }
 
-/// The part of a node that only the holder of the queue's lock may touch.
-#[derive(Debug)]
-struct Links {
-    prev: Option<NonNull<WaitNode>>,
-    next: Option<NonNull<WaitNode>>,
-    wake: Option<Wake>,
-    /// When this waiter first queued (for eventual fairness).
-    #[cfg(not(keylock_loom))]
-    since: Option<Instant>,
-    /// Whether this waiter was notified before and lost the race (it then queues at the front).
-    requeued: bool,
-}
-
-/// One waiter's place in a [`WaitList`].
-#[derive(Debug)]
-pub(crate) struct WaitNode {
-    /// `WAITING`, `NOTIFIED` or `GRANTED` (see the constants above).
-    state: AtomicU8,
-    /// Guarded by the lock of the list the node is (or was last) linked in.
-    links: UnsafeCell<Links>,
-    _pin: PhantomPinned,
-}
-
-impl WaitNode {
-    fn new() -> Self {
-        Self {
-            state: AtomicU8::new(WAITING),
-            links: UnsafeCell::new(Links {
-                prev: None,
-                next: None,
-                wake: None,
-                #[cfg(not(keylock_loom))]
-                since: None,
-                requeued: false,
-            }),
-            _pin: PhantomPinned,
-        }
-    }
-
-    #[inline]
-    fn state(&self) -> u8 {
-        self.state.load(Ordering::Acquire)
-    }
-}
-
-/// An intrusive FIFO of waiters. It has no lock of its own: every method requires the lock that
-/// guards the list, which the type system cannot see, hence `unsafe`.
+/// Wake-ups collected under a queue lock, to run after it is released (a release can wake a
+/// whole batch of shared waiters). One wake-up needs no allocation.
 #[derive(Debug, Default)]
-pub(crate) struct WaitList {
-    head: Option<NonNull<WaitNode>>,
-    tail: Option<NonNull<WaitNode>>,
+#[must_use = "wake-ups must be run once the queue lock is released"]
+pub(crate) struct Wakes {
+    first: Option<Wake>,
+    rest: Vec<Wake>,
 }
 
-// SAFETY: a WaitList holds pointers to nodes whose linked state is only touched with the list's
-// guarding lock held, from whichever thread holds that lock; the nodes' owners keep them alive and
-// pinned while linked (see `Waiter`).
-unsafe impl Send for WaitList {}
-
-impl WaitList {
-    pub(crate) const fn new() -> Self {
-        Self {
-            head: None,
-            tail: None,
-        }
-    }
-
+impl Wakes {
     #[inline]
-    pub(crate) fn is_empty(&self) -> bool {
-        self.head.is_none()
-    }
-
-    /// Links `node` at the back (or the front, for a waiter that was notified and lost).
-    ///
-    /// # Safety
-    /// The caller holds the list's lock, `node` is not linked anywhere, and it stays pinned and
-    /// alive until it is unlinked by `pop_front` or `remove`.
-    unsafe fn push(&mut self, node: NonNull<WaitNode>, front: bool) {
-        // SAFETY: the caller holds the list lock and owns the unlinked node.
-        let links = unsafe { &mut *node.as_ref().links.get() };
-        if front {
-            links.prev = None;
-            links.next = self.head;
-            match self.head {
-                // SAFETY: linked nodes are alive and guarded by the list lock we hold.
-                Some(head) => unsafe { (*head.as_ref().links.get()).prev = Some(node) },
-                None => self.tail = Some(node),
-            }
-            self.head = Some(node);
+    pub(crate) fn push(&mut self, wake: Option<Wake>) {
+        let Some(wake) = wake else { return };
+        if self.first.is_none() {
+            self.first = Some(wake);
         } else {
-            links.next = None;
-            links.prev = self.tail;
-            match self.tail {
-                // SAFETY: as above.
-                Some(tail) => unsafe { (*tail.as_ref().links.get()).next = Some(node) },
-                None => self.head = Some(node),
-            }
-            self.tail = Some(node);
+            self.rest.push(wake);
         }
     }
 
-    /// Unlinks `node`.
-    ///
-    /// # Safety
-    /// The caller holds the list's lock and `node` is linked in this list.
-    unsafe fn remove(&mut self, node: NonNull<WaitNode>) {
-        // SAFETY: the node is linked here, so alive, and we hold the list lock.
-        let links = unsafe { &mut *node.as_ref().links.get() };
-        match links.prev {
-            // SAFETY: neighbours of a linked node are linked, alive and guarded by our lock.
-            Some(prev) => unsafe { (*prev.as_ref().links.get()).next = links.next },
-            None => self.head = links.next,
-        }
-        match links.next {
-            // SAFETY: as above.
-            Some(next) => unsafe { (*next.as_ref().links.get()).prev = links.prev },
-            None => self.tail = links.prev,
-        }
-        links.prev = None;
-        links.next = None;
-    }
-
-    /// Unlinks the head and tells whether it should be handed the lock (eventual fairness).
-    /// The caller then completes it with [`Completion::grant`] or [`Completion::notify`].
+    /// Runs them all. Call with no keylock lock held.
     #[inline]
-    pub(crate) fn pop_front(&mut self) -> Option<Completion> {
-        let node = self.head?;
-        // SAFETY: `node` is the linked head; the caller holds the list lock (it has `&mut self`,
-        // and every WaitList lives inside the data its lock guards).
-        unsafe { self.remove(node) };
-        Some(Completion { node })
+    pub(crate) fn run(self) {
+        if let Some(first) = self.first {
+            first.wake();
+            for wake in self.rest {
+                wake.wake();
+            }
+        }
     }
 }
 
-/// A node just unlinked by [`WaitList::pop_front`]; it must be completed while the list's lock is
-/// still held, and the returned [`Wake`] invoked after releasing it.
+/// The outcome of an attempt made with the queue locked.
 #[derive(Debug)]
-#[must_use]
-pub(crate) struct Completion {
-    node: NonNull<WaitNode>,
-}
-
-impl Completion {
-    /// Whether this waiter has waited long enough to be handed the lock rather than notified.
-    pub(crate) fn is_due(&self) -> bool {
-        // SAFETY: the node was unlinked under the list lock, which the caller still holds, and
-        // its owner cannot free it before we store its final state.
-        let links = unsafe { &*self.node.as_ref().links.get() };
-        #[cfg(not(keylock_loom))]
-        {
-            links.requeued || links.since.is_some_and(|t| t.elapsed() >= FAIR_AFTER)
-        }
-        #[cfg(keylock_loom)]
-        {
-            links.requeued || LOOM_HAND_OFF.load(std::sync::atomic::Ordering::Relaxed)
-        }
-    }
-
-    /// The waiter now holds the lock.
-    pub(crate) fn grant(self) -> Option<Wake> {
-        self.finish(GRANTED)
-    }
-
-    /// The lock was released; the waiter competes for it again.
-    pub(crate) fn notify(self) -> Option<Wake> {
-        self.finish(NOTIFIED)
-    }
-
-    fn finish(self, state: u8) -> Option<Wake> {
-        // SAFETY: as in `is_due`. Taking the wake handle out before publishing the state means
-        // the store below is our last access to the node: after it the owner may free it.
-        unsafe {
-            let node = self.node.as_ref();
-            let wake = (*node.links.get()).wake.take();
-            node.state.store(state, Ordering::Release);
-            wake
-        }
-    }
+pub(crate) enum Attempt {
+    /// The lock is held now, as described.
+    Acquired(Grant),
+    /// The request cannot succeed (a reentrancy limit, say); the waiter leaves with this error.
+    Failed(crate::Error),
+    /// The lock is taken. The queue's releases will look at the waiters (the caller links its
+    /// node before unlocking). `recheck_at`: a time at which the holder may stop holding without
+    /// a release (its lease ends), so the waiter should look again then.
+    Blocked { recheck_at: Option<Instant> },
 }
 
 /// A lock whose waiters stand in a [`WaitList`]: the per-primitive half of the protocol.
@@ -301,17 +168,49 @@ pub(crate) trait Queue {
     /// The waiters, given the held queue lock.
     fn waiters<'g, 'q>(&'q self, locked: &'g mut Self::Locked<'q>) -> &'g mut WaitList;
 
-    /// With the queue locked, for a waiter about to queue: take the lock if it is free, else
-    /// make sure the holder's release will look at the queue. Returns whether it was taken.
-    fn acquire_locked<'q>(&'q self, locked: &mut Self::Locked<'q>) -> bool;
+    /// With the queue locked, for a waiter about to queue: take the lock for `want` if it can
+    /// be taken now, else make sure the holder's release will look at the queue. `front`: the
+    /// waiter was notified before and lost the race, so nobody queued is ahead of it.
+    /// Wake-ups of others (a lease that ended handed the lock on) go to `wakes`.
+    fn acquire_locked<'q>(
+        &'q self,
+        locked: &mut Self::Locked<'q>,
+        want: &Want,
+        front: bool,
+        wakes: &mut Wakes,
+    ) -> Attempt;
+
+    /// With the queue locked, for a queued waiter that looks again (a timer fired): end what
+    /// has ended by itself (leases) and hand the lock on, collecting wake-ups. Returns when to
+    /// look again.
+    fn refresh_locked<'q>(
+        &'q self,
+        _locked: &mut Self::Locked<'q>,
+        _wakes: &mut Wakes,
+    ) -> Option<Instant> {
+        None
+    }
 
     /// With the queue locked, for a waiter leaving without the lock (already unlinked).
     /// `notified` says it had been notified: then, if the lock is free, the next waiter must be
-    /// notified in its place. Returns that waiter's wake-up, to call after unlocking.
-    fn leave_locked<'q>(&'q self, locked: &mut Self::Locked<'q>, notified: bool) -> Option<Wake>;
+    /// notified in its place. Wake-ups go to `wakes`, to run after unlocking.
+    fn leave_locked<'q>(&'q self, locked: &mut Self::Locked<'q>, notified: bool, wakes: &mut Wakes);
 
     /// Releases a lock that was granted to a waiter that no longer wants it.
-    fn release_granted(&self);
+    fn release_granted(&self, grant: Grant, want: &Want);
+
+    /// Called, with no lock held, when a waiter takes up a lock that was granted to it while it
+    /// was queued (the other ways of finishing go through `acquire_locked` or `leave_locked`).
+    fn granted_seen(&self) {}
+}
+
+/// The result of polling a [`Waiter`].
+#[derive(Debug)]
+pub(crate) enum WaitPoll {
+    /// Done: the lock is held (as granted), or the request failed.
+    Ready(Result<Grant>),
+    /// Still waiting; look again at this time even without a wake-up (a lease ends then).
+    Pending(Option<Instant>),
 }
 
 /// A waiter: a node plus whether it is registered with a queue.
@@ -356,31 +255,40 @@ impl Waiter {
         (&this.node, &mut this.registered)
     }
 
+    /// The grant a `GRANTED` node carries.
+    fn granted(node: &WaitNode) -> Grant {
+        // SAFETY: the node is unlinked and its final state was published (we read `GRANTED`
+        // with Acquire), so nobody else touches its links any more.
+        unsafe { node.links().grant }
+    }
+
     /// Tries to acquire through `queue`: takes the lock, or queues (keeping its place across
     /// polls) and returns `Pending` until it was granted the lock or notified and then won it.
     pub(crate) fn poll<Q: Queue + ?Sized>(
         self: Pin<&mut Self>,
         queue: &Q,
+        want: &Want,
         wake: impl Fn() -> Wake,
-    ) -> Poll<()> {
+    ) -> WaitPoll {
         let (node, registered) = self.parts();
         let mut front = false;
         if *registered {
             match node.state() {
                 GRANTED => {
                     *registered = false;
-                    return Poll::Ready(());
+                    queue.granted_seen();
+                    return WaitPoll::Ready(Ok(Self::granted(node)));
                 }
                 NOTIFIED => {
                     *registered = false;
                     front = true;
                 }
                 _ => {
-                    let locked = queue.lock_queue();
+                    let mut locked = queue.lock_queue();
                     match node.state() {
                         WAITING => {
                             // SAFETY: the node is linked and we hold the queue lock.
-                            let links = unsafe { &mut *node.links.get() };
+                            let links = unsafe { node.links() };
                             let fresh = match (&links.wake, wake()) {
                                 (Some(Wake::Task(old)), Wake::Task(new)) if old.will_wake(&new) => {
                                     None
@@ -390,22 +298,36 @@ impl Waiter {
                             if let Some(new) = fresh {
                                 links.wake = Some(new);
                             }
-                            return Poll::Pending;
+                            let mut wakes = Wakes::default();
+                            let recheck = queue.refresh_locked(&mut locked, &mut wakes);
+                            let state = node.state();
+                            drop(locked);
+                            wakes.run();
+                            return match state {
+                                GRANTED => {
+                                    *registered = false;
+                                    queue.granted_seen();
+                                    WaitPoll::Ready(Ok(Self::granted(node)))
+                                }
+                                _ => WaitPoll::Pending(recheck),
+                            };
                         }
                         GRANTED => {
+                            drop(locked);
                             *registered = false;
-                            return Poll::Ready(());
+                            queue.granted_seen();
+                            return WaitPoll::Ready(Ok(Self::granted(node)));
                         }
                         _ => {
                             *registered = false;
-                            return Self::enqueue(node, registered, queue, locked, wake, true);
+                            return Self::enqueue(node, registered, queue, locked, want, wake, true);
                         }
                     }
                 }
             }
         }
         let locked = queue.lock_queue();
-        Self::enqueue(node, registered, queue, locked, wake, front)
+        Self::enqueue(node, registered, queue, locked, want, wake, front)
     }
 
     fn enqueue<'q, Q: Queue + ?Sized>(
@@ -413,63 +335,88 @@ impl Waiter {
         registered: &mut bool,
         queue: &'q Q,
         mut locked: Q::Locked<'q>,
+        want: &Want,
         wake: impl Fn() -> Wake,
         front: bool,
-    ) -> Poll<()> {
-        if queue.acquire_locked(&mut locked) {
-            return Poll::Ready(());
-        }
+    ) -> WaitPoll {
+        let mut wakes = Wakes::default();
+        let recheck_at = match queue.acquire_locked(&mut locked, want, front, &mut wakes) {
+            Attempt::Acquired(grant) => {
+                drop(locked);
+                wakes.run();
+                return WaitPoll::Ready(Ok(grant));
+            }
+            Attempt::Failed(error) => {
+                drop(locked);
+                wakes.run();
+                return WaitPoll::Ready(Err(error));
+            }
+            Attempt::Blocked { recheck_at } => recheck_at,
+        };
         // SAFETY: the node is not linked (not registered), we hold the queue lock, and the
         // waiter is pinned: it stays put until `poll` sees its completion or `abandon` unlinks it.
         unsafe {
-            let links = &mut *node.links.get();
+            let links = node.links();
             links.wake = Some(wake());
+            links.want = *want;
             links.requeued = front;
             #[cfg(not(keylock_loom))]
             if links.since.is_none() {
                 links.since = Some(Instant::now());
             }
-            node.state.store(WAITING, Ordering::Relaxed);
-            queue.waiters(&mut locked).push(NonNull::from(node), front);
+            node.set_waiting();
+            queue
+                .waiters(&mut locked)
+                .push(std::ptr::NonNull::from(node), front);
         }
         *registered = true;
-        Poll::Pending
+        drop(locked);
+        wakes.run();
+        WaitPoll::Pending(recheck_at)
     }
 
-    /// Leaves the queue without the lock. If the lock had already been granted, it is kept when
-    /// `keep_granted` (the return value is then `true`) and otherwise released; if the waiter had
-    /// been notified, the notification passes to the next waiter.
+    /// Leaves the queue without the lock. If the lock had already been granted, its grant is
+    /// returned when `keep_granted` and the lock released otherwise; if the waiter had been
+    /// notified, the notification passes to the next waiter.
     pub(crate) fn abandon<Q: Queue + ?Sized>(
         self: Pin<&mut Self>,
         queue: &Q,
         keep_granted: bool,
-    ) -> bool {
+    ) -> Option<Grant> {
         let (node, registered) = self.parts();
         if !*registered {
-            return false;
+            return None;
         }
         *registered = false;
         let mut locked = queue.lock_queue();
-        let wake = match node.state() {
+        let mut wakes = Wakes::default();
+        match node.state() {
             WAITING => {
                 // SAFETY: the node is linked in this queue (WAITING under the queue lock).
-                unsafe { queue.waiters(&mut locked).remove(NonNull::from(node)) };
-                queue.leave_locked(&mut locked, false)
+                unsafe {
+                    queue
+                        .waiters(&mut locked)
+                        .remove(std::ptr::NonNull::from(node))
+                };
+                queue.leave_locked(&mut locked, false, &mut wakes);
             }
-            NOTIFIED => queue.leave_locked(&mut locked, true),
+            NOTIFIED => queue.leave_locked(&mut locked, true, &mut wakes),
             _ => {
                 drop(locked);
-                if !keep_granted {
-                    queue.release_granted();
+                queue.granted_seen();
+                let grant = Self::granted(node);
+                if keep_granted {
+                    return Some(grant);
                 }
-                return keep_granted;
+                // SAFETY: as in `granted`: the node is ours again.
+                let want = unsafe { node.links().want };
+                queue.release_granted(grant, &want);
+                return None;
             }
-        };
-        drop(locked);
-        if let Some(wake) = wake {
-            wake.wake();
         }
-        false
+        drop(locked);
+        wakes.run();
+        None
     }
 
     /// Whether a registered waiter may have been completed (granted or notified) since it last
@@ -482,7 +429,7 @@ impl Waiter {
 /// A future's [`Waiter`], made on first need. A future whose lock is free on its first poll
 /// never makes one; a future that must wait allocates its one queue node here, on the heap, so
 /// that the future itself stays a few words long and cheap to move (the uncontended async path
-/// then costs about what the blocking one does).
+/// then costs about what the blocking one does). `Unpin`: the waiter is pinned by its box.
 #[derive(Debug, Default)]
 pub(crate) struct LazyWaiter(Option<Pin<Box<Waiter>>>);
 
@@ -497,60 +444,88 @@ impl LazyWaiter {
         self.0.as_ref().is_some_and(|w| w.is_registered())
     }
 
-    /// The waiter, made now if it does not exist yet.
-    pub(crate) fn get(self: Pin<&mut Self>) -> Pin<&mut Waiter> {
-        // The waiter is pinned by its box; the LazyWaiter itself need not stay put.
-        Pin::into_inner(self)
-            .0
-            .get_or_insert_with(|| Box::pin(Waiter::new()))
+    /// Polls the waiter (made now if it does not exist yet) for `queue`, waking the task in
+    /// `cx`; a pending wait that should look again at some time gets a timer for it.
+    pub(crate) fn poll<Q: Queue + ?Sized>(
+        &mut self,
+        queue: &Q,
+        want: &Want,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<Grant>> {
+        let waiter = self.0.get_or_insert_with(|| Box::pin(Waiter::new()));
+        match waiter
             .as_mut()
+            .poll(queue, want, || Wake::Task(cx.waker().clone()))
+        {
+            WaitPoll::Ready(result) => Poll::Ready(result),
+            WaitPoll::Pending(recheck) => {
+                if let Some(at) = recheck {
+                    timer::wake_at(at, cx.waker().clone());
+                }
+                Poll::Pending
+            }
+        }
     }
 
     /// [`Waiter::abandon`], if a waiter exists.
     pub(crate) fn abandon<Q: Queue + ?Sized>(
-        self: Pin<&mut Self>,
+        &mut self,
         queue: &Q,
         keep_granted: bool,
-    ) -> bool {
-        match Pin::into_inner(self).0.as_mut() {
+    ) -> Option<Grant> {
+        match self.0.as_mut() {
             Some(waiter) => waiter.as_mut().abandon(queue, keep_granted),
-            None => false,
+            None => None,
         }
     }
 }
 
-/// Blocks the current thread until `queue`'s lock is taken or `deadline` passes.
-/// `try_fast` is the caller's lock-free attempt, retried while spinning.
+/// Blocks the current thread until `queue`'s lock is taken for `want`, or `deadline` passes
+/// (then `Ok(None)`). `try_fast` is the caller's lock-free attempt, retried while spinning.
 pub(crate) fn wait_blocking<Q: Queue + ?Sized>(
     queue: &Q,
+    want: &Want,
     deadline: Option<Instant>,
-    mut try_fast: impl FnMut() -> bool,
-) -> bool {
+    mut try_fast: impl FnMut() -> Option<Grant>,
+) -> Result<Option<Grant>> {
     let mut spin = crate::sync::Spin::default();
     while spin.spin() {
-        if try_fast() {
-            return true;
+        if let Some(grant) = try_fast() {
+            return Ok(Some(grant));
         }
     }
     let mut waiter = std::pin::pin!(Waiter::new());
     let thread = current_thread();
     loop {
-        if waiter
+        let recheck = match waiter
             .as_mut()
-            .poll(queue, || Wake::Thread(thread.clone()))
-            .is_ready()
+            .poll(queue, want, || Wake::Thread(thread.clone()))
         {
-            return true;
-        }
+            WaitPoll::Ready(result) => return result.map(Some),
+            WaitPoll::Pending(recheck) => recheck,
+        };
         loop {
             if waiter.completed() {
                 break;
             }
-            if !park(deadline) {
-                return waiter.as_mut().abandon(queue, true);
+            let until = match (deadline, recheck) {
+                (Some(d), Some(r)) => Some(d.min(r)),
+                (d, r) => d.or(r),
+            };
+            if !park(until) {
+                if recheck.is_some_and(|r| deadline.is_none_or(|d| r < d)) && !past(deadline) {
+                    break; // a lease ended: look again
+                }
+                return Ok(waiter.as_mut().abandon(queue, true));
             }
         }
     }
+}
+
+/// Whether `deadline` has passed (never, for `None`).
+#[inline]
+fn past(deadline: Option<Instant>) -> bool {
+    deadline.is_some_and(|d| Instant::now() >= d)
 }
 
 /// The deadline `timeout` from now; `None` (wait forever) when it lies beyond what `Instant`

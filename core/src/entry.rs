@@ -1,0 +1,972 @@
+//! The state of one lock, and every rule about it: a stripe, a pool key and the RwLock's writer
+//! side are each one [`Entry`].
+//!
+//! An entry is a 64-bit lock word plus the high half of its fence. The word alone decides the
+//! uncontended cases, with one compare-and-swap to acquire and one to release (the fast path).
+//! Everything else (waiters, leases, owners and hold counts, force-unlock, the fence wrapping
+//! round) happens in the slow path, under the lock that guards the entry's [`Side`]: the stripe's
+//! queue mutex, or the pool shard's mutex.
+//!
+//! # The lock word
+//!
+//! ```text
+//!  63                                19 18             4   3     2      1      0
+//! +------------------------------------+----------------+-----+------+--------+------+
+//! |        fence, low 45 bits          | shared holders | REF | SLOW | QUEUED | EXCL |
+//! +------------------------------------+----------------+-----+------+--------+------+
+//! ```
+//!
+//! - `EXCL`: held by one exclusive holder.
+//! - `QUEUED`: the wait list may be non-empty, so a release must take the slow path and look at
+//!   it, and no shared acquire may join current holders ahead of the queue (FIFO: a shared
+//!   request behind a waiting exclusive one waits). Set and cleared only under the queue lock.
+//! - `SLOW`: the holders' state does not fit in the word (a lease, an owner and hold count), or
+//!   the entry is being changed under the queue lock (a pool slot given to another key, the
+//!   fence wrapping). Every acquire and release then takes the slow path. Set and cleared only
+//!   under the queue lock; outside those transient changes, `SLOW` is set exactly when
+//!   [`Side`] has holder state.
+//! - `REF`: set by every acquire; the pool's eviction clears it (second chance), so that
+//!   recently used keys keep their entries.
+//! - shared holders: 15 bits, so at most [`MAX_SHARED`] at once; further shared requests wait.
+//! - fence: the low 45 bits of the current fence; the high bits are in [`Entry`]'s `hi`, which
+//!   changes only when the low bits wrap round, under the queue lock while the entry is `SLOW`.
+//!
+//! A release checks its acquisition's fence *in the same compare-and-swap* that frees the lock,
+//! so a stale release (after a force-unlock, a lease expiry, or a release already made) can
+//! never free a later holder: the word it expects no longer exists.
+//!
+//! # Fences
+//!
+//! An exclusive acquisition adds one to the fence; so do a force-unlock and the end of an
+//! exclusive lease. Shared holders read the current fence (the one the last exclusive holder or
+//! force-unlock left), so a shared acquisition's identity is "shared, in this fence's epoch":
+//! anything that ends the epoch ends its holders.
+
+use std::time::Instant;
+
+use crate::acquisition::{LockInfo, Mode, Owner, Want};
+use crate::error::Error;
+use crate::sync::{AtomicU64, Ordering};
+use crate::wait::{Attempt, Grant, WaitList, Wakes};
+
+/// Bit 0: held by one exclusive holder.
+const EXCL: u64 = 1 << 0;
+/// Bit 1: waiters may be queued (see the module docs).
+const QUEUED: u64 = 1 << 1;
+/// Bit 2: every operation takes the slow path (see the module docs).
+const SLOW: u64 = 1 << 2;
+/// Bit 3: used since the pool's eviction hand last passed.
+pub(crate) const REF: u64 = 1 << 3;
+const READER_SHIFT: u32 = 4;
+const READER_ONE: u64 = 1 << READER_SHIFT;
+const READER_BITS: u32 = 15;
+const READERS: u64 = ((1 << READER_BITS) - 1) << READER_SHIFT;
+/// The most shared holders one entry can have at once; further shared requests wait.
+pub(crate) const MAX_SHARED: u64 = (1 << READER_BITS) - 1;
+const FENCE_SHIFT: u32 = READER_SHIFT + READER_BITS;
+const FENCE_ONE: u64 = 1 << FENCE_SHIFT;
+/// Bits of the fence kept in the word.
+const LO_BITS: u32 = 64 - FENCE_SHIFT;
+const LO_MAX: u64 = (1 << LO_BITS) - 1;
+
+#[inline]
+const fn lo(word: u64) -> u64 {
+    word >> FENCE_SHIFT
+}
+
+#[inline]
+const fn readers(word: u64) -> u64 {
+    (word & READERS) >> READER_SHIFT
+}
+
+#[inline]
+const fn with_lo(word: u64, lo: u64) -> u64 {
+    (word & (FENCE_ONE - 1)) | (lo << FENCE_SHIFT)
+}
+
+/// How a lock object serves its entries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Policy {
+    /// Hand every release to the next waiter and never let a newcomer take a lock that has
+    /// waiters (strict FIFO, as Web Locks specifies). Otherwise a released lock may be taken by
+    /// a running caller before the woken waiter gets to it, unless that waiter has waited
+    /// [`FAIR_AFTER`](crate::wait::FAIR_AFTER) (eventual fairness, parking_lot's choice).
+    pub(crate) fifo: bool,
+    /// An exclusive acquire by the owner that holds the entry exclusively succeeds at once.
+    pub(crate) reentrant: bool,
+    /// The largest hold count of a reentrant holder.
+    pub(crate) max_holds: u32,
+}
+
+impl Policy {
+    /// The default reentrant hold-count limit (2^16).
+    pub(crate) const DEFAULT_MAX_HOLDS: u32 = 1 << 16;
+
+    pub(crate) const DEFAULT: Policy = Policy {
+        fifo: false,
+        reentrant: false,
+        max_holds: Self::DEFAULT_MAX_HOLDS,
+    };
+
+    /// `want` as this policy sees it: owners matter only to reentrant locks.
+    #[inline]
+    pub(crate) fn normalize(&self, mut want: Want) -> Want {
+        if !self.reentrant {
+            want.owner = None;
+        }
+        want
+    }
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Self::DEFAULT
+    }
+}
+
+/// Holder state that does not fit in the word; present exactly while the word has `SLOW`.
+#[derive(Debug, Default)]
+struct Ext {
+    /// The exclusive holder's owner (reentrant locks).
+    owner: Option<Owner>,
+    /// The exclusive holder's hold count (1 unless reentered).
+    holds: u32,
+    /// When the exclusive holder's lease ends.
+    lease: Option<Instant>,
+    /// Leased shared holders: (ticket, when the lease ends).
+    shared: Vec<(u64, Instant)>,
+}
+
+impl Ext {
+    fn is_empty(&self) -> bool {
+        self.owner.is_none() && self.lease.is_none() && self.shared.is_empty()
+    }
+
+    fn earliest(&self) -> Option<Instant> {
+        let shared = self.shared.iter().map(|&(_, t)| t).min();
+        match (self.lease, shared) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+}
+
+/// What lives beside an entry under its queue lock: its waiters and its holders' extra state.
+#[derive(Debug, Default)]
+pub(crate) struct Side {
+    pub(crate) waiters: WaitList,
+    ext: Option<Box<Ext>>,
+    /// Tickets for leased shared holders, never reused within this entry.
+    next_ticket: u64,
+}
+
+impl Side {
+    pub(crate) const fn new() -> Self {
+        Self {
+            waiters: WaitList::new(),
+            ext: None,
+            next_ticket: 0,
+        }
+    }
+
+    /// Whether holder state is kept here (the entry is then `SLOW`).
+    #[inline]
+    pub(crate) fn has_holder_state(&self) -> bool {
+        self.ext.is_some()
+    }
+
+    /// When the earliest lease among the holders ends.
+    pub(crate) fn earliest_lease(&self) -> Option<Instant> {
+        self.ext.as_ref().and_then(|e| e.earliest())
+    }
+}
+
+/// An acquisition as the entry sees it: enough to check it is still current and to end it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Hold {
+    pub(crate) mode: Mode,
+    pub(crate) fence: u64,
+    pub(crate) ticket: u64,
+    pub(crate) owner: Option<Owner>,
+}
+
+impl Hold {
+    /// The hold a grant for `want` gives.
+    pub(crate) fn of(want: &Want, grant: Grant) -> Self {
+        Self {
+            mode: want.mode,
+            fence: grant.fence,
+            ticket: grant.ticket,
+            owner: want.owner,
+        }
+    }
+}
+
+/// When a lease of `lease` taken now ends (far in the future for an absurdly long one).
+pub(crate) fn lease_end(lease: std::time::Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(lease)
+        .unwrap_or(now + std::time::Duration::from_secs(1 << 40))
+}
+
+/// One lock: the word and the high half of the fence. See the module docs.
+#[derive(Debug)]
+pub(crate) struct Entry {
+    word: AtomicU64,
+    hi: AtomicU64,
+}
+
+impl Default for Entry {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Entry {
+    #[cfg(not(keylock_loom))]
+    pub(crate) const fn new() -> Self {
+        Self {
+            word: AtomicU64::new(0),
+            hi: AtomicU64::new(0),
+        }
+    }
+
+    #[cfg(keylock_loom)]
+    pub(crate) fn new() -> Self {
+        Self {
+            word: AtomicU64::new(0),
+            hi: AtomicU64::new(0),
+        }
+    }
+
+    /// The full fence of a word read from this entry.
+    #[inline]
+    fn fence_of(&self, word: u64) -> u64 {
+        (self.hi.load(Ordering::Acquire) << LO_BITS) | lo(word)
+    }
+
+    /// The current fence (a snapshot).
+    #[inline]
+    pub(crate) fn fence(&self) -> u64 {
+        self.fence_of(self.word.load(Ordering::Acquire))
+    }
+
+    /// Whether anyone holds the entry, in either mode (a snapshot; leases that ended but were
+    /// not yet noticed still count).
+    #[inline]
+    pub(crate) fn is_held(&self) -> bool {
+        self.word.load(Ordering::Relaxed) & (EXCL | READERS) != 0
+    }
+
+    /// Whether waiters may be queued (a snapshot).
+    #[inline]
+    pub(crate) fn is_queued(&self) -> bool {
+        self.word.load(Ordering::Relaxed) & QUEUED != 0
+    }
+
+    // ---- fast path ----
+
+    /// Takes the entry in `mode` with one compare-and-swap, if the word alone allows it.
+    /// Returns the acquisition's fence. `fifo`: do not take a free lock that has waiters.
+    #[inline]
+    pub(crate) fn try_fast(&self, mode: Mode, fifo: bool) -> Option<u64> {
+        let mut word = self.word.load(Ordering::Relaxed);
+        loop {
+            let new = match mode {
+                Mode::Exclusive => {
+                    let busy = EXCL | SLOW | READERS | if fifo { QUEUED } else { 0 };
+                    if word & busy != 0 || lo(word) == LO_MAX {
+                        return None;
+                    }
+                    (word + FENCE_ONE) | EXCL | REF
+                }
+                Mode::Shared => {
+                    if word & (EXCL | SLOW | QUEUED) != 0 || readers(word) == MAX_SHARED {
+                        return None;
+                    }
+                    (word + READER_ONE) | REF
+                }
+            };
+            match self
+                .word
+                .compare_exchange_weak(word, new, Ordering::Acquire, Ordering::Relaxed)
+            {
+                Ok(_) => return Some(self.fence_of(new)),
+                Err(now) => word = now,
+            }
+        }
+    }
+
+    /// Releases a plain acquisition with one compare-and-swap, if the word alone allows it:
+    /// `false` sends the caller to the slow path (waiters to wake, holder state, or an
+    /// acquisition that is not current, which the slow path reports).
+    #[inline]
+    pub(crate) fn release_fast(&self, mode: Mode, fence: u64) -> bool {
+        let want_lo = fence & LO_MAX;
+        let mut word = self.word.load(Ordering::Relaxed);
+        loop {
+            let new = match mode {
+                Mode::Exclusive => {
+                    if word & !REF != (want_lo << FENCE_SHIFT) | EXCL {
+                        return false;
+                    }
+                    word & !EXCL
+                }
+                Mode::Shared => {
+                    let n = readers(word);
+                    if word & (EXCL | SLOW) != 0
+                        || lo(word) != want_lo
+                        || n == 0
+                        || (n == 1 && word & QUEUED != 0)
+                    {
+                        return false;
+                    }
+                    word - READER_ONE
+                }
+            };
+            match self
+                .word
+                .compare_exchange_weak(word, new, Ordering::Release, Ordering::Relaxed)
+            {
+                Ok(_) => return true,
+                Err(now) => word = now,
+            }
+        }
+    }
+
+    /// Whether `hold` is still current, read from the word alone (a snapshot). Leased shared
+    /// holds need the slow path ([`Entry::is_current_locked`]).
+    #[inline]
+    pub(crate) fn is_current_fast(&self, hold: &Hold) -> bool {
+        let word = self.word.load(Ordering::Acquire);
+        if self.fence_of(word) != hold.fence {
+            return false;
+        }
+        match hold.mode {
+            Mode::Exclusive => word & EXCL != 0,
+            Mode::Shared => word & EXCL == 0 && readers(word) > 0,
+        }
+    }
+
+    // ---- slow path: every function below requires the queue lock that guards `side` ----
+
+    /// Stores `word`'s update `f` with a compare-and-swap loop: under the queue lock the word
+    /// can still be changed by fast-path shared acquires and releases (when neither `QUEUED` nor
+    /// `SLOW` is set), so every slow-path change goes through here. `f` returns `None` to give up.
+    #[inline]
+    fn update(&self, mut f: impl FnMut(u64) -> Option<u64>) -> Option<(u64, u64)> {
+        let mut word = self.word.load(Ordering::Acquire);
+        loop {
+            let new = f(word)?;
+            match self
+                .word
+                .compare_exchange(word, new, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return Some((word, new)),
+                Err(now) => word = now,
+            }
+        }
+    }
+
+    /// `word` with the fence advanced by one, wrapping the low bits into `hi` when they are
+    /// full. Call only with the queue lock held and the entry free of holders; the caller
+    /// stores the returned word (it does, through `set_claimed`, when `wrapped`).
+    fn advance(&self, word: u64) -> (u64, bool) {
+        if lo(word) == LO_MAX {
+            (with_lo(word, 0), true)
+        } else {
+            (word + FENCE_ONE, false)
+        }
+    }
+
+    /// Applies a change that advances the fence, handling a wrap: the entry is first claimed
+    /// (`SLOW`, so no fast path runs), then `hi` is raised, then the final word is stored.
+    /// Requires the queue lock. `make` builds the new word from the current one (advanced) and
+    /// returns `None` when the change no longer applies. Returns (old, new).
+    fn update_advancing(&self, mut make: impl FnMut(u64) -> Option<u64>) -> Option<(u64, u64)> {
+        loop {
+            let word = self.word.load(Ordering::Acquire);
+            let (advanced, wrapped) = self.advance(word);
+            let new = make(advanced)?;
+            if !wrapped {
+                if self
+                    .word
+                    .compare_exchange(word, new, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+                {
+                    return Some((word, new));
+                }
+                continue;
+            }
+            // Claim: with SLOW set, fast paths stop and the word is ours until we store it.
+            if self
+                .word
+                .compare_exchange(word, word | SLOW, Ordering::AcqRel, Ordering::Acquire)
+                .is_err()
+            {
+                continue;
+            }
+            let hi = self.hi.load(Ordering::Relaxed);
+            self.hi.store(hi + 1, Ordering::Release);
+            self.word.store(new, Ordering::Release);
+            return Some((word, new));
+        }
+    }
+
+    /// Whether a waiter queued ahead of a request blocks it: FIFO for everyone in `fifo` mode;
+    /// otherwise only shared requests that would join current holders.
+    #[inline]
+    fn compatible(word: u64, mode: Mode) -> bool {
+        match mode {
+            Mode::Exclusive => word & (EXCL | READERS) == 0,
+            Mode::Shared => word & EXCL == 0 && readers(word) < MAX_SHARED,
+        }
+    }
+
+    /// The `SLOW` and `QUEUED` bits a word should carry given the side.
+    #[inline]
+    fn flags_for(word: u64, side: &Side) -> u64 {
+        let mut word = word & !(SLOW | QUEUED);
+        if side.ext.is_some() {
+            word |= SLOW;
+        }
+        if !side.waiters.is_empty() {
+            word |= QUEUED;
+        }
+        word
+    }
+
+    /// Records the holder state `want` needs, for an acquisition just made. Returns its
+    /// ticket (leased shared holds) and its lease's end.
+    fn add_holder(side: &mut Side, want: &Want) -> (u64, Option<Instant>) {
+        let lease_until = want.lease.map(lease_end);
+        if want.is_plain() {
+            return (0, None);
+        }
+        (Self::add_holder_state(side, want, lease_until), lease_until)
+    }
+
+    fn add_holder_state(side: &mut Side, want: &Want, lease_until: Option<Instant>) -> u64 {
+        let ext = side.ext.get_or_insert_with(Default::default);
+        match want.mode {
+            Mode::Exclusive => {
+                ext.owner = want.owner;
+                ext.holds = 1;
+                ext.lease = lease_until;
+                0
+            }
+            Mode::Shared => match lease_until {
+                Some(until) => {
+                    side.next_ticket += 1;
+                    let ticket = side.next_ticket;
+                    ext.shared.push((ticket, until));
+                    ticket
+                }
+                None => 0,
+            },
+        }
+    }
+
+    /// Drops the exclusive holder's state.
+    fn clear_exclusive(side: &mut Side) {
+        if let Some(ext) = side.ext.as_mut() {
+            ext.owner = None;
+            ext.holds = 0;
+            ext.lease = None;
+            if ext.is_empty() {
+                side.ext = None;
+            }
+        }
+    }
+
+    /// Takes the entry for `want` now if the word and the queue allow it; else sets `QUEUED`
+    /// (so that releases look at the queue) and reports `Blocked`. `front`: the caller was
+    /// notified and lost, so nobody queued is ahead of it.
+    pub(crate) fn acquire_locked(
+        &self,
+        side: &mut Side,
+        want: &Want,
+        front: bool,
+        policy: &Policy,
+        wakes: &mut Wakes,
+    ) -> Attempt {
+        self.expire_locked(side, policy, wakes);
+        // Reentrancy: the exclusive holder's owner asks again (in either mode).
+        if let (true, Some(owner)) = (policy.reentrant, want.owner) {
+            let word = self.word.load(Ordering::Acquire);
+            if let Some(ext) = side.ext.as_mut().filter(|e| e.owner == Some(owner)) {
+                debug_assert!(word & EXCL != 0);
+                if ext.holds >= policy.max_holds {
+                    return Attempt::Failed(Error::ReentrancyLimit);
+                }
+                ext.holds += 1;
+                return Attempt::Acquired(Grant {
+                    fence: self.fence_of(word),
+                    ticket: 0,
+                    lease_until: ext.lease,
+                });
+            }
+        }
+        let ahead = !front && !side.waiters.is_empty();
+        let mut queued_now = false;
+        loop {
+            let word = self.word.load(Ordering::Acquire);
+            let blocked_by_queue = ahead && (policy.fifo || (want.mode == Mode::Shared && readers(word) > 0));
+            if !Self::compatible(word, want.mode) || blocked_by_queue {
+                if word & QUEUED != 0 || queued_now {
+                    return Attempt::Blocked {
+                        recheck_at: side.earliest_lease(),
+                    };
+                }
+                // Announce the waiter first, then look again: a release that ran before this
+                // saw no QUEUED and freed the lock (we take it below); one that runs after must
+                // take the queue lock we hold, and so will find our node.
+                let _ = self.update(|w| Some(w | QUEUED));
+                queued_now = true;
+                continue;
+            }
+            let done = match want.mode {
+                Mode::Exclusive => self.update_advancing(|w| {
+                    if !Self::compatible(w, Mode::Exclusive) {
+                        return None;
+                    }
+                    Some(w | EXCL | REF)
+                }),
+                Mode::Shared => self.update(|w| {
+                    if !Self::compatible(w, Mode::Shared) {
+                        return None;
+                    }
+                    Some((w + READER_ONE) | REF)
+                }),
+            };
+            let Some((_, new)) = done else { continue };
+            let (ticket, lease_until) = Self::add_holder(side, want);
+            self.fix_flags(side);
+            return Attempt::Acquired(Grant {
+                fence: self.fence_of(new),
+                ticket,
+                lease_until,
+            });
+        }
+    }
+
+    /// Clears a `QUEUED` bit that an attempt set for a waiter that did not queue after all.
+    pub(crate) fn settle_locked(&self, side: &Side) {
+        self.fix_flags(side);
+    }
+
+    /// Makes `SLOW` and `QUEUED` match the side after a change to it.
+    #[inline]
+    fn fix_flags(&self, side: &Side) {
+        let _ = self.update(|w| {
+            let fixed = Self::flags_for(w, side);
+            (fixed != w).then_some(fixed)
+        });
+    }
+
+    /// Ends the holds whose leases have run out; the fence advances for an exclusive one. The
+    /// freed entry is handed on to waiters. Returns whether anything ended.
+    pub(crate) fn expire_locked(&self, side: &mut Side, policy: &Policy, wakes: &mut Wakes) -> bool {
+        let Some(earliest) = side.earliest_lease() else {
+            return false;
+        };
+        let now = Instant::now();
+        if earliest > now {
+            return false;
+        }
+        let ext = side.ext.as_mut().expect("a lease is kept in ext");
+        if ext.lease.is_some_and(|t| t <= now) {
+            // The exclusive holder's lease ended: free the entry and advance the fence.
+            let _ = self.update_advancing(|w| Some(w & !EXCL));
+            Self::clear_exclusive(side);
+        }
+        if let Some(ext) = side.ext.as_mut() {
+            let before = ext.shared.len();
+            ext.shared.retain(|&(_, t)| t > now);
+            let ended = (before - ext.shared.len()) as u64;
+            if ended > 0 {
+                let _ = self.update(|w| Some(w - ended * READER_ONE));
+            }
+            if ext.is_empty() {
+                side.ext = None;
+            }
+        }
+        self.fix_flags(side);
+        self.dispatch_locked(side, policy, wakes);
+        true
+    }
+
+    /// Hands the entry on to the waiters at the head of the queue that it can serve now: one
+    /// exclusive waiter, or every shared waiter up to the next exclusive one. A waiter that is
+    /// due (or every waiter, in `fifo` mode) is granted the lock directly; otherwise the head is
+    /// notified and competes for it. Clears `QUEUED` when the queue empties.
+    pub(crate) fn dispatch_locked(&self, side: &mut Side, policy: &Policy, wakes: &mut Wakes) {
+        loop {
+            let Some(want) = side.waiters.front_want() else {
+                break;
+            };
+            let word = self.word.load(Ordering::Acquire);
+            if !Self::compatible(word, want.mode) {
+                break;
+            }
+            let head = side.waiters.pop_front().expect("the list has a head");
+            if want.mode == Mode::Exclusive && !head.is_due(policy.fifo) {
+                // Notify: the lock stays free and the waiter competes for it again.
+                wakes.push(head.notify());
+                break;
+            }
+            let done = match want.mode {
+                Mode::Exclusive => self.update_advancing(|w| Some(w | EXCL | REF)),
+                Mode::Shared => self.update(|w| Some((w + READER_ONE) | REF)),
+            };
+            let (_, new) = done.expect("a compatible entry takes its head waiter");
+            let (ticket, lease_until) = Self::add_holder(side, &want);
+            let fence = self.fence_of(new);
+            wakes.push(head.grant(Grant {
+                fence,
+                ticket,
+                lease_until,
+            }));
+            if want.mode == Mode::Exclusive {
+                break;
+            }
+        }
+        self.fix_flags(side);
+    }
+
+    /// The queue lock is held and a waiter has left without the lock: hand on what it leaves.
+    pub(crate) fn leave_locked(&self, side: &mut Side, policy: &Policy, wakes: &mut Wakes) {
+        self.dispatch_locked(side, policy, wakes);
+    }
+
+    /// Whether `hold` is the current acquisition (or one of the current shared ones).
+    fn check_locked(&self, side: &Side, hold: &Hold, word: u64) -> bool {
+        if self.fence_of(word) != hold.fence {
+            return false;
+        }
+        match hold.mode {
+            Mode::Exclusive => {
+                word & EXCL != 0
+                    && side
+                        .ext
+                        .as_ref()
+                        .and_then(|e| e.owner)
+                        .is_none_or(|owner| hold.owner == Some(owner))
+            }
+            Mode::Shared => {
+                word & EXCL == 0
+                    && readers(word) > 0
+                    && (hold.ticket == 0
+                        || side
+                            .ext
+                            .as_ref()
+                            .is_some_and(|e| e.shared.iter().any(|&(t, _)| t == hold.ticket)))
+            }
+        }
+    }
+
+    /// Whether `hold` is current, after ending what has expired.
+    pub(crate) fn is_current_locked(
+        &self,
+        side: &mut Side,
+        hold: &Hold,
+        policy: &Policy,
+        wakes: &mut Wakes,
+    ) -> bool {
+        self.expire_locked(side, policy, wakes);
+        self.check_locked(side, hold, self.word.load(Ordering::Acquire))
+    }
+
+    /// Releases `hold` (one hold of a reentrant holder). `Err(stale)` when it is not current;
+    /// the caller says which error that is (`NotOwner` or `LeaseExpired`).
+    pub(crate) fn release_locked(
+        &self,
+        side: &mut Side,
+        hold: &Hold,
+        policy: &Policy,
+        wakes: &mut Wakes,
+    ) -> Result<(), ()> {
+        self.expire_locked(side, policy, wakes);
+        let word = self.word.load(Ordering::Acquire);
+        if !self.check_locked(side, hold, word) {
+            return Err(());
+        }
+        match hold.mode {
+            Mode::Exclusive => {
+                if let Some(ext) = side.ext.as_mut()
+                    && ext.holds > 1
+                {
+                    ext.holds -= 1;
+                    return Ok(());
+                }
+                Self::clear_exclusive(side);
+                let _ = self.update(|w| Some(w & !EXCL));
+            }
+            Mode::Shared => {
+                if hold.ticket != 0
+                    && let Some(ext) = side.ext.as_mut()
+                {
+                    ext.shared.retain(|&(t, _)| t != hold.ticket);
+                    if ext.is_empty() {
+                        side.ext = None;
+                    }
+                }
+                let _ = self.update(|w| Some(w - READER_ONE));
+            }
+        }
+        self.fix_flags(side);
+        self.dispatch_locked(side, policy, wakes);
+        Ok(())
+    }
+
+    /// Sets a new lease end for `hold`. `Err(None)` when it is not current, `Err(Some(e))` for
+    /// an acquisition without a lease.
+    pub(crate) fn extend_locked(
+        &self,
+        side: &mut Side,
+        hold: &Hold,
+        until: Instant,
+        policy: &Policy,
+        wakes: &mut Wakes,
+    ) -> Result<(), Option<Error>> {
+        self.expire_locked(side, policy, wakes);
+        let word = self.word.load(Ordering::Acquire);
+        if !self.check_locked(side, hold, word) {
+            return Err(None);
+        }
+        let no_lease = Some(Error::InvalidArgument("the acquisition has no lease"));
+        let ext = side.ext.as_mut().ok_or(no_lease.clone())?;
+        match hold.mode {
+            Mode::Exclusive => match ext.lease.as_mut() {
+                Some(lease) => *lease = until,
+                None => return Err(no_lease),
+            },
+            Mode::Shared => match ext.shared.iter_mut().find(|(t, _)| *t == hold.ticket) {
+                Some((_, lease)) if hold.ticket != 0 => *lease = until,
+                _ => return Err(no_lease),
+            },
+        }
+        Ok(())
+    }
+
+    /// Frees the entry whoever holds it, advancing the fence; hands it on to waiters. Returns
+    /// whether it was held.
+    pub(crate) fn force_unlock_locked(
+        &self,
+        side: &mut Side,
+        policy: &Policy,
+        wakes: &mut Wakes,
+    ) -> bool {
+        self.expire_locked(side, policy, wakes);
+        let done = self.update_advancing(|w| {
+            (w & (EXCL | READERS) != 0).then_some(w & !(EXCL | READERS))
+        });
+        if done.is_none() {
+            return false;
+        }
+        side.ext = None;
+        self.fix_flags(side);
+        self.dispatch_locked(side, policy, wakes);
+        true
+    }
+
+    /// A snapshot of the holders, after ending what has expired; `None` when free.
+    pub(crate) fn info_locked(
+        &self,
+        side: &mut Side,
+        policy: &Policy,
+        wakes: &mut Wakes,
+    ) -> Option<LockInfo> {
+        self.expire_locked(side, policy, wakes);
+        let word = self.word.load(Ordering::Acquire);
+        let waiters = side.waiters.len();
+        let ext = side.ext.as_deref();
+        let lease_remaining = ext
+            .and_then(Ext::earliest)
+            .map(|t| t.saturating_duration_since(Instant::now()));
+        if word & EXCL != 0 {
+            Some(LockInfo {
+                fence: self.fence_of(word),
+                mode: Mode::Exclusive,
+                holders: 1,
+                holds: ext.map_or(1, |e| e.holds.max(1)),
+                owner: ext.and_then(|e| e.owner),
+                lease_remaining,
+                waiters,
+            })
+        } else if readers(word) > 0 {
+            Some(LockInfo {
+                fence: self.fence_of(word),
+                mode: Mode::Shared,
+                holders: readers(word) as u32,
+                holds: 1,
+                owner: None,
+                lease_remaining,
+                waiters,
+            })
+        } else {
+            None
+        }
+    }
+
+    // ---- pool slots: recycling an entry for another key (shard lock held) ----
+
+    /// Claims a free, unused entry so that it can be given to another key: succeeds only if
+    /// nobody holds it and nothing is queued or kept beside it; the entry then stays `SLOW`
+    /// (no fast path can take it) until [`Entry::reopen`]. Clears `REF` first if it is set and
+    /// `second_chance` (the eviction hand gives recently used entries another round) and fails.
+    pub(crate) fn try_claim(&self, second_chance: bool) -> bool {
+        let mut word = self.word.load(Ordering::Acquire);
+        loop {
+            if word & (EXCL | READERS | QUEUED | SLOW) != 0 {
+                return false;
+            }
+            let (new, claims) = if second_chance && word & REF != 0 {
+                (word & !REF, false)
+            } else {
+                (word | SLOW, true)
+            };
+            match self
+                .word
+                .compare_exchange(word, new, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return claims,
+                Err(now) => word = now,
+            }
+        }
+    }
+
+    /// Whether the word shows the entry unused (free, nothing queued, no holder state): a
+    /// candidate for recycling.
+    #[inline]
+    pub(crate) fn looks_unused(&self) -> bool {
+        self.word.load(Ordering::Relaxed) & (EXCL | READERS | QUEUED | SLOW) == 0
+    }
+
+    /// Whether the `REF` bit is set.
+    #[inline]
+    pub(crate) fn referenced(&self) -> bool {
+        self.word.load(Ordering::Relaxed) & REF != 0
+    }
+
+    /// Ends a claim: the entry's fence becomes at least `floor` and the entry is free (or held
+    /// exclusively by the claimer, with `hold`, returning its fence).
+    pub(crate) fn reopen(&self, floor: u64, hold: bool) -> u64 {
+        let current = self.fence();
+        let base = current.max(floor);
+        // The claimed word is ours: no fast path runs while SLOW is set.
+        let (hi, mut lo_part) = (base >> LO_BITS, base & LO_MAX);
+        let mut hi = hi;
+        let mut word = 0;
+        if hold {
+            if lo_part == LO_MAX {
+                hi += 1;
+                lo_part = 0;
+            } else {
+                lo_part += 1;
+            }
+            word |= EXCL | REF;
+        }
+        self.hi.store(hi, Ordering::Relaxed);
+        self.word
+            .store(with_lo(word, lo_part), Ordering::Release);
+        (hi << LO_BITS) | lo_part
+    }
+
+    /// Ends a claim without recycling: the entry goes back as it was (free), `REF` cleared.
+    pub(crate) fn unclaim(&self) {
+        let _ = self.update(|w| Some(w & !(SLOW | REF)));
+    }
+
+    /// Test hook: sets the fence (the entry must be free and unqueued).
+    #[cfg(test)]
+    pub(crate) fn set_fence_for_test(&self, fence: u64) {
+        self.hi.store(fence >> LO_BITS, Ordering::Relaxed);
+        self.word.store(with_lo(0, fence & LO_MAX), Ordering::Relaxed);
+    }
+}
+
+#[cfg(all(test, not(keylock_loom)))]
+mod tests {
+    use super::*;
+
+    fn plain(mode: Mode) -> Want {
+        Want {
+            mode,
+            lease: None,
+            owner: None,
+        }
+    }
+
+    #[test]
+    fn word_layout_adds_up() {
+        assert_eq!(FENCE_SHIFT + LO_BITS, 64);
+        assert_eq!(READERS & (EXCL | QUEUED | SLOW | REF), 0);
+        assert_eq!(READERS >> READER_SHIFT, MAX_SHARED);
+        assert_eq!(LO_MAX << FENCE_SHIFT | (FENCE_ONE - 1), u64::MAX);
+    }
+
+    #[test]
+    fn fast_exclusive_round_trip_advances_the_fence() {
+        let e = Entry::new();
+        let f1 = e.try_fast(Mode::Exclusive, false).unwrap();
+        assert_eq!(f1, 1);
+        assert!(e.try_fast(Mode::Exclusive, false).is_none());
+        assert!(e.try_fast(Mode::Shared, false).is_none());
+        assert!(!e.release_fast(Mode::Exclusive, f1 + 1), "a wrong fence never releases");
+        assert!(e.release_fast(Mode::Exclusive, f1));
+        assert!(!e.release_fast(Mode::Exclusive, f1), "released twice");
+        assert_eq!(e.try_fast(Mode::Exclusive, false), Some(2));
+    }
+
+    #[test]
+    fn shared_holders_read_the_current_fence() {
+        let e = Entry::new();
+        let f = e.try_fast(Mode::Exclusive, false).unwrap();
+        assert!(e.release_fast(Mode::Exclusive, f));
+        assert_eq!(e.try_fast(Mode::Shared, false), Some(f));
+        assert_eq!(e.try_fast(Mode::Shared, false), Some(f));
+        assert!(e.try_fast(Mode::Exclusive, false).is_none());
+        assert!(e.release_fast(Mode::Shared, f));
+        assert!(e.release_fast(Mode::Shared, f));
+        assert!(!e.release_fast(Mode::Shared, f), "no shared holder left");
+    }
+
+    #[test]
+    fn the_fence_wraps_into_the_high_bits_and_keeps_rising() {
+        let e = Entry::new();
+        let mut side = Side::new();
+        let mut wakes = Wakes::default();
+        let start = (3 << LO_BITS) | (LO_MAX - 1);
+        e.set_fence_for_test(start);
+        let a = e.try_fast(Mode::Exclusive, false).unwrap();
+        assert_eq!(a, start + 1);
+        assert!(e.release_fast(Mode::Exclusive, a));
+        // The low bits are full: the fast path declines, the slow path wraps.
+        assert!(e.try_fast(Mode::Exclusive, false).is_none());
+        let want = plain(Mode::Exclusive);
+        let b = match e.acquire_locked(&mut side, &want, false, &Policy::DEFAULT, &mut wakes) {
+            Attempt::Acquired(g) => g.fence,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(b, 4 << LO_BITS);
+        assert!(b > a);
+        assert!(e.release_fast(Mode::Exclusive, b));
+        assert_eq!(e.try_fast(Mode::Exclusive, false), Some(b + 1));
+        wakes.run();
+    }
+
+    #[test]
+    fn force_unlock_at_the_wrap_keeps_the_fence_rising() {
+        let e = Entry::new();
+        let mut side = Side::new();
+        let mut wakes = Wakes::default();
+        e.set_fence_for_test(LO_MAX - 1);
+        let a = e.try_fast(Mode::Exclusive, false).unwrap();
+        assert_eq!(a, LO_MAX);
+        assert!(e.force_unlock_locked(&mut side, &Policy::DEFAULT, &mut wakes));
+        assert_eq!(e.fence(), 1 << LO_BITS);
+        assert!(!e.release_fast(Mode::Exclusive, a));
+        wakes.run();
+    }
+}

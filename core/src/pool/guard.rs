@@ -1,0 +1,225 @@
+//! Guards of held keys: each carries its acquisition and releases only that.
+
+use std::fmt;
+use std::time::{Duration, Instant};
+
+use super::{PoolRef, SlotRef};
+use crate::acquisition::{Acquisition, Mode, Want};
+use crate::entry::{Hold, lease_end};
+use crate::error::{Error, Result};
+use crate::site;
+use crate::wait::Grant;
+
+/// The record of one key's acquisition.
+fn acquisition(at: SlotRef, hold: &Hold, lease_until: Option<Instant>) -> Acquisition {
+    Acquisition {
+        fence: hold.fence,
+        at: at.to_u64(),
+        ticket: hold.ticket,
+        owner: hold.owner,
+        lease_until,
+        mode: hold.mode,
+        owner_died: false,
+    }
+}
+
+/// A held key; released on drop. `Send`: it may be released from another thread.
+///
+/// The guard releases only its own acquisition: after a [`KeyPool::force_unlock`] or the end of
+/// its lease it releases nothing, and [`release`](Self::release) says why.
+///
+/// [`KeyPool::force_unlock`]: crate::KeyPool::force_unlock
+///
+/// ```
+/// use keylock_core::KeyPool;
+/// let pool: KeyPool<String> = KeyPool::new();
+/// let guard = pool.lock("row-9");
+/// std::thread::scope(|s| {
+///     s.spawn(move || drop(guard)); // released on another thread
+/// });
+/// assert!(!pool.is_locked("row-9"));
+///
+/// let acq = pool.lock("row-9").into_acquisition(); // keep it held without a guard...
+/// pool.release(acq).unwrap();                      // ...and release exactly that later
+/// ```
+#[must_use = "the key is released as soon as the guard is dropped"]
+pub struct PoolGuard<P: PoolRef> {
+    pool: Option<P>,
+    at: SlotRef,
+    hold: Hold,
+    lease_until: Option<Instant>,
+}
+
+impl<P: PoolRef> PoolGuard<P> {
+    #[inline]
+    pub(super) fn new(pool: P, at: SlotRef, want: Want, grant: Grant) -> Self {
+        Self {
+            pool: Some(pool),
+            at,
+            hold: Hold::of(&want, grant),
+            lease_until: grant.lease_until,
+        }
+    }
+
+    /// The fencing token (see [`Acquisition::fence`]).
+    pub fn fence(&self) -> u64 {
+        self.hold.fence
+    }
+
+    /// Shared or exclusive.
+    pub fn mode(&self) -> Mode {
+        self.hold.mode
+    }
+
+    /// Whether this acquisition is still the key's current one (not force-unlocked, lease not
+    /// ended).
+    pub fn is_current(&self) -> bool {
+        match &self.pool {
+            Some(pool) => pool
+                .site_at(self.at)
+                .is_ok_and(|site| site::is_current(&site, &self.hold)),
+            None => false,
+        }
+    }
+
+    /// Time left on the lease, if the acquisition has one (zero once it has ended).
+    pub fn lease_remaining(&self) -> Option<Duration> {
+        self.lease_until
+            .map(|t| t.saturating_duration_since(Instant::now()))
+    }
+
+    /// Moves the end of the lease to `lease` from now. `LeaseExpired` (or `NotOwner`) when the
+    /// acquisition is no longer current; `InvalidArgument` when it has no lease.
+    pub fn extend(&mut self, lease: Duration) -> Result<()> {
+        let pool = self.pool.as_ref().ok_or(Error::NotOwner)?;
+        let site = pool.site_at(self.at)?;
+        let until = lease_end(lease);
+        match site::extend(&site, &self.hold, until) {
+            Ok(()) => {
+                self.lease_until = Some(until);
+                Ok(())
+            }
+            Err(e) => Err(e.unwrap_or_else(|| self.acquisition().stale_error())),
+        }
+    }
+
+    /// Releases the key now, saying whether this acquisition was still current:
+    /// `Err(NotOwner)` after a force-unlock, `Err(LeaseExpired)` after its lease ended.
+    /// (Dropping the guard does the same, silently.)
+    pub fn release(mut self) -> Result<()> {
+        let pool = self.pool.take().ok_or(Error::NotOwner)?;
+        pool.release_hold(self.at, &self.hold)
+            .map_err(|()| self.acquisition().stale_error())
+    }
+
+    /// Keeps the key held and forgets the guard; release it later with
+    /// [`KeyPool::release`](crate::KeyPool::release).
+    pub fn into_acquisition(mut self) -> Acquisition {
+        self.pool = None;
+        self.acquisition()
+    }
+
+    fn acquisition(&self) -> Acquisition {
+        acquisition(self.at, &self.hold, self.lease_until)
+    }
+}
+
+impl<P: PoolRef> fmt::Debug for PoolGuard<P> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PoolGuard")
+            .field("fence", &self.hold.fence)
+            .field("mode", &self.hold.mode)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<P: PoolRef> Drop for PoolGuard<P> {
+    #[inline]
+    fn drop(&mut self) {
+        if let Some(pool) = &self.pool {
+            // Not current any more (force-unlocked, lease ended): nothing of ours to release.
+            let _ = pool.release_hold(self.at, &self.hold);
+        }
+    }
+}
+
+/// Several held keys; all released on drop.
+///
+/// ```
+/// use keylock_core::KeyPool;
+/// let pool: KeyPool<u64> = KeyPool::new();
+/// let guard = pool.lock_many([3, 1, 3].iter());
+/// assert_eq!(guard.len(), 2);
+/// drop(guard);
+/// assert!(pool.is_empty());
+/// ```
+#[must_use = "the keys are released as soon as the guard is dropped"]
+pub struct PoolManyGuard<P: PoolRef> {
+    pool: Option<P>,
+    /// Each key held, in the canonical order, with its hold and lease end.
+    held: Vec<(SlotRef, Hold, Option<Instant>)>,
+}
+
+impl<P: PoolRef> PoolManyGuard<P> {
+    pub(super) fn new(pool: P, held: Vec<(SlotRef, Hold, Option<Instant>)>) -> Self {
+        Self {
+            pool: Some(pool),
+            held,
+        }
+    }
+
+    /// The number of distinct keys held.
+    pub fn len(&self) -> usize {
+        self.held.len()
+    }
+
+    /// Whether the guard holds no key (it was given none).
+    pub fn is_empty(&self) -> bool {
+        self.held.is_empty()
+    }
+
+    /// The fence of each key held, in the canonical order (not the order the keys were given).
+    pub fn fences(&self) -> impl ExactSizeIterator<Item = u64> + '_ {
+        self.held.iter().map(|(_, hold, _)| hold.fence)
+    }
+
+    /// Releases every key now; the first stale acquisition's error, if any (the others are
+    /// released all the same).
+    pub fn release(mut self) -> Result<()> {
+        let pool = self.pool.take().ok_or(Error::NotOwner)?;
+        let mut result = Ok(());
+        for (at, hold, lease) in self.held.iter().rev() {
+            if pool.release_hold(*at, hold).is_err() && result.is_ok() {
+                result = Err(acquisition(*at, hold, *lease).stale_error());
+            }
+        }
+        result
+    }
+
+    /// Keeps the keys held and forgets the guard: one acquisition per key, to release with
+    /// [`KeyPool::release`](crate::KeyPool::release).
+    pub fn into_acquisitions(mut self) -> Vec<Acquisition> {
+        self.pool = None;
+        self.held
+            .iter()
+            .map(|(at, h, l)| acquisition(*at, h, *l))
+            .collect()
+    }
+}
+
+impl<P: PoolRef> fmt::Debug for PoolManyGuard<P> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PoolManyGuard")
+            .field("keys", &self.held.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<P: PoolRef> Drop for PoolManyGuard<P> {
+    #[inline]
+    fn drop(&mut self) {
+        if let Some(pool) = &self.pool {
+            pool.release_holds(&self.held);
+        }
+    }
+}

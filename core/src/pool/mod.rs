@@ -1,0 +1,1177 @@
+//! `KeyPool`: exact per-key locks whose memory follows the keys held or awaited (seed 002).
+//!
+//! The pool is split into shards by key hash (`shard`: slots, index, recycling). Each key held
+//! or awaited has a slot, whose lock word is an [`Entry`](crate::entry): the same lock a stripe
+//! is, so a key has both modes, fences, leases, owners and force-unlock.
+//!
+//! **The fast path** (an uncontended acquire of a key whose slot is indexed, and every plain
+//! release) takes no shard lock: a probe of the index, one compare-and-swap on the slot's lock
+//! word, a comparison of the key; one compare-and-swap to release. **The slow path** takes the
+//! shard mutex: to find or make the key's slot, to queue, or to deal with holder state.
+//!
+//! Why the classic failures of hand-made keyed-lock maps cannot happen here:
+//! - *Two threads with different mutexes for one key*: there is no separate mutex object to
+//!   look up and lock later. A key's slot changes only under the shard mutex, while nobody holds,
+//!   awaits or reserves it; the fast path verifies the key only after taking the slot's lock, so
+//!   a slot given to another key meanwhile is let go at once.
+//! - *A waiter that looked the entry up while it was being removed*: a waiter reserves its slot
+//!   under the same shard mutex in which it found the key held, and a reserved slot is never
+//!   recycled, so the holder's release and the waiter always meet at the same slot.
+//! - *An entry leaked by a waiter that timed out*: leaving a queue drops the reservation.
+//! - *Memory growing with distinct keys*: see `shard` on recycling.
+
+mod future;
+mod guard;
+mod shard;
+
+use std::borrow::Borrow;
+use std::fmt;
+use std::hash::{BuildHasher, Hash};
+use std::ops::Deref;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::acquisition::{Acquisition, LockInfo, LockOptions, Mode, Owner, Wait, Want};
+use crate::entry::{Hold, Policy, lease_end};
+use crate::error::{Error, Result};
+use crate::hash::{DefaultHashBuilder, hash_of, random};
+use crate::site::{self, Site, SiteQueue};
+use crate::sync::{AtomicPtr, Ordering, Spin};
+use crate::wait::{Attempt, Grant, Queue, Wakes};
+
+pub use future::{PoolAcquireFuture, PoolLockFuture, PoolManyAcquireFuture, PoolManyLockFuture};
+pub use guard::{PoolGuard, PoolManyGuard};
+use shard::{Shard, SlotSite};
+
+/// Where a key's slot is: shard and slot number. Ordered: the canonical order of multi-key
+/// acquires.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) struct SlotRef {
+    shard: u32,
+    slot: u32,
+}
+
+impl SlotRef {
+    fn to_u64(self) -> u64 {
+        (u64::from(self.shard) << 32) | u64::from(self.slot)
+    }
+
+    fn from_u64(at: u64) -> Self {
+        Self {
+            shard: (at >> 32) as u32,
+            slot: at as u32,
+        }
+    }
+}
+
+/// Counters of a [`KeyPool`], read by [`KeyPool::stats`]: a scan of every shard (O(slots)),
+/// meant for monitoring and tests.
+///
+/// ```
+/// use keylock_core::KeyPool;
+/// let pool: KeyPool<u64> = KeyPool::new();
+/// let a = pool.lock(&1);
+/// let stats = pool.stats();
+/// assert_eq!((stats.held, stats.entries_in_use), (1, 1));
+/// drop(a);
+/// assert_eq!(pool.stats().entries_in_use, 0);
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PoolStats {
+    /// Keys held now (in either mode).
+    pub held: usize,
+    /// Waiters now: callers queued for a key, or about to queue or retry for one.
+    pub waiting: usize,
+    /// Keys that need a slot now (held, or awaited by someone). 0 once everything is released.
+    pub entries_in_use: usize,
+    /// Slots allocated (in use, or kept for keys released recently): the pool's memory, in keys.
+    pub entries_allocated: usize,
+    /// The sum over shards of the most slots in use that each shard counted. Every shard keeps at
+    /// most `max(retained allowance, 4 × its peak)` slots, so `entries_allocated` never exceeds
+    /// `retain × 2 + 4 × peak_in_use` (see [`KeyPool::memory_bound`]).
+    pub peak_in_use: usize,
+    /// Acquisitions that found their key held and queued for it.
+    pub contended: u64,
+}
+
+/// Options for a [`KeyPool`], from [`KeyPool::builder`].
+///
+/// ```
+/// use keylock_core::KeyPool;
+/// let pool: KeyPool<String> = KeyPool::builder().shards(16).retain(0).fifo(true).build();
+/// assert_eq!(pool.shards(), 16);
+/// ```
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct PoolBuilder<S = DefaultHashBuilder> {
+    shards: usize,
+    retain: usize,
+    policy: Policy,
+    hasher: S,
+}
+
+impl<S> PoolBuilder<S> {
+    /// The number of shards, rounded up to a power of two (default 64, at most 2^16). Shards are
+    /// allocated on first use.
+    pub fn shards(mut self, shards: usize) -> Self {
+        self.shards = shards.clamp(1, 1 << 16).next_power_of_two();
+        self
+    }
+
+    /// How many released keys the pool keeps indexed, so that taking one again costs no
+    /// allocation (default 1024; 0 keeps only what is in use). Spread over the shards with room
+    /// for unevenness, so the pool may keep up to twice this many.
+    pub fn retain(mut self, keys: usize) -> Self {
+        self.retain = keys;
+        self
+    }
+
+    /// Strict FIFO per key: every release hands the key to the next waiter, and nobody takes a
+    /// key that has waiters (as Web Locks specifies). Default: eventual fairness, see
+    /// [`crate::wait::FAIR_AFTER`].
+    pub fn fifo(mut self, fifo: bool) -> Self {
+        self.policy.fifo = fifo;
+        self
+    }
+
+    /// Reentrant keys: an exclusive acquire by the [`Owner`] that holds the key exclusively
+    /// raises its hold count instead of waiting.
+    pub fn reentrant(mut self, reentrant: bool) -> Self {
+        self.policy.reentrant = reentrant;
+        self
+    }
+
+    /// The largest hold count of a reentrant holder (default 2^16); past it an acquire fails
+    /// with [`Error::ReentrancyLimit`].
+    pub fn max_holds(mut self, max_holds: u32) -> Self {
+        self.policy.max_holds = max_holds.max(1);
+        self
+    }
+
+    /// The hasher for the keys.
+    pub fn hasher<T: BuildHasher>(self, hasher: T) -> PoolBuilder<T> {
+        PoolBuilder {
+            shards: self.shards,
+            retain: self.retain,
+            policy: self.policy,
+            hasher,
+        }
+    }
+
+    /// The pool.
+    pub fn build<K>(self) -> KeyPool<K, S>
+    where
+        K: Hash + Eq,
+        S: BuildHasher,
+    {
+        KeyPool::build(self)
+    }
+}
+
+/// Exact per-key locks: two different keys never block each other, and memory follows the keys
+/// held or awaited, never the keys ever seen.
+///
+/// `K` is the owned key type and lookups take its borrowed form: a `KeyPool<Vec<u8>>` (the
+/// default) is locked with `&[u8]`, a `KeyPool<String>` with `&str`, a `KeyPool<u64>` with
+/// `&u64`.
+///
+/// Every key has both modes ([`lock_shared`](Self::lock_shared)), a fence that rises with each
+/// exclusive acquisition, leases and force-unlock, and, in a pool built
+/// [`reentrant`](PoolBuilder::reentrant), owners with hold counts.
+///
+/// ```
+/// use std::time::Duration;
+/// use keylock_core::{Error, KeyPool};
+///
+/// let pool: KeyPool<String> = KeyPool::new();
+/// let alice = pool.lock("alice");
+/// let bob = pool.try_lock("bob").unwrap();            // other keys are never blocked
+/// assert_eq!(pool.try_lock("alice").unwrap_err(), Error::WouldBlock);
+/// assert_eq!(pool.try_lock_for("alice", Duration::from_millis(5)).unwrap_err(), Error::TimedOut);
+/// assert_eq!(pool.len(), 2);
+/// drop((alice, bob));
+/// assert!(pool.is_empty());
+/// assert_eq!(pool.stats().held, 0);
+/// ```
+pub struct KeyPool<K = Vec<u8>, S = DefaultHashBuilder> {
+    /// Shards, made on first use.
+    shards: Box<[AtomicPtr<Shard<K>>]>,
+    /// `hash >> shift` is the shard (0 for one shard: `shift` is then 64 and unused).
+    shift: u32,
+    hasher: S,
+    policy: Policy,
+    /// Fresh slots each shard may allocate before it recycles.
+    retain: u32,
+}
+
+impl<K, S> fmt::Debug for KeyPool<K, S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KeyPool")
+            .field("shards", &self.shards.len())
+            .field("fifo", &self.policy.fifo)
+            .field("reentrant", &self.policy.reentrant)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<K: Hash + Eq> Default for KeyPool<K> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<K, S> Drop for KeyPool<K, S> {
+    fn drop(&mut self) {
+        for shard in self.shards.iter() {
+            let ptr = shard.load(Ordering::Acquire);
+            if !ptr.is_null() {
+                // SAFETY: made by `Box::into_raw` in `shard_or_init`; nothing borrows the pool
+                // any more (guards and futures borrow it or hold an Arc to it).
+                drop(unsafe { Box::from_raw(ptr) });
+            }
+        }
+    }
+}
+
+// SAFETY: the shards are shared through `&KeyPool` exactly as `Shard`'s own impls allow.
+unsafe impl<K: Send + Sync, S: Sync> Sync for KeyPool<K, S> {}
+// SAFETY: as above; the pool owns its shards.
+unsafe impl<K: Send, S: Send> Send for KeyPool<K, S> {}
+
+impl<K: Hash + Eq> KeyPool<K> {
+    /// An empty pool: no shard is allocated until a key is first locked, so this costs one
+    /// small allocation.
+    pub fn new() -> Self {
+        Self::builder().build()
+    }
+
+    /// Options: shards, retention, FIFO, reentrancy, hasher.
+    pub fn builder() -> PoolBuilder {
+        PoolBuilder {
+            shards: 64,
+            retain: 1024,
+            policy: Policy::DEFAULT,
+            hasher: random(),
+        }
+    }
+}
+
+impl<K: Hash + Eq, S: BuildHasher> KeyPool<K, S> {
+    /// An empty pool with the given hasher.
+    pub fn with_hasher(hasher: S) -> Self {
+        KeyPool::<K>::builder().hasher(hasher).build()
+    }
+
+    fn build(b: PoolBuilder<S>) -> Self {
+        let n = b.shards;
+        let retain = (b.retain.saturating_mul(2)).div_ceil(n).min(u32::MAX as usize) as u32;
+        Self {
+            shards: (0..n).map(|_| AtomicPtr::new(std::ptr::null_mut())).collect(),
+            shift: 64 - n.trailing_zeros(),
+            hasher: b.hasher,
+            policy: b.policy,
+            retain,
+        }
+    }
+
+    /// The number of shards.
+    pub fn shards(&self) -> usize {
+        self.shards.len()
+    }
+
+    /// Whether the pool is reentrant.
+    pub fn is_reentrant(&self) -> bool {
+        self.policy.reentrant
+    }
+
+    /// The most slots the pool can hold given `peak_in_use` slots in use at once at most:
+    /// twice the retention allowance plus four times the peak (see the `shard` module's
+    /// recycling rules). [`PoolStats::entries_allocated`] never exceeds it.
+    pub fn memory_bound(&self, peak_in_use: usize) -> usize {
+        self.retain as usize * self.shards.len() + 4 * peak_in_use + 4 * self.shards.len()
+    }
+
+    #[inline]
+    fn hash<Q: Hash + ?Sized>(&self, key: &Q) -> u64 {
+        hash_of(&self.hasher, key)
+    }
+
+    #[inline]
+    fn shard_no(&self, hash: u64) -> u32 {
+        if self.shards.len() == 1 {
+            0
+        } else {
+            (hash >> self.shift) as u32
+        }
+    }
+
+    /// The shard `n`, if it exists.
+    #[inline]
+    fn shard(&self, n: u32) -> Option<&Shard<K>> {
+        let ptr = self.shards[n as usize].load(Ordering::Acquire);
+        // SAFETY: a non-null shard pointer was published (Release) by `shard_or_init` and is
+        // freed only when the pool is dropped.
+        (!ptr.is_null()).then(|| unsafe { &*ptr })
+    }
+
+    /// The shard `n`, made now if it does not exist yet.
+    fn shard_or_init(&self, n: u32) -> &Shard<K> {
+        if let Some(shard) = self.shard(n) {
+            return shard;
+        }
+        let fresh = Box::into_raw(Box::new(Shard::new()));
+        match self.shards[n as usize].compare_exchange(
+            std::ptr::null_mut(),
+            fresh,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        ) {
+            // SAFETY: just published; freed only when the pool is dropped.
+            Ok(_) => unsafe { &*fresh },
+            Err(existing) => {
+                // SAFETY: `fresh` was never published; `existing` was, as above.
+                drop(unsafe { Box::from_raw(fresh) });
+                unsafe { &*existing }
+            }
+        }
+    }
+
+    /// The slot an acquisition names, as a site; `InvalidArgument` for a foreign one.
+    fn site_at(&self, at: SlotRef) -> Result<SlotSite<'_, K>> {
+        let foreign = Error::InvalidArgument("the acquisition belongs to another lock");
+        if at.shard as usize >= self.shards.len() {
+            return Err(foreign);
+        }
+        let shard = self.shard(at.shard).ok_or(foreign.clone())?;
+        Ok(self.site_in(shard, at.slot))
+    }
+
+    #[inline]
+    fn site_in<'a>(&'a self, shard: &'a Shard<K>, slot: u32) -> SlotSite<'a, K> {
+        SlotSite {
+            shard,
+            slot: shard.slot(slot),
+            policy: self.policy,
+        }
+    }
+
+    /// The fast path: the key's slot from the index, taken with one compare-and-swap.
+    #[inline]
+    fn acquire_fast<Q>(&self, hash: u64, key: &Q, mode: Mode) -> Option<(SlotRef, u64)>
+    where
+        K: Borrow<Q>,
+        Q: Eq + ?Sized,
+    {
+        let shard_no = self.shard_no(hash);
+        let shard = self.shard(shard_no)?;
+        for n in shard.probe(hash) {
+            let slot = shard.slot(n);
+            let fence = slot.entry.try_fast(mode, self.policy.fifo)?;
+            // SAFETY: we hold the slot now, so its key cannot be rewritten.
+            if unsafe { slot.key_is(key) } {
+                return Some((
+                    SlotRef {
+                        shard: shard_no,
+                        slot: n,
+                    },
+                    fence,
+                ));
+            }
+            // Another key's slot (recycled since the index was read): let it go.
+            let hold = Hold {
+                mode,
+                fence,
+                ticket: 0,
+                owner: None,
+            };
+            let _ = site::release(&self.site_in(shard, n), &hold);
+        }
+        None
+    }
+
+    /// Acquires `key` for `want`, waiting as `wait` says.
+    fn acquire<Q>(&self, key: &Q, want: &Want, wait: Wait) -> Result<(SlotRef, Grant)>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let hash = self.hash(key);
+        if want.is_plain()
+            && let Some((at, fence)) = self.acquire_fast(hash, key, want.mode)
+        {
+            return Ok((
+                at,
+                Grant {
+                    fence,
+                    ticket: 0,
+                    lease_until: None,
+                },
+            ));
+        }
+        self.acquire_slow(hash, key, want, wait)
+    }
+
+    #[cold]
+    fn acquire_slow<Q>(
+        &self,
+        hash: u64,
+        key: &Q,
+        want: &Want,
+        wait: Wait,
+    ) -> Result<(SlotRef, Grant)>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let deadline = wait.deadline();
+        let shard_no = self.shard_no(hash);
+        let shard = self.shard_or_init(shard_no);
+        let mut spun = !want.is_plain() || wait == Wait::No;
+        loop {
+            let mut locked = shard.lock();
+            let n = locked.find_or_insert(hash, key, self.retain);
+            let at = SlotRef {
+                shard: shard_no,
+                slot: n,
+            };
+            let mut wakes = Wakes::default();
+            let entry = &shard.slot(n).entry;
+            let attempt = entry.acquire_locked(locked.side(n), want, false, &self.policy, &mut wakes);
+            match attempt {
+                Attempt::Acquired(grant) => {
+                    drop(locked);
+                    wakes.run();
+                    return Ok((at, grant));
+                }
+                Attempt::Failed(error) => {
+                    drop(locked);
+                    wakes.run();
+                    return Err(error);
+                }
+                Attempt::Blocked { .. } => {}
+            }
+            entry.settle_locked(locked.side(n));
+            if wait == Wait::No {
+                drop(locked);
+                wakes.run();
+                return Err(Error::WouldBlock);
+            }
+            if !spun {
+                // Spin briefly on the fast path before queueing, as parking_lot does.
+                drop(locked);
+                wakes.run();
+                spun = true;
+                let mut spin = Spin::default();
+                while spin.spin() {
+                    if let Some((at, fence)) = self.acquire_fast(hash, key, want.mode) {
+                        return Ok((
+                            at,
+                            Grant {
+                                fence,
+                                ticket: 0,
+                                lease_until: None,
+                            },
+                        ));
+                    }
+                }
+                continue;
+            }
+            locked.reserve(n);
+            locked.count_contended();
+            let site = locked.site(n, self.policy);
+            wakes.run();
+            return self
+                .wait_reserved(&site, want, wait, deadline)
+                .map(|g| (at, g));
+        }
+    }
+
+    /// Acquires a slot the caller has reserved (the reservation is used up either way).
+    fn wait_reserved(
+        &self,
+        site: &SlotSite<'_, K>,
+        want: &Want,
+        wait: Wait,
+        deadline: Option<Instant>,
+    ) -> Result<Grant> {
+        site::wait_queued(site, want, wait, deadline, false)
+    }
+
+    /// Reserves `key`'s slot: it will not be recycled until the reservation is used or dropped.
+    fn reserve<Q>(&self, key: &Q) -> SlotRef
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let hash = self.hash(key);
+        let shard_no = self.shard_no(hash);
+        let mut locked = self.shard_or_init(shard_no).lock();
+        let n = locked.find_or_insert(hash, key, self.retain);
+        locked.reserve(n);
+        SlotRef {
+            shard: shard_no,
+            slot: n,
+        }
+    }
+
+    /// Drops a reservation that was never used.
+    fn unreserve(&self, at: SlotRef) {
+        if let Ok(site) = self.site_at(at) {
+            site.slot.unreserve();
+        }
+    }
+
+    /// One attempt on a reserved slot with its shard locked; uses up the reservation unless
+    /// the slot is taken (`Blocked`, the caller then waits or unreserves).
+    fn attempt_reserved(&self, at: SlotRef, want: &Want) -> Attempt {
+        let Ok(site) = self.site_at(at) else {
+            return Attempt::Failed(Error::InvalidArgument("no such slot"));
+        };
+        let mut locked = site.lock();
+        let mut wakes = Wakes::default();
+        let queue = SiteQueue(&site);
+        let attempt = queue.acquire_locked(&mut locked, want, false, &mut wakes);
+        if matches!(attempt, Attempt::Blocked { .. }) {
+            site.entry().settle_locked(&locked);
+        }
+        drop(locked);
+        wakes.run();
+        attempt
+    }
+
+    /// Releases `hold` on slot `at`; `Err(())` when it is not current.
+    fn release_hold(&self, at: SlotRef, hold: &Hold) -> std::result::Result<(), ()> {
+        match self.site_at(at) {
+            Ok(site) => site::release(&site, hold),
+            Err(_) => Err(()),
+        }
+    }
+
+    /// `want` as this pool serves it (owners only matter to a reentrant pool).
+    #[inline]
+    fn want(&self, opts: &LockOptions) -> Want {
+        self.policy.normalize(opts.want())
+    }
+
+    // ---- exclusive ----
+
+    /// Blocks until `key` is held exclusively.
+    #[inline]
+    pub fn lock<Q>(&self, key: &Q) -> PoolGuard<&Self>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        self.lock_plain(self, key, Mode::Exclusive)
+    }
+
+    /// Blocks until `key` is held in `mode` (plain: no lease, no owner).
+    #[inline]
+    fn lock_plain<P: PoolRef<Key = K, Hasher = S>, Q>(&self, pool: P, key: &Q, mode: Mode) -> PoolGuard<P>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let want = site::plain(mode);
+        match self.acquire(key, &want, Wait::Forever) {
+            Ok((at, grant)) => PoolGuard::new(pool, at, want, grant),
+            // A plain untimed acquire has no way to fail.
+            Err(e) => unreachable!("an untimed plain acquire failed: {e}"),
+        }
+    }
+
+    /// Takes `key` exclusively if it is free; `Err(WouldBlock)` otherwise.
+    #[inline]
+    pub fn try_lock<Q>(&self, key: &Q) -> Result<PoolGuard<&Self>>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        self.lock_with(key, LockOptions::new().wait(Wait::No))
+    }
+
+    /// Waits at most `timeout` for `key`; `Err(TimedOut)` when it runs out.
+    pub fn try_lock_for<Q>(&self, key: &Q, timeout: Duration) -> Result<PoolGuard<&Self>>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        self.lock_with(key, LockOptions::new().wait(Wait::For(timeout)))
+    }
+
+    // ---- shared ----
+
+    /// Blocks until `key` is held in shared mode (with any other shared holders). A shared
+    /// request queued behind a waiting exclusive one waits for it (FIFO per key).
+    ///
+    /// ```
+    /// use keylock_core::KeyPool;
+    /// let pool: KeyPool<String> = KeyPool::new();
+    /// let a = pool.lock_shared("doc");
+    /// let b = pool.lock_shared("doc");
+    /// assert!(pool.try_lock("doc").is_err());
+    /// assert_eq!(a.fence(), b.fence());
+    /// ```
+    #[inline]
+    pub fn lock_shared<Q>(&self, key: &Q) -> PoolGuard<&Self>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        self.lock_plain(self, key, Mode::Shared)
+    }
+
+    /// Takes `key` in shared mode if nothing is in the way; `Err(WouldBlock)` otherwise.
+    pub fn try_lock_shared<Q>(&self, key: &Q) -> Result<PoolGuard<&Self>>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        self.lock_with(key, LockOptions::new().shared().wait(Wait::No))
+    }
+
+    /// Waits at most `timeout` for `key` in shared mode.
+    pub fn try_lock_shared_for<Q>(&self, key: &Q, timeout: Duration) -> Result<PoolGuard<&Self>>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        self.lock_with(key, LockOptions::new().shared().wait(Wait::For(timeout)))
+    }
+
+    // ---- with options ----
+
+    /// Acquires `key` as `opts` says: mode, lease, owner, how long to wait.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use keylock_core::{Error, KeyPool, LockOptions, Wait};
+    /// let pool: KeyPool<String> = KeyPool::new();
+    /// let g = pool.lock_with("job", LockOptions::new().lease(Duration::from_millis(20))).unwrap();
+    /// // The holder never releases: the next acquirer takes over when the lease ends.
+    /// let next = pool.lock_with("job", LockOptions::new().wait(Wait::For(Duration::from_secs(5)))).unwrap();
+    /// assert!(next.fence() > g.fence());
+    /// assert_eq!(g.release().unwrap_err(), Error::LeaseExpired);
+    /// ```
+    pub fn lock_with<Q>(&self, key: &Q, opts: LockOptions) -> Result<PoolGuard<&Self>>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let want = self.want(&opts);
+        let (at, grant) = self.acquire(key, &want, opts.wait)?;
+        Ok(PoolGuard::new(self, at, want, grant))
+    }
+
+    /// Like [`lock_with`](Self::lock_with), for an `Arc`: the guard is `'static`.
+    pub fn lock_with_owned<Q>(
+        self: &Arc<Self>,
+        key: &Q,
+        opts: LockOptions,
+    ) -> Result<PoolGuard<Arc<Self>>>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let want = self.want(&opts);
+        let (at, grant) = self.acquire(key, &want, opts.wait)?;
+        Ok(PoolGuard::new(Arc::clone(self), at, want, grant))
+    }
+
+    // ---- acquisitions ----
+
+    /// Releases an acquisition handed out by [`PoolGuard::into_acquisition`]. Refused with
+    /// `NotOwner` (or `LeaseExpired`) when it is no longer current: released already,
+    /// force-unlocked, or its lease ran out. Never touches another acquisition.
+    pub fn release(&self, acquisition: Acquisition) -> Result<()> {
+        self.release_as(acquisition, acquisition.owner)
+    }
+
+    /// Like [`release`](Self::release), on behalf of `owner`: in a reentrant pool, refused with
+    /// `NotOwner` unless `owner` is the holder's owner (as `threading.RLock` refuses a release
+    /// from another thread).
+    pub fn release_as(&self, acquisition: Acquisition, owner: Option<Owner>) -> Result<()> {
+        let site = self.site_at(SlotRef::from_u64(acquisition.at))?;
+        site::release(&site, &hold_of(&acquisition, owner))
+            .map_err(|()| acquisition.stale_error())
+    }
+
+    /// Whether `acquisition` is still current.
+    pub fn is_current(&self, acquisition: &Acquisition) -> bool {
+        self.site_at(SlotRef::from_u64(acquisition.at))
+            .is_ok_and(|site| site::is_current(&site, &hold_of(acquisition, acquisition.owner)))
+    }
+
+    /// Moves the end of `acquisition`'s lease to `lease` from now; returns the updated record.
+    /// `InvalidArgument` for an acquisition without a lease.
+    pub fn extend(&self, acquisition: &Acquisition, lease: Duration) -> Result<Acquisition> {
+        let site = self.site_at(SlotRef::from_u64(acquisition.at))?;
+        let until = lease_end(lease);
+        site::extend(&site, &hold_of(acquisition, acquisition.owner), until)
+            .map_err(|e| e.unwrap_or_else(|| acquisition.stale_error()))?;
+        Ok(Acquisition {
+            lease_until: Some(until),
+            ..*acquisition
+        })
+    }
+
+    /// Runs `f` on `key`'s slot with its shard locked, if the key has a slot.
+    fn with_slot<Q, T>(
+        &self,
+        key: &Q,
+        f: impl FnOnce(&crate::entry::Entry, &mut crate::entry::Side, &mut Wakes) -> T,
+    ) -> Option<T>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let hash = self.hash(key);
+        let shard = self.shard(self.shard_no(hash))?;
+        let mut locked = shard.lock();
+        let n = locked.find(hash, key)?;
+        let mut wakes = Wakes::default();
+        let out = f(&shard.slot(n).entry, locked.side(n), &mut wakes);
+        drop(locked);
+        wakes.run();
+        Some(out)
+    }
+
+    /// Frees `key` whoever holds it (in either mode), advancing its fence: the holders' guards
+    /// no longer release anything, and their explicit releases report `NotOwner`. For a lock
+    /// left behind by a caller that will never release it. Returns whether the key was held.
+    ///
+    /// ```
+    /// use keylock_core::KeyPool;
+    /// let pool: KeyPool<String> = KeyPool::new();
+    /// let stale = pool.lock("k");
+    /// assert!(pool.force_unlock("k"));
+    /// let fresh = pool.lock("k");
+    /// assert!(fresh.fence() > stale.fence());
+    /// drop(stale);                      // releases nothing
+    /// assert!(pool.is_locked("k"));
+    /// ```
+    pub fn force_unlock<Q>(&self, key: &Q) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.with_slot(key, |entry, side, wakes| {
+            entry.force_unlock_locked(side, &self.policy, wakes)
+        })
+        .unwrap_or(false)
+    }
+
+    /// Whether `key` is held (a snapshot; an ended lease does not count).
+    pub fn is_locked<Q>(&self, key: &Q) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.info(key).is_some()
+    }
+
+    /// Who holds `key` and how (a snapshot); `None` when free.
+    ///
+    /// ```
+    /// use keylock_core::{KeyPool, Mode};
+    /// let pool: KeyPool<u64> = KeyPool::new();
+    /// let _g = pool.lock(&5);
+    /// let info = pool.info(&5).unwrap();
+    /// assert_eq!((info.mode, info.holders, info.waiters), (Mode::Exclusive, 1, 0));
+    /// assert!(pool.info(&6).is_none());
+    /// ```
+    pub fn info<Q>(&self, key: &Q) -> Option<LockInfo>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.with_slot(key, |entry, side, wakes| entry.info_locked(side, &self.policy, wakes))
+            .flatten()
+    }
+
+    /// The number of keys held now: a scan of every slot (O(slots)), for monitoring.
+    pub fn len(&self) -> usize {
+        self.stats().held
+    }
+
+    /// Whether no key is held (see [`len`](Self::len)).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Counters, from a scan of every shard.
+    pub fn stats(&self) -> PoolStats {
+        let mut stats = PoolStats::default();
+        for n in 0..self.shards.len() as u32 {
+            if let Some(shard) = self.shard(n) {
+                let s = shard.stats();
+                stats.held += s.held;
+                stats.waiting += s.waiting;
+                stats.entries_in_use += s.in_use;
+                stats.entries_allocated += s.allocated;
+                stats.peak_in_use += s.peak_in_use;
+                stats.contended += s.contended;
+            }
+        }
+        stats
+    }
+
+    // ---- many keys ----
+
+    /// Reserves the slots of `keys`, deduplicated and sorted in the canonical order, each with
+    /// the strongest mode asked of it.
+    fn reserve_many<'k, Q, I>(&self, keys: I) -> Vec<(SlotRef, Mode)>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized + 'k,
+        I: IntoIterator<Item = (&'k Q, Mode)>,
+    {
+        let mut slots: Vec<(SlotRef, Mode)> = keys
+            .into_iter()
+            .map(|(k, m)| (self.reserve(k), m))
+            .collect();
+        // Exclusive sorts before Shared: dedup keeps the strongest mode; drop the extra
+        // reservations of duplicates.
+        slots.sort_unstable();
+        let mut out: Vec<(SlotRef, Mode)> = Vec::with_capacity(slots.len());
+        for (at, mode) in slots {
+            if out.last().is_some_and(|&(last, _)| last == at) {
+                self.unreserve(at);
+            } else {
+                out.push((at, mode));
+            }
+        }
+        out
+    }
+
+    /// Acquires the reserved `slots` in order; all or none (every reservation is used up).
+    fn take_reserved(
+        &self,
+        slots: &[(SlotRef, Mode)],
+        base: Want,
+        wait: Wait,
+    ) -> Result<Vec<(SlotRef, Hold, Option<Instant>)>> {
+        let deadline = wait.deadline();
+        let wait = match (wait, deadline) {
+            (Wait::For(_), Some(d)) => Wait::Until(d),
+            (Wait::For(_), None) => Wait::Forever,
+            (w, _) => w,
+        };
+        let mut held = Vec::with_capacity(slots.len());
+        for (i, &(at, mode)) in slots.iter().enumerate() {
+            let want = Want { mode, ..base };
+            let got = match self.attempt_reserved(at, &want) {
+                Attempt::Acquired(grant) => Ok(grant),
+                Attempt::Failed(e) => Err(e),
+                Attempt::Blocked { .. } if wait == Wait::No => {
+                    self.unreserve(at);
+                    Err(Error::WouldBlock)
+                }
+                Attempt::Blocked { .. } => match self.site_at(at) {
+                    Ok(site) => self.wait_reserved(&site, &want, wait, deadline),
+                    Err(e) => Err(e),
+                },
+            };
+            match got {
+                Ok(grant) => held.push((at, Hold::of(&want, grant), grant.lease_until)),
+                Err(e) => {
+                    for &(rest, _) in &slots[i + 1..] {
+                        self.unreserve(rest);
+                    }
+                    self.release_holds(&held);
+                    return Err(e);
+                }
+            }
+        }
+        Ok(held)
+    }
+
+    /// Releases holds taken by this caller, newest first; stale ones are left alone.
+    fn release_holds(&self, held: &[(SlotRef, Hold, Option<Instant>)]) {
+        for (at, hold, _) in held.iter().rev() {
+            let _ = self.release_hold(*at, hold);
+        }
+    }
+
+    /// Blocks until every one of `keys` is held exclusively. Deadlock-free: keys are taken in
+    /// one canonical order, each once even if given twice.
+    pub fn lock_many<'k, Q, I>(&self, keys: I) -> PoolManyGuard<&Self>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized + 'k,
+        I: IntoIterator<Item = &'k Q>,
+    {
+        let slots = self.reserve_many(keys.into_iter().map(|k| (k, Mode::Exclusive)));
+        match self.take_reserved(&slots, Want::EXCLUSIVE, Wait::Forever) {
+            Ok(held) => PoolManyGuard::new(self, held),
+            Err(e) => unreachable!("an untimed plain acquire failed: {e}"),
+        }
+    }
+
+    /// Takes every one of `keys` exclusively if all are free, or none; `Err(WouldBlock)`
+    /// otherwise.
+    pub fn try_lock_many<'k, Q, I>(&self, keys: I) -> Result<PoolManyGuard<&Self>>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized + 'k,
+        I: IntoIterator<Item = &'k Q>,
+    {
+        let opts = LockOptions::new().wait(Wait::No);
+        self.lock_many_with(keys.into_iter().map(|k| (k, Mode::Exclusive)), opts)
+    }
+
+    /// Waits at most `timeout` in all for every one of `keys`: all or none.
+    pub fn try_lock_many_for<'k, Q, I>(
+        &self,
+        keys: I,
+        timeout: Duration,
+    ) -> Result<PoolManyGuard<&Self>>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized + 'k,
+        I: IntoIterator<Item = &'k Q>,
+    {
+        let opts = LockOptions::new().wait(Wait::For(timeout));
+        self.lock_many_with(keys.into_iter().map(|k| (k, Mode::Exclusive)), opts)
+    }
+
+    /// Acquires every one of `keys`, each in its own mode, as `opts` says (its mode is
+    /// ignored; lease, owner and wait apply to every key): all or none, deadlock-free.
+    ///
+    /// ```
+    /// use keylock_core::{KeyPool, LockOptions, Mode};
+    /// let pool: KeyPool<String> = KeyPool::new();
+    /// let g = pool.lock_many_with([("src", Mode::Shared), ("dst", Mode::Exclusive)], LockOptions::new()).unwrap();
+    /// assert_eq!(g.len(), 2);
+    /// assert!(pool.try_lock_shared("src").is_ok());
+    /// assert!(pool.try_lock_shared("dst").is_err());
+    /// ```
+    pub fn lock_many_with<'k, Q, I>(&self, keys: I, opts: LockOptions) -> Result<PoolManyGuard<&Self>>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized + 'k,
+        I: IntoIterator<Item = (&'k Q, Mode)>,
+    {
+        let slots = self.reserve_many(keys);
+        let held = self.take_reserved(&slots, self.want(&opts), opts.wait)?;
+        Ok(PoolManyGuard::new(self, held))
+    }
+
+    /// Like [`lock_many_with`](Self::lock_many_with), for an `Arc`: the guard is `'static`.
+    pub fn lock_many_with_owned<'k, Q, I>(
+        self: &Arc<Self>,
+        keys: I,
+        opts: LockOptions,
+    ) -> Result<PoolManyGuard<Arc<Self>>>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized + 'k,
+        I: IntoIterator<Item = (&'k Q, Mode)>,
+    {
+        let slots = self.reserve_many(keys);
+        let held = self.take_reserved(&slots, self.want(&opts), opts.wait)?;
+        Ok(PoolManyGuard::new(Arc::clone(self), held))
+    }
+
+    // ---- futures ----
+
+    /// The start of an async acquire: the key is taken now if it can be, else its slot is
+    /// reserved for the future's wait.
+    fn start<Q>(&self, key: &Q, want: &Want, wait: Wait) -> future::Start
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let hash = self.hash(key);
+        if want.is_plain()
+            && let Some((at, fence)) = self.acquire_fast(hash, key, want.mode)
+        {
+            let grant = Grant {
+                fence,
+                ticket: 0,
+                lease_until: None,
+            };
+            return future::Start::Held(at, grant);
+        }
+        let at = self.reserve(key);
+        match self.attempt_reserved(at, want) {
+            Attempt::Acquired(grant) => future::Start::Held(at, grant),
+            Attempt::Failed(e) => future::Start::Failed(e),
+            Attempt::Blocked { .. } if wait == Wait::No => {
+                self.unreserve(at);
+                future::Start::Failed(Error::WouldBlock)
+            }
+            Attempt::Blocked { .. } => {
+                // `attempt_reserved` keeps the reservation when blocked; the future uses it.
+                future::Start::Reserved(at)
+            }
+        }
+    }
+
+    /// A future that resolves to `key`'s exclusive guard, waiting in the same queue as blocking
+    /// callers.
+    ///
+    /// The key is looked up when this is called: a free key is taken at once (the future is
+    /// then ready on its first poll), and a held one gets a reservation, so the future owns no
+    /// copy of the key. Dropping the future releases whichever it holds.
+    pub fn lock_async<Q>(&self, key: &Q) -> PoolLockFuture<&Self>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        PoolLockFuture::new(self, self.start(key, &Want::EXCLUSIVE, Wait::Forever), Want::EXCLUSIVE)
+    }
+
+    /// Like [`lock_async`](Self::lock_async), for an `Arc`: the future is `'static`.
+    pub fn lock_async_owned<Q>(self: &Arc<Self>, key: &Q) -> PoolLockFuture<Arc<Self>>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let start = self.start(key, &Want::EXCLUSIVE, Wait::Forever);
+        PoolLockFuture::new(Arc::clone(self), start, Want::EXCLUSIVE)
+    }
+
+    /// A future that resolves to a shared guard of `key`.
+    pub fn lock_shared_async<Q>(&self, key: &Q) -> PoolLockFuture<&Self>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        PoolLockFuture::new(self, self.start(key, &Want::SHARED, Wait::Forever), Want::SHARED)
+    }
+
+    /// Like [`lock_shared_async`](Self::lock_shared_async), for an `Arc`.
+    pub fn lock_shared_async_owned<Q>(self: &Arc<Self>, key: &Q) -> PoolLockFuture<Arc<Self>>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let start = self.start(key, &Want::SHARED, Wait::Forever);
+        PoolLockFuture::new(Arc::clone(self), start, Want::SHARED)
+    }
+
+    /// A future for `key` as `opts` says; it resolves to `Err(TimedOut)` when its wait runs
+    /// out (keylock wakes it at that time).
+    pub fn lock_with_async<Q>(&self, key: &Q, opts: LockOptions) -> PoolAcquireFuture<&Self>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let want = self.want(&opts);
+        PoolAcquireFuture::new(self, self.start(key, &want, opts.wait), want, opts.wait)
+    }
+
+    /// Like [`lock_with_async`](Self::lock_with_async), for an `Arc`: the future is `'static`.
+    pub fn lock_with_async_owned<Q>(
+        self: &Arc<Self>,
+        key: &Q,
+        opts: LockOptions,
+    ) -> PoolAcquireFuture<Arc<Self>>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let want = self.want(&opts);
+        let start = self.start(key, &want, opts.wait);
+        PoolAcquireFuture::new(Arc::clone(self), start, want, opts.wait)
+    }
+
+    /// A future that resolves once all `keys` are held exclusively, in the canonical order.
+    pub fn lock_many_async<'k, Q, I>(&self, keys: I) -> PoolManyLockFuture<&Self>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized + 'k,
+        I: IntoIterator<Item = &'k Q>,
+    {
+        let slots = self.reserve_many(keys.into_iter().map(|k| (k, Mode::Exclusive)));
+        PoolManyLockFuture::new(self, slots)
+    }
+
+    /// Like [`lock_many_async`](Self::lock_many_async), for an `Arc`: the future is `'static`.
+    pub fn lock_many_async_owned<'k, Q, I>(self: &Arc<Self>, keys: I) -> PoolManyLockFuture<Arc<Self>>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized + 'k,
+        I: IntoIterator<Item = &'k Q>,
+    {
+        let slots = self.reserve_many(keys.into_iter().map(|k| (k, Mode::Exclusive)));
+        PoolManyLockFuture::new(Arc::clone(self), slots)
+    }
+
+    /// A future for all `keys`, each in its own mode, as `opts` says.
+    pub fn lock_many_with_async<'k, Q, I>(
+        &self,
+        keys: I,
+        opts: LockOptions,
+    ) -> PoolManyAcquireFuture<&Self>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized + 'k,
+        I: IntoIterator<Item = (&'k Q, Mode)>,
+    {
+        let slots = self.reserve_many(keys);
+        PoolManyAcquireFuture::new(self, slots, self.want(&opts), opts.wait)
+    }
+
+    /// Like [`lock_many_with_async`](Self::lock_many_with_async), for an `Arc`.
+    pub fn lock_many_with_async_owned<'k, Q, I>(
+        self: &Arc<Self>,
+        keys: I,
+        opts: LockOptions,
+    ) -> PoolManyAcquireFuture<Arc<Self>>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized + 'k,
+        I: IntoIterator<Item = (&'k Q, Mode)>,
+    {
+        let slots = self.reserve_many(keys);
+        let want = self.want(&opts);
+        PoolManyAcquireFuture::new(Arc::clone(self), slots, want, opts.wait)
+    }
+}
+
+/// The entry's view of an acquisition record, released on behalf of `owner`.
+fn hold_of(acq: &Acquisition, owner: Option<Owner>) -> Hold {
+    Hold {
+        mode: acq.mode,
+        fence: acq.fence,
+        ticket: acq.ticket,
+        owner,
+    }
+}
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// A handle to a pool that guards and futures can hold: `&KeyPool` or `Arc<KeyPool>`.
+///
+/// ```
+/// use std::sync::Arc;
+/// use keylock_core::{KeyPool, PoolGuard};
+///
+/// fn fence<P: keylock_core::PoolRef>(guard: &PoolGuard<P>) -> u64 {
+///     guard.fence()
+/// }
+/// let pool: Arc<KeyPool<u64>> = Arc::new(KeyPool::new());
+/// assert_eq!(fence(&pool.lock(&1)), 1);
+/// ```
+pub trait PoolRef: sealed::Sealed + Deref<Target = KeyPool<Self::Key, Self::Hasher>> {
+    /// The pool's key type.
+    type Key: Hash + Eq;
+    /// The pool's hasher.
+    type Hasher: BuildHasher;
+}
+
+impl<K: Hash + Eq, S: BuildHasher> sealed::Sealed for &KeyPool<K, S> {}
+impl<K: Hash + Eq, S: BuildHasher> PoolRef for &KeyPool<K, S> {
+    type Key = K;
+    type Hasher = S;
+}
+impl<K: Hash + Eq, S: BuildHasher> sealed::Sealed for Arc<KeyPool<K, S>> {}
+impl<K: Hash + Eq, S: BuildHasher> PoolRef for Arc<KeyPool<K, S>> {
+    type Key = K;
+    type Hasher = S;
+}

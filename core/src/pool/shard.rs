@@ -1,0 +1,675 @@
+//! A pool shard: slots at stable addresses, an index that can be read without a lock, and the
+//! allocator that recycles unused slots.
+//!
+//! A **slot** is the lock of one key: an [`Entry`] (the lock word), the key, and the slot's
+//! [`Side`] (its waiters and holders' state), plus a count of *reservations*: callers that have
+//! decided to wait for this slot and will come back to it. Slots live in segments that double
+//! in size and never move, so a slot's address is stable for the shard's life.
+//!
+//! The **index** maps a key's hash to its slot: open addressing over `AtomicU64` cells holding
+//! `tag << 32 | (slot + 2)` (0 empty, 1 a tombstone). It is changed only under the shard mutex
+//! but read without it: the fast path probes it, takes the candidate slot's lock word with one
+//! compare-and-swap, and only then compares the key (a holder's key cannot change). A probe that
+//! finds nothing, or a slot that turns out to hold another key, falls back to the slow path,
+//! which looks again under the mutex. So a reader racing a change sees at worst a miss.
+//! Old index arrays replaced by bigger ones stay allocated until the shard is dropped (readers
+//! may still be probing them); they add up to less than the current one.
+//!
+//! **Recycling.** A released key keeps its slot (and stays indexed), so taking it again costs no
+//! allocation and no index change. A new key gets a fresh slot while the shard has fewer than
+//! its retention allowance, or while it is growing; beyond that it takes a *victim*: an unused
+//! slot (free, nothing queued, no reservation), preferring ones not used since the last scan.
+//! When the victims run out, one scan of the shard counts the slots in use and collects new
+//! victims; if more than half are in use, the shard grows to twice its size instead. Each scan
+//! is paid for by the allocations it serves, and the shard never holds more than
+//! `max(allowance, 4 × its peak of slots in use)` slots: memory follows the keys held or
+//! awaited, never the keys ever seen.
+//!
+//! **Fences** must keep rising for a key even when it changes slots. When a slot is recycled,
+//! its fence joins the shard's `floor`; a slot given to a key starts at least at the floor. Every
+//! earlier fence of that key was issued by a slot of this shard that has since been recycled
+//! (so it is at most the floor) or by this very slot.
+
+use std::borrow::Borrow;
+use std::cell::UnsafeCell;
+use std::ops::{Deref, DerefMut};
+
+use crate::entry::{Entry, Policy, Side};
+use crate::site::Site;
+use crate::sync::{AtomicPtr, AtomicU32, AtomicU64, Mutex, MutexGuard, Ordering};
+
+/// Slots in the first segment; segment `j` has `BASE << j`.
+const BASE: u32 = 4;
+const BASE_SHIFT: u32 = BASE.trailing_zeros();
+/// Enough segments for 2^32 slots.
+const SEGMENTS: usize = 31;
+/// Index cells at first.
+const INDEX_MIN: usize = 8;
+
+const EMPTY: u64 = 0;
+const TOMB: u64 = 1;
+
+#[inline]
+fn tag_of(hash: u64) -> u32 {
+    (hash >> 16) as u32
+}
+
+#[inline]
+fn cell_for(hash: u64, slot: u32) -> u64 {
+    (u64::from(tag_of(hash)) << 32) | (u64::from(slot) + 2)
+}
+
+#[inline]
+fn cell_slot(cell: u64) -> u32 {
+    (cell as u32).wrapping_sub(2)
+}
+
+/// (segment, offset) of slot `n`.
+#[inline]
+fn locate(n: u32) -> (usize, usize) {
+    let v = u64::from(n) + u64::from(BASE);
+    let seg = (63 - v.leading_zeros() - BASE_SHIFT) as usize;
+    (seg, (v - (u64::from(BASE) << seg)) as usize)
+}
+
+/// The lock of one key.
+pub(crate) struct Slot<K> {
+    pub(crate) entry: Entry,
+    /// Waiters that will come back to this slot (see the module docs); the slot is not recycled
+    /// while this is non-zero. Raised under the shard mutex, lowered anywhere.
+    reservations: AtomicU32,
+    /// The key. Written only under the shard mutex while the slot is claimed for recycling (no
+    /// holder, no fast path); read by its holders and under the shard mutex.
+    key: UnsafeCell<Option<K>>,
+    /// Under the shard mutex only.
+    side: UnsafeCell<SlotSide>,
+}
+
+struct SlotSide {
+    side: Side,
+    hash: u64,
+}
+
+impl<K> Slot<K> {
+    fn new() -> Self {
+        Self {
+            entry: Entry::new(),
+            reservations: AtomicU32::new(0),
+            key: UnsafeCell::new(None),
+            side: UnsafeCell::new(SlotSide {
+                side: Side::new(),
+                hash: 0,
+            }),
+        }
+    }
+
+    /// Whether the slot holds `key`.
+    ///
+    /// # Safety
+    /// The caller holds the slot (in either mode) or the shard mutex, so that the key cannot be
+    /// rewritten meanwhile.
+    #[inline]
+    pub(crate) unsafe fn key_is<Q>(&self, key: &Q) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Eq + ?Sized,
+    {
+        // SAFETY: the caller keeps writers out, as the contract says.
+        unsafe { (*self.key.get()).as_ref() }.is_some_and(|k| k.borrow() == key)
+    }
+
+    /// Drops a reservation (the waiter finished, or will not wait after all).
+    #[inline]
+    pub(crate) fn unreserve(&self) {
+        self.reservations.fetch_sub(1, Ordering::Release);
+    }
+}
+
+/// An index array.
+struct Index {
+    mask: usize,
+    cells: Box<[AtomicU64]>,
+}
+
+impl Index {
+    fn new(cap: usize) -> Box<Self> {
+        Box::new(Self {
+            mask: cap - 1,
+            cells: (0..cap).map(|_| AtomicU64::new(EMPTY)).collect(),
+        })
+    }
+}
+
+/// What the shard mutex guards, besides every slot's side.
+struct ShardState {
+    /// Slots allocated.
+    slots: u32,
+    /// Index cells holding a slot, and tombstones.
+    live: usize,
+    tombs: usize,
+    /// Unused slots found by the last scan, to recycle.
+    victims: Vec<u32>,
+    /// Fresh slots may be allocated until there are this many.
+    grow_until: u32,
+    /// The highest fence of any slot recycled so far.
+    floor: u64,
+    /// The most slots in use that a scan has counted.
+    peak_in_use: usize,
+    /// Acquisitions that found their key held and queued.
+    contended: u64,
+    /// Index arrays replaced by bigger ones, kept for readers that may still probe them.
+    retired: Vec<Box<Index>>,
+}
+
+/// One shard of a pool.
+pub(crate) struct Shard<K> {
+    index: AtomicPtr<Index>,
+    segments: [AtomicPtr<Slot<K>>; SEGMENTS],
+    state: Mutex<ShardState>,
+}
+
+// SAFETY: slots are shared between threads through `&Shard`. Their cells are only touched as
+// documented on `Slot` (the key under the shard mutex or by its holder, the side under the shard
+// mutex), and keys are moved between threads only as owned values (hence `K: Send`); readers
+// compare keys from several threads at once (hence `K: Sync`).
+unsafe impl<K: Send + Sync> Sync for Shard<K> {}
+// SAFETY: as above; the shard owns its slots and keys.
+unsafe impl<K: Send> Send for Shard<K> {}
+
+/// The shard mutex held, with one slot's side.
+pub(crate) struct SlotLocked<'a, K> {
+    _state: MutexGuard<'a, ShardState>,
+    slot: &'a Slot<K>,
+}
+
+impl<K> Deref for SlotLocked<'_, K> {
+    type Target = Side;
+    fn deref(&self) -> &Side {
+        // SAFETY: the shard mutex is held (`_state`), which guards every slot's side.
+        unsafe { &(*self.slot.side.get()).side }
+    }
+}
+
+impl<K> DerefMut for SlotLocked<'_, K> {
+    fn deref_mut(&mut self) -> &mut Side {
+        // SAFETY: as in `deref`, and `&mut self` is the only access through this guard.
+        unsafe { &mut (*self.slot.side.get()).side }
+    }
+}
+
+/// A slot of a shard as a [`Site`].
+pub(crate) struct SlotSite<'a, K> {
+    pub(crate) shard: &'a Shard<K>,
+    pub(crate) slot: &'a Slot<K>,
+    pub(crate) policy: Policy,
+}
+
+impl<K> Site for SlotSite<'_, K> {
+    type Locked<'b>
+        = SlotLocked<'b, K>
+    where
+        Self: 'b;
+
+    #[inline]
+    fn entry(&self) -> &Entry {
+        &self.slot.entry
+    }
+
+    #[inline]
+    fn lock(&self) -> SlotLocked<'_, K> {
+        SlotLocked {
+            _state: self.shard.state.lock(),
+            slot: self.slot,
+        }
+    }
+
+    #[inline]
+    fn policy(&self) -> Policy {
+        self.policy
+    }
+
+    #[inline]
+    fn waiter_done(&self) {
+        self.slot.unreserve();
+    }
+}
+
+/// The shard mutex held, for finding and making slots.
+pub(crate) struct ShardLocked<'a, K> {
+    shard: &'a Shard<K>,
+    state: MutexGuard<'a, ShardState>,
+}
+
+/// Counters of one shard, gathered by a scan.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct ShardStats {
+    pub(crate) held: usize,
+    pub(crate) waiting: usize,
+    pub(crate) in_use: usize,
+    pub(crate) allocated: usize,
+    pub(crate) peak_in_use: usize,
+    pub(crate) contended: u64,
+}
+
+impl<K> Shard<K> {
+    pub(crate) fn new() -> Self {
+        Self {
+            index: AtomicPtr::new(Box::into_raw(Index::new(INDEX_MIN))),
+            segments: std::array::from_fn(|_| AtomicPtr::new(std::ptr::null_mut())),
+            state: Mutex::new(ShardState {
+                slots: 0,
+                live: 0,
+                tombs: 0,
+                victims: Vec::new(),
+                grow_until: 0,
+                floor: 0,
+                peak_in_use: 0,
+                contended: 0,
+                retired: Vec::new(),
+            }),
+        }
+    }
+
+    /// Slot `n`, which must have been allocated (every slot number in an index cell was).
+    #[inline]
+    pub(crate) fn slot(&self, n: u32) -> &Slot<K> {
+        let (seg, off) = locate(n);
+        let base = self.segments[seg].load(Ordering::Acquire);
+        debug_assert!(!base.is_null());
+        // SAFETY: slot `n` was allocated (its segment pointer was published with Release
+        // before any index cell or guard could name it) and segments are freed only when the
+        // shard is dropped; `off` is within the segment by `locate`.
+        unsafe { &*base.add(off) }
+    }
+
+    /// The slot of `key` if the index, read without the mutex, has it: the fast path's probe.
+    /// Candidates come out in probe order; each must be verified by taking its lock word and
+    /// then comparing the key.
+    #[inline]
+    pub(crate) fn probe(&self, hash: u64) -> Probe<'_> {
+        // SAFETY: index arrays are freed only when the shard is dropped (replaced ones are
+        // kept in `retired`), and the pointer was published with Release.
+        let index = unsafe { &*self.index.load(Ordering::Acquire) };
+        Probe {
+            index,
+            pos: hash as usize & index.mask,
+            left: index.cells.len(),
+            tag: tag_of(hash),
+        }
+    }
+
+    /// Locks the shard.
+    #[inline]
+    pub(crate) fn lock(&self) -> ShardLocked<'_, K> {
+        ShardLocked {
+            shard: self,
+            state: self.state.lock(),
+        }
+    }
+
+    /// Counters, from a scan under the mutex.
+    pub(crate) fn stats(&self) -> ShardStats {
+        let locked = self.lock();
+        let mut stats = ShardStats {
+            allocated: locked.state.slots as usize,
+            peak_in_use: locked.state.peak_in_use,
+            contended: locked.state.contended,
+            ..ShardStats::default()
+        };
+        for n in 0..locked.state.slots {
+            let slot = self.slot(n);
+            if slot.entry.is_held() {
+                stats.held += 1;
+            }
+            stats.waiting += slot.reservations.load(Ordering::Acquire) as usize;
+            if locked.in_use(slot) {
+                stats.in_use += 1;
+            }
+        }
+        stats.peak_in_use = stats.peak_in_use.max(stats.in_use);
+        stats
+    }
+}
+
+impl<K> Drop for Shard<K> {
+    fn drop(&mut self) {
+        for seg in 0..SEGMENTS {
+            let base = self.segments[seg].load(Ordering::Relaxed);
+            if base.is_null() {
+                continue;
+            }
+            let len = (BASE as usize) << seg;
+            // SAFETY: the segment was made by `Box::into_raw` of a boxed slice of `len` slots in
+            // `grow_segment`, and nothing else can reach it once the shard is being dropped.
+            drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(base, len)) });
+        }
+        // SAFETY: the current index was made by `Box::into_raw` and is ours alone now.
+        drop(unsafe { Box::from_raw(self.index.load(Ordering::Relaxed)) });
+    }
+}
+
+/// Candidate slots for a hash, from an index read without the mutex.
+pub(crate) struct Probe<'a> {
+    index: &'a Index,
+    pos: usize,
+    left: usize,
+    tag: u32,
+}
+
+impl Iterator for Probe<'_> {
+    type Item = u32;
+
+    #[inline]
+    fn next(&mut self) -> Option<u32> {
+        while self.left > 0 {
+            let cell = self.index.cells[self.pos].load(Ordering::Acquire);
+            self.pos = (self.pos + 1) & self.index.mask;
+            self.left -= 1;
+            if cell == EMPTY {
+                self.left = 0;
+                return None;
+            }
+            if cell != TOMB && (cell >> 32) as u32 == self.tag {
+                return Some(cell_slot(cell));
+            }
+        }
+        None
+    }
+}
+
+impl<'a, K> ShardLocked<'a, K> {
+    /// The slot as a site, with the shard mutex released.
+    pub(crate) fn site(self, slot: u32, policy: Policy) -> SlotSite<'a, K> {
+        SlotSite {
+            shard: self.shard,
+            slot: self.shard.slot(slot),
+            policy,
+        }
+    }
+
+    /// Slot `n`'s side, under the mutex.
+    pub(crate) fn side(&mut self, n: u32) -> &mut Side {
+        let slot = self.shard.slot(n);
+        // SAFETY: we hold the shard mutex, which guards every slot's side, and `&mut self`
+        // keeps this the only reference made through this guard.
+        unsafe { &mut (*slot.side.get()).side }
+    }
+
+    fn hash_of(&self, n: u32) -> u64 {
+        // SAFETY: as in `side`; a shared read.
+        unsafe { (*self.shard.slot(n).side.get()).hash }
+    }
+
+    /// Counts one more acquisition that had to wait.
+    pub(crate) fn count_contended(&mut self) {
+        self.state.contended += 1;
+    }
+
+    /// Reserves slot `n` for a waiter: it will not be recycled until the reservation is
+    /// dropped.
+    pub(crate) fn reserve(&mut self, n: u32) {
+        self.shard.slot(n).reservations.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Whether a slot is in use: held, queued or reserved, or with holder state.
+    fn in_use(&self, slot: &Slot<K>) -> bool {
+        // SAFETY: we hold the shard mutex (side reads).
+        let side = unsafe { &(*slot.side.get()).side };
+        !slot.entry.looks_unused()
+            || slot.reservations.load(Ordering::Acquire) != 0
+            || !side.waiters.is_empty()
+            || side.has_holder_state()
+    }
+
+    /// The slot of `key` (with hash `hash`), looked up under the mutex.
+    pub(crate) fn find<Q>(&self, hash: u64, key: &Q) -> Option<u32>
+    where
+        K: Borrow<Q>,
+        Q: Eq + ?Sized,
+    {
+        self.shard.probe(hash).find(|&n| {
+            let slot = self.shard.slot(n);
+            // SAFETY: we hold the shard mutex, so the key is not being rewritten.
+            unsafe { slot.key_is(key) }
+        })
+    }
+
+    /// The slot of `key`, giving it one if it has none (see the module docs on recycling).
+    pub(crate) fn find_or_insert<Q>(&mut self, hash: u64, key: &Q, retain: u32) -> u32
+    where
+        K: Borrow<Q>,
+        Q: Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        if let Some(n) = self.find(hash, key) {
+            return n;
+        }
+        let n = self.allocate(retain);
+        let slot = self.shard.slot(n);
+        // SAFETY: slot `n` is claimed (SLOW, no holder, no fast path can take it) or fresh,
+        // and we hold the shard mutex: nobody reads or writes its key or side meanwhile.
+        unsafe {
+            match &mut *slot.key.get() {
+                Some(stored) => key.clone_into(stored),
+                stored @ None => *stored = Some(key.to_owned()),
+            }
+            (*slot.side.get()).hash = hash;
+        }
+        self.index_insert(hash, n);
+        slot.entry.reopen(self.state.floor, false);
+        n
+    }
+
+    /// A slot for a new key, claimed: fresh, or recycled.
+    fn allocate(&mut self, retain: u32) -> u32 {
+        loop {
+            let slots = self.state.slots;
+            if slots < retain || slots < self.state.grow_until {
+                return self.fresh();
+            }
+            while let Some(v) = self.state.victims.pop() {
+                if self.try_recycle(v) {
+                    return v;
+                }
+            }
+            // Out of victims: scan for new ones, or grow.
+            let (in_use, victims) = self.scan();
+            self.state.peak_in_use = self.state.peak_in_use.max(in_use);
+            if in_use * 2 > slots as usize || victims.is_empty() {
+                self.state.grow_until = slots.saturating_mul(2).max(BASE);
+                continue;
+            }
+            self.state.victims = victims;
+        }
+    }
+
+    /// Counts the slots in use and collects the unused ones, preferring those not used since
+    /// the last scan (their `REF` bit is clear); clears the bits for the next round.
+    fn scan(&mut self) -> (usize, Vec<u32>) {
+        let mut in_use = 0;
+        let mut cold = Vec::new();
+        let mut warm = Vec::new();
+        for n in 0..self.state.slots {
+            let slot = self.shard.slot(n);
+            if self.in_use(slot) {
+                in_use += 1;
+                continue;
+            }
+            if slot.entry.referenced() {
+                // Second chance: clear REF; it is a victim only if no cold slot is found.
+                let _ = slot.entry.try_claim(true);
+                warm.push(n);
+            } else {
+                cold.push(n);
+            }
+        }
+        // Victims are popped from the back: put the coldest last.
+        let victims = if cold.is_empty() { warm } else { cold };
+        (in_use, victims.into_iter().rev().collect())
+    }
+
+    /// Claims slot `v` for another key if it is still unused; takes it out of the index.
+    fn try_recycle(&mut self, v: u32) -> bool {
+        let slot = self.shard.slot(v);
+        if !slot.entry.try_claim(false) {
+            return false;
+        }
+        if self.in_use_claimed(slot) {
+            slot.entry.unclaim();
+            return false;
+        }
+        self.state.floor = self.state.floor.max(slot.entry.fence());
+        let hash = self.hash_of(v);
+        self.index_remove(hash, v);
+        true
+    }
+
+    /// Like `in_use`, for a slot we have claimed (its word shows SLOW).
+    fn in_use_claimed(&self, slot: &Slot<K>) -> bool {
+        // SAFETY: we hold the shard mutex (side reads).
+        let side = unsafe { &(*slot.side.get()).side };
+        slot.reservations.load(Ordering::Acquire) != 0
+            || !side.waiters.is_empty()
+            || side.has_holder_state()
+    }
+
+    /// A fresh slot, allocating its segment if needed. Fresh slots are claimed too: their
+    /// word is free, and nothing can name them until they are indexed.
+    fn fresh(&mut self) -> u32 {
+        let n = self.state.slots;
+        let (seg, off) = locate(n);
+        if off == 0 {
+            let len = (BASE as usize) << seg;
+            let segment: Box<[Slot<K>]> = (0..len).map(|_| Slot::new()).collect();
+            let base = Box::into_raw(segment).cast::<Slot<K>>();
+            self.shard.segments[seg].store(base, Ordering::Release);
+        }
+        self.state.slots = n + 1;
+        n
+    }
+
+    /// Adds `hash -> n` to the index, growing or cleaning it first if it is too full.
+    fn index_insert(&mut self, hash: u64, n: u32) {
+        // SAFETY: the current index is freed only on drop; we hold the mutex, so it is also
+        // not replaced while we use it.
+        let mut index = unsafe { &*self.shard.index.load(Ordering::Acquire) };
+        if (self.state.live + self.state.tombs + 1) * 2 > index.cells.len() {
+            if (self.state.live + 1) * 4 > index.cells.len() {
+                index = self.index_grow(index.cells.len() * 2);
+            } else {
+                self.index_rebuild(index);
+            }
+        }
+        let mut pos = hash as usize & index.mask;
+        loop {
+            let cell = index.cells[pos].load(Ordering::Relaxed);
+            if cell == EMPTY || cell == TOMB {
+                if cell == TOMB {
+                    self.state.tombs -= 1;
+                }
+                index.cells[pos].store(cell_for(hash, n), Ordering::Release);
+                self.state.live += 1;
+                return;
+            }
+            pos = (pos + 1) & index.mask;
+        }
+    }
+
+    /// Takes `hash -> n` out of the index.
+    fn index_remove(&mut self, hash: u64, n: u32) {
+        // SAFETY: as in `index_insert`.
+        let index = unsafe { &*self.shard.index.load(Ordering::Acquire) };
+        let want = cell_for(hash, n);
+        let mut pos = hash as usize & index.mask;
+        for _ in 0..index.cells.len() {
+            let cell = index.cells[pos].load(Ordering::Relaxed);
+            if cell == EMPTY {
+                break;
+            }
+            if cell == want {
+                index.cells[pos].store(TOMB, Ordering::Release);
+                self.state.live -= 1;
+                self.state.tombs += 1;
+                return;
+            }
+            pos = (pos + 1) & index.mask;
+        }
+        debug_assert!(false, "slot {n} was not indexed");
+    }
+
+    /// The live cells of `index`.
+    fn live_cells(index: &Index) -> Vec<u64> {
+        index
+            .cells
+            .iter()
+            .map(|c| c.load(Ordering::Relaxed))
+            .filter(|&c| c != EMPTY && c != TOMB)
+            .collect()
+    }
+
+    /// Places `cells` in `index`, which must have room.
+    fn place(&self, index: &Index, cells: &[u64]) {
+        for &cell in cells {
+            let hash = self.hash_of(cell_slot(cell));
+            let mut pos = hash as usize & index.mask;
+            while index.cells[pos].load(Ordering::Relaxed) != EMPTY {
+                pos = (pos + 1) & index.mask;
+            }
+            index.cells[pos].store(cell, Ordering::Release);
+        }
+    }
+
+    /// Replaces the index with one of `cap` cells; the old one is retired, not freed.
+    fn index_grow(&mut self, cap: usize) -> &'a Index {
+        // SAFETY: as in `index_insert`.
+        let old = unsafe { &*self.shard.index.load(Ordering::Acquire) };
+        let cells = Self::live_cells(old);
+        let new = Index::new(cap);
+        self.place(&new, &cells);
+        let new = Box::into_raw(new);
+        let old = self.shard.index.swap(new, Ordering::AcqRel);
+        // SAFETY: `old` came from `Box::into_raw`; readers may still probe it, so it is kept
+        // (not freed) until the shard is dropped.
+        self.state.retired.push(unsafe { Box::from_raw(old) });
+        self.state.tombs = 0;
+        // SAFETY: just published; freed only on drop.
+        unsafe { &*new }
+    }
+
+    /// Rewrites the index in place without tombstones. Readers probing meanwhile may miss a
+    /// key; they then take the slow path, which waits for this mutex.
+    fn index_rebuild(&mut self, index: &Index) {
+        let cells = Self::live_cells(index);
+        for cell in index.cells.iter() {
+            cell.store(EMPTY, Ordering::Release);
+        }
+        self.place(index, &cells);
+        self.state.tombs = 0;
+    }
+}
+
+#[cfg(all(test, not(keylock_loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn segments_tile_the_slot_numbers() {
+        let mut expect = (0usize, 0usize);
+        for n in 0..10_000u32 {
+            assert_eq!(locate(n), expect, "slot {n}");
+            expect.1 += 1;
+            if expect.1 == (BASE as usize) << expect.0 {
+                expect = (expect.0 + 1, 0);
+            }
+        }
+    }
+
+    #[test]
+    fn cells_round_trip() {
+        for (hash, slot) in [(0u64, 0u32), (u64::MAX, 7), (0x1234_5678_9abc_def0, u32::MAX - 2)] {
+            let cell = cell_for(hash, slot);
+            assert!(cell != EMPTY && cell != TOMB);
+            assert_eq!(cell_slot(cell), slot);
+            assert_eq!((cell >> 32) as u32, tag_of(hash));
+        }
+    }
+}

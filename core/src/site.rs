@@ -1,0 +1,381 @@
+//! Where an [`Entry`] lives, and the operations every kind of home shares.
+//!
+//! A [`Site`] is an entry plus the lock that guards its [`Side`]: a stripe with its own queue
+//! mutex ([`RawLock`], also the RwLock's writer side), or a pool slot under its shard's mutex.
+//! The functions here are the whole acquire/release protocol in terms of a site: the fast path
+//! on the word, then the slow path under the site's lock, then waiting in its queue. The
+//! primitives add only how they find their site.
+
+use std::ops::DerefMut;
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use crate::acquisition::{LockInfo, Mode, Wait, Want};
+use crate::entry::{Entry, Hold, Policy, Side};
+use crate::error::{Error, Result};
+use crate::sync::{Mutex, MutexGuard};
+use crate::wait::{Attempt, Grant, LazyWaiter, Queue, WaitList, Wakes, wait_blocking};
+
+/// An entry and the lock that guards its side.
+pub(crate) trait Site {
+    /// The held lock, giving access to the side.
+    type Locked<'a>: DerefMut<Target = Side>
+    where
+        Self: 'a;
+
+    /// The entry.
+    fn entry(&self) -> &Entry;
+
+    /// Locks the side.
+    fn lock(&self) -> Self::Locked<'_>;
+
+    /// How the lock object serves its entries.
+    fn policy(&self) -> Policy;
+
+    /// A waiter of this site stops waiting (it got the lock, failed, or left). The pool drops
+    /// the waiter's reservation on its slot here.
+    fn waiter_done(&self) {}
+}
+
+/// A site seen as a [`Queue`] for the generic waiting code.
+pub(crate) struct SiteQueue<'s, S: ?Sized>(pub(crate) &'s S);
+
+impl<S: Site + ?Sized> Queue for SiteQueue<'_, S> {
+    type Locked<'a>
+        = S::Locked<'a>
+    where
+        Self: 'a;
+
+    fn lock_queue<'q>(&'q self) -> Self::Locked<'q> {
+        self.0.lock()
+    }
+
+    fn waiters<'g, 'q>(&'q self, locked: &'g mut Self::Locked<'q>) -> &'g mut WaitList {
+        &mut locked.waiters
+    }
+
+    fn acquire_locked<'q>(
+        &'q self,
+        locked: &mut Self::Locked<'q>,
+        want: &Want,
+        front: bool,
+        wakes: &mut Wakes,
+    ) -> Attempt {
+        let policy = self.0.policy();
+        let attempt = self
+            .0
+            .entry()
+            .acquire_locked(locked, want, front, &policy, wakes);
+        if !matches!(attempt, Attempt::Blocked { .. }) {
+            self.0.waiter_done();
+        }
+        attempt
+    }
+
+    fn refresh_locked<'q>(
+        &'q self,
+        locked: &mut Self::Locked<'q>,
+        wakes: &mut Wakes,
+    ) -> Option<Instant> {
+        let policy = self.0.policy();
+        self.0.entry().expire_locked(locked, &policy, wakes);
+        locked.earliest_lease()
+    }
+
+    fn leave_locked<'q>(&'q self, locked: &mut Self::Locked<'q>, _notified: bool, wakes: &mut Wakes) {
+        let policy = self.0.policy();
+        self.0.entry().leave_locked(locked, &policy, wakes);
+        self.0.waiter_done();
+    }
+
+    fn granted_seen(&self) {
+        self.0.waiter_done();
+    }
+
+    fn release_granted(&self, grant: Grant, want: &Want) {
+        let hold = Hold {
+            mode: want.mode,
+            fence: grant.fence,
+            ticket: grant.ticket,
+            owner: want.owner,
+        };
+        let _ = release(self.0, &hold);
+    }
+}
+
+/// One attempt with the side locked. `Blocked` leaves no trace (the `QUEUED` bit it may have
+/// set is cleared again when nobody is queued).
+pub(crate) fn attempt_locked<S: Site + ?Sized>(
+    site: &S,
+    locked: &mut S::Locked<'_>,
+    want: &Want,
+    wakes: &mut Wakes,
+) -> Attempt {
+    let policy = site.policy();
+    let attempt = site.entry().acquire_locked(locked, want, false, &policy, wakes);
+    if matches!(attempt, Attempt::Blocked { .. }) {
+        site.entry().settle_locked(locked);
+    }
+    attempt
+}
+
+/// Acquires `site` for `want`, waiting as `wait` says: the fast path, then one attempt under
+/// the site's lock, then its queue. `fast` is the caller's verdict that the fast path may be
+/// tried (the pool skips it when it has just found the slot under its lock).
+pub(crate) fn acquire<S: Site + ?Sized>(site: &S, want: &Want, wait: Wait) -> Result<Grant> {
+    let policy = site.policy();
+    let entry = site.entry();
+    if want.is_plain()
+        && let Some(fence) = entry.try_fast(want.mode, policy.fifo)
+    {
+        return Ok(Grant {
+            fence,
+            ticket: 0,
+            lease_until: None,
+        });
+    }
+    let deadline = wait.deadline();
+    {
+        let mut locked = site.lock();
+        let mut wakes = Wakes::default();
+        let attempt = attempt_locked(site, &mut locked, want, &mut wakes);
+        drop(locked);
+        wakes.run();
+        match attempt {
+            Attempt::Acquired(grant) => return Ok(grant),
+            Attempt::Failed(error) => return Err(error),
+            Attempt::Blocked { .. } if wait == Wait::No => return Err(Error::WouldBlock),
+            Attempt::Blocked { .. } => {}
+        }
+    }
+    wait_queued(site, want, wait, deadline, true)
+}
+
+/// Waits in `site`'s queue (the caller has found it taken). `spin`: first spin briefly on the
+/// fast path (only for a site whose waiter holds no reservation).
+pub(crate) fn wait_queued<S: Site + ?Sized>(
+    site: &S,
+    want: &Want,
+    wait: Wait,
+    deadline: Option<Instant>,
+    spin: bool,
+) -> Result<Grant> {
+    let policy = site.policy();
+    let entry = site.entry();
+    let plain = spin && want.is_plain();
+    match wait_blocking(&SiteQueue(site), want, deadline, || {
+        // Spin only while nobody is queued: queued waiters go first.
+        if plain && !entry.is_queued() {
+            entry
+                .try_fast(want.mode, policy.fifo)
+                .map(|fence| Grant {
+                    fence,
+                    ticket: 0,
+                    lease_until: None,
+                })
+        } else {
+            None
+        }
+    })? {
+        Some(grant) => Ok(grant),
+        None => Err(wait.failure()),
+    }
+}
+
+/// Releases `hold`; `Err(())` when it was not current (the caller names the error).
+#[inline]
+pub(crate) fn release<S: Site + ?Sized>(site: &S, hold: &Hold) -> std::result::Result<(), ()> {
+    if site.entry().release_fast(hold.mode, hold.fence) {
+        return Ok(());
+    }
+    release_slow(site, hold)
+}
+
+#[cold]
+fn release_slow<S: Site + ?Sized>(site: &S, hold: &Hold) -> std::result::Result<(), ()> {
+    let policy = site.policy();
+    let mut locked = site.lock();
+    let mut wakes = Wakes::default();
+    let result = site
+        .entry()
+        .release_locked(&mut locked, hold, &policy, &mut wakes);
+    drop(locked);
+    wakes.run();
+    result
+}
+
+/// Runs `f` with the side locked and the policy at hand, then runs the wake-ups it collected.
+pub(crate) fn with_locked<S: Site + ?Sized, T>(
+    site: &S,
+    f: impl FnOnce(&Entry, &mut Side, &Policy, &mut Wakes) -> T,
+) -> T {
+    let policy = site.policy();
+    let mut locked = site.lock();
+    let mut wakes = Wakes::default();
+    let out = f(site.entry(), &mut locked, &policy, &mut wakes);
+    drop(locked);
+    wakes.run();
+    out
+}
+
+/// Whether `hold` is still current.
+pub(crate) fn is_current<S: Site + ?Sized>(site: &S, hold: &Hold) -> bool {
+    if hold.ticket == 0 && hold.owner.is_none() && !site.entry().is_current_fast(hold) {
+        return false;
+    }
+    with_locked(site, |e, side, p, w| e.is_current_locked(side, hold, p, w))
+}
+
+/// Sets `hold`'s lease to end at `until`.
+pub(crate) fn extend<S: Site + ?Sized>(
+    site: &S,
+    hold: &Hold,
+    until: Instant,
+) -> std::result::Result<(), Option<Error>> {
+    with_locked(site, |e, side, p, w| e.extend_locked(side, hold, until, p, w))
+}
+
+/// Frees the site whoever holds it; whether it was held.
+pub(crate) fn force_unlock<S: Site + ?Sized>(site: &S) -> bool {
+    with_locked(site, |e, side, p, w| e.force_unlock_locked(side, p, w))
+}
+
+/// A snapshot of the site's holders.
+pub(crate) fn info<S: Site + ?Sized>(site: &S) -> Option<LockInfo> {
+    with_locked(site, |e, side, p, w| e.info_locked(side, p, w))
+}
+
+/// Whether the site is held, leases considered.
+pub(crate) fn is_locked<S: Site + ?Sized>(site: &S) -> bool {
+    if !site.entry().is_held() {
+        return false;
+    }
+    info(site).is_some()
+}
+
+/// One site's acquisition as a future: the fast path on the first poll, then its queue.
+/// Dropping it cancels the wait exactly; a lock granted to it and never seen is released.
+#[derive(Debug, Default)]
+pub(crate) struct SiteFuture {
+    waiter: LazyWaiter,
+}
+
+impl SiteFuture {
+    pub(crate) const fn new() -> Self {
+        Self {
+            waiter: LazyWaiter::new(),
+        }
+    }
+
+    /// Whether the future is queued (so `cancel` has something to do).
+    pub(crate) fn is_registered(&self) -> bool {
+        self.waiter.is_registered()
+    }
+
+    /// Polls for `site`. `deadline`: give up then, with `Err(TimedOut)`; the front end's own
+    /// timer must poll again at that time (or a timer is set here for a lease's end).
+    #[inline]
+    pub(crate) fn poll<S: Site + ?Sized>(
+        &mut self,
+        site: &S,
+        want: &Want,
+        deadline: Option<Instant>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<Grant>> {
+        if !self.waiter.is_registered() {
+            let policy = site.policy();
+            if want.is_plain()
+                && let Some(fence) = site.entry().try_fast(want.mode, policy.fifo)
+            {
+                return Poll::Ready(Ok(Grant {
+                    fence,
+                    ticket: 0,
+                    lease_until: None,
+                }));
+            }
+        }
+        if let Some(deadline) = deadline
+            && Instant::now() >= deadline
+        {
+            return Poll::Ready(match self.waiter.abandon(&SiteQueue(site), true) {
+                Some(grant) => Ok(grant),
+                None => Err(Error::TimedOut),
+            });
+        }
+        let polled = self.waiter.poll(&SiteQueue(site), want, cx);
+        if polled.is_pending()
+            && let Some(deadline) = deadline
+        {
+            crate::wait::timer::wake_at(deadline, cx.waker().clone());
+        }
+        polled
+    }
+
+    /// Leaves the queue (a lock granted meanwhile is released).
+    pub(crate) fn cancel<S: Site + ?Sized>(&mut self, site: &S) {
+        let _ = self.waiter.abandon(&SiteQueue(site), false);
+    }
+}
+
+/// A stripe, and the RwLock's writer side: an entry whose side has a mutex of its own.
+#[derive(Debug, Default)]
+pub(crate) struct RawLock {
+    pub(crate) entry: Entry,
+    side: Mutex<Side>,
+}
+
+impl RawLock {
+    #[cfg(not(keylock_loom))]
+    pub(crate) const fn new() -> Self {
+        Self {
+            entry: Entry::new(),
+            side: Mutex::new(Side::new()),
+        }
+    }
+
+    #[cfg(keylock_loom)]
+    pub(crate) fn new() -> Self {
+        Self {
+            entry: Entry::new(),
+            side: Mutex::new(Side::new()),
+        }
+    }
+}
+
+/// A [`RawLock`] with the policy of the lock object it belongs to.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RawSite<'a> {
+    pub(crate) lock: &'a RawLock,
+    pub(crate) policy: Policy,
+}
+
+impl Site for RawSite<'_> {
+    type Locked<'b>
+        = MutexGuard<'b, Side>
+    where
+        Self: 'b;
+
+    #[inline]
+    fn entry(&self) -> &Entry {
+        &self.lock.entry
+    }
+
+    #[inline]
+    fn lock(&self) -> Self::Locked<'_> {
+        self.lock.side.lock()
+    }
+
+    #[inline]
+    fn policy(&self) -> Policy {
+        self.policy
+    }
+}
+
+/// Plain wants for the common calls.
+#[inline]
+pub(crate) const fn plain(mode: Mode) -> Want {
+    match mode {
+        Mode::Exclusive => Want::EXCLUSIVE,
+        Mode::Shared => Want::SHARED,
+    }
+}

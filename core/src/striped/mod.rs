@@ -1,0 +1,688 @@
+//! `StripedLock`: a fixed array of padded locks indexed by `hash(key) & mask` (seed 000).
+//!
+//! Each stripe is one [`Entry`](crate::entry) with a queue mutex of its own, so a stripe has
+//! everything a pool key has: both modes, fences, leases, owners, force-unlock. This module
+//! finds stripes; `guard` and `future` hold and await them.
+
+mod future;
+mod guard;
+
+use std::fmt;
+use std::hash::Hash;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_utils::CachePadded;
+
+use crate::acquisition::{Acquisition, LockInfo, LockOptions, Mode, Owner, Wait, Want};
+use crate::entry::{Hold, Policy};
+use crate::error::{Error, Result};
+use crate::hash::{DefaultHashBuilder, hash_of, random, seeded};
+use crate::site::{self, RawLock, RawSite, plain};
+
+pub use future::{StripeAcquireFuture, StripeLockFuture, StripesAcquireFuture, StripesLockFuture};
+pub use guard::{StripeGuard, StripesGuard};
+
+/// Counters of a [`StripedLock`], read by [`StripedLock::stats`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct StripedStats {
+    /// The number of stripes.
+    pub stripes: usize,
+    /// Stripes held now (in either mode).
+    pub held: usize,
+    /// Stripes that have waiters queued now.
+    pub queued: usize,
+}
+
+/// A fixed number of locks shared by all keys: each key maps to the stripe
+/// `hash(key) & (stripes - 1)`.
+///
+/// Memory is fixed at creation (one cache-padded lock per stripe, 128 bytes on x86-64) and
+/// locking is one hash and one compare-and-swap. **The trade-off: keys that share a stripe
+/// exclude each other.** With `s` stripes and `n` keys held at once, a new key collides with
+/// probability about `n / s`. Pick it when occasional false sharing between keys is acceptable
+/// and speed and fixed memory matter most; pick [`KeyPool`](crate::KeyPool) when two different
+/// keys must never block each other.
+///
+/// Every stripe has both modes ([`lock_shared`](Self::lock_shared)), a fence that rises with
+/// each exclusive acquisition ([`StripeGuard::fence`]), leases, force-unlock and, when built
+/// [`reentrant`](StripedLockBuilder::reentrant), owners with hold counts.
+///
+/// ```
+/// use keylock_core::StripedLock;
+///
+/// let locks = StripedLock::new(1000).unwrap(); // rounded up to 1024
+/// assert_eq!(locks.stripes(), 1024);
+/// {
+///     let guard = locks.lock("account-17");
+///     assert!(locks.is_locked("account-17"));
+///     assert!(locks.try_lock("account-17").is_err());
+///     assert!(guard.fence() >= 1);
+/// }
+/// assert!(!locks.is_locked("account-17"));
+///
+/// // Several keys at once, deadlock-free: distinct stripes in ascending order.
+/// let both = locks.lock_many(["alice", "bob"].iter());
+/// drop(both);
+/// ```
+pub struct StripedLock {
+    stripes: Box<[CachePadded<RawLock>]>,
+    mask: usize,
+    hasher: DefaultHashBuilder,
+    policy: Policy,
+}
+
+impl fmt::Debug for StripedLock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let stats = self.stats();
+        f.debug_struct("StripedLock")
+            .field("stripes", &stats.stripes)
+            .field("held", &stats.held)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Options for a [`StripedLock`], from [`StripedLock::builder`].
+///
+/// ```
+/// use keylock_core::StripedLock;
+/// let locks = StripedLock::builder().stripes(64).seed(7).fifo(true).build().unwrap();
+/// assert_eq!(locks.stripes(), 64);
+/// ```
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct StripedLockBuilder {
+    stripes: usize,
+    seed: Option<u64>,
+    policy: Policy,
+}
+
+impl StripedLockBuilder {
+    /// The number of stripes (rounded up to a power of two; default 1024).
+    pub fn stripes(mut self, stripes: usize) -> Self {
+        self.stripes = stripes;
+        self
+    }
+
+    /// A fixed hash seed: the same key maps to the same stripe in every process that runs the
+    /// same keylock build (default: random per instance).
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = Some(seed);
+        self
+    }
+
+    /// Strict FIFO: every release hands the stripe to the next waiter, and nobody takes a
+    /// stripe that has waiters (default: eventual fairness, see [`crate::wait::FAIR_AFTER`]).
+    pub fn fifo(mut self, fifo: bool) -> Self {
+        self.policy.fifo = fifo;
+        self
+    }
+
+    /// Reentrant stripes: an exclusive acquire by the [`Owner`] that holds the stripe
+    /// exclusively raises its hold count instead of waiting.
+    pub fn reentrant(mut self, reentrant: bool) -> Self {
+        self.policy.reentrant = reentrant;
+        self
+    }
+
+    /// The largest hold count of a reentrant holder (default 2^16); past it an acquire fails
+    /// with [`Error::ReentrancyLimit`].
+    pub fn max_holds(mut self, max_holds: u32) -> Self {
+        self.policy.max_holds = max_holds.max(1);
+        self
+    }
+
+    /// The lock. `Err(InvalidArgument)` when the stripe count is 0 or more than
+    /// [`StripedLock::MAX_STRIPES`].
+    pub fn build(self) -> Result<StripedLock> {
+        let hasher = self.seed.map_or_else(random, seeded);
+        StripedLock::build(self.stripes, hasher, self.policy)
+    }
+}
+
+impl StripedLock {
+    /// The largest number of stripes accepted (2^20: 128 MiB of padded locks).
+    pub const MAX_STRIPES: usize = 1 << 20;
+
+    /// `stripes` locks (rounded up to a power of two) with a random hash seed.
+    ///
+    /// `Err(InvalidArgument)` when `stripes` is 0 or more than [`MAX_STRIPES`](Self::MAX_STRIPES).
+    pub fn new(stripes: usize) -> Result<Self> {
+        Self::build(stripes, random(), Policy::DEFAULT)
+    }
+
+    /// Like [`new`](Self::new), but with a fixed seed: the same key maps to the same stripe in
+    /// every process that runs the same keylock build.
+    ///
+    /// ```
+    /// use keylock_core::StripedLock;
+    /// let a = StripedLock::with_seed(64, 7).unwrap();
+    /// let b = StripedLock::with_seed(64, 7).unwrap();
+    /// assert_eq!(a.stripe_of("user:42"), b.stripe_of("user:42"));
+    /// ```
+    pub fn with_seed(stripes: usize, seed: u64) -> Result<Self> {
+        Self::build(stripes, seeded(seed), Policy::DEFAULT)
+    }
+
+    /// Options beyond the stripe count: seed, FIFO, reentrancy.
+    pub fn builder() -> StripedLockBuilder {
+        StripedLockBuilder {
+            stripes: 1024,
+            seed: None,
+            policy: Policy::DEFAULT,
+        }
+    }
+
+    fn build(stripes: usize, hasher: DefaultHashBuilder, policy: Policy) -> Result<Self> {
+        if stripes == 0 {
+            return Err(Error::InvalidArgument("stripes must be at least 1"));
+        }
+        if stripes > Self::MAX_STRIPES {
+            return Err(Error::InvalidArgument(
+                "stripes exceeds StripedLock::MAX_STRIPES",
+            ));
+        }
+        let n = stripes.next_power_of_two();
+        let stripes = (0..n).map(|_| CachePadded::new(RawLock::new())).collect();
+        Ok(Self {
+            stripes,
+            mask: n - 1,
+            hasher,
+            policy,
+        })
+    }
+
+    /// The number of stripes (a power of two).
+    pub fn stripes(&self) -> usize {
+        self.stripes.len()
+    }
+
+    /// Stripes held now and stripes with waiters (a snapshot, one pass over the stripes: costs
+    /// O(stripes), so it is meant for monitoring, not for every acquisition).
+    ///
+    /// ```
+    /// use keylock_core::StripedLock;
+    /// let locks = StripedLock::new(8).unwrap();
+    /// let _g = locks.lock("a");
+    /// let stats = locks.stats();
+    /// assert_eq!((stats.stripes, stats.held, stats.queued), (8, 1, 0));
+    /// ```
+    pub fn stats(&self) -> StripedStats {
+        let mut stats = StripedStats {
+            stripes: self.stripes.len(),
+            held: 0,
+            queued: 0,
+        };
+        for stripe in self.stripes.iter() {
+            stats.held += usize::from(stripe.entry.is_held());
+            stats.queued += usize::from(stripe.entry.is_queued());
+        }
+        stats
+    }
+
+    /// The stripe `key` maps to.
+    #[inline]
+    pub fn stripe_of<K: Hash + ?Sized>(&self, key: &K) -> usize {
+        hash_of(&self.hasher, key) as usize & self.mask
+    }
+
+    /// The stripe numbered `stripe` (which must be in range) as a site.
+    #[inline]
+    fn site(&self, stripe: usize) -> RawSite<'_> {
+        RawSite {
+            lock: &self.stripes[stripe],
+            policy: self.policy,
+        }
+    }
+
+    /// The site an acquisition of this lock names; `InvalidArgument` for one of another lock.
+    fn site_of(&self, acq: &Acquisition) -> Result<RawSite<'_>> {
+        usize::try_from(acq.at)
+            .ok()
+            .filter(|&s| s < self.stripes.len())
+            .map(|s| self.site(s))
+            .ok_or(Error::InvalidArgument(
+                "the acquisition belongs to another lock",
+            ))
+    }
+
+    /// `want` as this lock serves it (owners only matter to a reentrant lock).
+    #[inline]
+    fn want(&self, opts: &LockOptions) -> Want {
+        self.policy.normalize(opts.want())
+    }
+
+    /// Acquires `stripe` for `want`, waiting as `wait` says.
+    #[inline]
+    fn acquire<P: std::ops::Deref<Target = StripedLock>>(
+        &self,
+        lock: P,
+        stripe: usize,
+        want: Want,
+        wait: Wait,
+    ) -> Result<StripeGuard<P>> {
+        let grant = site::acquire(&self.site(stripe), &want, wait)?;
+        Ok(StripeGuard::new(lock, stripe, want, grant))
+    }
+
+    // ---- exclusive ----
+
+    /// Blocks until `key`'s stripe is held exclusively.
+    #[inline]
+    pub fn lock<K: Hash + ?Sized>(&self, key: &K) -> StripeGuard<&Self> {
+        let stripe = self.stripe_of(key);
+        let site = self.site(stripe);
+        let fence = match site.lock.entry.try_fast(Mode::Exclusive, self.policy.fifo) {
+            Some(fence) => fence,
+            None => self.lock_slow(stripe, Mode::Exclusive),
+        };
+        StripeGuard::plain(self, stripe, Mode::Exclusive, fence)
+    }
+
+    #[cold]
+    fn lock_slow(&self, stripe: usize, mode: Mode) -> u64 {
+        match site::acquire(&self.site(stripe), &plain(mode), Wait::Forever) {
+            Ok(grant) => grant.fence,
+            // A plain untimed acquire has no way to fail.
+            Err(e) => unreachable!("an untimed plain acquire failed: {e}"),
+        }
+    }
+
+    /// Takes `key`'s stripe exclusively if it is free; `Err(WouldBlock)` otherwise.
+    #[inline]
+    pub fn try_lock<K: Hash + ?Sized>(&self, key: &K) -> Result<StripeGuard<&Self>> {
+        let stripe = self.stripe_of(key);
+        self.acquire(self, stripe, Want::EXCLUSIVE, Wait::No)
+    }
+
+    /// Waits at most `timeout` for `key`'s stripe; `Err(TimedOut)` when it runs out.
+    pub fn try_lock_for<K: Hash + ?Sized>(
+        &self,
+        key: &K,
+        timeout: Duration,
+    ) -> Result<StripeGuard<&Self>> {
+        let stripe = self.stripe_of(key);
+        self.acquire(self, stripe, Want::EXCLUSIVE, Wait::For(timeout))
+    }
+
+    // ---- shared ----
+
+    /// Blocks until `key`'s stripe is held in shared mode (with any other shared holders).
+    ///
+    /// ```
+    /// use keylock_core::StripedLock;
+    /// let locks = StripedLock::new(16).unwrap();
+    /// let a = locks.lock_shared("doc");
+    /// let b = locks.lock_shared("doc");
+    /// assert!(locks.try_lock("doc").is_err());
+    /// drop((a, b));
+    /// assert!(locks.try_lock("doc").is_ok());
+    /// ```
+    #[inline]
+    pub fn lock_shared<K: Hash + ?Sized>(&self, key: &K) -> StripeGuard<&Self> {
+        let stripe = self.stripe_of(key);
+        let fence = match self.site(stripe).lock.entry.try_fast(Mode::Shared, false) {
+            Some(fence) => fence,
+            None => self.lock_slow(stripe, Mode::Shared),
+        };
+        StripeGuard::plain(self, stripe, Mode::Shared, fence)
+    }
+
+    /// Takes `key`'s stripe in shared mode if no exclusive holder or queued request is in the
+    /// way; `Err(WouldBlock)` otherwise.
+    pub fn try_lock_shared<K: Hash + ?Sized>(&self, key: &K) -> Result<StripeGuard<&Self>> {
+        let stripe = self.stripe_of(key);
+        self.acquire(self, stripe, Want::SHARED, Wait::No)
+    }
+
+    /// Waits at most `timeout` for `key`'s stripe in shared mode.
+    pub fn try_lock_shared_for<K: Hash + ?Sized>(
+        &self,
+        key: &K,
+        timeout: Duration,
+    ) -> Result<StripeGuard<&Self>> {
+        let stripe = self.stripe_of(key);
+        self.acquire(self, stripe, Want::SHARED, Wait::For(timeout))
+    }
+
+    // ---- with options ----
+
+    /// Acquires `key`'s stripe as `opts` says: mode, lease, owner, how long to wait.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use keylock_core::{LockOptions, StripedLock, Wait};
+    /// let locks = StripedLock::new(16).unwrap();
+    /// let g = locks.lock_with("k", LockOptions::new().lease(Duration::from_millis(20))).unwrap();
+    /// // Nobody releases it: the next acquirer takes over when the lease ends.
+    /// let next = locks.lock_with("k", LockOptions::new().wait(Wait::For(Duration::from_secs(5)))).unwrap();
+    /// assert!(next.fence() > g.fence());
+    /// assert_eq!(g.release().unwrap_err(), keylock_core::Error::LeaseExpired);
+    /// ```
+    pub fn lock_with<K: Hash + ?Sized>(
+        &self,
+        key: &K,
+        opts: LockOptions,
+    ) -> Result<StripeGuard<&Self>> {
+        let stripe = self.stripe_of(key);
+        self.acquire(self, stripe, self.want(&opts), opts.wait)
+    }
+
+    /// Like [`lock_with`](Self::lock_with), for an `Arc`: the guard is `'static`.
+    pub fn lock_with_owned<K: Hash + ?Sized>(
+        self: &Arc<Self>,
+        key: &K,
+        opts: LockOptions,
+    ) -> Result<StripeGuard<Arc<Self>>> {
+        let stripe = self.stripe_of(key);
+        self.acquire(Arc::clone(self), stripe, self.want(&opts), opts.wait)
+    }
+
+    // ---- acquisitions ----
+
+    /// Releases an acquisition handed out by [`StripeGuard::into_acquisition`]. Refused with
+    /// `NotOwner` (or `LeaseExpired`) when it is no longer current: released already,
+    /// force-unlocked, or its lease ran out. Never touches another acquisition.
+    pub fn release(&self, acquisition: Acquisition) -> Result<()> {
+        self.release_as(acquisition, acquisition.owner)
+    }
+
+    /// Like [`release`](Self::release), on behalf of `owner`: in a reentrant lock, refused with
+    /// `NotOwner` unless `owner` is the holder's owner (as `threading.RLock` refuses a release
+    /// from another thread).
+    pub fn release_as(&self, acquisition: Acquisition, owner: Option<Owner>) -> Result<()> {
+        let site = self.site_of(&acquisition)?;
+        let hold = hold_of(&acquisition, owner);
+        site::release(&site, &hold).map_err(|()| acquisition.stale_error())
+    }
+
+    /// Whether `acquisition` is still current.
+    pub fn is_current(&self, acquisition: &Acquisition) -> bool {
+        self.site_of(acquisition)
+            .is_ok_and(|site| site::is_current(&site, &hold_of(acquisition, acquisition.owner)))
+    }
+
+    /// Moves the end of `acquisition`'s lease to `lease` from now; returns the updated record.
+    /// `InvalidArgument` for an acquisition without a lease.
+    pub fn extend(&self, acquisition: &Acquisition, lease: Duration) -> Result<Acquisition> {
+        let site = self.site_of(acquisition)?;
+        let until = Instant::now().checked_add(lease).ok_or(Error::InvalidArgument(
+            "lease too long",
+        ))?;
+        site::extend(&site, &hold_of(acquisition, acquisition.owner), until)
+            .map_err(|e| e.unwrap_or_else(|| acquisition.stale_error()))?;
+        Ok(Acquisition {
+            lease_until: Some(until),
+            ..*acquisition
+        })
+    }
+
+    /// Frees `key`'s stripe whoever holds it (in either mode), advancing its fence: the
+    /// holders' guards no longer release anything, and their explicit releases report
+    /// `NotOwner`. For a lock left behind by a caller that will never release it. Returns
+    /// whether the stripe was held.
+    ///
+    /// ```
+    /// use keylock_core::StripedLock;
+    /// let locks = StripedLock::new(16).unwrap();
+    /// let stale = locks.lock("k");
+    /// assert!(locks.force_unlock("k"));
+    /// let fresh = locks.lock("k");
+    /// drop(stale);                      // releases nothing
+    /// assert!(locks.is_locked("k"));
+    /// drop(fresh);
+    /// ```
+    pub fn force_unlock<K: Hash + ?Sized>(&self, key: &K) -> bool {
+        site::force_unlock(&self.site(self.stripe_of(key)))
+    }
+
+    /// Whether `key`'s stripe is held (a snapshot; an ended lease does not count).
+    pub fn is_locked<K: Hash + ?Sized>(&self, key: &K) -> bool {
+        site::is_locked(&self.site(self.stripe_of(key)))
+    }
+
+    /// Who holds `key`'s stripe and how (a snapshot); `None` when free.
+    ///
+    /// ```
+    /// use keylock_core::{Mode, StripedLock};
+    /// let locks = StripedLock::new(16).unwrap();
+    /// let _a = locks.lock_shared("k");
+    /// let _b = locks.lock_shared("k");
+    /// let info = locks.info("k").unwrap();
+    /// assert_eq!((info.mode, info.holders), (Mode::Shared, 2));
+    /// ```
+    pub fn info<K: Hash + ?Sized>(&self, key: &K) -> Option<LockInfo> {
+        site::info(&self.site(self.stripe_of(key)))
+    }
+
+    // ---- many keys ----
+
+    /// The distinct stripes of `keys`, ascending, each with the strongest mode asked of it:
+    /// the one order every multi-key acquire uses.
+    fn stripes_of<'k, K, I>(&self, keys: I) -> Vec<(usize, Mode)>
+    where
+        K: Hash + ?Sized + 'k,
+        I: IntoIterator<Item = (&'k K, Mode)>,
+    {
+        let mut stripes: Vec<(usize, Mode)> = keys
+            .into_iter()
+            .map(|(k, m)| (self.stripe_of(k), m))
+            .collect();
+        // Exclusive sorts before Shared, so dedup keeps the strongest mode of each stripe.
+        stripes.sort_unstable();
+        stripes.dedup_by_key(|&mut (s, _)| s);
+        stripes
+    }
+
+    /// Takes `stripes` in order; all or none.
+    fn take_all(
+        &self,
+        stripes: Vec<(usize, Mode)>,
+        base: Want,
+        wait: Wait,
+    ) -> Result<Vec<(usize, Hold, Option<Instant>)>> {
+        let wait = match wait {
+            Wait::For(d) => Wait::Until(Instant::now().checked_add(d).unwrap_or_else(|| {
+                Instant::now() + Duration::from_secs(1 << 40)
+            })),
+            w => w,
+        };
+        let mut held = Vec::with_capacity(stripes.len());
+        for (stripe, mode) in stripes {
+            let want = Want { mode, ..base };
+            match site::acquire(&self.site(stripe), &want, wait) {
+                Ok(grant) => held.push((stripe, Hold::of(&want, grant), grant.lease_until)),
+                Err(e) => {
+                    self.release_holds(&held);
+                    return Err(e);
+                }
+            }
+        }
+        Ok(held)
+    }
+
+    /// Releases stripes taken by this caller, newest first; one whose acquisition is no longer
+    /// current is left alone.
+    fn release_holds(&self, held: &[(usize, Hold, Option<Instant>)]) {
+        for (stripe, hold, _) in held.iter().rev() {
+            let _ = site::release(&self.site(*stripe), hold);
+        }
+    }
+
+    /// Blocks until the stripes of all `keys` are held exclusively. Deadlock-free: distinct
+    /// stripes are taken in ascending order, each once even when several keys share it.
+    pub fn lock_many<'k, K, I>(&self, keys: I) -> StripesGuard<&Self>
+    where
+        K: Hash + ?Sized + 'k,
+        I: IntoIterator<Item = &'k K>,
+    {
+        let stripes = self.stripes_of(keys.into_iter().map(|k| (k, Mode::Exclusive)));
+        match self.take_all(stripes, Want::EXCLUSIVE, Wait::Forever) {
+            Ok(held) => StripesGuard::new(self, held),
+            Err(e) => unreachable!("an untimed plain acquire failed: {e}"),
+        }
+    }
+
+    /// Takes the stripes of all `keys` exclusively if all are free, or none;
+    /// `Err(WouldBlock)` otherwise.
+    pub fn try_lock_many<'k, K, I>(&self, keys: I) -> Result<StripesGuard<&Self>>
+    where
+        K: Hash + ?Sized + 'k,
+        I: IntoIterator<Item = &'k K>,
+    {
+        let opts = LockOptions::new().wait(Wait::No);
+        self.lock_many_with(keys.into_iter().map(|k| (k, Mode::Exclusive)), opts)
+    }
+
+    /// Waits at most `timeout` in all for the stripes of all `keys`: all or none.
+    pub fn try_lock_many_for<'k, K, I>(
+        &self,
+        keys: I,
+        timeout: Duration,
+    ) -> Result<StripesGuard<&Self>>
+    where
+        K: Hash + ?Sized + 'k,
+        I: IntoIterator<Item = &'k K>,
+    {
+        let opts = LockOptions::new().wait(Wait::For(timeout));
+        self.lock_many_with(keys.into_iter().map(|k| (k, Mode::Exclusive)), opts)
+    }
+
+    /// Acquires the stripes of all `keys`, each in its own mode, as `opts` says (its mode is
+    /// ignored; lease, owner and wait apply to every key): all or none, deadlock-free.
+    ///
+    /// ```
+    /// use keylock_core::{LockOptions, Mode, StripedLock};
+    /// let locks = StripedLock::new(1024).unwrap();
+    /// let g = locks.lock_many_with([("src", Mode::Shared), ("dst", Mode::Exclusive)], LockOptions::new()).unwrap();
+    /// assert_eq!(g.len(), locks.lock_many_with([("x", Mode::Shared)], LockOptions::new()).unwrap().len() + 1);
+    /// ```
+    pub fn lock_many_with<'k, K, I>(
+        &self,
+        keys: I,
+        opts: LockOptions,
+    ) -> Result<StripesGuard<&Self>>
+    where
+        K: Hash + ?Sized + 'k,
+        I: IntoIterator<Item = (&'k K, Mode)>,
+    {
+        let stripes = self.stripes_of(keys);
+        let base = self.want(&opts);
+        let held = self.take_all(stripes, base, opts.wait)?;
+        Ok(StripesGuard::new(self, held))
+    }
+
+    // ---- futures ----
+
+    /// A future that resolves to the guard of `key`'s stripe (exclusive), waiting in the same
+    /// queue as blocking callers.
+    pub fn lock_async<K: Hash + ?Sized>(&self, key: &K) -> StripeLockFuture<&Self> {
+        StripeLockFuture::new(self, self.stripe_of(key), Want::EXCLUSIVE)
+    }
+
+    /// Like [`lock_async`](Self::lock_async), for an `Arc`: the future is `'static`.
+    pub fn lock_async_owned<K: Hash + ?Sized>(
+        self: &Arc<Self>,
+        key: &K,
+    ) -> StripeLockFuture<Arc<Self>> {
+        StripeLockFuture::new(Arc::clone(self), self.stripe_of(key), Want::EXCLUSIVE)
+    }
+
+    /// A future that resolves to a shared guard of `key`'s stripe.
+    pub fn lock_shared_async<K: Hash + ?Sized>(&self, key: &K) -> StripeLockFuture<&Self> {
+        StripeLockFuture::new(self, self.stripe_of(key), Want::SHARED)
+    }
+
+    /// Like [`lock_shared_async`](Self::lock_shared_async), for an `Arc`.
+    pub fn lock_shared_async_owned<K: Hash + ?Sized>(
+        self: &Arc<Self>,
+        key: &K,
+    ) -> StripeLockFuture<Arc<Self>> {
+        StripeLockFuture::new(Arc::clone(self), self.stripe_of(key), Want::SHARED)
+    }
+
+    /// A future for `key`'s stripe as `opts` says; it resolves to `Err(TimedOut)` when its
+    /// wait runs out (the executor must poll it then: give it a timer, as
+    /// `tokio::time::timeout` does, or rely on the wake-up keylock arranges for that time).
+    pub fn lock_with_async<K: Hash + ?Sized>(
+        &self,
+        key: &K,
+        opts: LockOptions,
+    ) -> StripeAcquireFuture<&Self> {
+        StripeAcquireFuture::new(self, self.stripe_of(key), self.want(&opts), opts.wait)
+    }
+
+    /// Like [`lock_with_async`](Self::lock_with_async), for an `Arc`.
+    pub fn lock_with_async_owned<K: Hash + ?Sized>(
+        self: &Arc<Self>,
+        key: &K,
+        opts: LockOptions,
+    ) -> StripeAcquireFuture<Arc<Self>> {
+        let (stripe, want) = (self.stripe_of(key), self.want(&opts));
+        StripeAcquireFuture::new(Arc::clone(self), stripe, want, opts.wait)
+    }
+
+    /// A future that resolves once the stripes of all `keys` are held exclusively (ascending
+    /// order).
+    pub fn lock_many_async<'k, K, I>(&self, keys: I) -> StripesLockFuture<&Self>
+    where
+        K: Hash + ?Sized + 'k,
+        I: IntoIterator<Item = &'k K>,
+    {
+        let stripes = self.stripes_of(keys.into_iter().map(|k| (k, Mode::Exclusive)));
+        StripesLockFuture::new(self, stripes)
+    }
+
+    /// Like [`lock_many_async`](Self::lock_many_async), for an `Arc`: the future is `'static`.
+    pub fn lock_many_async_owned<'k, K, I>(
+        self: &Arc<Self>,
+        keys: I,
+    ) -> StripesLockFuture<Arc<Self>>
+    where
+        K: Hash + ?Sized + 'k,
+        I: IntoIterator<Item = &'k K>,
+    {
+        let stripes = self.stripes_of(keys.into_iter().map(|k| (k, Mode::Exclusive)));
+        StripesLockFuture::new(Arc::clone(self), stripes)
+    }
+
+    /// A future for the stripes of all `keys`, each in its own mode, as `opts` says.
+    pub fn lock_many_with_async<'k, K, I>(
+        &self,
+        keys: I,
+        opts: LockOptions,
+    ) -> StripesAcquireFuture<&Self>
+    where
+        K: Hash + ?Sized + 'k,
+        I: IntoIterator<Item = (&'k K, Mode)>,
+    {
+        let stripes = self.stripes_of(keys);
+        StripesAcquireFuture::new(self, stripes, self.want(&opts), opts.wait)
+    }
+
+    /// Like [`lock_many_with_async`](Self::lock_many_with_async), for an `Arc`.
+    pub fn lock_many_with_async_owned<'k, K, I>(
+        self: &Arc<Self>,
+        keys: I,
+        opts: LockOptions,
+    ) -> StripesAcquireFuture<Arc<Self>>
+    where
+        K: Hash + ?Sized + 'k,
+        I: IntoIterator<Item = (&'k K, Mode)>,
+    {
+        let stripes = self.stripes_of(keys);
+        let want = self.want(&opts);
+        StripesAcquireFuture::new(Arc::clone(self), stripes, want, opts.wait)
+    }
+}
+
+/// The entry's view of an acquisition record, released on behalf of `owner`.
+fn hold_of(acq: &Acquisition, owner: Option<Owner>) -> Hold {
+    Hold {
+        mode: acq.mode,
+        fence: acq.fence,
+        ticket: acq.ticket,
+        owner,
+    }
+}
