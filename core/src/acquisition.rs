@@ -215,11 +215,13 @@ impl Want {
         owner: None,
     };
 
-    /// Whether the holder's state must be kept beside the lock word (lease or owner), so that
-    /// every operation on the lock takes its slow path.
+    /// Whether nothing about the holder must be kept beside the lock word, so that the fast
+    /// path may take it: no lease, and no owner of an exclusive hold (a shared request's owner
+    /// matters only when that owner holds the key exclusively, which the fast path cannot
+    /// see as anything but taken).
     #[inline]
     pub(crate) fn is_plain(&self) -> bool {
-        self.lease.is_none() && self.owner.is_none()
+        self.lease.is_none() && (self.owner.is_none() || self.mode == Mode::Shared)
     }
 }
 
@@ -228,8 +230,12 @@ impl Want {
 ///
 /// Guards carry one; [`PoolGuard::into_acquisition`](crate::PoolGuard::into_acquisition) hands it
 /// out for callers that cannot keep a guard, and `release(acquisition)` on the lock object ends
-/// it later. Releasing it twice, or after it was force-unlocked or its lease ran out, is refused
-/// and never touches a later holder.
+/// it later. A release after it was force-unlocked or its lease ran out is refused and never
+/// touches a later holder.
+///
+/// A record is one hold: it is neither `Copy` nor `Clone`, and releasing it consumes it, so it
+/// cannot be released twice. (Shared holders of a key are counted, not named; a second release
+/// of a copied record would count another holder out.)
 ///
 /// ```
 /// use keylock_core::{Error, KeyPool};
@@ -241,7 +247,7 @@ impl Want {
 /// assert_eq!(pool.release(acq), Err(Error::NotOwner)); // the stale release is refused
 /// assert!(pool.is_locked("row:1"));
 /// ```
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(PartialEq, Eq)]
 pub struct Acquisition {
     pub(crate) fence: u64,
     /// Where the lock is, in the terms of the lock object that made it (stripe number, or

@@ -194,7 +194,11 @@ impl Hold {
     /// The hold a grant for `want` gives.
     pub(crate) fn of(want: &Want, grant: Grant) -> Self {
         Self {
-            mode: want.mode,
+            mode: if grant.reentered {
+                Mode::Exclusive
+            } else {
+                want.mode
+            },
             fence: grant.fence,
             ticket: grant.ticket,
             owner: want.owner,
@@ -447,9 +451,9 @@ impl Entry {
     }
 
     fn add_holder_state(side: &mut Side, want: &Want, lease_until: Option<Instant>) -> u64 {
-        let ext = side.ext.get_or_insert_with(Default::default);
         match want.mode {
             Mode::Exclusive => {
+                let ext = side.ext.get_or_insert_with(Default::default);
                 ext.owner = want.owner;
                 ext.holds = 1;
                 ext.lease = lease_until;
@@ -459,6 +463,7 @@ impl Entry {
                 Some(until) => {
                     side.next_ticket += 1;
                     let ticket = side.next_ticket;
+                    let ext = side.ext.get_or_insert_with(Default::default);
                     ext.shared.push((ticket, until));
                     ticket
                 }
@@ -504,6 +509,7 @@ impl Entry {
                     fence: self.fence_of(word),
                     ticket: 0,
                     lease_until: ext.lease,
+                    reentered: true,
                 });
             }
         }
@@ -546,7 +552,8 @@ impl Entry {
                 fence: self.fence_of(new),
                 ticket,
                 lease_until,
-            });
+            reentered: false,
+        });
         }
     }
 
@@ -626,7 +633,8 @@ impl Entry {
                 fence,
                 ticket,
                 lease_until,
-            }));
+            reentered: false,
+        }));
             if want.mode == Mode::Exclusive {
                 break;
             }

@@ -15,8 +15,8 @@ use std::sync::Arc;
 /// let locks = StripedLock::new(4).unwrap();
 /// let acq = locks.lock("k").into_acquisition();
 /// assert_eq!(locks.try_lock("k").unwrap_err(), Error::WouldBlock);
-/// locks.release(acq).unwrap();
-/// assert_eq!(locks.release(acq), Err(Error::NotOwner)); // released already
+/// assert!(locks.force_unlock("k"));
+/// assert_eq!(locks.release(acq), Err(Error::NotOwner)); // no longer current
 /// assert_eq!(Error::TimedOut.to_string(), "timed out waiting for the lock");
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

@@ -132,7 +132,8 @@ pub(crate) fn acquire<S: Site + ?Sized>(site: &S, want: &Want, wait: Wait) -> Re
             fence,
             ticket: 0,
             lease_until: None,
-        });
+        reentered: false,
+    });
     }
     let deadline = wait.deadline();
     {
@@ -172,7 +173,8 @@ pub(crate) fn wait_queued<S: Site + ?Sized>(
                     fence,
                     ticket: 0,
                     lease_until: None,
-                })
+                reentered: false,
+            })
         } else {
             None
         }
@@ -185,7 +187,9 @@ pub(crate) fn wait_queued<S: Site + ?Sized>(
 /// Releases `hold`; `Err(())` when it was not current (the caller names the error).
 #[inline]
 pub(crate) fn release<S: Site + ?Sized>(site: &S, hold: &Hold) -> std::result::Result<(), ()> {
-    if site.entry().release_fast(hold.mode, hold.fence) {
+    // A leased shared hold is one named holder among counted ones: only the slow path can
+    // tell whether it is still among them.
+    if hold.ticket == 0 && site.entry().release_fast(hold.mode, hold.fence) {
         return Ok(());
     }
     release_slow(site, hold)
@@ -291,7 +295,8 @@ impl SiteFuture {
                     fence,
                     ticket: 0,
                     lease_until: None,
-                }));
+                reentered: false,
+            }));
             }
         }
         if let Some(deadline) = deadline

@@ -3,201 +3,488 @@
 //! sequence.
 //!
 //! One thread drives everything, so every acquire that would wait is made as a `try_` or a timed
-//! acquire (a blocking acquire of a held lock would wait forever); guards are kept in a list and
-//! dropped at random, and some acquisitions are leaked and released explicitly instead.
+//! acquire (a blocking acquire of a held lock would wait forever). The keyed model covers both
+//! modes, fences, releases of acquisition records (current or stale), force-unlock, leases
+//! (zero-length ones, which end at once, and long ones that can be extended), and owners with
+//! hold counts in reentrant locks.
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use std::time::Duration;
 
-use keylock_core::{Error, KeyPool, RwLock, StripedLock};
+use keylock_core::{
+    Acquisition, Error, KeyPool, LockOptions, Mode, Owner, PoolGuard, RwLock, StripeGuard,
+    StripedLock, Wait,
+};
 use proptest::prelude::*;
 
 const TICK: Duration = Duration::from_micros(200);
+const KEYS: u8 = 6;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Lease {
+    None,
+    /// Ends at once: the acquisition succeeds, then is over by the next look at the key.
+    Zero,
+    /// An hour: never ends during a test.
+    Long,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Ask {
+    key: u8,
+    mode: Mode,
+    lease: Lease,
+    /// Owner number (reentrant locks only; 0 = none).
+    owner: u8,
+    timed: bool,
+    /// Keep a guard (true) or turn it into an acquisition record at once.
+    guard: bool,
+}
 
 #[derive(Debug, Clone)]
 enum KeyOp {
-    /// `try_lock(k)`; keep the guard.
-    TryLock(u8),
-    /// `try_lock_for(k)`; keep the guard.
-    TryLockFor(u8),
-    /// `try_lock(k)`, then leak the guard.
-    LockLeak(u8),
-    /// Explicit `unlock(k)`.
-    Unlock(u8),
-    /// Drop the n-th kept guard (modulo their number).
-    DropGuard(usize),
-    /// `try_lock_many(keys)` (all or nothing); keep the guard.
-    TryLockMany(Vec<u8>),
-    /// `try_lock_many_for(keys)`; keep the guard.
-    TryLockManyFor(Vec<u8>),
-    /// Explicit `unlock_many(keys)`.
-    UnlockMany(Vec<u8>),
-    /// `is_locked(k)`.
-    IsLocked(u8),
+    Acquire(Ask),
+    /// Release the n-th kept holder (guard dropped, or record released), modulo their number.
+    Release(usize),
+    /// Extend the n-th kept holder's lease.
+    Extend(usize),
+    ForceUnlock(u8),
+    /// `lock_many_with` over these keys and modes, as a try or timed.
+    Many(Vec<(u8, Mode)>, bool),
+}
+
+fn mode() -> impl Strategy<Value = Mode> {
+    prop_oneof![Just(Mode::Exclusive), Just(Mode::Shared)]
+}
+
+fn lease() -> impl Strategy<Value = Lease> {
+    prop_oneof![4 => Just(Lease::None), 1 => Just(Lease::Zero), 1 => Just(Lease::Long)]
 }
 
 fn key_op() -> impl Strategy<Value = KeyOp> {
-    let key = 0u8..6;
-    let keys = proptest::collection::vec(0u8..6, 1..4);
+    let ask = (0..KEYS, mode(), lease(), 0u8..3, any::<bool>(), any::<bool>()).prop_map(
+        |(key, mode, lease, owner, timed, guard)| Ask {
+            key,
+            mode,
+            lease,
+            owner,
+            timed,
+            guard,
+        },
+    );
     prop_oneof![
-        key.clone().prop_map(KeyOp::TryLock),
-        key.clone().prop_map(KeyOp::TryLockFor),
-        key.clone().prop_map(KeyOp::LockLeak),
-        key.clone().prop_map(KeyOp::Unlock),
-        (0usize..8).prop_map(KeyOp::DropGuard),
-        keys.clone().prop_map(KeyOp::TryLockMany),
-        keys.clone().prop_map(KeyOp::TryLockManyFor),
-        keys.prop_map(KeyOp::UnlockMany),
-        key.prop_map(KeyOp::IsLocked),
+        6 => ask.prop_map(KeyOp::Acquire),
+        3 => (0usize..8).prop_map(KeyOp::Release),
+        1 => (0usize..8).prop_map(KeyOp::Extend),
+        1 => (0..KEYS).prop_map(KeyOp::ForceUnlock),
+        2 => (proptest::collection::vec((0..KEYS, mode()), 1..4), any::<bool>())
+            .prop_map(|(keys, timed)| KeyOp::Many(keys, timed)),
     ]
 }
 
-/// The reference model: which lock units (keys, or stripes) are held, and what each kept guard
-/// holds.
-#[derive(Default)]
+/// How a unit (a key, or a stripe) is held in the model.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+enum Held {
+    #[default]
+    Free,
+    Exclusive {
+        id: usize,
+        owner: u8,
+        holds: u32,
+        lease: Lease,
+    },
+    Shared(Vec<usize>),
+}
+
+#[derive(Debug, Default)]
+struct Unit {
+    held: Held,
+    /// The highest fence any acquisition of this unit was given.
+    top: u64,
+    /// Fences handed out from now on are at least this (above `top` after a force-unlock or
+    /// a lease's end).
+    floor: u64,
+    /// The fence shared holders of the current epoch read, once one has.
+    epoch: Option<u64>,
+}
+
+/// The model: units, and every acquisition ever made with whether it is still current.
+#[derive(Debug, Default)]
 struct Model {
-    held: BTreeSet<usize>,
-    guards: Vec<Vec<usize>>,
+    units: BTreeMap<usize, Unit>,
+    current: Vec<bool>,
+    reentrant: bool,
 }
 
 impl Model {
-    fn try_take(&mut self, units: &[usize]) -> Result<(), Error> {
-        if units.iter().any(|u| self.held.contains(u)) {
-            return Err(Error::WouldBlock);
-        }
-        self.held.extend(units.iter().copied());
-        Ok(())
+    fn unit(&mut self, u: usize) -> &mut Unit {
+        self.units.entry(u).or_default()
     }
 
-    fn release(&mut self, units: &[usize]) -> Result<(), Error> {
-        if !units.iter().all(|u| self.held.contains(u)) {
-            return Err(Error::NotLocked);
-        }
-        for u in units {
-            self.held.remove(u);
-        }
-        // A guard whose units were force-released no longer holds them.
-        for g in &mut self.guards {
-            g.retain(|u| !units.contains(u));
-        }
-        Ok(())
+    fn is_held(&self, u: usize) -> bool {
+        self.units.get(&u).is_some_and(|x| x.held != Held::Free)
     }
 
-    fn drop_guard(&mut self, n: usize) -> Option<usize> {
-        if self.guards.is_empty() {
-            return None;
+    /// Whether `mode` (by `owner`) can be had on `u` now, and if it is a reentrant hold.
+    fn admits(&self, u: usize, mode: Mode, owner: u8) -> Option<bool> {
+        let held = self.units.get(&u).map_or(&Held::Free, |x| &x.held);
+        match (held, mode) {
+            (Held::Free, _) => Some(false),
+            (Held::Exclusive { owner: o, .. }, _) if self.reentrant && owner != 0 && *o == owner => {
+                Some(true)
+            }
+            (Held::Shared(_), Mode::Shared) => Some(false),
+            _ => None,
         }
-        let i = n % self.guards.len();
-        let units = self.guards.remove(i);
-        for u in units {
-            self.held.remove(&u);
+    }
+
+    /// Records an acquisition of `u` with `fence`; checks the fence against the history.
+    /// Returns its id and its lease (a reentrant hold keeps the holder's).
+    fn take(
+        &mut self,
+        u: usize,
+        mode: Mode,
+        owner: u8,
+        fence: u64,
+        lease: Lease,
+    ) -> Result<(usize, Lease), String> {
+        let id = self.current.len();
+        let reentrant = self.reentrant && owner != 0;
+        let unit = self.unit(u);
+        match (&mut unit.held, mode) {
+            (Held::Exclusive { id: held, holds, owner: o, lease: l }, _) if reentrant && *o == owner => {
+                if fence != unit.top {
+                    return Err(format!("reentrant hold got fence {fence}, holder has {}", unit.top));
+                }
+                *holds += 1;
+                return Ok((*held, *l));
+            }
+            (Held::Free, Mode::Exclusive) => {
+                if fence <= unit.top || fence < unit.floor {
+                    return Err(format!("exclusive fence {fence} not above {} / {}", unit.top, unit.floor));
+                }
+                unit.top = fence;
+                unit.floor = fence;
+                unit.epoch = None;
+                unit.held = Held::Exclusive { id, owner, holds: 1, lease };
+            }
+            (Held::Free, Mode::Shared) | (Held::Shared(_), Mode::Shared) => {
+                if fence < unit.floor {
+                    return Err(format!("shared fence {fence} below {}", unit.floor));
+                }
+                unit.top = unit.top.max(fence);
+                if let Some(e) = unit.epoch
+                    && fence != e
+                {
+                    return Err(format!("shared holders of one epoch differ: {fence} vs {e}"));
+                }
+                unit.epoch = Some(fence);
+                match &mut unit.held {
+                    Held::Shared(ids) => ids.push(id),
+                    h => *h = Held::Shared(vec![id]),
+                }
+            }
+            _ => return Err("model: take of an incompatible unit".into()),
         }
-        Some(i)
+        self.current.push(true);
+        Ok((id, lease))
+    }
+
+    /// Ends acquisition `id` on `u` (one hold of it).
+    fn drop_hold(&mut self, u: usize, id: usize) {
+        let unit = self.unit(u);
+        match &mut unit.held {
+            Held::Exclusive { id: held, holds, .. } if *held == id => {
+                *holds -= 1;
+                if *holds > 0 {
+                    return;
+                }
+                unit.held = Held::Free;
+            }
+            Held::Shared(ids) if ids.contains(&id) => {
+                ids.retain(|&x| x != id);
+                if ids.is_empty() {
+                    // A free key may change slots, and its fence may jump ahead meanwhile.
+                    unit.held = Held::Free;
+                    unit.epoch = None;
+                }
+            }
+            _ => return,
+        }
+        self.current[id] = false;
+    }
+
+    /// The holders of `u` all stop being current; the fence advances.
+    fn end_all(&mut self, u: usize) -> bool {
+        let unit = self.unit(u);
+        let ids = match std::mem::take(&mut unit.held) {
+            Held::Free => return false,
+            Held::Exclusive { id, .. } => vec![id],
+            Held::Shared(ids) => ids,
+        };
+        unit.epoch = None;
+        // The fence advanced: whatever is handed out next is above everything so far.
+        unit.floor = unit.top + 1;
+        for id in ids {
+            self.current[id] = false;
+        }
+        true
     }
 }
 
-fn distinct(units: impl IntoIterator<Item = usize>) -> Vec<usize> {
-    let set: BTreeSet<usize> = units.into_iter().collect();
-    set.into_iter().collect()
+/// A kept acquisition, and the model's view of it.
+struct Kept<G> {
+    holder: Holder<G>,
+    units: Vec<usize>,
+    id: Vec<usize>,
+    lease: Lease,
 }
 
-fn timed_err(e: Error) -> Error {
-    // A timed acquire that runs out reports TimedOut where a try reports WouldBlock.
-    if e == Error::WouldBlock {
-        Error::TimedOut
+enum Holder<G> {
+    Guard(G),
+    Record(Vec<Acquisition>),
+}
+
+/// What a stale release reports.
+fn stale(lease: Lease) -> Error {
+    if lease == Lease::Zero {
+        Error::LeaseExpired
     } else {
-        e
+        Error::NotOwner
     }
 }
 
-/// Runs `ops` on a keyed primitive through the callbacks, against the model.
+fn options(ask: &Ask, reentrant: bool) -> LockOptions {
+    let mut opts = LockOptions::new().mode(ask.mode).wait(if ask.timed {
+        Wait::For(TICK)
+    } else {
+        Wait::No
+    });
+    match ask.lease {
+        Lease::None => {}
+        Lease::Zero => opts = opts.lease(Duration::ZERO),
+        Lease::Long => opts = opts.lease(Duration::from_secs(3600)),
+    }
+    if reentrant && ask.owner != 0 {
+        opts = opts.owner(Owner::new(u64::from(ask.owner)).unwrap());
+    }
+    opts
+}
+
+/// Runs `ops` on a keyed primitive (a `KeyPool<u8>` or a `StripedLock`) against the model.
 macro_rules! check_keyed {
-    ($ops:expr, $lock:expr, $unit:expr) => {{
+    ($ops:expr, $lock:expr, $unit:expr, $reentrant:expr) => {{
         let lock = $lock;
         let unit = $unit;
-        let mut model = Model::default();
-        let mut guards = Vec::new();
+        let mut model = Model {
+            reentrant: $reentrant,
+            ..Model::default()
+        };
+        let mut kept: Vec<Kept<_>> = Vec::new();
         for op in $ops {
             match &op {
-                &KeyOp::TryLock(k) | &KeyOp::TryLockFor(k) | &KeyOp::LockLeak(k) => {
-                    let got = match op {
-                        KeyOp::TryLockFor(_) => lock.try_lock_for(&k, TICK).map(Some),
-                        _ => lock.try_lock(&k).map(Some),
-                    };
-                    let want = model.try_take(&[unit(&lock, k)]);
-                    let want = if matches!(op, KeyOp::TryLockFor(_)) {
-                        want.map_err(timed_err)
-                    } else {
-                        want
-                    };
-                    prop_assert_eq!(got.as_ref().map(|_| ()).map_err(|e| *e), want);
-                    if let Ok(Some(g)) = got {
-                        if matches!(op, KeyOp::LockLeak(_)) {
-                            g.leak();
-                        } else {
-                            model.guards.push(vec![unit(&lock, k)]);
-                            guards.push(either::Left(g));
+                KeyOp::Acquire(ask) => {
+                    let u = unit(&lock, ask.key);
+                    let got = lock.lock_with(&ask.key, options(ask, model.reentrant));
+                    let owner = if model.reentrant { ask.owner } else { 0 };
+                    match (model.admits(u, ask.mode, owner), got) {
+                        (Some(_), Ok(g)) => {
+                            let (id, lease) = model
+                                .take(u, ask.mode, owner, g.fence(), ask.lease)
+                                .map_err(TestCaseError::fail)?;
+                            let holder = if ask.guard {
+                                Holder::Guard(g)
+                            } else {
+                                Holder::Record(vec![g.into_acquisition()])
+                            };
+                            kept.push(Kept { holder, units: vec![u], id: vec![id], lease });
+                            if lease == Lease::Zero {
+                                // The lease has ended; the next look at the unit notices. An
+                                // exclusive one advances the fence; a shared one just leaves.
+                                match ask.mode {
+                                    Mode::Exclusive => {
+                                        model.end_all(u);
+                                    }
+                                    Mode::Shared => model.drop_hold(u, id),
+                                }
+                            }
+                        }
+                        (None, Err(e)) => {
+                            let want = if ask.timed { Error::TimedOut } else { Error::WouldBlock };
+                            prop_assert_eq!(e, want);
+                        }
+                        (admit, got) => {
+                            return Err(TestCaseError::fail(format!(
+                                "{ask:?}: model {admit:?}, lock {:?}", got.map(|g| g.fence())
+                            )));
                         }
                     }
                 }
-                &KeyOp::Unlock(k) => {
-                    prop_assert_eq!(lock.unlock(&k), model.release(&[unit(&lock, k)]));
-                }
-                &KeyOp::DropGuard(n) => {
-                    if let Some(i) = model.drop_guard(n) {
-                        drop(guards.remove(i));
+                &KeyOp::Release(n) => {
+                    if kept.is_empty() {
+                        continue;
                     }
-                }
-                KeyOp::TryLockMany(keys) | KeyOp::TryLockManyFor(keys) => {
-                    let units = distinct(keys.iter().map(|k| unit(&lock, *k)));
-                    let timed = matches!(op, KeyOp::TryLockManyFor(_));
-                    let got = if timed {
-                        lock.try_lock_many_for(keys.iter(), TICK)
-                    } else {
-                        lock.try_lock_many(keys.iter())
+                    let k = kept.remove(n % kept.len());
+                    let acqs = match k.holder {
+                        Holder::Guard(g) => guard_acquisitions(g),
+                        Holder::Record(acqs) => acqs,
                     };
-                    let want = model.try_take(&units);
-                    let want = if timed { want.map_err(timed_err) } else { want };
-                    prop_assert_eq!(got.as_ref().map(|_| ()).map_err(|e| *e), want);
-                    if let Ok(g) = got {
-                        model.guards.push(units);
-                        guards.push(either::Right(g));
+                    // A many-key record's acquisitions come in the lock's canonical order, not the
+                    // model's: compare the outcomes as a multiset.
+                    let mut want: Vec<_> = k
+                        .id
+                        .iter()
+                        .map(|&id| if model.current[id] { Ok(()) } else { Err(stale(k.lease)) })
+                        .collect();
+                    let mut got: Vec<_> = acqs.into_iter().map(|acq| lock.release(acq)).collect();
+                    want.sort_by_key(|r| format!("{r:?}"));
+                    got.sort_by_key(|r| format!("{r:?}"));
+                    prop_assert_eq!(got, want);
+                    for (&u, &id) in k.units.iter().zip(&k.id) {
+                        if model.current[id] {
+                            model.drop_hold(u, id);
+                        }
                     }
                 }
-                KeyOp::UnlockMany(keys) => {
-                    let units = distinct(keys.iter().map(|k| unit(&lock, *k)));
-                    prop_assert_eq!(lock.unlock_many(keys.iter()), model.release(&units));
+                &KeyOp::Extend(n) => {
+                    if kept.is_empty() {
+                        continue;
+                    }
+                    let i = n % kept.len();
+                    let k = &mut kept[i];
+                    if let (Holder::Record(acqs), [id]) = (&mut k.holder, k.id.as_slice()) {
+                        let got = lock.extend(&mut acqs[0], Duration::from_secs(3600));
+                        let want = match (model.current[*id], k.lease) {
+                            (false, lease) => Err(stale(lease)),
+                            (true, Lease::Long) => Ok(()),
+                            (true, _) => Err(Error::InvalidArgument("the acquisition has no lease")),
+                        };
+                        prop_assert_eq!(got, want);
+                    }
                 }
-                &KeyOp::IsLocked(k) => {
-                    prop_assert_eq!(lock.is_locked(&k), model.held.contains(&unit(&lock, k)));
+                &KeyOp::ForceUnlock(key) => {
+                    let u = unit(&lock, key);
+                    prop_assert_eq!(lock.force_unlock(&key), model.end_all(u));
+                }
+                KeyOp::Many(keys, timed) => {
+                    let mut units: BTreeMap<usize, Mode> = BTreeMap::new();
+                    for &(k, m) in keys {
+                        let e = units.entry(unit(&lock, k)).or_insert(m);
+                        *e = (*e).min(m);
+                    }
+                    let admits = units.iter().all(|(&u, &m)| model.admits(u, m, 0) == Some(false));
+                    let wait = if *timed { Wait::For(TICK) } else { Wait::No };
+                    let got = lock.lock_many_with(keys.iter().map(|(k, m)| (k, *m)), LockOptions::new().wait(wait));
+                    match (admits, got) {
+                        (true, Ok(g)) => {
+                            // The guard's fences come in the lock's canonical order, which the
+                            // model does not know: read each unit's fence from `info`.
+                            prop_assert_eq!(many_fences(&g).len(), units.len());
+                            let mut ids = Vec::new();
+                            for (&u, &m) in units.iter() {
+                                let key = (0..KEYS).find(|&k| unit(&lock, k) == u).unwrap();
+                                let f = lock.info(&key).unwrap().fence;
+                                ids.push(model.take(u, m, 0, f, Lease::None).map_err(TestCaseError::fail)?.0);
+                            }
+                            let acqs = many_acquisitions(g);
+                            kept.push(Kept {
+                                holder: Holder::Record(acqs),
+                                units: units.keys().copied().collect(),
+                                id: ids,
+                                lease: Lease::None,
+                            });
+                        }
+                        (false, Err(e)) => {
+                            prop_assert_eq!(e, if *timed { Error::TimedOut } else { Error::WouldBlock });
+                        }
+                        (admits, got) => {
+                            return Err(TestCaseError::fail(format!(
+                                "many {keys:?}: model {admits}, lock ok = {}", got.is_ok()
+                            )));
+                        }
+                    }
                 }
             }
-            for k in 0u8..6 {
-                prop_assert_eq!(lock.is_locked(&k), model.held.contains(&unit(&lock, k)));
+            for key in 0..KEYS {
+                let u = unit(&lock, key);
+                prop_assert_eq!(lock.is_locked(&key), model.is_held(u), "key {}", key);
+                if let (Some(info), Some(unit)) = (lock.info(&key), model.units.get(&u)) {
+                    match &unit.held {
+                        Held::Exclusive { holds, .. } => {
+                            prop_assert_eq!((info.mode, info.holds, info.fence), (Mode::Exclusive, *holds, unit.top));
+                        }
+                        Held::Shared(ids) => {
+                            prop_assert_eq!((info.mode, info.holders as usize), (Mode::Shared, ids.len()));
+                        }
+                        Held::Free => prop_assert!(false, "info for a free unit"),
+                    }
+                }
             }
         }
-        drop(guards);
-        // Leaked acquisitions are still held; release them and everything must be free.
-        let rest: Vec<usize> = model.held.iter().copied().collect();
-        for k in 0u8..6 {
-            if rest.contains(&unit(&lock, k)) && lock.is_locked(&k) {
-                lock.unlock(&k).unwrap();
+        // Release what is left; everything must be free.
+        for k in kept {
+            match k.holder {
+                Holder::Guard(g) => drop(g),
+                Holder::Record(acqs) => {
+                    for acq in acqs {
+                        let _ = lock.release(acq);
+                    }
+                }
             }
         }
-        for k in 0u8..6 {
-            prop_assert!(!lock.is_locked(&k));
+        for key in 0..KEYS {
+            // Reentrant records hold several times; free any that remain.
+            while lock.is_locked(&key) {
+                prop_assert!(lock.force_unlock(&key));
+            }
         }
         lock
     }};
 }
 
-/// Tiny local Either so the guard list can hold single- and multi-key guards.
-mod either {
-    pub(crate) enum Either<L, R> {
-        Left(L),
-        Right(R),
+/// The acquisitions of a kept guard (a helper so the macro works for both guard types).
+trait KeptGuard {
+    fn into_records(self) -> Vec<Acquisition>;
+}
+impl KeptGuard for PoolGuard<&KeyPool<u8>> {
+    fn into_records(self) -> Vec<Acquisition> {
+        vec![self.into_acquisition()]
     }
-    pub(crate) use Either::{Left, Right};
+}
+impl KeptGuard for StripeGuard<&StripedLock> {
+    fn into_records(self) -> Vec<Acquisition> {
+        vec![self.into_acquisition()]
+    }
+}
+fn guard_acquisitions<G: KeptGuard>(g: G) -> Vec<Acquisition> {
+    g.into_records()
+}
+
+trait ManyGuard {
+    fn fence_list(&self) -> Vec<u64>;
+    fn records(self) -> Vec<Acquisition>;
+}
+impl ManyGuard for keylock_core::PoolManyGuard<&KeyPool<u8>> {
+    fn fence_list(&self) -> Vec<u64> {
+        self.fences().collect()
+    }
+    fn records(self) -> Vec<Acquisition> {
+        self.into_acquisitions()
+    }
+}
+impl ManyGuard for keylock_core::StripesGuard<&StripedLock> {
+    fn fence_list(&self) -> Vec<u64> {
+        self.fences().collect()
+    }
+    fn records(self) -> Vec<Acquisition> {
+        self.into_acquisitions()
+    }
+}
+fn many_fences<G: ManyGuard>(g: &G) -> Vec<u64> {
+    g.fence_list()
+}
+fn many_acquisitions<G: ManyGuard>(g: G) -> Vec<Acquisition> {
+    g.records()
 }
 
 proptest! {
@@ -205,9 +492,18 @@ proptest! {
 
     #[test]
     fn key_pool_matches_model(ops in proptest::collection::vec(key_op(), 1..40)) {
-        let pool = check_keyed!(ops, KeyPool::<u8>::new(), |_: &KeyPool<u8>, k: u8| k as usize);
+        // A pool that keeps no released key indexed, so slots are recycled all the time.
+        let pool: KeyPool<u8> = KeyPool::builder().shards(2).retain(0).build();
+        let pool = check_keyed!(ops, pool, |_: &KeyPool<u8>, k: u8| k as usize, false);
         let stats = pool.stats();
         prop_assert_eq!((stats.held, stats.waiting, stats.entries_in_use), (0, 0, 0));
+    }
+
+    #[test]
+    fn reentrant_key_pool_matches_model(ops in proptest::collection::vec(key_op(), 1..40)) {
+        let pool: KeyPool<u8> = KeyPool::builder().shards(2).retain(0).reentrant(true).build();
+        let pool = check_keyed!(ops, pool, |_: &KeyPool<u8>, k: u8| k as usize, true);
+        prop_assert_eq!(pool.stats().entries_in_use, 0);
     }
 
     #[test]
@@ -216,78 +512,65 @@ proptest! {
         check_keyed!(
             ops,
             StripedLock::with_seed(4, 1).unwrap(),
-            |s: &StripedLock, k: u8| s.stripe_of(&k)
+            |s: &StripedLock, k: u8| s.stripe_of(&k),
+            false
         );
     }
 
     #[test]
-    fn rwlock_matches_model(ops in proptest::collection::vec(0u8..8, 1..60)) {
+    fn reentrant_striped_lock_matches_model(ops in proptest::collection::vec(key_op(), 1..40)) {
+        check_keyed!(
+            ops,
+            StripedLock::builder().stripes(4).seed(1).reentrant(true).build().unwrap(),
+            |s: &StripedLock, k: u8| s.stripe_of(&k),
+            true
+        );
+    }
+
+    #[test]
+    fn rwlock_matches_model(ops in proptest::collection::vec(0u8..6, 1..60)) {
         let rw = RwLock::new();
-        let (mut readers, mut writer) = (0usize, false);
         let mut read_guards = Vec::new();
         let mut write_guard = None;
+        let mut top = 0u64;
         for op in ops {
+            let writer = write_guard.is_some();
             match op {
                 0 | 1 => {
                     let got = if op == 0 { rw.try_read() } else { rw.try_read_for(TICK) };
-                    let expect_ok = !writer;
-                    prop_assert_eq!(got.is_ok(), expect_ok);
+                    prop_assert_eq!(got.is_ok(), !writer);
                     if let Err(e) = &got {
-                        prop_assert_eq!(*e, if op == 0 { Error::WouldBlock } else { Error::TimedOut });
+                        prop_assert_eq!(e.clone(), if op == 0 { Error::WouldBlock } else { Error::TimedOut });
                     }
                     if let Ok(g) = got {
-                        readers += 1;
-                        if readers % 2 == 0 { g.leak() } else { read_guards.push(g) }
+                        read_guards.push(g);
                     }
                 }
                 2 | 3 => {
                     let got = if op == 2 { rw.try_write() } else { rw.try_write_for(TICK) };
-                    prop_assert_eq!(got.is_ok(), !writer && readers == 0);
+                    prop_assert_eq!(got.is_ok(), !writer && read_guards.is_empty());
                     if let Ok(g) = got {
-                        writer = true;
+                        prop_assert!(g.fence() > top, "writer fences rise");
+                        top = g.fence();
                         write_guard = Some(g);
                     }
                 }
                 4 => {
-                    // Release one reader: a kept guard if any, else a leaked one explicitly.
                     if let Some(g) = read_guards.pop() {
-                        drop(g);
-                        readers -= 1;
-                    } else {
-                        let want = if readers > 0 { Ok(()) } else { Err(Error::NotLocked) };
-                        prop_assert_eq!(rw.read_unlock(), want);
-                        readers = readers.saturating_sub(1);
+                        g.release();
                     }
                 }
-                5 => {
+                _ => {
                     if let Some(g) = write_guard.take() {
-                        drop(g);
-                        writer = false;
-                    } else {
-                        prop_assert_eq!(rw.write_unlock(), Err(Error::NotLocked));
+                        g.release();
                     }
                 }
-                6 => {
-                    if let Some(g) = write_guard.take() {
-                        g.leak();
-                        prop_assert_eq!(rw.write_unlock(), Ok(()));
-                        writer = false;
-                    }
-                }
-                _ => {}
             }
-            prop_assert_eq!(rw.is_write_locked(), writer);
-            prop_assert_eq!(rw.is_locked(), writer || readers > 0);
+            prop_assert_eq!(rw.is_write_locked(), write_guard.is_some());
+            prop_assert_eq!(rw.is_locked(), write_guard.is_some() || !read_guards.is_empty());
         }
         drop(read_guards);
         drop(write_guard);
-        while rw.read_unlock().is_ok() {}
         prop_assert!(!rw.is_locked());
     }
-}
-
-#[test]
-fn model_sets_are_distinct() {
-    // The helper the models rely on: duplicates collapse.
-    assert_eq!(distinct([3, 1, 3]), vec![1, 3]);
 }

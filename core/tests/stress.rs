@@ -118,7 +118,10 @@ fn pool_exact_counts_and_empty_after() {
         assert_eq!(stats.held, 0);
         assert_eq!(stats.waiting, 0);
         assert!(pool.is_empty());
-        assert!(stats.entries_allocated <= stats.peak_held);
+        assert!(
+            stats.entries_allocated <= pool.memory_bound(stats.peak_in_use),
+            "{stats:?}"
+        );
     });
 }
 
@@ -176,33 +179,6 @@ fn rwlock_exact_counts() {
         }
         assert_eq!(value.get(), (THREADS * ROUNDS / 4) as u64);
         assert!(!rw.is_locked());
-    });
-}
-
-/// Readers granted by a leaving writer hold the lock at once, even while that writer is still
-/// granting the others: an explicit `read_unlock` from one of them must succeed then.
-#[test]
-fn rwlock_explicit_read_unlock_right_after_a_writer() {
-    within(LIMIT, || {
-        for _ in 0..200 {
-            let rw = Arc::new(RwLock::new());
-            let w = rw.write();
-            let readers: Vec<_> = (0..6)
-                .map(|_| {
-                    let rw = rw.clone();
-                    thread::spawn(move || {
-                        rw.read().leak();
-                        rw.read_unlock()
-                    })
-                })
-                .collect();
-            thread::sleep(Duration::from_micros(200));
-            drop(w);
-            for r in readers {
-                assert_eq!(r.join().unwrap(), Ok(()));
-            }
-            assert!(!rw.is_locked());
-        }
     });
 }
 

@@ -239,16 +239,9 @@ unsafe impl<K: Send + Sync, S: Sync> Sync for KeyPool<K, S> {}
 // SAFETY: as above; the pool owns its shards.
 unsafe impl<K: Send, S: Send> Send for KeyPool<K, S> {}
 
-impl<K: Hash + Eq> KeyPool<K> {
-    /// An empty pool: no shard is allocated until a key is first locked, so this costs one
-    /// small allocation.
-    pub fn new() -> Self {
-        Self::builder().build()
-    }
-
-    /// Options: shards, retention, FIFO, reentrancy, hasher.
-    pub fn builder() -> PoolBuilder {
-        PoolBuilder {
+impl Default for PoolBuilder {
+    fn default() -> Self {
+        Self {
             shards: 64,
             retain: 1024,
             policy: Policy::DEFAULT,
@@ -257,10 +250,26 @@ impl<K: Hash + Eq> KeyPool<K> {
     }
 }
 
+impl<K: Hash + Eq> KeyPool<K> {
+    /// An empty pool: no shard is allocated until a key is first locked, so this costs one
+    /// small allocation.
+    pub fn new() -> Self {
+        PoolBuilder::default().build()
+    }
+}
+
+impl KeyPool {
+    /// Options: shards, retention, FIFO, reentrancy, hasher. The key type is chosen by
+    /// [`PoolBuilder::build`]'s caller.
+    pub fn builder() -> PoolBuilder {
+        PoolBuilder::default()
+    }
+}
+
 impl<K: Hash + Eq, S: BuildHasher> KeyPool<K, S> {
     /// An empty pool with the given hasher.
     pub fn with_hasher(hasher: S) -> Self {
-        KeyPool::<K>::builder().hasher(hasher).build()
+        PoolBuilder::default().hasher(hasher).build()
     }
 
     fn build(b: PoolBuilder<S>) -> Self {
@@ -406,6 +415,7 @@ impl<K: Hash + Eq, S: BuildHasher> KeyPool<K, S> {
                     fence,
                     ticket: 0,
                     lease_until: None,
+                    reentered: false,
                 },
             ));
         }
@@ -471,6 +481,7 @@ impl<K: Hash + Eq, S: BuildHasher> KeyPool<K, S> {
                                 fence,
                                 ticket: 0,
                                 lease_until: None,
+                                reentered: false,
                             },
                         ));
                     }
@@ -685,7 +696,8 @@ impl<K: Hash + Eq, S: BuildHasher> KeyPool<K, S> {
     /// `NotOwner` (or `LeaseExpired`) when it is no longer current: released already,
     /// force-unlocked, or its lease ran out. Never touches another acquisition.
     pub fn release(&self, acquisition: Acquisition) -> Result<()> {
-        self.release_as(acquisition, acquisition.owner)
+        let owner = acquisition.owner;
+        self.release_as(acquisition, owner)
     }
 
     /// Like [`release`](Self::release), on behalf of `owner`: in a reentrant pool, refused with
@@ -703,17 +715,15 @@ impl<K: Hash + Eq, S: BuildHasher> KeyPool<K, S> {
             .is_ok_and(|site| site::is_current(&site, &hold_of(acquisition, acquisition.owner)))
     }
 
-    /// Moves the end of `acquisition`'s lease to `lease` from now; returns the updated record.
+    /// Moves the end of `acquisition`'s lease to `lease` from now (and updates the record).
     /// `InvalidArgument` for an acquisition without a lease.
-    pub fn extend(&self, acquisition: &Acquisition, lease: Duration) -> Result<Acquisition> {
+    pub fn extend(&self, acquisition: &mut Acquisition, lease: Duration) -> Result<()> {
         let site = self.site_at(SlotRef::from_u64(acquisition.at))?;
         let until = lease_end(lease);
         site::extend(&site, &hold_of(acquisition, acquisition.owner), until)
             .map_err(|e| e.unwrap_or_else(|| acquisition.stale_error()))?;
-        Ok(Acquisition {
-            lease_until: Some(until),
-            ..*acquisition
-        })
+        acquisition.lease_until = Some(until);
+        Ok(())
     }
 
     /// Runs `f` on `key`'s slot with its shard locked, if the key has a slot.
@@ -991,6 +1001,7 @@ impl<K: Hash + Eq, S: BuildHasher> KeyPool<K, S> {
                 fence,
                 ticket: 0,
                 lease_until: None,
+                reentered: false,
             };
             return future::Start::Held(at, grant);
         }

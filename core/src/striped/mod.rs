@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use crossbeam_utils::CachePadded;
 
 use crate::acquisition::{Acquisition, LockInfo, LockOptions, Mode, Owner, Wait, Want};
-use crate::entry::{Hold, Policy};
+use crate::entry::{Hold, Policy, lease_end};
 use crate::error::{Error, Result};
 use crate::hash::{DefaultHashBuilder, hash_of, random, seeded};
 use crate::site::{self, RawLock, RawSite, plain};
@@ -385,7 +385,8 @@ impl StripedLock {
     /// `NotOwner` (or `LeaseExpired`) when it is no longer current: released already,
     /// force-unlocked, or its lease ran out. Never touches another acquisition.
     pub fn release(&self, acquisition: Acquisition) -> Result<()> {
-        self.release_as(acquisition, acquisition.owner)
+        let owner = acquisition.owner;
+        self.release_as(acquisition, owner)
     }
 
     /// Like [`release`](Self::release), on behalf of `owner`: in a reentrant lock, refused with
@@ -403,19 +404,15 @@ impl StripedLock {
             .is_ok_and(|site| site::is_current(&site, &hold_of(acquisition, acquisition.owner)))
     }
 
-    /// Moves the end of `acquisition`'s lease to `lease` from now; returns the updated record.
+    /// Moves the end of `acquisition`'s lease to `lease` from now (and updates the record).
     /// `InvalidArgument` for an acquisition without a lease.
-    pub fn extend(&self, acquisition: &Acquisition, lease: Duration) -> Result<Acquisition> {
+    pub fn extend(&self, acquisition: &mut Acquisition, lease: Duration) -> Result<()> {
         let site = self.site_of(acquisition)?;
-        let until = Instant::now().checked_add(lease).ok_or(Error::InvalidArgument(
-            "lease too long",
-        ))?;
+        let until = lease_end(lease);
         site::extend(&site, &hold_of(acquisition, acquisition.owner), until)
             .map_err(|e| e.unwrap_or_else(|| acquisition.stale_error()))?;
-        Ok(Acquisition {
-            lease_until: Some(until),
-            ..*acquisition
-        })
+        acquisition.lease_until = Some(until);
+        Ok(())
     }
 
     /// Frees `key`'s stripe whoever holds it (in either mode), advancing its fence: the

@@ -31,6 +31,8 @@ pub(crate) struct Grant {
     pub(crate) fence: u64,
     pub(crate) ticket: u64,
     pub(crate) lease_until: Option<Instant>,
+    /// A reentrant hold of the exclusive holder (whatever mode was asked).
+    pub(crate) reentered: bool,
 }
 
 /// The part of a node that only the holder of the queue's lock may touch.
