@@ -1,6 +1,6 @@
 # Rust: the core crate and the Rust bank demo.
 
-.PHONY: build-rust demo-rust test-rust bench-rust lint-rust fmt-rust loom loom-swap tsan-rust
+.PHONY: build-rust demo-rust test-rust bench-rust lint-rust fmt-rust loom loom-swap loom-mutants tsan-rust
 
 build-rust:
 	$(CARGO) build --locked --release -p keylock-core -p keylock-bank
@@ -13,6 +13,7 @@ test-rust:
 	$(CARGO) run --locked -q -p keylock-bank -- 8 64 200
 	$(MAKE) loom LOOM_MAX_PREEMPTIONS=3
 	$(MAKE) loom-swap
+	$(MAKE) loom-mutants
 
 # Exhaustive loom models of every algorithm, bounded by preemptions. One test thread: the
 # models share a process-wide switch (hand-off or notify), and loom needs determinism.
@@ -32,6 +33,18 @@ loom-swap:
 	elif grep -q "a reader is inside with the writer" $(TARGET_DIR)/loom-swap.log; then \
 		echo "loom-swap: ok, the model catches the swapped egress/ingress order"; \
 	else cat $(TARGET_DIR)/loom-swap.log >&2; exit 1; fi
+
+# A release must check its acquisition's fence in the same compare-and-swap that frees the lock.
+# Built with that check removed (as the old stripe release was), the stale-release models must
+# find a second holder inside: this target fails if they do not.
+loom-mutants:
+	@if RUSTFLAGS="--cfg keylock_loom --cfg keylock_mutant_unfenced" LOOM_MAX_PREEMPTIONS=3 \
+		$(CARGO) test --locked --release -p keylock-core --test loom --target-dir $(TARGET_DIR)/loom-mutant \
+		-- --test-threads=1 stale_release >$(TARGET_DIR)/loom-mutants.log 2>&1; then \
+		echo "loom-mutants: the unfenced release passed its models; they cannot see the bug" >&2; exit 1; \
+	elif [ "$$(grep -c 'two holders at once' $(TARGET_DIR)/loom-mutants.log)" -ge 2 ]; then \
+		echo "loom-mutants: ok, both stale-release models catch the unfenced release"; \
+	else cat $(TARGET_DIR)/loom-mutants.log >&2; exit 1; fi
 
 bench-rust:
 	$(CARGO) bench --locked -p keylock-core

@@ -309,6 +309,10 @@ impl Entry {
         let want_lo = fence & LO_MAX;
         let mut word = self.word.load(Ordering::Relaxed);
         loop {
+            // `keylock_mutant_unfenced`: a deliberately broken build for `make loom-mutants`,
+            // whose release ignores the fence, as the old stripe release did.
+            #[cfg(keylock_mutant_unfenced)]
+            let want_lo = lo(word);
             let new = match mode {
                 Mode::Exclusive => {
                     if word & !REF != (want_lo << FENCE_SHIFT) | EXCL {
@@ -649,7 +653,7 @@ impl Entry {
 
     /// Whether `hold` is the current acquisition (or one of the current shared ones).
     fn check_locked(&self, side: &Side, hold: &Hold, word: u64) -> bool {
-        if self.fence_of(word) != hold.fence {
+        if self.fence_of(word) != hold.fence && !cfg!(keylock_mutant_unfenced) {
             return false;
         }
         match hold.mode {

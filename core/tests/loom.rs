@@ -227,3 +227,200 @@ fn async_and_thread_waiters_share_a_queue() {
         assert!(!lock.is_locked(&1u64));
     });
 }
+
+/// Waits (yielding to loom) until `flag` is set.
+fn wait_for(flag: &AtomicUsize) {
+    while flag.load(Ordering::SeqCst) == 0 {
+        thread::yield_now();
+    }
+}
+
+/// A holder's guard is dropped after another thread force-unlocked the key, while that thread
+/// takes the key again: the stale drop must not release the new holder, so a third acquirer
+/// never joins it inside.
+#[test]
+fn stale_release_races_force_unlock_on_a_stripe() {
+    loom::model(|| {
+        let lock = Arc::new(StripedLock::with_seed(1, 9).unwrap());
+        let inside = Arc::new(AtomicUsize::new(0));
+        let forced = Arc::new(AtomicUsize::new(0));
+        let stale = lock.lock(&1u64);
+        let first = stale.fence();
+        let t = {
+            let (lock, inside, forced) = (lock.clone(), inside.clone(), forced.clone());
+            thread::spawn(move || {
+                assert!(lock.force_unlock(&1u64));
+                forced.store(1, Ordering::SeqCst);
+                let g = lock.lock(&1u64);
+                assert!(g.fence() > first);
+                enter(&inside);
+                leave(&inside);
+            })
+        };
+        wait_for(&forced);
+        drop(stale);
+        {
+            let _g = lock.lock(&1u64);
+            enter(&inside);
+            leave(&inside);
+        }
+        t.join().unwrap();
+        assert!(!lock.is_locked(&1u64));
+    });
+}
+
+/// The same race on a pool key, whose slot may also be recycled in between.
+#[test]
+fn stale_release_races_force_unlock_on_a_pool_key() {
+    loom::model(|| {
+        let pool = Arc::new(pool());
+        let inside = Arc::new(AtomicUsize::new(0));
+        let forced = Arc::new(AtomicUsize::new(0));
+        let stale = pool.lock(&1);
+        let first = stale.fence();
+        let t = {
+            let (pool, inside, forced) = (pool.clone(), inside.clone(), forced.clone());
+            thread::spawn(move || {
+                assert!(pool.force_unlock(&1));
+                forced.store(1, Ordering::SeqCst);
+                let g = pool.lock(&1);
+                assert!(g.fence() > first);
+                enter(&inside);
+                leave(&inside);
+            })
+        };
+        wait_for(&forced);
+        drop(stale);
+        {
+            let _g = pool.lock(&1);
+            enter(&inside);
+            leave(&inside);
+        }
+        t.join().unwrap();
+        let stats = pool.stats();
+        assert_eq!((stats.held, stats.waiting, stats.entries_in_use), (0, 0, 0));
+    });
+}
+
+/// Writers of an RwLock in a row: each excludes the other and gets a higher fence. (A write
+/// acquisition is held only by its move-only guard, so there is no stale release to race.)
+#[test]
+fn rw_writer_fences_rise() {
+    loom::model(|| {
+        let rw = Arc::new(RwLock::new());
+        let inside = Arc::new(AtomicUsize::new(0));
+        let t = {
+            let (rw, inside) = (rw.clone(), inside.clone());
+            thread::spawn(move || {
+                let w = rw.write();
+                enter(&inside);
+                leave(&inside);
+                w.fence()
+            })
+        };
+        let mine = {
+            let w = rw.write();
+            enter(&inside);
+            leave(&inside);
+            w.fence()
+        };
+        let theirs = t.join().unwrap();
+        assert_ne!(mine, theirs);
+        assert!(mine.max(theirs) == 2 && mine.min(theirs) == 1);
+    });
+}
+
+/// A holder whose lease has ended releases while a waiter takes over: the release is refused
+/// (`LeaseExpired`), the waiter's fence is higher, and nothing is left held.
+#[test]
+fn lease_expiry_races_release() {
+    use keylock_core::{LockOptions, Wait};
+    for hand_off in [false, true] {
+        keylock_core::wait::loom_hand_off(hand_off);
+        loom::model(|| {
+            let pool = Arc::new(pool());
+            let leased = pool
+                .lock_with(&5, LockOptions::new().lease(Duration::ZERO))
+                .unwrap();
+            let first = leased.fence();
+            let t = {
+                let pool = pool.clone();
+                thread::spawn(move || {
+                    let g = pool
+                        .lock_with(&5, LockOptions::new().wait(Wait::Forever))
+                        .unwrap();
+                    assert!(g.fence() > first);
+                })
+            };
+            assert_eq!(leased.release(), Err(Error::LeaseExpired));
+            t.join().unwrap();
+            let stats = pool.stats();
+            assert_eq!((stats.held, stats.waiting, stats.entries_in_use), (0, 0, 0));
+        });
+    }
+    keylock_core::wait::loom_hand_off(false);
+}
+
+/// Two shared holders and one exclusive holder of a stripe: the exclusive one is never inside
+/// with a shared one, and everything is released.
+#[test]
+fn modes_on_a_stripe() {
+    loom::model(|| {
+        let lock = Arc::new(StripedLock::with_seed(1, 9).unwrap());
+        let readers = Arc::new(AtomicUsize::new(0));
+        let writer = Arc::new(AtomicUsize::new(0));
+        let t = {
+            let (lock, readers, writer) = (lock.clone(), readers.clone(), writer.clone());
+            thread::spawn(move || {
+                let _g = lock.lock_shared(&1u64);
+                readers.fetch_add(1, Ordering::SeqCst);
+                assert_eq!(writer.load(Ordering::SeqCst), 0, "a writer beside a reader");
+                readers.fetch_sub(1, Ordering::SeqCst);
+            })
+        };
+        {
+            let _g = lock.lock(&2u64);
+            writer.fetch_add(1, Ordering::SeqCst);
+            assert_eq!(readers.load(Ordering::SeqCst), 0, "a reader beside the writer");
+            writer.fetch_sub(1, Ordering::SeqCst);
+        }
+        {
+            let _g = lock.lock_shared(&3u64);
+            assert_eq!(writer.load(Ordering::SeqCst), 0);
+        }
+        t.join().unwrap();
+        assert!(!lock.is_locked(&1u64));
+    });
+}
+
+/// Shared and exclusive holders of one pool key, with the slot released and taken again.
+#[test]
+fn modes_on_a_pool_slot() {
+    for hand_off in [false, true] {
+        keylock_core::wait::loom_hand_off(hand_off);
+        loom::model(|| {
+            let pool = Arc::new(pool());
+            let readers = Arc::new(AtomicUsize::new(0));
+            let writer = Arc::new(AtomicUsize::new(0));
+            let t = {
+                let (pool, readers, writer) = (pool.clone(), readers.clone(), writer.clone());
+                thread::spawn(move || {
+                    let _g = pool.lock_shared(&1);
+                    readers.fetch_add(1, Ordering::SeqCst);
+                    assert_eq!(writer.load(Ordering::SeqCst), 0, "a writer beside a reader");
+                    readers.fetch_sub(1, Ordering::SeqCst);
+                })
+            };
+            {
+                let _g = pool.lock(&1);
+                writer.fetch_add(1, Ordering::SeqCst);
+                assert_eq!(readers.load(Ordering::SeqCst), 0, "a reader beside the writer");
+                writer.fetch_sub(1, Ordering::SeqCst);
+            }
+            t.join().unwrap();
+            let stats = pool.stats();
+            assert_eq!((stats.held, stats.waiting, stats.entries_in_use), (0, 0, 0));
+        });
+    }
+    keylock_core::wait::loom_hand_off(false);
+}

@@ -454,8 +454,10 @@ impl<'a, K> ShardLocked<'a, K> {
             }
             (*slot.side.get()).hash = hash;
         }
-        self.index_insert(hash, n);
+        // Open the slot before indexing it: the index cell is what lets the fast path reach
+        // the slot, and it must find the slot's word as reopened here.
         slot.entry.reopen(self.state.floor, false);
+        self.index_insert(hash, n);
         n
     }
 
