@@ -110,7 +110,10 @@ impl<P: PoolRef> One<P> {
             }
         };
         let pool = self.pool.take().expect("a pending future has its pool");
-        Poll::Ready(result.map(|grant| PoolGuard::new(pool, self.at, self.want, grant)))
+        Poll::Ready(result.map(|grant| {
+            let slot = std::ptr::NonNull::from(pool.own_slot(self.at));
+            PoolGuard::from_ptr(pool, slot, self.want, grant)
+        }))
     }
 }
 

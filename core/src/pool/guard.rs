@@ -1,8 +1,10 @@
 //! Guards of held keys: each carries its acquisition and releases only that.
 
 use std::fmt;
+use std::ptr::NonNull;
 use std::time::{Duration, Instant};
 
+use super::shard::Slot;
 use super::{PoolRef, SlotRef};
 use crate::acquisition::{Acquisition, Mode, Want};
 use crate::entry::{Hold, lease_end};
@@ -45,20 +47,65 @@ fn acquisition(at: SlotRef, hold: &Hold, lease_until: Option<Instant>) -> Acquis
 #[must_use = "the key is released as soon as the guard is dropped"]
 pub struct PoolGuard<P: PoolRef> {
     pool: Option<P>,
-    at: SlotRef,
+    /// The key's slot: slots never move, and the guard keeps the pool (and so the slot) alive.
+    slot: NonNull<Slot<P::Key>>,
     hold: Hold,
     lease_until: Option<Instant>,
 }
 
+// SAFETY: the guard owns a pool handle and points into that pool's slots, which are shared
+// between threads exactly as `&KeyPool` shares them (see `Shard`'s impls).
+unsafe impl<P: PoolRef + Send> Send for PoolGuard<P> where P::Key: Send + Sync {}
+// SAFETY: `&PoolGuard` only reads the slot's atomic word (`is_current`) or locks its shard.
+unsafe impl<P: PoolRef + Sync> Sync for PoolGuard<P> where P::Key: Send + Sync {}
+
 impl<P: PoolRef> PoolGuard<P> {
     #[inline]
-    pub(super) fn new(pool: P, at: SlotRef, want: Want, grant: Grant) -> Self {
+    pub(super) fn new(pool: P, slot: &Slot<P::Key>, want: Want, grant: Grant) -> Self {
+        Self::from_ptr(pool, NonNull::from(slot), want, grant)
+    }
+
+    #[inline]
+    pub(super) fn from_ptr(
+        pool: P,
+        slot: NonNull<Slot<P::Key>>,
+        want: Want,
+        grant: Grant,
+    ) -> Self {
         Self {
             pool: Some(pool),
-            at,
+            slot,
             hold: Hold::of(&want, grant),
             lease_until: grant.lease_until,
         }
+    }
+
+    #[inline]
+    pub(super) fn plain(pool: P, slot: &Slot<P::Key>, mode: Mode, fence: u64) -> Self {
+        Self {
+            pool: Some(pool),
+            slot: NonNull::from(slot),
+            hold: Hold {
+                mode,
+                fence,
+                ticket: 0,
+                owner: None,
+            },
+            lease_until: None,
+        }
+    }
+
+    /// The slot.
+    #[inline]
+    fn slot(&self) -> &Slot<P::Key> {
+        // SAFETY: the slot belongs to the pool this guard holds (`pool` is Some whenever this
+        // is called), and slots live as long as their pool.
+        unsafe { self.slot.as_ref() }
+    }
+
+    #[inline]
+    fn at(&self) -> SlotRef {
+        self.slot().at
     }
 
     /// The fencing token (see [`Acquisition::fence`]).
@@ -75,9 +122,7 @@ impl<P: PoolRef> PoolGuard<P> {
     /// ended).
     pub fn is_current(&self) -> bool {
         match &self.pool {
-            Some(pool) => pool
-                .site_at(self.at)
-                .is_ok_and(|site| site::is_current(&site, &self.hold)),
+            Some(pool) => site::is_current(&self.slot().site(pool.policy), &self.hold),
             None => false,
         }
     }
@@ -92,7 +137,7 @@ impl<P: PoolRef> PoolGuard<P> {
     /// acquisition is no longer current; `InvalidArgument` when it has no lease.
     pub fn extend(&mut self, lease: Duration) -> Result<()> {
         let pool = self.pool.as_ref().ok_or(Error::NotOwner)?;
-        let site = pool.site_at(self.at)?;
+        let site = self.slot().site(pool.policy);
         let until = lease_end(lease);
         match site::extend(&site, &self.hold, until) {
             Ok(()) => {
@@ -107,20 +152,23 @@ impl<P: PoolRef> PoolGuard<P> {
     /// `Err(NotOwner)` after a force-unlock, `Err(LeaseExpired)` after its lease ended.
     /// (Dropping the guard does the same, silently.)
     pub fn release(mut self) -> Result<()> {
-        let pool = self.pool.take().ok_or(Error::NotOwner)?;
-        pool.release_hold(self.at, &self.hold)
-            .map_err(|()| self.acquisition().stale_error())
+        let pool = self.pool.as_ref().ok_or(Error::NotOwner)?;
+        let result = site::release(&self.slot().site(pool.policy), &self.hold)
+            .map_err(|()| self.acquisition().stale_error());
+        self.pool = None;
+        result
     }
 
     /// Keeps the key held and forgets the guard; release it later with
     /// [`KeyPool::release`](crate::KeyPool::release).
     pub fn into_acquisition(mut self) -> Acquisition {
+        let acq = self.acquisition();
         self.pool = None;
-        self.acquisition()
+        acq
     }
 
     fn acquisition(&self) -> Acquisition {
-        acquisition(self.at, &self.hold, self.lease_until)
+        acquisition(self.at(), &self.hold, self.lease_until)
     }
 }
 
@@ -137,8 +185,12 @@ impl<P: PoolRef> Drop for PoolGuard<P> {
     #[inline]
     fn drop(&mut self) {
         if let Some(pool) = &self.pool {
+            let slot = self.slot();
+            if self.hold.ticket == 0 && slot.entry.release_fast(self.hold.mode, self.hold.fence) {
+                return;
+            }
             // Not current any more (force-unlocked, lease ended): nothing of ours to release.
-            let _ = pool.release_hold(self.at, &self.hold);
+            let _ = site::release(&slot.site(pool.policy), &self.hold);
         }
     }
 }

@@ -41,28 +41,7 @@ use crate::wait::{Attempt, Grant, Queue, Wakes};
 
 pub use future::{PoolAcquireFuture, PoolLockFuture, PoolManyAcquireFuture, PoolManyLockFuture};
 pub use guard::{PoolGuard, PoolManyGuard};
-use shard::{Shard, SlotSite};
-
-/// Where a key's slot is: shard and slot number. Ordered: the canonical order of multi-key
-/// acquires.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub(crate) struct SlotRef {
-    shard: u32,
-    slot: u32,
-}
-
-impl SlotRef {
-    fn to_u64(self) -> u64 {
-        (u64::from(self.shard) << 32) | u64::from(self.slot)
-    }
-
-    fn from_u64(at: u64) -> Self {
-        Self {
-            shard: (at >> 32) as u32,
-            slot: at as u32,
-        }
-    }
-}
+use shard::{Shard, Slot, SlotRef, SlotSite};
 
 /// Counters of a [`KeyPool`], read by [`KeyPool::stats`]: a scan of every shard (O(slots)),
 /// meant for monitoring and tests.
@@ -329,7 +308,7 @@ impl<K: Hash + Eq, S: BuildHasher> KeyPool<K, S> {
         if let Some(shard) = self.shard(n) {
             return shard;
         }
-        let fresh = Box::into_raw(Box::new(Shard::new()));
+        let fresh = Box::into_raw(Box::new(Shard::new(n)));
         match self.shards[n as usize].compare_exchange(
             std::ptr::null_mut(),
             fresh,
@@ -347,13 +326,24 @@ impl<K: Hash + Eq, S: BuildHasher> KeyPool<K, S> {
     }
 
     /// The slot an acquisition names, as a site; `InvalidArgument` for a foreign one.
+    #[inline]
     fn site_at(&self, at: SlotRef) -> Result<SlotSite<'_, K>> {
-        let foreign = Error::InvalidArgument("the acquisition belongs to another lock");
-        if at.shard as usize >= self.shards.len() {
-            return Err(foreign);
+        match self.site_if(at) {
+            Some(site) => Ok(site),
+            None => Err(Error::InvalidArgument(
+                "the acquisition belongs to another lock",
+            )),
         }
-        let shard = self.shard(at.shard).ok_or(foreign.clone())?;
-        Ok(self.site_in(shard, at.slot))
+    }
+
+    /// The slot `at`, if this pool has it.
+    #[inline]
+    fn site_if(&self, at: SlotRef) -> Option<SlotSite<'_, K>> {
+        if at.shard as usize >= self.shards.len() {
+            return None;
+        }
+        let shard = self.shard(at.shard)?;
+        shard.has_slot(at.slot).then(|| self.site_in(shard, at.slot))
     }
 
     #[inline]
@@ -367,25 +357,18 @@ impl<K: Hash + Eq, S: BuildHasher> KeyPool<K, S> {
 
     /// The fast path: the key's slot from the index, taken with one compare-and-swap.
     #[inline]
-    fn acquire_fast<Q>(&self, hash: u64, key: &Q, mode: Mode) -> Option<(SlotRef, u64)>
+    fn acquire_fast<Q>(&self, hash: u64, key: &Q, mode: Mode) -> Option<(&Slot<K>, u64)>
     where
         K: Borrow<Q>,
         Q: Eq + ?Sized,
     {
-        let shard_no = self.shard_no(hash);
-        let shard = self.shard(shard_no)?;
+        let shard = self.shard(self.shard_no(hash))?;
         for n in shard.probe(hash) {
             let slot = shard.slot(n);
             let fence = slot.entry.try_fast(mode, self.policy.fifo)?;
             // SAFETY: we hold the slot now, so its key cannot be rewritten.
             if unsafe { slot.key_is(key) } {
-                return Some((
-                    SlotRef {
-                        shard: shard_no,
-                        slot: n,
-                    },
-                    fence,
-                ));
+                return Some((slot, fence));
             }
             // Another key's slot (recycled since the index was read): let it go.
             let hold = Hold {
@@ -399,18 +382,26 @@ impl<K: Hash + Eq, S: BuildHasher> KeyPool<K, S> {
         None
     }
 
+    /// Slot `at`, which this pool handed out (no validation).
+    #[inline]
+    fn own_slot(&self, at: SlotRef) -> &Slot<K> {
+        let ptr = self.shards[at.shard as usize].load(Ordering::Acquire);
+        // SAFETY: `at` came from this pool, so its shard exists; shards live as long as the pool.
+        unsafe { &*ptr }.slot(at.slot)
+    }
+
     /// Acquires `key` for `want`, waiting as `wait` says.
-    fn acquire<Q>(&self, key: &Q, want: &Want, wait: Wait) -> Result<(SlotRef, Grant)>
+    fn acquire<Q>(&self, key: &Q, want: &Want, wait: Wait) -> Result<(&Slot<K>, Grant)>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         let hash = self.hash(key);
         if want.is_plain()
-            && let Some((at, fence)) = self.acquire_fast(hash, key, want.mode)
+            && let Some((slot, fence)) = self.acquire_fast(hash, key, want.mode)
         {
             return Ok((
-                at,
+                slot,
                 Grant {
                     fence,
                     ticket: 0,
@@ -420,6 +411,7 @@ impl<K: Hash + Eq, S: BuildHasher> KeyPool<K, S> {
             ));
         }
         self.acquire_slow(hash, key, want, wait)
+            .map(|(at, grant)| (self.own_slot(at), grant))
     }
 
     #[cold]
@@ -474,9 +466,9 @@ impl<K: Hash + Eq, S: BuildHasher> KeyPool<K, S> {
                 spun = true;
                 let mut spin = Spin::default();
                 while spin.spin() {
-                    if let Some((at, fence)) = self.acquire_fast(hash, key, want.mode) {
+                    if let Some((slot, fence)) = self.acquire_fast(hash, key, want.mode) {
                         return Ok((
-                            at,
+                            slot.at,
                             Grant {
                                 fence,
                                 ticket: 0,
@@ -528,7 +520,7 @@ impl<K: Hash + Eq, S: BuildHasher> KeyPool<K, S> {
 
     /// Drops a reservation that was never used.
     fn unreserve(&self, at: SlotRef) {
-        if let Ok(site) = self.site_at(at) {
+        if let Some(site) = self.site_if(at) {
             site.slot.unreserve();
         }
     }
@@ -552,10 +544,11 @@ impl<K: Hash + Eq, S: BuildHasher> KeyPool<K, S> {
     }
 
     /// Releases `hold` on slot `at`; `Err(())` when it is not current.
+    #[inline]
     fn release_hold(&self, at: SlotRef, hold: &Hold) -> std::result::Result<(), ()> {
-        match self.site_at(at) {
-            Ok(site) => site::release(&site, hold),
-            Err(_) => Err(()),
+        match self.site_if(at) {
+            Some(site) => site::release(&site, hold),
+            None => Err(()),
         }
     }
 
@@ -584,9 +577,28 @@ impl<K: Hash + Eq, S: BuildHasher> KeyPool<K, S> {
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
+        let hash = self.hash(key);
+        if let Some((slot, fence)) = self.acquire_fast(hash, key, mode) {
+            return PoolGuard::plain(pool, slot, mode, fence);
+        }
+        self.lock_plain_slow(pool, hash, key, mode)
+    }
+
+    #[cold]
+    fn lock_plain_slow<P: PoolRef<Key = K, Hasher = S>, Q>(
+        &self,
+        pool: P,
+        hash: u64,
+        key: &Q,
+        mode: Mode,
+    ) -> PoolGuard<P>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
         let want = site::plain(mode);
-        match self.acquire(key, &want, Wait::Forever) {
-            Ok((at, grant)) => PoolGuard::new(pool, at, want, grant),
+        match self.acquire_slow(hash, key, &want, Wait::Forever) {
+            Ok((at, grant)) => PoolGuard::new(pool, self.own_slot(at), want, grant),
             // A plain untimed acquire has no way to fail.
             Err(e) => unreachable!("an untimed plain acquire failed: {e}"),
         }
@@ -671,8 +683,9 @@ impl<K: Hash + Eq, S: BuildHasher> KeyPool<K, S> {
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         let want = self.want(&opts);
-        let (at, grant) = self.acquire(key, &want, opts.wait)?;
-        Ok(PoolGuard::new(self, at, want, grant))
+        let (slot, grant) = self.acquire(key, &want, opts.wait)?;
+        let slot = std::ptr::NonNull::from(slot);
+        Ok(PoolGuard::from_ptr(self, slot, want, grant))
     }
 
     /// Like [`lock_with`](Self::lock_with), for an `Arc`: the guard is `'static`.
@@ -686,8 +699,9 @@ impl<K: Hash + Eq, S: BuildHasher> KeyPool<K, S> {
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         let want = self.want(&opts);
-        let (at, grant) = self.acquire(key, &want, opts.wait)?;
-        Ok(PoolGuard::new(Arc::clone(self), at, want, grant))
+        let (slot, grant) = self.acquire(key, &want, opts.wait)?;
+        let slot = std::ptr::NonNull::from(slot);
+        Ok(PoolGuard::from_ptr(Arc::clone(self), slot, want, grant))
     }
 
     // ---- acquisitions ----
@@ -995,8 +1009,9 @@ impl<K: Hash + Eq, S: BuildHasher> KeyPool<K, S> {
     {
         let hash = self.hash(key);
         if want.is_plain()
-            && let Some((at, fence)) = self.acquire_fast(hash, key, want.mode)
+            && let Some((slot, fence)) = self.acquire_fast(hash, key, want.mode)
         {
+            let at = slot.at;
             let grant = Grant {
                 fence,
                 ticket: 0,

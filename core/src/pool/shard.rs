@@ -72,9 +72,33 @@ fn locate(n: u32) -> (usize, usize) {
     (seg, (v - (u64::from(BASE) << seg)) as usize)
 }
 
+/// Where a key's slot is: shard and slot number. Ordered: the canonical order of multi-key
+/// acquires.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) struct SlotRef {
+    pub(crate) shard: u32,
+    pub(crate) slot: u32,
+}
+
+impl SlotRef {
+    pub(crate) fn to_u64(self) -> u64 {
+        (u64::from(self.shard) << 32) | u64::from(self.slot)
+    }
+
+    pub(crate) fn from_u64(at: u64) -> Self {
+        Self {
+            shard: (at >> 32) as u32,
+            slot: at as u32,
+        }
+    }
+}
+
 /// The lock of one key.
 pub(crate) struct Slot<K> {
     pub(crate) entry: Entry,
+    /// The shard the slot belongs to (shards never move), and the slot's own place.
+    home: *const Shard<K>,
+    pub(crate) at: SlotRef,
     /// Waiters that will come back to this slot (see the module docs); the slot is not recycled
     /// while this is non-zero. Raised under the shard mutex, lowered anywhere.
     reservations: AtomicU32,
@@ -91,9 +115,11 @@ struct SlotSide {
 }
 
 impl<K> Slot<K> {
-    fn new() -> Self {
+    fn new(home: *const Shard<K>, at: SlotRef) -> Self {
         Self {
             entry: Entry::new(),
+            home,
+            at,
             reservations: AtomicU32::new(0),
             key: UnsafeCell::new(None),
             side: UnsafeCell::new(SlotSide {
@@ -116,6 +142,17 @@ impl<K> Slot<K> {
     {
         // SAFETY: the caller keeps writers out, as the contract says.
         unsafe { (*self.key.get()).as_ref() }.is_some_and(|k| k.borrow() == key)
+    }
+
+    /// The slot as a site, with `policy`.
+    #[inline]
+    pub(crate) fn site(&self, policy: Policy) -> SlotSite<'_, K> {
+        SlotSite {
+            // SAFETY: a slot lives inside its shard's segments, so the shard outlives it.
+            shard: unsafe { &*self.home },
+            slot: self,
+            policy,
+        }
     }
 
     /// Drops a reservation (the waiter finished, or will not wait after all).
@@ -163,6 +200,8 @@ struct ShardState {
 
 /// One shard of a pool.
 pub(crate) struct Shard<K> {
+    /// This shard's number in its pool.
+    number: u32,
     index: AtomicPtr<Index>,
     segments: [AtomicPtr<Slot<K>>; SEGMENTS],
     state: Mutex<ShardState>,
@@ -252,8 +291,9 @@ pub(crate) struct ShardStats {
 }
 
 impl<K> Shard<K> {
-    pub(crate) fn new() -> Self {
+    pub(crate) fn new(number: u32) -> Self {
         Self {
+            number,
             index: AtomicPtr::new(Box::into_raw(Index::new(INDEX_MIN))),
             segments: std::array::from_fn(|_| AtomicPtr::new(std::ptr::null_mut())),
             state: Mutex::new(ShardState {
@@ -280,6 +320,13 @@ impl<K> Shard<K> {
         // before any index cell or guard could name it) and segments are freed only when the
         // shard is dropped; `off` is within the segment by `locate`.
         unsafe { &*base.add(off) }
+    }
+
+    /// Whether slot `n` exists (has been allocated).
+    #[inline]
+    pub(crate) fn has_slot(&self, n: u32) -> bool {
+        let (seg, _) = locate(n);
+        seg < SEGMENTS && !self.segments[seg].load(Ordering::Acquire).is_null()
     }
 
     /// The slot of `key` if the index, read without the mutex, has it: the fast path's probe.
@@ -541,7 +588,11 @@ impl<'a, K> ShardLocked<'a, K> {
         let (seg, off) = locate(n);
         if off == 0 {
             let len = (BASE as usize) << seg;
-            let segment: Box<[Slot<K>]> = (0..len).map(|_| Slot::new()).collect();
+            let home: *const Shard<K> = self.shard;
+            let shard = self.shard.number;
+            let segment: Box<[Slot<K>]> = (0..len as u32)
+                .map(|i| Slot::new(home, SlotRef { shard, slot: n + i }))
+                .collect();
             let base = Box::into_raw(segment).cast::<Slot<K>>();
             self.shard.segments[seg].store(base, Ordering::Release);
         }
