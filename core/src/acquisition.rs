@@ -290,6 +290,11 @@ impl Acquisition {
         self.owner_died
     }
 
+    /// A copy for internal checks that never release it (the record itself is one hold).
+    pub(crate) fn duplicate(&self) -> Acquisition {
+        Acquisition { ..*self }
+    }
+
     /// The error for a release or extend of this acquisition that found it no longer current.
     pub(crate) fn stale_error(&self) -> crate::Error {
         match self.lease_until {

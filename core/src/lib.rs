@@ -36,6 +36,7 @@ mod error;
 mod hash;
 mod pool;
 mod rwlock;
+pub mod scope;
 mod site;
 mod striped;
 mod sync;
@@ -43,6 +44,7 @@ pub mod wait;
 
 pub use acquisition::{Acquisition, LockInfo, LockOptions, Mode, Owner, Wait};
 pub use error::{Error, Result};
+pub use scope::{KeySpace, KeyedLock, LockKey, OpenOptions, open, open_with};
 
 /// The README's examples, compiled and run as doctests so they cannot go stale.
 #[cfg(doctest)]

@@ -182,6 +182,9 @@ pub struct KeyPool<K = Vec<u8>, S = DefaultHashBuilder> {
     policy: Policy,
     /// Fresh slots each shard may allocate before it recycles.
     retain: u32,
+    /// The pool for Web Locks names (the [`KeyedLock`](crate::KeyedLock) trait's other key
+    /// space), made on first use with the same policy.
+    names: std::sync::OnceLock<Arc<KeyPool<Vec<u8>>>>,
 }
 
 impl<K, S> fmt::Debug for KeyPool<K, S> {
@@ -260,7 +263,27 @@ impl<K: Hash + Eq, S: BuildHasher> KeyPool<K, S> {
             hasher: b.hasher,
             policy: b.policy,
             retain,
+            names: std::sync::OnceLock::new(),
         }
+    }
+
+    /// The pool for Web Locks names, made now if needed.
+    pub(crate) fn names(&self) -> &Arc<KeyPool<Vec<u8>>> {
+        self.names.get_or_init(|| {
+            Arc::new(
+                KeyPool::builder()
+                    .shards(self.shards.len())
+                    .fifo(self.policy.fifo)
+                    .reentrant(self.policy.reentrant)
+                    .max_holds(self.policy.max_holds)
+                    .build(),
+            )
+        })
+    }
+
+    /// The names pool, if it was made.
+    pub(crate) fn names_if(&self) -> Option<&Arc<KeyPool<Vec<u8>>>> {
+        self.names.get()
     }
 
     /// The number of shards.

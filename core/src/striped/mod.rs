@@ -369,6 +369,35 @@ impl StripedLock {
         self.acquire(self, stripe, self.want(&opts), opts.wait)
     }
 
+    /// Acquires stripe `stripe` as `opts` says (the trait's form).
+    pub(crate) fn lock_stripe_with(&self, stripe: usize, opts: LockOptions) -> Result<StripeGuard<&Self>> {
+        self.acquire(self, stripe, self.want(&opts), opts.wait)
+    }
+
+    /// [`lock_stripe_with`](Self::lock_stripe_with) as a future.
+    pub(crate) fn lock_stripe_with_async_owned(
+        self: &Arc<Self>,
+        stripe: usize,
+        opts: LockOptions,
+    ) -> StripeAcquireFuture<Arc<Self>> {
+        StripeAcquireFuture::new(Arc::clone(self), stripe, self.want(&opts), opts.wait)
+    }
+
+    /// Force-unlocks stripe `stripe`.
+    pub(crate) fn force_unlock_stripe(&self, stripe: usize) -> bool {
+        site::force_unlock(&self.site(stripe))
+    }
+
+    /// The holders of stripe `stripe`.
+    pub(crate) fn info_stripe(&self, stripe: usize) -> Option<LockInfo> {
+        site::info(&self.site(stripe))
+    }
+
+    /// Whether the lock is reentrant.
+    pub fn is_reentrant(&self) -> bool {
+        self.policy.reentrant
+    }
+
     /// Like [`lock_with`](Self::lock_with), for an `Arc`: the guard is `'static`.
     pub fn lock_with_owned<K: Hash + ?Sized>(
         self: &Arc<Self>,
@@ -462,14 +491,40 @@ impl StripedLock {
         K: Hash + ?Sized + 'k,
         I: IntoIterator<Item = (&'k K, Mode)>,
     {
-        let mut stripes: Vec<(usize, Mode)> = keys
+        let stripes: Vec<(usize, Mode)> = keys
             .into_iter()
             .map(|(k, m)| (self.stripe_of(k), m))
             .collect();
-        // Exclusive sorts before Shared, so dedup keeps the strongest mode of each stripe.
-        stripes.sort_unstable();
-        stripes.dedup_by_key(|&mut (s, _)| s);
-        stripes
+        canonical(stripes)
+    }
+
+    /// The stripe of a key of the [`KeyedLock`](crate::KeyedLock) trait: a plain key's stripe
+    /// is the one [`stripe_of`](Self::stripe_of) gives its bytes; names hash with their space.
+    pub(crate) fn stripe_of_key(&self, key: crate::scope::LockKey<'_>) -> usize {
+        match key.space {
+            crate::scope::KeySpace::Keys => self.stripe_of(key.bytes),
+            space => self.stripe_of(&(space, key.bytes)),
+        }
+    }
+
+    /// Acquires the given stripes (any order, duplicates allowed), all or none.
+    pub(crate) fn lock_stripes(
+        &self,
+        stripes: Vec<(usize, Mode)>,
+        opts: LockOptions,
+    ) -> Result<StripesGuard<&Self>> {
+        let held = self.take_all(canonical(stripes), self.want(&opts), opts.wait)?;
+        Ok(StripesGuard::new(self, held))
+    }
+
+    /// [`lock_stripes`](Self::lock_stripes) as a future.
+    pub(crate) fn lock_stripes_async_owned(
+        self: &Arc<Self>,
+        stripes: Vec<(usize, Mode)>,
+        opts: LockOptions,
+    ) -> StripesAcquireFuture<Arc<Self>> {
+        let want = self.want(&opts);
+        StripesAcquireFuture::new(Arc::clone(self), canonical(stripes), want, opts.wait)
     }
 
     /// Takes `stripes` in order; all or none.
@@ -672,6 +727,14 @@ impl StripedLock {
         let want = self.want(&opts);
         StripesAcquireFuture::new(Arc::clone(self), stripes, want, opts.wait)
     }
+}
+
+/// Stripes sorted and deduplicated: the one order every multi-key acquire uses. Exclusive
+/// sorts before Shared, so the dedup keeps the strongest mode of each stripe.
+fn canonical(mut stripes: Vec<(usize, Mode)>) -> Vec<(usize, Mode)> {
+    stripes.sort_unstable();
+    stripes.dedup_by_key(|&mut (s, _)| s);
+    stripes
 }
 
 /// The entry's view of an acquisition record, released on behalf of `owner`.
