@@ -31,10 +31,10 @@ FMT_TARGETS := fmt-rust
 TSAN_TARGETS := tsan-rust
 
 include mk/rust.mk
--include mk/c.mk
--include mk/py.mk
--include mk/node.mk
--include mk/bench.mk
+include mk/c.mk
+include mk/py.mk
+include mk/node.mk
+include mk/bench.mk
 
 # The sanitizer runs fit in the test budget, so `make test` includes them (last).
 TEST_TARGETS += tsan
