@@ -24,7 +24,7 @@
 //! - *An entry leaked by a waiter that timed out*: leaving a queue drops the reservation under
 //!   the shard lock, and frees the slot if that was the last reference.
 //! - *Memory growing with distinct keys*: see above; `stats().entries_allocated` never exceeds
-//!   the peak in use.
+//!   `stats().peak_held` plus [`KeyPool::RETAINED_PER_SHARD`] per shard.
 
 use std::borrow::Borrow;
 use std::collections::VecDeque;
@@ -393,7 +393,7 @@ pub struct PoolStats {
     pub waiting: usize,
     /// Keys that have a slot now (held, or awaited by someone). 0 once everything is released.
     pub entries_in_use: usize,
-    /// Slots allocated (in use or on free lists): the pool's memory, in keys.
+    /// Slots allocated (in use, or unused and kept for reuse): the pool's memory, in keys.
     pub entries_allocated: usize,
     /// The sum over shards of each shard's peak of slots in use (held or awaited): an upper
     /// bound on the pool's peak. `entries_allocated` never exceeds it by more than
