@@ -1,6 +1,6 @@
 /*
  * The C API test: every function, every result code, each bad input, and a pthread stress test
- * with exact counts on all three primitives. `make test` builds it against the *installed*
+ * with exact counts and one holder at a time on all three primitives. `make test` builds it against the *installed*
  * header and library (make install into a temporary prefix, flags from pkg-config) with
  * -fsanitize=address,undefined, as C99. A watchdog (alarm) turns a deadlock into a failure.
  *
@@ -450,10 +450,59 @@ enum { THREADS = 8, ITERS = 20000, NKEYS = 4 };
 
 static const char *const STRESS_KEYS[NKEYS] = {"s0", "s1", "s2", "s3"};
 
+/*
+ * Who is inside a critical section, counted as it happens (GCC/Clang atomic builtins, which
+ * ThreadSanitizer understands). An entry counts the exclusive holders inside at that moment and
+ * the readers beside them; `overlaps` counts every entry that found someone the lock should have
+ * kept out. Nothing interrupts a C critical section here, so every entry must also complete.
+ */
+typedef struct {
+    long exclusive; /* exclusive holders inside now */
+    long shared;    /* shared holders (readers) inside now */
+    long max_exclusive;
+    long overlaps;
+    long entered;
+    long completed;
+} occupancy;
+
+static void occ_enter(occupancy *o, bool shared) {
+    __atomic_add_fetch(&o->entered, 1, __ATOMIC_SEQ_CST);
+    if (shared) {
+        __atomic_add_fetch(&o->shared, 1, __ATOMIC_SEQ_CST);
+        if (__atomic_load_n(&o->exclusive, __ATOMIC_SEQ_CST) != 0)
+            __atomic_add_fetch(&o->overlaps, 1, __ATOMIC_SEQ_CST);
+        return;
+    }
+    long n = __atomic_add_fetch(&o->exclusive, 1, __ATOMIC_SEQ_CST);
+    long max = __atomic_load_n(&o->max_exclusive, __ATOMIC_SEQ_CST);
+    while (n > max && !__atomic_compare_exchange_n(&o->max_exclusive, &max, n, false,
+                                                   __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {}
+    if (n > 1 || __atomic_load_n(&o->shared, __ATOMIC_SEQ_CST) != 0)
+        __atomic_add_fetch(&o->overlaps, 1, __ATOMIC_SEQ_CST);
+}
+
+static void occ_leave(occupancy *o, bool shared) {
+    __atomic_sub_fetch(shared ? &o->shared : &o->exclusive, 1, __ATOMIC_SEQ_CST);
+    __atomic_add_fetch(&o->completed, 1, __ATOMIC_SEQ_CST);
+}
+
+/* One holder at a time (readers aside), every entry completed, nobody inside now. */
+static void check_occupancy(const char *what, const occupancy *o) {
+    if (o->overlaps != 0 || o->max_exclusive > 1)
+        fprintf(stderr, "  %s: %ld entries found another holder inside; at most %ld at once\n",
+                what, o->overlaps, o->max_exclusive);
+    CHECK(o->overlaps == 0);
+    CHECK(o->max_exclusive <= 1);
+    CHECK(o->entered > 0);
+    CHECK(o->completed == o->entered);
+    CHECK(o->exclusive == 0 && o->shared == 0);
+}
+
 typedef struct {
     const keyed_api *api;
     void *handle;
     long counter[NKEYS]; /* plain: the per-key lock alone protects each */
+    occupancy inside[NKEYS];
     keylock_result error;
 } keyed_stress;
 
@@ -486,8 +535,12 @@ static void *keyed_stress_thread(void *p) {
             size_t lens[2] = {2, 2};
             r = api->lock_many(s->handle, keys, lens, 2);
             if (r != KEYLOCK_OK) break;
+            occ_enter(&s->inside[k], false);
+            occ_enter(&s->inside[k2], false);
             s->counter[k]++;
             s->counter[k2]++;
+            occ_leave(&s->inside[k2], false);
+            occ_leave(&s->inside[k], false);
             r = api->unlock_many(s->handle, keys, lens, 2);
             if (r != KEYLOCK_OK) s->error = r;
             continue;
@@ -497,7 +550,9 @@ static void *keyed_stress_thread(void *p) {
             s->error = r;
             return NULL;
         }
+        occ_enter(&s->inside[k], false);
         s->counter[k]++;
+        occ_leave(&s->inside[k], false);
         r = api->unlock(s->handle, key, 2);
         if (r != KEYLOCK_OK) s->error = r;
     }
@@ -531,6 +586,8 @@ static void test_keyed_stress(const keyed_api *api) {
             fprintf(stderr, "  %s key %d: counted %ld, expected %ld\n", api->name, k,
                     s.counter[k], expected[k]);
         CHECK(s.counter[k] == expected[k]);
+        CHECK(s.inside[k].completed == expected[k]);
+        check_occupancy(STRESS_KEYS[k], &s.inside[k]);
         CHECK(!locked(api, s.handle, (const uint8_t *)STRESS_KEYS[k], 2));
     }
     api->destroy(s.handle);
@@ -542,6 +599,7 @@ typedef struct {
     long reads;      /* under a separate mutex: readers run together */
     long torn;
     pthread_mutex_t reads_mutex;
+    occupancy inside; /* writers exclusive, readers shared */
     keylock_result error;
 } rw_stress;
 
@@ -554,8 +612,10 @@ static void *rw_writer(void *p) {
             s->error = r;
             return NULL;
         }
+        occ_enter(&s->inside, false);
         s->a++;
         s->b++;
+        occ_leave(&s->inside, false);
         r = keylock_rwlock_write_unlock(s->rw);
         if (r != KEYLOCK_OK) s->error = r;
     }
@@ -578,7 +638,9 @@ static void *rw_reader(void *p) {
             s->error = r;
             return NULL;
         }
+        occ_enter(&s->inside, true);
         torn = s->a != s->b;
+        occ_leave(&s->inside, true);
         r = keylock_rwlock_read_unlock(s->rw);
         if (r != KEYLOCK_OK) s->error = r;
         pthread_mutex_lock(&s->reads_mutex);
@@ -606,6 +668,8 @@ static void test_rwlock_stress(void) {
     CHECK(s.b == (long)WRITERS * ITERS);
     CHECK(s.reads == (long)READERS * ITERS);
     CHECK(s.torn == 0);
+    CHECK(s.inside.completed == (long)THREADS * ITERS);
+    check_occupancy("rwlock", &s.inside);
     CHECK_RESULT(keylock_rwlock_read_unlock(s.rw), KEYLOCK_NOT_LOCKED);
     CHECK_RESULT(keylock_rwlock_write_unlock(s.rw), KEYLOCK_NOT_LOCKED);
     pthread_mutex_destroy(&s.reads_mutex);
