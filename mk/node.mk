@@ -37,7 +37,7 @@ demo-node: build-node
 	node examples/node/bank.js
 
 test-node: build-node
-	cd $(NODE_DIR) && node --test test/
+	cd $(NODE_DIR) && node --test test/*.test.js
 	cd $(NODE_DIR) && npx --no-install tsc -p test
 	node examples/node/bank.js
 
