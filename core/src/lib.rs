@@ -15,6 +15,9 @@
 //! Waiting threads and async tasks stand in one queue per lock ([`wait`]), served in order with
 //! eventual fairness. Futures work on any executor; dropping one cancels its wait exactly.
 //!
+//! What every front end (C, Python, Node) shares lives here too, so that they agree: how keys
+//! become bytes ([`keys`]), and the outcome codes with their numbers and names ([`Status`]).
+//!
 //! ```
 //! use keylock_core::{KeyPool, StripedLock, RwLock};
 //!
@@ -32,14 +35,17 @@
 mod adder;
 mod error;
 mod hash;
+pub mod keys;
 mod pool;
 mod raw_mutex;
 mod rwlock;
+mod status;
 mod striped;
 mod sync;
 pub mod wait;
 
 pub use error::{Error, Result};
+pub use status::Status;
 
 /// The README's examples, compiled and run as doctests so they cannot go stale.
 #[cfg(doctest)]
