@@ -164,8 +164,34 @@ static void test_result_codes(void) {
         CHECK(s != NULL && strncmp(s, codes[i].name, strlen(codes[i].name)) == 0);
         CHECK(s != NULL && s[strlen(codes[i].name)] == ':');
     }
-    CHECK(strcmp(keylock_result_str(7), "unknown keylock_result") == 0);
+    CHECK(strcmp(keylock_result_str(0x7fffffff), "unknown keylock_result") == 0);
     CHECK(strcmp(keylock_result_str(UINT32_MAX), "unknown keylock_result") == 0);
+}
+
+/* The key encoders' bad input (the cross-language fixture, test_keys.c, checks their output). */
+static void test_key_encoders(void) {
+    const uint16_t text[] = {0x6b, 0xe9, 0xd83d, 0xde00}; /* "ké😀" */
+    const uint16_t lone[] = {0x61, 0xd800};
+    uint8_t out[16], int_key[KEYLOCK_INT_KEY_LEN];
+    size_t len = 99;
+    OK(keylock_key_from_utf16(text, 4, NULL, 0, &len)); /* measure */
+    CHECK(len == 7);
+    OK(keylock_key_from_utf16(text, 4, out, sizeof out, &len));
+    CHECK(len == 7 && memcmp(out, "k\xc3\xa9\xf0\x9f\x98\x80", 7) == 0);
+    OK(keylock_key_from_utf16(NULL, 0, NULL, 0, &len));
+    CHECK(len == 0);
+    CHECK_RESULT(keylock_key_from_utf16(text, 4, out, 6, &len), KEYLOCK_INVALID_ARGUMENT);
+    CHECK(len == 7); /* too small: the length needed */
+    CHECK_RESULT(keylock_key_from_utf16(lone, 2, out, sizeof out, &len), KEYLOCK_INVALID_ARGUMENT);
+    CHECK(len == 0); /* a lone surrogate */
+    CHECK_RESULT(keylock_key_from_utf16(NULL, 1, out, sizeof out, &len), KEYLOCK_NULL_ARGUMENT);
+    CHECK_RESULT(keylock_key_from_utf16(text, 4, NULL, 8, &len), KEYLOCK_NULL_ARGUMENT);
+    CHECK_RESULT(keylock_key_from_utf16(text, 4, out, sizeof out, NULL), KEYLOCK_NULL_ARGUMENT);
+    CHECK_RESULT(keylock_key_from_utf16(text, SIZE_MAX, out, sizeof out, &len),
+                 KEYLOCK_INVALID_ARGUMENT);
+    OK(keylock_key_from_i64(INT64_MIN, int_key));
+    CHECK(int_key[0] == 0x80 && int_key[7] == 0);
+    CHECK_RESULT(keylock_key_from_i64(1, NULL), KEYLOCK_NULL_ARGUMENT);
 }
 
 /* lock / try_lock / lock_timeout / unlock / is_locked on one key, and each result they give. */
@@ -705,6 +731,7 @@ int main(void) {
 
     run("version", NULL, test_version, NULL, NULL);
     run("result_codes", NULL, test_result_codes, NULL, NULL);
+    run("key_encoders", NULL, test_key_encoders, NULL, NULL);
     run("lifecycle", NULL, test_lifecycle, NULL, NULL);
     for (size_t t = 0; t < sizeof keyed_tests / sizeof keyed_tests[0]; t++)
         for (size_t i = 0; i < sizeof KEYED / sizeof KEYED[0]; i++)
