@@ -105,8 +105,9 @@ test-c: check-header
 	$(MAKE) demo-c
 
 # The C and C++ tests, built against a fresh `make install` into a temporary prefix with the
-# flags pkg-config gives, under AddressSanitizer and UBSan. Also checks the SONAME links and that
-# a static link of libkeylock.a works.
+# flags pkg-config gives, under AddressSanitizer and UBSan, and the C half of the cross-language
+# key fixture (core/tests/keys.json, which the Rust, Python and Node suites check too). Also
+# checks the SONAME links and that a static link of libkeylock.a works.
 test-c-api: build-ffi
 	tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
 	prefix="$$tmp/prefix"; \
@@ -123,6 +124,8 @@ test-c-api: build-ffi
 		-o "$$tmp/test_keylock" $$flags; \
 	$(CXX) $(CXX_STD) -g -O1 $(C_WARN) $(C_SANITIZE) ffi-c/tests/cpp/test_keylock.cpp \
 		-o "$$tmp/test_keylock_cpp" $$flags; \
+	$(CC) -std=c99 -g -O1 $(C_WARN) $(C_SANITIZE) ffi-c/tests/c/test_keys.c \
+		-o "$$tmp/test_keys" $$flags; \
 	readelf -d "$$tmp/test_keylock" | grep -q 'NEEDED.*\[libkeylock\.so\.$(KEYLOCK_MAJOR)\]'; \
 	static="$$(pkg-config --cflags keylock) $$(pkg-config --static --libs keylock | sed 's/-lkeylock/-l:libkeylock.a/')"; \
 	$(CC) -std=c11 -O2 $(C_WARN) examples/c/bank.c -o "$$tmp/bank_static" $$static -pthread; \
@@ -130,6 +133,7 @@ test-c-api: build-ffi
 	export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1; \
 	timeout 180 "$$tmp/test_keylock"; \
 	timeout 180 "$$tmp/test_keylock_cpp"; \
+	timeout 60 "$$tmp/test_keys" core/tests/keys.json; \
 	timeout 60 "$$tmp/bank_static" 4 64 100
 
 # ---- benchmark ---------------------------------------------------------------------------------
