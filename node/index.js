@@ -491,7 +491,8 @@ class KeyedLock {
     const { timeout } = parseOptions(opts, false);
     const own = ownKey(key);
     const status = this.#h.lockSync(own, timeout);
-    if (status !== OK) throw status === TIMED_OUT ? timeoutError(keyWhat(key), timeout) : statusError(status, keyWhat(key));
+    if (status !== OK)
+      throw status === TIMED_OUT ? timeoutError(keyWhat(key), timeout) : statusError(status, keyWhat(key));
     return new KeyGuard(this.#h, own);
   }
 
@@ -541,7 +542,10 @@ class KeyedLock {
     const own = checkKeys(keys);
     const { timeout } = parseOptions(opts, false);
     const status = this.#h.lockManySync(own, timeout);
-    if (status !== OK) throw status === TIMED_OUT ? timeoutError(`${own.length} keys`, timeout) : statusError(status, `${own.length} keys`);
+    if (status !== OK)
+      throw status === TIMED_OUT
+        ? timeoutError(`${own.length} keys`, timeout)
+        : statusError(status, `${own.length} keys`);
     return new KeysGuard(this.#h, own);
   }
 
@@ -714,7 +718,8 @@ class RwLock {
   readSync(opts) {
     const { timeout } = parseOptions(opts, false);
     const status = this.#h.readSync(timeout);
-    if (status !== OK) throw status === TIMED_OUT ? timeoutError('the read lock', timeout) : statusError(status, 'the read lock');
+    if (status !== OK)
+      throw status === TIMED_OUT ? timeoutError('the read lock', timeout) : statusError(status, 'the read lock');
     return new ReadGuard(this.#h);
   }
 
@@ -722,7 +727,8 @@ class RwLock {
   writeSync(opts) {
     const { timeout } = parseOptions(opts, false);
     const status = this.#h.writeSync(timeout);
-    if (status !== OK) throw status === TIMED_OUT ? timeoutError('the write lock', timeout) : statusError(status, 'the write lock');
+    if (status !== OK)
+      throw status === TIMED_OUT ? timeoutError('the write lock', timeout) : statusError(status, 'the write lock');
     return new WriteGuard(this.#h);
   }
 

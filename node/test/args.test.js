@@ -6,7 +6,18 @@ const assert = require('node:assert/strict');
 const { KeyPool, StripedLock, RwLock, keyBytes } = require('..');
 
 const T = { timeout: 20_000 };
-const badKeys = [null, undefined, {}, ['a'], Symbol('k'), () => 'k', new Uint16Array(2), new ArrayBuffer(4), new DataView(new ArrayBuffer(2)), true];
+const badKeys = [
+  null,
+  undefined,
+  {},
+  ['a'],
+  Symbol('k'),
+  () => 'k',
+  new Uint16Array(2),
+  new ArrayBuffer(4),
+  new DataView(new ArrayBuffer(2)),
+  true,
+];
 // Numbers that are not safe integers, bigints outside i64: RangeError.
 const outOfRange = [1.5, -0.5, NaN, Infinity, -Infinity, 2 ** 53, -(2 ** 53), 1e300, 2n ** 63n, -(2n ** 63n) - 1n];
 // Strings with a lone surrogate: TypeError (never replaced with U+FFFD).
@@ -22,10 +33,16 @@ test('bad keys throw TypeError from every keyed method', T, async () => {
       assert.throws(() => lock.unlock(key), isTypeError);
       assert.throws(() => lock.isLocked(key), isTypeError);
       await assert.rejects(lock.lock(key), isTypeError);
-      await assert.rejects(lock.withLock(key, () => 1), isTypeError);
+      await assert.rejects(
+        lock.withLock(key, () => 1),
+        isTypeError,
+      );
       assert.throws(() => lock.tryLockMany(['ok', key]), isTypeError);
       await assert.rejects(lock.lockMany(['ok', key]), isTypeError);
-      await assert.rejects(lock.withLockMany([key], () => 1), isTypeError);
+      await assert.rejects(
+        lock.withLockMany([key], () => 1),
+        isTypeError,
+      );
     }
     assert.throws(() => lock.tryLockMany('ab'), isTypeError, 'keys must be an array');
     await assert.rejects(lock.lockMany(new Set(['a'])), isTypeError);
@@ -43,10 +60,16 @@ async function everyMethodRejects(key, check) {
     assert.throws(() => lock.isLocked(key), check);
     await assert.rejects(lock.lock(key), check);
     await assert.rejects(lock.lock(key, { timeout: 5 }), check);
-    await assert.rejects(lock.withLock(key, () => 1), check);
+    await assert.rejects(
+      lock.withLock(key, () => 1),
+      check,
+    );
     assert.throws(() => lock.tryLockMany(['ok', key]), check);
     await assert.rejects(lock.lockMany(['ok', key]), check);
-    await assert.rejects(lock.withLockMany([key], () => 1), check);
+    await assert.rejects(
+      lock.withLockMany([key], () => 1),
+      check,
+    );
     assert.equal(lock.isLocked('ok'), false, 'a rejected call holds nothing');
   }
   assert.throws(() => new StripedLock(8).stripeOf(key), check);
@@ -105,7 +128,10 @@ test('shared(): bad names, mismatched stripes', T, () => {
   assert.equal(a.stripes, 128);
   assert.equal(StripedLock.shared('args-test', 128).stripes, 128, 'the same count after rounding');
   assert.equal(StripedLock.shared('args-test').stripes, 128, 'omitted: the existing count');
-  assert.throws(() => StripedLock.shared('args-test', 256), (e) => e.code === 'KEYLOCK_SHARED_MISMATCH');
+  assert.throws(
+    () => StripedLock.shared('args-test', 256),
+    (e) => e.code === 'KEYLOCK_SHARED_MISMATCH',
+  );
   assert.throws(() => StripedLock.shared('args-test', 0), isRangeError);
   assert.equal(StripedLock.shared('args-test-default').stripes, 1024);
 });

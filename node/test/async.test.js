@@ -40,7 +40,11 @@ async function stress(lock, { tasks = 64, rounds = 200, keys = 8, many = false }
           await tick();
           held.forEach((k, i) => (counters[k] = before[i] + 1));
         });
-      if (many) await lock.withLockMany(held.map((k) => `key-${k}`), body);
+      if (many)
+        await lock.withLockMany(
+          held.map((k) => `key-${k}`),
+          body,
+        );
       else await lock.withLock(`key-${a}`, body);
     }
   }
@@ -146,29 +150,67 @@ test('withLock returns, rethrows and rejects, always releasing', T, async () => 
     assert.equal(await lock.withLock('k', () => 7), 7, 'synchronous fn');
     assert.equal(lock.isLocked('k'), false);
     assert.equal(await lock.withLock('k', async () => 8), 8, 'async fn');
-    await assert.rejects(lock.withLock('k', () => { throw new Error('sync throw'); }), /sync throw/);
+    await assert.rejects(
+      lock.withLock('k', () => {
+        throw new Error('sync throw');
+      }),
+      /sync throw/,
+    );
     assert.equal(lock.isLocked('k'), false);
-    await assert.rejects(lock.withLock('k', async () => { await tick(); throw new Error('rejected'); }), /rejected/);
+    await assert.rejects(
+      lock.withLock('k', async () => {
+        await tick();
+        throw new Error('rejected');
+      }),
+      /rejected/,
+    );
     assert.equal(lock.isLocked('k'), false);
     // The same through the slow path (the key is busy first, and with options).
     const g = lock.tryLock('k');
     setTimeout(() => g.release(), 5);
-    await assert.rejects(lock.withLock('k', () => { throw new Error('slow'); }, { timeout: 5000 }), /slow/);
+    await assert.rejects(
+      lock.withLock(
+        'k',
+        () => {
+          throw new Error('slow');
+        },
+        { timeout: 5000 },
+      ),
+      /slow/,
+    );
     assert.equal(lock.isLocked('k'), false);
-    await assert.rejects(lock.withLockMany(['k', 'j'], async () => { throw new Error('many'); }), /many/);
+    await assert.rejects(
+      lock.withLockMany(['k', 'j'], async () => {
+        throw new Error('many');
+      }),
+      /many/,
+    );
     assert.equal(lock.isLocked('k') || lock.isLocked('j'), false);
     assert.equal(await lock.withLockMany(['k', 'j'], () => 'ok'), 'ok');
   }
   const rw = new RwLock();
-  await assert.rejects(rw.withWrite(() => { throw new Error('w'); }), /w/);
-  await assert.rejects(rw.withRead(async () => { throw new Error('r'); }), /r/);
+  await assert.rejects(
+    rw.withWrite(() => {
+      throw new Error('w');
+    }),
+    /w/,
+  );
+  await assert.rejects(
+    rw.withRead(async () => {
+      throw new Error('r');
+    }),
+    /r/,
+  );
   assert.equal(rw.isLocked(), false);
 });
 
 test('timeout rejects with KEYLOCK_TIMEOUT and leaves nothing behind', T, async () => {
   const pool = new KeyPool();
   const g = pool.tryLock('a');
-  await assert.rejects(pool.lock('a', { timeout: 30 }), (e) => e.code === 'KEYLOCK_TIMEOUT' && e.name === 'KeylockError');
+  await assert.rejects(
+    pool.lock('a', { timeout: 30 }),
+    (e) => e.code === 'KEYLOCK_TIMEOUT' && e.name === 'KeylockError',
+  );
   await assert.rejects(pool.lock('a', { timeout: 0 }), { code: 'KEYLOCK_TIMEOUT' });
   await assert.rejects(pool.lockMany(['b', 'a'], { timeout: 10 }), { code: 'KEYLOCK_TIMEOUT' });
   assert.equal(pool.isLocked('b'), false);
@@ -276,7 +318,12 @@ test('100,000 pending lock() promises use no extra threads and are all served', 
   let served = 0;
   const all = [];
   for (let i = 0; i < N; i++) {
-    all.push(pool.lock('hot').then((guard) => { served++; guard.release(); }));
+    all.push(
+      pool.lock('hot').then((guard) => {
+        served++;
+        guard.release();
+      }),
+    );
   }
   assert.equal(native.waiterCounts()[0], N);
   assert.equal(pool.stats().waiting, N);
@@ -295,7 +342,13 @@ test('a panic in the addon is a JavaScript exception, not a crash', T, async () 
   assert.ok(id > 0);
   const failed = await new Promise((resolve) => {
     const waiters = globalThis[Symbol.for('keylock.waiters.v1')];
-    waiters.set(id, { resolve: () => resolve(null), reject: resolve, acquired: () => null, timer: undefined, signal: undefined });
+    waiters.set(id, {
+      resolve: () => resolve(null),
+      reject: resolve,
+      acquired: () => null,
+      timer: undefined,
+      signal: undefined,
+    });
   });
   assert.equal(failed.code, 'KEYLOCK_INTERNAL');
   // Everything else keeps working.

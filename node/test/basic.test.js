@@ -48,7 +48,10 @@ test('unlock(key) releases without the guard and throws when not locked', T, () 
   pool.tryLock('a');
   pool.unlock('a');
   assert.equal(pool.isLocked('a'), false);
-  assert.throws(() => pool.unlock('a'), (e) => e instanceof KeylockError && e.code === 'KEYLOCK_NOT_LOCKED');
+  assert.throws(
+    () => pool.unlock('a'),
+    (e) => e instanceof KeylockError && e.code === 'KEYLOCK_NOT_LOCKED',
+  );
   const striped = new StripedLock(8);
   assert.throws(() => striped.unlock('zz'), { code: 'KEYLOCK_NOT_LOCKED' });
 });

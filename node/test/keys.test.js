@@ -53,7 +53,11 @@ for (const entry of FIXTURE.keys) {
       // The same integer as a number: the same key while it is a safe integer, else RangeError.
       const n = Number(key);
       if (Number.isSafeInteger(n)) assert.ok(keyBytes(n).equals(expected));
-      else assert.throws(() => keyBytes(n), (e) => e instanceof RangeError && e.code === 'KEYLOCK_INVALID_ARGUMENT');
+      else
+        assert.throws(
+          () => keyBytes(n),
+          (e) => e instanceof RangeError && e.code === 'KEYLOCK_INVALID_ARGUMENT',
+        );
     }
   });
 }

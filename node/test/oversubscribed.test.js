@@ -67,31 +67,39 @@ Promise.all(Array.from({ length: 4 }, task)).then(
 );
 `;
 
-test('32 workers with timeouts, aborts and throws: one holder at a time, exact counts', { timeout: 120_000 }, async () => {
-  const name = `oversubscribed-${process.pid}`;
-  const pool = KeyPool.shared(name);
-  const counters = new SharedArrayBuffer(4 * KEYS);
-  const occupancy = new Occupancy(KEYS);
-  const results = await Promise.all(
-    Array.from({ length: WORKERS }, (_, i) => new Promise((resolve, reject) => {
-      const w = new Worker(WORKER, {
-        eval: true,
-        workerData: { name, counters, inside: occupancy.buffer, seed: i + 1 },
-      });
-      w.once('message', resolve);
-      w.once('error', reject);
-    })),
-  );
-  for (const r of results) assert.equal(r.error, undefined, r.error);
-  occupancy.check();
-  // Only a critical section that ran to its end wrote its increment.
-  const total = new Int32Array(counters).reduce((a, b) => a + b, 0);
-  assert.equal(total, occupancy.completed);
-  assert.ok(occupancy.interrupted > 0, 'the throws between read and write interrupted some');
-  assert.equal(pool.size, 0);
-  const stats = pool.stats();
-  assert.equal(stats.held, 0);
-  assert.equal(stats.waiting, 0);
-  assert.equal(stats.entriesInUse, 0);
-  for (let k = 0; k < KEYS; k++) assert.equal(pool.isLocked('k' + k), false);
-});
+test(
+  '32 workers with timeouts, aborts and throws: one holder at a time, exact counts',
+  { timeout: 120_000 },
+  async () => {
+    const name = `oversubscribed-${process.pid}`;
+    const pool = KeyPool.shared(name);
+    const counters = new SharedArrayBuffer(4 * KEYS);
+    const occupancy = new Occupancy(KEYS);
+    const results = await Promise.all(
+      Array.from(
+        { length: WORKERS },
+        (_, i) =>
+          new Promise((resolve, reject) => {
+            const w = new Worker(WORKER, {
+              eval: true,
+              workerData: { name, counters, inside: occupancy.buffer, seed: i + 1 },
+            });
+            w.once('message', resolve);
+            w.once('error', reject);
+          }),
+      ),
+    );
+    for (const r of results) assert.equal(r.error, undefined, r.error);
+    occupancy.check();
+    // Only a critical section that ran to its end wrote its increment.
+    const total = new Int32Array(counters).reduce((a, b) => a + b, 0);
+    assert.equal(total, occupancy.completed);
+    assert.ok(occupancy.interrupted > 0, 'the throws between read and write interrupted some');
+    assert.equal(pool.size, 0);
+    const stats = pool.stats();
+    assert.equal(stats.held, 0);
+    assert.equal(stats.waiting, 0);
+    assert.equal(stats.entriesInUse, 0);
+    for (let k = 0; k < KEYS; k++) assert.equal(pool.isLocked('k' + k), false);
+  },
+);

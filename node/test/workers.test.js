@@ -101,7 +101,13 @@ function runWorker(body, workerData, onMessage) {
   return { worker: w, done, seen };
 }
 
-for (const [kind, many] of [['pool', false], ['pool', true], ['striped', false], ['striped', true], ['rw', false]]) {
+for (const [kind, many] of [
+  ['pool', false],
+  ['pool', true],
+  ['striped', false],
+  ['striped', true],
+  ['rw', false],
+]) {
   test(`4 workers on a shared ${kind}${many ? ' (lockMany)' : ''}: exact counts`, T, async () => {
     const keys = 6;
     const counters = new SharedArrayBuffer(4 * keys);
@@ -109,17 +115,19 @@ for (const [kind, many] of [['pool', false], ['pool', true], ['striped', false],
     const rounds = 150;
     const tasks = 4;
     const name = `stress-${kind}-${many}`;
-    const workers = Array.from({ length: 4 }, (_, i) =>
-      new Promise((resolve, reject) => {
-        const w = new Worker(STRESS_WORKER, {
-          eval: true,
-          workerData: { kind, name, counters, inside: occupancy.buffer, seed: i + 1, rounds, tasks, many },
-        });
-        let done = false;
-        w.on('message', (m) => (done = m === 'done'));
-        w.on('error', reject);
-        w.on('exit', (code) => (code === 0 && done ? resolve() : reject(new Error(`worker exit ${code}`))));
-      }),
+    const workers = Array.from(
+      { length: 4 },
+      (_, i) =>
+        new Promise((resolve, reject) => {
+          const w = new Worker(STRESS_WORKER, {
+            eval: true,
+            workerData: { kind, name, counters, inside: occupancy.buffer, seed: i + 1, rounds, tasks, many },
+          });
+          let done = false;
+          w.on('message', (m) => (done = m === 'done'));
+          w.on('error', reject);
+          w.on('exit', (code) => (code === 0 && done ? resolve() : reject(new Error(`worker exit ${code}`))));
+        }),
     );
     await Promise.all(workers);
     const total = new Int32Array(counters).reduce((s, c) => s + c, 0);
@@ -131,7 +139,7 @@ for (const [kind, many] of [['pool', false], ['pool', true], ['striped', false],
       assert.equal(st.held, 0);
       assert.equal(st.waiting, 0);
       assert.equal(st.entriesInUse, 0);
-      assert.equal(st.acquisitions, 4 * tasks * rounds * (many ? 2 : 1), "acquisitions count keys");
+      assert.equal(st.acquisitions, 4 * tasks * rounds * (many ? 2 : 1), 'acquisitions count keys');
     }
   });
 }
