@@ -1,9 +1,9 @@
 # keylock: the one entry point for people and CI.
 #
 #   make            build everything in release mode and run every demo
-#   make test       run every test suite (what CI runs)
+#   make test       make lint, then every test suite (what CI runs)
 #   make bench      run every benchmark and regenerate BENCHMARKS.md
-#   make fmt / lint formatting and clippy (-D warnings)
+#   make fmt / lint formatting (and its check), clippy (-D warnings), declared rust-versions
 #   make loom       exhaustive loom models; make tsan: tests under ThreadSanitizer
 #
 # Each front end adds its own targets from mk/<name>.mk by appending to the
@@ -31,10 +31,10 @@ FMT_TARGETS := fmt-rust
 TSAN_TARGETS := tsan-rust
 
 include mk/rust.mk
--include mk/c.mk
--include mk/py.mk
--include mk/node.mk
--include mk/bench.mk
+include mk/c.mk
+include mk/py.mk
+include mk/node.mk
+include mk/bench.mk
 
 # The sanitizer runs fit in the test budget, so `make test` includes them (last).
 TEST_TARGETS += tsan
@@ -43,7 +43,8 @@ TEST_TARGETS += tsan
 all: build demo
 build: $(BUILD_TARGETS)
 demo: $(DEMO_TARGETS)
-test: $(TEST_TARGETS)
+# Formatting and lints first: they fail in seconds, before any long suite runs.
+test: lint $(TEST_TARGETS)
 bench: $(BENCH_TARGETS)
 lint: $(LINT_TARGETS)
 fmt: $(FMT_TARGETS)

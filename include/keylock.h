@@ -43,6 +43,11 @@
 #define KEYLOCK_VERSION "0.1.0"
 
 /**
+ * The length of an integer key (`keylock_key_from_i64`), in bytes.
+ */
+#define KEYLOCK_INT_KEY_LEN 8
+
+/**
  * The most stripes `keylock_striped_new` accepts.
  */
 #define KEYLOCK_MAX_STRIPES (1 << 20)
@@ -115,7 +120,8 @@ typedef uint32_t keylock_result;
 #define KEYLOCK_NULL_ARGUMENT 4
 
 /**
- * An argument was out of range: `n == 0` in a `_many` call, or a length over `PTRDIFF_MAX`.
+ * An argument was out of range or malformed: `n == 0` in a `_many` call, a length over
+ * `PTRDIFF_MAX`, or text that is not a key (`keylock_key_from_utf16`).
  */
 #define KEYLOCK_INVALID_ARGUMENT 5
 
@@ -146,6 +152,49 @@ const char *keylock_result_str(keylock_result result);
  * Returns a NUL-terminated static string; the caller must not free it. Never returns NULL.
  */
 const char *keylock_version(void);
+
+/**
+ * Encodes the text `units[0..n]` (UTF-16 code units) as the key it stands for in every keylock
+ * front end: its UTF-8 bytes. Text with a lone surrogate (a code unit in 0xD800..0xDFFF without
+ * its pair) has no UTF-8 form and is rejected, never replaced. `units` may be NULL when `n` is
+ * 0 (the empty text).
+ *
+ * Writes the key to `out[0..*out_len]`; `3 * n` bytes of `out` are always enough. With `out`
+ * NULL and `cap` 0, only measures: `*out_len` is set to the key's length.
+ *
+ * Returns:
+ * - `KEYLOCK_OK`: `*out_len` is the key's length (and the key is in `out`, unless measuring).
+ * - `KEYLOCK_INVALID_ARGUMENT`: a lone surrogate (`*out_len` is then 0), or `cap` is shorter
+ *   than the key (`*out_len` is then the length needed, more than `cap`), or `n` is over
+ *   `PTRDIFF_MAX / 2`.
+ * - `KEYLOCK_NULL_ARGUMENT`: `out_len` is NULL, `units` is NULL with `n > 0`, or `out` is
+ *   NULL with `cap > 0`.
+ * - `KEYLOCK_PANIC`: internal error.
+ *
+ * # Safety
+ * `units` is NULL or points to `n` readable code units; `out` is NULL or points to `cap`
+ * writable bytes (which may not overlap `units`); `out_len` is NULL or points to a writable
+ * `size_t`.
+ */
+keylock_result keylock_key_from_utf16(const uint16_t *units,
+                                      size_t n,
+                                      uint8_t *out,
+                                      size_t cap,
+                                      size_t *out_len);
+
+/**
+ * Encodes the integer `value` as the key it stands for in every keylock front end: 8 bytes,
+ * two's complement, big-endian (`KEYLOCK_INT_KEY_LEN` bytes are written to `out`).
+ *
+ * Returns:
+ * - `KEYLOCK_OK`: the key is in `out[0..KEYLOCK_INT_KEY_LEN]`.
+ * - `KEYLOCK_NULL_ARGUMENT`: `out` is NULL.
+ * - `KEYLOCK_PANIC`: internal error.
+ *
+ * # Safety
+ * `out` is NULL or points to `KEYLOCK_INT_KEY_LEN` writable bytes.
+ */
+keylock_result keylock_key_from_i64(int64_t value, uint8_t *out);
 
 /**
  * Creates an empty pool.

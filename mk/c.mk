@@ -3,7 +3,7 @@
 # AddressSanitizer and UBSan, against the installed library), the C++ RAII test, and the C
 # benchmark.
 #
-#   make header                       regenerate include/keylock.h
+#   make header                       regenerate ffi-c/src/contract.rs and include/keylock.h
 #   make install PREFIX=/some/dir     library with SONAME links, headers, keylock.pc
 #   make bench-c / bench-c-quick      C vs Rust vs pthread_mutex: bench/results/c.json
 
@@ -84,7 +84,10 @@ demo-c: build-c
 
 # ---- header ------------------------------------------------------------------------------------
 
+# ffi-c/src/contract.rs (the result codes and key sizes) is generated from keylock-core's tables
+# first, by the test that checks it; then cbindgen makes the header from ffi-c.
 header: $(CBINDGEN_STAMP)
+	KEYLOCK_BLESS=1 $(CARGO) test --locked -q -p keylock-ffi --lib contract_rs_is_generated_from_the_core
 	$(CBINDGEN_RUN) include/keylock.h
 
 check-header: $(CBINDGEN_STAMP)
@@ -102,8 +105,9 @@ test-c: check-header
 	$(MAKE) demo-c
 
 # The C and C++ tests, built against a fresh `make install` into a temporary prefix with the
-# flags pkg-config gives, under AddressSanitizer and UBSan. Also checks the SONAME links and that
-# a static link of libkeylock.a works.
+# flags pkg-config gives, under AddressSanitizer and UBSan, and the C half of the cross-language
+# key fixture (core/tests/keys.json, which the Rust, Python and Node suites check too). Also
+# checks the SONAME links and that a static link of libkeylock.a works.
 test-c-api: build-ffi
 	tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
 	prefix="$$tmp/prefix"; \
@@ -120,6 +124,8 @@ test-c-api: build-ffi
 		-o "$$tmp/test_keylock" $$flags; \
 	$(CXX) $(CXX_STD) -g -O1 $(C_WARN) $(C_SANITIZE) ffi-c/tests/cpp/test_keylock.cpp \
 		-o "$$tmp/test_keylock_cpp" $$flags; \
+	$(CC) -std=c99 -g -O1 $(C_WARN) $(C_SANITIZE) ffi-c/tests/c/test_keys.c \
+		-o "$$tmp/test_keys" $$flags; \
 	readelf -d "$$tmp/test_keylock" | grep -q 'NEEDED.*\[libkeylock\.so\.$(KEYLOCK_MAJOR)\]'; \
 	static="$$(pkg-config --cflags keylock) $$(pkg-config --static --libs keylock | sed 's/-lkeylock/-l:libkeylock.a/')"; \
 	$(CC) -std=c11 -O2 $(C_WARN) examples/c/bank.c -o "$$tmp/bank_static" $$static -pthread; \
@@ -127,6 +133,7 @@ test-c-api: build-ffi
 	export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1; \
 	timeout 180 "$$tmp/test_keylock"; \
 	timeout 180 "$$tmp/test_keylock_cpp"; \
+	timeout 60 "$$tmp/test_keys" core/tests/keys.json; \
 	timeout 60 "$$tmp/bank_static" 4 64 100
 
 # ---- benchmark ---------------------------------------------------------------------------------

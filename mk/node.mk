@@ -2,11 +2,11 @@
 #
 #   make build-node        npm ci in node/ (its install script builds the addon, release mode)
 #   make demo-node         run examples/node/bank.js (one thread, then 4 worker_threads)
-#   make test-node         node --test node/test, the TypeScript check of index.d.ts, the demo
+#   make test-node         node --test node/test/*.test.js, the TypeScript check of index.d.ts, the demo
 #   make bench-node        withLock vs async-lock vs async-mutex -> bench/results/node.json
 #                          (bench-node-quick: fewer runs)
-#   make lint-node         clippy for the addon (-D warnings) and the TypeScript check
-#   make fmt-node          rustfmt for the addon
+#   make lint-node         clippy for the addon (-D warnings), the TypeScript check, prettier --check
+#   make fmt-node          rustfmt for the addon, prettier for the JavaScript and TypeScript
 
 .PHONY: build-node demo-node test-node bench-node bench-node-quick lint-node fmt-node
 
@@ -20,6 +20,9 @@ FMT_TARGETS += fmt-node
 NODE_DIR := $(ROOT)/node
 NODE_MODULES_STAMP := $(NODE_DIR)/node_modules/.keylock-stamp
 NPM_FLAGS := --no-audit --no-fund --loglevel=error
+# The JavaScript and TypeScript that prettier formats (pinned in package.json, configured by the
+# repository's .prettierrc.json), relative to node/.
+NODE_FORMATTED := index.js index.mjs index.d.ts build.js test bench ../examples/node
 
 # npm ci installs the pinned devDependencies (@napi-rs/cli, typescript, the benchmark's
 # competitors) and runs the package's install script, which builds the addon. It runs again
@@ -37,7 +40,7 @@ demo-node: build-node
 	node examples/node/bank.js
 
 test-node: build-node
-	cd $(NODE_DIR) && node --test test/
+	cd $(NODE_DIR) && node --test test/*.test.js
 	cd $(NODE_DIR) && npx --no-install tsc -p test
 	node examples/node/bank.js
 
@@ -50,6 +53,8 @@ bench-node-quick: build-node
 lint-node: $(NODE_MODULES_STAMP)
 	$(CARGO) clippy --locked -p keylock-node --all-targets -- -D warnings
 	cd $(NODE_DIR) && npx --no-install tsc -p test
+	cd $(NODE_DIR) && npx --no-install prettier --check $(NODE_FORMATTED)
 
-fmt-node:
+fmt-node: $(NODE_MODULES_STAMP)
 	$(CARGO) fmt -p keylock-node
+	cd $(NODE_DIR) && npx --no-install prettier --write --log-level warn $(NODE_FORMATTED)

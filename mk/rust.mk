@@ -1,6 +1,6 @@
 # Rust: the core crate and the Rust bank demo.
 
-.PHONY: build-rust demo-rust test-rust bench-rust lint-rust fmt-rust loom loom-swap loom-mutants tsan-rust
+.PHONY: build-rust demo-rust test-rust bench-rust lint-rust fmt-rust msrv loom loom-swap loom-mutants tsan-rust
 
 build-rust:
 	$(CARGO) build --locked --release -p keylock-core -p keylock-bank
@@ -49,8 +49,13 @@ loom-mutants:
 bench-rust:
 	$(CARGO) bench --locked -p keylock-core
 
-lint-rust:
+lint-rust: msrv
+	$(CARGO) fmt --all --check
 	$(CARGO) clippy --locked --workspace --all-targets -- -D warnings
+
+# Every crate builds with the rust-version it declares (toolchains installed by rustup).
+msrv:
+	python3 .ci/msrv.py "$(CARGO)" $(TARGET_DIR)
 
 fmt-rust:
 	$(CARGO) fmt --all

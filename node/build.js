@@ -57,7 +57,18 @@ const cli = napiCli();
 if (cli) {
   // The generated declarations describe the private native layer only; index.d.ts (written by
   // hand, committed) is the package's public typing.
-  run(process.execPath, [cli, 'build', '--release', '--dts', 'native.d.ts', '--no-dts-header', '-p', 'keylock-node', '--', ...locked]);
+  run(process.execPath, [
+    cli,
+    'build',
+    '--release',
+    '--dts',
+    'native.d.ts',
+    '--no-dts-header',
+    '-p',
+    'keylock-node',
+    '--',
+    ...locked,
+  ]);
 } else {
   cargoBuild();
 }

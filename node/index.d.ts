@@ -1,8 +1,18 @@
 // Type declarations for keylock (hand-written and committed; the addon's own generated
 // declarations in native.d.ts describe the private native layer only).
 
-/** A key: a string (locked by its UTF-8 bytes, so text keys agree with C and Python), a Buffer or a Uint8Array. */
-export type Key = string | Uint8Array;
+/**
+ * A key, locked by the bytes it stands for (`keyBytes`), the same bytes every keylock front end
+ * (C, Python, Rust) gives the same key:
+ * - a string: its UTF-8 bytes; a lone surrogate throws `TypeError` (it is never replaced);
+ * - a number that is a safe integer, or a bigint from -2^63 to 2^63 - 1: 8 bytes, big-endian
+ *   two's complement (`1` and `1n` are one key); other numbers and bigints throw `RangeError`;
+ * - a Buffer or Uint8Array: the bytes it views.
+ */
+export type Key = string | number | bigint | Uint8Array;
+
+/** The bytes `key` stands for: what every lock compares (a copy; see `Key`). */
+export function keyBytes(key: Key): Buffer;
 
 /** Options of every asynchronous acquire. */
 export interface LockOptions {
@@ -21,7 +31,7 @@ export interface SyncLockOptions {
   timeout?: number | null;
 }
 
-/** Error codes of `KeylockError`. */
+/** Error codes of `KeylockError` (the names of keylock-core's statuses, plus the Node-only ones). */
 export type KeylockErrorCode =
   | 'KEYLOCK_TIMEOUT'
   | 'KEYLOCK_NOT_LOCKED'

@@ -30,14 +30,17 @@ function loadNative() {
 // ---------------------------------------------------------------------------------------------
 // Errors
 
-// Status numbers returned by the addon (src/status.rs).
-const OK = 0;
-const WOULD_BLOCK = 1;
-const TIMED_OUT = 2;
-const NOT_LOCKED = 3;
-const INVALID_ARGUMENT = 4;
+// Status numbers returned by the addon: keylock-core's table (the numbers C returns too), read
+// from the addon rather than copied. `code` is each status's name, e.g. KEYLOCK_TIMEOUT.
+const STATUSES = new Map(native.statuses().map((s) => [s.code, s]));
+const CODE = Object.fromEntries([...STATUSES.values()].map((s) => [s.name, s.code]));
+const OK = CODE.KEYLOCK_OK;
+const WOULD_BLOCK = CODE.KEYLOCK_WOULD_BLOCK;
+const TIMED_OUT = CODE.KEYLOCK_TIMEOUT;
+const NOT_LOCKED = CODE.KEYLOCK_NOT_LOCKED;
+const INVALID_ARGUMENT = CODE.KEYLOCK_INVALID_ARGUMENT;
 // Added to a release's status when it woke a waiter of this thread (served at once, below).
-const LOCAL_WAKE = 0x100;
+const LOCAL_WAKE = native.LOCAL_WAKE;
 
 /** An error from keylock; `code` says which (KEYLOCK_TIMEOUT, KEYLOCK_NOT_LOCKED, ...). */
 class KeylockError extends Error {
@@ -72,8 +75,12 @@ function statusError(status, what) {
       return new KeylockError('KEYLOCK_WOULD_BLOCK', `keylock: ${what} is held`);
     case INVALID_ARGUMENT:
       return new KeylockError('KEYLOCK_INVALID_ARGUMENT', `keylock: invalid argument for ${what}`);
-    default:
+    default: {
+      // A status of the core's table without a message of its own here yet.
+      const s = STATUSES.get(status);
+      if (s !== undefined) return new KeylockError(s.name, `keylock: ${s.description} (${what})`);
       return new KeylockError('KEYLOCK_INTERNAL', `keylock: unexpected status ${status} for ${what}`);
+    }
   }
 }
 
@@ -92,15 +99,22 @@ function rangeError(message) {
 // ---------------------------------------------------------------------------------------------
 // Arguments
 
+// Keys are strings (their UTF-8 bytes), integers (safe-integer numbers and bigints, as 8 bytes)
+// and Uint8Arrays (their bytes), by the rules every keylock front end shares. Types are checked
+// here, for a message naming the type; values (lone surrogates, ranges) by the addon, which
+// throws TypeError or RangeError with code KEYLOCK_INVALID_ARGUMENT.
 function checkKey(key) {
-  if (typeof key === 'string' || key instanceof Uint8Array || types.isUint8Array(key)) return;
-  throw typeError(`a key must be a string, a Buffer or a Uint8Array, not ${describe(key)}`);
+  const t = typeof key;
+  if (t === 'string' || t === 'number' || t === 'bigint' || key instanceof Uint8Array || types.isUint8Array(key)) {
+    return;
+  }
+  throw typeError(`a key must be a string, a number, a bigint, a Buffer or a Uint8Array, not ${describe(key)}`);
 }
 
 // Guards keep their own copy of a byte key, so changing the caller's buffer later cannot make
-// the release miss (strings are immutable and kept as they are).
+// the release miss (strings, numbers and bigints are immutable and kept as they are).
 function ownKey(key) {
-  return typeof key === 'string' ? key : Uint8Array.prototype.slice.call(key);
+  return typeof key === 'object' ? Uint8Array.prototype.slice.call(key) : key;
 }
 
 function checkKeys(keys) {
@@ -177,7 +191,7 @@ function isAbortSignal(signal) {
 // the table lives on globalThis so a second copy of this file in the same thread (a cleared
 // require cache) shares the dispatcher the addon already has.
 
-const FAILED_BIT = 0x80000000;
+const FAILED_BIT = native.FAILED_BIT;
 const WAITERS = Symbol.for('keylock.waiters.v1');
 let waiters = globalThis[WAITERS];
 if (waiters === undefined) {
@@ -423,7 +437,15 @@ async function runHolding(guard, fn) {
 const INTERNAL = Symbol('keylock.internal');
 
 function keyWhat(key) {
-  return typeof key === 'string' ? `key ${JSON.stringify(key)}` : `a ${key.length}-byte key`;
+  switch (typeof key) {
+    case 'string':
+      return `key ${JSON.stringify(key)}`;
+    case 'number':
+    case 'bigint':
+      return `key ${key}`;
+    default:
+      return `a ${key.length}-byte key`;
+  }
 }
 
 // The handle behind a KeyPool or StripedLock, for the subclasses' own methods.
@@ -445,10 +467,12 @@ class KeyedLock {
     try {
       checkKey(key);
       opts = parseOptions(opts);
+      // The addon checks the key's value (a lone surrogate, an integer out of range) as it
+      // tries the lock: that too rejects the promise rather than throwing.
+      return acquire(KEY, this.#h, ownKey(key), opts);
     } catch (err) {
       return Promise.reject(err);
     }
-    return acquire(KEY, this.#h, ownKey(key), opts);
   }
 
   /** Takes `key` if it is free: a guard, or null. */
@@ -467,7 +491,8 @@ class KeyedLock {
     const { timeout } = parseOptions(opts, false);
     const own = ownKey(key);
     const status = this.#h.lockSync(own, timeout);
-    if (status !== OK) throw status === TIMED_OUT ? timeoutError(keyWhat(key), timeout) : statusError(status, keyWhat(key));
+    if (status !== OK)
+      throw status === TIMED_OUT ? timeoutError(keyWhat(key), timeout) : statusError(status, keyWhat(key));
     return new KeyGuard(this.#h, own);
   }
 
@@ -498,14 +523,12 @@ class KeyedLock {
 
   /** Waits for all `keys` at once (deadlock-free); resolves to one guard for all of them. */
   lockMany(keys, opts) {
-    let own;
     try {
-      own = checkKeys(keys);
-      opts = parseOptions(opts);
+      const own = checkKeys(keys);
+      return acquire(KEYS, this.#h, own, parseOptions(opts));
     } catch (err) {
       return Promise.reject(err);
     }
-    return acquire(KEYS, this.#h, own, opts);
   }
 
   /** Takes all `keys` if all are free (a guard), or none (null). */
@@ -519,7 +542,10 @@ class KeyedLock {
     const own = checkKeys(keys);
     const { timeout } = parseOptions(opts, false);
     const status = this.#h.lockManySync(own, timeout);
-    if (status !== OK) throw status === TIMED_OUT ? timeoutError(`${own.length} keys`, timeout) : statusError(status, `${own.length} keys`);
+    if (status !== OK)
+      throw status === TIMED_OUT
+        ? timeoutError(`${own.length} keys`, timeout)
+        : statusError(status, `${own.length} keys`);
     return new KeysGuard(this.#h, own);
   }
 
@@ -692,7 +718,8 @@ class RwLock {
   readSync(opts) {
     const { timeout } = parseOptions(opts, false);
     const status = this.#h.readSync(timeout);
-    if (status !== OK) throw status === TIMED_OUT ? timeoutError('the read lock', timeout) : statusError(status, 'the read lock');
+    if (status !== OK)
+      throw status === TIMED_OUT ? timeoutError('the read lock', timeout) : statusError(status, 'the read lock');
     return new ReadGuard(this.#h);
   }
 
@@ -700,7 +727,8 @@ class RwLock {
   writeSync(opts) {
     const { timeout } = parseOptions(opts, false);
     const status = this.#h.writeSync(timeout);
-    if (status !== OK) throw status === TIMED_OUT ? timeoutError('the write lock', timeout) : statusError(status, 'the write lock');
+    if (status !== OK)
+      throw status === TIMED_OUT ? timeoutError('the write lock', timeout) : statusError(status, 'the write lock');
     return new WriteGuard(this.#h);
   }
 
@@ -739,4 +767,14 @@ class RwLock {
   }
 }
 
-module.exports = { KeyPool, StripedLock, RwLock, KeylockError, Guard };
+/**
+ * The bytes `key` stands for: what every lock compares, and the same bytes the C, Python and Rust
+ * front ends give the same key (a string's UTF-8, an integer's 8 bytes big-endian, a
+ * Uint8Array's contents).
+ */
+function keyBytes(key) {
+  checkKey(key);
+  return native.keyBytes(key);
+}
+
+module.exports = { KeyPool, StripedLock, RwLock, KeylockError, Guard, keyBytes };

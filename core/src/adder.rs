@@ -54,16 +54,17 @@ fn max_cells() -> usize {
         // Computed once; a race computes the same value twice, which is harmless. (An atomic
         // rather than OnceLock keeps it visible to ThreadSanitizer, which cannot see into the
         // uninstrumented standard library.)
-        static MAX: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-        let cached = MAX.load(std::sync::atomic::Ordering::Relaxed);
+        use crate::sync::unmodelled::{AtomicUsize, available_parallelism};
+        static MAX: AtomicUsize = AtomicUsize::new(0);
+        let cached = MAX.load(Ordering::Relaxed);
         if cached != 0 {
             return cached;
         }
-        let max = std::thread::available_parallelism()
+        let max = available_parallelism()
             .map_or(8, |n| n.get())
             .next_power_of_two()
             .max(2);
-        MAX.store(max, std::sync::atomic::Ordering::Relaxed);
+        MAX.store(max, Ordering::Relaxed);
         max
     }
     #[cfg(keylock_loom)]
@@ -84,11 +85,12 @@ fn probe() -> u32 {
     PROBE.with(|p| {
         let mut v = p.get();
         if v == 0 {
-            static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+            static NEXT: crate::sync::unmodelled::AtomicU32 =
+                crate::sync::unmodelled::AtomicU32::new(0);
             // Thread n gets n times an odd constant: consecutive threads differ in their low
             // bits, which pick the cell, so two threads start on different cells. Bit 31 marks
             // the probe as set (never 0).
-            let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let n = NEXT.fetch_add(1, Ordering::Relaxed);
             v = n.wrapping_mul(0x9E37_79B9) | 0x8000_0000;
             p.set(v);
         }

@@ -521,7 +521,8 @@ impl Entry {
         let mut queued_now = false;
         loop {
             let word = self.word.load(Ordering::Acquire);
-            let blocked_by_queue = ahead && (policy.fifo || (want.mode == Mode::Shared && readers(word) > 0));
+            let blocked_by_queue =
+                ahead && (policy.fifo || (want.mode == Mode::Shared && readers(word) > 0));
             if !Self::compatible(word, want.mode) || blocked_by_queue {
                 if word & QUEUED != 0 || queued_now {
                     return Attempt::Blocked {
@@ -556,8 +557,8 @@ impl Entry {
                 fence: self.fence_of(new),
                 ticket,
                 lease_until,
-            reentered: false,
-        });
+                reentered: false,
+            });
         }
     }
 
@@ -577,7 +578,12 @@ impl Entry {
 
     /// Ends the holds whose leases have run out; the fence advances for an exclusive one. The
     /// freed entry is handed on to waiters. Returns whether anything ended.
-    pub(crate) fn expire_locked(&self, side: &mut Side, policy: &Policy, wakes: &mut Wakes) -> bool {
+    pub(crate) fn expire_locked(
+        &self,
+        side: &mut Side,
+        policy: &Policy,
+        wakes: &mut Wakes,
+    ) -> bool {
         let Some(earliest) = side.earliest_lease() else {
             return false;
         };
@@ -637,8 +643,8 @@ impl Entry {
                 fence,
                 ticket,
                 lease_until,
-            reentered: false,
-        }));
+                reentered: false,
+            }));
             if want.mode == Mode::Exclusive {
                 break;
             }
@@ -770,9 +776,8 @@ impl Entry {
         wakes: &mut Wakes,
     ) -> bool {
         self.expire_locked(side, policy, wakes);
-        let done = self.update_advancing(|w| {
-            (w & (EXCL | READERS) != 0).then_some(w & !(EXCL | READERS))
-        });
+        let done =
+            self.update_advancing(|w| (w & (EXCL | READERS) != 0).then_some(w & !(EXCL | READERS)));
         if done.is_none() {
             return false;
         }
@@ -880,8 +885,7 @@ impl Entry {
             word |= EXCL | REF;
         }
         self.hi.store(hi, Ordering::Relaxed);
-        self.word
-            .store(with_lo(word, lo_part), Ordering::Release);
+        self.word.store(with_lo(word, lo_part), Ordering::Release);
         (hi << LO_BITS) | lo_part
     }
 
@@ -894,7 +898,8 @@ impl Entry {
     #[cfg(test)]
     pub(crate) fn set_fence_for_test(&self, fence: u64) {
         self.hi.store(fence >> LO_BITS, Ordering::Relaxed);
-        self.word.store(with_lo(0, fence & LO_MAX), Ordering::Relaxed);
+        self.word
+            .store(with_lo(0, fence & LO_MAX), Ordering::Relaxed);
     }
 }
 
@@ -925,7 +930,10 @@ mod tests {
         assert_eq!(f1, 1);
         assert!(e.try_fast(Mode::Exclusive, false).is_none());
         assert!(e.try_fast(Mode::Shared, false).is_none());
-        assert!(!e.release_fast(Mode::Exclusive, f1 + 1), "a wrong fence never releases");
+        assert!(
+            !e.release_fast(Mode::Exclusive, f1 + 1),
+            "a wrong fence never releases"
+        );
         assert!(e.release_fast(Mode::Exclusive, f1));
         assert!(!e.release_fast(Mode::Exclusive, f1), "released twice");
         assert_eq!(e.try_fast(Mode::Exclusive, false), Some(2));

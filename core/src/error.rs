@@ -5,8 +5,9 @@ use std::sync::Arc;
 
 /// Why an acquire or release did not happen.
 ///
-/// Numbers and meanings are shared with every front end: the C ABI, Python and Node map each
-/// variant to their own error code or exception.
+/// Each variant is reported as a [`Status`](crate::Status) (`error.status()`), whose number and
+/// name every front end shares: the C ABI returns the number, Node's errors carry the name as
+/// their `code`, and Python raises the exception that the status maps to.
 ///
 /// ```
 /// use keylock_core::{Error, StripedLock};

@@ -15,6 +15,9 @@
 //! Waiting threads and async tasks stand in one queue per lock ([`wait`]), served in order with
 //! eventual fairness. Futures work on any executor; dropping one cancels its wait exactly.
 //!
+//! What every front end (C, Python, Node) shares lives here too, so that they agree: how keys
+//! become bytes ([`keys`]), and the outcome codes with their numbers and names ([`Status`]).
+//!
 //! ```
 //! use keylock_core::{KeyPool, StripedLock, RwLock};
 //!
@@ -34,10 +37,12 @@ mod adder;
 mod entry;
 mod error;
 mod hash;
+pub mod keys;
 mod pool;
 mod rwlock;
 pub mod scope;
 mod site;
+mod status;
 mod striped;
 mod sync;
 pub mod wait;
@@ -45,6 +50,7 @@ pub mod wait;
 pub use acquisition::{Acquisition, LockInfo, LockOptions, Mode, Owner, Wait};
 pub use error::{Error, Result};
 pub use scope::{KeySpace, KeyedLock, LockKey, OpenOptions, open, open_with};
+pub use status::Status;
 
 /// The README's examples, compiled and run as doctests so they cannot go stale.
 #[cfg(doctest)]

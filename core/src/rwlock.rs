@@ -213,7 +213,9 @@ impl RawAdderRwLock {
     /// Takes the write lock, waiting until `deadline`; returns its fence.
     fn write_until(&self, deadline: Option<Instant>) -> Option<u64> {
         let wait = deadline.map_or(Wait::Forever, Wait::Until);
-        let fence = site::acquire(&self.writer(), &Want::EXCLUSIVE, wait).ok()?.fence;
+        let fence = site::acquire(&self.writer(), &Want::EXCLUSIVE, wait)
+            .ok()?
+            .fence;
         self.phase.store(DRAINING, Ordering::SeqCst);
         store_load_fence();
         if self.drain_until(deadline) {
@@ -609,7 +611,10 @@ impl RwLock {
 
     /// Blocks until the write lock is held.
     pub fn write(&self) -> WriteGuard<&Self> {
-        let fence = self.raw.write_until(None).expect("an untimed write succeeds");
+        let fence = self
+            .raw
+            .write_until(None)
+            .expect("an untimed write succeeds");
         Self::write_guard(self, fence)
     }
 
@@ -720,9 +725,7 @@ impl<P: Deref<Target = RwLock>> Future for ReadFuture<P> {
                 .poll(&ReaderGate(raw), &Want::SHARED, cx)
                 .is_ready();
         if ready {
-            Poll::Ready(RwLock::read_guard(
-                this.lock.take().expect("checked above"),
-            ))
+            Poll::Ready(RwLock::read_guard(this.lock.take().expect("checked above")))
         } else {
             Poll::Pending
         }

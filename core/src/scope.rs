@@ -416,9 +416,7 @@ where
     fn force_unlock(&self, key: LockKey<'_>) -> Result<bool> {
         Ok(match key.space {
             KeySpace::Keys => KeyPool::force_unlock(self, key.bytes),
-            KeySpace::Names => self
-                .names_if()
-                .is_some_and(|n| n.force_unlock(key.bytes)),
+            KeySpace::Names => self.names_if().is_some_and(|n| n.force_unlock(key.bytes)),
         })
     }
 

@@ -82,7 +82,12 @@ impl<S: Site + ?Sized> Queue for SiteQueue<'_, S> {
         locked.earliest_lease()
     }
 
-    fn leave_locked<'q>(&'q self, locked: &mut Self::Locked<'q>, _notified: bool, wakes: &mut Wakes) {
+    fn leave_locked<'q>(
+        &'q self,
+        locked: &mut Self::Locked<'q>,
+        _notified: bool,
+        wakes: &mut Wakes,
+    ) {
         let policy = self.0.policy();
         self.0.entry().leave_locked(locked, &policy, wakes);
         self.0.waiter_done();
@@ -112,7 +117,9 @@ pub(crate) fn attempt_locked<S: Site + ?Sized>(
     wakes: &mut Wakes,
 ) -> Attempt {
     let policy = site.policy();
-    let attempt = site.entry().acquire_locked(locked, want, false, &policy, wakes);
+    let attempt = site
+        .entry()
+        .acquire_locked(locked, want, false, &policy, wakes);
     if matches!(attempt, Attempt::Blocked { .. }) {
         site.entry().settle_locked(locked);
     }
@@ -132,8 +139,8 @@ pub(crate) fn acquire<S: Site + ?Sized>(site: &S, want: &Want, wait: Wait) -> Re
             fence,
             ticket: 0,
             lease_until: None,
-        reentered: false,
-    });
+            reentered: false,
+        });
     }
     let deadline = wait.deadline();
     {
@@ -167,12 +174,10 @@ pub(crate) fn wait_queued<S: Site + ?Sized>(
     match wait_blocking(&SiteQueue(site), want, deadline, || {
         // Spin only while nobody is queued: queued waiters go first.
         if plain && !entry.is_queued() {
-            entry
-                .try_fast(want.mode, policy.fifo)
-                .map(|fence| Grant {
-                    fence,
-                    ticket: 0,
-                    lease_until: None,
+            entry.try_fast(want.mode, policy.fifo).map(|fence| Grant {
+                fence,
+                ticket: 0,
+                lease_until: None,
                 reentered: false,
             })
         } else {
@@ -236,7 +241,9 @@ pub(crate) fn extend<S: Site + ?Sized>(
     hold: &Hold,
     until: Instant,
 ) -> std::result::Result<(), Option<Error>> {
-    with_locked(site, |e, side, p, w| e.extend_locked(side, hold, until, p, w))
+    with_locked(site, |e, side, p, w| {
+        e.extend_locked(side, hold, until, p, w)
+    })
 }
 
 /// Frees the site whoever holds it; whether it was held.
@@ -295,8 +302,8 @@ impl SiteFuture {
                     fence,
                     ticket: 0,
                     lease_until: None,
-                reentered: false,
-            }));
+                    reentered: false,
+                }));
             }
         }
         if let Some(deadline) = deadline

@@ -1,8 +1,16 @@
 //! The synchronisation primitives the algorithms are written against.
 //!
 //! Under `--cfg keylock_loom` every atomic, mutex and thread operation comes from loom, so the same
-//! code is model-checked (the crossbeam approach). Nothing else in the crate names
-//! `std::sync::atomic`, `parking_lot` or `std::thread` directly.
+//! code is model-checked (the crossbeam approach). The algorithms reach them only through this
+//! module.
+//!
+//! A few process-wide values stay outside the model on purpose, in real builds only: the core
+//! count that sizes adder tables, and the counter that gives each thread its first adder probe.
+//! Loom's atomics cannot live in statics, and no interleaving of these values matters (a race
+//! computes the same core count twice, or gives two threads the same first probe). They use
+//! std's atomics through [`unmodelled`], and the probe itself is a std thread-local. Two other
+//! places name std directly, for the same reasons: `wait.rs`'s hand-off switch for the loom
+//! models, and `pool.rs`'s shard count.
 
 #[cfg(keylock_loom)]
 pub(crate) use loom::sync::atomic::{AtomicPtr, AtomicU8, AtomicU32, AtomicU64, AtomicUsize};
@@ -10,6 +18,14 @@ pub(crate) use loom::sync::atomic::{AtomicPtr, AtomicU8, AtomicU32, AtomicU64, A
 pub(crate) use std::sync::atomic::{AtomicPtr, AtomicU8, AtomicU32, AtomicU64, AtomicUsize};
 
 pub(crate) use std::sync::atomic::Ordering;
+
+/// std's atomics and core count for process-wide statics that loom does not model (see the
+/// module documentation). Only for values whose races are harmless by construction.
+#[cfg(not(keylock_loom))]
+pub(crate) mod unmodelled {
+    pub(crate) use std::sync::atomic::{AtomicU32, AtomicUsize};
+    pub(crate) use std::thread::available_parallelism;
+}
 
 #[cfg(keylock_loom)]
 pub(crate) use loom::thread::{Thread, current as current_thread};

@@ -1,5 +1,7 @@
 //! Async acquisition: exact counts with tasks and threads on the same keys, a cancellation
-//! storm, multi-key futures without deadlock, and executor independence.
+//! storm, multi-key futures without deadlock, and executor independence. Every critical section
+//! is counted by an [`Occupancy`]: one holder at a time, and each entry completed or (only where
+//! a timeout can cancel it) interrupted.
 
 mod common;
 
@@ -7,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use common::{Racy, within};
+use common::{Occupancy, Racy, within};
 use keylock_core::{KeyPool, RwLock, StripedLock};
 
 const LIMIT: Duration = Duration::from_secs(120);
@@ -28,18 +30,21 @@ fn pool_tasks_and_threads_exact_counts() {
     within(LIMIT, || {
         let pool: Arc<KeyPool<u64>> = Arc::new(KeyPool::new());
         let counts: Arc<Vec<Racy>> = Arc::new((0..KEYS).map(|_| Racy::new()).collect());
+        let occupancy = Arc::new(Occupancy::new(KEYS));
         const TASKS: usize = 1000;
         const PER_TASK: usize = 20;
         const THREADS: usize = 4;
         const PER_THREAD: usize = 2000;
         let threads: Vec<_> = (0..THREADS)
             .map(|t| {
-                let (pool, counts) = (pool.clone(), counts.clone());
+                let (pool, counts, occupancy) = (pool.clone(), counts.clone(), occupancy.clone());
                 std::thread::spawn(move || {
                     for i in 0..PER_THREAD {
                         let key = ((i + t) % KEYS) as u64;
                         let _g = pool.lock(&key);
+                        let inside = occupancy.hold(key as usize);
                         counts[key as usize].bump();
+                        inside.complete();
                     }
                 })
             })
@@ -48,16 +53,19 @@ fn pool_tasks_and_threads_exact_counts() {
             let tasks: Vec<_> = (0..TASKS)
                 .map(|t| {
                     let (pool, counts) = (pool.clone(), counts.clone());
+                    let occupancy = occupancy.clone();
                     tokio::spawn(async move {
                         for i in 0..PER_TASK {
                             let key = ((i * 7 + t) % KEYS) as u64;
                             let guard = pool.lock_async_owned(&key).await;
                             assert_send(&guard);
+                            let inside = occupancy.hold(key as usize);
                             counts[key as usize].bump();
                             if i % 5 == 0 {
                                 // Hold the key across an await point.
                                 tokio::task::yield_now().await;
                             }
+                            inside.complete();
                             drop(guard);
                         }
                     })
@@ -70,6 +78,11 @@ fn pool_tasks_and_threads_exact_counts() {
         for t in threads {
             t.join().unwrap();
         }
+        occupancy.check();
+        assert_eq!(
+            occupancy.completed(),
+            TASKS * PER_TASK + THREADS * PER_THREAD
+        );
         let total: u64 = counts.iter().map(Racy::get).sum();
         assert_eq!(total, (TASKS * PER_TASK + THREADS * PER_THREAD) as u64);
         assert_eq!(pool.stats().held, 0);
@@ -82,14 +95,17 @@ fn striped_tasks_and_threads_exact_counts() {
     within(LIMIT, || {
         let lock = Arc::new(StripedLock::new(4).unwrap());
         let counts: Arc<Vec<Racy>> = Arc::new((0..4).map(|_| Racy::new()).collect());
+        let occupancy = Arc::new(Occupancy::new(4));
         let threads: Vec<_> = (0..4)
             .map(|t| {
-                let (lock, counts) = (lock.clone(), counts.clone());
+                let (lock, counts, occupancy) = (lock.clone(), counts.clone(), occupancy.clone());
                 std::thread::spawn(move || {
                     for i in 0..2000u64 {
                         let key = i + t;
                         let g = lock.lock(&key);
+                        let inside = occupancy.hold(g.stripe());
                         counts[g.stripe()].bump();
+                        inside.complete();
                     }
                 })
             })
@@ -97,12 +113,15 @@ fn striped_tasks_and_threads_exact_counts() {
         runtime().block_on(async {
             let tasks: Vec<_> = (0..1000u64)
                 .map(|t| {
-                    let (lock, counts) = (lock.clone(), counts.clone());
+                    let (lock, counts, occupancy) =
+                        (lock.clone(), counts.clone(), occupancy.clone());
                     tokio::spawn(async move {
                         for i in 0..20u64 {
                             let g = lock.lock_async_owned(&(t * 31 + i)).await;
+                            let inside = occupancy.hold(g.stripe());
                             counts[g.stripe()].bump();
                             tokio::task::yield_now().await;
+                            inside.complete();
                         }
                     })
                 })
@@ -114,6 +133,8 @@ fn striped_tasks_and_threads_exact_counts() {
         for t in threads {
             t.join().unwrap();
         }
+        occupancy.check();
+        assert_eq!(occupancy.completed(), 1000 * 20 + 4 * 2000);
         let total: u64 = counts.iter().map(Racy::get).sum();
         assert_eq!(total, 1000 * 20 + 4 * 2000);
         for k in 0..64u64 {
@@ -122,12 +143,21 @@ fn striped_tasks_and_threads_exact_counts() {
     });
 }
 
+/// Timeouts cancel tasks at every point: while queued, while being handed a lock, and inside the
+/// critical section at its await. A cancel inside legitimately leaves an entry without its
+/// increment, so the test checks what holds whatever the timing: one holder per key (and per
+/// stripe, and no reader beside a writer), every entry completed or interrupted, increments
+/// equal to completed entries, and nothing held or queued afterwards.
 #[test]
 fn cancellation_storm_leaves_nothing_behind() {
     within(LIMIT, || {
         let pool: Arc<KeyPool<u64>> = Arc::new(KeyPool::new());
         let striped = Arc::new(StripedLock::new(2).unwrap());
         let rw = Arc::new(RwLock::new());
+        let counts: Arc<Vec<Racy>> = Arc::new((0..4).map(|_| Racy::new()).collect());
+        let in_pool = Arc::new(Occupancy::new(4));
+        let in_stripe = Arc::new(Occupancy::new(striped.stripes()));
+        let in_rw = Arc::new(Occupancy::new(1));
         let done = Arc::new(AtomicUsize::new(0));
         let cancelled = Arc::new(AtomicUsize::new(0));
         runtime().block_on(async {
@@ -135,24 +165,39 @@ fn cancellation_storm_leaves_nothing_behind() {
                 .map(|t| {
                     let (pool, striped, rw) = (pool.clone(), striped.clone(), rw.clone());
                     let (done, cancelled) = (done.clone(), cancelled.clone());
+                    let (counts, in_pool) = (counts.clone(), in_pool.clone());
+                    let (in_stripe, in_rw) = (in_stripe.clone(), in_rw.clone());
                     tokio::spawn(async move {
                         let key = t % 4;
                         // Timeouts from 0 to ~300 µs: many expire while waiting, some exactly
-                        // while the lock is being handed over.
+                        // while the lock is being handed over, some inside.
                         let limit = Duration::from_micros((t * 37) % 300);
                         let work = async {
-                            let _r = if t % 5 == 0 {
+                            // Each Inside is declared after its guard, so it is dropped first.
+                            let read = if t % 5 == 0 {
                                 None
                             } else {
                                 Some(rw.read_async_owned().await)
                             };
+                            let reading = read.as_ref().map(|_| in_rw.hold_shared(0));
                             let _g = pool.lock_async_owned(&key).await;
-                            let _s = striped.lock_async_owned(&key).await;
+                            let holding = in_pool.hold(key as usize);
+                            let s = striped.lock_async_owned(&key).await;
+                            let striping = in_stripe.hold(s.stripe());
+                            let v = counts[key as usize].load();
                             tokio::task::yield_now().await;
+                            counts[key as usize].store(v + 1);
+                            striping.complete();
+                            holding.complete();
+                            if let Some(reading) = reading {
+                                reading.complete();
+                            }
                         };
                         let write = async {
                             let _w = rw.write_async_owned().await;
+                            let writing = in_rw.hold(0);
                             tokio::task::yield_now().await;
+                            writing.complete();
                         };
                         let outcome = if t % 50 == 0 {
                             tokio::time::timeout(limit, write).await
@@ -174,6 +219,11 @@ fn cancellation_storm_leaves_nothing_behind() {
             done.load(Ordering::Relaxed) + cancelled.load(Ordering::Relaxed),
             4000
         );
+        in_pool.check();
+        in_stripe.check();
+        in_rw.check();
+        let total: u64 = counts.iter().map(Racy::get).sum();
+        assert_eq!(total, in_pool.completed() as u64);
         let stats = pool.stats();
         assert_eq!(stats.held, 0, "{stats:?}");
         assert_eq!(stats.waiting, 0, "{stats:?}");
@@ -196,10 +246,13 @@ fn lock_many_async_overlapping_sets_finish() {
         let pool: Arc<KeyPool<u64>> = Arc::new(KeyPool::new());
         let striped = Arc::new(StripedLock::new(16).unwrap());
         let counts: Arc<Vec<Racy>> = Arc::new((0..8).map(|_| Racy::new()).collect());
+        let in_pool = Arc::new(Occupancy::new(8));
+        let in_stripe = Arc::new(Occupancy::new(striped.stripes()));
         runtime().block_on(async {
             let tasks: Vec<_> = (0..400usize)
                 .map(|t| {
                     let (pool, striped, counts) = (pool.clone(), striped.clone(), counts.clone());
+                    let (in_pool, in_stripe) = (in_pool.clone(), in_stripe.clone());
                     tokio::spawn(async move {
                         for i in 0..10usize {
                             // Overlapping sets in opposite orders: a naive lock order deadlocks.
@@ -207,14 +260,19 @@ fn lock_many_async_overlapping_sets_finish() {
                             let b = ((t * 3 + 1) % 8) as u64;
                             let keys = if t % 2 == 0 { [a, b, a] } else { [b, a, b] };
                             let g = pool.lock_many_async_owned(keys.iter()).await;
+                            let mut holding = vec![in_pool.hold(a as usize)];
                             counts[a as usize].bump();
                             if a != b {
+                                holding.push(in_pool.hold(b as usize));
                                 counts[b as usize].bump();
                             }
                             tokio::task::yield_now().await;
+                            holding.into_iter().for_each(|h| h.complete());
                             drop(g);
                             let s = striped.lock_many_async_owned(keys.iter()).await;
+                            let striping: Vec<_> = s.stripes().map(|i| in_stripe.hold(i)).collect();
                             tokio::task::yield_now().await;
+                            striping.into_iter().for_each(|h| h.complete());
                             drop(s);
                         }
                     })
@@ -228,6 +286,9 @@ fn lock_many_async_overlapping_sets_finish() {
             .flat_map(|t| (0..10usize).map(move |i| (t, i)))
             .map(|(t, i)| if (t + i) % 8 == (t * 3 + 1) % 8 { 1 } else { 2 })
             .sum();
+        in_pool.check();
+        in_stripe.check();
+        assert_eq!(in_pool.completed() as u64, expected);
         let total: u64 = counts.iter().map(Racy::get).sum();
         assert_eq!(total, expected);
         assert!(pool.is_empty());
@@ -255,16 +316,20 @@ fn works_on_futures_executor() {
         // with this thread's blocking locks on one key.
         let pool = Arc::new(pool);
         let counter = Arc::new(Racy::new());
+        let occupancy = Arc::new(Occupancy::new(1));
         let executors: Vec<_> = (0..2)
             .map(|_| {
-                let (pool, counter) = (pool.clone(), counter.clone());
+                let (pool, counter, occupancy) = (pool.clone(), counter.clone(), occupancy.clone());
                 std::thread::spawn(move || {
                     let tasks = (0..100).map(|_| {
-                        let (pool, counter) = (pool.clone(), counter.clone());
+                        let (pool, counter, occupancy) =
+                            (pool.clone(), counter.clone(), occupancy.clone());
                         async move {
                             for _ in 0..10 {
                                 let _g = pool.lock_async_owned("hot").await;
+                                let inside = occupancy.hold(0);
                                 counter.bump();
+                                inside.complete();
                             }
                         }
                     });
@@ -274,11 +339,15 @@ fn works_on_futures_executor() {
             .collect();
         for _ in 0..2000 {
             let _g = pool.lock("hot");
+            let inside = occupancy.hold(0);
             counter.bump();
+            inside.complete();
         }
         for e in executors {
             e.join().unwrap();
         }
+        occupancy.check();
+        assert_eq!(occupancy.completed(), 4000);
         assert_eq!(counter.get(), 4000);
         assert!(pool.is_empty());
     });

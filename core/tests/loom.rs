@@ -381,7 +381,11 @@ fn modes_on_a_stripe() {
         {
             let _g = lock.lock(&2u64);
             writer.fetch_add(1, Ordering::SeqCst);
-            assert_eq!(readers.load(Ordering::SeqCst), 0, "a reader beside the writer");
+            assert_eq!(
+                readers.load(Ordering::SeqCst),
+                0,
+                "a reader beside the writer"
+            );
             writer.fetch_sub(1, Ordering::SeqCst);
         }
         {
@@ -414,7 +418,11 @@ fn modes_on_a_pool_slot() {
             {
                 let _g = pool.lock(&1);
                 writer.fetch_add(1, Ordering::SeqCst);
-                assert_eq!(readers.load(Ordering::SeqCst), 0, "a reader beside the writer");
+                assert_eq!(
+                    readers.load(Ordering::SeqCst),
+                    0,
+                    "a reader beside the writer"
+                );
                 writer.fetch_sub(1, Ordering::SeqCst);
             }
             t.join().unwrap();

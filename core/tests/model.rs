@@ -62,16 +62,22 @@ fn lease() -> impl Strategy<Value = Lease> {
 }
 
 fn key_op() -> impl Strategy<Value = KeyOp> {
-    let ask = (0..KEYS, mode(), lease(), 0u8..3, any::<bool>(), any::<bool>()).prop_map(
-        |(key, mode, lease, owner, timed, guard)| Ask {
+    let ask = (
+        0..KEYS,
+        mode(),
+        lease(),
+        0u8..3,
+        any::<bool>(),
+        any::<bool>(),
+    )
+        .prop_map(|(key, mode, lease, owner, timed, guard)| Ask {
             key,
             mode,
             lease,
             owner,
             timed,
             guard,
-        },
-    );
+        });
     prop_oneof![
         6 => ask.prop_map(KeyOp::Acquire),
         3 => (0usize..8).prop_map(KeyOp::Release),
@@ -130,7 +136,9 @@ impl Model {
         let held = self.units.get(&u).map_or(&Held::Free, |x| &x.held);
         match (held, mode) {
             (Held::Free, _) => Some(false),
-            (Held::Exclusive { owner: o, .. }, _) if self.reentrant && owner != 0 && *o == owner => {
+            (Held::Exclusive { owner: o, .. }, _)
+                if self.reentrant && owner != 0 && *o == owner =>
+            {
                 Some(true)
             }
             (Held::Shared(_), Mode::Shared) => Some(false),
@@ -152,21 +160,40 @@ impl Model {
         let reentrant = self.reentrant && owner != 0;
         let unit = self.unit(u);
         match (&mut unit.held, mode) {
-            (Held::Exclusive { id: held, holds, owner: o, lease: l }, _) if reentrant && *o == owner => {
+            (
+                Held::Exclusive {
+                    id: held,
+                    holds,
+                    owner: o,
+                    lease: l,
+                },
+                _,
+            ) if reentrant && *o == owner => {
                 if fence != unit.top {
-                    return Err(format!("reentrant hold got fence {fence}, holder has {}", unit.top));
+                    return Err(format!(
+                        "reentrant hold got fence {fence}, holder has {}",
+                        unit.top
+                    ));
                 }
                 *holds += 1;
                 return Ok((*held, *l));
             }
             (Held::Free, Mode::Exclusive) => {
                 if fence <= unit.top || fence < unit.floor {
-                    return Err(format!("exclusive fence {fence} not above {} / {}", unit.top, unit.floor));
+                    return Err(format!(
+                        "exclusive fence {fence} not above {} / {}",
+                        unit.top, unit.floor
+                    ));
                 }
                 unit.top = fence;
                 unit.floor = fence;
                 unit.epoch = None;
-                unit.held = Held::Exclusive { id, owner, holds: 1, lease };
+                unit.held = Held::Exclusive {
+                    id,
+                    owner,
+                    holds: 1,
+                    lease,
+                };
             }
             (Held::Free, Mode::Shared) | (Held::Shared(_), Mode::Shared) => {
                 if fence < unit.floor {
@@ -176,7 +203,9 @@ impl Model {
                 if let Some(e) = unit.epoch
                     && fence != e
                 {
-                    return Err(format!("shared holders of one epoch differ: {fence} vs {e}"));
+                    return Err(format!(
+                        "shared holders of one epoch differ: {fence} vs {e}"
+                    ));
                 }
                 unit.epoch = Some(fence);
                 match &mut unit.held {
@@ -194,7 +223,9 @@ impl Model {
     fn drop_hold(&mut self, u: usize, id: usize) {
         let unit = self.unit(u);
         match &mut unit.held {
-            Held::Exclusive { id: held, holds, .. } if *held == id => {
+            Held::Exclusive {
+                id: held, holds, ..
+            } if *held == id => {
                 *holds -= 1;
                 if *holds > 0 {
                     return;
@@ -255,11 +286,10 @@ fn stale(lease: Lease) -> Error {
 }
 
 fn options(ask: &Ask, reentrant: bool) -> LockOptions {
-    let mut opts = LockOptions::new().mode(ask.mode).wait(if ask.timed {
-        Wait::For(TICK)
-    } else {
-        Wait::No
-    });
+    let mut opts =
+        LockOptions::new()
+            .mode(ask.mode)
+            .wait(if ask.timed { Wait::For(TICK) } else { Wait::No });
     match ask.lease {
         Lease::None => {}
         Lease::Zero => opts = opts.lease(Duration::ZERO),
@@ -297,7 +327,12 @@ macro_rules! check_keyed {
                             } else {
                                 Holder::Record(vec![g.into_acquisition()])
                             };
-                            kept.push(Kept { holder, units: vec![u], id: vec![id], lease });
+                            kept.push(Kept {
+                                holder,
+                                units: vec![u],
+                                id: vec![id],
+                                lease,
+                            });
                             if lease == Lease::Zero {
                                 // The lease has ended; the next look at the unit notices. An
                                 // exclusive one advances the fence; a shared one just leaves.
@@ -310,12 +345,17 @@ macro_rules! check_keyed {
                             }
                         }
                         (None, Err(e)) => {
-                            let want = if ask.timed { Error::TimedOut } else { Error::WouldBlock };
+                            let want = if ask.timed {
+                                Error::TimedOut
+                            } else {
+                                Error::WouldBlock
+                            };
                             prop_assert_eq!(e, want);
                         }
                         (admit, got) => {
                             return Err(TestCaseError::fail(format!(
-                                "{ask:?}: model {admit:?}, lock {:?}", got.map(|g| g.fence())
+                                "{ask:?}: model {admit:?}, lock {:?}",
+                                got.map(|g| g.fence())
                             )));
                         }
                     }
@@ -331,11 +371,16 @@ macro_rules! check_keyed {
                     };
                     // A many-key record's acquisitions come in the lock's canonical order, not the
                     // model's: compare the outcomes as a multiset.
-                    let mut want: Vec<_> = k
-                        .id
-                        .iter()
-                        .map(|&id| if model.current[id] { Ok(()) } else { Err(stale(k.lease)) })
-                        .collect();
+                    let mut want: Vec<_> =
+                        k.id.iter()
+                            .map(|&id| {
+                                if model.current[id] {
+                                    Ok(())
+                                } else {
+                                    Err(stale(k.lease))
+                                }
+                            })
+                            .collect();
                     let mut got: Vec<_> = acqs.into_iter().map(|acq| lock.release(acq)).collect();
                     want.sort_by_key(|r| format!("{r:?}"));
                     got.sort_by_key(|r| format!("{r:?}"));
@@ -357,7 +402,9 @@ macro_rules! check_keyed {
                         let want = match (model.current[*id], k.lease) {
                             (false, lease) => Err(stale(lease)),
                             (true, Lease::Long) => Ok(()),
-                            (true, _) => Err(Error::InvalidArgument("the acquisition has no lease")),
+                            (true, _) => {
+                                Err(Error::InvalidArgument("the acquisition has no lease"))
+                            }
                         };
                         prop_assert_eq!(got, want);
                     }
@@ -372,9 +419,14 @@ macro_rules! check_keyed {
                         let e = units.entry(unit(&lock, k)).or_insert(m);
                         *e = (*e).min(m);
                     }
-                    let admits = units.iter().all(|(&u, &m)| model.admits(u, m, 0) == Some(false));
+                    let admits = units
+                        .iter()
+                        .all(|(&u, &m)| model.admits(u, m, 0) == Some(false));
                     let wait = if *timed { Wait::For(TICK) } else { Wait::No };
-                    let got = lock.lock_many_with(keys.iter().map(|(k, m)| (k, *m)), LockOptions::new().wait(wait));
+                    let got = lock.lock_many_with(
+                        keys.iter().map(|(k, m)| (k, *m)),
+                        LockOptions::new().wait(wait),
+                    );
                     match (admits, got) {
                         (true, Ok(g)) => {
                             // The guard's fences come in the lock's canonical order, which the
@@ -384,7 +436,12 @@ macro_rules! check_keyed {
                             for (&u, &m) in units.iter() {
                                 let key = (0..KEYS).find(|&k| unit(&lock, k) == u).unwrap();
                                 let f = lock.info(&key).unwrap().fence;
-                                ids.push(model.take(u, m, 0, f, Lease::None).map_err(TestCaseError::fail)?.0);
+                                ids.push(
+                                    model
+                                        .take(u, m, 0, f, Lease::None)
+                                        .map_err(TestCaseError::fail)?
+                                        .0,
+                                );
                             }
                             let acqs = many_acquisitions(g);
                             kept.push(Kept {
@@ -395,11 +452,19 @@ macro_rules! check_keyed {
                             });
                         }
                         (false, Err(e)) => {
-                            prop_assert_eq!(e, if *timed { Error::TimedOut } else { Error::WouldBlock });
+                            prop_assert_eq!(
+                                e,
+                                if *timed {
+                                    Error::TimedOut
+                                } else {
+                                    Error::WouldBlock
+                                }
+                            );
                         }
                         (admits, got) => {
                             return Err(TestCaseError::fail(format!(
-                                "many {keys:?}: model {admits}, lock ok = {}", got.is_ok()
+                                "many {keys:?}: model {admits}, lock ok = {}",
+                                got.is_ok()
                             )));
                         }
                     }
@@ -411,10 +476,16 @@ macro_rules! check_keyed {
                 if let (Some(info), Some(unit)) = (lock.info(&key), model.units.get(&u)) {
                     match &unit.held {
                         Held::Exclusive { holds, .. } => {
-                            prop_assert_eq!((info.mode, info.holds, info.fence), (Mode::Exclusive, *holds, unit.top));
+                            prop_assert_eq!(
+                                (info.mode, info.holds, info.fence),
+                                (Mode::Exclusive, *holds, unit.top)
+                            );
                         }
                         Held::Shared(ids) => {
-                            prop_assert_eq!((info.mode, info.holders as usize), (Mode::Shared, ids.len()));
+                            prop_assert_eq!(
+                                (info.mode, info.holders as usize),
+                                (Mode::Shared, ids.len())
+                            );
                         }
                         Held::Free => prop_assert!(false, "info for a free unit"),
                     }

@@ -4,11 +4,10 @@
 mod common;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::thread;
 use std::time::Duration;
 
-use common::within;
+use common::{Occupancy, within};
 use keylock_core::{Error, KeyPool};
 
 const LIMIT: Duration = Duration::from_secs(120);
@@ -69,26 +68,22 @@ fn byte_keys_reuse_their_storage() {
 /// The classic race: a holder removes the map entry while a waiter, which already looked it up,
 /// is about to lock it; a third thread then makes a fresh entry and the two "exclusive" holders
 /// run together. Here every key is locked and released constantly, so slots are freed and
-/// reused all the time, and an occupancy flag per key catches any overlap.
+/// reused all the time, and an [`Occupancy`] per key catches any overlap.
 #[test]
 fn no_two_holders_of_one_key_while_slots_recycle() {
     within(LIMIT, || {
         let pool: Arc<KeyPool<u64>> = Arc::new(KeyPool::new());
-        let busy: Arc<Vec<AtomicBool>> = Arc::new((0..4).map(|_| AtomicBool::new(false)).collect());
-        let entries = Arc::new(AtomicUsize::new(0));
+        let occupancy = Arc::new(Occupancy::new(4));
         let threads: Vec<_> = (0..8u64)
             .map(|t| {
-                let (pool, busy, entries) = (pool.clone(), busy.clone(), entries.clone());
+                let (pool, occupancy) = (pool.clone(), occupancy.clone());
                 thread::spawn(move || {
                     for i in 0..20_000u64 {
                         let key = (i + t) % 4;
                         let g = pool.lock(&key);
-                        assert!(
-                            !busy[key as usize].swap(true, Ordering::AcqRel),
-                            "two holders"
-                        );
-                        entries.fetch_add(1, Ordering::Relaxed);
-                        busy[key as usize].store(false, Ordering::Release);
+                        let inside = occupancy.hold(key as usize);
+                        std::hint::spin_loop();
+                        inside.complete();
                         drop(g);
                     }
                 })
@@ -97,7 +92,8 @@ fn no_two_holders_of_one_key_while_slots_recycle() {
         for t in threads {
             t.join().unwrap();
         }
-        assert_eq!(entries.load(Ordering::Relaxed), 8 * 20_000);
+        occupancy.check();
+        assert_eq!(occupancy.completed(), 8 * 20_000);
         assert_eq!(pool.stats().entries_in_use, 0);
     });
 }

@@ -1,5 +1,6 @@
 //! Stress with exact counts: threads increment plain (non-atomic) counters under each lock,
-//! oversubscribed (more threads than cores), with timeouts expiring mid-run.
+//! oversubscribed (more threads than cores), with timeouts expiring mid-run. Every critical
+//! section is also counted by an [`Occupancy`]: one holder at a time, and every entry completed.
 
 mod common;
 
@@ -7,7 +8,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
-use common::{Racy, within};
+use common::{Occupancy, Racy, within};
 use keylock_core::{Error, KeyPool, RwLock, StripedLock};
 
 const THREADS: usize = 8;
@@ -25,10 +26,13 @@ fn striped_exact_counts() {
         // Few stripes, so keys also collide on stripes.
         let lock = Arc::new(StripedLock::new(8).unwrap());
         let counts = counters();
+        // By stripe: keys that share a stripe exclude each other too.
+        let occupancy = Arc::new(Occupancy::new(lock.stripes()));
         let timeouts = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let threads: Vec<_> = (0..THREADS)
             .map(|t| {
                 let (lock, counts, timeouts) = (lock.clone(), counts.clone(), timeouts.clone());
+                let occupancy = occupancy.clone();
                 thread::spawn(move || {
                     let mut done = 0;
                     let mut i = t;
@@ -53,7 +57,9 @@ fn striped_exact_counts() {
                                 }
                             },
                         };
+                        let inside = occupancy.hold(guard.stripe());
                         counts[key as usize].bump();
+                        inside.complete();
                         drop(guard);
                         done += 1;
                     }
@@ -63,6 +69,8 @@ fn striped_exact_counts() {
         for t in threads {
             t.join().unwrap();
         }
+        occupancy.check();
+        assert_eq!(occupancy.completed(), THREADS * ROUNDS);
         let total: u64 = counts.iter().map(Racy::get).sum();
         assert_eq!(total, (THREADS * ROUNDS) as u64);
         for k in 0..KEYS as u64 {
@@ -76,15 +84,22 @@ fn pool_exact_counts_and_empty_after() {
     within(LIMIT, || {
         let pool: Arc<KeyPool<u64>> = Arc::new(KeyPool::new());
         let counts = counters();
+        let occupancy = Arc::new(Occupancy::new(KEYS));
         let threads: Vec<_> = (0..THREADS)
             .map(|t| {
-                let (pool, counts) = (pool.clone(), counts.clone());
+                let (pool, counts, occupancy) = (pool.clone(), counts.clone(), occupancy.clone());
                 thread::spawn(move || {
                     let mut done = 0;
                     let mut i = t;
+                    // Keys never seen before, one per round, so that slots are taken over all
+                    // the time while other keys are held and waited for: the pool's memory
+                    // must follow the keys in use, not these tens of thousands of keys seen.
+                    let mut fresh = (t as u64 + 1) << 40;
                     while done < ROUNDS {
                         let key = (i % KEYS) as u64;
                         i += 1;
+                        fresh += 1;
+                        drop(pool.try_lock(&fresh).unwrap());
                         let guard = match i % 3 {
                             0 => pool.lock(&key),
                             1 => match pool.try_lock(&key) {
@@ -102,7 +117,9 @@ fn pool_exact_counts_and_empty_after() {
                                 }
                             },
                         };
+                        let inside = occupancy.hold(key as usize);
                         counts[key as usize].bump();
+                        inside.complete();
                         drop(guard);
                         done += 1;
                     }
@@ -112,12 +129,17 @@ fn pool_exact_counts_and_empty_after() {
         for t in threads {
             t.join().unwrap();
         }
+        occupancy.check();
+        assert_eq!(occupancy.completed(), THREADS * ROUNDS);
         let total: u64 = counts.iter().map(Racy::get).sum();
         assert_eq!(total, (THREADS * ROUNDS) as u64);
         let stats = pool.stats();
         assert_eq!(stats.held, 0);
         assert_eq!(stats.waiting, 0);
         assert!(pool.is_empty());
+        // The bound the pool documents: slots never exceed twice the retention allowance plus
+        // four times the peak in use (held or reserved by a waiter, so above the keys held).
+        // Far below the keys seen: a pool that kept a slot per key seen would fail here.
         assert!(
             stats.entries_allocated <= pool.memory_bound(stats.peak_in_use),
             "{stats:?}"
@@ -130,9 +152,10 @@ fn rwlock_exact_counts() {
     within(LIMIT, || {
         let rw = Arc::new(RwLock::new());
         let value = Arc::new(Racy::new());
+        let occupancy = Arc::new(Occupancy::new(1));
         let threads: Vec<_> = (0..THREADS)
             .map(|t| {
-                let (rw, value) = (rw.clone(), value.clone());
+                let (rw, value, occupancy) = (rw.clone(), value.clone(), occupancy.clone());
                 thread::spawn(move || {
                     let mut writes = 0;
                     let mut i = 0;
@@ -153,7 +176,9 @@ fn rwlock_exact_counts() {
                                     }
                                 },
                             };
+                            let inside = occupancy.hold(0);
                             value.bump();
+                            inside.complete();
                             drop(guard);
                             writes += 1;
                         } else {
@@ -165,9 +190,11 @@ fn rwlock_exact_counts() {
                                 },
                             };
                             // Readers see no torn state: a writer never runs beside them.
+                            let inside = occupancy.hold_shared(0);
                             let before = value.get();
                             std::hint::spin_loop();
                             assert_eq!(value.get(), before);
+                            inside.complete();
                             drop(guard);
                         }
                     }
@@ -177,6 +204,7 @@ fn rwlock_exact_counts() {
         for t in threads {
             t.join().unwrap();
         }
+        occupancy.check();
         assert_eq!(value.get(), (THREADS * ROUNDS / 4) as u64);
         assert!(!rw.is_locked());
     });

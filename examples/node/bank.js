@@ -88,7 +88,10 @@ async function oneThread(tasks, accounts, ms) {
   const balances = new Int32Array(accounts).fill(INITIAL);
   const expected = INITIAL * accounts;
   let ok = true;
-  for (const [name, keys] of [['KeyPool', new KeyPool()], ['StripedLock', new StripedLock(1024)]]) {
+  for (const [name, keys] of [
+    ['KeyPool', new KeyPool()],
+    ['StripedLock', new StripedLock(1024)],
+  ]) {
     const rw = new RwLock();
     const start = Date.now();
     const work = transfers({ keys, rw, balances, tasks, seed: 1, deadline: start + ms });
@@ -114,13 +117,15 @@ async function workers(tasks, accounts, ms) {
   // Start the workers once and wait until each has loaded keylock, so that startup time is not
   // counted in the transfer rates.
   const pool = await Promise.all(
-    Array.from({ length: WORKERS }, (_, i) =>
-      new Promise((resolve, reject) => {
-        const w = new Worker(__filename, { workerData: { shared, tasks, seed: i + 1 } });
-        w.once('message', () => resolve(w));
-        w.once('error', reject);
-        w.once('exit', (code) => code !== 0 && reject(new Error(`worker exited with ${code}`)));
-      }),
+    Array.from(
+      { length: WORKERS },
+      (_, i) =>
+        new Promise((resolve, reject) => {
+          const w = new Worker(__filename, { workerData: { shared, tasks, seed: i + 1 } });
+          w.once('message', () => resolve(w));
+          w.once('error', reject);
+          w.once('exit', (code) => code !== 0 && reject(new Error(`worker exited with ${code}`)));
+        }),
     ),
   );
   const ask = (w, msg) =>

@@ -6,6 +6,7 @@
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::ptr::NonNull;
 
+use crate::contract::*;
 use crate::result::*;
 
 /// A failed call: the code it returns to C. `?` turns core errors into it.
@@ -13,17 +14,17 @@ use crate::result::*;
 pub(crate) struct Fail(pub(crate) keylock_result);
 
 impl From<keylock_core::Error> for Fail {
+    /// The error's status number, from the core's one table of statuses.
+    #[inline]
     fn from(e: keylock_core::Error) -> Self {
-        use keylock_core::Error;
-        Fail(match e {
-            Error::WouldBlock => KEYLOCK_WOULD_BLOCK,
-            Error::TimedOut => KEYLOCK_TIMEOUT,
-            Error::NotLocked => KEYLOCK_NOT_LOCKED,
-            Error::InvalidArgument(_) => KEYLOCK_INVALID_ARGUMENT,
-            // The core's error enum is non_exhaustive. A variant added later is reported as an
-            // argument error until it gets a code of its own here (never an old number reused).
-            _ => KEYLOCK_INVALID_ARGUMENT,
-        })
+        Fail(e.status().code())
+    }
+}
+
+impl From<keylock_core::keys::KeyError> for Fail {
+    #[inline]
+    fn from(e: keylock_core::keys::KeyError) -> Self {
+        Fail::from(keylock_core::Error::from(e))
     }
 }
 
@@ -93,13 +94,13 @@ const fn max_len<T>() -> usize {
     isize::MAX as usize / size_of::<T>()
 }
 
-/// The key bytes `ptr[0..len]`. NULL with `len == 0` is the empty key; NULL with `len > 0` is
-/// `KEYLOCK_NULL_ARGUMENT`; a length over `PTRDIFF_MAX` is `KEYLOCK_INVALID_ARGUMENT`.
+/// The array `ptr[0..len]`. NULL with `len == 0` is empty; NULL with `len > 0` is
+/// `KEYLOCK_NULL_ARGUMENT`; more than `PTRDIFF_MAX` bytes is `KEYLOCK_INVALID_ARGUMENT`.
 ///
 /// # Safety
-/// When `ptr` is not NULL it points to `len` readable bytes that stay unchanged for `'a`.
+/// When `ptr` is not NULL it points to `len` readable elements that stay unchanged for `'a`.
 #[inline]
-pub(crate) unsafe fn key<'a>(ptr: *const u8, len: usize) -> Result<&'a [u8], Fail> {
+pub(crate) unsafe fn slice<'a, T>(ptr: *const T, len: usize) -> Result<&'a [T], Fail> {
     if ptr.is_null() {
         return if len == 0 {
             Ok(&[])
@@ -107,11 +108,45 @@ pub(crate) unsafe fn key<'a>(ptr: *const u8, len: usize) -> Result<&'a [u8], Fai
             Err(Fail(KEYLOCK_NULL_ARGUMENT))
         };
     }
-    if len > max_len::<u8>() {
+    if len > max_len::<T>() {
         return Err(Fail(KEYLOCK_INVALID_ARGUMENT));
     }
-    // SAFETY: ptr is not NULL, len fits in isize, and the caller promises len readable bytes.
+    // SAFETY: ptr is not NULL, len elements fit in isize bytes, and the caller promises len
+    // readable elements.
     Ok(unsafe { std::slice::from_raw_parts(ptr, len) })
+}
+
+/// The writable array `ptr[0..len]`, checked as [`slice`] checks.
+///
+/// # Safety
+/// When `ptr` is not NULL it points to `len` writable elements that nothing else reads or
+/// writes for `'a`.
+#[inline]
+pub(crate) unsafe fn slice_mut<'a, T>(ptr: *mut T, len: usize) -> Result<&'a mut [T], Fail> {
+    if ptr.is_null() {
+        return if len == 0 {
+            Ok(&mut [])
+        } else {
+            Err(Fail(KEYLOCK_NULL_ARGUMENT))
+        };
+    }
+    if len > max_len::<T>() {
+        return Err(Fail(KEYLOCK_INVALID_ARGUMENT));
+    }
+    // SAFETY: ptr is not NULL, len elements fit in isize bytes, and the caller promises len
+    // writable elements that only this slice uses.
+    Ok(unsafe { std::slice::from_raw_parts_mut(ptr, len) })
+}
+
+/// The key bytes `ptr[0..len]`. NULL with `len == 0` is the empty key; NULL with `len > 0` is
+/// `KEYLOCK_NULL_ARGUMENT`; a length over `PTRDIFF_MAX` is `KEYLOCK_INVALID_ARGUMENT`.
+///
+/// # Safety
+/// When `ptr` is not NULL it points to `len` readable bytes that stay unchanged for `'a`.
+#[inline]
+pub(crate) unsafe fn key<'a>(ptr: *const u8, len: usize) -> Result<&'a [u8], Fail> {
+    // SAFETY: forwarded from our caller.
+    unsafe { slice(ptr, len) }
 }
 
 /// The keys of a `_many` call: `n` pointers in `keys` and `n` lengths in `lens`.

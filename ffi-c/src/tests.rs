@@ -1,8 +1,13 @@
-//! Checks that tie the C header to this crate. The C API itself is exercised from C by
-//! `examples/c/test_keylock.c` (under AddressSanitizer) in `make test`.
+//! Checks that tie the C header to this crate, and to keylock-core's shared contracts. The C
+//! API itself is exercised from C by `ffi-c/tests/c/test_keylock.c` (under AddressSanitizer) in
+//! `make test`.
 
+use std::fmt::Write;
+
+use keylock_core::Status;
+
+use crate::contract::*;
 use crate::pool::keylock_pool;
-use crate::result::*;
 use crate::rwlock::keylock_rwlock;
 use crate::striped::*;
 
@@ -47,17 +52,113 @@ fn max_stripes_is_the_core_maximum() {
 }
 
 #[test]
-fn result_codes_in_header_match() {
-    for (name, code) in [
-        ("KEYLOCK_OK", KEYLOCK_OK),
-        ("KEYLOCK_WOULD_BLOCK", KEYLOCK_WOULD_BLOCK),
-        ("KEYLOCK_TIMEOUT", KEYLOCK_TIMEOUT),
-        ("KEYLOCK_NOT_LOCKED", KEYLOCK_NOT_LOCKED),
-        ("KEYLOCK_NULL_ARGUMENT", KEYLOCK_NULL_ARGUMENT),
-        ("KEYLOCK_INVALID_ARGUMENT", KEYLOCK_INVALID_ARGUMENT),
-        ("KEYLOCK_PANIC", KEYLOCK_PANIC),
-    ] {
-        assert_eq!(define(name), code.to_string(), "{name}");
+fn result_codes_in_header_are_the_core_statuses() {
+    for status in Status::ALL {
+        assert_eq!(
+            define(status.name()),
+            status.code().to_string(),
+            "{status:?}"
+        );
+    }
+    assert_eq!(
+        define("KEYLOCK_INT_KEY_LEN"),
+        keylock_core::keys::INT_KEY_LEN.to_string()
+    );
+}
+
+/// `contract.rs` as keylock-core's tables give it: a constant and a `keylock_result_str` string
+/// per status, and the key sizes. cbindgen turns the constants into the header's macros.
+fn contract_rs() -> String {
+    let mut s = String::new();
+    let n = Status::ALL.len();
+    s.push_str(
+        "//! The numbers the C ABI shares with every keylock front end, generated from keylock-core\n\
+         //! (its `Status` table and `keys` rules) by `make header`, which also regenerates\n\
+         //! include/keylock.h from them. Do not edit: add a status in core/src/status.rs, then run\n\
+         //! `make header`. (`contract_rs` in ffi-c/src/tests.rs writes this file, and a test fails\n\
+         //! while it differs from what the core gives.)\n\
+         \n\
+         use std::ffi::CStr;\n\
+         \n\
+         use crate::result::keylock_result;\n",
+    );
+    for status in Status::ALL {
+        s.push('\n');
+        match c_doc(*status) {
+            Some(lines) => lines.iter().for_each(|l| _ = writeln!(s, "/// {l}")),
+            None => {
+                let mut doc = status.description().to_owned();
+                doc[..1].make_ascii_uppercase();
+                let _ = writeln!(s, "/// {doc}.");
+            }
+        }
+        let _ = writeln!(
+            s,
+            "pub const {}: keylock_result = {};",
+            status.name(),
+            status.code()
+        );
+    }
+    let _ = write!(
+        s,
+        "\n/// The length of an integer key (`keylock_key_from_i64`), in bytes.\n\
+         pub const KEYLOCK_INT_KEY_LEN: usize = {};\n\
+         \n\
+         /// What `keylock_result_str` returns for each code, by number.\n\
+         pub(crate) const RESULT_STRINGS: [&CStr; {n}] = [\n",
+        keylock_core::keys::INT_KEY_LEN
+    );
+    for status in Status::ALL {
+        let _ = writeln!(s, "    c\"{status}\",");
+    }
+    s.push_str("];\n");
+    s
+}
+
+/// What a status means at the C ABI, for the header's documentation of its constant (lines of
+/// at most 96 characters); the core's description serves for a status without one.
+fn c_doc(status: Status) -> Option<&'static [&'static str]> {
+    Some(match status {
+        Status::Ok => &["Success."],
+        Status::WouldBlock => {
+            &["A `_try_` call found the lock held (by another thread, or by the caller itself)."]
+        }
+        Status::TimedOut => {
+            &["A `_timeout` call waited the whole timeout without getting the lock."]
+        }
+        Status::NotLocked => &["An unlock of a key (or lock) that is not locked."],
+        Status::NullArgument => &[
+            "A required pointer argument was NULL: a handle, an output pointer, a `_many` array, or a key",
+            "pointer whose length is not 0.",
+        ],
+        Status::InvalidArgument => &[
+            "An argument was out of range or malformed: `n == 0` in a `_many` call, a length over",
+            "`PTRDIFF_MAX`, or text that is not a key (`keylock_key_from_utf16`).",
+        ],
+        Status::Panic => &[
+            "The library hit an internal error (a Rust panic), caught before it reached the caller. The",
+            "call did nothing that the caller must undo; please report it as a bug.",
+        ],
+        _ => return None,
+    })
+}
+
+/// Run with `KEYLOCK_BLESS=1` (as `make header` does) to write `contract.rs`.
+#[test]
+fn contract_rs_is_generated_from_the_core() {
+    let generated = contract_rs();
+    if std::env::var_os("KEYLOCK_BLESS").is_some() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/src/contract.rs");
+        std::fs::write(path, &generated).unwrap();
+        return;
+    }
+    assert!(
+        include_str!("contract.rs") == generated,
+        "ffi-c/src/contract.rs differs from what keylock-core's Status table gives: run `make \
+         header`"
+    );
+    for (i, status) in Status::ALL.iter().enumerate() {
+        assert_eq!(RESULT_STRINGS[i].to_str().unwrap(), status.to_string());
     }
 }
 

@@ -87,18 +87,27 @@ function mutexMap() {
 }
 
 const withLockContenders = [
-  ['keylock KeyPool withLock', () => {
-    const pool = new KeyPool();
-    return (key, fn) => pool.withLock(key, fn);
-  }],
-  ['keylock StripedLock withLock', () => {
-    const striped = new StripedLock(1024);
-    return (key, fn) => striped.withLock(key, fn);
-  }],
-  ['async-lock acquire(key, fn)', () => {
-    const lock = new AsyncLock({ maxPending: Infinity });
-    return (key, fn) => lock.acquire(key, fn);
-  }],
+  [
+    'keylock KeyPool withLock',
+    () => {
+      const pool = new KeyPool();
+      return (key, fn) => pool.withLock(key, fn);
+    },
+  ],
+  [
+    'keylock StripedLock withLock',
+    () => {
+      const striped = new StripedLock(1024);
+      return (key, fn) => striped.withLock(key, fn);
+    },
+  ],
+  [
+    'async-lock acquire(key, fn)',
+    () => {
+      const lock = new AsyncLock({ maxPending: Infinity });
+      return (key, fn) => lock.acquire(key, fn);
+    },
+  ],
   ['async-mutex Map of Mutexes runExclusive', mutexMap],
 ];
 
@@ -116,26 +125,41 @@ async function asyncTryRun(acquireRelease, n) {
 }
 
 const tryContenders = [
-  ['keylock KeyPool tryLock+release', () => {
-    const pool = new KeyPool();
-    return [false, (key) => pool.tryLock(key).release()];
-  }],
-  ['keylock StripedLock tryLock+release', () => {
-    const striped = new StripedLock(1024);
-    return [false, (key) => striped.tryLock(key).release()];
-  }],
-  ['async-mutex Map acquire+release (uncontended, awaited)', () => {
-    const map = new Map(keys.map((k) => [k, new Mutex()]));
-    return [true, async (key) => (await map.get(key).acquire())()];
-  }],
-  ['JavaScript Set try-lock (floor, no native call)', () => {
-    const held = new Set();
-    return [false, (key) => {
-      if (held.has(key)) throw new Error('held');
-      held.add(key);
-      held.delete(key);
-    }];
-  }],
+  [
+    'keylock KeyPool tryLock+release',
+    () => {
+      const pool = new KeyPool();
+      return [false, (key) => pool.tryLock(key).release()];
+    },
+  ],
+  [
+    'keylock StripedLock tryLock+release',
+    () => {
+      const striped = new StripedLock(1024);
+      return [false, (key) => striped.tryLock(key).release()];
+    },
+  ],
+  [
+    'async-mutex Map acquire+release (uncontended, awaited)',
+    () => {
+      const map = new Map(keys.map((k) => [k, new Mutex()]));
+      return [true, async (key) => (await map.get(key).acquire())()];
+    },
+  ],
+  [
+    'JavaScript Set try-lock (floor, no native call)',
+    () => {
+      const held = new Set();
+      return [
+        false,
+        (key) => {
+          if (held.has(key)) throw new Error('held');
+          held.add(key);
+          held.delete(key);
+        },
+      ];
+    },
+  ],
 ];
 
 function summary(runs) {
@@ -247,9 +271,12 @@ async function main() {
       `${(contendedShare * 100).toFixed(1)}% of withLock calls found their key held; load ${loadAtStart.join(' ')})`,
   );
   for (const r of results) {
-    const ratio = r.ratio === null ? '' : `  ${r.ratio.toFixed(2)}x ${r.unit === 'ops/s' ? 'async-lock' : 'async-mutex'}`;
+    const ratio =
+      r.ratio === null ? '' : `  ${r.ratio.toFixed(2)}x ${r.unit === 'ops/s' ? 'async-lock' : 'async-mutex'}`;
     const met = r.met === null ? '' : r.met ? '  target met' : '  target MISSED';
-    console.log(`  ${r.name.padEnd(58)} ${fmt(r.median).padStart(12)} ${r.unit}  [${fmt(r.min)} - ${fmt(r.max)}]${ratio}${met}`);
+    console.log(
+      `  ${r.name.padEnd(58)} ${fmt(r.median).padStart(12)} ${r.unit}  [${fmt(r.min)} - ${fmt(r.max)}]${ratio}${met}`,
+    );
   }
   if (out) {
     fs.mkdirSync(path.dirname(path.resolve(out)), { recursive: true });

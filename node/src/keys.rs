@@ -1,15 +1,34 @@
-//! Keys from JavaScript: a `string` (its UTF-8 bytes, so text keys agree with C and Python), or a
-//! `Uint8Array` (a `Buffer` is one). The JavaScript layer rejects every other type with a
-//! `TypeError` before calling in; the checks here only keep the addon sound if it is called
-//! directly.
+//! Keys from JavaScript, encoded by the rules every front end shares (`keylock_core::keys`):
+//!
+//! | JavaScript key | bytes |
+//! |---|---|
+//! | `string` | its UTF-8 encoding; a lone surrogate is a `TypeError` (it is never replaced with U+FFFD, which would give two strings one lock) |
+//! | `Uint8Array` (a `Buffer` is one) | the bytes it views |
+//! | `number` | a safe integer (`Number.isSafeInteger`) as 8 bytes, big-endian two's complement; any other number is a `RangeError` |
+//! | `bigint` | the same 8 bytes, for values from -2^63 to 2^63 - 1; others are a `RangeError` |
+//!
+//! Every other type is a `TypeError`. All of them carry the code `KEYLOCK_INVALID_ARGUMENT`.
+//! The JavaScript layer rejects wrong types before calling in, with a message naming the type;
+//! the checks here keep the addon sound if it is called directly, and apply the rules that
+//! need the value (ranges, surrogates).
+//!
+//! A string is read as UTF-16 code units onto the stack and encoded there: keys up to
+//! [`UNITS`] code units allocate nothing.
 
+use std::borrow::Cow;
 use std::ptr;
 
-use napi::bindgen_prelude::{FromNapiValue, TypeName, ValidateNapiValue};
-use napi::{Error, Result, Status, ValueType, sys};
+use keylock_core::keys::{self, KeyError};
+use napi::{Env, Error, JsValue, Result, Status, ValueType, sys};
 
-/// Keys up to this many bytes are copied into the stack buffer, longer ones onto the heap.
-const INLINE: usize = 96;
+/// Strings up to this many UTF-16 code units are read onto the stack.
+const UNITS: usize = 64;
+/// Keys up to this many bytes are kept on the stack: any string of [`UNITS`] code units, and any
+/// other key this short.
+const INLINE: usize = keys::utf16_max_len(UNITS);
+/// The largest integer a `number` key may be: `Number.MAX_SAFE_INTEGER`. Larger numbers are not
+/// exact (2^53 + 1 reads as 2^53), so two different keys could name one lock.
+const MAX_SAFE_INTEGER: f64 = 9_007_199_254_740_991.0;
 
 /// The bytes of one key, copied out of the JavaScript value for the duration of one call.
 pub struct Key {
@@ -19,7 +38,92 @@ pub struct Key {
     heap: Option<Vec<u8>>,
 }
 
+/// Why a value is not a key.
+#[derive(Debug)]
+pub(crate) enum KeyFail {
+    /// Not a key type (or a string with a lone surrogate): a `TypeError`.
+    Type(Cow<'static, str>),
+    /// A number or bigint outside what a key may be: a `RangeError`.
+    Range(Cow<'static, str>),
+    /// A Node-API call failed.
+    Napi(Error),
+}
+
+impl From<Error> for KeyFail {
+    fn from(e: Error) -> Self {
+        KeyFail::Napi(e)
+    }
+}
+
+impl KeyFail {
+    /// Throws this failure as the JavaScript error it stands for, with the code
+    /// `KEYLOCK_INVALID_ARGUMENT` (a Node-API failure: an `Error` with `KEYLOCK_INTERNAL`).
+    ///
+    /// # Safety
+    /// `env` is the current call's environment, with no exception pending.
+    pub(crate) unsafe fn throw(&self, env: sys::napi_env) {
+        let (code, msg, throw): (&std::ffi::CStr, &str, ThrowFn) = match self {
+            KeyFail::Type(m) => (c"KEYLOCK_INVALID_ARGUMENT", m, sys::napi_throw_type_error),
+            KeyFail::Range(m) => (c"KEYLOCK_INVALID_ARGUMENT", m, sys::napi_throw_range_error),
+            KeyFail::Napi(e) => (c"KEYLOCK_INTERNAL", &e.reason, sys::napi_throw_error),
+        };
+        let msg = std::ffi::CString::new(msg.replace('\0', " ")).unwrap_or_default();
+        // SAFETY: both strings are NUL-terminated and live across the call.
+        unsafe { throw(env, code.as_ptr(), msg.as_ptr()) };
+    }
+}
+
+type ThrowFn = unsafe extern "C" fn(
+    sys::napi_env,
+    *const std::ffi::c_char,
+    *const std::ffi::c_char,
+) -> sys::napi_status;
+
+fn key_error(e: KeyError) -> KeyFail {
+    let msg = Cow::Borrowed(e.message());
+    match e {
+        KeyError::IntegerOutOfRange => KeyFail::Range(msg),
+        _ => KeyFail::Type(msg),
+    }
+}
+
+fn bad_type() -> KeyFail {
+    KeyFail::Type(Cow::Borrowed(
+        "a key must be a string, a number, a bigint, a Buffer or a Uint8Array",
+    ))
+}
+
+fn check(status: sys::napi_status, what: &str) -> Result<()> {
+    if status == sys::Status::napi_ok {
+        Ok(())
+    } else {
+        Err(Error::new(
+            Status::from(status),
+            format!("napi call failed while {what}"),
+        ))
+    }
+}
+
 impl Key {
+    fn empty() -> Self {
+        Key {
+            len: 0,
+            inline: [0; INLINE],
+            heap: None,
+        }
+    }
+
+    fn from_bytes(bytes: &[u8]) -> Self {
+        let mut key = Key::empty();
+        if bytes.len() <= INLINE {
+            key.inline[..bytes.len()].copy_from_slice(bytes);
+            key.len = bytes.len();
+        } else {
+            key.heap = Some(bytes.to_vec());
+        }
+        key
+    }
+
     /// The key's bytes.
     #[inline]
     pub(crate) fn as_bytes(&self) -> &[u8] {
@@ -29,71 +133,165 @@ impl Key {
         }
     }
 
-    /// Reads a string as UTF-8. Lone surrogates become U+FFFD, as `Buffer.from(s)` does.
-    ///
-    /// Fails with `Status::StringExpected` when `value` is not a string.
+    /// The key that `value` stands for (see the module documentation).
     ///
     /// # Safety
     /// `env` is the current environment and `value` a value of it.
-    unsafe fn from_string(env: sys::napi_env, value: sys::napi_value) -> Result<Self> {
-        let mut key = Key {
-            len: 0,
-            inline: [0; INLINE],
-            heap: None,
-        };
-        let mut written = 0usize;
-        // SAFETY: the buffer is INLINE bytes long; napi writes at most INLINE - 1 bytes and a NUL.
-        let status = unsafe {
-            sys::napi_get_value_string_utf8(
-                env,
-                value,
-                key.inline.as_mut_ptr().cast(),
-                INLINE,
-                &mut written,
-            )
-        };
-        check(status, "reading a string key")?;
-        // napi stops before a character that does not fit (at most 4 bytes long), so a string
-        // that came out shorter than INLINE - 4 bytes was copied whole.
-        if written < INLINE - 4 {
-            key.len = written;
+    pub(crate) unsafe fn from_value(
+        env: sys::napi_env,
+        value: sys::napi_value,
+    ) -> std::result::Result<Self, KeyFail> {
+        // Strings first, without asking the type: Node-API reports `string_expected` for
+        // anything else, and this saves a call on the common path.
+        // SAFETY: `value` is a value of `env` (caller).
+        if let Some(key) = unsafe { Key::from_string(env, value)? } {
             return Ok(key);
         }
-        let mut full = 0usize;
-        // SAFETY: a null buffer asks only for the length in bytes.
-        let status =
-            unsafe { sys::napi_get_value_string_utf8(env, value, ptr::null_mut(), 0, &mut full) };
-        check(status, "measuring a string key")?;
-        let mut heap = vec![0u8; full + 1];
-        // SAFETY: `heap` has room for the `full` bytes and the NUL that napi appends.
-        let status = unsafe {
-            sys::napi_get_value_string_utf8(
-                env,
-                value,
-                heap.as_mut_ptr().cast(),
-                full + 1,
-                &mut written,
-            )
-        };
-        check(status, "reading a string key")?;
-        heap.truncate(written);
-        key.heap = Some(heap);
-        Ok(key)
+        let mut kind = sys::ValueType::napi_undefined;
+        // SAFETY: a plain query on a live value.
+        let status = unsafe { sys::napi_typeof(env, value, &mut kind) };
+        check(status, "inspecting a key")?;
+        match ValueType::from(kind) {
+            // SAFETY: `value` is a live number of `env`.
+            ValueType::Number => unsafe { Key::from_number(env, value) },
+            // SAFETY: `value` is a live bigint of `env`.
+            ValueType::BigInt => unsafe { Key::from_bigint(env, value) },
+            // SAFETY: `value` is a live object of `env`.
+            ValueType::Object => unsafe { Key::from_object(env, value) },
+            _ => Err(bad_type()),
+        }
     }
 
-    /// Copies the bytes a `Uint8Array` views.
-    ///
-    /// Fails with `Status::InvalidArg` when `value` is not a `Uint8Array`.
+    /// A string's key, or `None` when `value` is not a string.
     ///
     /// # Safety
     /// `env` is the current environment and `value` a value of it.
-    unsafe fn from_object(env: sys::napi_env, value: sys::napi_value) -> Result<Self> {
+    unsafe fn from_string(
+        env: sys::napi_env,
+        value: sys::napi_value,
+    ) -> std::result::Result<Option<Self>, KeyFail> {
+        let mut units = [0u16; UNITS + 1];
+        let mut copied = 0usize;
+        // SAFETY: the buffer holds UNITS + 1 code units; Node-API writes at most UNITS of them
+        // and a NUL.
+        let status = unsafe {
+            sys::napi_get_value_string_utf16(
+                env,
+                value,
+                units.as_mut_ptr(),
+                units.len(),
+                &mut copied,
+            )
+        };
+        if status == sys::Status::napi_string_expected {
+            return Ok(None);
+        }
+        check(status, "reading a string key")?;
+        if copied == UNITS {
+            // Maybe cut short: ask for the whole length.
+            let mut full = 0usize;
+            // SAFETY: a null buffer asks only for the length in code units.
+            let status = unsafe {
+                sys::napi_get_value_string_utf16(env, value, ptr::null_mut(), 0, &mut full)
+            };
+            check(status, "measuring a string key")?;
+            if full > UNITS {
+                // SAFETY: as above, for a string known to be longer than the stack buffer.
+                return unsafe { Key::from_long_string(env, value, full) }.map(Some);
+            }
+        }
+        let mut key = Key::empty();
+        key.len = keys::encode_utf16_into(&units[..copied], &mut key.inline).map_err(key_error)?;
+        Ok(Some(key))
+    }
+
+    /// A string of `len` code units, too long for the stack.
+    ///
+    /// # Safety
+    /// `env` is the current environment and `value` a string of it.
+    #[cold]
+    unsafe fn from_long_string(
+        env: sys::napi_env,
+        value: sys::napi_value,
+        len: usize,
+    ) -> std::result::Result<Self, KeyFail> {
+        let mut units = vec![0u16; len + 1];
+        let mut copied = 0usize;
+        // SAFETY: `units` has room for the `len` code units and the NUL that Node-API appends.
+        let status = unsafe {
+            sys::napi_get_value_string_utf16(
+                env,
+                value,
+                units.as_mut_ptr(),
+                units.len(),
+                &mut copied,
+            )
+        };
+        check(status, "reading a string key")?;
+        let bytes = keys::encode_utf16(&units[..copied]).map_err(key_error)?;
+        Ok(Key {
+            len: 0,
+            inline: [0; INLINE],
+            heap: Some(bytes),
+        })
+    }
+
+    /// A number's key: it must be a safe integer.
+    ///
+    /// # Safety
+    /// `env` is the current environment and `value` a number of it.
+    unsafe fn from_number(
+        env: sys::napi_env,
+        value: sys::napi_value,
+    ) -> std::result::Result<Self, KeyFail> {
+        let mut v = 0f64;
+        // SAFETY: a plain read of a number.
+        let status = unsafe { sys::napi_get_value_double(env, value, &mut v) };
+        check(status, "reading a number key")?;
+        if !(v.fract() == 0.0 && v.abs() <= MAX_SAFE_INTEGER) {
+            return Err(KeyFail::Range(Cow::Owned(format!(
+                "a number key must be a safe integer (Number.isSafeInteger); use a bigint for \
+                 larger integers. Received {}",
+                js_number(v)
+            ))));
+        }
+        // `v as i64` is exact here; -0 becomes 0, the same key as 0.
+        Ok(Key::from_bytes(&keys::encode_i64(v as i64)))
+    }
+
+    /// A bigint's key: it must fit in an `i64`.
+    ///
+    /// # Safety
+    /// `env` is the current environment and `value` a bigint of it.
+    unsafe fn from_bigint(
+        env: sys::napi_env,
+        value: sys::napi_value,
+    ) -> std::result::Result<Self, KeyFail> {
+        let mut v = 0i64;
+        let mut lossless = false;
+        // SAFETY: a plain read of a bigint.
+        let status = unsafe { sys::napi_get_value_bigint_int64(env, value, &mut v, &mut lossless) };
+        check(status, "reading a bigint key")?;
+        if !lossless {
+            return Err(key_error(KeyError::IntegerOutOfRange));
+        }
+        Ok(Key::from_bytes(&keys::encode_i64(v)))
+    }
+
+    /// The bytes a `Uint8Array` views.
+    ///
+    /// # Safety
+    /// `env` is the current environment and `value` an object of it.
+    unsafe fn from_object(
+        env: sys::napi_env,
+        value: sys::napi_value,
+    ) -> std::result::Result<Self, KeyFail> {
         let mut is_typed = false;
         // SAFETY: plain query on a live value.
         let status = unsafe { sys::napi_is_typedarray(env, value, &mut is_typed) };
         check(status, "inspecting a key")?;
         if !is_typed {
-            return Err(bad_key());
+            return Err(bad_type());
         }
         let mut kind = 0;
         let mut len = 0usize;
@@ -112,27 +310,40 @@ impl Key {
         };
         check(status, "reading a Uint8Array key")?;
         if kind != sys::TypedarrayType::uint8_array {
-            return Err(bad_key());
+            return Err(bad_type());
         }
         let bytes: &[u8] = if len == 0 || data.is_null() {
             &[]
         } else {
-            // SAFETY: napi gives the view's data pointer (already offset) and its length in
+            // SAFETY: Node-API gives the view's data pointer (already offset) and its length in
             // elements, one byte each; the memory stays valid during this synchronous call.
             unsafe { std::slice::from_raw_parts(data.cast::<u8>(), len) }
         };
-        let mut key = Key {
-            len: 0,
-            inline: [0; INLINE],
-            heap: None,
-        };
-        if bytes.len() <= INLINE {
-            key.inline[..bytes.len()].copy_from_slice(bytes);
-            key.len = bytes.len();
-        } else {
-            key.heap = Some(bytes.to_vec());
-        }
-        Ok(key)
+        Ok(Key::from_bytes(bytes))
+    }
+
+    /// The key that argument `value` of a napi-rs export stands for; on failure the JavaScript
+    /// error is thrown already, and the `Err` tells napi-rs so.
+    pub(crate) fn from_arg(env: &Env, value: &napi::bindgen_prelude::Unknown<'_>) -> Result<Self> {
+        // SAFETY: `value` is an argument of the current call of `env`.
+        unsafe { Key::from_value(env.raw(), value.raw()) }.map_err(|fail| {
+            // SAFETY: the current call's environment; no exception is pending yet.
+            unsafe { fail.throw(env.raw()) };
+            Error::new(Status::PendingException, "")
+        })
+    }
+}
+
+/// `v` as JavaScript prints it, for the common cases of an error message.
+fn js_number(v: f64) -> String {
+    if v.is_nan() {
+        "NaN".to_owned()
+    } else if v.is_infinite() {
+        if v > 0.0 { "Infinity" } else { "-Infinity" }.to_owned()
+    } else if v.abs() >= 1e21 {
+        format!("{v:e}").replace('e', "e+")
+    } else {
+        format!("{v}")
     }
 }
 
@@ -141,48 +352,3 @@ impl std::fmt::Debug for Key {
         f.debug_tuple("Key").field(&self.as_bytes()).finish()
     }
 }
-
-fn bad_key() -> Error {
-    Error::new(
-        Status::InvalidArg,
-        "a key must be a string, a Buffer or a Uint8Array",
-    )
-}
-
-fn check(status: sys::napi_status, what: &str) -> Result<()> {
-    if status == sys::Status::napi_ok {
-        Ok(())
-    } else {
-        Err(Error::new(
-            Status::from(status),
-            format!("napi call failed while {what}"),
-        ))
-    }
-}
-
-impl FromNapiValue for Key {
-    unsafe fn from_napi_value(env: sys::napi_env, value: sys::napi_value) -> Result<Self> {
-        // Strings first, without asking the type: napi reports `string_expected` for anything
-        // else, and this saves a call on the common path.
-        // SAFETY: `value` is a value of `env`; a non-string fails the first napi call.
-        match unsafe { Key::from_string(env, value) } {
-            Err(e) if e.status == Status::StringExpected => {
-                // SAFETY: as above; `from_object` checks that `value` is a typed array.
-                unsafe { Key::from_object(env, value) }
-            }
-            other => other,
-        }
-    }
-}
-
-impl TypeName for Key {
-    fn type_name() -> &'static str {
-        "string | Uint8Array"
-    }
-
-    fn value_type() -> ValueType {
-        ValueType::Unknown
-    }
-}
-
-impl ValidateNapiValue for Key {}

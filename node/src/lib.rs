@@ -1,8 +1,8 @@
 //! The native half of the `keylock` Node.js package.
 //!
-//! This crate translates; it decides nothing about locking. Keys become byte slices
-//! ([`keys`]), outcomes become small status numbers (`status.rs`) that `index.js` turns into
-//! `Error`s with a `code`, and async acquisitions run the core's owned futures on this thread's
+//! This crate translates; it decides nothing about locking. Keys become byte slices by the rules
+//! every front end shares ([`keys`]), outcomes become the core's status numbers (`status.rs`)
+//! that `index.js` turns into `Error`s with a `code`, and async acquisitions run the core's owned futures on this thread's
 //! event loop (`reactor.rs`). Locks of the same name are shared by every worker of the process
 //! (`shared.rs`).
 //!
@@ -18,13 +18,14 @@ mod raw;
 mod reactor;
 mod shared;
 mod status;
+mod thread;
 
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use keylock_core::{RwLock, StripedLock};
-use napi::bindgen_prelude::{FromNapiValue, Function, Unknown};
+use napi::bindgen_prelude::{Buffer, FromNapiValue, Function, Unknown};
 use napi::{Env, Error, JsValue, Result, Status};
 use napi_derive::napi;
 
@@ -218,9 +219,32 @@ pub fn striped_stripes(env: &Env, handle: Unknown<'_>) -> Result<u32> {
 
 /// The stripe `key` maps to.
 #[napi(catch_unwind)]
-pub fn striped_stripe_of(env: &Env, handle: Unknown<'_>, key: Key) -> Result<u32> {
+pub fn striped_stripe_of(env: &Env, handle: Unknown<'_>, key: Unknown<'_>) -> Result<u32> {
+    let key = Key::from_arg(env, &key)?;
     Ok(striped(env, &handle)?.core.stripe_of(key.as_bytes()) as u32)
 }
+
+/// The bytes `key` stands for (`keyBytes(key)`): what every lock compares, the same in C,
+/// Python and Rust.
+#[napi(catch_unwind)]
+pub fn key_bytes(env: &Env, key: Unknown<'_>) -> Result<Buffer> {
+    Ok(Key::from_arg(env, &key)?.as_bytes().to_vec().into())
+}
+
+/// keylock-core's status table: `[{ code, name, description }]` in number order. `index.js`
+/// takes its status numbers and error codes from it.
+#[napi(catch_unwind)]
+pub fn statuses() -> Vec<status::StatusInfo> {
+    status::statuses()
+}
+
+/// Added to a release's status when it woke a waiter of the calling thread (see `index.js`).
+#[napi]
+pub const LOCAL_WAKE: u32 = status::LOCAL_WAKE;
+
+/// Set in a waiter id handed to the dispatcher when that waiter failed (a panic while polling).
+#[napi]
+pub const FAILED_BIT: u32 = reactor::FAILED_BIT;
 
 /// Installs this thread's dispatcher: `dispatch(ids)` receives the ids of waiters that acquired
 /// their lock (ids with bit 31 set failed: a panic while polling them).

@@ -3,9 +3,8 @@
 //! napi-rs's generated wrappers cost about 150 ns per call with arguments on the machine this
 //! was measured on, several times the lock operation itself (a bare Node-API function with
 //! one argument: about 35 ns). The calls made once per lock acquisition or release therefore
-//! skip them: each function below reads its arguments with `napi_get_cb_info`, checks the
-//! handle's type tag, copies the key, makes one call into the core and returns a boolean or
-//! a number. Construction, statistics and the event-loop plumbing stay on napi-rs (see
+//! skip them: each function below reads its arguments with `napi_get_cb_info`, encodes the key
+//! (`crate::keys`), makes one call into the core and returns a boolean or a number. Construction, statistics and the event-loop plumbing stay on napi-rs (see
 //! `lib.rs`). Every entry point catches panics and turns them into JavaScript exceptions.
 
 use std::ffi::{CStr, CString, c_void};
@@ -13,11 +12,10 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::ptr;
 use std::sync::Arc;
 
-use napi::bindgen_prelude::FromNapiValue;
 use napi::sys;
 
 use crate::handle;
-use crate::keys::Key;
+use crate::keys::{Key, KeyFail};
 use keylock_core::RwLock;
 
 use crate::locks::{Handle, Held, Keyed};
@@ -37,17 +35,21 @@ enum Ret {
 enum Fail {
     /// A `TypeError` with code `KEYLOCK_INVALID_ARGUMENT`.
     Type(&'static str),
+    /// A key that is not one: a `TypeError` or `RangeError` with code `KEYLOCK_INVALID_ARGUMENT`.
+    Key(KeyFail),
     /// An `Error` (a napi-rs error from a helper, or a panic).
     Error(String),
 }
 
 impl From<napi::Error> for Fail {
     fn from(e: napi::Error) -> Self {
-        if e.status == napi::Status::InvalidArg {
-            Fail::Type("a key must be a string, a Buffer or a Uint8Array")
-        } else {
-            Fail::Error(e.reason.clone())
-        }
+        Fail::Error(e.reason.clone())
+    }
+}
+
+impl From<KeyFail> for Fail {
+    fn from(e: KeyFail) -> Self {
+        Fail::Key(e)
     }
 }
 
@@ -83,7 +85,7 @@ impl<const N: usize> Call<'_, N> {
     /// Argument `i` as a key.
     fn key(&self, i: usize) -> Result<Key, Fail> {
         // SAFETY: a live argument of the current call (see `Call`).
-        Ok(unsafe { Key::from_napi_value(self.env, self.args[i]) }?)
+        Ok(unsafe { Key::from_value(self.env, self.args[i]) }?)
     }
 
     /// Argument `i` as an array of keys.
@@ -108,7 +110,7 @@ impl<const N: usize> Call<'_, N> {
                 if sys::napi_get_element(env, v, i, &mut item) != sys::Status::napi_ok {
                     return Err(Fail::Error("reading a key of the array failed".into()));
                 }
-                keys.push(Key::from_napi_value(env, item)?);
+                keys.push(Key::from_value(env, item)?);
             }
         }
         Ok(keys)
@@ -179,6 +181,7 @@ unsafe fn entry<const N: usize>(
                 sys::napi_create_uint32(env, n, &mut result);
             }
             Err(Fail::Type(msg)) => throw(env, true, msg),
+            Err(Fail::Key(fail)) => fail.throw(env),
             Err(Fail::Error(msg)) => throw(env, false, &msg),
         }
     }

@@ -38,7 +38,6 @@ use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
 
@@ -49,6 +48,7 @@ use napi::threadsafe_function::{
 use napi::{Env, Result, Status, sys};
 
 use crate::shared::Presence;
+use crate::thread::thread_id;
 
 /// Set in an id handed to the dispatcher when polling that waiter panicked: reject it.
 pub(crate) const FAILED_BIT: u32 = 1 << 31;
@@ -60,13 +60,9 @@ pub(crate) type Acquire = Pin<Box<dyn Future<Output = ()> + Send>>;
 /// JavaScript dispatcher receives an array of ids, no error-first argument, created weak.
 type Tsfn = ThreadsafeFunction<(), Unknown<'static>, Vec<u32>, Status, false, true>;
 
-/// Source of per-thread ids, so a thread can tell its own activity on a shared lock from others'.
-static NEXT_THREAD_ID: AtomicU64 = AtomicU64::new(1);
-
 thread_local! {
     static REACTOR: RefCell<Option<Reactor>> = const { RefCell::new(None) };
     static LOOP_REF: LoopRef = const { LoopRef::new() };
-    static THREAD_ID: u64 = NEXT_THREAD_ID.fetch_add(1, Ordering::Relaxed);
 }
 
 /// Whether this thread's threadsafe function keeps the event loop alive. Kept apart from the
@@ -118,11 +114,6 @@ impl LoopRef {
         self.tsfn.set(std::ptr::null_mut());
         self.env.set(std::ptr::null_mut());
     }
-}
-
-/// This JavaScript thread's id (stable for the thread's life).
-pub(crate) fn thread_id() -> u64 {
-    THREAD_ID.with(|id| *id)
 }
 
 /// The part of a reactor that wakers on other threads reach.

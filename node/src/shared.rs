@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicIsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
-use crate::reactor::thread_id;
+use crate::thread::thread_id;
 
 /// One lock of the registry with the activity board its users record on.
 #[derive(Debug)]

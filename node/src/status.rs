@@ -1,46 +1,53 @@
 //! Outcomes of native calls as small numbers; `index.js` turns them into `Error`s with a `code`.
 //!
-//! Expected outcomes (a lock that is taken, a timeout, an unlock of a free key) are returned, not
-//! thrown: creating and catching an exception costs far more than the lock operation itself.
+//! The numbers and names are keylock-core's [`Status`] table, the one every front end shares
+//! (C returns the same numbers); `index.js` reads the table from the addon ([`statuses`]) rather
+//! than copying it. Expected outcomes (a lock that is taken, a timeout, an unlock of a free key)
+//! are returned, not thrown: creating and catching an exception costs far more than the lock
+//! operation itself.
 
 use std::time::Duration;
 
-use keylock_core::Error;
+use keylock_core::Status;
 
 /// Done.
-pub(crate) const OK: u32 = 0;
-/// A try found the lock taken.
-pub(crate) const WOULD_BLOCK: u32 = 1;
-/// A timed wait ran out.
-pub(crate) const TIMED_OUT: u32 = 2;
-/// An unlock of something not locked.
-pub(crate) const NOT_LOCKED: u32 = 3;
-/// The core rejected an argument.
-pub(crate) const INVALID_ARGUMENT: u32 = 4;
-/// A core error this binding does not know yet (the core's `Error` is non-exhaustive).
-pub(crate) const OTHER: u32 = 5;
+pub(crate) const OK: u32 = Status::Ok.code();
+
 /// Added to a release's status when it woke a waiter of this same thread: `index.js` then
 /// serves it at once (`runReady`) instead of waiting for the event loop's next turn, as a
-/// pure-JavaScript lock hands over before `release()` returns.
+/// pure-JavaScript lock hands over before `release()` returns. Above every status number.
 pub(crate) const LOCAL_WAKE: u32 = 0x100;
 
+const _: () = assert!((Status::ALL.len() as u32) < LOCAL_WAKE);
+
 /// The status of a core result.
+#[inline]
 pub(crate) fn of<T>(result: keylock_core::Result<T>) -> u32 {
-    match result {
-        Ok(_) => OK,
-        Err(e) => code(e),
-    }
+    Status::from(&result).code()
 }
 
-/// The status of a core error.
-pub(crate) fn code(error: Error) -> u32 {
-    match error {
-        Error::WouldBlock => WOULD_BLOCK,
-        Error::TimedOut => TIMED_OUT,
-        Error::NotLocked => NOT_LOCKED,
-        Error::InvalidArgument(_) => INVALID_ARGUMENT,
-        _ => OTHER,
-    }
+/// One status of the table: `{ code, name, description }` in JavaScript.
+#[napi_derive::napi(object)]
+#[derive(Debug, Clone)]
+pub struct StatusInfo {
+    /// The number native calls return (C's `keylock_result`).
+    pub code: u32,
+    /// The name errors carry as their `code`, e.g. `KEYLOCK_TIMEOUT`.
+    pub name: String,
+    /// One line of English.
+    pub description: String,
+}
+
+/// The status table, in number order.
+pub(crate) fn statuses() -> Vec<StatusInfo> {
+    Status::ALL
+        .iter()
+        .map(|s| StatusInfo {
+            code: s.code(),
+            name: s.name().to_owned(),
+            description: s.description().to_owned(),
+        })
+        .collect()
 }
 
 /// A JavaScript timeout in milliseconds (validated finite and non-negative by `index.js`) as a

@@ -3,10 +3,25 @@
 
 const test = require('node:test');
 const assert = require('node:assert/strict');
-const { KeyPool, StripedLock, RwLock } = require('..');
+const { KeyPool, StripedLock, RwLock, keyBytes } = require('..');
 
 const T = { timeout: 20_000 };
-const badKeys = [1, 1n, null, undefined, {}, ['a'], Symbol('k'), () => 'k', new Uint16Array(2), new ArrayBuffer(4), new DataView(new ArrayBuffer(2)), true];
+const badKeys = [
+  null,
+  undefined,
+  {},
+  ['a'],
+  Symbol('k'),
+  () => 'k',
+  new Uint16Array(2),
+  new ArrayBuffer(4),
+  new DataView(new ArrayBuffer(2)),
+  true,
+];
+// Numbers that are not safe integers, bigints outside i64: RangeError.
+const outOfRange = [1.5, -0.5, NaN, Infinity, -Infinity, 2 ** 53, -(2 ** 53), 1e300, 2n ** 63n, -(2n ** 63n) - 1n];
+// Strings with a lone surrogate: TypeError (never replaced with U+FFFD).
+const loneSurrogates = ['\ud800', 'a\udc00', '\ude00\ud83d', 'x'.repeat(100) + '\ud83d'];
 const isTypeError = (e) => e instanceof TypeError && e.code === 'KEYLOCK_INVALID_ARGUMENT';
 const isRangeError = (e) => e instanceof RangeError && e.code === 'KEYLOCK_INVALID_ARGUMENT';
 
@@ -18,16 +33,56 @@ test('bad keys throw TypeError from every keyed method', T, async () => {
       assert.throws(() => lock.unlock(key), isTypeError);
       assert.throws(() => lock.isLocked(key), isTypeError);
       await assert.rejects(lock.lock(key), isTypeError);
-      await assert.rejects(lock.withLock(key, () => 1), isTypeError);
+      await assert.rejects(
+        lock.withLock(key, () => 1),
+        isTypeError,
+      );
       assert.throws(() => lock.tryLockMany(['ok', key]), isTypeError);
       await assert.rejects(lock.lockMany(['ok', key]), isTypeError);
-      await assert.rejects(lock.withLockMany([key], () => 1), isTypeError);
+      await assert.rejects(
+        lock.withLockMany([key], () => 1),
+        isTypeError,
+      );
     }
     assert.throws(() => lock.tryLockMany('ab'), isTypeError, 'keys must be an array');
     await assert.rejects(lock.lockMany(new Set(['a'])), isTypeError);
     assert.equal(lock.isLocked('ok'), false, 'a rejected call holds nothing');
   }
-  assert.throws(() => new StripedLock(8).stripeOf(5), isTypeError);
+  assert.throws(() => new StripedLock(8).stripeOf(true), isTypeError);
+});
+
+// Every keyed method, with `key` in the key's place: each must throw (or reject) with `check`.
+async function everyMethodRejects(key, check) {
+  for (const lock of [new KeyPool(), new StripedLock(8)]) {
+    assert.throws(() => lock.tryLock(key), check, String(key));
+    assert.throws(() => lock.lockSync(key), check);
+    assert.throws(() => lock.unlock(key), check);
+    assert.throws(() => lock.isLocked(key), check);
+    await assert.rejects(lock.lock(key), check);
+    await assert.rejects(lock.lock(key, { timeout: 5 }), check);
+    await assert.rejects(
+      lock.withLock(key, () => 1),
+      check,
+    );
+    assert.throws(() => lock.tryLockMany(['ok', key]), check);
+    await assert.rejects(lock.lockMany(['ok', key]), check);
+    await assert.rejects(
+      lock.withLockMany([key], () => 1),
+      check,
+    );
+    assert.equal(lock.isLocked('ok'), false, 'a rejected call holds nothing');
+  }
+  assert.throws(() => new StripedLock(8).stripeOf(key), check);
+  assert.throws(() => keyBytes(key), check);
+}
+
+test('integer keys that are not safe integers or do not fit in 64 bits throw RangeError', T, async () => {
+  for (const key of outOfRange) await everyMethodRejects(key, isRangeError);
+});
+
+test('a string with a lone surrogate throws TypeError naming it', T, async () => {
+  const named = (e) => isTypeError(e) && /lone surrogate/.test(e.message);
+  for (const key of loneSurrogates) await everyMethodRejects(key, named);
 });
 
 test('bad options throw or reject with TypeError / RangeError', T, async () => {
@@ -73,7 +128,10 @@ test('shared(): bad names, mismatched stripes', T, () => {
   assert.equal(a.stripes, 128);
   assert.equal(StripedLock.shared('args-test', 128).stripes, 128, 'the same count after rounding');
   assert.equal(StripedLock.shared('args-test').stripes, 128, 'omitted: the existing count');
-  assert.throws(() => StripedLock.shared('args-test', 256), (e) => e.code === 'KEYLOCK_SHARED_MISMATCH');
+  assert.throws(
+    () => StripedLock.shared('args-test', 256),
+    (e) => e.code === 'KEYLOCK_SHARED_MISMATCH',
+  );
   assert.throws(() => StripedLock.shared('args-test', 0), isRangeError);
   assert.equal(StripedLock.shared('args-test-default').stripes, 1024);
 });

@@ -6,6 +6,7 @@ const assert = require('node:assert/strict');
 const { setImmediate: tick } = require('node:timers/promises');
 const { KeyPool, StripedLock, RwLock } = require('..');
 const native = require('../keylock_node.node');
+const { Occupancy } = require('./occupancy.js');
 
 const T = { timeout: 60_000 };
 
@@ -21,11 +22,11 @@ async function alive(promise) {
 }
 
 // TASKS tasks each do ROUNDS increments of a random key's counter, yielding to the event loop
-// inside the critical section so that unprotected increments would be lost.
+// inside the critical section so that unprotected increments would be lost; an Occupancy counts
+// the holders inside.
 async function stress(lock, { tasks = 64, rounds = 200, keys = 8, many = false } = {}) {
   const counters = new Array(keys).fill(0);
-  const inside = new Array(keys).fill(0);
-  let overlaps = 0;
+  const occupancy = new Occupancy(keys);
   async function task(seed) {
     let x = seed;
     for (let r = 0; r < rounds; r++) {
@@ -33,19 +34,23 @@ async function stress(lock, { tasks = 64, rounds = 200, keys = 8, many = false }
       const a = x % keys;
       const b = (a + 1 + ((x >>> 8) % (keys - 1))) % keys;
       const held = many ? [a, b] : [a];
-      const body = async () => {
-        for (const k of held) if (inside[k]++ !== 0) overlaps++;
-        const before = held.map((k) => counters[k]);
-        await tick();
-        held.forEach((k, i) => (counters[k] = before[i] + 1));
-        for (const k of held) inside[k]--;
-      };
-      if (many) await lock.withLockMany(held.map((k) => `key-${k}`), body);
+      const body = () =>
+        occupancy.run(held, async () => {
+          const before = held.map((k) => counters[k]);
+          await tick();
+          held.forEach((k, i) => (counters[k] = before[i] + 1));
+        });
+      if (many)
+        await lock.withLockMany(
+          held.map((k) => `key-${k}`),
+          body,
+        );
       else await lock.withLock(`key-${a}`, body);
     }
   }
   await Promise.all(Array.from({ length: tasks }, (_, i) => task(i + 1)));
-  return { total: counters.reduce((s, c) => s + c, 0), overlaps };
+  occupancy.check();
+  return { total: counters.reduce((s, c) => s + c, 0), completed: occupancy.completed };
 }
 
 for (const [name, make] of [
@@ -54,8 +59,8 @@ for (const [name, make] of [
 ]) {
   test(`${name}: withLock stress has exact counts`, T, async () => {
     const lock = make();
-    const { total, overlaps } = await stress(lock);
-    assert.equal(overlaps, 0);
+    const { total, completed } = await stress(lock);
+    assert.equal(completed, 64 * 200);
     assert.equal(total, 64 * 200);
     assert.equal(lock.isLocked('key-0'), false);
     assert.deepEqual(native.waiterCounts(), [0, 0]);
@@ -63,8 +68,8 @@ for (const [name, make] of [
 
   test(`${name}: withLockMany stress has exact counts (deadlock-free)`, T, async () => {
     const lock = make();
-    const { total, overlaps } = await stress(lock, { many: true, rounds: 100 });
-    assert.equal(overlaps, 0);
+    const { total, completed } = await stress(lock, { many: true, rounds: 100 });
+    assert.equal(completed, 64 * 100 * 2, 'one entry per key held');
     assert.equal(total, 64 * 100 * 2);
     assert.deepEqual(native.waiterCounts(), [0, 0]);
   });
@@ -72,18 +77,26 @@ for (const [name, make] of [
 
 test('KeyPool: explicit lock()/release() pairs with exact counts', T, async () => {
   const pool = new KeyPool();
+  const occupancy = new Occupancy(1);
   let count = 0;
   await Promise.all(
     Array.from({ length: 200 }, async () => {
       for (let i = 0; i < 50; i++) {
         const g = await pool.lock('one');
-        const c = count;
-        await tick();
-        count = c + 1;
-        g.release();
+        try {
+          await occupancy.run(0, async () => {
+            const c = count;
+            await tick();
+            count = c + 1;
+          });
+        } finally {
+          g.release();
+        }
       }
     }),
   );
+  occupancy.check();
+  assert.equal(occupancy.completed, 200 * 50);
   assert.equal(count, 200 * 50);
   const st = pool.stats();
   assert.equal(st.held, 0);
@@ -94,34 +107,39 @@ test('KeyPool: explicit lock()/release() pairs with exact counts', T, async () =
 
 test('RwLock: readers overlap, writers exclude everyone; exact counts', T, async () => {
   const rw = new RwLock();
+  const occupancy = new Occupancy(1);
   let readers = 0;
-  let writers = 0;
   let maxReaders = 0;
-  let bad = 0;
   let writes = 0;
   const reader = async () => {
     for (let i = 0; i < 100; i++) {
-      await rw.withRead(async () => {
-        readers++;
-        maxReaders = Math.max(maxReaders, readers);
-        if (writers) bad++;
-        await tick();
-        readers--;
-      });
+      await rw.withRead(() =>
+        occupancy.run(
+          0,
+          async () => {
+            maxReaders = Math.max(maxReaders, ++readers);
+            await tick();
+            readers--;
+          },
+          { shared: true },
+        ),
+      );
     }
   };
   const writer = async () => {
     for (let i = 0; i < 50; i++) {
-      await rw.withWrite(async () => {
-        if (writers++ || readers) bad++;
-        await tick();
-        writes++;
-        writers--;
-      });
+      await rw.withWrite(() =>
+        occupancy.run(0, async () => {
+          const w = writes;
+          await tick();
+          writes = w + 1;
+        }),
+      );
     }
   };
   await Promise.all([...Array.from({ length: 16 }, reader), ...Array.from({ length: 4 }, writer)]);
-  assert.equal(bad, 0);
+  occupancy.check();
+  assert.equal(occupancy.completed, 16 * 100 + 4 * 50);
   assert.equal(writes, 200);
   assert.ok(maxReaders > 1, 'readers shared the lock');
   assert.equal(rw.isLocked(), false);
@@ -132,29 +150,67 @@ test('withLock returns, rethrows and rejects, always releasing', T, async () => 
     assert.equal(await lock.withLock('k', () => 7), 7, 'synchronous fn');
     assert.equal(lock.isLocked('k'), false);
     assert.equal(await lock.withLock('k', async () => 8), 8, 'async fn');
-    await assert.rejects(lock.withLock('k', () => { throw new Error('sync throw'); }), /sync throw/);
+    await assert.rejects(
+      lock.withLock('k', () => {
+        throw new Error('sync throw');
+      }),
+      /sync throw/,
+    );
     assert.equal(lock.isLocked('k'), false);
-    await assert.rejects(lock.withLock('k', async () => { await tick(); throw new Error('rejected'); }), /rejected/);
+    await assert.rejects(
+      lock.withLock('k', async () => {
+        await tick();
+        throw new Error('rejected');
+      }),
+      /rejected/,
+    );
     assert.equal(lock.isLocked('k'), false);
     // The same through the slow path (the key is busy first, and with options).
     const g = lock.tryLock('k');
     setTimeout(() => g.release(), 5);
-    await assert.rejects(lock.withLock('k', () => { throw new Error('slow'); }, { timeout: 5000 }), /slow/);
+    await assert.rejects(
+      lock.withLock(
+        'k',
+        () => {
+          throw new Error('slow');
+        },
+        { timeout: 5000 },
+      ),
+      /slow/,
+    );
     assert.equal(lock.isLocked('k'), false);
-    await assert.rejects(lock.withLockMany(['k', 'j'], async () => { throw new Error('many'); }), /many/);
+    await assert.rejects(
+      lock.withLockMany(['k', 'j'], async () => {
+        throw new Error('many');
+      }),
+      /many/,
+    );
     assert.equal(lock.isLocked('k') || lock.isLocked('j'), false);
     assert.equal(await lock.withLockMany(['k', 'j'], () => 'ok'), 'ok');
   }
   const rw = new RwLock();
-  await assert.rejects(rw.withWrite(() => { throw new Error('w'); }), /w/);
-  await assert.rejects(rw.withRead(async () => { throw new Error('r'); }), /r/);
+  await assert.rejects(
+    rw.withWrite(() => {
+      throw new Error('w');
+    }),
+    /w/,
+  );
+  await assert.rejects(
+    rw.withRead(async () => {
+      throw new Error('r');
+    }),
+    /r/,
+  );
   assert.equal(rw.isLocked(), false);
 });
 
 test('timeout rejects with KEYLOCK_TIMEOUT and leaves nothing behind', T, async () => {
   const pool = new KeyPool();
   const g = pool.tryLock('a');
-  await assert.rejects(pool.lock('a', { timeout: 30 }), (e) => e.code === 'KEYLOCK_TIMEOUT' && e.name === 'KeylockError');
+  await assert.rejects(
+    pool.lock('a', { timeout: 30 }),
+    (e) => e.code === 'KEYLOCK_TIMEOUT' && e.name === 'KeylockError',
+  );
   await assert.rejects(pool.lock('a', { timeout: 0 }), { code: 'KEYLOCK_TIMEOUT' });
   await assert.rejects(pool.lockMany(['b', 'a'], { timeout: 10 }), { code: 'KEYLOCK_TIMEOUT' });
   assert.equal(pool.isLocked('b'), false);
@@ -262,7 +318,12 @@ test('100,000 pending lock() promises use no extra threads and are all served', 
   let served = 0;
   const all = [];
   for (let i = 0; i < N; i++) {
-    all.push(pool.lock('hot').then((guard) => { served++; guard.release(); }));
+    all.push(
+      pool.lock('hot').then((guard) => {
+        served++;
+        guard.release();
+      }),
+    );
   }
   assert.equal(native.waiterCounts()[0], N);
   assert.equal(pool.stats().waiting, N);
@@ -281,7 +342,13 @@ test('a panic in the addon is a JavaScript exception, not a crash', T, async () 
   assert.ok(id > 0);
   const failed = await new Promise((resolve) => {
     const waiters = globalThis[Symbol.for('keylock.waiters.v1')];
-    waiters.set(id, { resolve: () => resolve(null), reject: resolve, acquired: () => null, timer: undefined, signal: undefined });
+    waiters.set(id, {
+      resolve: () => resolve(null),
+      reject: resolve,
+      acquired: () => null,
+      timer: undefined,
+      signal: undefined,
+    });
   });
   assert.equal(failed.code, 'KEYLOCK_INTERNAL');
   // Everything else keeps working.

@@ -3,7 +3,7 @@
 
 const test = require('node:test');
 const assert = require('node:assert/strict');
-const { KeyPool, StripedLock, RwLock, KeylockError, Guard } = require('..');
+const { KeyPool, StripedLock, RwLock, KeylockError, Guard, keyBytes } = require('..');
 
 const T = { timeout: 20_000 };
 
@@ -48,7 +48,10 @@ test('unlock(key) releases without the guard and throws when not locked', T, () 
   pool.tryLock('a');
   pool.unlock('a');
   assert.equal(pool.isLocked('a'), false);
-  assert.throws(() => pool.unlock('a'), (e) => e instanceof KeylockError && e.code === 'KEYLOCK_NOT_LOCKED');
+  assert.throws(
+    () => pool.unlock('a'),
+    (e) => e instanceof KeylockError && e.code === 'KEYLOCK_NOT_LOCKED',
+  );
   const striped = new StripedLock(8);
   assert.throws(() => striped.unlock('zz'), { code: 'KEYLOCK_NOT_LOCKED' });
 });
@@ -76,6 +79,31 @@ test('string keys lock their UTF-8 bytes: the same key as a Buffer', T, () => {
   const e = pool.tryLock('');
   assert.equal(pool.isLocked(new Uint8Array(0)), true);
   e.release();
+});
+
+test('integer keys are 8 bytes big-endian: numbers and bigints alike', T, () => {
+  const pool = new KeyPool();
+  const g = pool.tryLock(1);
+  assert.ok(g);
+  assert.equal(pool.isLocked(1n), true, '1 and 1n are one key');
+  assert.equal(pool.isLocked(Buffer.from([0, 0, 0, 0, 0, 0, 0, 1])), true);
+  assert.equal(pool.isLocked('1'), false, 'the text "1" is another key');
+  g.release();
+  assert.deepEqual(keyBytes(-1), Buffer.alloc(8, 0xff));
+  assert.deepEqual(keyBytes(-0), keyBytes(0));
+  assert.deepEqual(keyBytes(Number.MAX_SAFE_INTEGER), keyBytes(2n ** 53n - 1n));
+  assert.deepEqual(keyBytes(2n ** 63n - 1n), Buffer.from('7fffffffffffffff', 'hex'));
+  assert.deepEqual(keyBytes(-(2n ** 63n)), Buffer.from('8000000000000000', 'hex'));
+  assert.equal(pool.size, 0);
+});
+
+test('keyBytes gives the UTF-8 of a string, a copy of a byte key', T, () => {
+  assert.deepEqual(keyBytes('é😀'), Buffer.from('é😀'));
+  assert.deepEqual(keyBytes('\ufffd'), Buffer.from('efbfbd', 'hex'));
+  const buf = Buffer.from('ab');
+  const bytes = keyBytes(buf);
+  buf[0] = 0x7a;
+  assert.deepEqual(bytes, Buffer.from('ab'));
 });
 
 test('a guard keeps its own copy of a byte key', T, () => {

@@ -1,5 +1,5 @@
 // Compiled with `tsc -p test` (make test): index.d.ts must type every export and every use below.
-import { KeyPool, StripedLock, RwLock, KeylockError, Guard, type Key, type PoolStats } from 'keylock';
+import { KeyPool, StripedLock, RwLock, KeylockError, Guard, keyBytes, type Key, type PoolStats } from 'keylock';
 import keylock from 'keylock';
 
 async function usage(): Promise<number> {
@@ -8,7 +8,9 @@ async function usage(): Promise<number> {
   const striped = new StripedLock(1024);
   const stripedShared: StripedLock = StripedLock.shared('name', 64);
   const rw: RwLock = RwLock.shared('rw');
-  const keys: Key[] = ['a', Buffer.from('b'), new Uint8Array([1, 2])];
+  const keys: Key[] = ['a', Buffer.from('b'), new Uint8Array([1, 2]), 42, 42n];
+  const bytes: Buffer = keyBytes(keys[3]);
+  void bytes;
 
   const g: Guard = await pool.lock('a', { timeout: 100, signal: AbortSignal.timeout(1000) });
   g.release();
@@ -50,8 +52,8 @@ async function usage(): Promise<number> {
 
 // Misuse that must not type-check.
 function misuse(pool: KeyPool): void {
-  // @ts-expect-error numbers are not keys
-  pool.tryLock(5);
+  // @ts-expect-error booleans are not keys
+  pool.tryLock(true);
   // @ts-expect-error timeout is a number
   void pool.lock('k', { timeout: '5' });
   // @ts-expect-error lockSync takes no signal

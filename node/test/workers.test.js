@@ -8,9 +8,11 @@ const path = require('node:path');
 const { Worker } = require('node:worker_threads');
 const { setTimeout: sleep } = require('node:timers/promises');
 const { KeyPool, StripedLock, RwLock } = require('..');
+const { Occupancy } = require('./occupancy.js');
 
 const T = { timeout: 60_000 };
 const INDEX = JSON.stringify(path.join(__dirname, '..'));
+const OCCUPANCY = JSON.stringify(path.join(__dirname, 'occupancy.js'));
 
 // One worker of the shared-lock stress: `tasks` async tasks, `rounds` increments each of
 // counters in a SharedArrayBuffer, with an await inside each critical section.
@@ -19,11 +21,11 @@ const INDEX = ${INDEX};
 const { workerData, parentPort } = require('node:worker_threads');
 const { setImmediate: tick } = require('node:timers/promises');
 const { KeyPool, StripedLock, RwLock } = require(INDEX);
+const { Occupancy } = require(${OCCUPANCY});
 
-const { kind, name, counters, inside, overlaps, seed, rounds, tasks, many } = workerData;
+const { kind, name, counters, inside, seed, rounds, tasks, many } = workerData;
 const counts = new Int32Array(counters);
-const busy = new Int32Array(inside);
-const bad = new Int32Array(overlaps);
+const occupancy = Occupancy.of(inside);
 const keys = counts.length;
 const lock = kind === 'pool' ? KeyPool.shared(name) : kind === 'striped' ? StripedLock.shared(name, 64) : RwLock.shared(name);
 
@@ -34,28 +36,22 @@ async function task(s) {
     const a = x % keys;
     const b = (a + 1 + ((x >>> 8) % (keys - 1))) % keys;
     const held = kind === 'rw' ? [0] : many ? [a, b] : [a];
-    const body = async () => {
-      for (const k of held) if (Atomics.add(busy, k, 1) !== 0) Atomics.add(bad, 0, 1);
-      const before = held.map((k) => counts[k]); // plain reads and writes: the lock protects them
-      await tick();
-      held.forEach((k, i) => (counts[k] = before[i] + 1));
-      for (const k of held) Atomics.sub(busy, k, 1);
-    };
-    if (kind === 'rw' && r % 3 !== 0) {
-      // A reader: no writer may be inside; readers count themselves atomically (they share).
-      await lock.withRead(async () => {
-        Atomics.add(busy, 1, 1);
-        if (Atomics.load(busy, 0) !== 0) Atomics.add(bad, 0, 1);
+    const body = () =>
+      occupancy.run(held, async () => {
+        const before = held.map((k) => counts[k]); // plain reads and writes: the lock protects them
         await tick();
-        if (Atomics.load(busy, 0) !== 0) Atomics.add(bad, 0, 1);
-        Atomics.add(counts, 1, 1);
-        Atomics.sub(busy, 1, 1);
+        held.forEach((k, i) => (counts[k] = before[i] + 1));
       });
+    if (kind === 'rw' && r % 3 !== 0) {
+      // A reader: no writer may be inside (readers share, so they count atomically).
+      await lock.withRead(() =>
+        occupancy.run(0, async () => {
+          await tick();
+          Atomics.add(counts, 1, 1);
+        }, { shared: true }),
+      );
     } else if (kind === 'rw') {
-      await lock.withWrite(async () => {
-        if (Atomics.load(busy, 1) !== 0) Atomics.add(bad, 0, 1);
-        await body();
-      });
+      await lock.withWrite(body);
     }
     else if (many) await lock.withLockMany(held.map((k) => \`k\${k}\`), body);
     else if (r % 2) await lock.withLock(\`k\${a}\`, body);
@@ -105,37 +101,45 @@ function runWorker(body, workerData, onMessage) {
   return { worker: w, done, seen };
 }
 
-for (const [kind, many] of [['pool', false], ['pool', true], ['striped', false], ['striped', true], ['rw', false]]) {
+for (const [kind, many] of [
+  ['pool', false],
+  ['pool', true],
+  ['striped', false],
+  ['striped', true],
+  ['rw', false],
+]) {
   test(`4 workers on a shared ${kind}${many ? ' (lockMany)' : ''}: exact counts`, T, async () => {
     const keys = 6;
     const counters = new SharedArrayBuffer(4 * keys);
-    const inside = new SharedArrayBuffer(4 * keys);
-    const overlaps = new SharedArrayBuffer(4);
+    const occupancy = new Occupancy(keys);
     const rounds = 150;
     const tasks = 4;
     const name = `stress-${kind}-${many}`;
-    const workers = Array.from({ length: 4 }, (_, i) =>
-      new Promise((resolve, reject) => {
-        const w = new Worker(STRESS_WORKER, {
-          eval: true,
-          workerData: { kind, name, counters, inside, overlaps, seed: i + 1, rounds, tasks, many },
-        });
-        let done = false;
-        w.on('message', (m) => (done = m === 'done'));
-        w.on('error', reject);
-        w.on('exit', (code) => (code === 0 && done ? resolve() : reject(new Error(`worker exit ${code}`))));
-      }),
+    const workers = Array.from(
+      { length: 4 },
+      (_, i) =>
+        new Promise((resolve, reject) => {
+          const w = new Worker(STRESS_WORKER, {
+            eval: true,
+            workerData: { kind, name, counters, inside: occupancy.buffer, seed: i + 1, rounds, tasks, many },
+          });
+          let done = false;
+          w.on('message', (m) => (done = m === 'done'));
+          w.on('error', reject);
+          w.on('exit', (code) => (code === 0 && done ? resolve() : reject(new Error(`worker exit ${code}`))));
+        }),
     );
     await Promise.all(workers);
     const total = new Int32Array(counters).reduce((s, c) => s + c, 0);
-    assert.equal(new Int32Array(overlaps)[0], 0, 'no two holders at once');
+    occupancy.check();
+    assert.equal(occupancy.completed, 4 * tasks * rounds * (many ? 2 : 1), 'one entry per key held');
     assert.equal(total, 4 * tasks * rounds * (many ? 2 : 1), 'every write (and read) counted');
     if (kind === 'pool') {
       const st = KeyPool.shared(name).stats();
       assert.equal(st.held, 0);
       assert.equal(st.waiting, 0);
       assert.equal(st.entriesInUse, 0);
-      assert.equal(st.acquisitions, 4 * tasks * rounds * (many ? 2 : 1), "acquisitions count keys");
+      assert.equal(st.acquisitions, 4 * tasks * rounds * (many ? 2 : 1), 'acquisitions count keys');
     }
   });
 }

@@ -1,19 +1,25 @@
-//! Keys: every Python key becomes a byte string, the key type the core, C and Node share.
+//! Keys: every Python key becomes a byte string, by the rules every front end shares
+//! (`keylock_core::keys`), so that a Python key names the same lock as the same key in C or Node.
 //!
 //! | Python key | bytes |
 //! |---|---|
-//! | `str` | its UTF-8 encoding (`"ab"` is `b"ab"`, as in C and Node); lone surrogates raise `UnicodeEncodeError` |
+//! | `str` | its UTF-8 encoding (`"ab"` is `b"ab"`, as in C and Node); a lone surrogate raises `UnicodeEncodeError` (a `ValueError`) with the core's message |
 //! | `bytes`, `bytearray`, `memoryview` | their contents (a `memoryview` is read as `tobytes()`) |
-//! | `int` | 8 bytes: the value as a signed 64-bit big-endian two's-complement integer; outside -2**63..2**63-1 raises `OverflowError` |
+//! | `int` | 8 bytes: the value as a signed 64-bit big-endian two's-complement integer (`keys::encode_i64`); outside -2**63..2**63-1 raises `OverflowError` with the core's message |
 //! | `bool` | rejected with `TypeError` (`True == 1` would silently share a key with `1`) |
-//! | anything else | `TypeError` naming the type |
+//! | anything else (`float` included) | `TypeError` naming the type |
+//!
+//! A `str` is a sequence of code points, so the only code points without a UTF-8 form are the
+//! surrogates, which in a `str` are always lone: CPython's UTF-8 codec then fails exactly where
+//! the core's rule does, and its cached UTF-8 form is used as the key without a copy.
 //!
 //! Different Python values that give the same bytes are the same key: `"a"`, `b"a"` and
 //! `bytearray(b"a")` name one lock, and so do `1` and `b"\0\0\0\0\0\0\0\x01"`.
 
 use std::ops::Deref;
 
-use pyo3::exceptions::{PyOverflowError, PyTypeError, PyValueError};
+use keylock_core::keys::{self, KeyError};
+use pyo3::exceptions::{PyOverflowError, PyTypeError, PyUnicodeEncodeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyByteArray, PyBytes, PyInt, PyMemoryView, PyString};
 
@@ -25,7 +31,7 @@ pub(crate) enum Key<'py> {
     /// A copy (of a `bytearray`, whose contents may change later).
     Owned(Vec<u8>),
     /// An `int`.
-    Int([u8; 8]),
+    Int([u8; keys::INT_KEY_LEN]),
 }
 
 /// An immutable Python object and the bytes of the key inside it.
@@ -50,7 +56,7 @@ impl<'py> Shared<'py> {
     fn str(s: &Bound<'py, PyString>) -> PyResult<Self> {
         // PyUnicode_AsUTF8AndSize (limited API 3.10+): CPython caches the UTF-8 form inside the
         // str and frees it only with the str, which `obj` keeps alive.
-        let utf8 = s.to_str()?;
+        let utf8 = s.to_str().map_err(|e| text_error(s, e))?;
         let (ptr, len) = (utf8.as_ptr(), utf8.len());
         Ok(Shared {
             obj: s.clone().into_any(),
@@ -62,7 +68,7 @@ impl<'py> Shared<'py> {
     /// The UTF-8 form of a `str`: a new `bytes` object (the 3.9 limited API has no cached form).
     #[cfg(feature = "abi3-py39")]
     fn str(s: &Bound<'py, PyString>) -> PyResult<Self> {
-        Ok(Self::bytes(s.encode_utf8()?))
+        Ok(Self::bytes(s.encode_utf8().map_err(|e| text_error(s, e))?))
     }
 
     #[inline]
@@ -86,6 +92,27 @@ impl Deref for Key<'_> {
     }
 }
 
+/// The error for a `str` that has no UTF-8 form: CPython's `UnicodeEncodeError` (same position),
+/// with the core's reason. Any other error (a `MemoryError`) passes unchanged.
+#[cold]
+fn text_error(s: &Bound<'_, PyString>, err: PyErr) -> PyErr {
+    let py = s.py();
+    if !err.is_instance_of::<PyUnicodeEncodeError>(py) {
+        return err;
+    }
+    let at = |name: &str| -> PyResult<usize> { err.value(py).getattr(name)?.extract() };
+    match (at("start"), at("end")) {
+        (Ok(start), Ok(end)) => PyUnicodeEncodeError::new_err((
+            "utf-8",
+            s.clone().unbind(),
+            start,
+            end,
+            KeyError::LoneSurrogate.message(),
+        )),
+        _ => err,
+    }
+}
+
 /// Converts a Python key (see the module docs for the mapping).
 #[inline]
 pub(crate) fn to_key<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Key<'py>> {
@@ -101,12 +128,10 @@ pub(crate) fn to_key<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Key<'py>> {
         ));
     }
     if obj.is_instance_of::<PyInt>() {
-        let v: i64 = obj.extract().map_err(|_| {
-            PyOverflowError::new_err(
-                "int keys must fit in a signed 64-bit integer (-2**63 <= key < 2**63)",
-            )
-        })?;
-        return Ok(Key::Int(v.to_be_bytes()));
+        let v: i64 = obj
+            .extract()
+            .map_err(|_| PyOverflowError::new_err(KeyError::IntegerOutOfRange.message()))?;
+        return Ok(Key::Int(keys::encode_i64(v)));
     }
     if let Ok(b) = obj.cast::<PyByteArray>() {
         return Ok(Key::Owned(b.to_vec()));
@@ -123,7 +148,7 @@ pub(crate) enum OwnedKey {
     /// An immutable object holding the key's bytes (see [`Key::Shared`]) and those bytes.
     Bytes(SharedBytes),
     /// An `int` key.
-    Int([u8; 8]),
+    Int([u8; keys::INT_KEY_LEN]),
     /// A copy (of a `bytearray`, whose contents may change later).
     Copied(Box<[u8]>),
 }

@@ -2,12 +2,14 @@
 //!
 //! This crate decides nothing about locking: every acquire, release and wait is a call into
 //! `keylock-core`. What it does is translate:
-//! - keys ([`key`]): `str`, `bytes`, `bytearray`, `memoryview` and `int` into byte strings;
+//! - keys ([`key`]): `str`, `bytes`, `bytearray`, `memoryview` and `int` into byte strings, by
+//!   the rules every front end shares (`keylock_core::keys`);
+//! - lock handles: what each locks ([`lock`]) and their `threading.Lock` protocol ([`handle`]);
 //! - waiting styles ([`wait`]): a blocking acquire waits in the core with the GIL released and
 //!   checks for signals between slices; an asyncio acquire polls the core's future from the event
 //!   loop with a waker that posts back to the loop;
-//! - errors ([`errors`]): the core's errors into a small hierarchy rooted in the standard
-//!   exceptions.
+//! - errors ([`errors`]): the core's errors, by their shared `Status`, into a small hierarchy
+//!   rooted in the standard exceptions.
 //!
 //! The Python package (`python/keylock/__init__.py`) re-exports everything defined here.
 
@@ -15,6 +17,7 @@ mod args;
 mod errors;
 mod handle;
 mod key;
+mod lock;
 mod pool;
 mod rwlock;
 mod striped;
@@ -42,7 +45,7 @@ fn _keylock(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<pool::KeyPool>()?;
     m.add_class::<striped::StripedLock>()?;
     m.add_class::<rwlock::RwLock>()?;
-    m.add_class::<handle::LockHandle>()?;
+    m.add_class::<lock::LockHandle>()?;
     m.add_class::<handle::KeyLock>()?;
     m.add_class::<handle::ManyLock>()?;
     m.add_class::<handle::ReadLock>()?;

@@ -7,8 +7,9 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use crate::args::OptTimeout;
-use crate::handle::{self, KeyLock, ManyLock, Target};
+use crate::handle::{self, KeyLock, ManyLock};
 use crate::key::{to_key, to_owned_key, to_owned_keys};
+use crate::lock::Target;
 
 /// A lock per key, exact (two different keys never block each other), with memory only for the
 /// keys held or waited for right now: the drop-in replacement for a dict of threading.Lock.

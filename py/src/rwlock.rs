@@ -6,7 +6,8 @@ use keylock_core as core;
 use pyo3::prelude::*;
 
 use crate::args::OptTimeout;
-use crate::handle::{self, ReadLock, Target, WriteLock};
+use crate::handle::{self, ReadLock, WriteLock};
+use crate::lock::Target;
 
 /// A reader-writer lock: any number of readers, or one writer. Readers do not contend on a
 /// shared counter, so read-mostly code scales.

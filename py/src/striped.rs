@@ -8,8 +8,9 @@ use pyo3::prelude::*;
 
 use crate::args::OptTimeout;
 use crate::errors;
-use crate::handle::{self, KeyLock, ManyLock, Target};
+use crate::handle::{self, KeyLock, ManyLock};
 use crate::key::{to_key, to_owned_key, to_owned_keys};
+use crate::lock::Target;
 
 /// A fixed number of locks (rounded up to a power of two); a key locks the stripe its hash
 /// picks. Memory is fixed whatever the number of keys; two keys may share a stripe and then

@@ -27,7 +27,7 @@ use pyo3::types::{PyBool, PyType};
 
 use crate::args::Wait;
 use crate::errors::LockTimeout;
-use crate::handle::{LockFuture, LockHandle, Target};
+use crate::lock::{LockFuture, LockHandle, Target};
 
 /// How long a blocking wait stays in the core before looking for signals.
 const SLICE: Duration = Duration::from_millis(50);

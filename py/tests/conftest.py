@@ -7,12 +7,14 @@ and say what hung.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Coroutine
+from collections import Counter
+from collections.abc import Callable, Coroutine, Hashable, Iterator
 from typing import Any
 
 import pytest
@@ -88,3 +90,70 @@ def run_script(code: str, timeout: float = 60.0, **kw: Any) -> subprocess.Comple
         f"exit {proc.returncode}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}"
     )
     return proc
+
+
+class Occupancy:
+    """Who is inside each critical section, counted as it happens.
+
+    Wrap the body of a critical section in ``with occupancy.hold(key):`` (``shared=True`` for a
+    reader). Each entry counts the holders of ``key`` inside at that moment, and each exit how
+    the body ended: run to its end (completed), or left by an exception (interrupted: a task
+    cancelled or timed out while holding the key, or an exception raised on purpose). So a test
+    can tell a lock that let two holders in from an entry that a cancel legitimately cut short,
+    which a final count alone cannot: both leave fewer increments than entries.
+
+    :meth:`check` asserts, for every key entered exclusively, that the most exclusive holders
+    inside at once was exactly 1 and that no reader was inside with them; that
+    ``completed + interrupted == entered``; and that nobody is inside any more. The counters
+    are kept under their own ``threading.Lock``, held only while counting, so the critical
+    sections themselves may overlap freely if the lock under test lets them.
+    """
+
+    def __init__(self) -> None:
+        self._mutex = threading.Lock()
+        self._exclusive: Counter[Hashable] = Counter()
+        self._shared: Counter[Hashable] = Counter()
+        self.max_exclusive: Counter[Hashable] = Counter()
+        self.overlaps: list[str] = []
+        self.entered = 0
+        self.completed = 0
+        self.interrupted = 0
+
+    @contextlib.contextmanager
+    def hold(self, key: Hashable, shared: bool = False) -> Iterator[None]:
+        with self._mutex:
+            self.entered += 1
+            if shared:
+                self._shared[key] += 1
+                if self._exclusive[key]:
+                    self.overlaps.append(f"a reader of {key!r} inside with a writer")
+            else:
+                self._exclusive[key] += 1
+                n = self._exclusive[key]
+                self.max_exclusive[key] = max(self.max_exclusive[key], n)
+                if n > 1:
+                    self.overlaps.append(f"{n} holders of {key!r} inside at once")
+                if self._shared[key]:
+                    readers = self._shared[key]
+                    self.overlaps.append(f"a writer of {key!r} inside with {readers} readers")
+        completed = False
+        try:
+            yield
+            completed = True
+        finally:
+            with self._mutex:
+                (self._shared if shared else self._exclusive)[key] -= 1
+                if completed:
+                    self.completed += 1
+                else:
+                    self.interrupted += 1
+
+    def check(self) -> None:
+        assert self.overlaps == [], self.overlaps[:5]
+        assert self.entered > 0, "no critical section was entered"
+        assert set(self.max_exclusive.values()) <= {1}, dict(self.max_exclusive)
+        assert self.completed + self.interrupted == self.entered, (
+            f"completed {self.completed} + interrupted {self.interrupted} != entered {self.entered}"
+        )
+        still = {k: n for k, n in (self._exclusive + self._shared).items() if n}
+        assert still == {}, f"still inside: {still}"

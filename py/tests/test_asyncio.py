@@ -11,7 +11,7 @@ import threading
 import pytest
 
 import keylock
-from conftest import arun, async_wait_until
+from conftest import Occupancy, arun, async_wait_until
 
 
 def _handles() -> list[tuple[str, keylock.LockHandle, keylock.LockHandle]]:
@@ -81,6 +81,9 @@ def test_async_stress_exact_counts(kind: str) -> None:
     async def main() -> None:
         pool, striped, rw = keylock.KeyPool(), keylock.StripedLock(keys), keylock.RwLock()
         counts = dict.fromkeys(range(keys), 0)
+        # The rw kind takes the write lock for every key: one holder at a time in all.
+        occupancy = Occupancy()
+        slot = (lambda k: "rw") if kind == "rw" else (lambda k: k)
 
         def handle(k: int) -> keylock.LockHandle:
             if kind == "pool":
@@ -97,18 +100,22 @@ def test_async_stress_exact_counts(kind: str) -> None:
                     h = handle(k)
                     assert await h.acquire_async()
                     try:
-                        v = counts[k]
-                        await asyncio.sleep(0)
-                        counts[k] = v + 1
+                        with occupancy.hold(slot(k)):
+                            v = counts[k]
+                            await asyncio.sleep(0)
+                            counts[k] = v + 1
                     finally:
                         h.release()
                 else:
                     async with handle(k):
-                        v = counts[k]
-                        await asyncio.sleep(0)
-                        counts[k] = v + 1
+                        with occupancy.hold(slot(k)):
+                            v = counts[k]
+                            await asyncio.sleep(0)
+                            counts[k] = v + 1
 
         await asyncio.gather(*(worker(s) for s in range(tasks)))
+        occupancy.check()
+        assert occupancy.completed == tasks * iters
         assert sum(counts.values()) == tasks * iters
         assert len(pool) == 0 and pool.stats()["waiting"] == 0
         assert not rw.is_locked()
@@ -117,18 +124,23 @@ def test_async_stress_exact_counts(kind: str) -> None:
 
 
 def test_cancellation_stress_leaves_nothing_held() -> None:
+    # Tasks are cancelled (task.cancel, wait_for, asyncio.timeout, acquire_async's timeout) at
+    # random moments: while queued, right after being granted, and inside the critical section,
+    # at its await. A cancel inside legitimately leaves an entry without its increment, so the
+    # check is not "increments == entries" but: one holder at a time, every entry either
+    # completed (and then counted) or interrupted, and nothing held or queued afterwards.
     async def main() -> None:
         pool = keylock.KeyPool()
         counts = {"k": 0}
-        entered = [0]
+        occupancy = Occupancy()
         rng = random.Random(1)
 
         async def worker() -> None:
             async with pool.lock("k"):
-                entered[0] += 1
-                v = counts["k"]
-                await asyncio.sleep(0)
-                counts["k"] = v + 1
+                with occupancy.hold("k"):
+                    v = counts["k"]
+                    await asyncio.sleep(0)
+                    counts["k"] = v + 1
 
         async def one_round(i: int) -> None:
             mode = i % 4
@@ -152,15 +164,19 @@ def test_cancellation_stress_leaves_nothing_held() -> None:
                 except TimeoutError:
                     pass
             else:
-                ok = await pool.lock("k").acquire_async(timeout=rng.random() * 0.002)
-                if ok:
-                    entered[0] += 1
-                    counts["k"] += 1
-                    pool.lock("k").release()
+                h = pool.lock("k")
+                if await h.acquire_async(timeout=rng.random() * 0.002):
+                    try:
+                        with occupancy.hold("k"):
+                            counts["k"] += 1
+                    finally:
+                        h.release()
 
         for _ in range(10):
             await asyncio.gather(*(one_round(i) for i in range(200)))
-        assert counts["k"] == entered[0]  # every entry completed its critical section
+        occupancy.check()
+        # Only a completed critical section wrote its increment.
+        assert counts["k"] == occupancy.completed
         assert len(pool) == 0
         assert pool.stats()["waiting"] == 0
         async with pool.lock("k", timeout=1):

@@ -47,9 +47,9 @@ def test_int_subclass_accepted() -> None:
 
 @pytest.mark.parametrize("value", [2**63, -(2**63) - 1, 10**30])
 def test_int_out_of_range(value: int) -> None:
-    with pytest.raises(OverflowError):
+    with pytest.raises(OverflowError, match="signed 64-bit"):
         keylock.key_bytes(value)
-    with pytest.raises(OverflowError):
+    with pytest.raises(OverflowError, match="signed 64-bit"):
         keylock.KeyPool().lock(value)
 
 
@@ -89,9 +89,25 @@ def test_other_types_raise_type_error_naming_the_type(value: object, type_name: 
             call(value)
 
 
-def test_lone_surrogate_str_raises() -> None:
-    with pytest.raises(UnicodeEncodeError):
-        keylock.KeyPool().lock("\ud800")
+@pytest.mark.parametrize("text", ["\ud800", "a\udc00", "\ud83d\ude00", "ok\udfff!"])
+def test_lone_surrogate_str_raises(text: str) -> None:
+    # A str is code points: "\ud83d\ude00" is two lone surrogates, not an emoji (which would be
+    # "\U0001f600"). The error is CPython's UnicodeEncodeError, at the same position, with the
+    # reason every keylock front end gives.
+    pool, striped = keylock.KeyPool(), keylock.StripedLock(8)
+    for call in (keylock.key_bytes, pool.lock, striped.lock, lambda k: pool.lock_many(["a", k])):
+        with pytest.raises(UnicodeEncodeError, match="lone surrogate") as info:
+            call(text)
+        assert isinstance(info.value, ValueError)
+        assert (info.value.start, info.value.end) == _codec_error_span(text)
+
+
+def _codec_error_span(text: str) -> tuple[int, int]:
+    try:
+        text.encode()
+    except UnicodeEncodeError as e:
+        return e.start, e.end
+    raise AssertionError("expected an encode error")
 
 
 def test_same_bytes_same_key() -> None:

@@ -10,13 +10,14 @@ import time
 import pytest
 
 import keylock
-from conftest import DEADLOCK, run_threads
+from conftest import DEADLOCK, Occupancy, run_threads
 
 
 @pytest.mark.parametrize("kind", ["pool", "striped"])
 def test_threads_and_tasks_on_one_key(kind: str) -> None:
     locks = keylock.KeyPool() if kind == "pool" else keylock.StripedLock(4)
     counter = [0]
+    occupancy = Occupancy()
     thread_iters, threads, tasks, task_iters = 400, 3, 50, 20
 
     def thread_worker() -> None:
@@ -25,13 +26,14 @@ def test_threads_and_tasks_on_one_key(kind: str) -> None:
             if i % 2:
                 assert h.acquire(timeout=DEADLOCK)
                 try:
-                    v = counter[0]
-                    time.sleep(0)
-                    counter[0] = v + 1
+                    with occupancy.hold("shared"):
+                        v = counter[0]
+                        time.sleep(0)
+                        counter[0] = v + 1
                 finally:
                     h.release()
             else:
-                with h:
+                with h, occupancy.hold("shared"):
                     v = counter[0]
                     time.sleep(0)
                     counter[0] = v + 1
@@ -40,10 +42,11 @@ def test_threads_and_tasks_on_one_key(kind: str) -> None:
         async def task() -> None:
             for _ in range(task_iters):
                 async with locks.lock("shared"):
-                    v = counter[0]
-                    await asyncio.sleep(0)
-                    time.sleep(0)  # let threads run while the task holds the key
-                    counter[0] = v + 1
+                    with occupancy.hold("shared"):
+                        v = counter[0]
+                        await asyncio.sleep(0)
+                        time.sleep(0)  # let threads run while the task holds the key
+                        counter[0] = v + 1
 
         async def main() -> None:
             await asyncio.wait_for(asyncio.gather(*(task() for _ in range(tasks))), DEADLOCK)
@@ -51,6 +54,8 @@ def test_threads_and_tasks_on_one_key(kind: str) -> None:
         asyncio.run(main())
 
     run_threads([thread_worker] * threads + [loop_worker, loop_worker])
+    occupancy.check()
+    assert occupancy.completed == threads * thread_iters + 2 * tasks * task_iters
     assert counter[0] == threads * thread_iters + 2 * tasks * task_iters
     assert not locks.is_locked("shared")
     if isinstance(locks, keylock.KeyPool):
@@ -76,10 +81,11 @@ def test_rwlock_threads_and_tasks() -> None:
     rw = keylock.RwLock()
     state = {"a": 0, "b": 0}
     torn: list[int] = []
+    occupancy = Occupancy()
 
     def writer() -> None:
         for _ in range(300):
-            with rw.write():
+            with rw.write(), occupancy.hold("rw"):
                 state["a"] += 1
                 time.sleep(0)
                 state["b"] += 1
@@ -88,10 +94,11 @@ def test_rwlock_threads_and_tasks() -> None:
         async def reader() -> None:
             for _ in range(100):
                 async with rw.read():
-                    a = state["a"]
-                    await asyncio.sleep(0)
-                    if state["b"] != a:
-                        torn.append(a)
+                    with occupancy.hold("rw", shared=True):
+                        a = state["a"]
+                        await asyncio.sleep(0)
+                        if state["b"] != a:
+                            torn.append(a)
 
         async def main() -> None:
             await asyncio.wait_for(asyncio.gather(*(reader() for _ in range(20))), DEADLOCK)
@@ -99,6 +106,8 @@ def test_rwlock_threads_and_tasks() -> None:
         asyncio.run(main())
 
     run_threads([writer, writer, readers])
+    occupancy.check()
+    assert occupancy.completed == 2 * 300 + 20 * 100
     assert torn == []
     assert state == {"a": 600, "b": 600}
     assert not rw.is_locked()

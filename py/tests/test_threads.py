@@ -10,7 +10,7 @@ import time
 import pytest
 
 import keylock
-from conftest import run_script, run_threads, wait_until
+from conftest import Occupancy, run_script, run_threads, wait_until
 
 THREADS = 8
 ITERS = 1500
@@ -28,6 +28,7 @@ def _unsafe_increment(counts: dict[int, int], k: int) -> None:
 def test_stress_exact_counts(kind: str) -> None:
     locks = keylock.KeyPool() if kind == "pool" else keylock.StripedLock(KEYS)
     counts = dict.fromkeys(range(KEYS), 0)
+    occupancy = Occupancy()
 
     def worker(seed: int) -> None:
         rng = random.Random(seed)
@@ -37,14 +38,17 @@ def test_stress_exact_counts(kind: str) -> None:
                 h = locks.lock(k)
                 assert h.acquire(timeout=20)
                 try:
-                    _unsafe_increment(counts, k)
+                    with occupancy.hold(k):
+                        _unsafe_increment(counts, k)
                 finally:
                     h.release()
             else:
-                with locks.lock(k):
+                with locks.lock(k), occupancy.hold(k):
                     _unsafe_increment(counts, k)
 
     run_threads([lambda s=s: worker(s) for s in range(THREADS)])
+    occupancy.check()
+    assert occupancy.completed == THREADS * ITERS
     assert sum(counts.values()) == THREADS * ITERS
     if isinstance(locks, keylock.KeyPool):
         assert len(locks) == 0
@@ -55,13 +59,13 @@ def test_stress_exact_counts(kind: str) -> None:
 def test_rwlock_stress_exact_counts() -> None:
     rw = keylock.RwLock()
     state = {"a": 0, "b": 0}
-    reads = [0]
     torn: list[tuple[int, int]] = []
     writers, readers, iters = 3, 5, 800
+    occupancy = Occupancy()
 
     def writer() -> None:
         for _ in range(iters):
-            with rw.write():
+            with rw.write(), occupancy.hold("rw"):
                 a = state["a"]
                 time.sleep(0)
                 state["a"] = a + 1
@@ -69,15 +73,16 @@ def test_rwlock_stress_exact_counts() -> None:
 
     def reader() -> None:
         for _ in range(iters):
-            with rw.read():
+            with rw.read(), occupancy.hold("rw", shared=True):
                 a = state["a"]
                 time.sleep(0)
                 b = state["b"]
                 if a != b:
                     torn.append((a, b))
-                reads[0] += 1  # under the GIL; exact enough: one op, checked below loosely
 
     run_threads([writer] * writers + [reader] * readers)
+    occupancy.check()
+    assert occupancy.completed == (writers + readers) * iters
     assert torn == []
     assert state["a"] == state["b"] == writers * iters
     assert not rw.is_locked()
@@ -87,24 +92,22 @@ def test_rwlock_stress_exact_counts() -> None:
 def test_lock_many_transfers_keep_total(kind: str) -> None:
     locks = keylock.KeyPool() if kind == "pool" else keylock.StripedLock(8)
     accounts = [100] * 16
-    transfers = [0]
-    count_lock = threading.Lock()
+    occupancy = Occupancy()
 
     def worker(seed: int) -> None:
         rng = random.Random(seed)
         for _ in range(600):
             a, b = rng.sample(range(len(accounts)), 2)
-            with locks.lock_many([a, b]):
+            with locks.lock_many([a, b]), occupancy.hold(a), occupancy.hold(b):
                 amount = rng.randrange(10)
                 va, vb = accounts[a], accounts[b]
                 time.sleep(0)
                 accounts[a], accounts[b] = va - amount, vb + amount
-            with count_lock:
-                transfers[0] += 1
 
     run_threads([lambda s=s: worker(s) for s in range(6)])
+    occupancy.check()
+    assert occupancy.completed == 2 * 6 * 600  # two keys per transfer
     assert sum(accounts) == 1600
-    assert transfers[0] == 6 * 600
 
 
 def test_contended_acquire_waits_for_release() -> None:

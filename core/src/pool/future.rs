@@ -41,7 +41,9 @@ enum State {
     Failed(Error),
     /// Waiting for the reserved slot; `polled`: the waiter has been polled, so the reservation
     /// is its to use up.
-    Reserved { polled: bool },
+    Reserved {
+        polled: bool,
+    },
     Done,
 }
 

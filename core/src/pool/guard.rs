@@ -66,12 +66,7 @@ impl<P: PoolRef> PoolGuard<P> {
     }
 
     #[inline]
-    pub(super) fn from_ptr(
-        pool: P,
-        slot: NonNull<Slot<P::Key>>,
-        want: Want,
-        grant: Grant,
-    ) -> Self {
+    pub(super) fn from_ptr(pool: P, slot: NonNull<Slot<P::Key>>, want: Want, grant: Grant) -> Self {
         Self {
             pool: Some(pool),
             slot,

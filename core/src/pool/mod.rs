@@ -256,9 +256,13 @@ impl<K: Hash + Eq, S: BuildHasher> KeyPool<K, S> {
 
     fn build(b: PoolBuilder<S>) -> Self {
         let n = b.shards;
-        let retain = (b.retain.saturating_mul(2)).div_ceil(n).min(u32::MAX as usize) as u32;
+        let retain = (b.retain.saturating_mul(2))
+            .div_ceil(n)
+            .min(u32::MAX as usize) as u32;
         Self {
-            shards: (0..n).map(|_| AtomicPtr::new(std::ptr::null_mut())).collect(),
+            shards: (0..n)
+                .map(|_| AtomicPtr::new(std::ptr::null_mut()))
+                .collect(),
             shift: 64 - n.trailing_zeros(),
             hasher: b.hasher,
             policy: b.policy,
@@ -366,7 +370,9 @@ impl<K: Hash + Eq, S: BuildHasher> KeyPool<K, S> {
             return None;
         }
         let shard = self.shard(at.shard)?;
-        shard.has_slot(at.slot).then(|| self.site_in(shard, at.slot))
+        shard
+            .has_slot(at.slot)
+            .then(|| self.site_in(shard, at.slot))
     }
 
     #[inline]
@@ -462,7 +468,8 @@ impl<K: Hash + Eq, S: BuildHasher> KeyPool<K, S> {
             };
             let mut wakes = Wakes::default();
             let entry = &shard.slot(n).entry;
-            let attempt = entry.acquire_locked(locked.side(n), want, false, &self.policy, &mut wakes);
+            let attempt =
+                entry.acquire_locked(locked.side(n), want, false, &self.policy, &mut wakes);
             match attempt {
                 Attempt::Acquired(grant) => {
                     drop(locked);
@@ -595,7 +602,12 @@ impl<K: Hash + Eq, S: BuildHasher> KeyPool<K, S> {
 
     /// Blocks until `key` is held in `mode` (plain: no lease, no owner).
     #[inline]
-    fn lock_plain<P: PoolRef<Key = K, Hasher = S>, Q>(&self, pool: P, key: &Q, mode: Mode) -> PoolGuard<P>
+    fn lock_plain<P: PoolRef<Key = K, Hasher = S>, Q>(
+        &self,
+        pool: P,
+        key: &Q,
+        mode: Mode,
+    ) -> PoolGuard<P>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
@@ -742,8 +754,7 @@ impl<K: Hash + Eq, S: BuildHasher> KeyPool<K, S> {
     /// from another thread).
     pub fn release_as(&self, acquisition: Acquisition, owner: Option<Owner>) -> Result<()> {
         let site = self.site_at(SlotRef::from_u64(acquisition.at))?;
-        site::release(&site, &hold_of(&acquisition, owner))
-            .map_err(|()| acquisition.stale_error())
+        site::release(&site, &hold_of(&acquisition, owner)).map_err(|()| acquisition.stale_error())
     }
 
     /// Whether `acquisition` is still current.
@@ -833,8 +844,10 @@ impl<K: Hash + Eq, S: BuildHasher> KeyPool<K, S> {
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        self.with_slot(key, |entry, side, wakes| entry.info_locked(side, &self.policy, wakes))
-            .flatten()
+        self.with_slot(key, |entry, side, wakes| {
+            entry.info_locked(side, &self.policy, wakes)
+        })
+        .flatten()
     }
 
     /// The number of keys held now: a scan of every slot (O(slots)), for monitoring.
@@ -994,7 +1007,11 @@ impl<K: Hash + Eq, S: BuildHasher> KeyPool<K, S> {
     /// assert!(pool.try_lock_shared("src").is_ok());
     /// assert!(pool.try_lock_shared("dst").is_err());
     /// ```
-    pub fn lock_many_with<'k, Q, I>(&self, keys: I, opts: LockOptions) -> Result<PoolManyGuard<&Self>>
+    pub fn lock_many_with<'k, Q, I>(
+        &self,
+        keys: I,
+        opts: LockOptions,
+    ) -> Result<PoolManyGuard<&Self>>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized + 'k,
@@ -1069,7 +1086,11 @@ impl<K: Hash + Eq, S: BuildHasher> KeyPool<K, S> {
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        PoolLockFuture::new(self, self.start(key, &Want::EXCLUSIVE, Wait::Forever), Want::EXCLUSIVE)
+        PoolLockFuture::new(
+            self,
+            self.start(key, &Want::EXCLUSIVE, Wait::Forever),
+            Want::EXCLUSIVE,
+        )
     }
 
     /// Like [`lock_async`](Self::lock_async), for an `Arc`: the future is `'static`.
@@ -1088,7 +1109,11 @@ impl<K: Hash + Eq, S: BuildHasher> KeyPool<K, S> {
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        PoolLockFuture::new(self, self.start(key, &Want::SHARED, Wait::Forever), Want::SHARED)
+        PoolLockFuture::new(
+            self,
+            self.start(key, &Want::SHARED, Wait::Forever),
+            Want::SHARED,
+        )
     }
 
     /// Like [`lock_shared_async`](Self::lock_shared_async), for an `Arc`.
@@ -1139,7 +1164,10 @@ impl<K: Hash + Eq, S: BuildHasher> KeyPool<K, S> {
     }
 
     /// Like [`lock_many_async`](Self::lock_many_async), for an `Arc`: the future is `'static`.
-    pub fn lock_many_async_owned<'k, Q, I>(self: &Arc<Self>, keys: I) -> PoolManyLockFuture<Arc<Self>>
+    pub fn lock_many_async_owned<'k, Q, I>(
+        self: &Arc<Self>,
+        keys: I,
+    ) -> PoolManyLockFuture<Arc<Self>>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized + 'k,

@@ -455,7 +455,10 @@ impl<'a, K> ShardLocked<'a, K> {
     /// Reserves slot `n` for a waiter: it will not be recycled until the reservation is
     /// dropped.
     pub(crate) fn reserve(&mut self, n: u32) {
-        self.shard.slot(n).reservations.fetch_add(1, Ordering::Relaxed);
+        self.shard
+            .slot(n)
+            .reservations
+            .fetch_add(1, Ordering::Relaxed);
     }
 
     /// Whether a slot is in use: held, queued or reserved, or with holder state.
@@ -718,7 +721,11 @@ mod tests {
 
     #[test]
     fn cells_round_trip() {
-        for (hash, slot) in [(0u64, 0u32), (u64::MAX, 7), (0x1234_5678_9abc_def0, u32::MAX - 2)] {
+        for (hash, slot) in [
+            (0u64, 0u32),
+            (u64::MAX, 7),
+            (0x1234_5678_9abc_def0, u32::MAX - 2),
+        ] {
             let cell = cell_for(hash, slot);
             assert!(cell != EMPTY && cell != TOMB);
             assert_eq!(cell_slot(cell), slot);

@@ -46,7 +46,10 @@ impl<P: Deref<Target = StripedLock>> One<P> {
 
     #[inline]
     fn poll_one(&mut self, cx: &mut Context<'_>) -> Poll<Result<StripeGuard<P>>> {
-        let lock = self.lock.as_ref().expect("stripe future polled after completion");
+        let lock = self
+            .lock
+            .as_ref()
+            .expect("stripe future polled after completion");
         let site = lock.site(self.stripe);
         match self.fut.poll(&site, &self.want, self.deadline, cx) {
             Poll::Pending => Poll::Pending,
@@ -179,7 +182,10 @@ impl<P: Deref<Target = StripedLock>> Many<P> {
     }
 
     fn poll_many(&mut self, cx: &mut Context<'_>) -> Poll<Result<StripesGuard<P>>> {
-        let lock = self.lock.as_ref().expect("stripes future polled after completion");
+        let lock = self
+            .lock
+            .as_ref()
+            .expect("stripes future polled after completion");
         while self.held.len() < self.items.len() {
             let (stripe, mode) = self.items[self.held.len()];
             let want = Want { mode, ..self.base };

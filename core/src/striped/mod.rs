@@ -370,7 +370,11 @@ impl StripedLock {
     }
 
     /// Acquires stripe `stripe` as `opts` says (the trait's form).
-    pub(crate) fn lock_stripe_with(&self, stripe: usize, opts: LockOptions) -> Result<StripeGuard<&Self>> {
+    pub(crate) fn lock_stripe_with(
+        &self,
+        stripe: usize,
+        opts: LockOptions,
+    ) -> Result<StripeGuard<&Self>> {
         self.acquire(self, stripe, self.want(&opts), opts.wait)
     }
 
@@ -535,9 +539,11 @@ impl StripedLock {
         wait: Wait,
     ) -> Result<Vec<(usize, Hold, Option<Instant>)>> {
         let wait = match wait {
-            Wait::For(d) => Wait::Until(Instant::now().checked_add(d).unwrap_or_else(|| {
-                Instant::now() + Duration::from_secs(1 << 40)
-            })),
+            Wait::For(d) => Wait::Until(
+                Instant::now()
+                    .checked_add(d)
+                    .unwrap_or_else(|| Instant::now() + Duration::from_secs(1 << 40)),
+            ),
             w => w,
         };
         let mut held = Vec::with_capacity(stripes.len());

@@ -320,7 +320,9 @@ impl Waiter {
                         }
                         _ => {
                             *registered = false;
-                            return Self::enqueue(node, registered, queue, locked, want, wake, true);
+                            return Self::enqueue(
+                                node, registered, queue, locked, want, wake, true,
+                            );
                         }
                     }
                 }

@@ -3,6 +3,8 @@
 #![allow(dead_code)]
 
 use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::Ordering::SeqCst;
 use std::thread;
 use std::time::Duration;
 
@@ -69,5 +71,156 @@ impl Racy {
     pub(crate) fn get(&self) -> u64 {
         // SAFETY: read after all writers joined.
         unsafe { *self.0.get() }
+    }
+
+    /// The first half of a split increment: read now, [`store`](Racy::store) the new value after
+    /// an await point inside the critical section.
+    pub(crate) fn load(&self) -> u64 {
+        // SAFETY: see the Sync impl.
+        unsafe { std::ptr::read_volatile(self.0.get()) }
+    }
+
+    pub(crate) fn store(&self, v: u64) {
+        // SAFETY: see the Sync impl.
+        unsafe { std::ptr::write_volatile(self.0.get(), v) }
+    }
+}
+
+/// Who is inside each critical section, counted as it happens.
+///
+/// Each stress test wraps the body of a critical section in an [`Inside`] (from [`hold`] or
+/// [`hold_shared`], made right after the lock is taken and dropped before it is released). The
+/// entry counts the holders of that key inside at that moment; the exit counts whether the body
+/// ran to its end ([`Inside::complete`]) or was cut short (dropped without it: a future
+/// cancelled or timed out while holding the lock, or a panic). A final count of increments
+/// alone cannot tell an overlap from an entry that a cancel legitimately interrupted: both leave
+/// fewer increments than entries. [`check`] tells them apart.
+///
+/// [`hold`]: Occupancy::hold
+/// [`hold_shared`]: Occupancy::hold_shared
+/// [`check`]: Occupancy::check
+pub(crate) struct Occupancy {
+    /// Exclusive and shared holders inside now, per key.
+    exclusive: Vec<AtomicUsize>,
+    shared: Vec<AtomicUsize>,
+    /// The most exclusive holders seen inside at once, per key.
+    max_exclusive: Vec<AtomicUsize>,
+    /// Entries that found another holder inside that the lock should have kept out.
+    overlaps: AtomicUsize,
+    entered: AtomicUsize,
+    completed: AtomicUsize,
+    interrupted: AtomicUsize,
+}
+
+/// One holder inside a critical section (see [`Occupancy`]).
+#[must_use = "an Inside counts the holder inside until it is dropped"]
+pub(crate) struct Inside<'a> {
+    occupancy: &'a Occupancy,
+    key: usize,
+    shared: bool,
+    completed: bool,
+}
+
+impl Occupancy {
+    pub(crate) fn new(keys: usize) -> Self {
+        let zeros = || (0..keys).map(|_| AtomicUsize::new(0)).collect();
+        Self {
+            exclusive: zeros(),
+            shared: zeros(),
+            max_exclusive: zeros(),
+            overlaps: AtomicUsize::new(0),
+            entered: AtomicUsize::new(0),
+            completed: AtomicUsize::new(0),
+            interrupted: AtomicUsize::new(0),
+        }
+    }
+
+    /// An exclusive holder of `key` enters.
+    pub(crate) fn hold(&self, key: usize) -> Inside<'_> {
+        self.entered.fetch_add(1, SeqCst);
+        let n = self.exclusive[key].fetch_add(1, SeqCst) + 1;
+        self.max_exclusive[key].fetch_max(n, SeqCst);
+        if n > 1 || self.shared[key].load(SeqCst) != 0 {
+            self.overlaps.fetch_add(1, SeqCst);
+        }
+        Inside {
+            occupancy: self,
+            key,
+            shared: false,
+            completed: false,
+        }
+    }
+
+    /// A shared holder (a reader) of `key` enters.
+    pub(crate) fn hold_shared(&self, key: usize) -> Inside<'_> {
+        self.entered.fetch_add(1, SeqCst);
+        self.shared[key].fetch_add(1, SeqCst);
+        if self.exclusive[key].load(SeqCst) != 0 {
+            self.overlaps.fetch_add(1, SeqCst);
+        }
+        Inside {
+            occupancy: self,
+            key,
+            shared: true,
+            completed: false,
+        }
+    }
+
+    /// Critical sections that ran to their end.
+    pub(crate) fn completed(&self) -> usize {
+        self.completed.load(SeqCst)
+    }
+
+    /// Critical sections cut short.
+    pub(crate) fn interrupted(&self) -> usize {
+        self.interrupted.load(SeqCst)
+    }
+
+    /// No overlap; the most exclusive holders inside at once was exactly 1 for every key
+    /// entered exclusively; every entry completed or was interrupted; nobody is inside now.
+    pub(crate) fn check(&self) {
+        let load = |v: &[AtomicUsize]| v.iter().map(|a| a.load(SeqCst)).collect::<Vec<_>>();
+        assert_eq!(
+            self.overlaps.load(SeqCst),
+            0,
+            "entries that found another holder inside"
+        );
+        let entered = self.entered.load(SeqCst);
+        assert!(entered > 0, "no critical section was entered");
+        let max = load(&self.max_exclusive);
+        assert!(
+            max.iter().all(|&m| m <= 1),
+            "most exclusive holders at once, per key: {max:?}"
+        );
+        assert_eq!(
+            self.completed() + self.interrupted(),
+            entered,
+            "completed + interrupted == entered"
+        );
+        assert!(
+            load(&self.exclusive).iter().all(|&n| n == 0),
+            "still inside"
+        );
+        assert!(load(&self.shared).iter().all(|&n| n == 0), "still inside");
+    }
+}
+
+impl Inside<'_> {
+    /// The critical section ran to its end.
+    pub(crate) fn complete(mut self) {
+        self.completed = true;
+    }
+}
+
+impl Drop for Inside<'_> {
+    fn drop(&mut self) {
+        let o = self.occupancy;
+        let now = if self.shared { &o.shared } else { &o.exclusive };
+        now[self.key].fetch_sub(1, SeqCst);
+        if self.completed {
+            o.completed.fetch_add(1, SeqCst);
+        } else {
+            o.interrupted.fetch_add(1, SeqCst);
+        }
     }
 }

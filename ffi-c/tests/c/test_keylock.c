@@ -1,6 +1,6 @@
 /*
  * The C API test: every function, every result code, each bad input, and a pthread stress test
- * with exact counts on all three primitives. `make test` builds it against the *installed*
+ * with exact counts and one holder at a time on all three primitives. `make test` builds it against the *installed*
  * header and library (make install into a temporary prefix, flags from pkg-config) with
  * -fsanitize=address,undefined, as C99. A watchdog (alarm) turns a deadlock into a failure.
  *
@@ -164,8 +164,34 @@ static void test_result_codes(void) {
         CHECK(s != NULL && strncmp(s, codes[i].name, strlen(codes[i].name)) == 0);
         CHECK(s != NULL && s[strlen(codes[i].name)] == ':');
     }
-    CHECK(strcmp(keylock_result_str(7), "unknown keylock_result") == 0);
+    CHECK(strcmp(keylock_result_str(0x7fffffff), "unknown keylock_result") == 0);
     CHECK(strcmp(keylock_result_str(UINT32_MAX), "unknown keylock_result") == 0);
+}
+
+/* The key encoders' bad input (the cross-language fixture, test_keys.c, checks their output). */
+static void test_key_encoders(void) {
+    const uint16_t text[] = {0x6b, 0xe9, 0xd83d, 0xde00}; /* "ké😀" */
+    const uint16_t lone[] = {0x61, 0xd800};
+    uint8_t out[16], int_key[KEYLOCK_INT_KEY_LEN];
+    size_t len = 99;
+    OK(keylock_key_from_utf16(text, 4, NULL, 0, &len)); /* measure */
+    CHECK(len == 7);
+    OK(keylock_key_from_utf16(text, 4, out, sizeof out, &len));
+    CHECK(len == 7 && memcmp(out, "k\xc3\xa9\xf0\x9f\x98\x80", 7) == 0);
+    OK(keylock_key_from_utf16(NULL, 0, NULL, 0, &len));
+    CHECK(len == 0);
+    CHECK_RESULT(keylock_key_from_utf16(text, 4, out, 6, &len), KEYLOCK_INVALID_ARGUMENT);
+    CHECK(len == 7); /* too small: the length needed */
+    CHECK_RESULT(keylock_key_from_utf16(lone, 2, out, sizeof out, &len), KEYLOCK_INVALID_ARGUMENT);
+    CHECK(len == 0); /* a lone surrogate */
+    CHECK_RESULT(keylock_key_from_utf16(NULL, 1, out, sizeof out, &len), KEYLOCK_NULL_ARGUMENT);
+    CHECK_RESULT(keylock_key_from_utf16(text, 4, NULL, 8, &len), KEYLOCK_NULL_ARGUMENT);
+    CHECK_RESULT(keylock_key_from_utf16(text, 4, out, sizeof out, NULL), KEYLOCK_NULL_ARGUMENT);
+    CHECK_RESULT(keylock_key_from_utf16(text, SIZE_MAX, out, sizeof out, &len),
+                 KEYLOCK_INVALID_ARGUMENT);
+    OK(keylock_key_from_i64(INT64_MIN, int_key));
+    CHECK(int_key[0] == 0x80 && int_key[7] == 0);
+    CHECK_RESULT(keylock_key_from_i64(1, NULL), KEYLOCK_NULL_ARGUMENT);
 }
 
 /* lock / try_lock / lock_timeout / unlock / is_locked on one key, and each result they give. */
@@ -450,10 +476,59 @@ enum { THREADS = 8, ITERS = 20000, NKEYS = 4 };
 
 static const char *const STRESS_KEYS[NKEYS] = {"s0", "s1", "s2", "s3"};
 
+/*
+ * Who is inside a critical section, counted as it happens (GCC/Clang atomic builtins, which
+ * ThreadSanitizer understands). An entry counts the exclusive holders inside at that moment and
+ * the readers beside them; `overlaps` counts every entry that found someone the lock should have
+ * kept out. Nothing interrupts a C critical section here, so every entry must also complete.
+ */
+typedef struct {
+    long exclusive; /* exclusive holders inside now */
+    long shared;    /* shared holders (readers) inside now */
+    long max_exclusive;
+    long overlaps;
+    long entered;
+    long completed;
+} occupancy;
+
+static void occ_enter(occupancy *o, bool shared) {
+    __atomic_add_fetch(&o->entered, 1, __ATOMIC_SEQ_CST);
+    if (shared) {
+        __atomic_add_fetch(&o->shared, 1, __ATOMIC_SEQ_CST);
+        if (__atomic_load_n(&o->exclusive, __ATOMIC_SEQ_CST) != 0)
+            __atomic_add_fetch(&o->overlaps, 1, __ATOMIC_SEQ_CST);
+        return;
+    }
+    long n = __atomic_add_fetch(&o->exclusive, 1, __ATOMIC_SEQ_CST);
+    long max = __atomic_load_n(&o->max_exclusive, __ATOMIC_SEQ_CST);
+    while (n > max && !__atomic_compare_exchange_n(&o->max_exclusive, &max, n, false,
+                                                   __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {}
+    if (n > 1 || __atomic_load_n(&o->shared, __ATOMIC_SEQ_CST) != 0)
+        __atomic_add_fetch(&o->overlaps, 1, __ATOMIC_SEQ_CST);
+}
+
+static void occ_leave(occupancy *o, bool shared) {
+    __atomic_sub_fetch(shared ? &o->shared : &o->exclusive, 1, __ATOMIC_SEQ_CST);
+    __atomic_add_fetch(&o->completed, 1, __ATOMIC_SEQ_CST);
+}
+
+/* One holder at a time (readers aside), every entry completed, nobody inside now. */
+static void check_occupancy(const char *what, const occupancy *o) {
+    if (o->overlaps != 0 || o->max_exclusive > 1)
+        fprintf(stderr, "  %s: %ld entries found another holder inside; at most %ld at once\n",
+                what, o->overlaps, o->max_exclusive);
+    CHECK(o->overlaps == 0);
+    CHECK(o->max_exclusive <= 1);
+    CHECK(o->entered > 0);
+    CHECK(o->completed == o->entered);
+    CHECK(o->exclusive == 0 && o->shared == 0);
+}
+
 typedef struct {
     const keyed_api *api;
     void *handle;
     long counter[NKEYS]; /* plain: the per-key lock alone protects each */
+    occupancy inside[NKEYS];
     keylock_result error;
 } keyed_stress;
 
@@ -486,8 +561,12 @@ static void *keyed_stress_thread(void *p) {
             size_t lens[2] = {2, 2};
             r = api->lock_many(s->handle, keys, lens, 2);
             if (r != KEYLOCK_OK) break;
+            occ_enter(&s->inside[k], false);
+            occ_enter(&s->inside[k2], false);
             s->counter[k]++;
             s->counter[k2]++;
+            occ_leave(&s->inside[k2], false);
+            occ_leave(&s->inside[k], false);
             r = api->unlock_many(s->handle, keys, lens, 2);
             if (r != KEYLOCK_OK) s->error = r;
             continue;
@@ -497,7 +576,9 @@ static void *keyed_stress_thread(void *p) {
             s->error = r;
             return NULL;
         }
+        occ_enter(&s->inside[k], false);
         s->counter[k]++;
+        occ_leave(&s->inside[k], false);
         r = api->unlock(s->handle, key, 2);
         if (r != KEYLOCK_OK) s->error = r;
     }
@@ -531,6 +612,8 @@ static void test_keyed_stress(const keyed_api *api) {
             fprintf(stderr, "  %s key %d: counted %ld, expected %ld\n", api->name, k,
                     s.counter[k], expected[k]);
         CHECK(s.counter[k] == expected[k]);
+        CHECK(s.inside[k].completed == expected[k]);
+        check_occupancy(STRESS_KEYS[k], &s.inside[k]);
         CHECK(!locked(api, s.handle, (const uint8_t *)STRESS_KEYS[k], 2));
     }
     api->destroy(s.handle);
@@ -542,6 +625,7 @@ typedef struct {
     long reads;      /* under a separate mutex: readers run together */
     long torn;
     pthread_mutex_t reads_mutex;
+    occupancy inside; /* writers exclusive, readers shared */
     keylock_result error;
 } rw_stress;
 
@@ -554,8 +638,10 @@ static void *rw_writer(void *p) {
             s->error = r;
             return NULL;
         }
+        occ_enter(&s->inside, false);
         s->a++;
         s->b++;
+        occ_leave(&s->inside, false);
         r = keylock_rwlock_write_unlock(s->rw);
         if (r != KEYLOCK_OK) s->error = r;
     }
@@ -578,7 +664,9 @@ static void *rw_reader(void *p) {
             s->error = r;
             return NULL;
         }
+        occ_enter(&s->inside, true);
         torn = s->a != s->b;
+        occ_leave(&s->inside, true);
         r = keylock_rwlock_read_unlock(s->rw);
         if (r != KEYLOCK_OK) s->error = r;
         pthread_mutex_lock(&s->reads_mutex);
@@ -606,6 +694,8 @@ static void test_rwlock_stress(void) {
     CHECK(s.b == (long)WRITERS * ITERS);
     CHECK(s.reads == (long)READERS * ITERS);
     CHECK(s.torn == 0);
+    CHECK(s.inside.completed == (long)THREADS * ITERS);
+    check_occupancy("rwlock", &s.inside);
     CHECK_RESULT(keylock_rwlock_read_unlock(s.rw), KEYLOCK_NOT_LOCKED);
     CHECK_RESULT(keylock_rwlock_write_unlock(s.rw), KEYLOCK_NOT_LOCKED);
     pthread_mutex_destroy(&s.reads_mutex);
@@ -641,6 +731,7 @@ int main(void) {
 
     run("version", NULL, test_version, NULL, NULL);
     run("result_codes", NULL, test_result_codes, NULL, NULL);
+    run("key_encoders", NULL, test_key_encoders, NULL, NULL);
     run("lifecycle", NULL, test_lifecycle, NULL, NULL);
     for (size_t t = 0; t < sizeof keyed_tests / sizeof keyed_tests[0]; t++)
         for (size_t i = 0; i < sizeof KEYED / sizeof KEYED[0]; i++)

@@ -3,6 +3,7 @@
 
 #include <keylock.hpp>
 
+#include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
@@ -232,38 +233,114 @@ void test_rwlock() {
     CHECK_THROWS(rw.unlock_shared(), KEYLOCK_NOT_LOCKED);
 }
 
-// Exact counts with std::thread on every primitive.
+// Who is inside a critical section, counted as it happens: the holders inside at each entry
+// (readers apart), and how each body ended. A body left by an exception is interrupted, not
+// completed; the guard's destructor must still release the lock on the way out.
+struct Occupancy {
+    std::atomic<long> exclusive{0}, shared{0}, max_exclusive{0}, overlaps{0};
+    std::atomic<long> entered{0}, completed{0}, interrupted{0};
+
+    class Inside {
+      public:
+        Inside(Occupancy &o, bool shared) : o_(o), shared_(shared) {
+            o.entered++;
+            if (shared) {
+                o.shared++;
+                if (o.exclusive.load() != 0) o.overlaps++;
+                return;
+            }
+            long n = ++o.exclusive;
+            long max = o.max_exclusive.load();
+            while (n > max && !o.max_exclusive.compare_exchange_weak(max, n)) {}
+            if (n > 1 || o.shared.load() != 0) o.overlaps++;
+        }
+        Inside(const Inside &) = delete;
+        Inside &operator=(const Inside &) = delete;
+        ~Inside() {
+            (shared_ ? o_.shared : o_.exclusive)--;
+            (done_ ? o_.completed : o_.interrupted)++;
+        }
+        void complete() { done_ = true; }
+
+      private:
+        Occupancy &o_;
+        bool shared_;
+        bool done_ = false;
+    };
+
+    // One holder at a time, every entry completed or interrupted, nobody inside now.
+    void check(const char *what) const {
+        if (overlaps != 0 || max_exclusive > 1)
+            std::fprintf(stderr, "  %s: %ld entries found another holder inside; at most %ld at once\n",
+                         what, overlaps.load(), max_exclusive.load());
+        CHECK(overlaps == 0);
+        CHECK(max_exclusive <= 1);
+        CHECK(entered > 0);
+        CHECK(completed + interrupted == entered);
+        CHECK(exclusive == 0 && shared == 0);
+    }
+};
+
+struct Injected : std::runtime_error {
+    Injected() : std::runtime_error("thrown inside a critical section") {}
+};
+
+// Exact counts with std::thread on every primitive, with an exception thrown inside some
+// critical sections between the read and the write: the guards must release on unwinding, and
+// only the bodies that completed may have counted.
 void test_threads() {
     constexpr int threads = 8, iters = 2000;
     keylock::KeyPool pool;
     keylock::StripedLock striped(64);
     keylock::RwLock rw;
     long pool_count[2] = {0, 0}, striped_count = 0, rw_count = 0;
+    Occupancy in_pool[2], in_striped, in_rw;
     std::vector<std::thread> ts;
     for (int t = 0; t < threads; t++) {
         ts.emplace_back([&, t] {
             for (int i = 0; i < iters; i++) {
-                {
+                try {
                     auto g = pool.lock(t % 2 ? "odd" : "even");
-                    pool_count[t % 2]++;
+                    Occupancy::Inside inside(in_pool[t % 2], false);
+                    long v = pool_count[t % 2];
+                    std::this_thread::yield();
+                    if (i % 7 == 3) throw Injected();
+                    pool_count[t % 2] = v + 1;
+                    inside.complete();
+                } catch (const Injected &) {
                 }
                 {
                     auto g = striped.lock_many({"x", "y"});
+                    Occupancy::Inside inside(in_striped, false);
                     striped_count++;
+                    inside.complete();
                 }
                 {
                     auto w = rw.write();
+                    Occupancy::Inside inside(in_rw, false);
                     rw_count++;
+                    inside.complete();
                 }
-                { auto r = rw.read(); }
+                {
+                    auto r = rw.read();
+                    Occupancy::Inside inside(in_rw, true);
+                    inside.complete();
+                }
             }
         });
     }
     for (auto &th : ts) th.join();
-    CHECK(pool_count[0] == long{threads / 2} * iters);
-    CHECK(pool_count[1] == long{threads / 2} * iters);
+    for (auto &o : in_pool) o.check("pool");
+    in_striped.check("striped");
+    in_rw.check("rwlock");
+    CHECK(pool_count[0] == in_pool[0].completed);
+    CHECK(pool_count[1] == in_pool[1].completed);
+    CHECK(in_pool[0].interrupted + in_pool[1].interrupted > 0);
+    CHECK(in_pool[0].entered == long{threads / 2} * iters);
+    CHECK(in_pool[1].entered == long{threads / 2} * iters);
     CHECK(striped_count == long{threads} * iters);
     CHECK(rw_count == long{threads} * iters);
+    CHECK(!pool.is_locked("odd") && !pool.is_locked("even"));
 }
 
 int passed = 0, failed = 0;
@@ -295,7 +372,7 @@ int main() {
     run("striped_guards", test_striped);
     run("moved_from_handles", test_moved_from_handles);
     run("rwlock_guards", test_rwlock);
-    run("threads_exact_counts", test_threads);
+    run("threads_exact_counts_and_exceptions", test_threads);
     std::printf("test_keylock_cpp: %d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
 }

@@ -1,0 +1,51 @@
+#!/usr/bin/env python3
+"""Checks that every crate builds with the Rust it declares (its `rust-version`).
+
+Reads the workspace's crates from `cargo metadata`, groups them by rust-version, installs each
+of those toolchains with rustup (minimal profile; a no-op once installed) and runs
+`cargo +VERSION check --locked --all-targets` on the crates that declare it, in a target
+directory of its own. A crate that uses something newer than it declares fails here.
+
+Usage: msrv.py CARGO TARGET_DIR
+"""
+
+import collections
+import json
+import subprocess
+import sys
+
+
+def main() -> int:
+    cargo, target_dir = sys.argv[1], sys.argv[2]
+    meta = json.loads(
+        subprocess.run(
+            [cargo, "metadata", "--locked", "--no-deps", "--format-version", "1"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+    )
+    by_version = collections.defaultdict(list)
+    for package in meta["packages"]:
+        version = package.get("rust_version")
+        if not version:
+            print(f"msrv: {package['name']} declares no rust-version", file=sys.stderr)
+            return 1
+        by_version[version].append(package["name"])
+    for version, crates in sorted(by_version.items()):
+        print(f"msrv: Rust {version}: {', '.join(sorted(crates))}", flush=True)
+        subprocess.run(
+            ["rustup", "toolchain", "install", "--profile", "minimal", "--no-self-update", version],
+            check=True,
+        )
+        packages = [arg for name in sorted(crates) for arg in ("-p", name)]
+        subprocess.run(
+            [cargo, f"+{version}", "check", "--locked", "--all-targets", "--quiet",
+             "--target-dir", f"{target_dir}/msrv-{version}", *packages],
+            check=True,
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
