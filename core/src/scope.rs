@@ -245,6 +245,12 @@ pub(crate) fn shared_wait(wait: Wait) -> Wait {
     }
 }
 
+/// No lease, no owner, no limit on the wait: what `lock` / `lock_shared` do.
+#[inline]
+fn is_plain_wait_forever(opts: &LockOptions) -> bool {
+    opts.lease.is_none() && opts.owner.is_none() && matches!(opts.wait, Wait::Forever)
+}
+
 /// Bit of an in-process pool acquisition's `at` that says it belongs to the names pool.
 const NAMES: u64 = 1 << 63;
 
@@ -268,7 +274,16 @@ impl<S> KeyedLock for KeyPool<Vec<u8>, S>
 where
     S: std::hash::BuildHasher + Send + Sync + 'static,
 {
+    #[inline]
     fn acquire(&self, key: LockKey<'_>, opts: &LockOptions) -> Result<Acquisition> {
+        if key.space == KeySpace::Keys && is_plain_wait_forever(opts) {
+            // The common case through the trait: the inlined fast path of `lock`.
+            let guard = match opts.mode {
+                Mode::Exclusive => self.lock(key.bytes),
+                Mode::Shared => self.lock_shared(key.bytes),
+            };
+            return Ok(guard.into_acquisition());
+        }
         let acq = match key.space {
             KeySpace::Keys => self.lock_with(key.bytes, *opts)?.into_acquisition(),
             KeySpace::Names => self.names().lock_with(key.bytes, *opts)?.into_acquisition(),
@@ -433,7 +448,16 @@ where
 }
 
 impl KeyedLock for StripedLock {
+    #[inline]
     fn acquire(&self, key: LockKey<'_>, opts: &LockOptions) -> Result<Acquisition> {
+        if key.space == KeySpace::Keys && is_plain_wait_forever(opts) {
+            // The common case through the trait: the inlined fast path of `lock`.
+            let guard = match opts.mode {
+                Mode::Exclusive => self.lock(key.bytes),
+                Mode::Shared => self.lock_shared(key.bytes),
+            };
+            return Ok(guard.into_acquisition());
+        }
         let stripe = self.stripe_of_key(key);
         Ok(self.lock_stripe_with(stripe, *opts)?.into_acquisition())
     }
