@@ -1,20 +1,23 @@
 //! Rust side of the keylock C benchmark (driven by `ffi-c/bench/run.py`, `make bench-c`): the
-//! same lock+unlock loops as `ffi-c/bench/bench.c`, over the same 1024 keys of 16 bytes, calling
-//! keylock-core directly instead of through the C ABI.
+//! same lock+release loops as `ffi-c/bench/bench.c`, over the same 1024 keys of 16 bytes,
+//! calling keylock-core directly instead of through the C ABI.
 //!
-//! - `rust_pool` / `rust_striped`: `lock(key).leak()` then `unlock(key)`, the calls each C export
-//!   makes, so the C figure divided by this one is the cost of the FFI boundary.
-//! - `rust_pool_guard` / `rust_striped_guard`: `lock(key)` and dropping the guard, what a Rust
-//!   program writes (for reference: a guard unlocks without looking the key up again).
+//! - `rust_pool` / `rust_striped`: `acquire(key)` then `release(acquisition)` on the
+//!   `Arc<dyn KeyedLock>` that `open_with` gives, the calls each C export makes, so the C figure
+//!   divided by this one is the cost of the FFI boundary.
+//! - `rust_pool_guard` / `rust_striped_guard`: `lock(key)` and dropping the guard on the
+//!   concrete type, what a Rust program writes (for reference).
 //!
 //! Usage: `rust_calls [ITERS] [ROUNDS]` (arguments starting with `--`, such as cargo's
 //! `--bench`, are ignored). Prints `name ns_per_op` lines: the median of ROUNDS rounds.
+//! `rust_calls --only NAME ITERS` runs one case ITERS times and prints nothing (for callgrind).
 
 use std::hint::black_box;
 use std::process::exit;
+use std::sync::Arc;
 use std::time::Instant;
 
-use keylock_core::{KeyPool, StripedLock};
+use keylock_core::{KeyPool, KeyedLock, LockKey, LockOptions, OpenOptions, StripedLock};
 
 const NKEYS: usize = 1024;
 const STRIPES: usize = 1024;
@@ -32,10 +35,38 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
+/// `acquire` + `release` through the trait, as the C exports call it.
+fn through_trait(locks: &Arc<dyn KeyedLock>) -> impl FnMut(&[u8]) + '_ {
+    let opts = LockOptions::new();
+    move |k: &[u8]| {
+        let Ok(acq) = locks.acquire(LockKey::new(k), &opts) else {
+            exit(1)
+        };
+        if locks.release(acq).is_err() {
+            exit(1);
+        }
+    }
+}
+
 fn main() {
-    let args: Vec<usize> = std::env::args()
+    let mut args: Vec<String> = std::env::args()
         .skip(1)
-        .filter(|a| !a.starts_with("--"))
+        .filter(|a| a == "--only" || !a.starts_with("--"))
+        .collect();
+    let only = match args.iter().position(|a| a == "--only") {
+        Some(i) if i + 1 < args.len() => {
+            let name = args.remove(i + 1);
+            args.remove(i);
+            Some(name)
+        }
+        Some(_) => {
+            eprintln!("usage: rust_calls [--only NAME] [ITERS] [ROUNDS]");
+            exit(2);
+        }
+        None => None,
+    };
+    let args: Vec<usize> = args
+        .iter()
         .map(|a| a.parse().expect("ITERS and ROUNDS are numbers"))
         .collect();
     let iters = args.first().copied().unwrap_or(2_000_000).max(1);
@@ -45,39 +76,50 @@ fn main() {
         .map(|i| format!("account:{i:08}").into_bytes())
         .collect();
     assert!(keys.iter().all(|k| k.len() == 16));
+    let mut striped_opts = OpenOptions::default();
+    striped_opts.stripes = Some(STRIPES);
+    let dyn_pool = keylock_core::open("local:").expect("a local pool");
+    let dyn_striped = keylock_core::open_with("local:", &striped_opts).expect("a striped lock");
     let pool: KeyPool<Vec<u8>> = KeyPool::new();
     let striped = StripedLock::new(STRIPES).expect("1024 stripes is valid");
 
-    let pool_explicit = |k: &[u8]| {
-        pool.lock(k).leak();
-        if pool.unlock(k).is_err() {
-            exit(1);
-        }
-    };
-    let pool_guard = |k: &[u8]| drop(pool.lock(k));
-    let striped_explicit = |k: &[u8]| {
-        striped.lock(k).leak();
-        if striped.unlock(k).is_err() {
-            exit(1);
-        }
-    };
-    let striped_guard = |k: &[u8]| drop(striped.lock(k));
+    let mut pool_trait = through_trait(&dyn_pool);
+    let mut pool_guard = |k: &[u8]| drop(pool.lock(k));
+    let mut striped_trait = through_trait(&dyn_striped);
+    let mut striped_guard = |k: &[u8]| drop(striped.lock(k));
 
-    // Each case is timed through its own monomorphic loop (no dynamic dispatch, as in C where
-    // each loop calls the function directly). Warm up every path, then interleave the cases
-    // round by round, as bench.c does.
     let names = [
         "rust_pool",
         "rust_pool_guard",
         "rust_striped",
         "rust_striped_guard",
     ];
-    let round = |n: usize| {
+    if let Some(name) = only {
+        // One case, untimed, for an instruction count under callgrind.
+        let n = iters;
+        match name.as_str() {
+            "rust_pool" => drop(time_per_op(n, &mut pool_trait, &keys)),
+            "rust_pool_guard" => drop(time_per_op(n, &mut pool_guard, &keys)),
+            "rust_striped" => drop(time_per_op(n, &mut striped_trait, &keys)),
+            "rust_striped_guard" => drop(time_per_op(n, &mut striped_guard, &keys)),
+            "none" => {}
+            _ => {
+                eprintln!("rust_calls: unknown case {name}");
+                exit(2);
+            }
+        }
+        return;
+    }
+
+    // Each case is timed through its own monomorphic loop (no dynamic dispatch beyond what the
+    // C exports do). Warm up every path, then interleave the cases round by round, as bench.c
+    // does.
+    let mut round = |n: usize| {
         [
-            time_per_op(n, pool_explicit, &keys),
-            time_per_op(n, pool_guard, &keys),
-            time_per_op(n, striped_explicit, &keys),
-            time_per_op(n, striped_guard, &keys),
+            time_per_op(n, &mut pool_trait, &keys),
+            time_per_op(n, &mut pool_guard, &keys),
+            time_per_op(n, &mut striped_trait, &keys),
+            time_per_op(n, &mut striped_guard, &keys),
         ]
     };
     round(iters / 4 + 1);
