@@ -41,8 +41,8 @@ const STORAGE_WORDS: usize = KEYLOCK_ACQUISITION_STORAGE_WORDS;
 ///   it again reports `KEYLOCK_NOT_OWNER` and touches no lock. The public fields keep their
 ///   values.
 /// - A pool or striped acquisition holds no memory: one never released leaves its key held
-///   (until `_force_unlock`) and nothing else. An RwLock acquisition keeps the lock's memory
-///   alive until it is released.
+///   (until `_force_unlock`) and nothing else. An RwLock acquisition holds a reference to the
+///   lock's memory until it is released.
 #[allow(non_camel_case_types)] // C naming: this is the name C programs see.
 #[repr(C)]
 #[derive(Debug)]

@@ -43,8 +43,8 @@ pub extern "C" fn keylock_rwlock_new() -> *mut keylock_rwlock {
 
 /// Frees `rw`. `keylock_rwlock_free(NULL)` does nothing.
 ///
-/// No thread may use or wait on the lock during or after this call. An acquisition still held
-/// keeps the lock's memory until it is released (which may still be done after this call).
+/// No thread may use or wait on the lock during or after this call. Release every acquisition
+/// first: one still held keeps the lock's memory allocated (it can no longer be released).
 ///
 /// # Safety
 /// `rw` is NULL or a handle from `keylock_rwlock_new` not freed before.
