@@ -758,8 +758,14 @@ impl<K: Hash + Eq, S: BuildHasher> KeyPool<K, S> {
 
     /// Whether `acquisition` is still current.
     pub fn is_current(&self, acquisition: &Acquisition) -> bool {
+        self.is_current_as(acquisition, acquisition.owner)
+    }
+
+    /// Whether `acquisition` is current and, in a reentrant pool, held by `owner`
+    /// (`threading.RLock`'s `_is_owned`).
+    pub fn is_current_as(&self, acquisition: &Acquisition, owner: Option<Owner>) -> bool {
         self.site_at(SlotRef::from_u64(acquisition.at))
-            .is_ok_and(|site| site::is_current(&site, &hold_of(acquisition, acquisition.owner)))
+            .is_ok_and(|site| site::is_current(&site, &hold_of(acquisition, owner)))
     }
 
     /// Moves the end of `acquisition`'s lease to `lease` from now (and updates the record).
