@@ -127,8 +127,15 @@ pub trait KeyedLock: Send + Sync + fmt::Debug {
     /// Moves the end of `acquisition`'s lease to `lease` from now.
     fn extend(&self, acquisition: &mut Acquisition, lease: Duration) -> Result<()>;
 
+    /// Whether `acquisition` is current and, for a reentrant lock, held by `owner` (`None`: the
+    /// acquisition's own). A front end checks this before a release on behalf of the caller
+    /// (Python's `RLock.release` from another thread must fail and keep the hold).
+    fn is_current_as(&self, acquisition: &Acquisition, owner: Option<Owner>) -> Result<bool>;
+
     /// Whether `acquisition` is still current.
-    fn is_current(&self, acquisition: &Acquisition) -> Result<bool>;
+    fn is_current(&self, acquisition: &Acquisition) -> Result<bool> {
+        self.is_current_as(acquisition, None)
+    }
 
     /// Frees `key` whoever holds it, advancing its fence; whether it was held.
     fn force_unlock(&self, key: LockKey<'_>) -> Result<bool>;
@@ -414,9 +421,10 @@ where
         result
     }
 
-    fn is_current(&self, acquisition: &Acquisition) -> Result<bool> {
+    fn is_current_as(&self, acquisition: &Acquisition, owner: Option<Owner>) -> Result<bool> {
+        let owner = owner.or(acquisition.owner);
         if acquisition.at & NAMES == 0 {
-            return Ok(KeyPool::is_current(self, acquisition));
+            return Ok(KeyPool::is_current_as(self, acquisition, owner));
         }
         let Some(names) = self.names_if() else {
             return Ok(false);
@@ -425,7 +433,7 @@ where
             at: acquisition.at & !NAMES,
             ..acquisition.duplicate()
         };
-        Ok(names.is_current(&probe))
+        Ok(names.is_current_as(&probe, owner))
     }
 
     fn force_unlock(&self, key: LockKey<'_>) -> Result<bool> {
@@ -501,8 +509,9 @@ impl KeyedLock for StripedLock {
         StripedLock::extend(self, acquisition, lease)
     }
 
-    fn is_current(&self, acquisition: &Acquisition) -> Result<bool> {
-        Ok(StripedLock::is_current(self, acquisition))
+    fn is_current_as(&self, acquisition: &Acquisition, owner: Option<Owner>) -> Result<bool> {
+        let owner = owner.or(acquisition.owner);
+        Ok(StripedLock::is_current_as(self, acquisition, owner))
     }
 
     fn force_unlock(&self, key: LockKey<'_>) -> Result<bool> {

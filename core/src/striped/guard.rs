@@ -149,6 +149,10 @@ impl<P: Deref<Target = StripedLock>> Drop for StripeGuard<P> {
     #[inline]
     fn drop(&mut self) {
         if let Some(lock) = &self.lock {
+            let entry = &lock.stripe_at(self.stripe).entry;
+            if self.hold.ticket == 0 && entry.release_fast(self.hold.mode, self.hold.fence) {
+                return;
+            }
             // Not current any more (force-unlocked, lease ended): nothing of ours to release.
             let _ = site::release(&lock.site(self.stripe), &self.hold);
         }
