@@ -165,8 +165,8 @@ typedef uint32_t keylock_mode;
  *   it again reports `KEYLOCK_NOT_OWNER` and touches no lock. The public fields keep their
  *   values.
  * - A pool or striped acquisition holds no memory: one never released leaves its key held
- *   (until `_force_unlock`) and nothing else. An RwLock acquisition keeps the lock's memory
- *   alive until it is released.
+ *   (until `_force_unlock`) and nothing else. An RwLock acquisition holds a reference to the
+ *   lock's memory until it is released.
  */
 typedef struct keylock_acquisition {
     /**
@@ -1232,8 +1232,8 @@ struct keylock_rwlock *keylock_rwlock_new(void);
 /**
  * Frees `rw`. `keylock_rwlock_free(NULL)` does nothing.
  *
- * No thread may use or wait on the lock during or after this call. An acquisition still held
- * keeps the lock's memory until it is released (which may still be done after this call).
+ * No thread may use or wait on the lock during or after this call. Release every acquisition
+ * first: one still held keeps the lock's memory allocated (it can no longer be released).
  *
  * # Safety
  * `rw` is NULL or a handle from `keylock_rwlock_new` not freed before.
