@@ -150,6 +150,24 @@ pub trait KeyedLock: Send + Sync + fmt::Debug {
 
     /// Whether this lock object is reentrant (owners raise a hold count).
     fn is_reentrant(&self) -> bool;
+
+    /// The concrete lock object behind the trait, for a caller that takes a shorter path to the
+    /// same operations (the C ABI's uncontended lock and release): the in-process `KeyPool` and
+    /// `StripedLock` give themselves; other scopes give `None` (the default), and are used
+    /// through the trait alone.
+    ///
+    /// ```
+    /// use keylock_core::{KeyPool, OpenOptions, StripedLock, open, open_with};
+    /// let pool = open("local:").unwrap();
+    /// assert!(pool.as_any().unwrap().downcast_ref::<KeyPool>().is_some());
+    /// let mut opts = OpenOptions::default();
+    /// opts.stripes = Some(8);
+    /// let striped = open_with("local:", &opts).unwrap();
+    /// assert!(striped.as_any().unwrap().downcast_ref::<StripedLock>().is_some());
+    /// ```
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        None
+    }
 }
 
 /// How to make a lock object by name ([`open_with`]).
@@ -453,6 +471,10 @@ where
     fn is_reentrant(&self) -> bool {
         KeyPool::is_reentrant(self)
     }
+
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
+    }
 }
 
 impl KeyedLock for StripedLock {
@@ -524,5 +546,9 @@ impl KeyedLock for StripedLock {
 
     fn is_reentrant(&self) -> bool {
         StripedLock::is_reentrant(self)
+    }
+
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
     }
 }
