@@ -84,6 +84,8 @@ const _: () = {
 mod state {
     pub(super) const EMPTY: u64 = 0;
     pub(super) const KEYED: u64 = 0x6b6c_6163_7100_4b59;
+    /// Keyed, made by the in-process object's own `lock` (see `keyed::Direct`).
+    pub(super) const DIRECT: u64 = 0x6b6c_6163_7100_4449;
     pub(super) const READ: u64 = 0x6b6c_6163_7100_5244;
     pub(super) const WRITE: u64 = 0x6b6c_6163_7100_5752;
     pub(super) const RELEASED: u64 = 0x6b6c_6163_7100_5253;
@@ -112,13 +114,14 @@ impl keylock_acquisition {
         self._private_storage.as_mut_ptr().cast()
     }
 
-    /// Fills the record with a keyed acquisition of lock object `lock`.
-    #[inline]
-    pub(crate) fn fill_keyed(&mut self, lock: u64, acq: Acquisition) {
+    /// Fills the record with a keyed acquisition of lock object `lock`; `direct`: made by the
+    /// in-process object's own `lock`, and so to be released by its own `release`.
+    #[inline(always)]
+    pub(crate) fn fill_keyed(&mut self, lock: u64, acq: Acquisition, direct: bool) {
         self.fence = acq.fence();
         self.mode = mode_code(acq.mode());
         self.owner_died = acq.owner_died();
-        self._private_state = state::KEYED;
+        self._private_state = if direct { state::DIRECT } else { state::KEYED };
         self._private_lock = lock;
         // SAFETY: the storage fits and aligns an Acquisition (checked at compile time); what
         // it held before is plain data or forgotten by the caller (documented).
@@ -171,26 +174,28 @@ impl keylock_acquisition {
     /// The keyed acquisition this record holds for lock object `lock`.
     #[inline]
     pub(crate) fn keyed(&self, lock: u64) -> Result<&Acquisition, Fail> {
-        self.check(lock, &[state::KEYED])?;
-        // SAFETY: state KEYED means fill_keyed wrote an Acquisition there, not taken since.
+        self.check(lock, &[state::KEYED, state::DIRECT])?;
+        // SAFETY: state KEYED (or DIRECT) means fill_keyed wrote an Acquisition there, not taken since.
         Ok(unsafe { &*self._private_storage.as_ptr().cast::<Acquisition>() })
     }
 
     /// The keyed acquisition, to change (extend its lease).
     #[inline]
     pub(crate) fn keyed_mut(&mut self, lock: u64) -> Result<&mut Acquisition, Fail> {
-        self.check(lock, &[state::KEYED])?;
+        self.check(lock, &[state::KEYED, state::DIRECT])?;
         // SAFETY: as in `keyed`; `&mut self` makes the reference unique.
         Ok(unsafe { &mut *self.storage::<Acquisition>() })
     }
 
-    /// Takes the keyed acquisition out, marking the record released.
-    #[inline]
-    pub(crate) fn take_keyed(&mut self, lock: u64) -> Result<Acquisition, Fail> {
-        self.check(lock, &[state::KEYED])?;
+    /// Takes the keyed acquisition out, marking the record released; and whether it was made
+    /// by the direct path.
+    #[inline(always)]
+    pub(crate) fn take_keyed(&mut self, lock: u64) -> Result<(Acquisition, bool), Fail> {
+        self.check(lock, &[state::KEYED, state::DIRECT])?;
+        let direct = self._private_state == state::DIRECT;
         self._private_state = state::RELEASED;
         // SAFETY: as in `keyed`; the state now says released, so it is read out only once.
-        Ok(unsafe { self.storage::<Acquisition>().read() })
+        Ok((unsafe { self.storage::<Acquisition>().read() }, direct))
     }
 
     /// Takes the RwLock hold out and drops it (releasing it), marking the record released.
@@ -213,15 +218,15 @@ impl keylock_acquisition {
     fn is_held(&self) -> bool {
         matches!(
             self._private_state,
-            state::KEYED | state::READ | state::WRITE
+            state::KEYED | state::DIRECT | state::READ | state::WRITE
         )
     }
 
     /// When the lease ends, for a held keyed record; `None` for no lease.
     fn lease_deadline(&self) -> Result<Option<Instant>, Fail> {
         match self._private_state {
-            state::KEYED => {
-                // SAFETY: state KEYED: an Acquisition is stored (see `keyed`).
+            state::KEYED | state::DIRECT => {
+                // SAFETY: state KEYED or DIRECT: an Acquisition is stored (see `keyed`).
                 let acq = unsafe { &*self._private_storage.as_ptr().cast::<Acquisition>() };
                 Ok(acq.lease_deadline())
             }
@@ -239,7 +244,7 @@ impl keylock_acquisition {
 /// # Safety
 /// `out` is NULL or points to a writable `keylock_acquisition` that nothing else uses during
 /// the call.
-#[inline]
+#[inline(always)]
 pub(crate) unsafe fn acquire_into(
     out: *mut keylock_acquisition,
     body: impl FnOnce(&mut keylock_acquisition) -> Outcome,
@@ -326,11 +331,12 @@ mod tests {
     fn a_keyed_record_is_taken_once_and_only_by_its_lock() {
         let pool = keylock_core::KeyPool::<Vec<u8>>::new();
         let mut a = keylock_acquisition::EMPTY;
-        a.fill_keyed(7, pool.lock(b"k".as_slice()).into_acquisition());
+        a.fill_keyed(7, pool.lock(b"k".as_slice()).into_acquisition(), true);
         // SAFETY: `a` is a live record.
         assert!(unsafe { keylock_acquisition_is_held(&a) });
         assert_eq!(a.take_keyed(8).err(), Some(Fail(KEYLOCK_INVALID_ARGUMENT)));
-        let acq = a.take_keyed(7).unwrap();
+        let (acq, direct) = a.take_keyed(7).unwrap();
+        assert!(direct);
         assert_eq!(acq.fence(), a.fence);
         assert_eq!(a.take_keyed(7).err(), Some(Fail(KEYLOCK_NOT_OWNER)));
         // SAFETY: as above.

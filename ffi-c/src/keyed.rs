@@ -8,7 +8,7 @@ use std::ffi::{CStr, c_char};
 use std::sync::Arc;
 use std::time::Duration;
 
-use keylock_core::{KeyedLock, LockKey, LockOptions, Mode};
+use keylock_core::{Acquisition, KeyPool, KeyedLock, LockKey, LockOptions, Mode, StripedLock};
 
 use crate::acquisition::*;
 use crate::boundary::*;
@@ -21,6 +21,88 @@ use crate::result::*;
 pub(crate) struct Keyed {
     locks: Arc<dyn KeyedLock>,
     id: u64,
+    direct: Direct,
+}
+
+/// The in-process object behind `locks`, when it is one (`KeyedLock::as_any`): the hot calls
+/// (an untimed plain acquire, and the release of what it gave) go to it without the trait's
+/// dynamic dispatch and `Result` shuffling. The same core operations either way: the trait's
+/// `acquire` for a plain untimed request is this `lock` / `lock_shared`.
+#[derive(Debug, Clone, Copy)]
+enum Direct {
+    Pool(*const KeyPool<Vec<u8>>),
+    Striped(*const StripedLock),
+    None,
+}
+
+// SAFETY: the pointers point into the object that `Keyed::locks` owns (an `Arc` that lives as
+// long as the `Keyed`), which is itself Send and Sync (the trait requires it); `Direct` only
+// ever gives out shared references to it.
+unsafe impl Send for Direct {}
+// SAFETY: as above.
+unsafe impl Sync for Direct {}
+
+impl Direct {
+    fn of(locks: &Arc<dyn KeyedLock>) -> Self {
+        let Some(any) = locks.as_any() else {
+            return Direct::None;
+        };
+        if let Some(pool) = any.downcast_ref::<KeyPool<Vec<u8>>>() {
+            Direct::Pool(pool)
+        } else if let Some(striped) = any.downcast_ref::<StripedLock>() {
+            Direct::Striped(striped)
+        } else {
+            Direct::None
+        }
+    }
+}
+
+/// [`Direct`] as references, for one call.
+enum Local<'a> {
+    Pool(&'a KeyPool<Vec<u8>>),
+    Striped(&'a StripedLock),
+    None,
+}
+
+impl Keyed {
+    /// The in-process object behind the trait, if it is one.
+    #[inline(always)]
+    fn local(&self) -> Local<'_> {
+        match self.direct {
+            // SAFETY: the pointer is into the object `self.locks` owns, alive while `self` is.
+            Direct::Pool(p) => Local::Pool(unsafe { &*p }),
+            // SAFETY: as above.
+            Direct::Striped(s) => Local::Striped(unsafe { &*s }),
+            Direct::None => Local::None,
+        }
+    }
+
+    /// A plain untimed acquire (no lease, no owner), exclusive or shared; and whether it went
+    /// the direct way.
+    #[inline(always)]
+    fn acquire_plain(&self, key: &[u8], mode: Mode) -> Result<(Acquisition, bool), Fail> {
+        Ok(match (self.local(), mode) {
+            (Local::Striped(s), Mode::Exclusive) => (s.lock(key).into_acquisition(), true),
+            (Local::Striped(s), Mode::Shared) => (s.lock_shared(key).into_acquisition(), true),
+            (Local::Pool(p), Mode::Exclusive) => (p.lock(key).into_acquisition(), true),
+            (Local::Pool(p), Mode::Shared) => (p.lock_shared(key).into_acquisition(), true),
+            (Local::None, mode) => {
+                let opts = LockOptions::new().mode(mode);
+                (self.locks.acquire(LockKey::new(key), &opts)?, false)
+            }
+        })
+    }
+
+    /// Releases `acq`, by the path that made it (`direct`: the in-process object's own).
+    #[inline(always)]
+    fn release(&self, acq: Acquisition, direct: bool) -> Outcome {
+        match (direct, self.local()) {
+            (true, Local::Striped(s)) => s.release(acq)?,
+            (true, Local::Pool(p)) => p.release(acq)?,
+            _ => self.locks.release(acq)?,
+        }
+        Ok(())
+    }
 }
 
 /// The handle types built on [`Keyed`].
@@ -33,15 +115,16 @@ pub(crate) trait Handle: Sized {
 
 /// Exclusive, wait forever.
 pub(crate) const EXCLUSIVE: LockOptions = LockOptions::new();
-/// Shared, wait forever.
-pub(crate) const SHARED: LockOptions = LockOptions::new().shared();
 
 impl Keyed {
     /// Opens the lock object `name` names, as `open_with` does.
     fn open(name: &str, options: &keylock_core::OpenOptions) -> Result<Self, Fail> {
+        let locks = keylock_core::open_with(name, options)?;
+        let direct = Direct::of(&locks);
         Ok(Self {
-            locks: keylock_core::open_with(name, options)?,
+            locks,
             id: next_lock_id(),
+            direct,
         })
     }
 }
@@ -103,7 +186,30 @@ pub(crate) unsafe fn acquire<H: Handle>(
     unsafe {
         acquire_into(out, |out| {
             let (h, key) = (handle(h)?.keyed(), crate::boundary::key(key, len)?);
-            out.fill_keyed(h.id, h.locks.acquire(LockKey::new(key), opts)?);
+            out.fill_keyed(h.id, h.locks.acquire(LockKey::new(key), opts)?, false);
+            Ok(())
+        })
+    }
+}
+
+/// The body of the plain untimed acquires (`_lock`, `_lock_shared`).
+///
+/// # Safety
+/// As [`acquire`].
+#[inline(always)]
+pub(crate) unsafe fn acquire_plain<H: Handle>(
+    h: *const H,
+    key: *const u8,
+    len: usize,
+    mode: Mode,
+    out: *mut keylock_acquisition,
+) -> keylock_result {
+    // SAFETY: the caller's contract above.
+    unsafe {
+        acquire_into(out, |out| {
+            let (h, key) = (handle(h)?.keyed(), crate::boundary::key(key, len)?);
+            let (acq, direct) = h.acquire_plain(key, mode)?;
+            out.fill_keyed(h.id, acq, direct);
             Ok(())
         })
     }
@@ -199,13 +305,13 @@ pub(crate) unsafe fn acquire_many<H: Handle>(
         if acqs.len() > out.len() {
             // Distinct locks never outnumber the keys; should the core break that, let go.
             for acq in acqs {
-                let _ = h.locks.release(acq);
+                let _ = h.release(acq, false);
             }
             return Err(Fail(KEYLOCK_PANIC));
         }
         let held = acqs.len();
         for (slot, acq) in out.iter_mut().zip(acqs) {
-            slot.fill_keyed(h.id, acq);
+            slot.fill_keyed(h.id, acq, false);
         }
         // SAFETY: as above.
         unsafe { count.write(held) };
@@ -218,7 +324,7 @@ pub(crate) unsafe fn acquire_many<H: Handle>(
 /// # Safety
 /// `h` is NULL or a live handle; `acq` is NULL or points to a record that nothing else uses
 /// during the call.
-#[inline]
+#[inline(always)]
 pub(crate) unsafe fn release<H: Handle>(
     h: *const H,
     acq: *mut keylock_acquisition,
@@ -226,9 +332,8 @@ pub(crate) unsafe fn release<H: Handle>(
     ffi_boundary(|| {
         // SAFETY: the caller's contract above.
         let (h, acq) = unsafe { (handle(h)?.keyed(), acq.as_mut()) };
-        let acq = acq.ok_or(Fail(KEYLOCK_NULL_ARGUMENT))?.take_keyed(h.id)?;
-        h.locks.release(acq)?;
-        Ok(())
+        let (acq, direct) = acq.ok_or(Fail(KEYLOCK_NULL_ARGUMENT))?.take_keyed(h.id)?;
+        h.release(acq, direct)
     })
 }
 
@@ -253,7 +358,7 @@ pub(crate) unsafe fn release_many<H: Handle>(
         for record in acqs {
             let result = record
                 .take_keyed(h.id)
-                .and_then(|acq| Ok(h.locks.release(acq)?));
+                .and_then(|(acq, direct)| h.release(acq, direct));
             if first.is_ok() {
                 first = result;
             }

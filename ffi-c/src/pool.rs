@@ -8,7 +8,7 @@ use keylock_core::{LockOptions, Mode, Wait};
 
 use crate::acquisition::keylock_acquisition;
 use crate::boundary::*;
-use crate::keyed::{self, EXCLUSIVE, Handle, Keyed, SHARED};
+use crate::keyed::{self, Handle, Keyed};
 use crate::options::*;
 use crate::result::*;
 
@@ -127,7 +127,7 @@ pub unsafe extern "C" fn keylock_pool_lock(
     out: *mut keylock_acquisition,
 ) -> keylock_result {
     // SAFETY: forwarded from our caller.
-    unsafe { keyed::acquire(pool, key, len, &EXCLUSIVE, out) }
+    unsafe { keyed::acquire_plain(pool, key, len, Mode::Exclusive, out) }
 }
 
 /// Locks `key` exclusively if it is free, without waiting. Arguments as `keylock_pool_lock`.
@@ -186,7 +186,7 @@ pub unsafe extern "C" fn keylock_pool_lock_shared(
     out: *mut keylock_acquisition,
 ) -> keylock_result {
     // SAFETY: forwarded from our caller.
-    unsafe { keyed::acquire(pool, key, len, &SHARED, out) }
+    unsafe { keyed::acquire_plain(pool, key, len, Mode::Shared, out) }
 }
 
 /// Locks `key` in shared mode if nothing is in the way, without waiting. Arguments and results
