@@ -2,11 +2,14 @@
 //! same lock+release loops as `ffi-c/bench/bench.c`, over the same 1024 keys of 16 bytes,
 //! calling keylock-core directly instead of through the C ABI.
 //!
-//! - `rust_pool` / `rust_striped`: `acquire(key)` then `release(acquisition)` on the
-//!   `Arc<dyn KeyedLock>` that `open_with` gives, the calls each C export makes, so the C figure
-//!   divided by this one is the cost of the FFI boundary.
-//! - `rust_pool_guard` / `rust_striped_guard`: `lock(key)` and dropping the guard on the
-//!   concrete type, what a Rust program writes (for reference).
+//! - `rust_pool` / `rust_striped`: `lock(key).into_acquisition()` then `release(acquisition)` on
+//!   the concrete type, the calls the C exports `_lock` and `_release` make for an in-process
+//!   object, so the C figure divided by this one is the cost of the FFI boundary.
+//! - `rust_pool_trait` / `rust_striped_trait`: `acquire(key)` and `release(acquisition)` through
+//!   the `Arc<dyn KeyedLock>` that `open_with` gives (the path of every other C call, and of
+//!   every scope that is not in-process), for reference.
+//! - `rust_pool_guard` / `rust_striped_guard`: `lock(key)` and dropping the guard, what a Rust
+//!   program writes (for reference).
 //!
 //! Usage: `rust_calls [ITERS] [ROUNDS]` (arguments starting with `--`, such as cargo's
 //! `--bench`, are ignored). Prints `name ns_per_op` lines: the median of ROUNDS rounds.
@@ -83,24 +86,38 @@ fn main() {
     let pool: KeyPool<Vec<u8>> = KeyPool::new();
     let striped = StripedLock::new(STRIPES).expect("1024 stripes is valid");
 
+    let mut pool_acq = |k: &[u8]| {
+        if pool.release(pool.lock(k).into_acquisition()).is_err() {
+            exit(1);
+        }
+    };
     let mut pool_trait = through_trait(&dyn_pool);
     let mut pool_guard = |k: &[u8]| drop(pool.lock(k));
+    let mut striped_acq = |k: &[u8]| {
+        if striped.release(striped.lock(k).into_acquisition()).is_err() {
+            exit(1);
+        }
+    };
     let mut striped_trait = through_trait(&dyn_striped);
     let mut striped_guard = |k: &[u8]| drop(striped.lock(k));
 
     let names = [
         "rust_pool",
+        "rust_pool_trait",
         "rust_pool_guard",
         "rust_striped",
+        "rust_striped_trait",
         "rust_striped_guard",
     ];
     if let Some(name) = only {
         // One case, untimed, for an instruction count under callgrind.
         let n = iters;
         match name.as_str() {
-            "rust_pool" => drop(time_per_op(n, &mut pool_trait, &keys)),
+            "rust_pool" => drop(time_per_op(n, &mut pool_acq, &keys)),
+            "rust_pool_trait" => drop(time_per_op(n, &mut pool_trait, &keys)),
             "rust_pool_guard" => drop(time_per_op(n, &mut pool_guard, &keys)),
-            "rust_striped" => drop(time_per_op(n, &mut striped_trait, &keys)),
+            "rust_striped" => drop(time_per_op(n, &mut striped_acq, &keys)),
+            "rust_striped_trait" => drop(time_per_op(n, &mut striped_trait, &keys)),
             "rust_striped_guard" => drop(time_per_op(n, &mut striped_guard, &keys)),
             "none" => {}
             _ => {
@@ -116,8 +133,10 @@ fn main() {
     // does.
     let mut round = |n: usize| {
         [
+            time_per_op(n, &mut pool_acq, &keys),
             time_per_op(n, &mut pool_trait, &keys),
             time_per_op(n, &mut pool_guard, &keys),
+            time_per_op(n, &mut striped_acq, &keys),
             time_per_op(n, &mut striped_trait, &keys),
             time_per_op(n, &mut striped_guard, &keys),
         ]
