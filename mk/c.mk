@@ -5,7 +5,8 @@
 #
 #   make header                       regenerate ffi-c/src/contract.rs and include/keylock.h
 #   make install PREFIX=/some/dir     library with SONAME links, headers, keylock.pc
-#   make bench-c / bench-c-quick      C vs Rust vs pthread_mutex: bench/results/c.json
+#   make bench-c / bench-c-quick      C vs Rust vs pthread_mutex, wall time and callgrind
+#                                     instruction counts: bench/results/c.json
 
 .PHONY: build-c build-ffi demo-c test-c test-c-api check-header header install bench-c \
 	bench-c-quick lint-c fmt-c
@@ -156,8 +157,9 @@ bench-c-quick:
 
 # ---- lint and format ---------------------------------------------------------------------------
 
+# --no-deps: this lints the C crate; keylock-core is lint-rust's.
 lint-c:
-	$(CARGO) clippy --locked -p keylock-ffi --all-targets -- -D warnings
+	$(CARGO) clippy --locked -p keylock-ffi --no-deps --all-targets -- -D warnings
 	$(CC) -std=c99 $(C_WARN) -fsyntax-only -x c include/keylock.h
 	$(CXX) $(CXX_STD) $(C_WARN) -fsyntax-only -x c++ include/keylock.hpp -Iinclude
 
