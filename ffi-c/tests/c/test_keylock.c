@@ -1037,6 +1037,93 @@ static void test_keyed_cross_thread(const keyed_api *api) {
     api->destroy(h);
 }
 
+/* FIFO per key, in a strict-FIFO object: a shared request behind a waiting exclusive one waits
+ * (no writer starvation), and a waiting shared request is served before an exclusive one that
+ * came after it (no reader starvation). Each step waits until info() shows the waiter queued. */
+typedef struct {
+    const keyed_api *api;
+    void *h;
+    keylock_mode mode;
+    acq_t acq;
+    keylock_result result;
+    int done; /* atomic */
+} queued;
+
+static void *queued_thread(void *p) {
+    queued *q = p;
+    keylock_lock_options o = KEYLOCK_LOCK_OPTIONS_INIT;
+    o.mode = q->mode;
+    o.timeout_ns = MS(10000);
+    q->result = q->api->lock_with(q->h, K("q"), &o, &q->acq);
+    __atomic_store_n(&q->done, 1, __ATOMIC_SEQ_CST);
+    return NULL;
+}
+
+static bool wait_for_waiters(const keyed_api *api, void *h, size_t n) {
+    for (int i = 0; i < 10000; i++) {
+        if (info_of(api, h, K("q")).waiters >= n) return true;
+        sleep_ms(1);
+    }
+    return false;
+}
+
+static void test_keyed_fifo(const keyed_api *api) {
+    void *h = NULL;
+    keylock_open_options oo;
+    acq_t first, probe;
+    queued w, r;
+    pthread_t tw, tr;
+    memset(&oo, 0, sizeof oo);
+    oo.fifo = true;
+    OK(api->open("local:", &oo, &h));
+    if (!h) return;
+
+    /* readers in; a writer queues; a new reader must not pass it */
+    OK(api->lock_shared(h, K("q"), &first));
+    memset(&w, 0, sizeof w);
+    w.api = api;
+    w.h = h;
+    w.mode = KEYLOCK_EXCLUSIVE;
+    CHECK(pthread_create(&tw, NULL, queued_thread, &w) == 0);
+    CHECK(wait_for_waiters(api, h, 1));
+    CHECK_RESULT(api->try_lock_shared(h, K("q"), &probe), KEYLOCK_WOULD_BLOCK);
+    CHECK_RESULT(api->lock_shared_timeout(h, K("q"), MS(5), &probe), KEYLOCK_TIMEOUT);
+    OK(api->release(h, &first));
+    pthread_join(tw, NULL);
+    OK(w.result);
+    CHECK(w.acq.fence > first.fence);
+
+    /* the writer holds; a reader queues, then a writer: the reader is served first */
+    memset(&r, 0, sizeof r);
+    r.api = api;
+    r.h = h;
+    r.mode = KEYLOCK_SHARED;
+    CHECK(pthread_create(&tr, NULL, queued_thread, &r) == 0);
+    CHECK(wait_for_waiters(api, h, 1));
+    {
+        queued w2;
+        memset(&w2, 0, sizeof w2);
+        w2.api = api;
+        w2.h = h;
+        w2.mode = KEYLOCK_EXCLUSIVE;
+        CHECK(pthread_create(&tw, NULL, queued_thread, &w2) == 0);
+        CHECK(wait_for_waiters(api, h, 2));
+        OK(api->release(h, &w.acq));
+        pthread_join(tr, NULL);
+        OK(r.result);
+        CHECK(r.acq.mode == KEYLOCK_SHARED);
+        CHECK(!__atomic_load_n(&w2.done, __ATOMIC_SEQ_CST)); /* still behind the reader */
+        CHECK(info_of(api, h, K("q")).mode == KEYLOCK_SHARED);
+        OK(api->release(h, &r.acq));
+        pthread_join(tw, NULL);
+        OK(w2.result);
+        CHECK(w2.acq.fence > w.acq.fence);
+        OK(api->release(h, &w2.acq));
+    }
+    CHECK(!locked(api, h, K("q")));
+    api->destroy(h);
+}
+
 /* ---- concurrency: exact counts, holders inside at once, oversubscribed --------------------- */
 
 enum { THREADS = 8, ITERS = 20000, NKEYS = 4 };
@@ -1706,6 +1793,7 @@ int main(void) {
         test_keyed_basics,        test_keyed_shared,       test_keyed_options,
         test_keyed_stale_release, test_keyed_lease,        test_keyed_reentrant,
         test_keyed_many,          test_keyed_bad_input,    test_keyed_cross_thread,
+        test_keyed_fifo,
         test_keyed_shared_overlap, test_keyed_mixed_stress, test_keyed_fences,
         test_keyed_reaped_stress,
     };
@@ -1713,6 +1801,7 @@ int main(void) {
         "keyed_basics",        "keyed_shared",       "keyed_options",
         "keyed_stale_release", "keyed_lease",        "keyed_reentrant",
         "keyed_many",          "keyed_bad_input",    "keyed_cross_thread",
+        "keyed_fifo",
         "keyed_shared_overlap", "keyed_mixed_stress", "keyed_fences",
         "keyed_reaped_stress",
     };
