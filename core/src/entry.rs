@@ -630,10 +630,7 @@ impl Entry {
     /// due (or every waiter, in `fifo` mode) is granted the lock directly; otherwise the head is
     /// notified and competes for it. Clears `QUEUED` when the queue empties.
     pub(crate) fn dispatch_locked(&self, side: &mut Side, policy: &Policy, wakes: &mut Wakes) {
-        loop {
-            let Some(want) = side.waiters.front_want() else {
-                break;
-            };
+        while let Some(want) = side.waiters.front_want() {
             if want.mode == Mode::Exclusive && !side.waiters.front_is_due(policy.fifo) {
                 // Notify: the lock stays free and the waiter competes for it again (a running
                 // caller may take it first: eventual fairness).
