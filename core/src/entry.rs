@@ -630,10 +630,7 @@ impl Entry {
     /// due (or every waiter, in `fifo` mode) is granted the lock directly; otherwise the head is
     /// notified and competes for it. Clears `QUEUED` when the queue empties.
     pub(crate) fn dispatch_locked(&self, side: &mut Side, policy: &Policy, wakes: &mut Wakes) {
-        loop {
-            let Some(want) = side.waiters.front_want() else {
-                break;
-            };
+        while let Some(want) = side.waiters.front_want() {
             if want.mode == Mode::Exclusive && !side.waiters.front_is_due(policy.fifo) {
                 // Notify: the lock stays free and the waiter competes for it again (a running
                 // caller may take it first: eventual fairness).
@@ -651,7 +648,8 @@ impl Entry {
             // `make loom-mutants`, which checks compatibility before the CAS instead.)
             let checked = !cfg!(keylock_mutant_unchecked_grant)
                 || Self::compatible(self.word.load(Ordering::Acquire), want.mode);
-            let ok = |w: u64| cfg!(keylock_mutant_unchecked_grant) || Self::compatible(w, want.mode);
+            let ok =
+                |w: u64| cfg!(keylock_mutant_unchecked_grant) || Self::compatible(w, want.mode);
             let done = if !checked {
                 None
             } else {

@@ -345,8 +345,9 @@ impl<K: Hash + Eq, S: BuildHasher> KeyPool<K, S> {
             // SAFETY: just published; freed only when the pool is dropped.
             Ok(_) => unsafe { &*fresh },
             Err(existing) => {
-                // SAFETY: `fresh` was never published; `existing` was, as above.
+                // SAFETY: `fresh` was never published, so it is ours to free.
                 drop(unsafe { Box::from_raw(fresh) });
+                // SAFETY: `existing` was published by the thread that won, as above.
                 unsafe { &*existing }
             }
         }
@@ -883,6 +884,22 @@ impl<K: Hash + Eq, S: BuildHasher> KeyPool<K, S> {
     }
 
     // ---- many keys ----
+
+    /// Where `key`'s slot is, if it has one (stable while the key is held).
+    pub(crate) fn slot_of<Q>(&self, key: &Q) -> Option<SlotRef>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let hash = self.hash(key);
+        let shard_no = self.shard_no(hash);
+        let shard = self.shard(shard_no)?;
+        let n = shard.lock().find(hash, key)?;
+        Some(SlotRef {
+            shard: shard_no,
+            slot: n,
+        })
+    }
 
     /// Reserves the slots of `keys`, deduplicated and sorted in the canonical order, each with
     /// the strongest mode asked of it.

@@ -209,8 +209,9 @@ struct ShardState {
     peak_in_use: usize,
     /// Acquisitions that found their key held and queued.
     contended: u64,
-    /// Index arrays replaced by bigger ones, kept for readers that may still probe them.
-    retired: Vec<Box<Index>>,
+    /// Index arrays replaced by bigger ones, kept for readers that may still probe their cells
+    /// (the cells are a heap allocation of their own, so moving an `Index` leaves them put).
+    retired: Vec<Index>,
 }
 
 /// One shard of a pool.
@@ -731,7 +732,7 @@ impl<'a, K> ShardLocked<'a, K> {
         self.shard.mask.store(cap - 1, Ordering::Release);
         // SAFETY: `old` came from `Box::into_raw`; readers may still probe it, so it is kept
         // (not freed) until the shard is dropped.
-        self.state.retired.push(unsafe { Box::from_raw(old) });
+        self.state.retired.push(*unsafe { Box::from_raw(old) });
         self.state.tombs = 0;
         // SAFETY: just published; freed only on drop.
         unsafe { &*new }

@@ -192,6 +192,15 @@ impl<P: Deref<Target = StripedLock>> StripesGuard<P> {
         self.held.iter().map(|(_, hold, _)| hold.fence)
     }
 
+    /// The fence of `key`'s stripe, if this guard holds it.
+    pub fn fence_of<K: std::hash::Hash + ?Sized>(&self, key: &K) -> Option<u64> {
+        let stripe = self.lock.as_ref()?.stripe_of(key);
+        self.held
+            .iter()
+            .find(|(s, _, _)| *s == stripe)
+            .map(|(_, hold, _)| hold.fence)
+    }
+
     /// The number of distinct stripes held.
     pub fn len(&self) -> usize {
         self.held.len()
