@@ -373,8 +373,8 @@ private:
     options opts_;
 };
 
-/// Several keys locked together by lock_many: one record per distinct lock, all released on
-/// destruction.
+/// Several keys locked together by lock_many: one record per distinct lock, in the order of the
+/// keys' first occurrence, all released on destruction.
 template <class Api>
 class basic_many_guard {
 public:
@@ -397,7 +397,8 @@ public:
     explicit operator bool() const noexcept { return owns_lock(); }
     /// The number of distinct locks held (keys listed twice, or sharing a stripe, count once).
     std::size_t size() const noexcept { return acqs_.size(); }
-    /// The fences of the acquisitions, in the lock object's own order.
+    /// The fences of the acquisitions, in the order of the keys' first occurrence (keys that
+    /// share a lock, such as two keys of one stripe, share the first one's).
     std::vector<std::uint64_t> fences() const {
         std::vector<std::uint64_t> out;
         for (const auto &a : acqs_) out.push_back(a.fence);

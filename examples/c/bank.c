@@ -46,7 +46,6 @@ typedef struct {
     keylock_result (*lock_with)(void *, const uint8_t *, size_t, const keylock_lock_options *,
                                 keylock_acquisition *);
     keylock_result (*release)(void *, keylock_acquisition *);
-    keylock_result (*info)(const void *, const uint8_t *, size_t, keylock_lock_info *);
 } keyed_lock;
 
 static keylock_result pool_lock_many(void *h, const uint8_t *const *k, const size_t *l, size_t n,
@@ -63,9 +62,6 @@ static keylock_result pool_lock_with(void *h, const uint8_t *k, size_t l,
 static keylock_result pool_release(void *h, keylock_acquisition *a) {
     return keylock_pool_release(h, a);
 }
-static keylock_result pool_info(const void *h, const uint8_t *k, size_t l, keylock_lock_info *i) {
-    return keylock_pool_info(h, k, l, i);
-}
 static keylock_result striped_lock_many(void *h, const uint8_t *const *k, const size_t *l,
                                         size_t n, keylock_acquisition *a, size_t *count) {
     return keylock_striped_lock_many(h, k, l, n, a, count);
@@ -79,10 +75,6 @@ static keylock_result striped_lock_with(void *h, const uint8_t *k, size_t l,
 }
 static keylock_result striped_release(void *h, keylock_acquisition *a) {
     return keylock_striped_release(h, a);
-}
-static keylock_result striped_info(const void *h, const uint8_t *k, size_t l,
-                                   keylock_lock_info *i) {
-    return keylock_striped_info(h, k, l, i);
 }
 
 /* One account in the store: its balance and the fence of the last write applied to it. */
@@ -136,19 +128,6 @@ static void fail(bank *b, const char *what, keylock_result r) {
     atomic_store(&b->stop, true);
 }
 
-/* The fence of the acquisition that holds `key` exclusively: ours, while we hold it. (lock_many
- * gives one record per lock in the lock's own order; info says which fence is whose key's.) */
-static uint64_t fence_of(bank *b, int account_no) {
-    keylock_lock_info info;
-    keylock_result r = b->keyed.info(b->keyed.handle, (const uint8_t *)b->key[account_no],
-                                     b->key_len[account_no], &info);
-    if (r != KEYLOCK_OK || !info.held || info.mode != KEYLOCK_EXCLUSIVE) {
-        fail(b, "info of a held account", r);
-        return 0;
-    }
-    return info.fence;
-}
-
 static void *work(void *arg) {
     worker *w = arg;
     bank *b = w->bank;
@@ -173,8 +152,9 @@ static void *work(void *arg) {
             return NULL;
         }
         {
+            /* one record per distinct lock, in key order: two accounts of one stripe share it */
             account *src = &b->store[from], *dst = &b->store[to];
-            uint64_t f_src = fence_of(b, from), f_dst = fence_of(b, to);
+            uint64_t f_src = held[0].fence, f_dst = held[count - 1].fence;
             if (!store_accepts(src, f_src) || !store_accepts(dst, f_dst)) {
                 b->refused_writes++; /* cannot happen while the locks exclude each other */
             } else if (src->balance >= amount) {
@@ -353,10 +333,9 @@ int main(int argc, char **argv) {
     printf("keylock %s C bank: %d workers, %d accounts, %ld ms per primitive\n",
            keylock_version(), workers, accounts, ms);
     keyed_lock phases[2] = {
-        {"KeyPool", pool, pool_lock_many, pool_release_many, pool_lock_with, pool_release,
-         pool_info},
+        {"KeyPool", pool, pool_lock_many, pool_release_many, pool_lock_with, pool_release},
         {"StripedLock", striped, striped_lock_many, striped_release_many, striped_lock_with,
-         striped_release, striped_info},
+         striped_release},
     };
     for (int p = 0; p < 2; p++) {
         b.keyed = phases[p];

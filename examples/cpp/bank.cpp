@@ -138,10 +138,10 @@ double run_phase(Bank &bank, KeyedLock &keyed, int workers, std::chrono::millise
                     std::int64_t amount = amount_of(rng);
                     auto reading = bank.rw.read();
                     auto both = keyed.lock_many({bank.keys[from], bank.keys[to]});
-                    // lock_many's records come in the lock's own order: info() says which
-                    // fence is each account's (the exclusive holder's: ours).
-                    std::uint64_t f_from = keyed.info(bank.keys[from])->fence;
-                    std::uint64_t f_to = keyed.info(bank.keys[to])->fence;
+                    // one record per distinct lock, in key order (two accounts of one stripe
+                    // share the first one's): each account's fence
+                    const auto fences = both.fences();
+                    std::uint64_t f_from = fences.front(), f_to = fences.back();
                     Account &src = bank.store[from], &dst = bank.store[to];
                     if (!Bank::accepts(src, f_from) || !Bank::accepts(dst, f_to)) {
                         bank.refused_writes++;  // cannot happen while the locks exclude

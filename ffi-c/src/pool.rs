@@ -250,9 +250,10 @@ pub unsafe extern "C" fn keylock_pool_lock_with(
 /// `lens[i]` bytes. The keys are taken in one global order, so two threads locking overlapping
 /// sets in any order cannot deadlock. A key listed twice is locked once.
 ///
-/// `out` has room for `n` records; the acquisitions (one per distinct key, in the pool's own
-/// order, not the order of `keys`) go to `out[0..*count]`, and the rest of `out` is left
-/// empty. Release them with `keylock_pool_release_many(pool, out, *count)` (or one by one).
+/// `out` has room for `n` records; the acquisitions go to `out[0..*count]`, one per distinct
+/// key, in the order of the keys' first occurrence (with distinct keys, `out[i]` is `keys[i]`'s,
+/// so its fence is that key's), and the rest of `out` is left empty. Release them with
+/// `keylock_pool_release_many(pool, out, *count)` (or one by one).
 ///
 /// Returns:
 /// - `KEYLOCK_OK`: every key is held.

@@ -265,9 +265,10 @@ pub unsafe extern "C" fn keylock_striped_lock_with(
 /// `lens[i]` bytes. The keys are taken in one global order, so two threads locking overlapping
 /// sets in any order cannot deadlock. A key listed twice is locked once.
 ///
-/// `out` has room for `n` records; the acquisitions (one per distinct key, in the stripes' own
-/// order, not the order of `keys`) go to `out[0..*count]`, and the rest of `out` is left
-/// empty. Release them with `keylock_striped_release_many(striped, out, *count)` (or one by one).
+/// `out` has room for `n` records; the acquisitions go to `out[0..*count]`, one per distinct
+/// stripe, in the order of the keys' first occurrence (keys that share a stripe get the one
+/// record at the first of them), and the rest of `out` is left empty. Release them with
+/// `keylock_striped_release_many(striped, out, *count)` (or one by one).
 ///
 /// Returns:
 /// - `KEYLOCK_OK`: every key is held.

@@ -836,6 +836,28 @@ static void test_keyed_many(const keyed_api *api) {
     CHECK(!locked(api, h, K("from")) && !locked(api, h, K("to")));
     CHECK_RESULT(api->release_many(h, acqs, count), KEYLOCK_NOT_OWNER);
 
+    /* the records come in the order of the keys' first occurrence: record 1 is "to"'s */
+    OK(api->lock_many(h, keys, lens, 3, acqs, &count));
+    if (distinct == 2) {
+        OK(api->release(h, &acqs[1]));
+        CHECK(!locked(api, h, K("to")) && locked(api, h, K("from")));
+        CHECK(info_of(api, h, K("from")).fence == acqs[0].fence);
+        OK(api->release(h, &acqs[0]));
+    } else {
+        OK(api->release_many(h, acqs, count));
+    }
+    {
+        const uint8_t *reversed[2] = {(const uint8_t *)"to", (const uint8_t *)"from"};
+        size_t rlens[2] = {2, 4};
+        OK(api->lock_many(h, reversed, rlens, 2, acqs, &count));
+        if (distinct == 2) {
+            OK(api->release(h, &acqs[0]));
+            CHECK(!locked(api, h, K("to")) && locked(api, h, K("from")));
+        }
+        OK(api->release_many(h, acqs + (distinct == 2), count - (distinct == 2)));
+    }
+    CHECK(!locked(api, h, K("from")) && !locked(api, h, K("to")));
+
     /* a mode per key: "from" shared (listed twice, shared both times), "to" exclusive */
     OK(api->lock_many_with(h, keys, lens, modes, 3, NULL, acqs, &count));
     CHECK(count == distinct);
@@ -1312,8 +1334,8 @@ static void *mixed_thread(void *p) {
                 s->error = r;
                 return NULL;
             }
-            /* The records come in the lock's own order, but each key is held (at least) in
-             * the mode asked for it: enter each key as asked. */
+            /* Each key is held (at least) in the mode asked for it (two keys of one stripe in
+             * the stronger): enter each key as asked. */
             mixed_enter(s, k, modes[0], NULL, arg->thread);
             mixed_enter(s, k2, modes[1], NULL, arg->thread);
             if ((x >> 26) % 4 == 0) sched_yield(); /* stay inside a while: others pile up */
