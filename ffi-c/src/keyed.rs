@@ -77,20 +77,33 @@ impl Keyed {
         }
     }
 
-    /// A plain untimed acquire (no lease, no owner), exclusive or shared; and whether it went
-    /// the direct way.
+    /// A plain untimed acquire (no lease, no owner), exclusive or shared, into `out` (by the
+    /// direct way when there is one).
     #[inline(always)]
-    fn acquire_plain(&self, key: &[u8], mode: Mode) -> Result<(Acquisition, bool), Fail> {
-        Ok(match (self.local(), mode) {
-            (Local::Striped(s), Mode::Exclusive) => (s.lock(key).into_acquisition(), true),
-            (Local::Striped(s), Mode::Shared) => (s.lock_shared(key).into_acquisition(), true),
-            (Local::Pool(p), Mode::Exclusive) => (p.lock(key).into_acquisition(), true),
-            (Local::Pool(p), Mode::Shared) => (p.lock_shared(key).into_acquisition(), true),
+    fn acquire_plain(&self, key: &[u8], mode: Mode, out: &mut keylock_acquisition) -> Outcome {
+        match (self.local(), mode) {
+            (Local::Striped(s), Mode::Exclusive) => {
+                out.fill_keyed(self.id, s.lock(key).into_acquisition(), true)
+            }
+            (Local::Striped(s), Mode::Shared) => {
+                out.fill_keyed(self.id, s.lock_shared(key).into_acquisition(), true)
+            }
+            (Local::Pool(p), Mode::Exclusive) => {
+                out.fill_keyed(self.id, p.lock(key).into_acquisition(), true)
+            }
+            (Local::Pool(p), Mode::Shared) => {
+                out.fill_keyed(self.id, p.lock_shared(key).into_acquisition(), true)
+            }
             (Local::None, mode) => {
                 let opts = LockOptions::new().mode(mode);
-                (self.locks.acquire(LockKey::new(key), &opts)?, false)
+                out.fill_keyed(
+                    self.id,
+                    self.locks.acquire(LockKey::new(key), &opts)?,
+                    false,
+                )
             }
-        })
+        }
+        Ok(())
     }
 
     /// Releases `acq`, by the path that made it (`direct`: the in-process object's own).
@@ -208,9 +221,7 @@ pub(crate) unsafe fn acquire_plain<H: Handle>(
     unsafe {
         acquire_into(out, |out| {
             let (h, key) = (handle(h)?.keyed(), crate::boundary::key(key, len)?);
-            let (acq, direct) = h.acquire_plain(key, mode)?;
-            out.fill_keyed(h.id, acq, direct);
-            Ok(())
+            h.acquire_plain(key, mode, out)
         })
     }
 }
