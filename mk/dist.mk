@@ -8,14 +8,18 @@
 #   make dist-c      keylock-V-linux-x86_64.tar.gz: lib/ (libkeylock.so.V, its SONAME and dev
 #                    links, libkeylock.a), include/, lib/pkgconfig/keylock.pc (relocatable)
 #   make dist-rust   keylock-core-V.crate (cargo package --locked, which builds it)
+#   make test-dist   installs each from dist/ into a fresh venv, npm project and C build, with
+#                    no cargo or rustc on PATH (part of make test)
 #
 # Every binary is linked by zig against glibc 2.17's symbols (cargo-zigbuild; maturin --zig), so
 # it loads on any x86-64 Linux with glibc 2.17 or later (manylinux2014), whatever glibc the
 # building machine has. V is the workspace version, [workspace.package] in Cargo.toml: the
-# wheel, the crate, the .so and keylock_version() take it from cargo, and stage-node.js fails
-# when a package.json under node/ says otherwise.
+# wheel, the crate, the .so and keylock_version() take it from cargo, and stage-node.js and the
+# tests fail when a package.json under node/ says otherwise.
 
-.PHONY: dist dist-py dist-node dist-c dist-rust dist-tools
+.PHONY: dist dist-py dist-node dist-c dist-rust dist-tools test-dist
+
+TEST_TARGETS += test-dist
 
 DIST_DIR := $(ROOT)/dist
 DIST_STAGE := $(ROOT)/build/dist
@@ -100,3 +104,17 @@ dist-rust:
 	$(CARGO) package --locked --allow-dirty -p keylock-core
 	rm -f $(DIST_DIR)/keylock-core-*.crate
 	cp $(TARGET_DIR)/package/keylock-core-$(DIST_VERSION).crate $(DIST_DIR)/
+
+# ---- tests -------------------------------------------------------------------------------------
+
+# Each install runs in a fresh temporary venv / npm project / prefix with every folder that
+# holds cargo or rustc taken off PATH (and fails if either is still found), so an install that
+# needs a compiler fails. The from-source paths (the sdist, the npm fallback, the crate's doc
+# tests) are built separately, with cargo, into target/dist-* folders kept between runs.
+DIST_TEST_ENV := KEYLOCK_VERSION=$(DIST_VERSION) KEYLOCK_MAJOR=$(DIST_MAJOR) DIST_DIR=$(DIST_DIR) \
+	DIST_GLIBC=$(DIST_GLIBC) ROOT=$(ROOT) VENV=$(VENV) TARGET_DIR=$(TARGET_DIR)
+test-dist: dist
+	$(DIST_TEST_ENV) bash .ci/dist/test-py.sh
+	$(DIST_TEST_ENV) bash .ci/dist/test-node.sh
+	$(DIST_TEST_ENV) bash .ci/dist/test-c.sh
+	$(DIST_TEST_ENV) bash .ci/dist/test-rust.sh
