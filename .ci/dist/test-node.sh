@@ -32,6 +32,9 @@ if (expectFrom === 'prebuilt') {
   const binary = require('@keylock/keylock-linux-x64-gnu/package.json');
   assert.strictEqual(binary.version, want);
   assert.ok(!require('node:fs').existsSync(fromSource), `${fromSource} was built at install`);
+  // zig links its own unwinder in place of libgcc_s: a panic must still unwind into an error.
+  const native = require('@keylock/keylock-linux-x64-gnu');
+  if (typeof native.testingPanic === 'function') assert.throws(() => native.testingPanic(), /panic/);
 } else {
   assert.ok(require('node:fs').existsSync(fromSource), `${fromSource} was not built`);
 }
