@@ -44,8 +44,9 @@ int main(void) {
         return 1;
     }
     keylock_pool *pool = keylock_pool_new();
-    if (pool == NULL || keylock_pool_lock(pool, (const uint8_t *)"user:42", 7) != KEYLOCK_OK) return 1;
-    if (keylock_pool_unlock(pool, (const uint8_t *)"user:42", 7) != KEYLOCK_OK) return 1;
+    keylock_acquisition acq;
+    if (pool == NULL || keylock_pool_lock(pool, (const uint8_t *)"user:42", 7, &acq) != KEYLOCK_OK) return 1;
+    if (keylock_pool_release(pool, &acq) != KEYLOCK_OK) return 1;
     keylock_pool_free(pool);
     printf("keylock %s: locked\n", keylock_version());
     return 0;
