@@ -169,8 +169,11 @@ mod tests {
         let s = signal.clone();
         let task = std::thread::spawn(move || {
             let mut fut = std::pin::pin!(s.lost());
-            crate::wait::block_on_until(fut.as_mut(), Some(Instant::now() + Duration::from_secs(30)))
-                .is_ready()
+            crate::wait::block_on_until(
+                fut.as_mut(),
+                Some(Instant::now() + Duration::from_secs(30)),
+            )
+            .is_ready()
         });
         std::thread::sleep(Duration::from_millis(20));
         signal.fire();
@@ -182,6 +185,10 @@ mod tests {
         signal.on_lost(move || {
             c.fetch_add(1, Ordering::SeqCst);
         });
-        assert_eq!(calls.load(Ordering::SeqCst), 2, "a late callback runs at once");
+        assert_eq!(
+            calls.load(Ordering::SeqCst),
+            2,
+            "a late callback runs at once"
+        );
     }
 }
