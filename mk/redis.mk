@@ -1,0 +1,32 @@
+# The Redis scope (keylock-core's cargo feature "redis"): its tests against a real
+# redis-server, its lints, and its benchmark against the peers.
+#
+#   make test-redis    installs Debian's redis-server if it is missing, then runs
+#                      core/tests/redis (each test starts its own server on a free loopback
+#                      port with a temporary directory, and stops it by its PID)
+#   make bench-redis   core/benches/redis.rs into bench/results/redis.json (the peers run from
+#                      .venv: redis-py's Lock and python-redis-lock)
+
+.PHONY: redis-server test-redis lint-redis bench-redis
+
+TEST_TARGETS += test-redis
+LINT_TARGETS += lint-redis
+BENCH_TARGETS += bench-redis
+
+REDIS_CARGO_FLAGS := --locked -p keylock-core --features redis
+
+redis-server:
+	@command -v redis-server >/dev/null 2>&1 || { \
+		echo "redis-server is missing: installing Debian's package"; \
+		apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y redis-server; }
+
+test-redis: redis-server
+	$(CARGO) test $(REDIS_CARGO_FLAGS) --lib redis::
+	$(CARGO) test $(REDIS_CARGO_FLAGS) --test redis
+
+lint-redis:
+	$(CARGO) clippy $(REDIS_CARGO_FLAGS) --all-targets -- -D warnings
+
+bench-redis: redis-server $(VENV)/.stamp
+	KEYLOCK_BENCH_DIR=$(ROOT)/bench/results KEYLOCK_BENCH_PY=$(PY) \
+		$(CARGO) bench $(REDIS_CARGO_FLAGS) --bench redis
