@@ -545,7 +545,16 @@ impl Inner {
         opts: LockOptions,
     ) -> Result<Vec<Acquisition>> {
         let plan = Plan::new(&opts);
-        // One canonical order (space, then bytes), duplicates collapsed (exclusive wins).
+        // The caller's order of first occurrence, for the answer.
+        let mut order: Vec<Vec<u8>> = Vec::with_capacity(keys.len());
+        for (s, k, _) in &keys {
+            let lkey = local_key(*s, k);
+            if !order.contains(&lkey) {
+                order.push(lkey);
+            }
+        }
+        // One canonical order (space, then bytes) to take them in, duplicates collapsed
+        // (exclusive wins).
         let mut keys: Vec<(Vec<u8>, KeySpace, Vec<u8>, Mode)> = keys
             .into_iter()
             .map(|(s, k, m)| (local_key(s, &k), s, k, m))
@@ -638,10 +647,19 @@ impl Inner {
                     h
                 }
             };
-            out.push(self.record(id, local.take(), &hold, lkey));
+            out.push((lkey.clone(), self.record(id, local.take(), &hold, lkey)));
         }
         drop(gates);
-        Ok(out)
+        let mut out: Vec<Option<(Vec<u8>, Acquisition)>> = out.into_iter().map(Some).collect();
+        Ok(order
+            .iter()
+            .filter_map(|k| {
+                out.iter_mut()
+                    .find(|a| a.as_ref().is_some_and(|(l, _)| l == k))
+                    .and_then(Option::take)
+                    .map(|(_, acq)| acq)
+            })
+            .collect())
     }
 
     /// Ends one acquisition: the remote hold if it was its last user, then the local one.
@@ -802,13 +820,16 @@ impl KeyedLock for RedisLock {
         Ok(())
     }
 
-    fn is_current(&self, acquisition: &Acquisition) -> Result<bool> {
+    fn is_current_as(&self, acquisition: &Acquisition, owner: Option<Owner>) -> Result<bool> {
         let inner = &self.inner;
         let hold = {
             let records = inner.records.lock();
             match records.get(&acquisition.at) {
                 Some(r) if r.hold.fence == acquisition.fence => {
-                    if r.hold.lost.is_lost() || !inner.local.is_current(&r.local) {
+                    let owner = owner.or(r.local.owner());
+                    if r.hold.lost.is_lost()
+                        || !KeyedLock::is_current_as(&*inner.local, &r.local, owner)?
+                    {
                         return Ok(false);
                     }
                     Arc::clone(&r.hold)
