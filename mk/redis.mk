@@ -4,8 +4,9 @@
 #   make test-redis    installs Debian's redis-server if it is missing, then runs
 #                      core/tests/redis (each test starts its own server on a free loopback
 #                      port with a temporary directory, and stops it by its PID)
-#   make bench-redis   core/benches/redis.rs into bench/results/redis.json (the peers run from
-#                      .venv: redis-py's Lock and python-redis-lock)
+#   make bench-redis   core/benches/redis.rs into bench/results/redis.json; the peers run from
+#                      .venv (redis-py's Lock, python-redis-lock) and bench/redis-peers-node
+#                      (node-redlock, installed with npm ci)
 
 .PHONY: redis-server test-redis lint-redis bench-redis
 
@@ -27,6 +28,11 @@ test-redis: redis-server
 lint-redis:
 	$(CARGO) clippy $(REDIS_CARGO_FLAGS) --all-targets -- -D warnings
 
-bench-redis: redis-server $(VENV)/.stamp
+REDIS_NODE_PEERS := $(ROOT)/bench/redis-peers-node
+$(REDIS_NODE_PEERS)/node_modules/.stamp: $(REDIS_NODE_PEERS)/package-lock.json
+	cd $(REDIS_NODE_PEERS) && npm ci --no-audit --no-fund
+	touch $@
+
+bench-redis: redis-server $(VENV)/.stamp $(REDIS_NODE_PEERS)/node_modules/.stamp
 	KEYLOCK_BENCH_DIR=$(ROOT)/bench/results KEYLOCK_BENCH_PY=$(PY) \
 		$(CARGO) bench $(REDIS_CARGO_FLAGS) --bench redis

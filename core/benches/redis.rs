@@ -9,8 +9,9 @@
 //!   next holder inside (only for a next holder that was already waiting), p50 and p99;
 //! - the local hand-off: 4 threads of one process on one key (the local coalescing choice).
 //!
-//! The peers need Python with `redis` and `python-redis-lock` (`KEYLOCK_BENCH_PY`, default
-//! `python3`); without them their rows are left out and the report says so.
+//! The peers: redis-py's `Lock` and python-redis-lock (`bench/redis_peers.py`, run by
+//! `KEYLOCK_BENCH_PY`, default `python3`), and node-redlock (`bench/redis-peers-node`, after
+//! `npm ci` there). A peer that cannot run here is left out, and the report says so.
 
 #[path = "../tests/redis/server.rs"]
 #[allow(dead_code)] // the tests use more of the server helper than this benchmark does
@@ -243,17 +244,61 @@ impl Report {
     }
 }
 
-fn python() -> Option<String> {
+/// A peer library and how to start one of its workers (`uncontended ...` or `contend ...`
+/// follows).
+struct Peer {
+    name: &'static str,
+    program: String,
+    args: Vec<String>,
+}
+
+impl Peer {
+    fn command(&self) -> Command {
+        let mut c = Command::new(&self.program);
+        c.args(&self.args);
+        c
+    }
+}
+
+/// The peers this machine can run: Python's (with `redis` and `python-redis-lock`) and
+/// node-redlock (`bench/redis-peers-node` installed with `npm ci`).
+fn peers(port: u16, notes: &mut Vec<String>) -> Vec<Peer> {
+    let bench = Path::new(env!("CARGO_MANIFEST_DIR")).join("../bench");
+    let mut out = Vec::new();
     let py = std::env::var("KEYLOCK_BENCH_PY").unwrap_or_else(|_| "python3".to_owned());
-    let ok = Command::new(&py)
+    let has_py = Command::new(&py)
         .args(["-c", "import redis, redis_lock"])
         .status()
         .is_ok_and(|s| s.success());
-    ok.then_some(py)
-}
-
-fn peers_script() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../bench/redis_peers.py")
+    if has_py {
+        for name in ["redis-py", "python-redis-lock"] {
+            out.push(Peer {
+                name,
+                program: py.clone(),
+                args: vec![
+                    bench.join("redis_peers.py").display().to_string(),
+                    name.to_owned(),
+                    port.to_string(),
+                ],
+            });
+        }
+    } else {
+        notes.push("Python peers left out: no Python with redis and python-redis-lock".into());
+    }
+    let node_dir = bench.join("redis-peers-node");
+    if node_dir.join("node_modules/redlock").exists() {
+        out.push(Peer {
+            name: "node-redlock",
+            program: "node".to_owned(),
+            args: vec![
+                node_dir.join("peer.js").display().to_string(),
+                port.to_string(),
+            ],
+        });
+    } else {
+        notes.push("node-redlock left out: bench/redis-peers-node not installed".into());
+    }
+    out
 }
 
 fn uptime() -> String {
@@ -282,12 +327,7 @@ fn main() {
         notes: Vec::new(),
     };
     let mut con = server.client();
-    let py = python();
-    if py.is_none() {
-        report
-            .notes
-            .push("peers left out: no Python with redis and python-redis-lock".to_owned());
-    }
+    let peers = peers(server.port, &mut report.notes);
 
     // Uncontended acquire+release, beside two plain round trips.
     let locks = keylock_core::open(&url).unwrap();
@@ -325,19 +365,14 @@ fn main() {
     );
     let ours_med = median(&mut ours.clone());
     let mut peer_trips = Vec::new();
-    if let Some(py) = &py {
-        for lib in ["redis-py", "python-redis-lock"] {
+    {
+        for peer in &peers {
+            let lib = peer.name;
             let monitor = Monitor::start(server.port);
             let before = monitor.settled();
-            let out = Command::new(py)
-                .arg(peers_script())
-                .args([
-                    lib,
-                    &server.port.to_string(),
-                    "uncontended",
-                    &runs.to_string(),
-                    &ops.to_string(),
-                ])
+            let out = peer
+                .command()
+                .args(["uncontended", &runs.to_string(), &ops.to_string()])
                 .output()
                 .unwrap();
             let after = monitor.settled();
@@ -422,12 +457,10 @@ fn main() {
     std::fs::create_dir_all(&dir).unwrap();
     let exe = std::env::current_exe().unwrap();
     let rounds = if quick { 1 } else { 3 };
-    let mut results: Vec<(String, Vec<f64>, Vec<f64>, Vec<f64>)> = Vec::new();
+    type Figures = (String, Vec<f64>, Vec<f64>, Vec<f64>); // impl, ops/s, p50, p99
+    let mut results: Vec<Figures> = Vec::new();
     let mut impls = vec!["keylock Redis scope".to_owned()];
-    if py.is_some() {
-        impls.push("redis-py".to_owned());
-        impls.push("python-redis-lock".to_owned());
-    }
+    impls.extend(peers.iter().map(|p| p.name.to_owned()));
     for imp in &impls {
         let (mut rate, mut p50, mut p99) = (Vec::new(), Vec::new(), Vec::new());
         for round in 0..rounds {
@@ -450,14 +483,9 @@ fn main() {
                             .spawn()
                             .unwrap()
                     } else {
-                        Command::new(py.as_ref().unwrap())
-                            .arg(peers_script())
-                            .args([
-                                imp.as_str(),
-                                &server.port.to_string(),
-                                "contend",
-                                &KEYS.to_string(),
-                            ])
+                        let peer = peers.iter().find(|p| p.name == imp).unwrap();
+                        peer.command()
+                            .args(["contend".to_owned(), KEYS.to_string()])
                             .args([duration_ms.to_string(), start.to_string()])
                             .arg(f)
                             .spawn()
@@ -481,26 +509,23 @@ fn main() {
         }
         results.push((imp.clone(), rate, p50, p99));
     }
-    let best_polling_p99 = results
+    // The polling peers (python-redis-lock waits on BLPOP, a push): the best is the lowest p99.
+    let best_polling = results
         .iter()
-        .find(|r| r.0 == "redis-py")
-        .map(|r| median(&mut r.3.clone()));
+        .filter(|r| r.0 == "redis-py" || r.0 == "node-redlock")
+        .map(|r| (r.0.clone(), median(&mut r.3.clone())))
+        .min_by(|a, b| a.1.partial_cmp(&b.1).unwrap());
     for (imp, rate, p50, p99) in &results {
         report.row(&format!("{g}: throughput"), imp, "ops/s", rate, None, None);
         report.row(&format!("{g}: hand-off p50"), imp, "us", p50, None, None);
-        let target = (imp.starts_with("keylock"))
-            .then_some(best_polling_p99)
-            .flatten()
-            .map(|b| {
-                (
-                    "hand-off p99 at least 10x lower than the best polling peer (redis-py Lock)",
-                    median(&mut p99.clone()) * 10.0 <= b,
-                )
-            });
-        let base = (imp.starts_with("keylock"))
-            .then_some(best_polling_p99)
-            .flatten()
-            .map(|b| ("redis-py", b));
+        let best = best_polling.as_ref().filter(|_| imp.starts_with("keylock"));
+        let target = best.map(|(_, b)| {
+            (
+                "hand-off p99 at least 10x lower than the best polling peer",
+                median(&mut p99.clone()) * 10.0 <= *b,
+            )
+        });
+        let base = best.map(|(name, b)| (name.as_str(), *b));
         report.row(&format!("{g}: hand-off p99"), imp, "us", p99, base, target);
     }
 

@@ -207,12 +207,19 @@ impl RedisLock {
                 Error::Unavailable(format!("cannot start the Redis runtime: {e}").into())
             })?;
         let handle = runtime.handle().clone();
-        let remote = run_on(&handle, async move {
+        let remote = match run_on(&handle, async move {
             let conns = Conns::connect(url).await?;
             let remote = Remote::new(conns)?;
             remote.load().await?;
             Ok(Arc::new(remote))
-        })?;
+        }) {
+            Ok(remote) => remote,
+            Err(e) => {
+                // Never a blocking drop: the caller may be inside an async runtime.
+                runtime.shutdown_background();
+                return Err(e);
+            }
+        };
         let local = |fifo| {
             Arc::new(
                 KeyPool::builder()
