@@ -4,9 +4,10 @@ starts them against its own redis-server, in the same run as keylock's workers).
 
     redis_peers.py LIB PORT uncontended RUNS OPS
         RUNS lines on stdout, each the mean ns of one acquire+release over OPS operations
-    redis_peers.py LIB PORT contend KEYS DURATION_MS START_NS OUT
-        from START_NS (time.time_ns()) for DURATION_MS: lock a random one of KEYS keys, release
-        it at once; one line per acquisition in OUT: "key t_request t_inside t_release" (ns)
+    redis_peers.py LIB PORT contend KEYS DURATION_MS GO OUT
+        once connected, creates OUT.ready, waits for the file GO to hold a start time (ns,
+        time.time_ns()), then for DURATION_MS: locks a random one of KEYS keys and releases it
+        at once; one line per acquisition in OUT: "key t_request t_inside t_release" (ns)
 
 LIB is one of
     redis-py            redis.lock.Lock as redis-py documents it: a blocking acquire retries every
@@ -34,6 +35,18 @@ def make(lib: str, con: redis.Redis, name: str):
     raise SystemExit(f"unknown lock library {lib}")
 
 
+def wait_for_start(go: str) -> int:
+    while True:
+        try:
+            with open(go) as f:
+                text = f.read().strip()
+            if text:
+                return int(text)
+        except FileNotFoundError:
+            pass
+        time.sleep(0.001)
+
+
 def main(argv: list[str]) -> int:
     lib, port, what = argv[1], int(argv[2]), argv[3]
     con = redis.Redis(host="127.0.0.1", port=port, db=0)
@@ -52,8 +65,10 @@ def main(argv: list[str]) -> int:
             print((time.perf_counter_ns() - t0) / ops, flush=True)
         return 0
     if what == "contend":
-        keys, duration_ms, start, out = int(argv[4]), int(argv[5]), int(argv[6]), argv[7]
+        keys, duration_ms, go, out = int(argv[4]), int(argv[5]), argv[6], argv[7]
         locks = [make(lib, con, f"peer-key-{k}") for k in range(keys)]
+        open(out + ".ready", "w").close()
+        start = wait_for_start(go)
         end = start + duration_ms * 1_000_000
         while time.time_ns() < start:
             time.sleep(0.0005)

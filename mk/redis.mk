@@ -1,7 +1,7 @@
 # The Redis scope (keylock-core's cargo feature "redis"): its tests against a real
 # redis-server, its lints, and its benchmark against the peers.
 #
-#   make test-redis    installs Debian's redis-server if it is missing, then runs
+#   make test-redis    installs Debian's redis-server (and openssl) if missing, then runs
 #                      core/tests/redis (each test starts its own server on a free loopback
 #                      port with a temporary directory, and stops it by its PID)
 #   make bench-redis   core/benches/redis.rs into bench/results/redis.json; the peers run from
@@ -16,10 +16,12 @@ BENCH_TARGETS += bench-redis
 
 REDIS_CARGO_FLAGS := --locked -p keylock-core --features redis
 
+# The TLS test makes its certificates with the openssl CLI.
 redis-server:
-	@command -v redis-server >/dev/null 2>&1 || { \
-		echo "redis-server is missing: installing Debian's package"; \
-		apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y redis-server; }
+	@if ! command -v redis-server >/dev/null 2>&1 || ! command -v openssl >/dev/null 2>&1; then \
+		echo "installing Debian's redis-server and openssl"; \
+		apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y redis-server openssl; \
+	fi
 
 test-redis: redis-server
 	$(CARGO) test $(REDIS_CARGO_FLAGS) --lib redis::
@@ -30,7 +32,7 @@ lint-redis:
 
 REDIS_NODE_PEERS := $(ROOT)/bench/redis-peers-node
 $(REDIS_NODE_PEERS)/node_modules/.stamp: $(REDIS_NODE_PEERS)/package-lock.json
-	cd $(REDIS_NODE_PEERS) && npm ci --no-audit --no-fund
+	cd $(REDIS_NODE_PEERS) && npm ci $(NPM_FLAGS)
 	touch $@
 
 bench-redis: redis-server $(VENV)/.stamp $(REDIS_NODE_PEERS)/node_modules/.stamp

@@ -2,7 +2,7 @@
 // the same two workloads as bench/redis_peers.py (core/benches/redis.rs starts both).
 //
 //   node peer.js PORT uncontended RUNS OPS
-//   node peer.js PORT contend KEYS DURATION_MS START_NS OUT
+//   node peer.js PORT contend KEYS DURATION_MS GO OUT   (GO, OUT.ready: as in redis_peers.py)
 //
 // One Redis, a 30 s lease, and redlock's documented retry (200 ms + up to 200 ms of jitter
 // between attempts, i.e. polling), with unlimited retries so that every acquire succeeds as
@@ -32,7 +32,14 @@ async function main() {
       console.log(Number(process.hrtime.bigint() - t0) / ops);
     }
   } else if (what === 'contend') {
-    const [keys, durationMs, start, out] = [Number(rest[0]), Number(rest[1]), BigInt(rest[2]), rest[3]];
+    const [keys, durationMs, go, out] = [Number(rest[0]), Number(rest[1]), rest[2], rest[3]];
+    fs.writeFileSync(`${out}.ready`, '');
+    let start = null;
+    while (start === null) {
+      const text = fs.existsSync(go) ? fs.readFileSync(go, 'utf8').trim() : '';
+      if (text) start = BigInt(text);
+      else await new Promise((r) => setTimeout(r, 1));
+    }
     const end = start + BigInt(durationMs) * 1000000n;
     while (nowNs() < start) await new Promise((r) => setTimeout(r, 1));
     const rows = [];
@@ -48,7 +55,7 @@ async function main() {
     }
     fs.writeFileSync(out, rows.join(''));
   } else {
-    throw new Error('usage: peer.js PORT uncontended RUNS OPS | contend KEYS DURATION_MS START_NS OUT');
+    throw new Error('usage: peer.js PORT uncontended RUNS OPS | contend KEYS DURATION_MS GO OUT');
   }
   client.disconnect();
 }

@@ -38,8 +38,23 @@ fn now_ns() -> u64 {
 }
 
 fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
     v[v.len() / 2]
+}
+
+/// Waits for the file `go` to hold the start time (ns since the epoch), as every worker does.
+fn wait_for_start(go: &str) -> u64 {
+    loop {
+        if let Ok(text) = std::fs::read_to_string(go) {
+            if let Ok(t) = text.trim().parse() {
+                return t;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -66,11 +81,13 @@ fn child() {
         .unwrap()
         .parse()
         .unwrap();
-    let start: u64 = std::env::var("KEYLOCK_START_NS").unwrap().parse().unwrap();
+    let go = std::env::var("KEYLOCK_GO").unwrap();
     let out = std::env::var("KEYLOCK_OUT").unwrap();
     let threads: usize = std::env::var("KEYLOCK_THREADS").unwrap().parse().unwrap();
     let keys: usize = std::env::var("KEYLOCK_KEYS").unwrap().parse().unwrap();
     let locks = keylock_core::open(&url).unwrap();
+    std::fs::write(format!("{out}.ready"), "").unwrap();
+    let start = wait_for_start(&go);
     let recs = contend(&locks, threads, keys, start, duration);
     let mut f = std::io::BufWriter::new(std::fs::File::create(out).unwrap());
     for r in recs {
@@ -464,10 +481,10 @@ fn main() {
     for imp in &impls {
         let (mut rate, mut p50, mut p99) = (Vec::new(), Vec::new(), Vec::new());
         for round in 0..rounds {
-            let start = now_ns() + 1_500_000_000;
             let files: Vec<PathBuf> = (0..PROCESSES)
                 .map(|p| dir.join(format!("{}-{round}-{p}", imp.replace(' ', "_"))))
                 .collect();
+            let go = dir.join(format!("{}-{round}-go", imp.replace(' ', "_")));
             let kids: Vec<_> = files
                 .iter()
                 .map(|f| {
@@ -476,7 +493,7 @@ fn main() {
                             .env("KEYLOCK_BENCH_CHILD", "1")
                             .env("KEYLOCK_REDIS_URL", &url)
                             .env("KEYLOCK_DURATION_MS", duration_ms.to_string())
-                            .env("KEYLOCK_START_NS", start.to_string())
+                            .env("KEYLOCK_GO", &go)
                             .env("KEYLOCK_OUT", f)
                             .env("KEYLOCK_THREADS", "1")
                             .env("KEYLOCK_KEYS", KEYS.to_string())
@@ -486,13 +503,20 @@ fn main() {
                         let peer = peers.iter().find(|p| p.name == imp).unwrap();
                         peer.command()
                             .args(["contend".to_owned(), KEYS.to_string()])
-                            .args([duration_ms.to_string(), start.to_string()])
+                            .arg(duration_ms.to_string())
+                            .arg(&go)
                             .arg(f)
                             .spawn()
                             .unwrap()
                     }
                 })
                 .collect();
+            // Every worker connected and ready, then one start time for all.
+            let ready = |f: &PathBuf| PathBuf::from(format!("{}.ready", f.display())).exists();
+            while !files.iter().all(ready) {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            std::fs::write(&go, (now_ns() + 100_000_000).to_string()).unwrap();
             for mut k in kids {
                 assert!(k.wait().unwrap().success(), "{imp} worker failed");
             }

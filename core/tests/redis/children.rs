@@ -74,6 +74,12 @@ pub(crate) fn run(role: &str) {
             std::thread::sleep(Duration::from_secs(120));
             locks.release(acq).unwrap();
         }
+        // Lock and release once (over TLS, in tls.rs).
+        "tls" => {
+            let acq = locks.acquire(key("secure"), &LockOptions::new()).unwrap();
+            println!("@tls-fence {}", acq.fence());
+            locks.release(acq).unwrap();
+        }
         _ => panic!("unknown child role {role}"),
     }
 }

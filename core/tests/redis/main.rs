@@ -10,6 +10,7 @@ mod failures;
 mod processes;
 mod semantics;
 mod server;
+mod tls;
 
 use std::sync::Arc;
 use std::sync::mpsc;

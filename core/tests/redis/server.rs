@@ -3,7 +3,7 @@
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -14,6 +14,8 @@ pub(crate) struct Server {
     child: Option<Child>,
     appendonly: bool,
     password: Option<String>,
+    /// More arguments for redis-server (TLS).
+    extra: Vec<String>,
 }
 
 /// A port nobody listens on right now.
@@ -44,7 +46,37 @@ impl Server {
             child: None,
             appendonly,
             password: password.map(str::to_owned),
+            extra: Vec::new(),
         };
+        s.launch();
+        s
+    }
+
+    /// A server that also listens with TLS on `tls_port`, with the given certificate files.
+    pub(crate) fn with_tls(tls_port: u16, cert: &Path, key: &Path, ca: &Path) -> Server {
+        let mut s = Server {
+            port: free_port(),
+            dir: std::env::temp_dir().join(format!(
+                "keylock-redis-tls-{}-{tls_port}",
+                std::process::id()
+            )),
+            child: None,
+            appendonly: false,
+            password: None,
+            extra: vec![
+                "--tls-port".into(),
+                tls_port.to_string(),
+                "--tls-cert-file".into(),
+                cert.display().to_string(),
+                "--tls-key-file".into(),
+                key.display().to_string(),
+                "--tls-ca-cert-file".into(),
+                ca.display().to_string(),
+                "--tls-auth-clients".into(),
+                "no".into(),
+            ],
+        };
+        std::fs::create_dir_all(&s.dir).unwrap();
         s.launch();
         s
     }
@@ -64,6 +96,7 @@ impl Server {
         if let Some(p) = &self.password {
             cmd.args(["--requirepass", p]);
         }
+        cmd.args(&self.extra);
         let child = cmd.spawn().expect(
             "redis-server is not installed: `make test` installs it (apt-get install redis-server)",
         );
