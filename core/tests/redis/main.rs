@@ -45,6 +45,18 @@ pub(crate) fn within<T: Send + 'static>(
     }
 }
 
+/// Waits until `cond` holds; fails the test after 20 s.
+pub(crate) fn wait_until(mut cond: impl FnMut() -> bool) {
+    let until = std::time::Instant::now() + Duration::from_secs(20);
+    while !cond() {
+        assert!(
+            std::time::Instant::now() < until,
+            "condition not reached within 20 s"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 /// The entry point of the child processes some tests start (a no-op otherwise).
 #[test]
 fn child_process_entry() {

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use keylock_core::{Error, LockKey, LockOptions, Mode, OpenOptions, Owner, Wait};
 
-use crate::{Server, key, open, within};
+use crate::{Server, key, open, wait_until, within};
 
 const NO: LockOptions = LockOptions::new().wait(Wait::No);
 
@@ -30,9 +30,7 @@ fn try_timed_blocking_and_release_by_acquisition() {
     // A blocked waiter is woken by the release.
     let b2 = Arc::clone(&b);
     let waiter = std::thread::spawn(move || b2.acquire(key("k"), &LockOptions::new()));
-    while b.info(key("k")).unwrap().unwrap().waiters == 0 {
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    wait_until(|| b.info(key("k")).unwrap().unwrap().waiters != 0);
     let fence = held.fence();
     a.release(held).unwrap();
     let next = within(Duration::from_secs(10), move || waiter.join().unwrap()).unwrap();
@@ -67,13 +65,9 @@ fn async_acquire_needs_no_runtime_and_cancels_cleanly() {
     let waker = futures::task::noop_waker();
     let mut cx = std::task::Context::from_waker(&waker);
     assert!(pending.as_mut().poll(&mut cx).is_pending());
-    while b.info(key("k")).unwrap().unwrap().waiters == 0 {
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    wait_until(|| b.info(key("k")).unwrap().unwrap().waiters != 0);
     drop(pending);
-    while b.info(key("k")).unwrap().unwrap().waiters != 0 {
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    wait_until(|| b.info(key("k")).unwrap().unwrap().waiters == 0);
     b.release(got).unwrap();
     assert!(!a.is_locked(key("k")).unwrap());
     let again = a.acquire(key("k"), &NO).unwrap();
@@ -144,9 +138,7 @@ fn shared_holders_overlap_and_exclude_writers_fifo() {
     let c = open(&server, "prefix=sh");
     let c2 = Arc::clone(&c);
     let writer = std::thread::spawn(move || c2.acquire(key("doc"), &LockOptions::new()));
-    while a.info(key("doc")).unwrap().unwrap().waiters == 0 {
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    wait_until(|| a.info(key("doc")).unwrap().unwrap().waiters != 0);
     let d = open(&server, "prefix=sh");
     assert_eq!(
         d.acquire(key("doc"), &shared.wait(Wait::No)).unwrap_err(),
