@@ -199,6 +199,10 @@ impl Remote {
                 self.conns.idle(con);
                 Ok(())
             }
+            // A connection torn since it was last used (a server restart): dropped here, and
+            // the next attempt's script, on the self-healing command connection, says whether
+            // Redis is really gone.
+            Ok(Err(e)) if e.is_io_error() || e.is_connection_dropped() => Ok(()),
             Ok(Err(e)) => Err(self.conns.error(&e)),
             Err(_) => Err(Error::Unavailable(
                 format!(

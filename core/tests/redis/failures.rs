@@ -2,9 +2,11 @@
 
 use std::time::{Duration, Instant};
 
-use keylock_core::{Error, LockOptions, Wait};
+use std::sync::Arc;
 
-use crate::{Server, key, open, server::free_port};
+use keylock_core::{Error, KeyedLock, LockOptions, Wait};
+
+use crate::{Server, key, open, server::free_port, wait_until, within};
 
 #[test]
 fn each_bad_url_gets_its_clear_error() {
@@ -139,6 +141,9 @@ fn a_restart_with_appendonly_keeps_fences_rising() {
         last = acq.fence();
         locks.release(acq).unwrap();
     }
+    // A waited acquire leaves an idle blocking connection in the pool...
+    let other = open(&server, "prefix=aof&timeout=500ms");
+    waited_acquire(&locks, &other);
     server.restart();
     let acq = eventually(|| locks.acquire(key("k"), &LockOptions::new()));
     assert!(
@@ -147,6 +152,26 @@ fn a_restart_with_appendonly_keeps_fences_rising() {
         acq.fence()
     );
     locks.release(acq).unwrap();
+    // ...which the restart tore: a wait after it still works.
+    let _ = eventually(|| other.is_locked(key("w")));
+    waited_acquire(&locks, &other);
+}
+
+/// `other` holds `w`, `locks` waits for it (blocking on its own list) until `other` lets go.
+fn waited_acquire(locks: &Arc<dyn KeyedLock>, other: &Arc<dyn KeyedLock>) {
+    let held = other.acquire(key("w"), &LockOptions::new()).unwrap();
+    let l = Arc::clone(locks);
+    let waiter = std::thread::spawn(move || {
+        l.acquire(
+            key("w"),
+            &LockOptions::new().wait(Wait::For(Duration::from_secs(20))),
+        )
+        .map(|acq| l.release(acq))
+    });
+    wait_until(|| other.info(key("w")).unwrap().is_some_and(|i| i.waiters > 0));
+    other.release(held).unwrap();
+    let got = within(Duration::from_secs(30), move || waiter.join().unwrap());
+    got.expect("the waiter got the key").unwrap();
 }
 
 /// The first success of `f` within 10 s; a connection torn by a restart fails a call or two
