@@ -24,6 +24,8 @@ pub(crate) struct Conns {
     client: Client,
     pub(crate) manager: ConnectionManager,
     idle: Mutex<Vec<MultiplexedConnection>>,
+    /// Idle plain (blocking) connections, for calls made on a caller's own thread.
+    plain: Mutex<Vec<redis::Connection>>,
 }
 
 impl Conns {
@@ -44,6 +46,7 @@ impl Conns {
             client,
             manager,
             idle: Mutex::new(Vec::new()),
+            plain: Mutex::new(Vec::new()),
         }))
     }
 
@@ -74,6 +77,49 @@ impl Conns {
         if idle.len() < IDLE_BLOCKERS {
             idle.push(conn);
         }
+    }
+
+    /// Runs `f` on a plain connection on this thread (no hop to the scope's runtime: what a
+    /// blocking acquire's first attempt and a release use). The connection goes back to the
+    /// pool only after a clean reply; one that failed or timed out is dropped. A pooled
+    /// connection found torn (the server restarted since it was last used) is replaced once.
+    pub(crate) fn on_this_thread<T>(
+        &self,
+        mut f: impl FnMut(&mut redis::Connection) -> redis::RedisResult<T>,
+    ) -> Result<T> {
+        let mut pooled = self.plain.lock().pop();
+        loop {
+            let was_pooled = pooled.is_some();
+            let mut con = match pooled.take() {
+                Some(c) => c,
+                None => self.plain_connection()?,
+            };
+            match f(&mut con) {
+                Ok(v) => {
+                    let mut plain = self.plain.lock();
+                    if plain.len() < IDLE_BLOCKERS {
+                        plain.push(con);
+                    }
+                    return Ok(v);
+                }
+                Err(e) if was_pooled && (e.is_io_error() || e.is_connection_dropped()) => {
+                    // Every idle one is as old: drop them all and start afresh.
+                    self.plain.lock().clear();
+                }
+                Err(e) => return Err(self.error(&e)),
+            }
+        }
+    }
+
+    fn plain_connection(&self) -> Result<redis::Connection> {
+        let c = self
+            .client
+            .get_connection_with_timeout(self.url.connect_timeout)
+            .map_err(|e| self.error(&e))?;
+        c.set_read_timeout(Some(self.url.timeout))
+            .and_then(|()| c.set_write_timeout(Some(self.url.timeout)))
+            .map_err(|e| self.error(&e))?;
+        Ok(c)
     }
 
     /// Runs one command future within the URL's command timeout.

@@ -423,11 +423,40 @@ impl Plan {
 impl Inner {
     /// Takes fresh remote holds of `keys` (all or none), on the scope's runtime; dropping the
     /// future cancels the wait and releases anything granted meanwhile.
-    async fn remote_acquire(&self, keys: Vec<RemoteKey>, plan: Plan) -> Result<Vec<Arc<Hold>>> {
-        let (mut tx, rx) = oneshot::channel::<Result<Granted>>();
+    ///
+    /// `here`: the caller blocks its own thread anyway, so the first attempt runs on it (no
+    /// hop to the runtime); only a wait goes to the runtime.
+    async fn remote_acquire(
+        &self,
+        keys: Vec<RemoteKey>,
+        plan: Plan,
+        here: bool,
+    ) -> Result<Vec<Arc<Hold>>> {
         let remote = Arc::clone(&self.remote);
         let handle = self.handle.clone();
         let lease = plan.lease(&remote);
+        if here {
+            let token = remote.fresh_id();
+            let sent = Instant::now();
+            match remote.try_here(&keys, &token, lease)? {
+                Some(grants) => {
+                    let granted = Granted {
+                        remote,
+                        handle,
+                        keys,
+                        token,
+                        grants,
+                        sent,
+                        lease,
+                        armed: true,
+                    };
+                    return Ok(granted.into_holds(plan.opts.owner));
+                }
+                None if plan.try_only => return Err(Error::WouldBlock),
+                None => {}
+            }
+        }
+        let (mut tx, rx) = oneshot::channel::<Result<Granted>>();
         self.handle.spawn(async move {
             let token = remote.fresh_id();
             let sent = Instant::now();
@@ -502,12 +531,14 @@ impl Inner {
         acq
     }
 
-    /// One key: local queue, then the key's shared hold or a fresh remote one.
+    /// One key: local queue, then the key's shared hold or a fresh remote one (`here`: see
+    /// [`remote_acquire`](Self::remote_acquire)).
     async fn acquire_one(
         self: Arc<Self>,
         space: KeySpace,
         key: Vec<u8>,
         opts: LockOptions,
+        here: bool,
     ) -> Result<Acquisition> {
         let plan = Plan::new(&opts);
         let lkey = local_key(space, &key);
@@ -536,7 +567,7 @@ impl Inner {
                         key: key.clone(),
                         mode: plan.opts.mode,
                     }];
-                    let hold = self.remote_acquire(keys, plan).await?.remove(0);
+                    let hold = self.remote_acquire(keys, plan, here).await?.remove(0);
                     self.install(&lkey, &hold, id, &plan);
                     break hold;
                 }
@@ -550,6 +581,7 @@ impl Inner {
         self: Arc<Self>,
         keys: Vec<(KeySpace, Vec<u8>, Mode)>,
         opts: LockOptions,
+        here: bool,
     ) -> Result<Vec<Acquisition>> {
         let plan = Plan::new(&opts);
         // The caller's order of first occurrence, for the answer.
@@ -629,7 +661,7 @@ impl Inner {
         let mut got = if fresh.is_empty() {
             Vec::new()
         } else {
-            match self.remote_acquire(fresh, plan).await {
+            match self.remote_acquire(fresh, plan, here).await {
                 Ok(h) => h,
                 Err(e) => {
                     unjoin(&joined);
@@ -670,7 +702,7 @@ impl Inner {
     }
 
     /// Ends one acquisition: the remote hold if it was its last user, then the local one.
-    async fn release(self: Arc<Self>, acq: Acquisition, owner: Option<Owner>) -> Result<()> {
+    fn release(&self, acq: Acquisition, owner: Option<Owner>) -> Result<()> {
         let rec = {
             let mut records = self.records.lock();
             match records.get(&acq.at) {
@@ -702,12 +734,9 @@ impl Inner {
             None => Ok(()),
             Some(done) => {
                 hold.halt();
-                let remote = Arc::clone(&self.remote);
-                let h = Arc::clone(&hold);
-                let r = run_async(&self.handle, async move {
-                    remote.release(&h.key, &h.token).await
-                })
-                .await;
+                // Release is only ever called blocking (the trait's is synchronous): on this
+                // thread, with no hop to the runtime.
+                let r = self.remote.release_here(&hold.key, &hold.token);
                 {
                     let mut slots = self.slots.lock();
                     if matches!(slots.get(&lkey), Some(Slot::Releasing(d)) if Arc::ptr_eq(d, &done))
@@ -743,25 +772,13 @@ fn plan_deadline(plan: &Plan) -> Option<Instant> {
     plan.opts.lease.and_then(|l| Instant::now().checked_add(l))
 }
 
-/// Runs `fut` on the scope's runtime and awaits it from any executor.
-async fn run_async<T: Send + 'static>(
-    handle: &Handle,
-    fut: impl Future<Output = Result<T>> + Send + 'static,
-) -> Result<T> {
-    let (tx, rx) = oneshot::channel();
-    handle.spawn(async move {
-        let _ = tx.send(fut.await);
-    });
-    rx.await.unwrap_or_else(|_| Err(closed()))
-}
-
 impl KeyedLock for RedisLock {
     fn acquire(&self, key: LockKey<'_>, opts: &LockOptions) -> Result<Acquisition> {
-        block_on(Arc::clone(&self.inner).acquire_one(key.space, key.bytes.to_vec(), *opts))
+        block_on(Arc::clone(&self.inner).acquire_one(key.space, key.bytes.to_vec(), *opts, true))
     }
 
     fn acquire_async(self: Arc<Self>, key: LockKey<'_>, opts: &LockOptions) -> AcquireFuture {
-        let fut = Arc::clone(&self.inner).acquire_one(key.space, key.bytes.to_vec(), *opts);
+        let fut = Arc::clone(&self.inner).acquire_one(key.space, key.bytes.to_vec(), *opts, false);
         // The future keeps the scope (and its runtime) alive.
         Box::pin(async move {
             let out = fut.await;
@@ -775,7 +792,7 @@ impl KeyedLock for RedisLock {
         keys: &[(LockKey<'_>, Mode)],
         opts: &LockOptions,
     ) -> Result<Vec<Acquisition>> {
-        block_on(Arc::clone(&self.inner).acquire_many(owned_keys(keys), *opts))
+        block_on(Arc::clone(&self.inner).acquire_many(owned_keys(keys), *opts, true))
     }
 
     fn acquire_many_async(
@@ -783,7 +800,7 @@ impl KeyedLock for RedisLock {
         keys: &[(LockKey<'_>, Mode)],
         opts: &LockOptions,
     ) -> AcquireManyFuture {
-        let fut = Arc::clone(&self.inner).acquire_many(owned_keys(keys), *opts);
+        let fut = Arc::clone(&self.inner).acquire_many(owned_keys(keys), *opts, false);
         Box::pin(async move {
             let out = fut.await;
             drop(self);
@@ -792,7 +809,7 @@ impl KeyedLock for RedisLock {
     }
 
     fn release_as(&self, acquisition: Acquisition, owner: Option<Owner>) -> Result<()> {
-        block_on(Arc::clone(&self.inner).release(acquisition, owner))
+        self.inner.release(acquisition, owner)
     }
 
     fn extend(&self, acquisition: &mut Acquisition, lease: Duration) -> Result<()> {

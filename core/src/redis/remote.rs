@@ -104,7 +104,61 @@ impl Remote {
             inv.arg(a);
         }
         let mut con = self.conns.cmd();
-        self.conns.run(inv.invoke_async(&mut con)).await
+        match tokio::time::timeout(self.conns.url.timeout, inv.invoke_async(&mut con)).await {
+            // A connection torn since its last use (a server restart): the manager reconnects,
+            // and the script runs again (every script is safe to repeat: acquire by the same
+            // token gives the same grant).
+            Ok(Err(e)) if e.is_io_error() || e.is_connection_dropped() => {
+                self.conns.run(inv.invoke_async(&mut con)).await
+            }
+            Ok(r) => r.map_err(|e| self.conns.error(&e)),
+            Err(_) => Err(Error::Unavailable(
+                format!(
+                    "{}: no answer within {:?}",
+                    self.conns.url.redacted(),
+                    self.conns.url.timeout
+                )
+                .into(),
+            )),
+        }
+    }
+
+    /// One attempt at every key of `keys` (or none), on this thread, without queueing: the
+    /// grants, or `None` if a key is taken (or others wait for it first).
+    pub(crate) fn try_here(
+        &self,
+        keys: &[RemoteKey],
+        token: &str,
+        lease: Duration,
+    ) -> Result<Option<Vec<Grant>>> {
+        let waiter = self.fresh_id();
+        let mut inv = self.scripts.acquire.prepare_invoke();
+        for k in self.keys_of(keys) {
+            inv.key(k);
+        }
+        inv.arg(&self.notify[..])
+            .arg(token)
+            .arg(&waiter)
+            .arg(millis(lease))
+            .arg(0);
+        for k in keys {
+            inv.arg(mode_char(k.mode));
+        }
+        let reply: Value = self.conns.on_this_thread(|con| inv.invoke(con))?;
+        Ok(parse_acquire(&reply, keys.len())?.ok())
+    }
+
+    /// [`release`](Self::release) on this thread.
+    pub(crate) fn release_here(&self, key: &RemoteKey, token: &str) -> Result<bool> {
+        let mut inv = self.scripts.release.prepare_invoke();
+        for k in self.keys_of([key]) {
+            inv.key(k);
+        }
+        inv.arg(&self.notify[..])
+            .arg(token)
+            .arg(mode_char(key.mode));
+        let reply: Value = self.conns.on_this_thread(|con| inv.invoke(con))?;
+        int(&reply).map(|n| n == 1)
     }
 
     /// Takes every key of `keys` or none, waiting (by push) until `deadline`; `try_only`

@@ -7,11 +7,17 @@ local np, token, wid = ARGV[1], ARGV[2], ARGV[3]
 local lease, reg = tonumber(ARGV[4]), tonumber(ARGV[5])
 local n = #KEYS / 4
 local blocked, hint = nil, 0
+-- Keys this token holds already: a retry of an attempt whose reply was lost (the client
+-- retries once on a torn connection) gets the same grant, not a wait on itself.
+local mine = {}
 for i = 1, n do
   local l, s, q, e = KEYS[4 * i - 3], KEYS[4 * i - 2], KEYS[4 * i - 1], KEYS[4 * i]
   tidy(l, s, q, e, np, now)
-  if not blocked then
-    local m = ARGV[5 + i]
+  local m = ARGV[5 + i]
+  if (m == 'x' and redis.call('HGET', l, 't') == token)
+      or (m == 's' and redis.call('ZSCORE', s, token)) then
+    mine[i] = true
+  elseif not blocked then
     local ok, wait = grantable(l, s, q, e, m, m .. wid, now)
     if not ok then blocked, hint = i, wait end
   end
@@ -39,7 +45,10 @@ for i = 1, n do
   local l, s, q, e = KEYS[4 * i - 3], KEYS[4 * i - 2], KEYS[4 * i - 1], KEYS[4 * i]
   local m = ARGV[5 + i]
   if redis.call('ZREM', q, m .. wid) == 1 then redis.call('ZREM', e, m .. wid) end
-  if m == 'x' then
+  if mine[i] then
+    out[#out + 1] = tonumber(redis.call('HGET', l, 'n') or '0')
+    out[#out + 1] = 0
+  elseif m == 'x' then
     local died = tonumber(redis.call('HGET', l, 'x') or '0')
     out[#out + 1] = redis.call('HINCRBY', l, 'n', 1)
     out[#out + 1] = died
