@@ -28,6 +28,9 @@ use keylock_core::{KeyedLock, LockKey, LockOptions};
 use server::Server;
 
 const KEYS: usize = 16;
+
+/// What the report says about these workloads.
+const DESCRIPTION: &str = "Workloads. *Uncontended*: one thread, acquire+release of one key, 7 runs of 500 interleaved with the floor (two PINGs on a plain connection); the peers' runs follow keylock's. *Round trips*: the commands clients sent (a MONITOR feed, less the commands scripts run inside the server), per operation, over 1,000 uncontended acquires and then their releases. *4 processes on 16 keys*: each process locks a random key of 16 and releases it at once for 3 s (3 rounds); a hand-off is the time from a holder's release to the next holder inside, counted only when that holder was already waiting. *Local hand-off*: 4 threads of one process on one key (each local holder takes its own remote acquisition). Peers: redis-py's Lock (polls every 0.1 s), python-redis-lock (BLPOP), node-redlock 4.2.0 (retries every 200 ms + jitter); each gets a 30 s lease. The machine is shared and was loaded (uptime above): read ratios in one run, not absolute figures.";
 const PROCESSES: usize = 4;
 
 fn now_ns() -> u64 {
@@ -614,6 +617,7 @@ fn main() {
             "notes": report.notes.join("; "),
         },
         "date": humantime_now(),
+        "description": DESCRIPTION,
         "results": report.rows,
     });
     let out_dir = std::env::var("KEYLOCK_BENCH_DIR").unwrap_or_else(|_| "target".to_owned());
