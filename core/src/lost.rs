@@ -1,26 +1,4 @@
 //! [`LostSignal`]: how the holder of a remote acquisition learns that it lost the lock.
-//!
-//! A lock that lives in another process (Redis) can be lost behind its holder's back: its lease
-//! ran out because the holder's process could not renew it, or somebody force-unlocked it. The
-//! scope that made the acquisition fires its signal once, when it finds out; the holder can ask
-//! ([`is_lost`](LostSignal::is_lost)), block ([`wait_timeout`](LostSignal::wait_timeout)),
-//! await ([`lost`](LostSignal::lost), on any executor), or register a callback
-//! ([`on_lost`](LostSignal::on_lost)). Each front end maps one of these to its own idiom:
-//! Python's `handle.lost` and an awaitable, Node's `AbortSignal`, C's query call.
-//!
-//! [`KeyedLock::lost_signal`](crate::KeyedLock::lost_signal) hands out the signal of an
-//! acquisition; in-process scopes have none (`None`), since their holders cannot be cut off.
-//!
-//! ```
-//! use std::time::Duration;
-//! use keylock_core::LostSignal;
-//!
-//! let signal = LostSignal::new();
-//! assert!(!signal.is_lost());
-//! assert!(!signal.wait_timeout(Duration::from_millis(1)));
-//! signal.fire();
-//! assert!(signal.is_lost() && signal.wait_timeout(Duration::ZERO));
-//! ```
 
 use std::fmt;
 use std::future::Future;
@@ -32,7 +10,29 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
-/// A one-shot, clonable "this acquisition is lost" flag. See the [module docs](self).
+/// How the holder of a remote acquisition learns that it lost the lock.
+///
+/// A lock that lives in another process (Redis) can be lost behind its holder's back: its lease
+/// ran out because the holder's process could not renew it, or somebody force-unlocked it. The
+/// scope that made the acquisition fires its signal once, when it finds out; the holder can ask
+/// ([`is_lost`](LostSignal::is_lost)), block ([`wait_timeout`](LostSignal::wait_timeout)),
+/// await ([`lost`](LostSignal::lost), on any executor), or register a callback
+/// ([`on_lost`](LostSignal::on_lost)). Each front end maps one of these to its own idiom:
+/// Python's `handle.lost` and an awaitable, Node's `AbortSignal`, C's query call.
+///
+/// [`KeyedLock::lost_signal`](crate::KeyedLock::lost_signal) hands out the signal of an
+/// acquisition; in-process scopes have none (`None`), since their holders cannot be cut off.
+///
+/// ```
+/// use std::time::Duration;
+/// use keylock_core::LostSignal;
+///
+/// let signal = LostSignal::new();
+/// assert!(!signal.is_lost());
+/// assert!(!signal.wait_timeout(Duration::from_millis(1)));
+/// signal.fire();
+/// assert!(signal.is_lost() && signal.wait_timeout(Duration::ZERO));
+/// ```
 #[derive(Clone, Default)]
 pub struct LostSignal(Arc<Inner>);
 
