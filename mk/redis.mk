@@ -28,7 +28,7 @@ test-redis: redis-server
 	$(CARGO) test $(REDIS_CARGO_FLAGS) --test redis
 
 lint-redis:
-	$(CARGO) clippy $(REDIS_CARGO_FLAGS) --all-targets -- -D warnings
+	$(CARGO) clippy $(REDIS_CARGO_FLAGS) --lib --test redis --bench redis -- -D warnings
 
 REDIS_NODE_PEERS := $(ROOT)/bench/redis-peers-node
 $(REDIS_NODE_PEERS)/node_modules/.stamp: $(REDIS_NODE_PEERS)/package-lock.json

@@ -108,9 +108,10 @@
 //!
 //! # Scripts
 //!
-//! The Lua sources are in `core/src/redis/lua/` (`prelude.lua` documents the data model).
+//! The Lua sources are in `core/src/redis/lua.rs` (its `PRELUDE` documents the data model).
 
 mod conn;
+mod lua;
 mod remote;
 mod renew;
 mod scripts;

@@ -1,4 +1,4 @@
-//! The Lua scripts (in `lua/`) and the Redis key names they work on.
+//! The Lua scripts (their sources in `lua.rs`) and the Redis key names they work on.
 //!
 //! Every state change is one script, so each is atomic on the server and costs one round trip:
 //!
@@ -12,21 +12,17 @@
 //! | `leave` | a waiter gives up its place |
 //! | `info` | a snapshot of a key |
 //!
-//! `lua/prelude.lua` (prepended to each) documents the data model: per lock key a hash (fence,
+//! [`lua::PRELUDE`](super::lua::PRELUDE) (prepended to each) documents the data model: per lock key a hash (fence,
 //! exclusive token and deadline), a sorted set of shared holders, and the waiter queue; per
 //! waiter a list it blocks on. All names start with `{PREFIX}`, one hash tag, so that a
 //! multi-key acquire touches one hash slot (and would run unchanged on Redis Cluster).
 
 use redis::Script;
 
+use super::lua;
+
 use crate::acquisition::Mode;
 use crate::scope::KeySpace;
-
-macro_rules! script {
-    ($file:literal) => {
-        concat!(include_str!("lua/prelude.lua"), include_str!($file))
-    };
-}
 
 /// The scripts, hashed once per scope (EVALSHA, loaded again by the client on `NOSCRIPT`,
 /// e.g. after a server restart).
@@ -40,16 +36,20 @@ pub(crate) struct Scripts {
     pub(crate) info: Script,
 }
 
+fn script(body: &str) -> Script {
+    Script::new(&format!("{}{body}", lua::PRELUDE))
+}
+
 impl Scripts {
     pub(crate) fn new() -> Self {
         Self {
-            acquire: Script::new(script!("lua/acquire.lua")),
-            release: Script::new(script!("lua/release.lua")),
-            renew: Script::new(script!("lua/renew.lua")),
-            check: Script::new(script!("lua/check.lua")),
-            force: Script::new(script!("lua/force.lua")),
-            leave: Script::new(script!("lua/leave.lua")),
-            info: Script::new(script!("lua/info.lua")),
+            acquire: script(lua::ACQUIRE),
+            release: script(lua::RELEASE),
+            renew: script(lua::RENEW),
+            check: script(lua::CHECK),
+            force: script(lua::FORCE),
+            leave: script(lua::LEAVE),
+            info: script(lua::INFO),
         }
     }
 
@@ -80,7 +80,7 @@ impl Names {
         }
     }
 
-    /// The four names of one lock key (`l`, `s`, `q`, `e`: see `lua/prelude.lua`), as
+    /// The four names of one lock key (`l`, `s`, `q`, `e`: see `lua::PRELUDE`), as
     /// `{PREFIX}:` + space (`k` keys, `n` Web Locks names) + kind + `:` + the key's bytes. The
     /// key's bytes come last and everything before them is fixed, so distinct keys never share
     /// a name.
