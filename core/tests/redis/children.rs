@@ -27,6 +27,19 @@ pub(crate) fn spawn(role: &str, env: &[(&str, String)]) -> Child {
     cmd.spawn().unwrap()
 }
 
+/// Starts `command` (a shell command line) as a worker with `env`.
+pub(crate) fn spawn_command(command: &str, env: &[(&str, String)]) -> Child {
+    let mut cmd = Command::new("sh");
+    cmd.args(["-c", command])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.spawn().unwrap()
+}
+
 /// The first line of the child's output that starts with `tag`, and what follows it.
 pub(crate) fn read_tagged(child: &mut Child, tag: &str) -> String {
     let out = child.stdout.as_mut().unwrap();

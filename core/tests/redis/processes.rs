@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 use keylock_core::{KeyedLock, LockOptions, Mode, Wait};
 use redis::Commands;
 
-use crate::children::{read_tagged, spawn};
+use crate::children::{read_tagged, spawn, spawn_command};
 use crate::{Server, key, open, within};
 
 /// One critical section on `counter`: counts who is inside at once (`seen`), and for exclusive
@@ -49,7 +49,21 @@ pub(crate) fn critical_section(
     locks.release(acq).unwrap();
 }
 
-/// Runs `children` child processes and `threads` threads (on `scopes` scope objects, so that
+/// Workers in other languages that join the counting tests: `KEYLOCK_REDIS_WORKERS`, commands
+/// separated by `;` (e.g. the Python and Node bindings' `redis_worker` scripts, once those
+/// bindings open the Redis scope). Each gets the same environment as a Rust child and follows
+/// [`critical_section`]'s protocol, then prints `@done`.
+fn other_workers() -> Vec<String> {
+    std::env::var("KEYLOCK_REDIS_WORKERS")
+        .unwrap_or_default()
+        .split(';')
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Runs `children` child processes (and the other workers) (on `scopes` scope objects, so that
 /// threads of one scope coalesce locally) through `ops` critical sections each.
 fn contend(
     server: &Server,
@@ -59,7 +73,8 @@ fn contend(
     scopes: usize,
     ops: usize,
 ) {
-    let parties = (children + threads) as i64;
+    let others = other_workers();
+    let parties = (children + threads + others.len()) as i64;
     let url = server.url("prefix=t&lease=5s");
     let data = format!("redis://127.0.0.1:{}/0", server.port);
     let env = [
@@ -78,6 +93,7 @@ fn contend(
         ),
     ];
     let mut kids: Vec<_> = (0..children).map(|_| spawn("count", &env)).collect();
+    kids.extend(others.iter().map(|cmd| spawn_command(cmd, &env)));
     let locks: Vec<_> = (0..scopes)
         .map(|_| open(server, "prefix=t&lease=5s"))
         .collect();
@@ -114,7 +130,7 @@ fn exclusive_processes_and_threads_count_exactly_with_rising_fences() {
         contend(&srv, Mode::Exclusive, children, threads, 2, ops)
     });
     let mut con = server.client();
-    let total = ((children + threads) * ops) as i64;
+    let total = ((children + threads + other_workers().len()) * ops) as i64;
     let count: i64 = con.get("count").unwrap();
     assert_eq!(count, total, "every increment under the lock counted");
     let seen: Vec<i64> = con.lrange("seen", 0, -1).unwrap();
@@ -141,11 +157,12 @@ fn shared_holders_in_processes_and_threads_overlap() {
     });
     let mut con = server.client();
     let seen: Vec<i64> = con.lrange("seen", 0, -1).unwrap();
-    assert_eq!(seen.len(), 4);
+    let parties = 4 + other_workers().len();
+    assert_eq!(seen.len(), parties);
     assert_eq!(
-        seen.iter().max(),
-        Some(&4),
-        "all four shared holders inside at once"
+        seen.iter().max().map(|&n| n as usize),
+        Some(parties),
+        "every shared holder inside at once"
     );
     let inside: i64 = con.get("inside").unwrap();
     assert_eq!(inside, 0);
