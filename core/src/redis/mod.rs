@@ -59,9 +59,9 @@
 //! nothing is missed. Shared waiters behind a shared head are woken in a chain as each is
 //! granted; a shared request queued behind a waiting exclusive one waits (FIFO, as Web Locks
 //! specify). A waiter also looks again by itself when the holder's lease is due to end, and at
-//! most every 10 s (a bounded safety re-check, which only matters if a waiter died while being
-//! woken). A waiter that times out or is cancelled leaves the queue; one whose process died is
-//! dropped when its registration lapses.
+//! least every 5 s (a bounded safety re-check). A waiter that times out or is cancelled leaves
+//! the queue; one whose process died is dropped when its registration lapses (at most 6 s
+//! after its last look), so a killed waiter holds the queue up for at most that long.
 //!
 //! # Local coalescing
 //!

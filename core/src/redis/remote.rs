@@ -15,13 +15,14 @@ use crate::error::{Error, Result};
 use crate::scope::KeySpace;
 
 /// The longest a waiter blocks before it looks again by itself (the bounded safety re-check).
-/// Waiters are woken by push; this only bounds how long a lost wake-up (a waiter ahead that
-/// died while being woken) can cost.
-const MAX_BLOCK: Duration = Duration::from_secs(10);
+/// Waiters are woken by push; this only bounds how long a lost wake-up costs: a waiter ahead
+/// that died is dropped from the queue when its registration (its block and the slack below)
+/// lapses, so it holds the queue up for at most about `MAX_BLOCK + REGISTRATION_SLACK`.
+const MAX_BLOCK: Duration = Duration::from_secs(5);
 /// The shortest block (a lease about to end: look again right after it).
 const MIN_BLOCK: Duration = Duration::from_millis(2);
 /// How much longer a waiter's registration lives than its block, to cover the round trips.
-const REGISTRATION_SLACK: Duration = Duration::from_secs(2);
+const REGISTRATION_SLACK: Duration = Duration::from_secs(1);
 
 /// One key of a remote request.
 #[derive(Debug, Clone, PartialEq, Eq)]

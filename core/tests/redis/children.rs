@@ -87,6 +87,12 @@ pub(crate) fn run(role: &str) {
             std::thread::sleep(Duration::from_secs(120));
             locks.release(acq).unwrap();
         }
+        // Wait for a key the parent holds (the parent kills this process while it waits).
+        "wait" => {
+            let acq = locks.acquire(key("queue"), &LockOptions::new()).unwrap();
+            println!("@got {}", acq.fence());
+            locks.release(acq).unwrap();
+        }
         // Lock and release once (over TLS, in tls.rs).
         "tls" => {
             let acq = locks.acquire(key("secure"), &LockOptions::new()).unwrap();

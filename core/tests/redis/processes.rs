@@ -6,7 +6,7 @@ use keylock_core::{KeyedLock, LockOptions, Mode, Wait};
 use redis::Commands;
 
 use crate::children::{read_tagged, spawn, spawn_command};
-use crate::{Server, key, open, within};
+use crate::{Server, key, open, wait_until, within};
 
 /// One critical section on `counter`: counts who is inside at once (`seen`), and for exclusive
 /// holders increments `count` with a GET then a SET and logs the fence in acquisition order;
@@ -199,4 +199,30 @@ fn a_killed_holder_is_replaced_within_its_lease_with_a_higher_fence() {
         "the previous holder's lease ran out unreleased"
     );
     locks.release(acq).unwrap();
+}
+
+#[test]
+fn a_waiter_killed_at_the_head_of_the_queue_holds_nobody_up() {
+    let server = Server::start();
+    let locks = open(&server, "prefix=q");
+    let held = locks.acquire(key("queue"), &LockOptions::new()).unwrap();
+    let mut child = spawn("wait", &[("KEYLOCK_REDIS_URL", server.url("prefix=q"))]);
+    wait_until(|| locks.info(key("queue")).unwrap().unwrap().waiters == 1);
+    // A second waiter (another scope: another process's queue place) behind the child.
+    let other = open(&server, "prefix=q");
+    let o = std::sync::Arc::clone(&other);
+    let second = std::thread::spawn(move || {
+        o.acquire(key("queue"), &LockOptions::new()).map(|a| {
+            let f = a.fence();
+            o.release(a).map(|()| f)
+        })
+    });
+    wait_until(|| locks.info(key("queue")).unwrap().unwrap().waiters == 2);
+    child.kill().unwrap(); // SIGKILL, at the head of the queue
+    child.wait().unwrap();
+    let fence = held.fence();
+    locks.release(held).unwrap();
+    // The release woke the dead head; its registration lapses and the next waiter takes over.
+    let got = within(Duration::from_secs(20), move || second.join().unwrap());
+    assert!(got.unwrap().unwrap() > fence);
 }
