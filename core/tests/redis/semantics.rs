@@ -338,3 +338,87 @@ fn names_and_keys_never_meet_and_many_threads_count_exactly() {
     assert!(!a.is_locked(key("hot")).unwrap());
     assert_eq!(b.info(key("hot")).unwrap(), None);
 }
+
+#[test]
+fn mixed_modes_with_timeouts_and_async_never_overlap_wrongly() {
+    let server = Server::start();
+    let scopes = [
+        open(&server, "prefix=mx"),
+        open(&server, "prefix=mx"),
+        open(&server, "prefix=mx"),
+    ];
+    // Holders inside at once: shared holders in `readers`, exclusive ones in `writers`.
+    let readers = Arc::new(AtomicUsize::new(0));
+    let writers = Arc::new(AtomicUsize::new(0));
+    let max_readers = Arc::new(AtomicUsize::new(0));
+    let bad = Arc::new(AtomicUsize::new(0));
+    let threads: Vec<_> = (0..6)
+        .map(|t| {
+            let locks = Arc::clone(&scopes[t % 3]);
+            let (readers, writers) = (Arc::clone(&readers), Arc::clone(&writers));
+            let (max_readers, bad) = (Arc::clone(&max_readers), Arc::clone(&bad));
+            std::thread::spawn(move || {
+                let mut done = 0;
+                for i in 0..30usize {
+                    let shared = (i + t) % 3 != 0;
+                    let wait = match i % 7 {
+                        0 => Wait::No,
+                        1 => Wait::For(Duration::from_micros(500)),
+                        _ => Wait::Forever,
+                    };
+                    let opts = LockOptions::new()
+                        .mode(if shared {
+                            Mode::Shared
+                        } else {
+                            Mode::Exclusive
+                        })
+                        .wait(wait);
+                    // Every other acquire is async, polled by futures' executor.
+                    let got = if i % 2 == 0 {
+                        locks.acquire(key("mixed"), &opts)
+                    } else {
+                        futures::executor::block_on(
+                            Arc::clone(&locks).acquire_async(key("mixed"), &opts),
+                        )
+                    };
+                    let Ok(acq) = got else { continue };
+                    if shared {
+                        let r = readers.fetch_add(1, Ordering::SeqCst) + 1;
+                        max_readers.fetch_max(r, Ordering::SeqCst);
+                        if writers.load(Ordering::SeqCst) != 0 {
+                            bad.fetch_add(1, Ordering::SeqCst);
+                        }
+                        std::thread::sleep(Duration::from_micros(300));
+                        readers.fetch_sub(1, Ordering::SeqCst);
+                    } else {
+                        if writers.fetch_add(1, Ordering::SeqCst) != 0
+                            || readers.load(Ordering::SeqCst) != 0
+                        {
+                            bad.fetch_add(1, Ordering::SeqCst);
+                        }
+                        writers.fetch_sub(1, Ordering::SeqCst);
+                    }
+                    locks.release(acq).unwrap();
+                    done += 1;
+                }
+                done
+            })
+        })
+        .collect();
+    let done: usize = within(Duration::from_secs(120), move || {
+        threads.into_iter().map(|t| t.join().unwrap()).sum()
+    });
+    assert_eq!(
+        bad.load(Ordering::SeqCst),
+        0,
+        "an exclusive holder overlapped another holder"
+    );
+    assert!(
+        done >= 6 * 30 * 5 / 7,
+        "every untimed acquire succeeded: {done}"
+    );
+    assert!(max_readers.load(Ordering::SeqCst) >= 1);
+    for s in &scopes {
+        assert_eq!(s.info(key("mixed")).unwrap(), None, "nothing left behind");
+    }
+}
