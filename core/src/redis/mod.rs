@@ -63,6 +63,11 @@
 //! the queue; one whose process died is dropped when its registration lapses (at most 6 s
 //! after its last look), so a killed waiter holds the queue up for at most that long.
 //!
+//! A contended acquire costs one script that queues it, one `BLPOP` per wake-up, and one
+//! script that takes the key. `info` reports the key as Redis sees it (`holders` counts remote
+//! holds, one per process for shared holders; `waiters` adds this process's local waiters to
+//! the queue in Redis); `holds` and `owner` are this process's, when it holds the key.
+//!
 //! # Local coalescing
 //!
 //! Within one process, waiters for a key queue in an in-process [`KeyPool`] first, and the
