@@ -47,7 +47,8 @@
 //! the lease's remaining time, or says the token is gone, the holder gives the lock up, and its
 //! [`LostSignal`] ([`KeyedLock::lost_signal`]) fires; [`KeyedLock::is_current`] then reports
 //! `false`. A holder that is killed stops renewing, and the next acquirer gets the key once the
-//! lease ends, with a higher fence, and [`Acquisition::owner_died`] set.
+//! lease ends, with a higher fence, and [`Acquisition::owner_died`] set. So does a hold still
+//! alive when its [`RedisLock`] is dropped (the drop never blocks to release it).
 //!
 //! # Waiting
 //!
