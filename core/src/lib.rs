@@ -41,6 +41,8 @@ pub mod keys;
 mod pool;
 mod rwlock;
 pub mod scope;
+#[cfg(all(feature = "shm", target_os = "linux"))]
+pub mod shm;
 mod site;
 mod status;
 mod striped;
