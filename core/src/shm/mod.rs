@@ -6,10 +6,9 @@
 //!
 //! let name = format!("shm:doc-mod-{}", std::process::id());
 //! let pool = keylock_core::open(&name).unwrap();                  // a KeyPool
-//! let stripes = keylock_core::open_with(
-//!     &format!("{name}-s"),
-//!     &OpenOptions { stripes: Some(64), ..Default::default() },
-//! ).unwrap();                                                     // a StripedLock
+//! let mut options = OpenOptions::default();
+//! options.stripes = Some(64);
+//! let stripes = keylock_core::open_with(&format!("{name}-s"), &options).unwrap(); // a StripedLock
 //! let acq = pool.acquire(LockKey::new(b"job:7"), &LockOptions::new()).unwrap();
 //! assert!(!acq.owner_died());
 //! pool.release(acq).unwrap();
