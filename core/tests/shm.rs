@@ -217,8 +217,8 @@ fn a_garbage_table_is_an_error_not_a_crash() {
     let n = Name::new("garbage");
     let a = pool(&n);
     // The free-node list head (runtime at 512: mutex 40 bytes, holder, free_entries,
-    // free_nodes at 552) points far out of range: the next acquire needing a node fails.
-    poke(&n, 552, &0xFFFF_FFF0u32.to_le_bytes());
+    // free_nodes at 560) points far out of range: the next acquire needing a node fails.
+    poke(&n, 560, &0xFFFF_FFF0u32.to_le_bytes());
     let held = a.acquire(k(b"g"), &X).unwrap();
     // A shared hold needs a node for its record.
     let err = a.acquire(k(b"h"), &TRY.shared()).unwrap_err();
