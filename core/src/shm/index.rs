@@ -19,17 +19,23 @@ pub(crate) fn hash_key(space: u8, key: &[u8]) -> u64 {
 }
 
 /// The key's bytes as the region stores them: 8-byte little-endian words, zero-padded.
-#[inline]
+#[inline(always)]
 fn key_word(key: &[u8], i: usize) -> u64 {
     let start = i * 8;
-    let end = (start + 8).min(key.len());
-    let mut buf = [0u8; 8];
-    buf[..end - start].copy_from_slice(&key[start..end]);
-    u64::from_le_bytes(buf)
+    if let Some(chunk) = key.get(start..start + 8) {
+        let mut buf = [0u8; 8];
+        buf.copy_from_slice(chunk);
+        return u64::from_le_bytes(buf);
+    }
+    let mut w = 0u64;
+    for (j, &b) in key[start.min(key.len())..].iter().enumerate() {
+        w |= u64::from(b) << (8 * j);
+    }
+    w
 }
 
 /// Whether entry `e` holds (`space`, `key`), by relaxed reads (callers validate).
-#[inline]
+#[inline(always)]
 fn holds_key(e: &Entry, h: u64, space: u8, key: &[u8]) -> bool {
     if e.hash.load(Ordering::Relaxed) != h
         || e.key_len.load(Ordering::Relaxed) as usize != key.len()

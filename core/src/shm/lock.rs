@@ -101,7 +101,7 @@ impl ShmLock {
         {
             return Err(Error::InvalidArgument("mode is permission bits (at most 0o777)"));
         }
-        let fork_gen = sys::fork_generation();
+        let fork_gen = sys::watch_forks();
         let region = Arc::new(Region::open(name, &want)?);
         let agent = Arc::new(Agent::default());
         let (proc, thread) = agent::start(Arc::clone(&region), Arc::clone(&agent))?;
@@ -165,6 +165,7 @@ impl ShmLock {
         Ok(g)
     }
 
+    #[inline]
     fn stripe_of(&self, space: KeySpace, key: &[u8]) -> u32 {
         (index::hash_key(space as u8, key) as u32) & (self.region.header.capacity - 1)
     }
@@ -197,7 +198,7 @@ impl ShmLock {
     }
 
     /// The fast path: a plain exclusive acquire of a free, bound entry.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn try_fast(&self, space: KeySpace, key: &[u8], req: &Req) -> Option<Grant> {
         if !req.is_plain() {
             return None;
@@ -233,6 +234,7 @@ impl ShmLock {
     }
 
     /// The acquisition record of a grant.
+    #[inline]
     pub(crate) fn acquisition(&self, g: Grant, opts: &LockOptions) -> Acquisition {
         Acquisition {
             fence: g.fence,
@@ -270,6 +272,7 @@ impl ShmLock {
 }
 
 /// An `Instant` for a monotonic-ns deadline (0: none).
+#[inline]
 fn instant_of(ns: u64) -> Option<Instant> {
     if ns == 0 {
         return None;
@@ -361,7 +364,24 @@ fn canonical(lock: &ShmLock, keys: &[(LockKey<'_>, Mode)]) -> Vec<(KeySpace, Vec
 }
 
 impl KeyedLock for ShmLock {
+    #[inline]
     fn acquire(&self, key: LockKey<'_>, opts: &LockOptions) -> Result<Acquisition> {
+        // The fast path, first and inline: a plain exclusive acquire of a free entry.
+        if opts.mode == Mode::Exclusive
+            && opts.lease.is_none()
+            && (opts.owner.is_none() || !self.region.reentrant())
+            && sys::fork_generation() == self.fork_gen
+        {
+            let req = Req {
+                mode: Mode::Exclusive,
+                lease: 0,
+                owner: 0,
+                proc: self.proc,
+            };
+            if let Some(g) = self.try_fast(key.space, key.bytes, &req) {
+                return Ok(self.acquisition(g, opts));
+            }
+        }
         let proc = self.me()?;
         let req = self.req(opts, proc);
         if let Some(g) = self.try_fast(key.space, key.bytes, &req) {
@@ -405,6 +425,21 @@ impl KeyedLock for ShmLock {
             }
             Ok(held.take())
         })
+    }
+
+    #[inline]
+    fn release(&self, acquisition: Acquisition) -> Result<()> {
+        // The fast path: a plain exclusive hold of this open, nothing queued.
+        let entry = acquisition.at as u32;
+        if acquisition.mode == Mode::Exclusive
+            && acquisition.at >> 32 == (self.tag << (TAG_SHIFT - 32)) | u64::from(self.proc + 1)
+            && sys::fork_generation() == self.fork_gen
+            && let Ok(e) = self.region.entry(entry)
+            && table::fast_release(e, acquisition.fence, self.proc)
+        {
+            return Ok(());
+        }
+        self.release_as(acquisition, None)
     }
 
     fn release_as(&self, acquisition: Acquisition, owner: Option<Owner>) -> Result<()> {

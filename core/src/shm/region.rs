@@ -283,6 +283,7 @@ impl Region {
 
     /// The record at `index` of an array of `count` records of `T` at `offset`, or an error for
     /// an index out of range (a corrupt region).
+    #[inline]
     fn record<T>(&self, offset: u64, count: u32, index: u32, what: &str) -> Result<&T> {
         if index >= count {
             return Err(self.corrupt(what));
@@ -296,31 +297,38 @@ impl Region {
         Ok(unsafe { &*self.base.add(at).cast::<T>() })
     }
 
+    #[inline]
     pub(crate) fn entry(&self, index: u32) -> Result<&Entry> {
         self.record(self.header.off_entries, self.header.capacity, index, "entry index")
     }
 
+    #[inline]
     pub(crate) fn node(&self, index: u32) -> Result<&Node> {
         self.record(self.header.off_nodes, self.header.nodes, index, "node index")
     }
 
+    #[inline]
     pub(crate) fn proc(&self, index: u32) -> Result<&Proc> {
         self.record(self.header.off_procs, self.header.procs, index, "process index")
     }
 
+    #[inline]
     pub(crate) fn bucket(&self, index: u32) -> Result<&std::sync::atomic::AtomicU32> {
         self.record(self.header.off_buckets, self.header.buckets, index, "bucket index")
     }
 
     /// The error for a record found out of range.
+    #[cold]
     pub(crate) fn corrupt(&self, what: &str) -> Error {
         Error::Incompatible(format!("corrupt region {}: {what} out of range", self.name).into())
     }
 
+    #[inline]
     pub(crate) fn is_pool(&self) -> bool {
         self.header.kind == KIND_POOL
     }
 
+    #[inline]
     pub(crate) fn reentrant(&self) -> bool {
         self.header.flags & FLAG_REENTRANT != 0
     }

@@ -198,15 +198,21 @@ extern "C" fn after_fork_in_child() {
     FORK_GENERATION.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
 }
 
-/// The fork generation of this process: it changes in a child after `fork()`, whose copies of
-/// the parent's region handles must not act as the parent.
-pub(crate) fn fork_generation() -> u64 {
+/// Registers the fork handler (once per process) and returns the fork generation.
+pub(crate) fn watch_forks() -> u64 {
     static REGISTER: std::sync::Once = std::sync::Once::new();
     REGISTER.call_once(|| {
         // SAFETY: the handler only increments an atomic, which is async-signal-safe and so
         // allowed in a child after fork.
         unsafe { libc::pthread_atfork(None, None, Some(after_fork_in_child)) };
     });
+    fork_generation()
+}
+
+/// The fork generation of this process: it changes in a child after `fork()`, whose copies of
+/// the parent's region handles must not act as the parent. (Counted once [`watch_forks`] ran.)
+#[inline]
+pub(crate) fn fork_generation() -> u64 {
     FORK_GENERATION.load(std::sync::atomic::Ordering::Relaxed)
 }
 
