@@ -34,6 +34,7 @@ include mk/rust.mk
 include mk/c.mk
 include mk/py.mk
 include mk/node.mk
+include mk/shm.mk
 include mk/bench.mk
 
 # The sanitizer runs fit in the test budget, so `make test` includes them (last).

@@ -195,7 +195,10 @@ mod imp {
                 }
                 Lock::Keylock(l, held) => {
                     let bytes = (key as u64).to_be_bytes();
-                    held[key] = Some(l.acquire(LockKey::new(&bytes), &LockOptions::new()).unwrap());
+                    held[key] = Some(
+                        l.acquire(LockKey::new(&bytes), &LockOptions::new())
+                            .unwrap(),
+                    );
                 }
                 Lock::Flock(f) => {
                     // SAFETY: flock on an open file.
@@ -363,12 +366,17 @@ mod imp {
         let t0 = Instant::now();
         std::thread::sleep(Duration::from_secs_f64(secs));
         data.u64(0).store(2, Ordering::SeqCst);
-        let ops: u64 = children.iter_mut().map(|c| line(c).parse::<u64>().unwrap()).sum();
+        let ops: u64 = children
+            .iter_mut()
+            .map(|c| line(c).parse::<u64>().unwrap())
+            .sum();
         let elapsed = t0.elapsed().as_secs_f64();
         for mut c in children {
             assert!(c.wait().unwrap().success());
         }
-        let counted: u64 = (0..KEYS).map(|k| data.u64(8 + k).load(Ordering::SeqCst)).sum();
+        let counted: u64 = (0..KEYS)
+            .map(|k| data.u64(8 + k).load(Ordering::SeqCst))
+            .sum();
         assert_eq!(counted, ops, "{imp}: lost updates");
         ops as f64 / elapsed
     }
@@ -438,7 +446,9 @@ mod imp {
             child(&role);
             return;
         }
-        if std::env::args().any(|a| a == "--bench" || a == "--list") && std::env::args().any(|a| a == "--list") {
+        if std::env::args().any(|a| a == "--bench" || a == "--list")
+            && std::env::args().any(|a| a == "--list")
+        {
             return;
         }
         let q = quick();
@@ -450,9 +460,13 @@ mod imp {
         let (iters, runs) = if q { (200_000, 5) } else { (2_000_000, 11) };
         let floor = "uncontended/robust pthread mutex";
         for imp in IMPLS {
-            let mut f = Figure::new(format!("uncontended/{imp}"), "ns/op", uncontended(imp, iters, runs))
-                .param("group", "uncontended lock+unlock, one process")
-                .param("impl", imp);
+            let mut f = Figure::new(
+                format!("uncontended/{imp}"),
+                "ns/op",
+                uncontended(imp, iters, runs),
+            )
+            .param("group", "uncontended lock+unlock, one process")
+            .param("impl", imp);
             if imp != "robust pthread mutex" {
                 f.baseline = Some(floor.into());
             }
@@ -464,7 +478,12 @@ mod imp {
         }
         // keylock against a flock pair: at least 40x faster (ratio <= 1/40).
         for imp in ["keylock shm KeyPool", "keylock shm StripedLock"] {
-            let base = figs.iter().find(|f| f.name == format!("uncontended/{imp}")).unwrap().runs.clone();
+            let base = figs
+                .iter()
+                .find(|f| f.name == format!("uncontended/{imp}"))
+                .unwrap()
+                .runs
+                .clone();
             let mut f = Figure::new(format!("uncontended/{imp} (vs flock)"), "ns/op", base)
                 .param("group", "uncontended lock+unlock, one process")
                 .param("impl", imp);
@@ -490,9 +509,16 @@ mod imp {
         for imp in IMPLS {
             let lat = handoff(imp, rounds);
             for (p, label) in [(0.5, "p50"), (0.99, "p99")] {
-                let mut f = Figure::new(format!("hand-off {label}/{imp}"), "us", vec![percentile(&lat, p)])
-                    .param("group", format!("hand-off latency between processes ({label})"))
-                    .param("impl", imp);
+                let mut f = Figure::new(
+                    format!("hand-off {label}/{imp}"),
+                    "us",
+                    vec![percentile(&lat, p)],
+                )
+                .param(
+                    "group",
+                    format!("hand-off latency between processes ({label})"),
+                )
+                .param("impl", imp);
                 if imp != "robust pthread mutex" {
                     f.baseline = Some(format!("hand-off {label}/robust pthread mutex"));
                 }
@@ -500,12 +526,23 @@ mod imp {
             }
         }
         let rounds = if q { 20 } else { 100 };
-        for imp in ["robust pthread mutex", "keylock shm KeyPool", "keylock shm StripedLock"] {
+        for imp in [
+            "robust pthread mutex",
+            "keylock shm KeyPool",
+            "keylock shm StripedLock",
+        ] {
             let ms = recovery(imp, rounds);
             for (p, label) in [(0.5, "p50"), (0.99, "p99")] {
-                let mut f = Figure::new(format!("recovery {label}/{imp}"), "ms", vec![percentile(&ms, p)])
-                    .param("group", format!("recovery after kill -9 of a holder ({label}, {rounds} kills)"))
-                    .param("impl", imp);
+                let mut f = Figure::new(
+                    format!("recovery {label}/{imp}"),
+                    "ms",
+                    vec![percentile(&ms, p)],
+                )
+                .param(
+                    "group",
+                    format!("recovery after kill -9 of a holder ({label}, {rounds} kills)"),
+                )
+                .param("impl", imp);
                 if imp.starts_with("keylock") && label == "p99" {
                     f.target = Some("recovery p99 under 100 ms");
                     f.met = Some(percentile(&ms, p) < 100.0);
@@ -515,10 +552,13 @@ mod imp {
         }
         let load_after = load();
         for f in &mut figs {
-            f.params.push(("load", format!("{load_before} .. {load_after}")));
+            f.params
+                .push(("load", format!("{load_before} .. {load_after}")));
         }
         report(
-            &format!("keylock host scope (shm) against flock, OFD fcntl and robust pthread mutexes, across processes (load {load_before} .. {load_after})"),
+            &format!(
+                "keylock host scope (shm) against flock, OFD fcntl and robust pthread mutexes, across processes (load {load_before} .. {load_after})"
+            ),
             "rust-shm.json",
             &figs,
         );

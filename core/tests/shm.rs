@@ -21,7 +21,11 @@ struct Name(String);
 impl Name {
     fn new(test: &str) -> Name {
         static N: AtomicU32 = AtomicU32::new(0);
-        let name = format!("t-{}-{test}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed));
+        let name = format!(
+            "t-{}-{test}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        );
         let _ = shm::unlink(&name);
         Name(name)
     }
@@ -71,7 +75,10 @@ fn open_gives_a_pool_and_a_striped_lock() {
     assert_eq!(b.acquire(k(b"x"), &TRY).unwrap_err(), Error::WouldBlock);
     assert!(b.is_locked(k(b"x")).unwrap());
     let info = b.info(k(b"x")).unwrap().unwrap();
-    assert_eq!((info.mode, info.holders, info.fence), (Mode::Exclusive, 1, acq.fence()));
+    assert_eq!(
+        (info.mode, info.holders, info.fence),
+        (Mode::Exclusive, 1, acq.fence())
+    );
     a.release(acq).unwrap();
     assert!(!b.is_locked(k(b"x")).unwrap());
     let s = Name::new("open-s");
@@ -80,13 +87,20 @@ fn open_gives_a_pool_and_a_striped_lock() {
     let acq = s1.acquire(k(b"y"), &X).unwrap();
     assert_eq!(s2.acquire(k(b"y"), &TRY).unwrap_err(), Error::WouldBlock);
     s1.release(acq).unwrap();
-    drop(s2.acquire(k(b"y"), &TRY).unwrap());
+    let acq = s2.acquire(k(b"y"), &TRY).unwrap();
+    s2.release(acq).unwrap();
 }
 
 #[test]
 fn names_are_checked() {
     for bad in ["shm:", "shm:a/b", "shm:.hidden", "shm:sp ace"] {
-        assert!(matches!(keylock_core::open(bad).unwrap_err(), Error::InvalidArgument(_)), "{bad}");
+        assert!(
+            matches!(
+                keylock_core::open(bad).unwrap_err(),
+                Error::InvalidArgument(_)
+            ),
+            "{bad}"
+        );
     }
 }
 
@@ -99,10 +113,16 @@ fn fences_rise_across_opens_and_stale_releases_are_refused() {
     let f1 = first.fence();
     assert!(b.force_unlock(k(b"f")).unwrap());
     let second = b.acquire(k(b"f"), &TRY).unwrap();
-    assert!(second.fence() > f1 + 1 - 1, "force-unlock advances, the next acquire again");
+    assert!(
+        second.fence() > f1 + 1 - 1,
+        "force-unlock advances, the next acquire again"
+    );
     assert!(second.fence() >= f1 + 2);
     assert_eq!(a.release(first), Err(Error::NotOwner));
-    assert!(b.is_locked(k(b"f")).unwrap(), "the stale release freed the new holder");
+    assert!(
+        b.is_locked(k(b"f")).unwrap(),
+        "the stale release freed the new holder"
+    );
     assert!(b.is_current(&second).unwrap());
     b.release(second).unwrap();
     // Shared holders read the current fence; force-unlock ends them too.
@@ -129,7 +149,11 @@ fn fences_keep_rising_when_entries_are_recycled() {
             let bytes = key.to_be_bytes();
             let acq = lock.acquire(k(&bytes), &X).unwrap();
             if let Some(prev) = last.insert(key, acq.fence()) {
-                assert!(acq.fence() > prev, "key {key}: fence {} after {prev}", acq.fence());
+                assert!(
+                    acq.fence() > prev,
+                    "key {key}: fence {} after {prev}",
+                    acq.fence()
+                );
             }
             lock.release(acq).unwrap();
         }
@@ -142,8 +166,14 @@ fn capacity_exceeded_then_free_again() {
     let opts = oo(|o| o.capacity = Some(4));
     let a = opts_with(&n, opts);
     let held: Vec<_> = (0..4u8).map(|i| a.acquire(k(&[i]), &X).unwrap()).collect();
-    assert_eq!(a.acquire(k(b"5th"), &X).unwrap_err(), Error::CapacityExceeded);
-    assert_eq!(a.acquire(k(b"5th"), &TRY).unwrap_err(), Error::CapacityExceeded);
+    assert_eq!(
+        a.acquire(k(b"5th"), &X).unwrap_err(),
+        Error::CapacityExceeded
+    );
+    assert_eq!(
+        a.acquire(k(b"5th"), &TRY).unwrap_err(),
+        Error::CapacityExceeded
+    );
     // A held key is still acquirable in shared mode? No: it is held exclusively, so try fails.
     assert_eq!(a.acquire(k(&[0]), &TRY).unwrap_err(), Error::WouldBlock);
     let mut held = held.into_iter();
@@ -203,7 +233,10 @@ fn corrupt_headers_are_incompatible() {
     poke(&n, 0, b"garbage!");
     assert!(incompatible(&n).contains("magic"));
     // A truncated file.
-    let f = std::fs::OpenOptions::new().write(true).open(shm::path(&n.0).unwrap()).unwrap();
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(shm::path(&n.0).unwrap())
+        .unwrap();
     f.set_len(100).unwrap();
     assert!(incompatible(&n).contains("size"));
     // Zeros of the right length.
@@ -224,7 +257,9 @@ fn a_garbage_table_is_an_error_not_a_crash() {
     let err = a.acquire(k(b"h"), &TRY.shared()).unwrap_err();
     assert!(matches!(err, Error::Incompatible(_)), "{err:?}");
     // So does a wait.
-    let err = a.acquire(k(b"g"), &X.wait(Wait::For(Duration::from_millis(5)))).unwrap_err();
+    let err = a
+        .acquire(k(b"g"), &X.wait(Wait::For(Duration::from_millis(5))))
+        .unwrap_err();
     assert!(matches!(err, Error::Incompatible(_)), "{err:?}");
     a.release(held).unwrap();
 }
@@ -243,7 +278,10 @@ fn shared_holders_overlap_and_exclude_writers() {
     assert_eq!(b.acquire(k(b"doc"), &TRY).unwrap_err(), Error::WouldBlock);
     b.release(r2).unwrap();
     let w = b.acquire(k(b"doc"), &TRY).unwrap();
-    assert_eq!(a.acquire(k(b"doc"), &TRY.shared()).unwrap_err(), Error::WouldBlock);
+    assert_eq!(
+        a.acquire(k(b"doc"), &TRY.shared()).unwrap_err(),
+        Error::WouldBlock
+    );
     b.release(w).unwrap();
 }
 
@@ -266,7 +304,10 @@ fn fifo_a_shared_request_behind_a_waiting_writer_waits() {
             std::thread::yield_now();
         }
         // A second reader may not pass the queued writer.
-        assert_eq!(a.acquire(k(b"q"), &TRY.shared()).unwrap_err(), Error::WouldBlock);
+        assert_eq!(
+            a.acquire(k(b"q"), &TRY.shared()).unwrap_err(),
+            Error::WouldBlock
+        );
         let (a2, o3) = (Arc::clone(&a), Arc::clone(&order));
         let late = std::thread::spawn(move || {
             let r = a2.acquire(k(b"q"), &X.shared()).unwrap();
@@ -296,9 +337,14 @@ fn timed_and_try_acquires_fail_cleanly() {
             .unwrap_err();
         assert_eq!(err, Error::TimedOut);
         assert!(t0.elapsed() >= Duration::from_millis(30));
-        assert_eq!(b.info(k(b"t")).unwrap().unwrap().waiters, 0, "the timed-out wait left a reservation");
+        assert_eq!(
+            b.info(k(b"t")).unwrap().unwrap().waiters,
+            0,
+            "the timed-out wait left a reservation"
+        );
         a.release(held).unwrap();
-        drop(b.acquire(k(b"t"), &TRY).unwrap());
+        let acq = b.acquire(k(b"t"), &TRY).unwrap();
+        b.release(acq).unwrap();
     });
 }
 
@@ -308,27 +354,42 @@ fn leases_end_by_themselves_and_advance_the_fence() {
         let n = Name::new("lease");
         let a = pool(&n);
         let b = pool(&n);
-        let leased = a.acquire(k(b"l"), &X.lease(Duration::from_millis(40))).unwrap();
+        let leased = a
+            .acquire(k(b"l"), &X.lease(Duration::from_millis(40)))
+            .unwrap();
         assert!(leased.lease_deadline().is_some());
         // A waiter takes over at the lease's end.
-        let next = b.acquire(k(b"l"), &X.wait(Wait::For(Duration::from_secs(10)))).unwrap();
-        assert!(next.fence() > leased.fence() + 1, "the lease's end advances the fence");
+        let next = b
+            .acquire(k(b"l"), &X.wait(Wait::For(Duration::from_secs(10))))
+            .unwrap();
+        assert!(
+            next.fence() > leased.fence() + 1,
+            "the lease's end advances the fence"
+        );
         assert!(!next.owner_died());
         assert_eq!(a.release(leased), Err(Error::LeaseExpired));
         b.release(next).unwrap();
         // An idle expired key is free at the next look; extend moves the end.
-        let mut l2 = a.acquire(k(b"l"), &X.lease(Duration::from_millis(20))).unwrap();
+        let mut l2 = a
+            .acquire(k(b"l"), &X.lease(Duration::from_millis(20)))
+            .unwrap();
         a.extend(&mut l2, Duration::from_secs(30)).unwrap();
         std::thread::sleep(Duration::from_millis(40));
         assert_eq!(b.acquire(k(b"l"), &TRY).unwrap_err(), Error::WouldBlock);
         assert!(a.is_current(&l2).unwrap());
         a.release(l2).unwrap();
-        let short = a.acquire(k(b"l"), &X.lease(Duration::from_millis(10))).unwrap();
+        let short = a
+            .acquire(k(b"l"), &X.lease(Duration::from_millis(10)))
+            .unwrap();
         std::thread::sleep(Duration::from_millis(30));
-        drop(b.acquire(k(b"l"), &TRY).unwrap());
+        let acq = b.acquire(k(b"l"), &TRY).unwrap();
+        b.release(acq).unwrap();
         assert!(!a.is_current(&short).unwrap());
         let mut plain = a.acquire(k(b"m"), &X).unwrap();
-        assert!(matches!(a.extend(&mut plain, Duration::from_secs(1)), Err(Error::InvalidArgument(_))));
+        assert!(matches!(
+            a.extend(&mut plain, Duration::from_secs(1)),
+            Err(Error::InvalidArgument(_))
+        ));
         a.release(plain).unwrap();
     });
 }
@@ -346,7 +407,10 @@ fn reentrant_regions_count_holds_per_owner_and_open() {
     assert_eq!(outer.fence(), inner.fence());
     assert_eq!(a.info(k(b"r")).unwrap().unwrap().holds, 2);
     // The same owner number in another open is another owner.
-    assert_eq!(b.acquire(k(b"r"), &TRY.owner(me)).unwrap_err(), Error::WouldBlock);
+    assert_eq!(
+        b.acquire(k(b"r"), &TRY.owner(me)).unwrap_err(),
+        Error::WouldBlock
+    );
     // A release on behalf of another owner is refused (and the record is spent).
     let other = Owner::new(8).unwrap();
     assert_eq!(a.release_as(inner, Some(other)), Err(Error::NotOwner));
@@ -355,7 +419,10 @@ fn reentrant_regions_count_holds_per_owner_and_open() {
     a.release_as(third, Some(me)).unwrap();
     assert_eq!(a.info(k(b"r")).unwrap().unwrap().holds, 2);
     a.release(outer).unwrap();
-    assert!(a.is_locked(k(b"r")).unwrap(), "one hold is left (the spent record's)");
+    assert!(
+        a.is_locked(k(b"r")).unwrap(),
+        "one hold is left (the spent record's)"
+    );
     assert!(b.force_unlock(k(b"r")).unwrap());
     assert!(!a.is_locked(k(b"r")).unwrap());
 }
@@ -365,14 +432,24 @@ fn acquire_many_is_all_or_nothing() {
     let n = Name::new("many");
     let a = pool(&n);
     let b = pool(&n);
-    let keys = [(k(b"m2"), Mode::Exclusive), (k(b"m1"), Mode::Shared), (k(b"m2"), Mode::Shared)];
+    let keys = [
+        (k(b"m2"), Mode::Exclusive),
+        (k(b"m1"), Mode::Shared),
+        (k(b"m2"), Mode::Shared),
+    ];
     let got = a.acquire_many(&keys, &X).unwrap();
     assert_eq!(got.len(), 2, "duplicates collapse");
     assert_eq!(got[0].mode(), Mode::Shared); // m1 first: canonical order
     assert_eq!(got[1].mode(), Mode::Exclusive); // the duplicate's exclusive mode wins
     let blocker = [(k(b"m0"), Mode::Exclusive), (k(b"m2"), Mode::Exclusive)];
-    assert_eq!(b.acquire_many(&blocker, &TRY).unwrap_err(), Error::WouldBlock);
-    assert!(!a.is_locked(k(b"m0")).unwrap(), "a failed acquire_many kept a key");
+    assert_eq!(
+        b.acquire_many(&blocker, &TRY).unwrap_err(),
+        Error::WouldBlock
+    );
+    assert!(
+        !a.is_locked(k(b"m0")).unwrap(),
+        "a failed acquire_many kept a key"
+    );
     for acq in got {
         a.release(acq).unwrap();
     }
@@ -399,7 +476,8 @@ fn closing_an_open_while_holding_reports_owner_died() {
     let b = pool(&n);
     let acq = a.acquire(k(b"c"), &X).unwrap();
     let fence = acq.fence();
-    std::mem::forget(acq);
+    // Never released: the open closes with the key held.
+    let _unreleased = acq;
     drop(a);
     let next = b.acquire(k(b"c"), &TRY).unwrap();
     assert!(next.owner_died());
@@ -435,10 +513,15 @@ fn async_waiters_are_woken_by_grants_and_cancel_on_drop() {
         b.release(got).unwrap();
         // A timed async wait times out.
         let held = a.acquire(k(b"w"), &X).unwrap();
-        let timed = Arc::clone(&b).acquire_async(k(b"w"), &X.wait(Wait::For(Duration::from_millis(20))));
-        assert_eq!(futures::executor::block_on(timed).unwrap_err(), Error::TimedOut);
+        let timed =
+            Arc::clone(&b).acquire_async(k(b"w"), &X.wait(Wait::For(Duration::from_millis(20))));
+        assert_eq!(
+            futures::executor::block_on(timed).unwrap_err(),
+            Error::TimedOut
+        );
         a.release(held).unwrap();
-        let many = Arc::clone(&b).acquire_many_async(&[(k(b"w"), Mode::Exclusive), (k(b"v"), Mode::Shared)], &X);
+        let many = Arc::clone(&b)
+            .acquire_many_async(&[(k(b"w"), Mode::Exclusive), (k(b"v"), Mode::Shared)], &X);
         for acq in futures::executor::block_on(many).unwrap() {
             b.release(acq).unwrap();
         }
@@ -457,8 +540,15 @@ async fn tokio_tasks_across_opens_exact_counts() {
         let (counter, inside) = (Arc::clone(&counter), Arc::clone(&inside));
         tasks.push(tokio::spawn(async move {
             for _ in 0..100 {
-                let acq = Arc::clone(&lock).acquire_async(k(b"hot"), &X).await.unwrap();
-                assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "two holders inside");
+                let acq = Arc::clone(&lock)
+                    .acquire_async(k(b"hot"), &X)
+                    .await
+                    .unwrap();
+                assert_eq!(
+                    inside.fetch_add(1, Ordering::SeqCst),
+                    0,
+                    "two holders inside"
+                );
                 let v = counter.load(Ordering::Relaxed);
                 tokio::task::yield_now().await;
                 counter.store(v + 1, Ordering::Relaxed);
@@ -483,14 +573,20 @@ fn mixed_stress(a: Arc<dyn KeyedLock>, b: Arc<dyn KeyedLock>) {
     const KEYS: usize = 4;
     const THREADS: usize = 6;
     const ITERS: usize = 300;
-    let writers_inside: Arc<Vec<AtomicUsize>> = Arc::new((0..KEYS).map(|_| AtomicUsize::new(0)).collect());
-    let readers_inside: Arc<Vec<AtomicUsize>> = Arc::new((0..KEYS).map(|_| AtomicUsize::new(0)).collect());
+    let writers_inside: Arc<Vec<AtomicUsize>> =
+        Arc::new((0..KEYS).map(|_| AtomicUsize::new(0)).collect());
+    let readers_inside: Arc<Vec<AtomicUsize>> =
+        Arc::new((0..KEYS).map(|_| AtomicUsize::new(0)).collect());
     let max_readers = Arc::new(AtomicUsize::new(0));
     let counts: Arc<Vec<AtomicU64>> = Arc::new((0..KEYS).map(|_| AtomicU64::new(0)).collect());
     let writes = Arc::new(AtomicU64::new(0));
     let handles: Vec<_> = (0..THREADS)
         .map(|t| {
-            let lock = if t % 2 == 0 { Arc::clone(&a) } else { Arc::clone(&b) };
+            let lock = if t % 2 == 0 {
+                Arc::clone(&a)
+            } else {
+                Arc::clone(&b)
+            };
             let (wi, ri, mr, counts, writes) = (
                 Arc::clone(&writers_inside),
                 Arc::clone(&readers_inside),
@@ -504,7 +600,11 @@ fn mixed_stress(a: Arc<dyn KeyedLock>, b: Arc<dyn KeyedLock>) {
                     let bytes = [key as u8];
                     if (i + t) % 3 == 0 {
                         let acq = lock.acquire(k(&bytes), &X.shared()).unwrap();
-                        assert_eq!(wi[key].load(Ordering::SeqCst), 0, "a writer inside with a reader");
+                        assert_eq!(
+                            wi[key].load(Ordering::SeqCst),
+                            0,
+                            "a writer inside with a reader"
+                        );
                         let now = ri[key].fetch_add(1, Ordering::SeqCst) + 1;
                         mr.fetch_max(now, Ordering::SeqCst);
                         std::thread::yield_now();
@@ -512,8 +612,16 @@ fn mixed_stress(a: Arc<dyn KeyedLock>, b: Arc<dyn KeyedLock>) {
                         lock.release(acq).unwrap();
                     } else {
                         let acq = lock.acquire(k(&bytes), &X).unwrap();
-                        assert_eq!(wi[key].fetch_add(1, Ordering::SeqCst), 0, "two writers inside");
-                        assert_eq!(ri[key].load(Ordering::SeqCst), 0, "a reader inside with a writer");
+                        assert_eq!(
+                            wi[key].fetch_add(1, Ordering::SeqCst),
+                            0,
+                            "two writers inside"
+                        );
+                        assert_eq!(
+                            ri[key].load(Ordering::SeqCst),
+                            0,
+                            "a reader inside with a writer"
+                        );
                         let v = counts[key].load(Ordering::Relaxed);
                         std::thread::yield_now();
                         counts[key].store(v + 1, Ordering::Relaxed);
@@ -530,7 +638,12 @@ fn mixed_stress(a: Arc<dyn KeyedLock>, b: Arc<dyn KeyedLock>) {
     }
     let total: u64 = counts.iter().map(|c| c.load(Ordering::Relaxed)).sum();
     assert_eq!(total, writes.load(Ordering::Relaxed));
-    assert_eq!(total, (0..THREADS).map(|t| (0..ITERS).filter(|i| (i + t) % 3 != 0).count() as u64).sum::<u64>());
+    assert_eq!(
+        total,
+        (0..THREADS)
+            .map(|t| (0..ITERS).filter(|i| (i + t) % 3 != 0).count() as u64)
+            .sum::<u64>()
+    );
 }
 
 #[test]
@@ -545,7 +658,10 @@ fn threads_of_two_opens_pool_exact_counts() {
 fn threads_of_two_opens_striped_exact_counts() {
     within(LIMIT, || {
         let n = Name::new("stress-striped");
-        mixed_stress(opts_with(&n, striped_opts(2)), opts_with(&n, striped_opts(2)));
+        mixed_stress(
+            opts_with(&n, striped_opts(2)),
+            opts_with(&n, striped_opts(2)),
+        );
     });
 }
 
@@ -567,10 +683,16 @@ fn regions_are_created_with_the_mode_asked() {
     use std::os::unix::fs::PermissionsExt;
     let n = Name::new("mode");
     drop(pool(&n));
-    let mode = std::fs::metadata(shm::path(&n.0).unwrap()).unwrap().permissions().mode();
+    let mode = std::fs::metadata(shm::path(&n.0).unwrap())
+        .unwrap()
+        .permissions()
+        .mode();
     assert_eq!(mode & 0o777, 0o600);
     let m = Name::new("mode2");
     drop(opts_with(&m, oo(|o| o.mode = Some(0o660))));
-    let mode = std::fs::metadata(shm::path(&m.0).unwrap()).unwrap().permissions().mode();
+    let mode = std::fs::metadata(shm::path(&m.0).unwrap())
+        .unwrap()
+        .permissions()
+        .mode();
     assert_eq!(mode & 0o777, 0o660);
 }

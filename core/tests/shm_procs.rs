@@ -89,7 +89,11 @@ struct Names {
 impl Names {
     fn new(test: &str) -> Names {
         static N: AtomicU32 = AtomicU32::new(0);
-        let region = format!("p-{}-{test}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed));
+        let region = format!(
+            "p-{}-{test}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        );
         let _ = shm::unlink(&region);
         let data = format!("/dev/shm/keylock-test-data.{region}");
         let _ = std::fs::remove_file(&data);
@@ -125,7 +129,11 @@ fn expect_line(child: &mut Child, prefix: &str) -> String {
     let mut line = String::new();
     loop {
         line.clear();
-        assert_ne!(reader.read_line(&mut line).unwrap(), 0, "child exited before {prefix:?}");
+        assert_ne!(
+            reader.read_line(&mut line).unwrap(),
+            0,
+            "child exited before {prefix:?}"
+        );
         if let Some(rest) = line.strip_prefix(prefix) {
             return rest.trim().to_owned();
         }
@@ -223,7 +231,10 @@ fn child() {
                 if rng.next() % 4 == 0 {
                     let acq = lock.acquire(LockKey::new(&bytes), &x.shared()).unwrap();
                     assert_eq!(d_inside(&data, key), 0, "a writer inside with a reader");
-                    let (a, b) = (data.at(A + key).load(Ordering::Relaxed), data.at(B + key).load(Ordering::Relaxed));
+                    let (a, b) = (
+                        data.at(A + key).load(Ordering::Relaxed),
+                        data.at(B + key).load(Ordering::Relaxed),
+                    );
                     assert_eq!(a, b, "a reader saw a half-made write");
                     lock.release(acq).unwrap();
                 } else {
@@ -242,7 +253,10 @@ fn child() {
             data.at(BARRIER).fetch_add(1, Ordering::SeqCst);
             let t0 = Instant::now();
             while data.at(BARRIER).load(Ordering::SeqCst) < n {
-                assert!(t0.elapsed() < Duration::from_secs(30), "the shared holders were never inside together");
+                assert!(
+                    t0.elapsed() < Duration::from_secs(30),
+                    "the shared holders were never inside together"
+                );
                 std::thread::sleep(Duration::from_millis(1));
             }
             // Everyone stays until everyone has seen everyone.
@@ -274,8 +288,16 @@ fn child() {
             loop {
                 let key = (rng.next() as usize) % keys;
                 let bytes = (key as u64).to_be_bytes();
-                let acq = lock.acquire(LockKey::new(&bytes), &x.wait(Wait::For(Duration::from_secs(20)))).unwrap();
-                let (a, b) = (data.at(A + key).load(Ordering::Relaxed), data.at(B + key).load(Ordering::Relaxed));
+                let acq = lock
+                    .acquire(
+                        LockKey::new(&bytes),
+                        &x.wait(Wait::For(Duration::from_secs(20))),
+                    )
+                    .unwrap();
+                let (a, b) = (
+                    data.at(A + key).load(Ordering::Relaxed),
+                    data.at(B + key).load(Ordering::Relaxed),
+                );
                 if acq.owner_died() {
                     assert!(a == b || a == b + 1, "a dead writer left {a} / {b}");
                     data.at(B + key).store(a, Ordering::Relaxed);
@@ -295,7 +317,11 @@ fn d_inside(d: &Data, key: usize) -> u64 {
 }
 
 fn counts_across_processes(stripes: Option<usize>) {
-    let names = Names::new(if stripes.is_some() { "count-s" } else { "count" });
+    let names = Names::new(if stripes.is_some() {
+        "count-s"
+    } else {
+        "count"
+    });
     let data = Data::open(&names.data);
     const PROCS: usize = 4;
     const KEYS: usize = 8;
@@ -317,13 +343,22 @@ fn counts_across_processes(stripes: Option<usize>) {
     for c in children {
         wait_ok(c, Duration::from_secs(120));
     }
-    let writes: u64 = (0..PROCS).map(|i| data.at(DONE + i).load(Ordering::SeqCst)).sum();
-    let a: u64 = (0..KEYS).map(|k| data.at(A + k).load(Ordering::SeqCst)).sum();
-    let b: u64 = (0..KEYS).map(|k| data.at(B + k).load(Ordering::SeqCst)).sum();
+    let writes: u64 = (0..PROCS)
+        .map(|i| data.at(DONE + i).load(Ordering::SeqCst))
+        .sum();
+    let a: u64 = (0..KEYS)
+        .map(|k| data.at(A + k).load(Ordering::SeqCst))
+        .sum();
+    let b: u64 = (0..KEYS)
+        .map(|k| data.at(B + k).load(Ordering::SeqCst))
+        .sum();
     assert!(writes > 0);
     assert_eq!((a, b), (writes, writes), "lost or torn updates");
     for k in 0..KEYS {
-        assert!(data.at(MAX_INSIDE + k).load(Ordering::SeqCst) <= 1, "two writers inside key {k}");
+        assert!(
+            data.at(MAX_INSIDE + k).load(Ordering::SeqCst) <= 1,
+            "two writers inside key {k}"
+        );
     }
 }
 
@@ -370,12 +405,23 @@ fn killed_holders_are_recovered_with_owner_died() {
         let fence: u64 = expect_line(&mut child, "held ").parse().unwrap();
         let l2 = Arc::clone(&lock);
         let waiter = std::thread::spawn(move || {
-            let acq = l2.acquire(LockKey::new(b"k"), &LockOptions::new().wait(Wait::For(Duration::from_secs(10))));
+            let acq = l2.acquire(
+                LockKey::new(b"k"),
+                &LockOptions::new().wait(Wait::For(Duration::from_secs(10))),
+            );
             (acq, Instant::now())
         });
         let t0 = Instant::now();
-        while lock.info(LockKey::new(b"k")).unwrap().map_or(0, |i| i.waiters) < 1 {
-            assert!(t0.elapsed() < Duration::from_secs(10), "the waiter never queued");
+        while lock
+            .info(LockKey::new(b"k"))
+            .unwrap()
+            .map_or(0, |i| i.waiters)
+            < 1
+        {
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "the waiter never queued"
+            );
             std::thread::sleep(Duration::from_micros(200));
         }
         std::thread::sleep(Duration::from_micros(rng.next() % 3000));
@@ -387,9 +433,19 @@ fn killed_holders_are_recovered_with_owner_died() {
         let _ = child.wait();
         recovery.push(got.saturating_duration_since(killed));
         assert!(acq.owner_died(), "round {round}: owner_died not reported");
-        assert!(acq.fence() > fence + 1, "round {round}: fence {} after {fence}", acq.fence());
-        let (a, b) = (data.at(A).load(Ordering::SeqCst), data.at(B).load(Ordering::SeqCst));
-        assert!(a == b || a == b + 1, "round {round}: torn by more than one step: {a} / {b}");
+        assert!(
+            acq.fence() > fence + 1,
+            "round {round}: fence {} after {fence}",
+            acq.fence()
+        );
+        let (a, b) = (
+            data.at(A).load(Ordering::SeqCst),
+            data.at(B).load(Ordering::SeqCst),
+        );
+        assert!(
+            a == b || a == b + 1,
+            "round {round}: torn by more than one step: {a} / {b}"
+        );
         data.at(B).store(a, Ordering::SeqCst);
         data.at(INSIDE).store(0, Ordering::SeqCst);
         lock.release(acq).unwrap();
@@ -397,9 +453,7 @@ fn killed_holders_are_recovered_with_owner_died() {
     recovery.sort();
     println!(
         "recovery after kill -9: p50 {:?}, p99 {:?}, max {:?}",
-        recovery[49],
-        recovery[98],
-        recovery[99]
+        recovery[49], recovery[98], recovery[99]
     );
 }
 
@@ -434,7 +488,10 @@ fn random_kills_leave_nothing_stuck() {
     for key in 0..KEYS {
         let bytes = (key as u64).to_be_bytes();
         let acq = lock
-            .acquire(LockKey::new(&bytes), &LockOptions::new().wait(Wait::For(Duration::from_secs(10))))
+            .acquire(
+                LockKey::new(&bytes),
+                &LockOptions::new().wait(Wait::For(Duration::from_secs(10))),
+            )
             .unwrap_or_else(|e| panic!("key {key} stuck: {e}"));
         let info = lock.info(LockKey::new(&bytes)).unwrap().unwrap();
         assert_eq!(info.waiters, 0, "a dead process's wait is still queued");
@@ -456,14 +513,26 @@ fn killed_waiters_leave_no_reservation() {
     expect_line(&mut child, "waiting");
     let t0 = Instant::now();
     while lock.info(key).unwrap().unwrap().waiters < 1 {
-        assert!(t0.elapsed() < Duration::from_secs(10), "the child never queued");
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "the child never queued"
+        );
         std::thread::sleep(Duration::from_millis(1));
     }
     kill9(&mut child);
-    assert_eq!(lock.info(key).unwrap().unwrap().waiters, 0, "the dead waiter's reservation stayed");
+    assert_eq!(
+        lock.info(key).unwrap().unwrap().waiters,
+        0,
+        "the dead waiter's reservation stayed"
+    );
     lock.release(held).unwrap();
-    assert!(!lock.is_locked(key).unwrap(), "the key went to the dead waiter");
-    let again = lock.acquire(key, &LockOptions::new().wait(Wait::No)).unwrap();
+    assert!(
+        !lock.is_locked(key).unwrap(),
+        "the key went to the dead waiter"
+    );
+    let again = lock
+        .acquire(key, &LockOptions::new().wait(Wait::No))
+        .unwrap();
     assert!(!again.owner_died());
     lock.release(again).unwrap();
 }
@@ -480,8 +549,11 @@ fn permission_denied_for_another_user() {
     if unsafe { libc::geteuid() } != 0 {
         use std::os::unix::fs::PermissionsExt;
         let path = shm::path(&names.region).unwrap();
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0)).unwrap();
-        assert!(matches!(keylock_core::open(&name), Err(Error::PermissionDenied(_))));
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o000)).unwrap();
+        assert!(matches!(
+            keylock_core::open(&name),
+            Err(Error::PermissionDenied(_))
+        ));
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
         return;
     }
@@ -507,7 +579,11 @@ fn permission_denied_for_another_user() {
     // SAFETY: waiting for our own child.
     unsafe { libc::waitpid(pid, &mut status, 0) };
     assert!(libc::WIFEXITED(status), "the child crashed");
-    assert_eq!(libc::WEXITSTATUS(status), 0, "2: setuid failed, 3: another error, 4: it opened");
+    assert_eq!(
+        libc::WEXITSTATUS(status),
+        0,
+        "2: setuid failed, 3: another error, 4: it opened"
+    );
     drop(lock);
     let _ = Mode::Shared;
 }

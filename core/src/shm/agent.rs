@@ -4,8 +4,10 @@
 //! which a grant to an async waiter bumps. So no async waiter blocks an event loop or needs a
 //! thread of its own.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, mpsc};
+
+use parking_lot::{Condvar, Mutex};
 use std::task::Waker;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -28,6 +30,16 @@ struct Registered {
     waker: Waker,
 }
 
+/// An async wait, as the future registers it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Wait {
+    pub(crate) id: u64,
+    pub(crate) node: u32,
+    pub(crate) epoch: u32,
+    /// When the waiter must look again, monotonic ns.
+    pub(crate) wake_at: u64,
+}
+
 /// What the agent thread and the lock handle share.
 #[derive(Debug, Default)]
 pub(crate) struct Agent {
@@ -42,31 +54,22 @@ impl Agent {
         self.next_id.fetch_add(1, Ordering::Relaxed) + 1
     }
 
-    /// Registers (or updates) async wait `id` and rings the doorbell so the agent looks.
-    pub(crate) fn register(
-        &self,
-        region: &Region,
-        proc: u32,
-        id: u64,
-        node: u32,
-        epoch: u32,
-        wake_at: u64,
-        waker: &Waker,
-    ) {
+    /// Registers (or updates) async wait `w` and rings the doorbell so the agent looks.
+    pub(crate) fn register(&self, region: &Region, proc: u32, w: Wait, waker: &Waker) {
         {
-            let mut waits = self.waits.lock().unwrap_or_else(|e| e.into_inner());
-            match waits.iter_mut().find(|w| w.id == id) {
-                Some(w) => {
-                    w.wake_at = wake_at;
-                    if !w.waker.will_wake(waker) {
-                        w.waker = waker.clone();
+            let mut waits = self.waits.lock();
+            match waits.iter_mut().find(|r| r.id == w.id) {
+                Some(r) => {
+                    r.wake_at = w.wake_at;
+                    if !r.waker.will_wake(waker) {
+                        r.waker = waker.clone();
                     }
                 }
                 None => waits.push(Registered {
-                    id,
-                    node,
-                    epoch,
-                    wake_at,
+                    id: w.id,
+                    node: w.node,
+                    epoch: w.epoch,
+                    wake_at: w.wake_at,
                     waker: waker.clone(),
                 }),
             }
@@ -76,7 +79,7 @@ impl Agent {
 
     /// Forgets async wait `id`.
     pub(crate) fn unregister(&self, id: u64) {
-        let mut waits = self.waits.lock().unwrap_or_else(|e| e.into_inner());
+        let mut waits = self.waits.lock();
         waits.retain(|w| w.id != id);
     }
 }
@@ -90,22 +93,43 @@ fn ring(region: &Region, proc: u32) {
 
 /// Starts the agent of a new open: it claims a process slot (returned) and keeps it.
 pub(crate) fn start(region: Arc<Region>, agent: Arc<Agent>) -> Result<(u32, JoinHandle<()>)> {
-    let (tx, rx) = mpsc::channel();
+    // The claim's result comes back through a parking_lot slot (not a std channel, which
+    // ThreadSanitizer cannot see into here).
+    let ready: Arc<Ready> = Arc::default();
     let name = format!("keylock-shm-{}", region.name);
+    let tx = Arc::clone(&ready);
     let thread = std::thread::Builder::new()
         .name(name.chars().take(15).collect())
         .spawn(move || run(&region, &agent, &tx))
         .map_err(|e| Error::Unavailable(format!("spawning the agent thread: {e}").into()))?;
-    match rx.recv() {
-        Ok(Ok(proc)) => Ok((proc, thread)),
-        Ok(Err(e)) => {
+    let mut slot = ready.slot.lock();
+    while slot.is_none() {
+        ready.cond.wait(&mut slot);
+    }
+    match slot.take() {
+        Some(Ok(proc)) => Ok((proc, thread)),
+        Some(Err(e)) => {
+            drop(slot);
             let _ = thread.join();
             Err(e)
         }
-        Err(_) => {
-            let _ = thread.join();
-            Err(Error::Unavailable("the agent thread failed to start".into()))
-        }
+        None => Err(Error::Unavailable(
+            "the agent thread failed to start".into(),
+        )),
+    }
+}
+
+/// Where the agent thread reports its claim.
+#[derive(Debug, Default)]
+struct Ready {
+    slot: Mutex<Option<Result<u32>>>,
+    cond: Condvar,
+}
+
+impl Ready {
+    fn send(&self, r: Result<u32>) {
+        *self.slot.lock() = Some(r);
+        self.cond.notify_all();
     }
 }
 
@@ -127,19 +151,19 @@ fn table<'r>(
     Ok(g)
 }
 
-fn run(region: &Region, agent: &Agent, ready: &mpsc::Sender<Result<u32>>) {
+fn run(region: &Region, agent: &Agent, ready: &Ready) {
     let mut wakes = Wakes::default();
-    let claimed = table(region, None, &mut wakes)
-        .and_then(|g| procs::claim(&g, sys::pid(), &mut wakes));
+    let claimed =
+        table(region, None, &mut wakes).and_then(|g| procs::claim(&g, sys::pid(), &mut wakes));
     wakes.run(region);
     let proc = match claimed {
         Ok(p) => p,
         Err(e) => {
-            let _ = ready.send(Err(e));
+            ready.send(Err(e));
             return;
         }
     };
-    let _ = ready.send(Ok(proc));
+    ready.send(Ok(proc));
     let Ok(slot) = region.proc(proc) else { return };
     let mut due = Vec::new();
     while !agent.stop.load(Ordering::Acquire) {
@@ -150,7 +174,7 @@ fn run(region: &Region, agent: &Agent, ready: &mpsc::Sender<Result<u32>>) {
         let now = now_ns();
         let mut next = u64::MAX;
         {
-            let mut waits = agent.waits.lock().unwrap_or_else(|e| e.into_inner());
+            let mut waits = agent.waits.lock();
             waits.retain(|w| {
                 let settled = region.node(w.node).map_or(true, |n| {
                     n.epoch.load(Ordering::Relaxed) != w.epoch

@@ -76,7 +76,12 @@ pub(crate) fn find_fast(r: &Region, h: u64, space: u8, key: &[u8]) -> Option<(u3
 }
 
 /// Finds the entry bound to the key, under the mutex.
-pub(crate) fn find_locked(t: &TableGuard<'_>, h: u64, space: u8, key: &[u8]) -> Result<Option<u32>> {
+pub(crate) fn find_locked(
+    t: &TableGuard<'_>,
+    h: u64,
+    space: u8,
+    key: &[u8],
+) -> Result<Option<u32>> {
     let r = t.region;
     let mask = r.header.buckets - 1;
     let mut next = r.bucket((h as u32) & mask)?.load(Ordering::Relaxed);
@@ -120,10 +125,15 @@ pub(crate) fn bind_locked(t: &TableGuard<'_>, h: u64, space: u8, key: &[u8]) -> 
     let e = r.entry(index)?;
     // The entry is unbound and SLOW (so no fast path touches it): write the key, then publish.
     let epoch = e.bind.load(Ordering::Relaxed) >> 2;
-    e.bind.store(((epoch + 1) << 2) | BIND_BUSY, Ordering::Relaxed);
+    e.bind
+        .store(((epoch + 1) << 2) | BIND_BUSY, Ordering::Relaxed);
     fence(Ordering::Release);
     for i in 0..KEY_MAX / 8 {
-        let w = if i * 8 < key.len() { key_word(key, i) } else { 0 };
+        let w = if i * 8 < key.len() {
+            key_word(key, i)
+        } else {
+            0
+        };
         e.key[i].store(w, Ordering::Relaxed);
     }
     e.key_len.store(key.len() as u32, Ordering::Relaxed);
@@ -134,12 +144,16 @@ pub(crate) fn bind_locked(t: &TableGuard<'_>, h: u64, space: u8, key: &[u8]) -> 
     let start = rt.fence_floor.load(Ordering::Relaxed).saturating_add(1);
     e.fence_hi
         .store((start >> word::LO_BITS) as u32, Ordering::Relaxed);
-    e.bind.store(((epoch + 1) << 2) | BIND_BOUND, Ordering::Release);
+    e.bind
+        .store(((epoch + 1) << 2) | BIND_BOUND, Ordering::Release);
     let bucket = r.bucket((h as u32) & (r.header.buckets - 1))?;
-    e.next.store(bucket.load(Ordering::Relaxed), Ordering::Relaxed);
+    e.next
+        .store(bucket.load(Ordering::Relaxed), Ordering::Relaxed);
     bucket.store(index + 1, Ordering::Release);
-    e.word
-        .store(word::make(start & word::LO_MAX, false, 0), Ordering::Release);
+    e.word.store(
+        word::make(start & word::LO_MAX, false, 0),
+        Ordering::Release,
+    );
     Ok(index)
 }
 
@@ -153,14 +167,12 @@ fn evict(t: &TableGuard<'_>) -> Result<Option<u32>> {
         rt.hand.store((index + 1) % n, Ordering::Relaxed);
         let e = r.entry(index)?;
         let w = e.word.load(Ordering::Acquire);
-        if w & (word::XPROC | word::SLOW) != 0 || e.bind.load(Ordering::Relaxed) & 3 != BIND_BOUND
-        {
+        if w & (word::XPROC | word::SLOW) != 0 || e.bind.load(Ordering::Relaxed) & 3 != BIND_BOUND {
             continue;
         }
         // Idle: free, no waiters, no holder state. SLOW shuts out the fast path; if a fast
         // acquire got there first, look further.
-        if e
-            .word
+        if e.word
             .compare_exchange(w, w | word::SLOW, Ordering::AcqRel, Ordering::Relaxed)
             .is_err()
         {
@@ -170,7 +182,8 @@ fn evict(t: &TableGuard<'_>) -> Result<Option<u32>> {
         rt.fence_floor.fetch_max(fence_now, Ordering::Relaxed);
         unchain(t, index)?;
         let epoch = e.bind.load(Ordering::Relaxed) >> 2;
-        e.bind.store(((epoch + 1) << 2) | BIND_FREE, Ordering::Relaxed);
+        e.bind
+            .store(((epoch + 1) << 2) | BIND_FREE, Ordering::Relaxed);
         return Ok(Some(index));
     }
     Ok(None)

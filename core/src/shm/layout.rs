@@ -114,7 +114,8 @@ impl Header {
         // SAFETY: `Header` is repr(C) plain integers with no padding before `checksum` (every
         // field is 8- or 4-byte aligned and the u32 fields come in pairs), so its first `len`
         // bytes are initialized and readable.
-        let bytes = unsafe { std::slice::from_raw_parts((self as *const Header).cast::<u8>(), len) };
+        let bytes =
+            unsafe { std::slice::from_raw_parts((self as *const Header).cast::<u8>(), len) };
         xxhash_rust::xxh3::xxh3_64(bytes)
     }
 

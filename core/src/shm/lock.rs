@@ -1,7 +1,9 @@
 //! [`ShmLock`]: a key pool or a striped lock in a region, as a [`KeyedLock`].
 
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
+
+use parking_lot::Mutex;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -99,7 +101,9 @@ impl ShmLock {
         if let Some(mode) = options.mode
             && mode & !0o777 != 0
         {
-            return Err(Error::InvalidArgument("mode is permission bits (at most 0o777)"));
+            return Err(Error::InvalidArgument(
+                "mode is permission bits (at most 0o777)",
+            ));
         }
         let fork_gen = sys::watch_forks();
         let region = Arc::new(Region::open(name, &want)?);
@@ -171,7 +175,12 @@ impl ShmLock {
     }
 
     /// The entry of the key, binding one if needed (under the mutex).
-    pub(crate) fn entry_locked(&self, t: &TableGuard<'_>, space: KeySpace, key: &[u8]) -> Result<u32> {
+    pub(crate) fn entry_locked(
+        &self,
+        t: &TableGuard<'_>,
+        space: KeySpace,
+        key: &[u8],
+    ) -> Result<u32> {
         if !self.region.is_pool() {
             return Ok(self.stripe_of(space, key));
         }
@@ -204,10 +213,18 @@ impl ShmLock {
             return None;
         }
         let (entry, w) = if self.region.is_pool() {
-            index::find_fast(&self.region, index::hash_key(space as u8, key), space as u8, key)?
+            index::find_fast(
+                &self.region,
+                index::hash_key(space as u8, key),
+                space as u8,
+                key,
+            )?
         } else {
             let entry = self.stripe_of(space, key);
-            (entry, self.region.entry(entry).ok()?.word.load(Ordering::Acquire))
+            (
+                entry,
+                self.region.entry(entry).ok()?.word.load(Ordering::Acquire),
+            )
         };
         let fence = table::fast_acquire(self.region.entry(entry).ok()?, w, req.proc)?;
         Some(Grant {
@@ -223,7 +240,9 @@ impl ShmLock {
     fn req(&self, opts: &LockOptions, proc: u32) -> Req {
         Req {
             mode: opts.mode,
-            lease: opts.lease.map_or(0, |d| (d.as_nanos().min(u64::MAX as u128 / 2) as u64).max(1)),
+            lease: opts.lease.map_or(0, |d| {
+                (d.as_nanos().min(u64::MAX as u128 / 2) as u64).max(1)
+            }),
             owner: if self.region.reentrant() {
                 opts.owner.map_or(0, Owner::get)
             } else {
@@ -253,7 +272,9 @@ impl ShmLock {
         let entry = acq.at as u32;
         let proc = ((acq.at >> 32) & 0xFFF) as u32;
         if (acq.at >> TAG_SHIFT) != self.tag || entry >= self.region.header.capacity {
-            return Err(Error::InvalidArgument("the acquisition belongs to another lock"));
+            return Err(Error::InvalidArgument(
+                "the acquisition belongs to another lock",
+            ));
         }
         let g = Grant {
             entry,
@@ -282,7 +303,9 @@ fn instant_of(ns: u64) -> Option<Instant> {
     Some(if ns >= now {
         now_i + Duration::from_nanos(ns - now)
     } else {
-        now_i.checked_sub(Duration::from_nanos(now - ns)).unwrap_or(now_i)
+        now_i
+            .checked_sub(Duration::from_nanos(now - ns))
+            .unwrap_or(now_i)
     })
 }
 
@@ -299,7 +322,7 @@ fn ns_of(t: Instant) -> u64 {
 
 impl Drop for ShmLock {
     fn drop(&mut self) {
-        let thread = self.thread.get_mut().unwrap_or_else(|e| e.into_inner()).take();
+        let thread = self.thread.get_mut().take();
         if let Some(thread) = thread {
             if sys::fork_generation() == self.fork_gen {
                 agent::stop(&self.region, &self.agent, self.proc, thread);
@@ -388,7 +411,14 @@ impl KeyedLock for ShmLock {
             return Ok(self.acquisition(g, opts));
         }
         let deadline = Self::deadline_of(opts.wait);
-        let g = wait::acquire_blocking(self, key.space, key.bytes, &req, deadline, opts.wait.failure())?;
+        let g = wait::acquire_blocking(
+            self,
+            key.space,
+            key.bytes,
+            &req,
+            deadline,
+            opts.wait.failure(),
+        )?;
         Ok(self.acquisition(g, opts))
     }
 
@@ -399,28 +429,66 @@ impl KeyedLock for ShmLock {
         };
         let req = self.req(opts, proc);
         let deadline = Self::deadline_of(opts.wait);
-        Box::pin(AcquireOne::new(self, key.space, key.bytes, req, *opts, deadline, opts.wait.failure()))
+        Box::pin(AcquireOne::new(
+            self,
+            key.space,
+            key.bytes,
+            req,
+            *opts,
+            deadline,
+            opts.wait.failure(),
+        ))
     }
 
-    fn acquire_many(&self, keys: &[(LockKey<'_>, Mode)], opts: &LockOptions) -> Result<Vec<Acquisition>> {
+    fn acquire_many(
+        &self,
+        keys: &[(LockKey<'_>, Mode)],
+        opts: &LockOptions,
+    ) -> Result<Vec<Acquisition>> {
         let wait = crate::scope::shared_wait(opts.wait);
-        let mut held = Holding { lock: self, acqs: Vec::with_capacity(keys.len()) };
+        let mut held = Holding {
+            lock: self,
+            acqs: Vec::with_capacity(keys.len()),
+        };
         for (space, bytes, mode) in canonical(self, keys) {
-            let o = LockOptions { mode, wait, ..*opts };
-            held.acqs.push(self.acquire(LockKey { space, bytes: &bytes }, &o)?);
+            let o = LockOptions {
+                mode,
+                wait,
+                ..*opts
+            };
+            held.acqs.push(self.acquire(
+                LockKey {
+                    space,
+                    bytes: &bytes,
+                },
+                &o,
+            )?);
         }
         Ok(held.take())
     }
 
-    fn acquire_many_async(self: Arc<Self>, keys: &[(LockKey<'_>, Mode)], opts: &LockOptions) -> AcquireManyFuture {
+    fn acquire_many_async(
+        self: Arc<Self>,
+        keys: &[(LockKey<'_>, Mode)],
+        opts: &LockOptions,
+    ) -> AcquireManyFuture {
         let wait = crate::scope::shared_wait(opts.wait);
         let keys = canonical(&self, keys);
         let opts = *opts;
         Box::pin(async move {
-            let mut held = Holding { lock: &self, acqs: Vec::with_capacity(keys.len()) };
+            let mut held = Holding {
+                lock: &self,
+                acqs: Vec::with_capacity(keys.len()),
+            };
             for (space, bytes, mode) in keys {
                 let o = LockOptions { mode, wait, ..opts };
-                let fut = Arc::clone(&self).acquire_async(LockKey { space, bytes: &bytes }, &o);
+                let fut = Arc::clone(&self).acquire_async(
+                    LockKey {
+                        space,
+                        bytes: &bytes,
+                    },
+                    &o,
+                );
                 held.acqs.push(fut.await?);
             }
             Ok(held.take())

@@ -24,7 +24,8 @@ pub(crate) fn is_alive(t: &TableGuard<'_>, p: u32, wakes: &mut Wakes) -> Result<
         reclaim(t, p, wakes)?;
         return Ok(false);
     }
-    let unavailable = |e: std::io::Error| Error::Unavailable(format!("process slot {p}: {e}").into());
+    let unavailable =
+        |e: std::io::Error| Error::Unavailable(format!("process slot {p}: {e}").into());
     match proc.alive.try_lock().map_err(unavailable)? {
         Tried::Busy => Ok(true),
         Tried::Locked(how) => {
@@ -89,8 +90,10 @@ pub(crate) fn claim(t: &TableGuard<'_>, pid: u32, wakes: &mut Wakes) -> Result<u
                 }
                 // Leftovers of an earlier owner of the slot, if a repair left any.
                 reclaim(t, p, wakes)?;
-                proc.epoch
-                    .store(proc.epoch.load(Ordering::Relaxed).wrapping_add(1), Ordering::Relaxed);
+                proc.epoch.store(
+                    proc.epoch.load(Ordering::Relaxed).wrapping_add(1),
+                    Ordering::Relaxed,
+                );
                 proc.pid.store(pid, Ordering::Relaxed);
                 proc.state.store(PROC_LIVE, Ordering::Relaxed);
                 return Ok(p);

@@ -98,7 +98,11 @@ impl Region {
     pub(crate) fn open(name: &str, want: &Want) -> Result<Region> {
         let path = path_of(name)?;
         for _ in 0..100 {
-            match std::fs::OpenOptions::new().read(true).write(true).open(&path) {
+            match std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(&path)
+            {
                 Ok(file) => return Self::attach(name, &path, &file, want),
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {}
                 Err(e) => return Err(io_error("open", &path, &e)),
@@ -123,7 +127,12 @@ impl Region {
             ));
         }
         let id = xxhash_rust::xxh3::xxh3_64(
-            format!("{}{:?}{path}", std::process::id(), std::time::SystemTime::now()).as_bytes(),
+            format!(
+                "{}{:?}{path}",
+                std::process::id(),
+                std::time::SystemTime::now()
+            )
+            .as_bytes(),
         );
         let tmp = format!("{DIR}/.keylock.{name}.{}.{id:x}", std::process::id());
         let file = std::fs::OpenOptions::new()
@@ -200,7 +209,13 @@ impl Region {
             return Err(incompatible(problem));
         }
         region.header = header;
-        let kind_name = |k| if k == KIND_POOL { "key pool" } else { "striped lock" };
+        let kind_name = |k| {
+            if k == KIND_POOL {
+                "key pool"
+            } else {
+                "striped lock"
+            }
+        };
         if header.kind != want.kind {
             return Err(incompatible(format!(
                 "the region is a {}, not a {}",
@@ -299,22 +314,42 @@ impl Region {
 
     #[inline]
     pub(crate) fn entry(&self, index: u32) -> Result<&Entry> {
-        self.record(self.header.off_entries, self.header.capacity, index, "entry index")
+        self.record(
+            self.header.off_entries,
+            self.header.capacity,
+            index,
+            "entry index",
+        )
     }
 
     #[inline]
     pub(crate) fn node(&self, index: u32) -> Result<&Node> {
-        self.record(self.header.off_nodes, self.header.nodes, index, "node index")
+        self.record(
+            self.header.off_nodes,
+            self.header.nodes,
+            index,
+            "node index",
+        )
     }
 
     #[inline]
     pub(crate) fn proc(&self, index: u32) -> Result<&Proc> {
-        self.record(self.header.off_procs, self.header.procs, index, "process index")
+        self.record(
+            self.header.off_procs,
+            self.header.procs,
+            index,
+            "process index",
+        )
     }
 
     #[inline]
     pub(crate) fn bucket(&self, index: u32) -> Result<&std::sync::atomic::AtomicU32> {
-        self.record(self.header.off_buckets, self.header.buckets, index, "bucket index")
+        self.record(
+            self.header.off_buckets,
+            self.header.buckets,
+            index,
+            "bucket index",
+        )
     }
 
     /// The error for a record found out of range.

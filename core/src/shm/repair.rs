@@ -68,15 +68,19 @@ pub(crate) fn repair(t: &mut TableGuard<'_>, dead: u32, wakes: &mut Wakes) -> Re
         let bind = e.bind.load(Ordering::Relaxed);
         if bind & 3 == BIND_BOUND {
             let bucket = r.bucket((e.hash.load(Ordering::Relaxed) as u32) & (h.buckets - 1))?;
-            e.next.store(bucket.load(Ordering::Relaxed), Ordering::Relaxed);
+            e.next
+                .store(bucket.load(Ordering::Relaxed), Ordering::Relaxed);
             bucket.store(i + 1, Ordering::Relaxed);
         } else {
             // Half bound or unbound: free, and SLOW so that no fast path takes it.
             e.bind.store((bind & !3) | BIND_FREE, Ordering::Relaxed);
             let w = e.word.load(Ordering::Relaxed);
-            rt.fence_floor
-                .fetch_max(word::fence(w, e.fence_hi.load(Ordering::Relaxed)), Ordering::Relaxed);
-            e.word.store(word::make(word::lo(w), true, 0), Ordering::Release);
+            rt.fence_floor.fetch_max(
+                word::fence(w, e.fence_hi.load(Ordering::Relaxed)),
+                Ordering::Relaxed,
+            );
+            e.word
+                .store(word::make(word::lo(w), true, 0), Ordering::Release);
             e.next
                 .store(rt.free_entries.load(Ordering::Relaxed), Ordering::Relaxed);
             rt.free_entries.store(i + 1, Ordering::Relaxed);
@@ -94,7 +98,8 @@ pub(crate) fn repair(t: &mut TableGuard<'_>, dead: u32, wakes: &mut Wakes) -> Re
             NODE_WAITING if valid => waiting.push((n.seq.load(Ordering::Relaxed), i)),
             NODE_HELD if valid => {
                 let e = r.entry(entry)?;
-                n.next.store(e.holders.load(Ordering::Relaxed), Ordering::Relaxed);
+                n.next
+                    .store(e.holders.load(Ordering::Relaxed), Ordering::Relaxed);
                 e.holders.store(i + 1, Ordering::Relaxed);
                 e.shared
                     .store(e.shared.load(Ordering::Relaxed) + 1, Ordering::Relaxed);

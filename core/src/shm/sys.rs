@@ -140,7 +140,10 @@ impl ShmMutex {
                     "pthread_mutexattr_setpshared",
                 )?;
                 check(
-                    libc::pthread_mutexattr_setrobust(attr.as_mut_ptr(), libc::PTHREAD_MUTEX_ROBUST),
+                    libc::pthread_mutexattr_setrobust(
+                        attr.as_mut_ptr(),
+                        libc::PTHREAD_MUTEX_ROBUST,
+                    ),
                     "pthread_mutexattr_setrobust",
                 )?;
                 check(

@@ -108,7 +108,12 @@ pub(crate) fn fast_release(e: &Entry, fence: u64, proc: u32) -> bool {
     let lo = fence & word::LO_MAX;
     let held = word::make(lo, false, proc + 1);
     e.word
-        .compare_exchange(held, word::make(lo, false, 0), Ordering::Release, Ordering::Relaxed)
+        .compare_exchange(
+            held,
+            word::make(lo, false, 0),
+            Ordering::Release,
+            Ordering::Relaxed,
+        )
         .is_ok()
 }
 
@@ -134,15 +139,20 @@ fn update(e: &Entry, mut f: impl FnMut(u64) -> Option<u64>) -> Option<(u64, u64)
 fn advanced(e: &Entry, w: u64) -> u64 {
     let lo = word::lo(w);
     if lo >= word::LO_MAX {
-        e.fence_hi
-            .store(e.fence_hi.load(Ordering::Relaxed).wrapping_add(1), Ordering::Relaxed);
+        e.fence_hi.store(
+            e.fence_hi.load(Ordering::Relaxed).wrapping_add(1),
+            Ordering::Relaxed,
+        );
         return word::make(0, w & word::SLOW != 0, word::xproc(w));
     }
     (w & !(word::LO_MAX << word::LO_SHIFT)) | ((lo + 1) << word::LO_SHIFT)
 }
 
 pub(crate) fn fence_of(e: &Entry) -> u64 {
-    word::fence(e.word.load(Ordering::Acquire), e.fence_hi.load(Ordering::Relaxed))
+    word::fence(
+        e.word.load(Ordering::Acquire),
+        e.fence_hi.load(Ordering::Relaxed),
+    )
 }
 
 /// Whether the entry needs the slow path (see [`word`]).
@@ -160,7 +170,11 @@ fn needs_slow(e: &Entry) -> bool {
 pub(crate) fn fix_slow(e: &Entry) {
     let slow = needs_slow(e);
     let _ = update(e, |w| {
-        let want = if slow { w | word::SLOW } else { w & !word::SLOW };
+        let want = if slow {
+            w | word::SLOW
+        } else {
+            w & !word::SLOW
+        };
         (want != w).then_some(want)
     });
 }
@@ -198,8 +212,10 @@ pub(crate) fn alloc_node(t: &TableGuard<'_>) -> Result<u32> {
     }
     rt.free_nodes
         .store(n.next.load(Ordering::Relaxed), Ordering::Relaxed);
-    n.epoch
-        .store(n.epoch.load(Ordering::Relaxed).wrapping_add(1), Ordering::Relaxed);
+    n.epoch.store(
+        n.epoch.load(Ordering::Relaxed).wrapping_add(1),
+        Ordering::Relaxed,
+    );
     n.next.store(0, Ordering::Relaxed);
     n.died.store(0, Ordering::Relaxed);
     Ok(index)
@@ -292,8 +308,10 @@ fn add_shared(t: &TableGuard<'_>, entry: u32, index: u32, lease: u64) -> Result<
 fn drop_shared(t: &TableGuard<'_>, entry: u32, index: u32) -> Result<()> {
     let e = t.region.entry(entry)?;
     if unlink(t, &e.holders, None, index)? {
-        e.shared
-            .store(e.shared.load(Ordering::Relaxed).saturating_sub(1), Ordering::Relaxed);
+        e.shared.store(
+            e.shared.load(Ordering::Relaxed).saturating_sub(1),
+            Ordering::Relaxed,
+        );
     }
     free_node(t, index)
 }
@@ -386,14 +404,23 @@ pub(crate) fn acquire_locked(
 }
 
 /// Queues a waiter for `req` on `entry`; returns its node and generation.
-pub(crate) fn enqueue(t: &TableGuard<'_>, entry: u32, req: &Req, is_async: bool) -> Result<(u32, u32)> {
+pub(crate) fn enqueue(
+    t: &TableGuard<'_>,
+    entry: u32,
+    req: &Req,
+    is_async: bool,
+) -> Result<(u32, u32)> {
     let r = t.region;
     let e = r.entry(entry)?;
     let index = alloc_node(t)?;
     let n = r.node(index)?;
     n.entry.store(entry, Ordering::Relaxed);
     n.proc.store(req.proc, Ordering::Relaxed);
-    let mut flags = if req.mode == Mode::Shared { NODE_SHARED } else { 0 };
+    let mut flags = if req.mode == Mode::Shared {
+        NODE_SHARED
+    } else {
+        0
+    };
     if is_async {
         flags |= NODE_ASYNC;
     }
@@ -471,8 +498,10 @@ pub(crate) fn cancel(t: &TableGuard<'_>, index: u32, epoch: u32, wakes: &mut Wak
     match n.state.load(Ordering::Acquire) {
         NODE_WAITING => {
             if unlink(t, &e.head, Some(&e.tail), index)? {
-                e.waiters
-                    .store(e.waiters.load(Ordering::Relaxed).saturating_sub(1), Ordering::Relaxed);
+                e.waiters.store(
+                    e.waiters.load(Ordering::Relaxed).saturating_sub(1),
+                    Ordering::Relaxed,
+                );
             }
             free_node(t, index)?;
         }
@@ -510,7 +539,9 @@ pub(crate) fn release_locked(
     match grant.mode {
         Mode::Exclusive => {
             let w = e.word.load(Ordering::Acquire);
-            if word::xproc(w) != proc + 1 || word::fence(w, e.fence_hi.load(Ordering::Relaxed)) != grant.fence {
+            if word::xproc(w) != proc + 1
+                || word::fence(w, e.fence_hi.load(Ordering::Relaxed)) != grant.fence
+            {
                 return Err(Error::NotOwner);
             }
             let holder = e.owner.load(Ordering::Relaxed);
@@ -695,8 +726,10 @@ pub(crate) fn dispatch(t: &TableGuard<'_>, entry: u32, wakes: &mut Wakes) -> Res
         }
         // Off the queue first: the node is the grant's record from here on.
         unlink(t, &e.head, Some(&e.tail), index)?;
-        e.waiters
-            .store(e.waiters.load(Ordering::Relaxed).saturating_sub(1), Ordering::Relaxed);
+        e.waiters.store(
+            e.waiters.load(Ordering::Relaxed).saturating_sub(1),
+            Ordering::Relaxed,
+        );
         let died = take_died(e);
         n.died.store(u32::from(died), Ordering::Relaxed);
         if shared {
@@ -711,8 +744,10 @@ pub(crate) fn dispatch(t: &TableGuard<'_>, entry: u32, wakes: &mut Wakes) -> Res
             e.owner
                 .store(n.owner.load(Ordering::Relaxed), Ordering::Relaxed);
             e.holds.store(1, Ordering::Relaxed);
-            e.lease
-                .store(lease_end(n.lease.load(Ordering::Relaxed)), Ordering::Relaxed);
+            e.lease.store(
+                lease_end(n.lease.load(Ordering::Relaxed)),
+                Ordering::Relaxed,
+            );
             n.fence.store(
                 word::fence(new, e.fence_hi.load(Ordering::Relaxed)),
                 Ordering::Relaxed,
@@ -797,7 +832,11 @@ pub(crate) fn reap_waiters(t: &TableGuard<'_>, entry: u32, wakes: &mut Wakes) ->
 
 /// A snapshot of `entry`'s holders, after ending expired leases and reclaiming dead
 /// processes' holds and waits; `None` when free.
-pub(crate) fn info_locked(t: &TableGuard<'_>, entry: u32, wakes: &mut Wakes) -> Result<Option<LockInfo>> {
+pub(crate) fn info_locked(
+    t: &TableGuard<'_>,
+    entry: u32,
+    wakes: &mut Wakes,
+) -> Result<Option<LockInfo>> {
     let r = t.region;
     let e = r.entry(entry)?;
     reap_holders(t, entry, wakes)?;
@@ -805,7 +844,8 @@ pub(crate) fn info_locked(t: &TableGuard<'_>, entry: u32, wakes: &mut Wakes) -> 
     expire(t, entry, wakes)?;
     let w = e.word.load(Ordering::Acquire);
     let now = now_ns();
-    let remaining = |until: Option<u64>| until.map(|u| std::time::Duration::from_nanos(u.saturating_sub(now)));
+    let remaining =
+        |until: Option<u64>| until.map(|u| std::time::Duration::from_nanos(u.saturating_sub(now)));
     let waiters = e.waiters.load(Ordering::Relaxed) as usize;
     let fence = word::fence(w, e.fence_hi.load(Ordering::Relaxed));
     if word::xproc(w) != 0 {
@@ -862,8 +902,10 @@ pub(crate) fn reclaim_node(t: &TableGuard<'_>, index: u32) -> Result<Option<u32>
     match n.state.load(Ordering::Relaxed) {
         NODE_WAITING => {
             if unlink(t, &e.head, Some(&e.tail), index)? {
-                e.waiters
-                    .store(e.waiters.load(Ordering::Relaxed).saturating_sub(1), Ordering::Relaxed);
+                e.waiters.store(
+                    e.waiters.load(Ordering::Relaxed).saturating_sub(1),
+                    Ordering::Relaxed,
+                );
             }
             free_node(t, index)?;
         }

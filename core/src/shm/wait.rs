@@ -23,11 +23,7 @@ pub const LIVENESS_SLICE: Duration = Duration::from_millis(20);
 
 /// When a waiter on `entry` must look again: the liveness slice, the holders' earliest lease
 /// end, or its own deadline, whichever comes first.
-fn recheck_at(
-    t: &super::region::TableGuard<'_>,
-    entry: u32,
-    deadline: Option<u64>,
-) -> Result<u64> {
+fn recheck_at(t: &super::region::TableGuard<'_>, entry: u32, deadline: Option<u64>) -> Result<u64> {
     let mut at = now_ns().saturating_add(LIVENESS_SLICE.as_nanos() as u64);
     if let Some(l) = table::earliest_lease(t, entry)? {
         at = at.min(l);
@@ -69,7 +65,12 @@ fn look_again(
 /// The first attempt under the mutex: acquired, failed (no wait allowed), or queued.
 enum First {
     Got(Grant),
-    Queued { entry: u32, node: u32, epoch: u32, recheck: u64 },
+    Queued {
+        entry: u32,
+        node: u32,
+        epoch: u32,
+        recheck: u64,
+    },
 }
 
 fn first_attempt(
@@ -85,13 +86,17 @@ fn first_attempt(
     let result = (|| {
         let t = lock.table(&mut wakes)?;
         let entry = lock.entry_locked(&t, space, key)?;
-        if let Attempt::Acquired(g) = table::acquire_locked(&t, entry, req, lock.max_holds(), &mut wakes)? {
+        if let Attempt::Acquired(g) =
+            table::acquire_locked(&t, entry, req, lock.max_holds(), &mut wakes)?
+        {
             return Ok(First::Got(g));
         }
         if deadline.is_some_and(|d| now_ns() >= d) {
             // A dead holder may be all that stands in the way.
             table::reap_holders(&t, entry, &mut wakes)?;
-            if let Attempt::Acquired(g) = table::acquire_locked(&t, entry, req, lock.max_holds(), &mut wakes)? {
+            if let Attempt::Acquired(g) =
+                table::acquire_locked(&t, entry, req, lock.max_holds(), &mut wakes)?
+            {
                 return Ok(First::Got(g));
             }
             return Err(fail.clone());
@@ -120,17 +125,27 @@ pub(crate) fn acquire_blocking(
     deadline: Option<u64>,
     fail: Error,
 ) -> Result<Grant> {
-    let (entry, node, epoch, mut recheck) = match first_attempt(lock, space, key, req, deadline, &fail, false)? {
-        First::Got(g) => return Ok(g),
-        First::Queued { entry, node, epoch, recheck } => (entry, node, epoch, recheck),
-    };
+    let (entry, node, epoch, mut recheck) =
+        match first_attempt(lock, space, key, req, deadline, &fail, false)? {
+            First::Got(g) => return Ok(g),
+            First::Queued {
+                entry,
+                node,
+                epoch,
+                recheck,
+            } => (entry, node, epoch, recheck),
+        };
     let region = lock.region();
     loop {
         let n = region.node(node)?;
         if n.state.load(Ordering::Acquire) == NODE_WAITING {
             let now = now_ns();
             if now < recheck {
-                sys::futex_wait(&n.state, NODE_WAITING, Some(Duration::from_nanos(recheck - now)));
+                sys::futex_wait(
+                    &n.state,
+                    NODE_WAITING,
+                    Some(Duration::from_nanos(recheck - now)),
+                );
             }
             if n.state.load(Ordering::Acquire) == NODE_WAITING && now_ns() < recheck {
                 continue; // woken early by a stray wake
@@ -228,37 +243,72 @@ impl Future for AcquireOne {
                         Poll::Ready(Err(e))
                     }
                     Ok(First::Got(g)) => Poll::Ready(Ok(this.finish(g))),
-                    Ok(First::Queued { entry, node, epoch, recheck }) => {
+                    Ok(First::Queued {
+                        entry,
+                        node,
+                        epoch,
+                        recheck,
+                    }) => {
                         let id = this.lock.agent().id();
-                        this.state = State::Waiting { entry, node, epoch, recheck, id };
-                        this.lock.agent().register(
-                            this.lock.region(),
-                            this.req.proc,
-                            id,
+                        this.state = State::Waiting {
+                            entry,
                             node,
                             epoch,
                             recheck,
+                            id,
+                        };
+                        this.lock.agent().register(
+                            this.lock.region(),
+                            this.req.proc,
+                            super::agent::Wait {
+                                id,
+                                node,
+                                epoch,
+                                wake_at: recheck,
+                            },
                             cx.waker(),
                         );
                         Poll::Pending
                     }
                 }
             }
-            State::Waiting { entry, node, epoch, recheck, id } => {
+            State::Waiting {
+                entry,
+                node,
+                epoch,
+                recheck,
+                id,
+            } => {
                 let region = this.lock.region();
                 let waiting = region
                     .node(node)
                     .is_ok_and(|n| n.state.load(Ordering::Acquire) == NODE_WAITING);
                 if waiting && now_ns() < recheck {
-                    this.lock
-                        .agent()
-                        .register(region, this.req.proc, id, node, epoch, recheck, cx.waker());
+                    this.lock.agent().register(
+                        region,
+                        this.req.proc,
+                        super::agent::Wait {
+                            id,
+                            node,
+                            epoch,
+                            wake_at: recheck,
+                        },
+                        cx.waker(),
+                    );
                     return Poll::Pending;
                 }
                 let mut wakes = Wakes::default();
                 let outcome = (|| {
                     let t = this.lock.table(&mut wakes)?;
-                    look_again(&t, entry, node, epoch, this.deadline, &this.fail, &mut wakes)
+                    look_again(
+                        &t,
+                        entry,
+                        node,
+                        epoch,
+                        this.deadline,
+                        &this.fail,
+                        &mut wakes,
+                    )
                 })();
                 wakes.run(region);
                 match outcome {
@@ -267,10 +317,24 @@ impl Future for AcquireOne {
                         Poll::Ready(Ok(this.finish(g)))
                     }
                     Ok(Err(at)) => {
-                        this.state = State::Waiting { entry, node, epoch, recheck: at, id };
-                        this.lock
-                            .agent()
-                            .register(region, this.req.proc, id, node, epoch, at, cx.waker());
+                        this.state = State::Waiting {
+                            entry,
+                            node,
+                            epoch,
+                            recheck: at,
+                            id,
+                        };
+                        this.lock.agent().register(
+                            region,
+                            this.req.proc,
+                            super::agent::Wait {
+                                id,
+                                node,
+                                epoch,
+                                wake_at: at,
+                            },
+                            cx.waker(),
+                        );
                         Poll::Pending
                     }
                     Err(e) => {
@@ -286,7 +350,10 @@ impl Future for AcquireOne {
 
 impl Drop for AcquireOne {
     fn drop(&mut self) {
-        if let State::Waiting { node, epoch, id, .. } = self.state {
+        if let State::Waiting {
+            node, epoch, id, ..
+        } = self.state
+        {
             self.lock.agent().unregister(id);
             let mut wakes = Wakes::default();
             if let Ok(t) = self.lock.table(&mut wakes) {
