@@ -452,6 +452,9 @@ mod imp {
             return;
         }
         let q = quick();
+        // KEYLOCK_BENCH_ONLY=uncontended|throughput|handoff|recovery runs one part.
+        let only = std::env::var("KEYLOCK_BENCH_ONLY").unwrap_or_default();
+        let part = |p: &str| only.is_empty() || only == p;
         init_mutexes();
         let _ = keylock_core::shm::unlink(&region());
         let _ = keylock_core::shm::unlink(&format!("{}-s", region()));
@@ -459,7 +462,7 @@ mod imp {
         let mut figs = Vec::new();
         let (iters, runs) = if q { (200_000, 5) } else { (2_000_000, 11) };
         let floor = "uncontended/robust pthread mutex";
-        for imp in IMPLS {
+        for imp in IMPLS.into_iter().filter(|_| part("uncontended")) {
             let mut f = Figure::new(
                 format!("uncontended/{imp}"),
                 "ns/op",
@@ -477,7 +480,10 @@ mod imp {
             figs.push(f);
         }
         // keylock against a flock pair: at least 40x faster (ratio <= 1/40).
-        for imp in ["keylock shm KeyPool", "keylock shm StripedLock"] {
+        for imp in ["keylock shm KeyPool", "keylock shm StripedLock"]
+            .into_iter()
+            .filter(|_| part("uncontended"))
+        {
             let base = figs
                 .iter()
                 .find(|f| f.name == format!("uncontended/{imp}"))
@@ -494,7 +500,7 @@ mod imp {
         }
         let secs = if q { 0.2 } else { 1.0 };
         let reps = if q { 1 } else { 3 };
-        for imp in IMPLS {
+        for imp in IMPLS.into_iter().filter(|_| part("throughput")) {
             let runs: Vec<f64> = (0..reps).map(|_| throughput(imp, secs)).collect();
             let mut f = Figure::new(format!("4 processes, 64 keys/{imp}"), "ops/s", runs)
                 .param("group", "4 processes on 64 keys (total throughput)")
@@ -506,7 +512,7 @@ mod imp {
             figs.push(f);
         }
         let rounds = if q { 40 } else { 400 };
-        for imp in IMPLS {
+        for imp in IMPLS.into_iter().filter(|_| part("handoff")) {
             let lat = handoff(imp, rounds);
             for (p, label) in [(0.5, "p50"), (0.99, "p99")] {
                 let mut f = Figure::new(
@@ -530,7 +536,10 @@ mod imp {
             "robust pthread mutex",
             "keylock shm KeyPool",
             "keylock shm StripedLock",
-        ] {
+        ]
+        .into_iter()
+        .filter(|_| part("recovery"))
+        {
             let ms = recovery(imp, rounds);
             for (p, label) in [(0.5, "p50"), (0.99, "p99")] {
                 let mut f = Figure::new(
