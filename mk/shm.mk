@@ -10,7 +10,7 @@
 SHM_CARGO_TEST := $(CARGO) test --locked -p keylock-core --features shm
 
 test-shm:
-	$(SHM_CARGO_TEST) --lib --test shm --test shm_procs
+	$(SHM_CARGO_TEST) --lib --test shm --test shm_procs --test scope
 	$(SHM_CARGO_TEST) --doc shm
 
 # The tokio test is skipped under TSan for the reason given at TSAN_SKIP in rust.mk; the same

@@ -648,7 +648,8 @@ impl Entry {
             // `make loom-mutants`, which checks compatibility before the CAS instead.)
             let checked = !cfg!(keylock_mutant_unchecked_grant)
                 || Self::compatible(self.word.load(Ordering::Acquire), want.mode);
-            let ok = |w: u64| cfg!(keylock_mutant_unchecked_grant) || Self::compatible(w, want.mode);
+            let ok =
+                |w: u64| cfg!(keylock_mutant_unchecked_grant) || Self::compatible(w, want.mode);
             let done = if !checked {
                 None
             } else {

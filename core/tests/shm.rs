@@ -406,6 +406,8 @@ fn reentrant_regions_count_holds_per_owner_and_open() {
     let inner = a.acquire(k(b"r"), &X.owner(me)).unwrap();
     assert_eq!(outer.fence(), inner.fence());
     assert_eq!(a.info(k(b"r")).unwrap().unwrap().holds, 2);
+    assert!(a.is_current_as(&outer, Some(me)).unwrap());
+    assert!(!a.is_current_as(&outer, Owner::new(8)).unwrap());
     // The same owner number in another open is another owner.
     assert_eq!(
         b.acquire(k(b"r"), &TRY.owner(me)).unwrap_err(),
@@ -439,8 +441,10 @@ fn acquire_many_is_all_or_nothing() {
     ];
     let got = a.acquire_many(&keys, &X).unwrap();
     assert_eq!(got.len(), 2, "duplicates collapse");
-    assert_eq!(got[0].mode(), Mode::Shared); // m1 first: canonical order
-    assert_eq!(got[1].mode(), Mode::Exclusive); // the duplicate's exclusive mode wins
+    // In key order (m2 first), though taken in the canonical order (m1 first); the
+    // duplicate's exclusive mode wins.
+    assert_eq!(got[0].mode(), Mode::Exclusive);
+    assert_eq!(got[1].mode(), Mode::Shared);
     let blocker = [(k(b"m0"), Mode::Exclusive), (k(b"m2"), Mode::Exclusive)];
     assert_eq!(
         b.acquire_many(&blocker, &TRY).unwrap_err(),

@@ -357,33 +357,41 @@ impl Drop for Holding<'_> {
     }
 }
 
-/// The keys of a multi-key acquire in the canonical order, duplicates merged (exclusive wins).
-fn canonical(lock: &ShmLock, keys: &[(LockKey<'_>, Mode)]) -> Vec<(KeySpace, Vec<u8>, Mode)> {
-    let mut out: Vec<(KeySpace, Vec<u8>, Mode)> = keys
+/// The keys of a multi-key acquire in the canonical order, duplicates merged (the strongest
+/// mode wins), each with the index of its first occurrence among `keys` (the order the
+/// acquisitions are returned in).
+fn canonical(
+    lock: &ShmLock,
+    keys: &[(LockKey<'_>, Mode)],
+) -> Vec<(KeySpace, Vec<u8>, Mode, usize)> {
+    let mut out: Vec<(KeySpace, Vec<u8>, Mode, usize)> = keys
         .iter()
-        .map(|(k, m)| (k.space, k.bytes.to_vec(), *m))
+        .enumerate()
+        .map(|(i, (k, m))| (k.space, k.bytes.to_vec(), *m, i))
         .collect();
-    if lock.region.is_pool() {
-        out.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
-        out.dedup_by(|b, a| {
-            let same = a.0 == b.0 && a.1 == b.1;
-            if same && b.2 == Mode::Exclusive {
-                a.2 = Mode::Exclusive;
-            }
-            same
-        });
-    } else {
-        // Stripes: ordered and merged by stripe (two keys on one stripe are one lock).
-        out.sort_by_key(|(s, k, _)| lock.stripe_of(*s, k));
-        out.dedup_by(|b, a| {
-            let same = lock.stripe_of(a.0, &a.1) == lock.stripe_of(b.0, &b.1);
-            if same && b.2 == Mode::Exclusive {
-                a.2 = Mode::Exclusive;
-            }
-            same
-        });
-    }
+    // Pools: by space and bytes. Stripes: by stripe (two keys on one stripe are one lock).
+    let lock_of = |space: KeySpace, key: &[u8]| -> (u32, KeySpace, Vec<u8>) {
+        if lock.region.is_pool() {
+            (0, space, key.to_vec())
+        } else {
+            (lock.stripe_of(space, key), KeySpace::Keys, Vec::new())
+        }
+    };
+    out.sort_by(|a, b| (lock_of(a.0, &a.1), a.3).cmp(&(lock_of(b.0, &b.1), b.3)));
+    out.dedup_by(|b, a| {
+        let same = lock_of(a.0, &a.1) == lock_of(b.0, &b.1);
+        if same && b.2 == Mode::Exclusive {
+            a.2 = Mode::Exclusive;
+        }
+        same
+    });
     out
+}
+
+/// The acquisitions of a multi-key acquire (made in canonical order) in key order.
+fn in_key_order(mut acqs: Vec<(usize, Acquisition)>) -> Vec<Acquisition> {
+    acqs.sort_by_key(|(first, _)| *first);
+    acqs.into_iter().map(|(_, a)| a).collect()
 }
 
 impl KeyedLock for ShmLock {
@@ -450,7 +458,8 @@ impl KeyedLock for ShmLock {
             lock: self,
             acqs: Vec::with_capacity(keys.len()),
         };
-        for (space, bytes, mode) in canonical(self, keys) {
+        let mut firsts = Vec::with_capacity(keys.len());
+        for (space, bytes, mode, first) in canonical(self, keys) {
             let o = LockOptions {
                 mode,
                 wait,
@@ -463,8 +472,9 @@ impl KeyedLock for ShmLock {
                 },
                 &o,
             )?);
+            firsts.push(first);
         }
-        Ok(held.take())
+        Ok(in_key_order(firsts.into_iter().zip(held.take()).collect()))
     }
 
     fn acquire_many_async(
@@ -480,7 +490,8 @@ impl KeyedLock for ShmLock {
                 lock: &self,
                 acqs: Vec::with_capacity(keys.len()),
             };
-            for (space, bytes, mode) in keys {
+            let mut firsts = Vec::with_capacity(keys.len());
+            for (space, bytes, mode, first) in keys {
                 let o = LockOptions { mode, wait, ..opts };
                 let fut = Arc::clone(&self).acquire_async(
                     LockKey {
@@ -490,8 +501,9 @@ impl KeyedLock for ShmLock {
                     &o,
                 );
                 held.acqs.push(fut.await?);
+                firsts.push(first);
             }
-            Ok(held.take())
+            Ok(in_key_order(firsts.into_iter().zip(held.take()).collect()))
         })
     }
 
@@ -557,16 +569,20 @@ impl KeyedLock for ShmLock {
         }
     }
 
-    fn is_current(&self, acquisition: &Acquisition) -> Result<bool> {
+    fn is_current_as(&self, acquisition: &Acquisition, owner: Option<Owner>) -> Result<bool> {
         let (g, aproc) = self.grant_of(acquisition)?;
         let proc = self.me()?;
         if aproc != proc + 1 {
             return Ok(false);
         }
+        let owner = owner.or(acquisition.owner);
         let mut wakes = Wakes::default();
         let result = (|| {
             let t = self.table(&mut wakes)?;
-            table::is_current_locked(&t, &g, proc)
+            Ok(table::is_current_locked(&t, &g, proc)?
+                && (g.mode == Mode::Shared
+                    || !self.region.reentrant()
+                    || table::held_by(&t, g.entry, owner)?))
         })();
         wakes.run(&self.region);
         result

@@ -602,6 +602,16 @@ pub(crate) fn is_current_locked(t: &TableGuard<'_>, grant: &Grant, proc: u32) ->
     })
 }
 
+/// Whether the exclusive holder of `entry` is `owner` (a hold without an owner is anyone's,
+/// and `None` asks nothing).
+pub(crate) fn held_by(t: &TableGuard<'_>, entry: u32, owner: Option<Owner>) -> Result<bool> {
+    let holder = t.region.entry(entry)?.owner.load(Ordering::Relaxed);
+    Ok(match owner {
+        Some(o) => holder == 0 || holder == o.get(),
+        None => true,
+    })
+}
+
 /// Moves the lease end of `grant` to `lease` ns from now. `NotOwner` when not current,
 /// `InvalidArgument` for an acquisition without a lease. Returns the new end.
 pub(crate) fn extend_locked(
