@@ -416,9 +416,11 @@ mod imp {
             });
             rx.recv().unwrap();
             std::thread::sleep(Duration::from_millis(2)); // the waiter is asleep in lock()
+            // Timed from just before the kill: the recovery can finish before kill(2)
+            // returns here.
+            let killed = Instant::now();
             // SAFETY: kill(2) on our own child.
             unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGKILL) };
-            let killed = Instant::now();
             let got = waiter.join().unwrap();
             let _ = child.wait();
             out.push(got.saturating_duration_since(killed).as_secs_f64() * 1e3);

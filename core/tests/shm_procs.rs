@@ -425,9 +425,10 @@ fn killed_holders_are_recovered_with_owner_died() {
             std::thread::sleep(Duration::from_micros(200));
         }
         std::thread::sleep(Duration::from_micros(rng.next() % 3000));
+        // Timed from just before the kill: the recovery can finish before kill(2) returns.
+        let killed = Instant::now();
         // SAFETY: kill(2) on our own child.
         unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGKILL) };
-        let killed = Instant::now();
         let (acq, got) = waiter.join().unwrap();
         let acq = acq.unwrap_or_else(|e| panic!("round {round}: {e}"));
         let _ = child.wait();

@@ -163,6 +163,10 @@ fn run(region: &Region, agent: &Agent, ready: &Ready) {
             return;
         }
     };
+    if let Ok(slot) = region.proc(proc) {
+        // This thread holds the slot's mutex now: check the C library's mutex layout.
+        slot.alive.check_lock_word();
+    }
     ready.send(Ok(proc));
     let Ok(slot) = region.proc(proc) else { return };
     let mut due = Vec::new();

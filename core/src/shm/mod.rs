@@ -97,8 +97,10 @@
 //! Linux tells a process about another's death in few ways. Robust futex lists are the one
 //! that needs no polling, but each thread has one list and glibc owns it, so keylock cannot
 //! keep its own. What glibc gives instead is the **robust process-shared pthread mutex**: when
-//! the thread holding one dies, the kernel marks it and the next locker gets `EOWNERDEAD`.
-//! keylock builds on exactly that, twice:
+//! the thread holding one dies, the kernel marks it, wakes a waiter, and the next locker gets
+//! `EOWNERDEAD`. keylock builds on exactly that, twice. (The alternative, a holder's pid plus
+//! start time checked with a pidfd, needs a poll on the pidfd, which no futex wait can join,
+//! and so a polling slice; the robust mutex gives the kernel's own wake-up instead.)
 //!
 //! - **Liveness.** Each open of a region claims a process slot and starts one agent thread,
 //!   which locks the slot's robust mutex and keeps it until the region is closed. Anyone can
@@ -111,15 +113,32 @@
 //!   change in one store, completes a half-made grant, and reclaims the dead process.
 //!
 //! Holders are recorded per process: an exclusive holder in the lock word, a shared holder and
-//! a waiter in a node with its process slot. A waiter sleeps on a futex (its node's state,
-//! woken by the grant) with a timed wait of at most [`LIVENESS_SLICE`] (20 ms), after which it
-//! tests the holders' liveness; a dead holder's acquisitions end with the fence advanced and
-//! the entry marked `died`, and the lock passes to the next waiter, whose acquisition reports
-//! `owner_died`. So a waiter gets a dead holder's key within about 20 ms of the death. A try
-//! acquire of a key whose holder died, `info`, and a full table all reclaim dead processes
-//! too, so a killed waiter's reservation goes as soon as anyone looks. (A push-only design would
-//! wait with `futex_waitv` on the key and on the holder's robust mutex word together; that
-//! needs the glibc-private layout of `pthread_mutex_t`, which this scope does not read.)
+//! a waiter in a node with its process slot. A dead holder's acquisitions end with the fence
+//! advanced and the entry marked `died`; the lock passes to the next waiter, whose acquisition
+//! reports `owner_died`. How a waiter learns of the death:
+//!
+//! - **Pushed, for a blocking waiter behind an exclusive holder.** It sleeps with
+//!   `futex_waitv` (Linux 5.16) on two words at once: its own node's state (the grant) and the
+//!   holder's liveness mutex word, after setting that word's `FUTEX_WAITERS` bit exactly as a
+//!   pthread waiter does. When the holder dies, the kernel's robust-futex exit handling marks
+//!   that word `FUTEX_OWNER_DIED` and wakes a sleeper, which reclaims the dead process under
+//!   the table mutex and hands its keys on (each grant wakes its waiter). This reads the
+//!   mutex's futex word, which is the first word of glibc's `pthread_mutex_t`; each agent
+//!   checks that at run time (the word must hold its own thread id once it has locked its
+//!   slot's mutex), and where it does not hold, waiters fall back to the timed re-check below.
+//!   Measured: a killed holder's key reaches the waiter in well under a millisecond (see
+//!   BENCHMARKS.md, "recovery after kill -9").
+//! - **A bounded re-check, for everything else.** Every waiter also sleeps at most
+//!   [`LIVENESS_SLICE`] (20 ms) before it tests the holders' liveness under the table mutex:
+//!   shared holders (there may be many), async waiters (the agent's single futex word cannot
+//!   also watch holders), a holder that changed while it slept (each exclusive hand-off wakes
+//!   the next waiter so that it watches the new holder, but a race can still leave it watching
+//!   an old one), kernels before 5.16, other C libraries. So no waiter ever waits more than
+//!   about 20 ms past a death.
+//!
+//! A try acquire of a key whose holder died, `info`, and a full table all reclaim dead processes
+//! too, so a killed waiter's reservation goes as soon as anyone looks; a release never hands a
+//! key to a dead waiter (the grant checks the waiter's liveness first).
 //!
 //! `owner_died` means what `EOWNERDEAD` means: the previous exclusive holder was killed while
 //! holding the key, so whatever it protected may be half-changed. The new holder should check
@@ -130,7 +149,8 @@
 //!
 //! # Waiting
 //!
-//! Blocking waiters sleep on their own node's futex word. Async waiters (`acquire_async`)
+//! Blocking waiters sleep on their own node's futex word (and the holder's, above). A grant
+//! is a futex wake; nothing polls. Async waiters (`acquire_async`)
 //! block nothing: the future registers with its open's agent thread, which sleeps on one
 //! futex word (the slot's doorbell) that every grant to an async waiter of that process bumps,
 //! and wakes the future's waker. One thread per open serves all its async waiters.

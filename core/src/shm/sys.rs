@@ -223,3 +223,96 @@ pub(crate) fn fork_generation() -> u64 {
 pub(crate) fn pid() -> u32 {
     std::process::id()
 }
+
+/// The kernel's robust-futex bits in a robust mutex's lock word (linux/futex.h, a stable ABI).
+pub(crate) const FUTEX_WAITERS: u32 = 0x8000_0000;
+pub(crate) const FUTEX_OWNER_DIED: u32 = 0x4000_0000;
+pub(crate) const FUTEX_TID_MASK: u32 = 0x3fff_ffff;
+
+/// Whether this process's pthread mutexes keep their futex word first, holding the owner's
+/// thread id (glibc's `__data.__lock`), so that a waiter can sleep on a holder process's
+/// liveness mutex with `futex_waitv` and be woken by the kernel when that process dies.
+/// Checked at run time by each agent ([`check_lock_word`]); `false` until then, and wherever
+/// the check fails (then waiters rely on their timed re-check alone).
+static LOCK_WORD_FIRST: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+impl ShmMutex {
+    /// The mutex's futex word, if this C library keeps it first (see [`LOCK_WORD_FIRST`]).
+    pub(crate) fn lock_word(&self) -> Option<&AtomicU32> {
+        if !LOCK_WORD_FIRST.load(std::sync::atomic::Ordering::Relaxed) {
+            return None;
+        }
+        // SAFETY: pthread_mutex_t is at least 4-byte aligned and larger than 4 bytes; its first
+        // word is the futex word the kernel and the C library change atomically (checked by
+        // `check_lock_word`), so viewing it as an AtomicU32 is sound. It lives as long as
+        // `self`.
+        Some(unsafe { &*self.0.get().cast::<AtomicU32>() })
+    }
+
+    /// Called by a thread that holds this mutex: checks that its first word names the thread.
+    pub(crate) fn check_lock_word(&self) {
+        // SAFETY: as in `lock_word`; here only read, to check the layout.
+        let first = unsafe { &*self.0.get().cast::<AtomicU32>() };
+        // SAFETY: gettid has no preconditions.
+        let tid = unsafe { libc::gettid() } as u32;
+        let ok = first.load(std::sync::atomic::Ordering::Relaxed) & FUTEX_TID_MASK == tid;
+        LOCK_WORD_FIRST.store(ok, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// Sleeps until `node` no longer holds `expected`, or `watched` no longer holds its value
+/// (a holder's liveness mutex: the kernel changes and wakes it when the holder dies), or
+/// `timeout` passes. Both words are shared futexes.
+pub(crate) fn futex_wait2(
+    node: &AtomicU32,
+    expected: u32,
+    watched: &AtomicU32,
+    watched_value: u32,
+    timeout: Duration,
+) {
+    #[repr(C)]
+    struct FutexWaitv {
+        val: u64,
+        uaddr: u64,
+        flags: u32,
+        reserved: u32,
+    }
+    const FUTEX2_SIZE_U32: u32 = 0x02;
+    let waiters = [
+        FutexWaitv {
+            val: u64::from(expected),
+            uaddr: node.as_ptr() as u64,
+            flags: FUTEX2_SIZE_U32,
+            reserved: 0,
+        },
+        FutexWaitv {
+            val: u64::from(watched_value),
+            uaddr: watched.as_ptr() as u64,
+            flags: FUTEX2_SIZE_U32,
+            reserved: 0,
+        },
+    ];
+    // futex_waitv takes an absolute timeout on the given clock.
+    let end = now_ns().saturating_add(timeout.as_nanos().min(u64::MAX as u128) as u64);
+    let ts = libc::timespec {
+        tv_sec: (end / 1_000_000_000) as libc::time_t,
+        tv_nsec: (end % 1_000_000_000) as libc::c_long,
+    };
+    // SAFETY: `waiters` is an array of two futex_waitv records (the kernel's layout) naming
+    // two aligned u32 words that stay valid for the call (we hold references); `ts` is alive
+    // for the call. The kernel only reads the words. On a kernel without futex_waitv (before
+    // 5.16) the call fails with ENOSYS and the caller's loop simply looks again.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_futex_waitv,
+            waiters.as_ptr(),
+            2u32,
+            0u32,
+            &ts as *const libc::timespec,
+            libc::CLOCK_MONOTONIC,
+        )
+    };
+    if rc < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ENOSYS) {
+        futex_wait(node, expected, Some(timeout));
+    }
+}

@@ -767,6 +767,10 @@ pub(crate) fn dispatch(t: &TableGuard<'_>, entry: u32, wakes: &mut Wakes) -> Res
         }
         wakes.granted(index, n);
         if !shared {
+            // The next waiter now waits for a new holder: wake it to watch that one.
+            if let Some(next) = e.head.load(Ordering::Relaxed).checked_sub(1) {
+                wakes.nodes.push(next);
+            }
             break;
         }
     }
