@@ -588,3 +588,39 @@ fn permission_denied_for_another_user() {
     drop(lock);
     let _ = Mode::Shared;
 }
+
+/// A child of fork() must not act as its parent's open (its holds would count as the
+/// parent's): the inherited handle answers `Unavailable`, and a fresh open works.
+#[test]
+fn a_forked_child_reopens() {
+    let names = Names::new("fork");
+    let lock = parent_open(&names);
+    let held = lock
+        .acquire(LockKey::new(b"k"), &LockOptions::new())
+        .unwrap();
+    let name = format!("shm:{}", names.region);
+    // SAFETY: the child makes a few calls and leaves with _exit, never returning into the
+    // test harness; glibc's malloc is usable after fork.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0);
+    if pid == 0 {
+        let inherited = matches!(
+            lock.acquire(LockKey::new(b"other"), &LockOptions::new().wait(Wait::No)),
+            Err(Error::Unavailable(_))
+        );
+        let fresh = keylock_core::open(&name).is_ok_and(|l| {
+            l.acquire(LockKey::new(b"k"), &LockOptions::new().wait(Wait::No))
+                == Err(Error::WouldBlock)
+        });
+        // SAFETY: leaving the child without running the parent's destructors.
+        unsafe { libc::_exit(if inherited && fresh { 0 } else { 1 }) };
+    }
+    let mut status = 0;
+    // SAFETY: waiting for our own child.
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "the forked child misbehaved"
+    );
+    lock.release(held).unwrap();
+}
