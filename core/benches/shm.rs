@@ -448,6 +448,23 @@ mod imp {
             child(&role);
             return;
         }
+        // KEYLOCK_BENCH_COUNT="IMPL:N": only N uncontended lock+unlock pairs of IMPL, for
+        // `valgrind --tool=callgrind` to count instructions (make bench-shm-callgrind).
+        if let Ok(spec) = std::env::var("KEYLOCK_BENCH_COUNT") {
+            let (imp, n) = spec.rsplit_once(':').expect("IMPL:N");
+            if imp == "robust pthread mutex" {
+                init_mutexes();
+            }
+            let mut lock = Lock::open(imp);
+            for _ in 0..n.parse::<usize>().unwrap() {
+                lock.lock(black_box(1));
+                lock.unlock(black_box(1));
+            }
+            drop(lock);
+            let _ = keylock_core::shm::unlink(&region());
+            let _ = keylock_core::shm::unlink(&format!("{}-s", region()));
+            return;
+        }
         if std::env::args().any(|a| a == "--bench" || a == "--list")
             && std::env::args().any(|a| a == "--list")
         {
