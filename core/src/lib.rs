@@ -54,9 +54,11 @@ pub use error::{Error, Result};
 pub use scope::{KeySpace, KeyedLock, LockKey, OpenOptions, open, open_with};
 pub use status::Status;
 
-/// The README's examples, compiled and run as doctests so they cannot go stale.
+/// The examples of the crate's README, compiled and run as doctests so they cannot go stale.
+/// The crate's own README, not the repository's, so that they run in the published crate too;
+/// the repository README repeats them (make test-dist checks that the two agree).
 #[cfg(doctest)]
-#[doc = include_str!("../../README.md")]
+#[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
 pub use hash::DefaultHashBuilder;
 pub use pool::{
