@@ -308,6 +308,18 @@ fn child() {
                 lock.release(acq).unwrap();
             }
         }
+        // Holds key "x" exclusively, "s" shared, then takes the table mutex and is killed.
+        "die-in-table" => {
+            let x = lock.acquire(LockKey::new(b"x"), &x).unwrap();
+            let s = lock
+                .acquire(LockKey::new(b"s"), &LockOptions::new().shared())
+                .unwrap();
+            let region = std::env::var("KEYLOCK_SHM_REGION").unwrap();
+            let raw = keylock_core::shm::ShmLock::open(&region, &Default::default()).unwrap();
+            raw.hold_table_mutex_until_killed();
+            println!("holding {} {}", x.fence(), s.fence());
+            std::thread::sleep(Duration::from_secs(60));
+        }
         other => panic!("unknown child role {other}"),
     }
 }
@@ -623,4 +635,68 @@ fn a_forked_child_reopens() {
         "the forked child misbehaved"
     );
     lock.release(held).unwrap();
+}
+
+/// A process killed while it holds the table mutex (the region's one critical section):
+/// the next locker gets EOWNERDEAD, rebuilds the table, and everything is as it should be:
+/// the dead process's keys are free (its exclusive one with owner_died and a higher fence),
+/// everyone else's holds and waits are intact.
+#[test]
+fn a_death_inside_the_table_is_repaired() {
+    let names = Names::new("die-in-table");
+    let _data = Data::open(&names.data);
+    let lock = parent_open(&names);
+    let mine = lock
+        .acquire(LockKey::new(b"mine"), &LockOptions::new())
+        .unwrap();
+    let shared_mine = lock
+        .acquire(LockKey::new(b"s"), &LockOptions::new().shared())
+        .unwrap();
+    // A waiter of ours, queued behind our own hold, must survive the repair.
+    let l2 = Arc::clone(&lock);
+    let waiter = std::thread::spawn(move || {
+        l2.acquire(
+            LockKey::new(b"mine"),
+            &LockOptions::new().wait(Wait::For(Duration::from_secs(20))),
+        )
+    });
+    let t0 = Instant::now();
+    while lock.info(LockKey::new(b"mine")).unwrap().unwrap().waiters < 1 {
+        assert!(t0.elapsed() < Duration::from_secs(10));
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let mut child = spawn("die-in-table", &names, &[]);
+    let line = expect_line(&mut child, "holding ");
+    let fence: u64 = line.split_whitespace().next().unwrap().parse().unwrap();
+    kill9(&mut child);
+    // Repaired on the next lock of the table.
+    let x = lock
+        .acquire(
+            LockKey::new(b"x"),
+            &LockOptions::new().wait(Wait::For(Duration::from_secs(10))),
+        )
+        .unwrap();
+    assert!(x.owner_died(), "the dead process's key was not reported");
+    assert!(x.fence() > fence + 1);
+    let s = lock.info(LockKey::new(b"s")).unwrap().unwrap();
+    assert_eq!(
+        (s.mode, s.holders),
+        (Mode::Shared, 1),
+        "only our shared hold is left"
+    );
+    let m = lock.info(LockKey::new(b"mine")).unwrap().unwrap();
+    assert_eq!(
+        (m.fence, m.waiters),
+        (mine.fence(), 1),
+        "our hold and our waiter survive"
+    );
+    lock.release(mine).unwrap();
+    let handed = waiter.join().unwrap().unwrap();
+    assert!(!handed.owner_died());
+    lock.release(handed).unwrap();
+    lock.release(shared_mine).unwrap();
+    lock.release(x).unwrap();
+    for key in [&b"x"[..], b"s", b"mine"] {
+        assert!(!lock.is_locked(LockKey::new(key)).unwrap());
+    }
 }

@@ -147,6 +147,16 @@ impl ShmLock {
         self.region.header.capacity as usize
     }
 
+    /// Takes the region's table mutex and never gives it back: for tests of the repair that
+    /// runs when a process dies holding it (the caller's process is about to be killed).
+    #[doc(hidden)]
+    pub fn hold_table_mutex_until_killed(&self) {
+        let mut wakes = Wakes::default();
+        if let Ok(g) = self.table(&mut wakes) {
+            std::mem::forget(g);
+        }
+    }
+
     /// This open's process slot, checked against fork.
     fn me(&self) -> Result<u32> {
         if sys::fork_generation() != self.fork_gen {
