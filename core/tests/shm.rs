@@ -194,6 +194,7 @@ fn mismatched_layouts_are_incompatible() {
         oo(|o| o.capacity = Some(16)),
         striped_opts(8),
         oo(|o| o.reentrant = true),
+        oo(|o| o.fifo = true),
     ];
     for opts in bad {
         match keylock_core::open_with(&n.scoped(), &opts) {
@@ -699,4 +700,78 @@ fn regions_are_created_with_the_mode_asked() {
         .permissions()
         .mode();
     assert_eq!(mode & 0o777, 0o660);
+}
+
+/// Strict FIFO regions hand the key to waiters in the order they queued.
+#[test]
+fn fifo_regions_hand_off_in_queue_order() {
+    within(LIMIT, || {
+        let n = Name::new("strict");
+        let fifo = oo(|o| o.fifo = true);
+        let a = opts_with(&n, fifo.clone());
+        let b = opts_with(&n, fifo);
+        let held = a.acquire(k(b"q"), &X).unwrap();
+        let order = Arc::new(parking_lot::Mutex::new(Vec::new()));
+        let mut threads = Vec::new();
+        for i in 0..4usize {
+            let lock = if i % 2 == 0 {
+                Arc::clone(&a)
+            } else {
+                Arc::clone(&b)
+            };
+            let order = Arc::clone(&order);
+            threads.push(std::thread::spawn(move || {
+                let acq = lock.acquire(k(b"q"), &X).unwrap();
+                order.lock().push(i);
+                std::thread::sleep(Duration::from_millis(5));
+                lock.release(acq).unwrap();
+            }));
+            // Queue them one at a time, in order.
+            while a.info(k(b"q")).unwrap().unwrap().waiters < i + 1 {
+                std::thread::yield_now();
+            }
+        }
+        // The release grants the key to the first waiter: a newcomer finds it taken.
+        a.release(held).unwrap();
+        assert_eq!(
+            b.acquire(k(b"q"), &TRY).unwrap_err(),
+            Error::WouldBlock,
+            "a newcomer passed the queue"
+        );
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert_eq!(*order.lock(), [0, 1, 2, 3]);
+    });
+}
+
+/// With eventual fairness (the default), a holder that releases and re-acquires in a tight
+/// loop may barge past a waiter, but not for ever: the waiter gets the key.
+#[test]
+fn barging_does_not_starve_a_waiter() {
+    within(LIMIT, || {
+        let n = Name::new("barge");
+        let a = pool(&n);
+        let b = pool(&n);
+        let got = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let mut acq = a.acquire(k(b"hot"), &X).unwrap();
+        let (b2, got2) = (Arc::clone(&b), Arc::clone(&got));
+        let waiter = std::thread::spawn(move || {
+            let w = b2.acquire(k(b"hot"), &X).unwrap();
+            got2.store(true, Ordering::SeqCst);
+            b2.release(w).unwrap();
+        });
+        while a.info(k(b"hot")).unwrap().unwrap().waiters < 1 {
+            std::thread::yield_now();
+        }
+        let mut rounds = 0u64;
+        while !got.load(Ordering::SeqCst) {
+            a.release(acq).unwrap();
+            acq = a.acquire(k(b"hot"), &X).unwrap();
+            rounds += 1;
+        }
+        a.release(acq).unwrap();
+        waiter.join().unwrap();
+        assert!(rounds > 0);
+    });
 }

@@ -32,6 +32,8 @@ pub(crate) const KIND_POOL: u32 = 1;
 pub(crate) const KIND_STRIPED: u32 = 2;
 /// Flag bit: the region is reentrant.
 pub(crate) const FLAG_REENTRANT: u32 = 1;
+/// Flag bit: strict FIFO hand-off (else eventual fairness).
+pub(crate) const FLAG_FIFO: u32 = 2;
 
 /// The immutable header fields, written once before the region gets its name. Read by value
 /// at open and validated; never read again.
@@ -266,7 +268,7 @@ pub(crate) struct Node {
     pub(crate) owner: AtomicU64,
     /// The waiter's requested lease, ns (0: none); a shared holder's lease end (0: none).
     pub(crate) lease: AtomicU64,
-    /// The fence granted.
+    /// The fence granted; while waiting, when the wait began (monotonic ns).
     pub(crate) fence: AtomicU64,
     /// FIFO order among waiters.
     pub(crate) seq: AtomicU64,
@@ -280,6 +282,9 @@ pub(crate) const NODE_WAITING: u32 = 1;
 pub(crate) const NODE_GRANTED: u32 = 2;
 /// A shared holder's record (granted, or acquired at once).
 pub(crate) const NODE_HELD: u32 = 3;
+/// A waiter at the front, woken to try for a lock just released (eventual fairness): it
+/// takes the lock if nobody took it first, else waits again. Still queued.
+pub(crate) const NODE_NOTIFIED: u32 = 4;
 
 pub(crate) const NODE_SHARED: u32 = 1;
 pub(crate) const NODE_ASYNC: u32 = 2;

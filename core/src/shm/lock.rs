@@ -59,8 +59,8 @@ impl ShmLock {
     /// `options.stripes` is set (rounded up to a power of two). `options.capacity` is the most
     /// keys held or awaited at once for a new pool (default [`DEFAULT_CAPACITY`]); for an
     /// existing region it must match when given. `options.mode` sets a new region's file
-    /// permissions (default 0o600). `options.fifo` is accepted and always true here: hand-off
-    /// in a region is strict FIFO.
+    /// permissions (default 0o600). `options.fifo` and `options.reentrant` are the region's:
+    /// fixed by its creator, and an open that asks otherwise is `Incompatible`.
     pub fn open(name: &str, options: &OpenOptions) -> Result<Arc<ShmLock>> {
         let to_u32 = |n: usize, what: &'static str| -> Result<u32> {
             u32::try_from(n)
@@ -82,6 +82,7 @@ impl ShmLock {
                     capacity: Some(s),
                     create_capacity: s,
                     reentrant: options.reentrant,
+                    fifo: options.fifo,
                     mode: options.mode.unwrap_or(0o600),
                     max_holds: MAX_HOLDS,
                 }
@@ -94,6 +95,7 @@ impl ShmLock {
                     .transpose()?,
                 create_capacity: DEFAULT_CAPACITY as u32,
                 reentrant: options.reentrant,
+                fifo: options.fifo,
                 mode: options.mode.unwrap_or(0o600),
                 max_holds: MAX_HOLDS,
             },

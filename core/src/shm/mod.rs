@@ -22,8 +22,12 @@
 //! shared and exclusive modes, FIFO per key; fences, leases, force-unlock; reentrancy when the
 //! region is made reentrant; `is_locked`/`info`. What differs:
 //!
-//! - **Hand-off is always strict FIFO** (as `fifo(true)` in one process): a release with
-//!   waiters grants the lock to the first waiter; a newcomer never passes a waiter.
+//! - **Fairness is the region's**, fixed by its creator (`OpenOptions::fifo`; an open that
+//!   asks otherwise is `Incompatible`). Default, as in one process: eventual fairness, where a
+//!   release wakes the first waiter to try and an exclusive newcomer may take the key first,
+//!   but a waiter that has waited [`FAIR_AFTER`](crate::wait::FAIR_AFTER) (0.5 ms) is
+//!   granted it directly. `fifo`: every release grants the key to the first waiter, and
+//!   nobody passes a waiter. Either way a shared request never passes a queued waiter.
 //! - **Owners are per open**: reentrancy matches the owner number *and* the process (open) that
 //!   holds the key, so owner 7 in one process is not owner 7 in another.
 //! - **Owner death**: when a process holding a key dies, the next acquirer gets it with
@@ -49,7 +53,7 @@
 //!
 //! | offset | what |
 //! |---|---|
-//! | 0 | header: `magic` u64 = `b"keylock\x01"`, `version` u32 = 1, `header_len` u32 = 4096, `hash_spec` u32 = 1, `kind` u32 (1 pool, 2 striped), `flags` u32 (bit 0 reentrant), `capacity` u32 (entries, or stripes), `buckets` u32 (pool: capacity rounded up to a power of two; striped 0), `procs` u32 = 256, `nodes` u32, `key_max` u32 = 256, `entry_size` u32 = 384, `node_size` u32 = 64, `proc_size` u32 = 64, `max_holds` u32 = 65536, `total_len` u64, `off_procs`, `off_entries`, `off_buckets`, `off_nodes` u64, `region_id` u64, `checksum` u64 = XXH3-64 (seed 0) of the bytes before it |
+//! | 0 | header: `magic` u64 = `b"keylock\x01"`, `version` u32 = 1, `header_len` u32 = 4096, `hash_spec` u32 = 1, `kind` u32 (1 pool, 2 striped), `flags` u32 (bit 0 reentrant, bit 1 strict FIFO), `capacity` u32 (entries, or stripes), `buckets` u32 (pool: capacity rounded up to a power of two; striped 0), `procs` u32 = 256, `nodes` u32, `key_max` u32 = 256, `entry_size` u32 = 384, `node_size` u32 = 64, `proc_size` u32 = 64, `max_holds` u32 = 65536, `total_len` u64, `off_procs`, `off_entries`, `off_buckets`, `off_nodes` u64, `region_id` u64, `checksum` u64 = XXH3-64 (seed 0) of the bytes before it |
 //! | 512 | runtime: the table mutex (robust, process-shared pthread mutex), its holder's slot + 1, free lists, eviction hand, fence floor, waiter sequence |
 //! | 4096 | `procs` process slots of 64 bytes: a robust mutex held by the process's agent thread, state, generation, pid, doorbell futex word |
 //! | `off_entries` | `capacity` entries of 384 bytes: lock word, hash, owner, lease end, bind state, chain link, key length and space, fence high bits, wait queue, shared holders, hold count, died flag, grant in progress, key bytes |
@@ -58,7 +62,7 @@
 //!
 //! Opening checks everything: magic, version, checksum, hash spec, kind, every size and
 //! offset against this build's layout, the file's length, and (when the opener gives them)
-//! stripes, capacity and reentrancy. Any difference is [`Error::Incompatible`](crate::Error)
+//! stripes, capacity, reentrancy and fairness. Any difference is [`Error::Incompatible`](crate::Error)
 //! naming it; a file the process may not open is [`Error::PermissionDenied`](crate::Error).
 //! Every index read from the region later is range-checked, so a garbage region yields
 //! `Incompatible`, never a wild access.

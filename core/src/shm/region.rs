@@ -48,6 +48,7 @@ pub(crate) struct Want {
     /// Entries for a new region.
     pub(crate) create_capacity: u32,
     pub(crate) reentrant: bool,
+    pub(crate) fifo: bool,
     pub(crate) mode: u32,
     pub(crate) max_holds: u32,
 }
@@ -146,7 +147,8 @@ impl Region {
             // The umask must not narrow what the caller asked for.
             file.set_permissions(std::fs::Permissions::from_mode(want.mode & 0o777))
                 .map_err(|e| io_error("chmod", &tmp, &e))?;
-            let flags = if want.reentrant { FLAG_REENTRANT } else { 0 };
+            let flags = if want.reentrant { FLAG_REENTRANT } else { 0 }
+                | if want.fifo { FLAG_FIFO } else { 0 };
             let header = Header::new(want.kind, capacity, flags, want.max_holds, id);
             file.set_len(header.total_len)
                 .map_err(|e| io_error("size", &tmp, &e))?;
@@ -241,6 +243,22 @@ impl Region {
             return Err(incompatible(format!(
                 "the region is {}reentrant",
                 if reentrant { "" } else { "not " }
+            )));
+        }
+        let fifo = header.flags & FLAG_FIFO != 0;
+        if fifo != want.fifo {
+            return Err(incompatible(format!(
+                "the region hands off {} (asked for {})",
+                if fifo {
+                    "in strict FIFO order"
+                } else {
+                    "with eventual fairness"
+                },
+                if want.fifo {
+                    "strict FIFO"
+                } else {
+                    "eventual fairness"
+                }
             )));
         }
         if header.max_holds != want.max_holds {
@@ -366,6 +384,12 @@ impl Region {
     #[inline]
     pub(crate) fn reentrant(&self) -> bool {
         self.header.flags & FLAG_REENTRANT != 0
+    }
+
+    /// Strict FIFO hand-off (else eventual fairness).
+    #[inline]
+    pub(crate) fn fifo(&self) -> bool {
+        self.header.flags & FLAG_FIFO != 0
     }
 
     /// The table mutex's guard. `repair` runs when the previous holder died inside.

@@ -26,7 +26,8 @@ pub(crate) fn repair(t: &mut TableGuard<'_>, dead: u32, wakes: &mut Wakes) -> Re
         if let Some(g) = e.granting.swap(0, Ordering::Relaxed).checked_sub(1) {
             let n = r.node(g)?;
             let w = e.word.load(Ordering::Acquire);
-            if n.state.load(Ordering::Relaxed) == NODE_WAITING
+            let state = n.state.load(Ordering::Relaxed);
+            if (state == NODE_WAITING || state == NODE_NOTIFIED)
                 && word::xproc(w) == n.proc.load(Ordering::Relaxed) + 1
             {
                 e.owner
@@ -95,7 +96,10 @@ pub(crate) fn repair(t: &mut TableGuard<'_>, dead: u32, wakes: &mut Wakes) -> Re
         let entry = n.entry.load(Ordering::Relaxed);
         let valid = entry < h.capacity && n.proc.load(Ordering::Relaxed) < h.procs;
         match state {
-            NODE_WAITING if valid => waiting.push((n.seq.load(Ordering::Relaxed), i)),
+            NODE_WAITING | NODE_NOTIFIED if valid => {
+                n.state.store(NODE_WAITING, Ordering::Relaxed);
+                waiting.push((n.seq.load(Ordering::Relaxed), i));
+            }
             NODE_HELD if valid => {
                 let e = r.entry(entry)?;
                 n.next

@@ -2,8 +2,13 @@
 //! else under the table mutex (queueing, hand-off, shared holders, leases, owners and hold
 //! counts, force-unlock, introspection).
 //!
-//! Hand-off is strict FIFO: a release with waiters grants the lock to the first of them (and
-//! to every shared waiter right behind a shared grant), and a newcomer never passes a waiter.
+//! Hand-off follows the region's policy. Strict FIFO (`fifo`): a release with waiters grants
+//! the lock to the first of them (and to every shared waiter right behind a shared grant), and
+//! a newcomer never passes a waiter. Eventual fairness (the default, as in one process): a
+//! release wakes the first waiter (`NODE_NOTIFIED`) to try for the lock, and an exclusive
+//! newcomer may take it first; a waiter that has waited [`FAIR_AFTER`] is granted the lock
+//! directly. Shared waiters are always granted in order, and a shared request never passes a
+//! queued waiter, so neither readers nor writers starve.
 
 use std::sync::atomic::Ordering;
 
@@ -13,6 +18,7 @@ use super::region::TableGuard;
 use super::sys::{self, now_ns};
 use crate::acquisition::{LockInfo, Mode, Owner};
 use crate::error::{Error, Result};
+use crate::wait::FAIR_AFTER;
 
 /// What an acquire asks for, as the region stores it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -351,8 +357,16 @@ pub(crate) fn acquire_locked(
             died: false,
         }));
     }
-    if e.head.load(Ordering::Relaxed) != 0 || word::xproc(w) != 0 {
+    if word::xproc(w) != 0 {
         return Ok(Attempt::Blocked);
+    }
+    if let Some(head) = e.head.load(Ordering::Relaxed).checked_sub(1) {
+        // Only an exclusive newcomer may pass, and only a waiter woken to try (a young one:
+        // an old one is granted the lock directly).
+        let notified = r.node(head)?.state.load(Ordering::Relaxed) == NODE_NOTIFIED;
+        if r.fifo() || req.mode != Mode::Exclusive || !notified {
+            return Ok(Attempt::Blocked);
+        }
     }
     match req.mode {
         Mode::Exclusive => {
@@ -383,7 +397,18 @@ pub(crate) fn acquire_locked(
             }))
         }
         Mode::Shared => {
-            let index = alloc_node(t)?;
+            // Shut out the fast path first: the word does not count shared holders, so an
+            // exclusive fast acquire could otherwise slip in between the check and the add.
+            if update(e, |w| (word::xproc(w) == 0).then_some(w | word::SLOW)).is_none() {
+                return Ok(Attempt::Blocked);
+            }
+            let index = match alloc_node(t) {
+                Ok(index) => index,
+                Err(err) => {
+                    fix_slow(e);
+                    return Err(err);
+                }
+            };
             let n = r.node(index)?;
             n.proc.store(req.proc, Ordering::Relaxed);
             n.flags.store(NODE_SHARED, Ordering::Relaxed);
@@ -431,6 +456,7 @@ pub(crate) fn enqueue(
     let seq = rt.next_seq.load(Ordering::Relaxed) + 1;
     rt.next_seq.store(seq, Ordering::Relaxed);
     n.seq.store(seq, Ordering::Relaxed);
+    n.fence.store(now_ns(), Ordering::Relaxed);
     n.state.store(NODE_WAITING, Ordering::Release);
     match e.tail.load(Ordering::Relaxed).checked_sub(1) {
         Some(last) => r.node(last)?.next.store(index + 1, Ordering::Relaxed),
@@ -486,6 +512,54 @@ pub(crate) fn take_grant(t: &TableGuard<'_>, index: u32, epoch: u32) -> Result<O
     }
 }
 
+/// A notified front waiter's try for the lock: takes it if it is free (the node goes),
+/// else waits again. `None`: not taken.
+pub(crate) fn acquire_front(t: &TableGuard<'_>, index: u32, epoch: u32) -> Result<Option<Grant>> {
+    let r = t.region;
+    let n = waiter(t, index, epoch)?;
+    if n.state.load(Ordering::Acquire) != NODE_NOTIFIED {
+        return Ok(None);
+    }
+    let entry = n.entry.load(Ordering::Relaxed);
+    let e = r.entry(entry)?;
+    let proc = n.proc.load(Ordering::Relaxed);
+    let free = e.head.load(Ordering::Relaxed) == index + 1
+        && e.shared.load(Ordering::Relaxed) == 0
+        && word::xproc(e.word.load(Ordering::Acquire)) == 0;
+    if !free {
+        n.state.store(NODE_WAITING, Ordering::Release);
+        return Ok(None);
+    }
+    let (_, new) = update(e, |w| {
+        (word::xproc(w) == 0).then(|| {
+            let a = advanced(e, w);
+            word::make(word::lo(a), true, proc + 1)
+        })
+    })
+    .ok_or_else(|| r.corrupt("lock word"))?;
+    unlink(t, &e.head, Some(&e.tail), index)?;
+    e.waiters.store(
+        e.waiters.load(Ordering::Relaxed).saturating_sub(1),
+        Ordering::Relaxed,
+    );
+    e.owner
+        .store(n.owner.load(Ordering::Relaxed), Ordering::Relaxed);
+    e.holds.store(1, Ordering::Relaxed);
+    let until = lease_end(n.lease.load(Ordering::Relaxed));
+    e.lease.store(until, Ordering::Relaxed);
+    let died = take_died(e);
+    free_node(t, index)?;
+    fix_slow(e);
+    Ok(Some(Grant {
+        entry,
+        fence: word::fence(new, e.fence_hi.load(Ordering::Relaxed)),
+        mode: Mode::Exclusive,
+        ticket: 0,
+        lease_until: until,
+        died,
+    }))
+}
+
 /// Ends a wait that will not be taken up (timed out, cancelled): unqueues it, or gives back
 /// the grant it got in the meantime.
 pub(crate) fn cancel(t: &TableGuard<'_>, index: u32, epoch: u32, wakes: &mut Wakes) -> Result<()> {
@@ -496,7 +570,7 @@ pub(crate) fn cancel(t: &TableGuard<'_>, index: u32, epoch: u32, wakes: &mut Wak
     let entry = n.entry.load(Ordering::Relaxed);
     let e = r.entry(entry)?;
     match n.state.load(Ordering::Acquire) {
-        NODE_WAITING => {
+        NODE_WAITING | NODE_NOTIFIED => {
             if unlink(t, &e.head, Some(&e.tail), index)? {
                 e.waiters.store(
                     e.waiters.load(Ordering::Relaxed).saturating_sub(1),
@@ -734,6 +808,17 @@ pub(crate) fn dispatch(t: &TableGuard<'_>, entry: u32, wakes: &mut Wakes) -> Res
         if !shared && e.shared.load(Ordering::Relaxed) != 0 {
             break;
         }
+        if !shared && !r.fifo() {
+            let waited = now_ns().saturating_sub(n.fence.load(Ordering::Relaxed));
+            if waited < FAIR_AFTER.as_nanos() as u64 {
+                // Eventual fairness: wake it to try; a running newcomer may get there first.
+                if n.state.load(Ordering::Relaxed) == NODE_WAITING {
+                    n.state.store(NODE_NOTIFIED, Ordering::Release);
+                    wakes.granted(index, n);
+                }
+                break;
+            }
+        }
         // Off the queue first: the node is the grant's record from here on.
         unlink(t, &e.head, Some(&e.tail), index)?;
         e.waiters.store(
@@ -914,7 +999,7 @@ pub(crate) fn reclaim_node(t: &TableGuard<'_>, index: u32) -> Result<Option<u32>
         return Ok(None);
     };
     match n.state.load(Ordering::Relaxed) {
-        NODE_WAITING => {
+        NODE_WAITING | NODE_NOTIFIED => {
             if unlink(t, &e.head, Some(&e.tail), index)? {
                 e.waiters.store(
                     e.waiters.load(Ordering::Relaxed).saturating_sub(1),

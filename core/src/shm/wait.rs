@@ -49,10 +49,16 @@ fn look_again(
     if let Some(g) = table::take_grant(t, node, epoch)? {
         return Ok(Ok(g));
     }
+    if let Some(g) = table::acquire_front(t, node, epoch)? {
+        return Ok(Ok(g));
+    }
     table::reap_holders(t, entry, wakes)?;
     table::expire(t, entry, wakes)?;
     table::dispatch(t, entry, wakes)?;
     if let Some(g) = table::take_grant(t, node, epoch)? {
+        return Ok(Ok(g));
+    }
+    if let Some(g) = table::acquire_front(t, node, epoch)? {
         return Ok(Ok(g));
     }
     if deadline.is_some_and(|d| now_ns() >= d) {
