@@ -389,7 +389,7 @@ fn canonical(
             (lock.stripe_of(space, key), KeySpace::Keys, Vec::new())
         }
     };
-    out.sort_by(|a, b| (lock_of(a.0, &a.1), a.3).cmp(&(lock_of(b.0, &b.1), b.3)));
+    out.sort_by_key(|a| (lock_of(a.0, &a.1), a.3));
     out.dedup_by(|b, a| {
         let same = lock_of(a.0, &a.1) == lock_of(b.0, &b.1);
         if same && b.2 == Mode::Exclusive {
