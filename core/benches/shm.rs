@@ -297,33 +297,43 @@ mod imp {
         }
     }
 
-    /// Two processes (sides 0 and 1) pass key 0 back and forth `rounds` times. The holder
-    /// waits until the other side has announced it is about to wait and has had time to fall
-    /// asleep, stamps the time and releases; the other side measures from the stamp.
+    /// Two processes (sides 0 and 1) pass key 0 back and forth `rounds` times. Turn `t` (from
+    /// 1) belongs to side `(t - 1) % 2`. A side queues for its turn only once the other side
+    /// holds the key (so nobody barges), announces it, and takes the key; the holder waits for
+    /// that announcement, lets the waiter fall asleep, stamps the time and releases; the
+    /// waiter measures from the stamp.
     fn handoff_loop(lock: &mut Lock, data: &Map, side: usize) {
-        let rounds = data.u64(2).load(Ordering::SeqCst) as usize;
-        let mut lat = Vec::with_capacity(rounds);
+        let rounds = data.u64(2).load(Ordering::SeqCst);
+        let (turn, stamp) = (data.u64(40), data.u64(3));
+        let announce = |s: usize| data.u64(16 + s);
         let other = 1 - side;
-        for i in 0..rounds {
-            data.u64(16 + side).store(i as u64 + 1, Ordering::SeqCst); // "about to wait"
-            lock.lock(0);
-            let stamp = data.u64(3).swap(0, Ordering::SeqCst);
-            if stamp != 0 {
-                lat.push(now_ns().saturating_sub(stamp) as f64);
-            }
-            // Wait for the other side to be about to wait (or done), then let it sleep.
+        let wait_for = |cond: &dyn Fn() -> bool| {
             let t0 = Instant::now();
-            while data.u64(16 + other).load(Ordering::SeqCst) <= i as u64
-                && data.u64(24 + other).load(Ordering::SeqCst) == 0
-                && t0.elapsed() < Duration::from_secs(2)
-            {
+            while !cond() && t0.elapsed() < Duration::from_secs(5) {
                 std::hint::spin_loop();
             }
-            std::thread::sleep(Duration::from_micros(200));
-            data.u64(3).store(now_ns(), Ordering::SeqCst);
+        };
+        let mut lat = Vec::new();
+        let mut t = side as u64 + 1;
+        while t <= rounds + 1 {
+            if t > 1 {
+                wait_for(&|| turn.load(Ordering::SeqCst) == t - 1);
+                announce(side).store(t, Ordering::SeqCst);
+            }
+            lock.lock(0);
+            let s = stamp.swap(0, Ordering::SeqCst);
+            if s != 0 {
+                lat.push(now_ns().saturating_sub(s) as f64);
+            }
+            turn.store(t, Ordering::SeqCst);
+            if t <= rounds {
+                wait_for(&|| announce(other).load(Ordering::SeqCst) == t + 1);
+                std::thread::sleep(Duration::from_micros(200));
+                stamp.store(now_ns(), Ordering::SeqCst);
+            }
             lock.unlock(0);
+            t += 2;
         }
-        data.u64(24 + side).store(1, Ordering::SeqCst);
         if side == 1 {
             let s: Vec<String> = lat.iter().map(|x| format!("{x}")).collect();
             println!("{}", s.join(" "));
@@ -335,22 +345,28 @@ mod imp {
         }
     }
 
-    fn uncontended(imp: &str, iters: usize, runs: usize) -> Vec<f64> {
-        let mut lock = Lock::open(imp);
-        for _ in 0..iters / 10 {
-            lock.lock(1);
-            lock.unlock(1);
+    /// Uncontended lock+unlock of every implementation, `runs` times each, interleaved (one
+    /// run of each in turn), so that a change in the machine's load falls on all alike.
+    fn uncontended(iters: usize, runs: usize) -> Vec<Vec<f64>> {
+        let mut locks: Vec<Lock> = IMPLS.iter().map(|imp| Lock::open(imp)).collect();
+        for lock in &mut locks {
+            for _ in 0..iters / 10 {
+                lock.lock(1);
+                lock.unlock(1);
+            }
         }
-        (0..runs)
-            .map(|_| {
+        let mut out = vec![Vec::with_capacity(runs); locks.len()];
+        for _ in 0..runs {
+            for (i, lock) in locks.iter_mut().enumerate() {
                 let t0 = Instant::now();
                 for _ in 0..iters {
                     lock.lock(black_box(1));
                     lock.unlock(black_box(1));
                 }
-                t0.elapsed().as_nanos() as f64 / iters as f64
-            })
-            .collect()
+                out[i].push(t0.elapsed().as_nanos() as f64 / iters as f64);
+            }
+        }
+        out
     }
 
     fn throughput(imp: &str, secs: f64) -> f64 {
@@ -481,14 +497,15 @@ mod imp {
         let mut figs = Vec::new();
         let (iters, runs) = if q { (200_000, 5) } else { (2_000_000, 11) };
         let floor = "uncontended/robust pthread mutex";
-        for imp in IMPLS.into_iter().filter(|_| part("uncontended")) {
-            let mut f = Figure::new(
-                format!("uncontended/{imp}"),
-                "ns/op",
-                uncontended(imp, iters, runs),
-            )
-            .param("group", "uncontended lock+unlock, one process")
-            .param("impl", imp);
+        let times = if part("uncontended") {
+            uncontended(iters, runs)
+        } else {
+            Vec::new()
+        };
+        for (imp, runs) in IMPLS.into_iter().zip(times) {
+            let mut f = Figure::new(format!("uncontended/{imp}"), "ns/op", runs)
+                .param("group", "uncontended lock+unlock, one process")
+                .param("impl", imp);
             if imp != "robust pthread mutex" {
                 f.baseline = Some(floor.into());
             }
