@@ -38,7 +38,10 @@ mod entry;
 mod error;
 mod hash;
 pub mod keys;
+mod lost;
 mod pool;
+#[cfg(feature = "redis")]
+pub mod redis;
 mod rwlock;
 pub mod scope;
 #[cfg(all(feature = "shm", target_os = "linux"))]
@@ -51,6 +54,7 @@ pub mod wait;
 
 pub use acquisition::{Acquisition, LockInfo, LockOptions, Mode, Owner, Wait};
 pub use error::{Error, Result};
+pub use lost::{Lost, LostSignal};
 pub use scope::{KeySpace, KeyedLock, LockKey, OpenOptions, open, open_with};
 pub use status::Status;
 
