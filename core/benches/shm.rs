@@ -297,11 +297,11 @@ mod imp {
         }
     }
 
-    /// Two processes (sides 0 and 1) pass key 0 back and forth `rounds` times. Turn `t` (from
-    /// 1) belongs to side `(t - 1) % 2`. A side queues for its turn only once the other side
-    /// holds the key (so nobody barges), announces it, and takes the key; the holder waits for
-    /// that announcement, lets the waiter fall asleep, stamps the time and releases; the
-    /// waiter measures from the stamp.
+    /// Two processes (sides 0 and 1) pass key 0 back and forth `rounds` times. Turns count
+    /// from one, and turn `t` belongs to side `(t - 1) % 2`. A side queues for its turn only
+    /// once the other side holds the key (so nobody barges), announces it, and takes the key;
+    /// the holder waits for that announcement, lets the waiter fall asleep, stamps the time
+    /// and releases; the waiter measures from the stamp.
     fn handoff_loop(lock: &mut Lock, data: &Map, side: usize) {
         let rounds = data.u64(2).load(Ordering::SeqCst);
         let (turn, stamp) = (data.u64(40), data.u64(3));
