@@ -700,3 +700,49 @@ fn a_death_inside_the_table_is_repaired() {
         assert!(!lock.is_locked(LockKey::new(key)).unwrap());
     }
 }
+
+/// The same for async waiters: the agent thread watches the holder for them, so a killed
+/// holder's key reaches an async waiter (with `owner_died`) without waiting out a re-check.
+#[test]
+fn killed_holders_are_recovered_for_async_waiters() {
+    let names = Names::new("kill-async");
+    let _data = Data::open(&names.data);
+    let lock = parent_open(&names);
+    let mut recovery = Vec::new();
+    for round in 0..20 {
+        let mut child = spawn("hold", &names, &[]);
+        let fence: u64 = expect_line(&mut child, "held ").parse().unwrap();
+        let fut = Arc::clone(&lock).acquire_async(
+            LockKey::new(b"k"),
+            &LockOptions::new().wait(Wait::For(Duration::from_secs(10))),
+        );
+        let waiter = std::thread::spawn(move || (futures::executor::block_on(fut), Instant::now()));
+        let t0 = Instant::now();
+        while lock
+            .info(LockKey::new(b"k"))
+            .unwrap()
+            .map_or(0, |i| i.waiters)
+            < 1
+        {
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "the async waiter never queued"
+            );
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        std::thread::sleep(Duration::from_millis(2));
+        let killed = Instant::now();
+        kill9(&mut child);
+        let (acq, got) = waiter.join().unwrap();
+        let acq = acq.unwrap_or_else(|e| panic!("round {round}: {e}"));
+        recovery.push(got.saturating_duration_since(killed));
+        assert!(acq.owner_died(), "round {round}: owner_died not reported");
+        assert!(acq.fence() > fence + 1);
+        lock.release(acq).unwrap();
+    }
+    recovery.sort();
+    println!(
+        "async recovery after kill -9: p50 {:?}, max {:?}",
+        recovery[10], recovery[19]
+    );
+}

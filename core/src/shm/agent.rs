@@ -5,7 +5,7 @@
 //! thread of its own.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 use parking_lot::{Condvar, Mutex};
 use std::task::Waker;
@@ -16,6 +16,7 @@ use super::layout::NODE_WAITING;
 use super::region::Region;
 use super::sys::{self, now_ns};
 use super::table::Wakes;
+use super::watch::{Watch, watch};
 use super::{procs, repair};
 use crate::error::{Error, Result};
 
@@ -23,17 +24,21 @@ use crate::error::{Error, Result};
 #[derive(Debug)]
 struct Registered {
     id: u64,
+    entry: u32,
     node: u32,
     epoch: u32,
     /// When the waiter must look again (liveness, lease, deadline), monotonic ns.
     wake_at: u64,
     waker: Waker,
+    /// The holder it waits behind died: its future must look again now.
+    due: bool,
 }
 
 /// An async wait, as the future registers it.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Wait {
     pub(crate) id: u64,
+    pub(crate) entry: u32,
     pub(crate) node: u32,
     pub(crate) epoch: u32,
     /// When the waiter must look again, monotonic ns.
@@ -61,20 +66,32 @@ impl Agent {
             match waits.iter_mut().find(|r| r.id == w.id) {
                 Some(r) => {
                     r.wake_at = w.wake_at;
+                    r.due = false;
                     if !r.waker.will_wake(waker) {
                         r.waker = waker.clone();
                     }
                 }
                 None => waits.push(Registered {
                     id: w.id,
+                    entry: w.entry,
                     node: w.node,
                     epoch: w.epoch,
                     wake_at: w.wake_at,
                     waker: waker.clone(),
+                    due: false,
                 }),
             }
         }
         ring(region, proc);
+    }
+
+    /// Whether async wait `id` must look again now (its holder died).
+    pub(crate) fn take_due(&self, id: u64) -> bool {
+        let mut waits = self.waits.lock();
+        waits
+            .iter_mut()
+            .find(|w| w.id == id)
+            .is_some_and(|w| std::mem::take(&mut w.due))
     }
 
     /// Forgets async wait `id`.
@@ -177,27 +194,52 @@ fn run(region: &Region, agent: &Agent, ready: &Ready) {
         }
         let now = now_ns();
         let mut next = u64::MAX;
+        // The doorbell first, then the liveness words of the holders the waits are behind:
+        // a dead holder wakes this thread (the kernel does it), which tells the waits.
+        let mut words: Vec<(&AtomicU32, u32)> = vec![(&slot.doorbell, seen)];
+        let mut holders: Vec<u32> = Vec::new();
         {
             let mut waits = agent.waits.lock();
-            waits.retain(|w| {
+            waits.retain_mut(|w| {
                 let settled = region.node(w.node).map_or(true, |n| {
                     n.epoch.load(Ordering::Relaxed) != w.epoch
                         || n.state.load(Ordering::Acquire) != NODE_WAITING
                 });
                 if settled || now >= w.wake_at {
                     due.push(w.waker.clone());
-                    false
-                } else {
-                    next = next.min(w.wake_at);
-                    true
+                    return false;
                 }
+                next = next.min(w.wake_at);
+                if w.due {
+                    // Told already; look again soon if its future has not.
+                    next = next.min(now + 1_000_000);
+                    return true;
+                }
+                match watch(region, w.entry, proc) {
+                    Watch::Gone => {
+                        w.due = true;
+                        due.push(w.waker.clone());
+                    }
+                    Watch::Holder(word, value, holder) => {
+                        if !holders.contains(&holder) && words.len() < 128 {
+                            holders.push(holder);
+                            words.push((word, value));
+                        }
+                    }
+                    Watch::Nothing => {}
+                }
+                true
             });
         }
         for waker in due.drain(..) {
             waker.wake();
         }
-        let timeout = (next != u64::MAX).then(|| Duration::from_nanos(next - now));
-        sys::futex_wait(&slot.doorbell, seen, timeout);
+        let timeout = if next == u64::MAX {
+            Duration::from_secs(3600)
+        } else {
+            Duration::from_nanos(next.saturating_sub(now))
+        };
+        sys::futex_waitv(&words, timeout);
     }
     let mut wakes = Wakes::default();
     if let Ok(g) = table(region, Some(proc), &mut wakes) {

@@ -121,24 +121,25 @@
 //! advanced and the entry marked `died`; the lock passes to the next waiter, whose acquisition
 //! reports `owner_died`. How a waiter learns of the death:
 //!
-//! - **Pushed, for a blocking waiter behind an exclusive holder.** It sleeps with
+//! - **Pushed, for a waiter behind an exclusive holder.** A blocking waiter sleeps with
 //!   `futex_waitv` (Linux 5.16) on two words at once: its own node's state (the grant) and the
 //!   holder's liveness mutex word, after setting that word's `FUTEX_WAITERS` bit exactly as a
-//!   pthread waiter does. When the holder dies, the kernel's robust-futex exit handling marks
-//!   that word `FUTEX_OWNER_DIED` and wakes a sleeper, which reclaims the dead process under
-//!   the table mutex and hands its keys on (each grant wakes its waiter). This reads the
-//!   mutex's futex word, which is the first word of glibc's `pthread_mutex_t`; each agent
-//!   checks that at run time (the word must hold its own thread id once it has locked its
-//!   slot's mutex), and where it does not hold, waiters fall back to the timed re-check below.
-//!   Measured: a killed holder's key reaches the waiter in well under a millisecond (see
-//!   BENCHMARKS.md, "recovery after kill -9").
+//!   pthread waiter does. The agent thread does the same for the open's async waiters, on its
+//!   doorbell plus the liveness words of the holders they wait behind (up to 127). When the
+//!   holder dies, the kernel's robust-futex exit handling marks that word `FUTEX_OWNER_DIED`
+//!   and wakes a sleeper, which reclaims the dead process under the table mutex and hands its
+//!   keys on (each grant wakes its waiter). This reads the mutex's futex word, which is the
+//!   first word of glibc's `pthread_mutex_t`; each agent checks that at run time (the word
+//!   must hold its own thread id once it has locked its slot's mutex), and where it does not
+//!   hold, waiters fall back to the timed re-check below. Measured: a killed holder's key
+//!   reaches the waiter in about a millisecond or less (BENCHMARKS.md, "recovery after kill
+//!   -9"; `shm_procs.rs` prints the async figures).
 //! - **A bounded re-check, for everything else.** Every waiter also sleeps at most
 //!   [`LIVENESS_SLICE`] (20 ms) before it tests the holders' liveness under the table mutex:
-//!   shared holders (there may be many), async waiters (the agent's single futex word cannot
-//!   also watch holders), a holder that changed while it slept (each exclusive hand-off wakes
-//!   the next waiter so that it watches the new holder, but a race can still leave it watching
-//!   an old one), kernels before 5.16, other C libraries. So no waiter ever waits more than
-//!   about 20 ms past a death.
+//!   shared holders (there may be many), a holder that changed while it slept (each exclusive
+//!   hand-off wakes the next waiter so that it watches the new holder, but a race can still
+//!   leave it watching an old one), kernels before 5.16, other C libraries. So no waiter waits
+//!   much more than 20 ms past a death.
 //!
 //! A try acquire of a key whose holder died, `info`, and a full table all reclaim dead processes
 //! too, so a killed waiter's reservation goes as soon as anyone looks; a release never hands a
@@ -154,10 +155,11 @@
 //! # Waiting
 //!
 //! Blocking waiters sleep on their own node's futex word (and the holder's, above). A grant
-//! is a futex wake; nothing polls. Async waiters (`acquire_async`)
-//! block nothing: the future registers with its open's agent thread, which sleeps on one
-//! futex word (the slot's doorbell) that every grant to an async waiter of that process bumps,
-//! and wakes the future's waker. One thread per open serves all its async waiters.
+//! is a futex wake; nothing polls (the 20 ms re-check is a bound, not the mechanism). Async
+//! waiters (`acquire_async`) block nothing: the future registers with its open's agent
+//! thread, which sleeps on the slot's doorbell (a futex word that every grant to an async
+//! waiter of that process bumps) and on its holders' liveness words, and wakes the future's
+//! waker. One thread per open serves all its async waiters.
 //!
 //! # Trust
 //!
@@ -175,6 +177,7 @@ mod repair;
 mod sys;
 mod table;
 mod wait;
+mod watch;
 
 pub use lock::{DEFAULT_CAPACITY, ShmLock};
 pub use wait::LIVENESS_SLICE;

@@ -260,16 +260,10 @@ impl ShmMutex {
     }
 }
 
-/// Sleeps until `node` no longer holds `expected`, or `watched` no longer holds its value
-/// (a holder's liveness mutex: the kernel changes and wakes it when the holder dies), or
-/// `timeout` passes. Both words are shared futexes.
-pub(crate) fn futex_wait2(
-    node: &AtomicU32,
-    expected: u32,
-    watched: &AtomicU32,
-    watched_value: u32,
-    timeout: Duration,
-) {
+/// Sleeps until one of `words` no longer holds its value (all shared futexes), or `timeout`
+/// passes: `futex_waitv` (Linux 5.16). Returns the index of the word that woke it, if one
+/// did. Up to 128 words.
+pub(crate) fn futex_waitv(words: &[(&AtomicU32, u32)], timeout: Duration) -> Option<usize> {
     #[repr(C)]
     struct FutexWaitv {
         val: u64,
@@ -278,41 +272,43 @@ pub(crate) fn futex_wait2(
         reserved: u32,
     }
     const FUTEX2_SIZE_U32: u32 = 0x02;
-    let waiters = [
-        FutexWaitv {
-            val: u64::from(expected),
-            uaddr: node.as_ptr() as u64,
+    let waiters: Vec<FutexWaitv> = words
+        .iter()
+        .take(128)
+        .map(|(word, value)| FutexWaitv {
+            val: u64::from(*value),
+            uaddr: word.as_ptr() as u64,
             flags: FUTEX2_SIZE_U32,
             reserved: 0,
-        },
-        FutexWaitv {
-            val: u64::from(watched_value),
-            uaddr: watched.as_ptr() as u64,
-            flags: FUTEX2_SIZE_U32,
-            reserved: 0,
-        },
-    ];
+        })
+        .collect();
     // futex_waitv takes an absolute timeout on the given clock.
     let end = now_ns().saturating_add(timeout.as_nanos().min(u64::MAX as u128) as u64);
     let ts = libc::timespec {
         tv_sec: (end / 1_000_000_000) as libc::time_t,
         tv_nsec: (end % 1_000_000_000) as libc::c_long,
     };
-    // SAFETY: `waiters` is an array of two futex_waitv records (the kernel's layout) naming
-    // two aligned u32 words that stay valid for the call (we hold references); `ts` is alive
-    // for the call. The kernel only reads the words. On a kernel without futex_waitv (before
-    // 5.16) the call fails with ENOSYS and the caller's loop simply looks again.
+    // SAFETY: `waiters` holds futex_waitv records (the kernel's layout) naming aligned u32
+    // words that stay valid for the call (the caller holds references); `ts` is alive for the
+    // call. The kernel only reads the words.
     let rc = unsafe {
         libc::syscall(
             libc::SYS_futex_waitv,
             waiters.as_ptr(),
-            2u32,
+            waiters.len() as u32,
             0u32,
             &ts as *const libc::timespec,
             libc::CLOCK_MONOTONIC,
         )
     };
-    if rc < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ENOSYS) {
-        futex_wait(node, expected, Some(timeout));
+    if rc >= 0 {
+        return Some(rc as usize);
     }
+    if std::io::Error::last_os_error().raw_os_error() == Some(libc::ENOSYS)
+        && let Some((word, value)) = words.first()
+    {
+        // A kernel before 5.16: the first word alone (callers put the grant first).
+        futex_wait(word, *value, Some(timeout));
+    }
+    None
 }

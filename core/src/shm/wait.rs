@@ -13,6 +13,7 @@ use super::layout::NODE_WAITING;
 use super::lock::ShmLock;
 use super::sys::{self, now_ns};
 use super::table::{self, Attempt, Grant, Req, Wakes};
+use super::watch::{Watch, watch};
 use crate::acquisition::Acquisition;
 use crate::error::{Error, Result};
 use crate::scope::KeySpace;
@@ -121,57 +122,6 @@ fn first_attempt(
     result
 }
 
-/// What a blocking waiter sleeps on besides its own node.
-enum Watch<'r> {
-    /// The exclusive holder's liveness mutex word, with the value to sleep on: the kernel
-    /// changes it and wakes a sleeper when the holder's process dies.
-    Holder(&'r std::sync::atomic::AtomicU32, u32),
-    /// The holder's process is gone already: look again now.
-    Gone,
-    /// Nothing to watch (no exclusive holder in another process, or a C library whose
-    /// mutex layout is not the checked one): the timed re-check covers it.
-    Nothing,
-}
-
-/// The exclusive holder of `entry` to watch, read without the table mutex (a stale answer
-/// only means a wake-up that finds nothing, or a timed re-check that does).
-fn watch(lock: &ShmLock, entry: u32, me: u32) -> Watch<'_> {
-    let region = lock.region();
-    let Ok(e) = region.entry(entry) else {
-        return Watch::Nothing;
-    };
-    let w = e.word.load(Ordering::Acquire);
-    let Some(holder) = super::layout::word::xproc(w).checked_sub(1) else {
-        return Watch::Nothing;
-    };
-    if holder == me {
-        return Watch::Nothing;
-    }
-    let Some(word) = region.proc(holder).ok().and_then(|p| p.alive.lock_word()) else {
-        return Watch::Nothing;
-    };
-    let mut v = word.load(Ordering::Acquire);
-    loop {
-        if v & sys::FUTEX_TID_MASK == 0 || v & sys::FUTEX_OWNER_DIED != 0 {
-            return Watch::Gone;
-        }
-        if v & sys::FUTEX_WAITERS != 0 {
-            return Watch::Holder(word, v);
-        }
-        // Announce a sleeper, as a pthread waiter would, so that the kernel wakes one when
-        // the holder dies (and the holder's own unlock at close wakes one, harmlessly).
-        match word.compare_exchange(
-            v,
-            v | sys::FUTEX_WAITERS,
-            Ordering::AcqRel,
-            Ordering::Acquire,
-        ) {
-            Ok(_) => return Watch::Holder(word, v | sys::FUTEX_WAITERS),
-            Err(now) => v = now,
-        }
-    }
-}
-
 /// Acquires `key` for `req`, blocking the thread until `deadline` (monotonic ns; `None`: no
 /// limit); `fail` is the error once the deadline passes.
 pub(crate) fn acquire_blocking(
@@ -199,9 +149,9 @@ pub(crate) fn acquire_blocking(
             let now = now_ns();
             if now < recheck {
                 let left = Duration::from_nanos(recheck - now);
-                match watch(lock, entry, req.proc) {
-                    Watch::Holder(word, value) => {
-                        sys::futex_wait2(&n.state, NODE_WAITING, word, value, left);
+                match watch(lock.region(), entry, req.proc) {
+                    Watch::Holder(word, value, _) => {
+                        sys::futex_waitv(&[(&n.state, NODE_WAITING), (word, value)], left);
                     }
                     Watch::Gone => recheck = now, // look again at once
                     Watch::Nothing => sys::futex_wait(&n.state, NODE_WAITING, Some(left)),
@@ -322,6 +272,7 @@ impl Future for AcquireOne {
                             this.req.proc,
                             super::agent::Wait {
                                 id,
+                                entry,
                                 node,
                                 epoch,
                                 wake_at: recheck,
@@ -343,12 +294,13 @@ impl Future for AcquireOne {
                 let waiting = region
                     .node(node)
                     .is_ok_and(|n| n.state.load(Ordering::Acquire) == NODE_WAITING);
-                if waiting && now_ns() < recheck {
+                if waiting && now_ns() < recheck && !this.lock.agent().take_due(id) {
                     this.lock.agent().register(
                         region,
                         this.req.proc,
                         super::agent::Wait {
                             id,
+                            entry,
                             node,
                             epoch,
                             wake_at: recheck,
@@ -389,6 +341,7 @@ impl Future for AcquireOne {
                             this.req.proc,
                             super::agent::Wait {
                                 id,
+                                entry,
                                 node,
                                 epoch,
                                 wake_at: at,
