@@ -459,6 +459,17 @@ mod imp {
             .join(" ")
     }
 
+    /// Removes every file this run made in /dev/shm.
+    fn cleanup() {
+        let _ = keylock_core::shm::unlink(&region());
+        let _ = keylock_core::shm::unlink(&format!("{}-s", region()));
+        let _ = std::fs::remove_file(data_path());
+        let _ = std::fs::remove_file(mutex_path());
+        for i in 0..KEYS {
+            let _ = std::fs::remove_file(format!("/dev/shm/keylock-bench-file.{}.{i}", tag()));
+        }
+    }
+
     pub(super) fn main() {
         if let Ok(role) = std::env::var("KEYLOCK_BENCH_CHILD") {
             child(&role);
@@ -477,8 +488,7 @@ mod imp {
                 lock.unlock(black_box(1));
             }
             drop(lock);
-            let _ = keylock_core::shm::unlink(&region());
-            let _ = keylock_core::shm::unlink(&format!("{}-s", region()));
+            cleanup();
             return;
         }
         if std::env::args().any(|a| a == "--bench" || a == "--list")
@@ -607,13 +617,7 @@ mod imp {
             "rust-shm.json",
             &figs,
         );
-        let _ = keylock_core::shm::unlink(&region());
-        let _ = keylock_core::shm::unlink(&format!("{}-s", region()));
-        let _ = std::fs::remove_file(data_path());
-        let _ = std::fs::remove_file(mutex_path());
-        for i in 0..KEYS {
-            let _ = std::fs::remove_file(format!("/dev/shm/keylock-bench-file.{}.{i}", tag()));
-        }
+        cleanup();
         let _ = Wait::No;
     }
 }
