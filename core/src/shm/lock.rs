@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use super::agent::{self, Agent};
 use super::index;
 use super::layout::*;
+use super::lockword;
 use super::region::{self, Region, TableGuard};
 use super::repair;
 use super::sys::{self, now_ns};
@@ -238,7 +239,7 @@ impl ShmLock {
                 self.region.entry(entry).ok()?.word.load(Ordering::Acquire),
             )
         };
-        let fence = table::fast_acquire(self.region.entry(entry).ok()?, w, req.proc)?;
+        let fence = lockword::fast_acquire(self.region.entry(entry).ok()?, w, req.proc)?;
         Some(Grant {
             entry,
             fence,
@@ -527,7 +528,7 @@ impl KeyedLock for ShmLock {
             && acquisition.at >> 32 == (self.tag << (TAG_SHIFT - 32)) | u64::from(self.proc + 1)
             && sys::fork_generation() == self.fork_gen
             && let Ok(e) = self.region.entry(entry)
-            && table::fast_release(e, acquisition.fence, self.proc)
+            && lockword::fast_release(e, acquisition.fence, self.proc)
         {
             return Ok(());
         }
@@ -542,7 +543,7 @@ impl KeyedLock for ShmLock {
         }
         let owner = owner.or(acquisition.owner);
         if g.mode == Mode::Exclusive
-            && table::fast_release(self.region.entry(g.entry)?, g.fence, proc)
+            && lockword::fast_release(self.region.entry(g.entry)?, g.fence, proc)
         {
             return Ok(());
         }

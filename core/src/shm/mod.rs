@@ -171,6 +171,8 @@ mod agent;
 mod index;
 mod layout;
 mod lock;
+mod lockword;
+mod nodes;
 mod procs;
 mod region;
 mod repair;

@@ -10,9 +10,9 @@
 use std::sync::atomic::Ordering;
 
 use super::layout::*;
-use super::procs;
 use super::region::TableGuard;
 use super::table::{self, Wakes};
+use super::{lockword, procs};
 use crate::error::Result;
 
 /// Repairs the table; `dead`: the slot + 1 of the process that held the mutex (0: unknown,
@@ -42,7 +42,7 @@ pub(crate) fn repair(t: &mut TableGuard<'_>, dead: u32, wakes: &mut Wakes) -> Re
                     },
                     Ordering::Relaxed,
                 );
-                n.fence.store(table::fence_of(e), Ordering::Relaxed);
+                n.fence.store(lockword::fence_of(e), Ordering::Relaxed);
                 n.state.store(NODE_GRANTED, Ordering::Release);
                 wakes.granted(g, n);
             }
@@ -137,7 +137,7 @@ pub(crate) fn repair(t: &mut TableGuard<'_>, dead: u32, wakes: &mut Wakes) -> Re
         procs::reclaim(t, p, wakes)?;
     }
     for i in 0..h.capacity {
-        table::fix_slow(r.entry(i)?);
+        lockword::fix_slow(r.entry(i)?);
         table::dispatch(t, i, wakes)?;
     }
     t.repaired();
