@@ -35,6 +35,7 @@ include mk/rust.mk
 include mk/c.mk
 include mk/py.mk
 include mk/node.mk
+include mk/shm.mk
 include mk/redis.mk
 include mk/bench.mk
 # Release artifacts under dist/ (make dist) and their install tests; it needs mk/c.mk's names.

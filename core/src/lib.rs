@@ -44,6 +44,8 @@ mod pool;
 pub mod redis;
 mod rwlock;
 pub mod scope;
+#[cfg(all(feature = "shm", target_os = "linux"))]
+pub mod shm;
 mod site;
 mod status;
 mod striped;

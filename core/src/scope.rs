@@ -271,6 +271,9 @@ pub fn open_with(name: &str, options: &OpenOptions) -> Result<Arc<dyn KeyedLock>
             }
             local(options)
         }
+        #[cfg(all(feature = "shm", target_os = "linux"))]
+        "shm" => crate::shm::open_scope(rest, options),
+        #[cfg(not(all(feature = "shm", target_os = "linux")))]
         "shm" => Err(Error::InvalidArgument(
             "this build of keylock has no shared-memory scope (cargo feature \"shm\", Linux)",
         )),

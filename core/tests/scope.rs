@@ -12,13 +12,32 @@ use keylock_core::{
 };
 
 fn scopes() -> Vec<Arc<dyn KeyedLock>> {
-    vec![
+    #[allow(unused_mut)] // without the shm feature nothing is added
+    let mut scopes: Vec<Arc<dyn KeyedLock>> = vec![
         Arc::new(KeyPool::<Vec<u8>>::new()),
         Arc::new(StripedLock::new(1024).unwrap()),
         open("").unwrap(),
         open("local:").unwrap(),
         open_with("local:", &OpenOptions::new().stripes(64)).unwrap(),
-    ]
+    ];
+    // The host scope, a pool and a striped region, each unlinked at once (an open region
+    // stays usable; the name goes).
+    #[cfg(all(feature = "shm", target_os = "linux"))]
+    for (i, options) in [OpenOptions::new(), OpenOptions::new().stripes(64)]
+        .into_iter()
+        .enumerate()
+    {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        static N: AtomicU32 = AtomicU32::new(0);
+        let name = format!(
+            "scope-{}-{i}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        );
+        scopes.push(open_with(&format!("shm:{name}"), &options).unwrap());
+        keylock_core::shm::unlink(&name).unwrap();
+    }
+    scopes
 }
 
 const TRY: LockOptions = LockOptions::new().wait(Wait::No);
