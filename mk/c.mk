@@ -140,24 +140,27 @@ test-c-api: build-ffi
 	timeout 120 "$$tmp/test_scope" local:; \
 	timeout 60 "$$tmp/bank_static" 4 64 100
 
-# The scope test (ffi-c/tests/c/test_scope.c) through keylock_pool_open("redis://..."): the
-# library built with the redis feature (its own target dir), against a redis-server of our own
-# on a free loopback port in a temporary directory, stopped by its PID. The same C ABI, and the
-# same test as on local:, with only the name changed.
-TEST_TARGETS += test-c-redis
-.PHONY: test-c-redis
-test-c-redis: redis-server
-	$(CARGO) build --locked --release -p keylock-ffi --features redis --target-dir $(TARGET_DIR)/c-redis
-	tmp=$$(mktemp -d); pid=; trap 'test -n "$$pid" && kill $$pid; rm -rf "$$tmp"' EXIT; \
-	install -m 0755 $(TARGET_DIR)/c-redis/release/libkeylock.so "$$tmp/libkeylock.so.$(KEYLOCK_MAJOR)"; \
+# The scope test (ffi-c/tests/c/test_scope.c) through keylock_pool_open on the scopes beyond
+# this process: the library built with the shm and redis features (its own target dir), on a
+# fresh shm:NAME region (its file removed afterwards) and on a redis-server of our own (a free
+# loopback port, a temporary directory, stopped by its PID). The same C ABI and the same test as
+# on local:, with only the name changed.
+TEST_TARGETS += test-c-scopes
+.PHONY: test-c-scopes
+test-c-scopes: redis-server
+	$(CARGO) build --locked --release -p keylock-ffi --features shm,redis --target-dir $(TARGET_DIR)/c-scopes
+	tmp=$$(mktemp -d); pid=; region=keylock-c-test-$$$$; \
+	trap 'test -n "$$pid" && { kill $$pid; wait $$pid; }; rm -rf "$$tmp"; rm -f /dev/shm/keylock.'"$$region" EXIT; \
+	install -m 0755 $(TARGET_DIR)/c-scopes/release/libkeylock.so "$$tmp/libkeylock.so.$(KEYLOCK_MAJOR)"; \
 	ln -s libkeylock.so.$(KEYLOCK_MAJOR) "$$tmp/libkeylock.so"; \
 	$(CC) -std=c99 -g -O1 $(C_WARN) $(C_SANITIZE) ffi-c/tests/c/test_scope.c -Iinclude \
 		-o "$$tmp/test_scope" -L"$$tmp" -lkeylock -pthread -Wl,-rpath,"$$tmp"; \
+	export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1; \
+	timeout 120 "$$tmp/test_scope" "shm:$$region"; \
 	port=$$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'); \
 	redis-server --port $$port --bind 127.0.0.1 --save '' --appendonly no --dir "$$tmp" \
 		>"$$tmp/redis.log" 2>&1 & pid=$$!; \
 	for i in $$(seq 100); do redis-cli -p $$port ping >/dev/null 2>&1 && break; sleep 0.1; done; \
-	export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1; \
 	timeout 120 "$$tmp/test_scope" "redis://127.0.0.1:$$port/0"
 
 # ---- benchmark ---------------------------------------------------------------------------------

@@ -3,7 +3,8 @@
  * do the same way through keylock_pool_open(NAME): acquisitions and their releases, stale records
  * (force-unlock, lease run out) that never release the next holder, fences, modes, lock_many,
  * and a short mixed stress that counts holders inside. `make test` runs it on "local:" and, with
- * the library built with the redis feature, on a redis-server of its own (`make test-c-redis`).
+ * the library built with the shm and redis features, on a fresh shm:NAME region and on a
+ * redis-server of its own (`make test-c-scopes`).
  *
  * Every key is prefixed with a random tag, so that runs against a shared server never meet.
  * Closing line: "test_scope: N passed, M failed"; the exit status is non-zero on any failure.
