@@ -37,12 +37,12 @@ INSTR = "instructions per lock+release (callgrind)"
 
 # name -> (what it measures, baseline name or None, target text or None, target ratio)
 CASES = {
-    "rust_pool": ("Rust: KeyPool lock(key).into_acquisition() + release(acq), the C export's calls", None, None, None),
+    "rust_pool": ("Rust: KeyPool lock(key) + guard.release(), the C exports' calls", None, None, None),
     "rust_pool_trait": ("Rust: acquire + release through Arc<dyn KeyedLock> (a pool), for reference", None, None, None),
-    "rust_pool_guard": ("Rust: KeyPool lock(key) + guard drop, for reference", None, None, None),
-    "rust_striped": ("Rust: StripedLock lock(key).into_acquisition() + release(acq), the C export's calls", None, None, None),
+    "rust_pool_guard": ("Rust: KeyPool lock(key) + guard drop (no stale check), for reference", None, None, None),
+    "rust_striped": ("Rust: StripedLock lock(key) + guard.release(), the C exports' calls", None, None, None),
     "rust_striped_trait": ("Rust: acquire + release through Arc<dyn KeyedLock> (stripes), for reference", None, None, None),
-    "rust_striped_guard": ("Rust: StripedLock lock(key) + guard drop, for reference", None, None, None),
+    "rust_striped_guard": ("Rust: StripedLock lock(key) + guard drop (no stale check), for reference", None, None, None),
     "c_pthread_array": ("C: hash + pthread_mutex_lock/unlock on 1024 padded mutexes", None, None, None),
     "c_pool": ("C: keylock_pool_lock + keylock_pool_release", "rust_pool", TARGET_FFI, 1.2),
     "c_striped": ("C: keylock_striped_lock + keylock_striped_release", "rust_striped", TARGET_FFI, 1.2),

@@ -2,9 +2,9 @@
 //! same lock+release loops as `ffi-c/bench/bench.c`, over the same 1024 keys of 16 bytes,
 //! calling keylock-core directly instead of through the C ABI.
 //!
-//! - `rust_pool` / `rust_striped`: `lock(key).into_acquisition()` then `release(acquisition)` on
-//!   the concrete type, the calls the C exports `_lock` and `_release` make for an in-process
-//!   object, so the C figure divided by this one is the cost of the FFI boundary.
+//! - `rust_pool` / `rust_striped`: `lock(key)` then `guard.release()` (which reports a stale
+//!   release) on the concrete type, the calls the C exports `_lock` and `_release` make for an
+//!   in-process object, so the C figure divided by this one is the cost of the FFI boundary.
 //! - `rust_pool_trait` / `rust_striped_trait`: `acquire(key)` and `release(acquisition)` through
 //!   the `Arc<dyn KeyedLock>` that `open_with` gives (the path of every other C call, and of
 //!   every scope that is not in-process), for reference.
@@ -115,14 +115,14 @@ fn main() {
     let striped = StripedLock::new(STRIPES).expect("1024 stripes is valid");
 
     let mut pool_acq = |k: &[u8]| {
-        if pool.release(pool.lock(k).into_acquisition()).is_err() {
+        if pool.lock(k).release().is_err() {
             exit(1);
         }
     };
     let mut pool_trait = through_trait(&dyn_pool);
     let mut pool_guard = |k: &[u8]| drop(pool.lock(k));
     let mut striped_acq = |k: &[u8]| {
-        if striped.release(striped.lock(k).into_acquisition()).is_err() {
+        if striped.lock(k).release().is_err() {
             exit(1);
         }
     };

@@ -2,8 +2,9 @@
 //!
 //! Every acquire writes one; every release takes one and releases exactly that hold. The struct
 //! has public fields for the caller to read (the fence, the mode, `owner_died`) and private
-//! storage into which the core's record is written: a `keylock_core::Acquisition` for the keyed
-//! primitives, or the RwLock's guard. A state word says which, or that the struct is empty
+//! storage into which the core's record is written: for an in-process pool or striped lock the
+//! core's guard of the hold (whose release is the core's fastest), for other scopes and
+//! `lock_many` a `keylock_core::Acquisition`, for the RwLock its guard. A state word says which, or that the struct is empty
 //! (never filled, or the output of a failed acquire) or released, so that a second release of
 //! the same struct is refused instead of reaching the lock. A handle id says which lock object
 //! the record belongs to, so that a record passed to another object is refused too.
@@ -13,7 +14,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-use keylock_core::{Acquisition, ReadGuard, RwLock, WriteGuard};
+use std::time::Duration;
+
+use keylock_core::{
+    Acquisition, KeyPool, PoolGuard, ReadGuard, RwLock, StripeGuard, StripedLock, WriteGuard,
+};
 
 use crate::boundary::*;
 use crate::contract::*;
@@ -67,8 +72,42 @@ pub struct keylock_acquisition {
     pub _private_storage: [u64; KEYLOCK_ACQUISITION_STORAGE_WORDS],
 }
 
+/// The guard of an in-process pool's hold, as a record keeps it. The `'static` is the handle's
+/// lifetime: see [`crate::keyed`] for why a record's guard never outlives its use.
+pub(crate) type PoolHold = PoolGuard<&'static KeyPool<Vec<u8>>>;
+/// The guard of an in-process striped lock's hold (as [`PoolHold`]).
+pub(crate) type StripeHold = StripeGuard<&'static StripedLock>;
+
+/// What a keyed record holds, taken out of it.
+pub(crate) enum Held {
+    /// An acquisition made through the `KeyedLock` trait.
+    Acq(Acquisition),
+    /// A guard of an in-process pool.
+    Pool(PoolHold),
+    /// A guard of an in-process striped lock.
+    Stripe(StripeHold),
+}
+
+/// What a keyed record holds, in place.
+pub(crate) enum HeldRef<'a> {
+    Acq(&'a Acquisition),
+    Pool(&'a PoolHold),
+    Stripe(&'a StripeHold),
+}
+
+/// What a keyed record holds, in place, to change (extend a lease).
+pub(crate) enum HeldMut<'a> {
+    Acq(&'a mut Acquisition),
+    Pool(&'a mut PoolHold),
+    Stripe(&'a mut StripeHold),
+}
+
 // The records written into `_private_storage` must fit it, and its alignment (8) must serve.
 const _: () = {
+    assert!(size_of::<PoolHold>() <= size_of::<[u64; STORAGE_WORDS]>());
+    assert!(align_of::<PoolHold>() <= align_of::<u64>());
+    assert!(size_of::<StripeHold>() <= size_of::<[u64; STORAGE_WORDS]>());
+    assert!(align_of::<StripeHold>() <= align_of::<u64>());
     assert!(size_of::<Acquisition>() <= size_of::<[u64; STORAGE_WORDS]>());
     assert!(align_of::<Acquisition>() <= align_of::<u64>());
     assert!(size_of::<ReadGuard<Arc<RwLock>>>() <= size_of::<[u64; STORAGE_WORDS]>());
@@ -83,9 +122,14 @@ const _: () = {
 /// pass for a held record; 0 is empty, so a zeroed struct is a valid empty one.
 mod state {
     pub(super) const EMPTY: u64 = 0;
+    /// An `Acquisition` (made through the trait).
     pub(super) const KEYED: u64 = 0x6b6c_6163_7100_4b59;
-    /// Keyed, made by the in-process object's own `lock` (see `keyed::Direct`).
-    pub(super) const DIRECT: u64 = 0x6b6c_6163_7100_4449;
+    /// A `PoolHold`.
+    pub(super) const POOL: u64 = 0x6b6c_6163_7100_504c;
+    /// A `StripeHold`.
+    pub(super) const STRIPE: u64 = 0x6b6c_6163_7100_5354;
+    /// Every state a keyed record can hold.
+    pub(super) const KEYED_ANY: [u64; 3] = [KEYED, POOL, STRIPE];
     pub(super) const READ: u64 = 0x6b6c_6163_7100_5244;
     pub(super) const WRITE: u64 = 0x6b6c_6163_7100_5752;
     pub(super) const RELEASED: u64 = 0x6b6c_6163_7100_5253;
@@ -114,18 +158,42 @@ impl keylock_acquisition {
         self._private_storage.as_mut_ptr().cast()
     }
 
-    /// Fills the record with a keyed acquisition of lock object `lock`; `direct`: made by the
-    /// in-process object's own `lock`, and so to be released by its own `release`.
+    /// Fills the record with a keyed acquisition of lock object `lock`, made through the trait.
     #[inline(always)]
-    pub(crate) fn fill_keyed(&mut self, lock: u64, acq: Acquisition, direct: bool) {
+    pub(crate) fn fill_keyed(&mut self, lock: u64, acq: Acquisition) {
         self.fence = acq.fence();
         self.mode = mode_code(acq.mode());
         self.owner_died = acq.owner_died();
-        self._private_state = if direct { state::DIRECT } else { state::KEYED };
+        self._private_state = state::KEYED;
         self._private_lock = lock;
         // SAFETY: the storage fits and aligns an Acquisition (checked at compile time); what
         // it held before is plain data or forgotten by the caller (documented).
         unsafe { self.storage::<Acquisition>().write(acq) };
+    }
+
+    /// Fills the record with the guard of an in-process pool's hold.
+    #[inline(always)]
+    pub(crate) fn fill_pool(&mut self, lock: u64, guard: PoolHold) {
+        self.fence = guard.fence();
+        self.mode = mode_code(guard.mode());
+        self.owner_died = false;
+        self._private_state = state::POOL;
+        self._private_lock = lock;
+        // SAFETY: as in fill_keyed; the guard is moved in, and taken out (or borrowed) only
+        // while the state says POOL, which `take_keyed` changes before it reads it out.
+        unsafe { self.storage::<PoolHold>().write(guard) };
+    }
+
+    /// Fills the record with the guard of an in-process striped lock's hold.
+    #[inline(always)]
+    pub(crate) fn fill_stripe(&mut self, lock: u64, guard: StripeHold) {
+        self.fence = guard.fence();
+        self.mode = mode_code(guard.mode());
+        self.owner_died = false;
+        self._private_state = state::STRIPE;
+        self._private_lock = lock;
+        // SAFETY: as in fill_pool.
+        unsafe { self.storage::<StripeHold>().write(guard) };
     }
 
     /// Fills the record with an RwLock read hold.
@@ -171,31 +239,52 @@ impl keylock_acquisition {
         }))
     }
 
-    /// The keyed acquisition this record holds for lock object `lock`.
-    #[inline]
-    pub(crate) fn keyed(&self, lock: u64) -> Result<&Acquisition, Fail> {
-        self.check(lock, &[state::KEYED, state::DIRECT])?;
-        // SAFETY: state KEYED (or DIRECT) means fill_keyed wrote an Acquisition there, not taken since.
-        Ok(unsafe { &*self._private_storage.as_ptr().cast::<Acquisition>() })
-    }
-
-    /// The keyed acquisition, to change (extend its lease).
-    #[inline]
-    pub(crate) fn keyed_mut(&mut self, lock: u64) -> Result<&mut Acquisition, Fail> {
-        self.check(lock, &[state::KEYED, state::DIRECT])?;
-        // SAFETY: as in `keyed`; `&mut self` makes the reference unique.
-        Ok(unsafe { &mut *self.storage::<Acquisition>() })
-    }
-
-    /// Takes the keyed acquisition out, marking the record released; and whether it was made
-    /// by the direct path.
+    /// What this keyed record holds for lock object `lock`, in place.
     #[inline(always)]
-    pub(crate) fn take_keyed(&mut self, lock: u64) -> Result<(Acquisition, bool), Fail> {
-        self.check(lock, &[state::KEYED, state::DIRECT])?;
-        let direct = self._private_state == state::DIRECT;
-        self._private_state = state::RELEASED;
+    pub(crate) fn keyed(&self, lock: u64) -> Result<HeldRef<'_>, Fail> {
+        self.check(lock, &state::KEYED_ANY)?;
+        let at = self._private_storage.as_ptr();
+        // SAFETY: the state says which record fill_keyed / fill_pool / fill_stripe wrote there,
+        // not taken out since.
+        Ok(unsafe {
+            match self._private_state {
+                state::POOL => HeldRef::Pool(&*at.cast::<PoolHold>()),
+                state::STRIPE => HeldRef::Stripe(&*at.cast::<StripeHold>()),
+                _ => HeldRef::Acq(&*at.cast::<Acquisition>()),
+            }
+        })
+    }
+
+    /// What this keyed record holds, to change.
+    #[inline(always)]
+    pub(crate) fn keyed_mut(&mut self, lock: u64) -> Result<HeldMut<'_>, Fail> {
+        self.check(lock, &state::KEYED_ANY)?;
+        let state = self._private_state;
+        let at = self._private_storage.as_mut_ptr();
+        // SAFETY: as in `keyed`; `&mut self` makes the reference unique.
+        Ok(unsafe {
+            match state {
+                state::POOL => HeldMut::Pool(&mut *at.cast::<PoolHold>()),
+                state::STRIPE => HeldMut::Stripe(&mut *at.cast::<StripeHold>()),
+                _ => HeldMut::Acq(&mut *at.cast::<Acquisition>()),
+            }
+        })
+    }
+
+    /// Takes what this keyed record holds out, marking the record released.
+    #[inline(always)]
+    pub(crate) fn take_keyed(&mut self, lock: u64) -> Result<Held, Fail> {
+        self.check(lock, &state::KEYED_ANY)?;
+        let state = std::mem::replace(&mut self._private_state, state::RELEASED);
+        let at = self._private_storage.as_ptr();
         // SAFETY: as in `keyed`; the state now says released, so it is read out only once.
-        Ok((unsafe { self.storage::<Acquisition>().read() }, direct))
+        Ok(unsafe {
+            match state {
+                state::POOL => Held::Pool(at.cast::<PoolHold>().read()),
+                state::STRIPE => Held::Stripe(at.cast::<StripeHold>().read()),
+                _ => Held::Acq(at.cast::<Acquisition>().read()),
+            }
+        })
     }
 
     /// Takes the RwLock hold out and drops it (releasing it), marking the record released.
@@ -218,23 +307,25 @@ impl keylock_acquisition {
     fn is_held(&self) -> bool {
         matches!(
             self._private_state,
-            state::KEYED | state::DIRECT | state::READ | state::WRITE
+            state::KEYED | state::POOL | state::STRIPE | state::READ | state::WRITE
         )
     }
 
-    /// When the lease ends, for a held keyed record; `None` for no lease.
-    fn lease_deadline(&self) -> Result<Option<Instant>, Fail> {
+    /// The lease left on a held record; `None` for no lease (the record's own figure).
+    fn lease_left(&self) -> Result<Option<Duration>, Fail> {
         match self._private_state {
-            state::KEYED | state::DIRECT => {
-                // SAFETY: state KEYED or DIRECT: an Acquisition is stored (see `keyed`).
-                let acq = unsafe { &*self._private_storage.as_ptr().cast::<Acquisition>() };
-                Ok(acq.lease_deadline())
-            }
-            state::READ | state::WRITE => Ok(None),
-            state::EMPTY => Err(Fail(KEYLOCK_NOT_LOCKED)),
-            state::RELEASED => Err(Fail(KEYLOCK_NOT_OWNER)),
-            _ => Err(Fail(KEYLOCK_INVALID_ARGUMENT)),
+            state::READ | state::WRITE => return Ok(None),
+            state::EMPTY => return Err(Fail(KEYLOCK_NOT_LOCKED)),
+            state::RELEASED => return Err(Fail(KEYLOCK_NOT_OWNER)),
+            _ => {}
         }
+        Ok(match self.keyed(self._private_lock)? {
+            HeldRef::Acq(a) => a
+                .lease_deadline()
+                .map(|t| t.saturating_duration_since(Instant::now())),
+            HeldRef::Pool(g) => g.lease_remaining(),
+            HeldRef::Stripe(g) => g.lease_remaining(),
+        })
     }
 }
 
@@ -300,10 +391,7 @@ pub unsafe extern "C" fn keylock_acquisition_lease_remaining(
         // SAFETY: the caller's contract above.
         let acquisition = unsafe { handle(acquisition)? };
         let out_ns = out(out_ns)?;
-        let ns = match acquisition.lease_deadline()? {
-            Some(t) => nanos(t.saturating_duration_since(Instant::now())),
-            None => KEYLOCK_NO_LEASE,
-        };
+        let ns = acquisition.lease_left()?.map_or(KEYLOCK_NO_LEASE, nanos);
         // SAFETY: out_ns is non-NULL and writable (caller).
         unsafe { out_ns.write(ns) };
         Ok(())
@@ -331,12 +419,13 @@ mod tests {
     fn a_keyed_record_is_taken_once_and_only_by_its_lock() {
         let pool = keylock_core::KeyPool::<Vec<u8>>::new();
         let mut a = keylock_acquisition::EMPTY;
-        a.fill_keyed(7, pool.lock(b"k".as_slice()).into_acquisition(), true);
+        a.fill_keyed(7, pool.lock(b"k".as_slice()).into_acquisition());
         // SAFETY: `a` is a live record.
         assert!(unsafe { keylock_acquisition_is_held(&a) });
         assert_eq!(a.take_keyed(8).err(), Some(Fail(KEYLOCK_INVALID_ARGUMENT)));
-        let (acq, direct) = a.take_keyed(7).unwrap();
-        assert!(direct);
+        let Ok(Held::Acq(acq)) = a.take_keyed(7) else {
+            panic!("a trait acquisition comes back as one");
+        };
         assert_eq!(acq.fence(), a.fence);
         assert_eq!(a.take_keyed(7).err(), Some(Fail(KEYLOCK_NOT_OWNER)));
         // SAFETY: as above.

@@ -8,7 +8,7 @@ use std::ffi::{CStr, c_char};
 use std::sync::Arc;
 use std::time::Duration;
 
-use keylock_core::{Acquisition, KeyPool, KeyedLock, LockKey, LockOptions, Mode, StripedLock};
+use keylock_core::{KeyPool, KeyedLock, LockKey, LockOptions, Mode, StripedLock};
 
 use crate::acquisition::*;
 use crate::boundary::*;
@@ -24,10 +24,18 @@ pub(crate) struct Keyed {
     direct: Direct,
 }
 
-/// The in-process object behind `locks`, when it is one (`KeyedLock::as_any`): the hot calls
-/// (an untimed plain acquire, and the release of what it gave) go to it without the trait's
-/// dynamic dispatch and `Result` shuffling. The same core operations either way: the trait's
-/// `acquire` for a plain untimed request is this `lock` / `lock_shared`.
+/// The in-process object behind `locks`, when it is one (`KeyedLock::as_any`). Acquires then
+/// go to the object's own methods (the same core operations the trait's `acquire` calls), and
+/// the record keeps the core's guard of the hold, so that its release is the guard's: the core's
+/// fastest path, without the trait's dynamic dispatch and `Result` shuffling. Other scopes, and
+/// `lock_many`, go through the trait and keep an `Acquisition`.
+///
+/// A record's guard is a `PoolGuard<&'static KeyPool>` / `StripeGuard<&'static StripedLock>`:
+/// the `'static` stands for "as long as the handle", which the C contract makes true wherever
+/// the guard is used. A record is only ever read through the handle it was made by (the id
+/// check), and every call on a handle needs it live (the caller's contract); a record still held
+/// when its handle is freed is never read again (C drops nothing), so its reference is never
+/// used dangling.
 #[derive(Debug, Clone, Copy)]
 enum Direct {
     Pool(*const KeyPool<Vec<u8>>),
@@ -57,19 +65,21 @@ impl Direct {
     }
 }
 
-/// [`Direct`] as references, for one call.
-enum Local<'a> {
-    Pool(&'a KeyPool<Vec<u8>>),
-    Striped(&'a StripedLock),
+/// [`Direct`] as references, with the handle's lifetime written `'static` (see [`Direct`]).
+enum Local {
+    Pool(&'static KeyPool<Vec<u8>>),
+    Striped(&'static StripedLock),
     None,
 }
 
 impl Keyed {
     /// The in-process object behind the trait, if it is one.
     #[inline(always)]
-    fn local(&self) -> Local<'_> {
+    fn local(&self) -> Local {
         match self.direct {
-            // SAFETY: the pointer is into the object `self.locks` owns, alive while `self` is.
+            // SAFETY: the pointer is into the object `self.locks` owns, alive while `self` is;
+            // the reference is used during this call, or kept in a record's guard, which is
+            // only used again through this handle while it is alive (see `Direct`).
             Direct::Pool(p) => Local::Pool(unsafe { &*p }),
             // SAFETY: as above.
             Direct::Striped(s) => Local::Striped(unsafe { &*s }),
@@ -77,42 +87,49 @@ impl Keyed {
         }
     }
 
-    /// A plain untimed acquire (no lease, no owner), exclusive or shared, into `out` (by the
-    /// direct way when there is one).
+    /// A plain untimed acquire (no lease, no owner), exclusive or shared, into `out`.
     #[inline(always)]
     fn acquire_plain(&self, key: &[u8], mode: Mode, out: &mut keylock_acquisition) -> Outcome {
         match (self.local(), mode) {
-            (Local::Striped(s), Mode::Exclusive) => {
-                out.fill_keyed(self.id, s.lock(key).into_acquisition(), true)
-            }
-            (Local::Striped(s), Mode::Shared) => {
-                out.fill_keyed(self.id, s.lock_shared(key).into_acquisition(), true)
-            }
-            (Local::Pool(p), Mode::Exclusive) => {
-                out.fill_keyed(self.id, p.lock(key).into_acquisition(), true)
-            }
-            (Local::Pool(p), Mode::Shared) => {
-                out.fill_keyed(self.id, p.lock_shared(key).into_acquisition(), true)
-            }
+            (Local::Striped(s), Mode::Exclusive) => out.fill_stripe(self.id, s.lock(key)),
+            (Local::Striped(s), Mode::Shared) => out.fill_stripe(self.id, s.lock_shared(key)),
+            (Local::Pool(p), Mode::Exclusive) => out.fill_pool(self.id, p.lock(key)),
+            (Local::Pool(p), Mode::Shared) => out.fill_pool(self.id, p.lock_shared(key)),
             (Local::None, mode) => {
                 let opts = LockOptions::new().mode(mode);
-                out.fill_keyed(
-                    self.id,
-                    self.locks.acquire(LockKey::new(key), &opts)?,
-                    false,
-                )
+                out.fill_keyed(self.id, self.locks.acquire(LockKey::new(key), &opts)?)
             }
         }
         Ok(())
     }
 
-    /// Releases `acq`, by the path that made it (`direct`: the in-process object's own).
+    /// An acquire with any options, into `out`. A guard is kept only for a plain acquisition
+    /// (no lease, no owner), which the core keeps in the guard's few words; one with a lease or
+    /// an owner goes through the trait and keeps an `Acquisition`, so that no record ever owns
+    /// heap memory.
+    #[inline]
+    fn acquire_with(
+        &self,
+        key: &[u8],
+        opts: &LockOptions,
+        out: &mut keylock_acquisition,
+    ) -> Outcome {
+        let plain = opts.lease.is_none() && opts.owner.is_none();
+        match self.local() {
+            Local::Striped(s) if plain => out.fill_stripe(self.id, s.lock_with(key, *opts)?),
+            Local::Pool(p) if plain => out.fill_pool(self.id, p.lock_with(key, *opts)?),
+            _ => out.fill_keyed(self.id, self.locks.acquire(LockKey::new(key), opts)?),
+        }
+        Ok(())
+    }
+
+    /// Releases what a record held.
     #[inline(always)]
-    fn release(&self, acq: Acquisition, direct: bool) -> Outcome {
-        match (direct, self.local()) {
-            (true, Local::Striped(s)) => s.release(acq)?,
-            (true, Local::Pool(p)) => p.release(acq)?,
-            _ => self.locks.release(acq)?,
+    fn release(&self, held: Held) -> Outcome {
+        match held {
+            Held::Stripe(g) => g.release()?,
+            Held::Pool(g) => g.release()?,
+            Held::Acq(a) => self.locks.release(a)?,
         }
         Ok(())
     }
@@ -199,8 +216,7 @@ pub(crate) unsafe fn acquire<H: Handle>(
     unsafe {
         acquire_into(out, |out| {
             let (h, key) = (handle(h)?.keyed(), crate::boundary::key(key, len)?);
-            out.fill_keyed(h.id, h.locks.acquire(LockKey::new(key), opts)?, false);
-            Ok(())
+            h.acquire_with(key, opts, out)
         })
     }
 }
@@ -316,13 +332,13 @@ pub(crate) unsafe fn acquire_many<H: Handle>(
         if acqs.len() > out.len() {
             // Distinct locks never outnumber the keys; should the core break that, let go.
             for acq in acqs {
-                let _ = h.release(acq, false);
+                let _ = h.release(Held::Acq(acq));
             }
             return Err(Fail(KEYLOCK_PANIC));
         }
         let held = acqs.len();
         for (slot, acq) in out.iter_mut().zip(acqs) {
-            slot.fill_keyed(h.id, acq, false);
+            slot.fill_keyed(h.id, acq);
         }
         // SAFETY: as above.
         unsafe { count.write(held) };
@@ -343,8 +359,7 @@ pub(crate) unsafe fn release<H: Handle>(
     ffi_boundary(|| {
         // SAFETY: the caller's contract above.
         let (h, acq) = unsafe { (handle(h)?.keyed(), acq.as_mut()) };
-        let (acq, direct) = acq.ok_or(Fail(KEYLOCK_NULL_ARGUMENT))?.take_keyed(h.id)?;
-        h.release(acq, direct)
+        h.release(acq.ok_or(Fail(KEYLOCK_NULL_ARGUMENT))?.take_keyed(h.id)?)
     })
 }
 
@@ -367,9 +382,7 @@ pub(crate) unsafe fn release_many<H: Handle>(
         let (h, acqs) = unsafe { (handle(h)?.keyed(), slice_mut(acqs, n)?) };
         let mut first: Outcome = Ok(());
         for record in acqs {
-            let result = record
-                .take_keyed(h.id)
-                .and_then(|(acq, direct)| h.release(acq, direct));
+            let result = record.take_keyed(h.id).and_then(|held| h.release(held));
             if first.is_ok() {
                 first = result;
             }
@@ -390,8 +403,12 @@ pub(crate) unsafe fn extend<H: Handle>(
     ffi_boundary(|| {
         // SAFETY: the caller's contract above.
         let (h, acq) = unsafe { (handle(h)?.keyed(), acq.as_mut()) };
-        let acq = acq.ok_or(Fail(KEYLOCK_NULL_ARGUMENT))?.keyed_mut(h.id)?;
-        h.locks.extend(acq, Duration::from_nanos(lease_ns))?;
+        let lease = Duration::from_nanos(lease_ns);
+        match acq.ok_or(Fail(KEYLOCK_NULL_ARGUMENT))?.keyed_mut(h.id)? {
+            HeldMut::Stripe(g) => g.extend(lease)?,
+            HeldMut::Pool(g) => g.extend(lease)?,
+            HeldMut::Acq(a) => h.locks.extend(a, lease)?,
+        }
         Ok(())
     })
 }
@@ -410,7 +427,9 @@ pub(crate) unsafe fn is_current<H: Handle>(
         let (h, acq) = unsafe { (handle(h)?.keyed(), handle(acq)?) };
         let out = crate::boundary::out(out)?;
         let current = match acq.keyed(h.id) {
-            Ok(acq) => h.locks.is_current(acq)?,
+            Ok(HeldRef::Stripe(g)) => g.is_current(),
+            Ok(HeldRef::Pool(g)) => g.is_current(),
+            Ok(HeldRef::Acq(a)) => h.locks.is_current(a)?,
             Err(Fail(KEYLOCK_NOT_LOCKED | KEYLOCK_NOT_OWNER)) => false,
             Err(e) => return Err(e),
         };

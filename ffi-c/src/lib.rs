@@ -10,8 +10,9 @@
 //! the result codes, modes and key sizes, so that no number is copied.
 //!
 //! The locking itself is keylock-core's: each export converts its arguments, calls the core,
-//! and converts the answer. Every acquire writes the core's `Acquisition` (or RwLock guard)
-//! into the caller's `keylock_acquisition`, and every release takes it back out, so that a
+//! and converts the answer. Every acquire writes the core's record of the hold into the
+//! caller's `keylock_acquisition` (the core's guard for a plain hold of an in-process object, an
+//! `Acquisition` otherwise, the RwLock's guard), and every release takes it back out, so that a
 //! release can only ever end the acquisition it was given.
 
 // Every export catches panics and turns them into KEYLOCK_PANIC; with panic = "abort" a panic
