@@ -343,12 +343,6 @@ pub(crate) fn shared_wait(wait: Wait) -> Wait {
     }
 }
 
-/// No lease, no owner, no limit on the wait: what `lock` / `lock_shared` do.
-#[inline]
-fn is_plain_wait_forever(opts: &LockOptions) -> bool {
-    opts.lease.is_none() && opts.owner.is_none() && matches!(opts.wait, Wait::Forever)
-}
-
 /// Bit of an in-process pool acquisition's `at` that says it belongs to the names pool.
 const NAMES: u64 = 1 << 63;
 
@@ -387,13 +381,14 @@ where
 {
     #[inline]
     fn acquire(&self, key: LockKey<'_>, opts: &LockOptions) -> Result<Acquisition> {
-        if key.space == KeySpace::Keys && is_plain_wait_forever(opts) {
-            // The common case through the trait: the inlined fast path of `lock`.
-            let guard = match opts.mode {
-                Mode::Exclusive => self.lock(key.bytes),
-                Mode::Shared => self.lock_shared(key.bytes),
-            };
-            return Ok(guard.into_acquisition());
+        // The uncontended plain case straight from the lock word: what the front ends pay on
+        // every call.
+        if key.space == KeySpace::Keys
+            && opts.lease.is_none()
+            && (opts.owner.is_none() || !self.is_reentrant())
+            && let Some(acq) = self.acquire_plain_fast(key.bytes, opts.mode)
+        {
+            return Ok(acq);
         }
         let acq = match key.space {
             KeySpace::Keys => self.lock_with(key.bytes, *opts)?.into_acquisition(),
@@ -502,7 +497,11 @@ where
         })
     }
 
+    #[inline]
     fn release_as(&self, acquisition: Acquisition, owner: Option<Owner>) -> Result<()> {
+        if owner.is_none() && self.release_plain_fast(&acquisition) {
+            return Ok(());
+        }
         let owner = owner.or(acquisition.owner);
         match untagged(acquisition) {
             (acq, KeySpace::Keys) => KeyPool::release_as(self, acq, owner),
@@ -569,15 +568,13 @@ where
 impl KeyedLock for StripedLock {
     #[inline]
     fn acquire(&self, key: LockKey<'_>, opts: &LockOptions) -> Result<Acquisition> {
-        if key.space == KeySpace::Keys && is_plain_wait_forever(opts) {
-            // The common case through the trait: the inlined fast path of `lock`.
-            let guard = match opts.mode {
-                Mode::Exclusive => self.lock(key.bytes),
-                Mode::Shared => self.lock_shared(key.bytes),
-            };
-            return Ok(guard.into_acquisition());
-        }
         let stripe = self.stripe_of_key(key);
+        if opts.lease.is_none()
+            && (opts.owner.is_none() || !self.is_reentrant())
+            && let Some(acq) = self.acquire_stripe_fast(stripe, opts.mode)
+        {
+            return Ok(acq);
+        }
         Ok(self.lock_stripe_with(stripe, *opts)?.into_acquisition())
     }
 
@@ -614,7 +611,11 @@ impl KeyedLock for StripedLock {
         Box::pin(async move { Ok(in_key_order(&ats, fut.await?.into_acquisitions())) })
     }
 
+    #[inline]
     fn release_as(&self, acquisition: Acquisition, owner: Option<Owner>) -> Result<()> {
+        if owner.is_none() && self.release_stripe_fast(&acquisition) {
+            return Ok(());
+        }
         let owner = owner.or(acquisition.owner);
         StripedLock::release_as(self, acquisition, owner)
     }
