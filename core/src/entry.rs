@@ -456,7 +456,7 @@ impl Entry {
         self.word
             .compare_exchange(
                 held,
-                0 | (want_lo << FENCE_SHIFT),
+                want_lo << FENCE_SHIFT,
                 Ordering::Release,
                 Ordering::Relaxed,
             )

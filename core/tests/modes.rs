@@ -244,7 +244,7 @@ fn busy(i: u64) {
     for _ in 0..200 {
         std::hint::spin_loop();
     }
-    if i % 16 == 0 {
+    if i.is_multiple_of(16) {
         thread::yield_now();
     }
 }

@@ -379,15 +379,6 @@ impl<K: Hash + Eq, S: BuildHasher> KeyPool<K, S> {
         })
     }
 
-    #[inline]
-    fn site_in<'a>(&'a self, shard: &'a Shard<K>, slot: u32) -> SlotSite<'a, K> {
-        SlotSite {
-            shard,
-            slot: shard.slot(slot),
-            policy: self.policy,
-        }
-    }
-
     /// The fast path: the key's slot from the index, taken with one compare-and-swap.
     #[inline]
     fn acquire_fast<Q>(&self, hash: u64, key: &Q, mode: Mode) -> Option<(&Slot<K>, u64)>
