@@ -51,10 +51,10 @@ fn median(v: &mut [f64]) -> f64 {
 /// Waits for the file `go` to hold the start time (ns since the epoch), as every worker does.
 fn wait_for_start(go: &str) -> u64 {
     loop {
-        if let Ok(text) = std::fs::read_to_string(go) {
-            if let Ok(t) = text.trim().parse() {
-                return t;
-            }
+        if let Ok(text) = std::fs::read_to_string(go)
+            && let Ok(t) = text.trim().parse()
+        {
+            return t;
         }
         std::thread::sleep(Duration::from_millis(1));
     }

@@ -228,7 +228,7 @@ fn child() {
             for _ in 0..iters {
                 let key = (rng.next() as usize) % keys;
                 let bytes = (key as u64).to_be_bytes();
-                if rng.next() % 4 == 0 {
+                if rng.next().is_multiple_of(4) {
                     let acq = lock.acquire(LockKey::new(&bytes), &x.shared()).unwrap();
                     assert_eq!(d_inside(&data, key), 0, "a writer inside with a reader");
                     let (a, b) = (
