@@ -139,12 +139,25 @@ impl<P: PoolRef> PoolGuard<P> {
     /// Releases the key now, saying whether this acquisition was still current:
     /// `Err(NotOwner)` after a force-unlock, `Err(LeaseExpired)` after its lease ended.
     /// (Dropping the guard does the same, silently.)
+    #[inline]
     pub fn release(mut self) -> Result<()> {
         let pool = self.pool.as_ref().ok_or(Error::NotOwner)?;
-        let result = site::release(&self.slot().site(pool.policy), &self.rec.hold())
-            .map_err(|()| self.acquisition().stale_error());
+        let slot = self.slot();
+        let result =
+            if self.rec.is_plain() && slot.entry.release_fast(self.rec.mode, self.rec.fence) {
+                Ok(())
+            } else {
+                self.release_rest(pool.policy)
+            };
         self.pool = None;
         result
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn release_rest(&self, policy: crate::entry::Policy) -> Result<()> {
+        site::release(&self.slot().site(policy), &self.rec.hold())
+            .map_err(|()| self.acquisition().stale_error())
     }
 
     /// Keeps the key held and forgets the guard; release it later with

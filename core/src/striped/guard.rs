@@ -122,8 +122,20 @@ impl<P: Deref<Target = StripedLock>> StripeGuard<P> {
     /// Releases the stripe now, saying whether this acquisition was still current:
     /// `Err(NotOwner)` after a force-unlock, `Err(LeaseExpired)` after its lease ended. (Dropping
     /// the guard does the same, silently.)
+    #[inline]
     pub fn release(mut self) -> Result<()> {
         let lock = self.lock.take().ok_or(Error::NotOwner)?;
+        // SAFETY: see the field: the stripe lives as long as the lock object we hold.
+        let entry = unsafe { &self.raw.as_ref().entry };
+        if self.rec.is_plain() && entry.release_fast(self.rec.mode, self.rec.fence) {
+            return Ok(());
+        }
+        self.release_rest(&lock)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn release_rest(&self, lock: &StripedLock) -> Result<()> {
         site::release(&lock.site(self.stripe), &self.rec.hold())
             .map_err(|()| self.acquisition().stale_error())
     }
