@@ -4,9 +4,10 @@
 #                      Node ones), then BENCHMARKS.md and the plots from bench/results/*.json
 #   make bench-quick   a short run of the core's benchmarks (under 2 minutes), into
 #                      build/bench-quick/, to check that nothing regressed; commits nothing
+#   make bench-uncontended  only the uncontended criterion suite (bench/results/rust.json)
 #   make bench-report  only regenerate BENCHMARKS.md and the plots from the JSON
 
-.PHONY: bench-core bench-report bench-quick
+.PHONY: bench-core bench-uncontended bench-report bench-quick
 
 BENCH_RESULTS := $(ROOT)/bench/results
 # Thread counts for the scaling runs; a bigger machine can pass more: make bench BENCH_THREADS="1 2 4 8 16 32 64"
@@ -17,14 +18,18 @@ BENCH_CARGO := $(CARGO) bench --locked -p keylock-core
 # measure everything twice, so make bench runs only this one.
 BENCH_TARGETS := $(filter-out bench-rust,$(BENCH_TARGETS)) bench-core bench-report
 
-bench-core:
+bench-core: bench-uncontended
+	KEYLOCK_BENCH_DIR=$(BENCH_RESULTS) $(BENCH_CARGO) --bench throughput -- $(BENCH_THREADS)
+	KEYLOCK_BENCH_DIR=$(BENCH_RESULTS) $(BENCH_CARGO) --bench memory
+
+# The uncontended criterion suite alone (bench/results/rust.json); make bench-report then
+# renders BENCHMARKS.md with it and the other suites' JSON as they are.
+bench-uncontended:
 	@mkdir -p $(BENCH_RESULTS)
 	rm -rf $(TARGET_DIR)/criterion/uncontended_u64 $(TARGET_DIR)/criterion/uncontended_bytes16 \
 		$(TARGET_DIR)/criterion/uncontended_async
 	$(BENCH_CARGO) --bench uncontended
 	python3 bench/report.py criterion $(TARGET_DIR) $(BENCH_RESULTS)/rust.json
-	KEYLOCK_BENCH_DIR=$(BENCH_RESULTS) $(BENCH_CARGO) --bench throughput -- $(BENCH_THREADS)
-	KEYLOCK_BENCH_DIR=$(BENCH_RESULTS) $(BENCH_CARGO) --bench memory
 
 bench-report: $(VENV)/.stamp
 	$(PY) bench/report.py render $(BENCH_RESULTS) BENCHMARKS.md docs
