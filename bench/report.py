@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """keylock benchmark report.
 
-    report.py criterion TARGET_DIR OUT.json   convert criterion's results into the shared format
+    report.py criterion OUT.json DIR...       convert criterion's results (the criterion/ tree
+                                              under each DIR, one per run) into the shared format
     report.py render RESULTS_DIR BENCHMARKS.md DOCS_DIR
                                               tables into BENCHMARKS.md, plots into DOCS_DIR
 
@@ -92,17 +93,22 @@ CRITERION_TARGETS = {
 }
 
 
-def criterion_to_json(target_dir: str, out: str) -> None:
+def criterion_to_json(out: str, target_dirs: list[str]) -> None:
+    """Criterion's samples from one or more runs of the suite (each a directory holding a
+    `criterion/` tree), pooled per benchmark: the median over every sample of every run is less
+    swayed by a burst of other work during one run than any single run's median."""
     rows: dict[tuple[str, str], list[float]] = OrderedDict()
-    found = glob.glob(os.path.join(target_dir, "criterion", "**", "new", "benchmark.json"), recursive=True)
-    # In the order they ran (the order of the bench file), not alphabetical.
-    for bj in sorted(found, key=os.path.getmtime):
-        with open(bj) as f:
-            meta = json.load(f)
-        with open(os.path.join(os.path.dirname(bj), "sample.json")) as f:
-            sample = json.load(f)
-        per_iter = [t / n for t, n in zip(sample["times"], sample["iters"])]
-        rows[(meta["group_id"], meta["function_id"])] = per_iter
+    for target_dir in target_dirs:
+        found = glob.glob(os.path.join(target_dir, "criterion", "**", "new", "benchmark.json"),
+                          recursive=True)
+        # In the order they ran (the order of the bench file), not alphabetical.
+        for bj in sorted(found, key=os.path.getmtime):
+            with open(bj) as f:
+                meta = json.load(f)
+            with open(os.path.join(os.path.dirname(bj), "sample.json")) as f:
+                sample = json.load(f)
+            per_iter = [t / n for t, n in zip(sample["times"], sample["iters"])]
+            rows.setdefault((meta["group_id"], meta["function_id"]), []).extend(per_iter)
     results = []
     for (group, bench), runs in rows.items():
         r = {
@@ -405,8 +411,8 @@ def plot(docs: list[dict], docs_dir: str) -> None:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) == 4 and argv[1] == "criterion":
-        criterion_to_json(argv[2], argv[3])
+    if len(argv) >= 4 and argv[1] == "criterion":
+        criterion_to_json(argv[2], argv[3:])
         return 0
     if len(argv) == 5 and argv[1] == "render":
         render(argv[2], argv[3], argv[4])
