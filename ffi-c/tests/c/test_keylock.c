@@ -491,20 +491,27 @@ typedef struct {
     long completed;
 } occupancy;
 
+/* Counts an overlap, and reports the first one at once: a broken lock may hang later. */
+static void occ_overlap(occupancy *o, const char *what) {
+    if (__atomic_add_fetch(&o->overlaps, 1, __ATOMIC_SEQ_CST) == 1)
+        fprintf(stderr, "  overlap: %s\n", what);
+}
+
 static void occ_enter(occupancy *o, bool shared) {
     __atomic_add_fetch(&o->entered, 1, __ATOMIC_SEQ_CST);
     if (shared) {
         __atomic_add_fetch(&o->shared, 1, __ATOMIC_SEQ_CST);
         if (__atomic_load_n(&o->exclusive, __ATOMIC_SEQ_CST) != 0)
-            __atomic_add_fetch(&o->overlaps, 1, __ATOMIC_SEQ_CST);
+            occ_overlap(o, "a reader inside with a writer");
         return;
     }
     long n = __atomic_add_fetch(&o->exclusive, 1, __ATOMIC_SEQ_CST);
     long max = __atomic_load_n(&o->max_exclusive, __ATOMIC_SEQ_CST);
     while (n > max && !__atomic_compare_exchange_n(&o->max_exclusive, &max, n, false,
                                                    __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {}
-    if (n > 1 || __atomic_load_n(&o->shared, __ATOMIC_SEQ_CST) != 0)
-        __atomic_add_fetch(&o->overlaps, 1, __ATOMIC_SEQ_CST);
+    if (n > 1) occ_overlap(o, "two exclusive holders inside at once");
+    else if (__atomic_load_n(&o->shared, __ATOMIC_SEQ_CST) != 0)
+        occ_overlap(o, "a writer inside with readers");
 }
 
 static void occ_leave(occupancy *o, bool shared) {
@@ -640,6 +647,7 @@ static void *rw_writer(void *p) {
         }
         occ_enter(&s->inside, false);
         s->a++;
+        sched_yield(); /* a reader let in now would see a != b */
         s->b++;
         occ_leave(&s->inside, false);
         r = keylock_rwlock_write_unlock(s->rw);
@@ -653,6 +661,7 @@ static void *rw_reader(void *p) {
     for (int i = 0; i < ITERS; i++) {
         keylock_result r;
         bool torn;
+        long a;
         if (i % 3 == 0) {
             r = keylock_rwlock_read_lock(s->rw);
         } else if (i % 3 == 1) {
@@ -665,7 +674,9 @@ static void *rw_reader(void *p) {
             return NULL;
         }
         occ_enter(&s->inside, true);
-        torn = s->a != s->b;
+        a = s->a;
+        sched_yield(); /* a writer let in now would change b */
+        torn = a != s->b;
         occ_leave(&s->inside, true);
         r = keylock_rwlock_read_unlock(s->rw);
         if (r != KEYLOCK_OK) s->error = r;
