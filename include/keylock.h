@@ -26,9 +26,11 @@
  *     call, a release of an empty record) gets an error code, never a crash. A Rust panic
  *     inside the library is caught and returned as KEYLOCK_PANIC.
  *   - Keys are byte strings: a pointer and a length. NULL with length 0 is the empty key. The
- *     library copies what it keeps; the caller's buffer is only read during the call. The
- *     Python and Node packages turn a text key into its UTF-8 bytes, so one text key names the
- *     same lock in every language.
+ *     library copies what it keeps; the caller's buffer is only read during the call. Every
+ *     front end encodes keys alike: UTF-8 text is its bytes, and keylock_key_from_utf16 and
+ *     keylock_key_from_i64 give the bytes of UTF-16 text and of integers, as the Python and
+ *     Node packages do, so one key names the same lock in every language (a pool or striped
+ *     lock in this process is, however, this process's object).
  *   - Any thread may release an acquisition. Locks are not recursive, except in a reentrant
  *     object for acquires that name the holder's owner.
  *   - Timeouts and leases are nanoseconds as uint64_t; any value is safe (none overflows).

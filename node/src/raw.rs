@@ -82,10 +82,12 @@ impl<const N: usize> Call<'_, N> {
         }
     }
 
-    /// Argument `i` as a key.
-    fn key(&self, i: usize) -> Result<Key, Fail> {
+    /// Argument `i` as a key, read into `key` (in place: see [`Key::new`]).
+    #[inline]
+    fn key<'k>(&self, i: usize, key: &'k mut Key) -> Result<&'k [u8], Fail> {
         // SAFETY: a live argument of the current call (see `Call`).
-        Ok(unsafe { Key::from_value(self.env, self.args[i]) }?)
+        unsafe { key.read(self.env, self.args[i]) }?;
+        Ok(key.as_bytes())
     }
 
     /// Argument `i` as an array of keys.
@@ -110,7 +112,9 @@ impl<const N: usize> Call<'_, N> {
                 if sys::napi_get_element(env, v, i, &mut item) != sys::Status::napi_ok {
                     return Err(Fail::Error("reading a key of the array failed".into()));
                 }
-                keys.push(Key::from_value(env, item)?);
+                let mut key = Key::new();
+                key.read(env, item)?;
+                keys.push(key);
             }
         }
         Ok(keys)
@@ -238,23 +242,28 @@ macro_rules! entry_points {
 entry_points! {
     /// `tryLock(key)`: whether the key (or its stripe) was taken.
     fn try_lock[1](c) {
-        Ok(Ret::Bool(c.keyed()?.try_lock(c.key(0)?.as_bytes())))
+        let mut key = Key::new();
+        Ok(Ret::Bool(c.keyed()?.try_lock(c.key(0, &mut key)?)))
     }
     /// `unlock(key)`: a status.
     fn unlock[1](c) {
-        Ok(Ret::Status(c.keyed()?.unlock(c.key(0)?.as_bytes())))
+        let mut key = Key::new();
+        Ok(Ret::Status(c.keyed()?.unlock(c.key(0, &mut key)?)))
     }
     /// `isLocked(key)`.
     fn is_locked[1](c) {
-        Ok(Ret::Bool(c.keyed()?.is_locked(c.key(0)?.as_bytes())))
+        let mut key = Key::new();
+        Ok(Ret::Bool(c.keyed()?.is_locked(c.key(0, &mut key)?)))
     }
     /// `lockAsync(key)`: 0 when taken at once, else the waiter id.
     fn lock_async[1](c) {
-        Ok(Ret::Id(c.keyed()?.lock_async(c.key(0)?.as_bytes())?))
+        let mut key = Key::new();
+        Ok(Ret::Id(c.keyed()?.lock_async(c.key(0, &mut key)?)?))
     }
     /// `lockSync(key, timeoutMs)`: a status.
     fn lock_sync[2](c) {
-        Ok(Ret::Status(c.keyed()?.lock_sync(c.key(0)?.as_bytes(), c.timeout(1))))
+        let mut key = Key::new();
+        Ok(Ret::Status(c.keyed()?.lock_sync(c.key(0, &mut key)?, c.timeout(1))))
     }
     /// `tryLockMany(keys)`: whether all were taken (else none is).
     fn try_lock_many[1](c) {

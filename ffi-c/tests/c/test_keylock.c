@@ -1175,6 +1175,12 @@ static void atomic_max(long *at, long n) {
     }
 }
 
+/* Counts an overlap, and reports the first one at once: a broken lock may hang later. */
+static void occ_overlap(occupancy *o, const char *what) {
+    if (__atomic_add_fetch(&o->overlaps, 1, __ATOMIC_SEQ_CST) == 1)
+        fprintf(stderr, "  overlap: %s\n", what);
+}
+
 static long occ_enter(occupancy *o, bool shared) {
     long n;
     __atomic_add_fetch(&o->entered, 1, __ATOMIC_SEQ_CST);
@@ -1182,13 +1188,14 @@ static long occ_enter(occupancy *o, bool shared) {
         n = __atomic_add_fetch(&o->shared, 1, __ATOMIC_SEQ_CST);
         atomic_max(&o->max_shared, n);
         if (__atomic_load_n(&o->exclusive, __ATOMIC_SEQ_CST) != 0)
-            __atomic_add_fetch(&o->overlaps, 1, __ATOMIC_SEQ_CST);
+            occ_overlap(o, "a reader inside with a writer");
         return n;
     }
     n = __atomic_add_fetch(&o->exclusive, 1, __ATOMIC_SEQ_CST);
     atomic_max(&o->max_exclusive, n);
-    if (n > 1 || __atomic_load_n(&o->shared, __ATOMIC_SEQ_CST) != 0)
-        __atomic_add_fetch(&o->overlaps, 1, __ATOMIC_SEQ_CST);
+    if (n > 1) occ_overlap(o, "two exclusive holders inside at once");
+    else if (__atomic_load_n(&o->shared, __ATOMIC_SEQ_CST) != 0)
+        occ_overlap(o, "a writer inside with readers");
     return n;
 }
 
@@ -1728,6 +1735,7 @@ static void *rw_writer(void *p) {
         }
         occ_enter(&s->inside, false);
         s->a++;
+        sched_yield(); /* a reader let in now would see a != b */
         s->b++;
         if (w.fence <= s->last_fence) s->fence_regressions++;
         s->last_fence = w.fence;
@@ -1744,6 +1752,7 @@ static void *rw_reader(void *p) {
         acq_t rd;
         keylock_result r;
         bool torn;
+        long a;
         if (i % 3 == 0) {
             r = keylock_rwlock_read_lock(s->rw, &rd);
         } else if (i % 3 == 1) {
@@ -1758,7 +1767,9 @@ static void *rw_reader(void *p) {
             return NULL;
         }
         occ_enter(&s->inside, true);
-        torn = s->a != s->b;
+        a = s->a;
+        sched_yield(); /* a writer let in now would change b */
+        torn = a != s->b;
         occ_leave(&s->inside, true);
         r = keylock_rwlock_release(s->rw, &rd);
         if (r != KEYLOCK_OK) s->error = r;

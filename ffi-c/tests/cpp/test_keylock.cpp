@@ -468,13 +468,14 @@ struct Occupancy {
             o.entered++;
             if (shared) {
                 o.shared++;
-                if (o.exclusive.load() != 0) o.overlaps++;
+                if (o.exclusive.load() != 0) o.overlap("a reader inside with a writer");
                 return;
             }
             long n = ++o.exclusive;
             long max = o.max_exclusive.load();
             while (n > max && !o.max_exclusive.compare_exchange_weak(max, n)) {}
-            if (n > 1 || o.shared.load() != 0) o.overlaps++;
+            if (n > 1) o.overlap("two exclusive holders inside at once");
+            else if (o.shared.load() != 0) o.overlap("a writer inside with readers");
         }
         Inside(const Inside &) = delete;
         Inside &operator=(const Inside &) = delete;
@@ -489,6 +490,11 @@ struct Occupancy {
         bool shared_;
         bool done_ = false;
     };
+
+    // Counts an overlap, and reports the first one at once: a broken lock may hang later.
+    void overlap(const char *what) {
+        if (++overlaps == 1) std::fprintf(stderr, "  overlap: %s\n", what);
+    }
 
     // One holder at a time, every entry completed or interrupted, nobody inside now.
     void check(const char *what) const {
@@ -539,18 +545,23 @@ void test_threads() {
                 {
                     auto g = striped.lock_many({"x", "y"});
                     Occupancy::Inside inside(in_striped, false);
-                    striped_count++;
+                    long v = striped_count;
+                    std::this_thread::yield();
+                    striped_count = v + 1;
                     inside.complete();
                 }
                 {
                     auto w = rw.write();
                     Occupancy::Inside inside(in_rw, false);
-                    rw_count++;
+                    long v = rw_count;
+                    std::this_thread::yield();
+                    rw_count = v + 1;
                     inside.complete();
                 }
                 {
                     auto r = rw.read();
                     Occupancy::Inside inside(in_rw, true);
+                    std::this_thread::yield();
                     inside.complete();
                 }
             }
