@@ -100,7 +100,9 @@ pub trait KeyedLock: Send + Sync + fmt::Debug {
     fn acquire_async(self: Arc<Self>, key: LockKey<'_>, opts: &LockOptions) -> AcquireFuture;
 
     /// Acquires every one of `keys`, each in its own mode (`opts.mode` is ignored), all or
-    /// none, deadlock-free. The acquisitions come in the lock's canonical order.
+    /// none, deadlock-free (in the lock's one canonical order). Returns one acquisition per
+    /// distinct lock, in the order of the keys' first occurrence (keys that share a lock, such
+    /// as two keys of one stripe, get the one acquisition at the first of them).
     fn acquire_many(
         &self,
         keys: &[(LockKey<'_>, Mode)],
@@ -127,8 +129,15 @@ pub trait KeyedLock: Send + Sync + fmt::Debug {
     /// Moves the end of `acquisition`'s lease to `lease` from now.
     fn extend(&self, acquisition: &mut Acquisition, lease: Duration) -> Result<()>;
 
+    /// Whether `acquisition` is current and, for a reentrant lock, held by `owner` (`None`: the
+    /// acquisition's own). A front end checks this before a release on behalf of the caller
+    /// (Python's `RLock.release` from another thread must fail and keep the hold).
+    fn is_current_as(&self, acquisition: &Acquisition, owner: Option<Owner>) -> Result<bool>;
+
     /// Whether `acquisition` is still current.
-    fn is_current(&self, acquisition: &Acquisition) -> Result<bool>;
+    fn is_current(&self, acquisition: &Acquisition) -> Result<bool> {
+        self.is_current_as(acquisition, None)
+    }
 
     /// Frees `key` whoever holds it, advancing its fence; whether it was held.
     fn force_unlock(&self, key: LockKey<'_>) -> Result<bool>;
@@ -163,7 +172,7 @@ pub trait KeyedLock: Send + Sync + fmt::Debug {
 }
 
 /// How to make a lock object by name ([`open_with`]).
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct OpenOptions {
     /// A `StripedLock` with this many stripes instead of a `KeyPool`.
@@ -179,6 +188,62 @@ pub struct OpenOptions {
     /// A striped lock object: the hash seed, so that keys map to the same stripes in every
     /// process running the same build (default: random per lock object).
     pub seed: Option<u64>,
+}
+
+impl Default for OpenOptions {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl OpenOptions {
+    /// A `KeyPool`, not reentrant, eventual fairness, default capacity and mode.
+    pub const fn new() -> Self {
+        Self {
+            stripes: None,
+            reentrant: false,
+            fifo: false,
+            capacity: None,
+            mode: None,
+            seed: None,
+        }
+    }
+
+    /// A `StripedLock` with `stripes` stripes.
+    pub const fn stripes(mut self, stripes: usize) -> Self {
+        self.stripes = Some(stripes);
+        self
+    }
+
+    /// Reentrant.
+    pub const fn reentrant(mut self, reentrant: bool) -> Self {
+        self.reentrant = reentrant;
+        self
+    }
+
+    /// Strict FIFO per key.
+    pub const fn fifo(mut self, fifo: bool) -> Self {
+        self.fifo = fifo;
+        self
+    }
+
+    /// The capacity of a fixed-size scope.
+    pub const fn capacity(mut self, capacity: usize) -> Self {
+        self.capacity = Some(capacity);
+        self
+    }
+
+    /// The permission bits of a scope this open creates.
+    pub const fn mode(mut self, mode: u32) -> Self {
+        self.mode = Some(mode);
+        self
+    }
+
+    /// The hash seed of a striped lock object.
+    pub const fn seed(mut self, seed: u64) -> Self {
+        self.seed = Some(seed);
+        self
+    }
 }
 
 /// Opens the lock object that `name` names (see the [module docs](self)), as a `KeyPool`.
@@ -250,6 +315,25 @@ fn local(options: &OpenOptions) -> Result<Arc<dyn KeyedLock>> {
     })
 }
 
+/// Puts `acqs` (one per distinct lock, any order) in the order of the keys' first occurrence:
+/// `ats` says where each key's lock is (the `at` of its acquisition), in key order.
+fn in_key_order(ats: &[Option<u64>], acqs: Vec<Acquisition>) -> Vec<Acquisition> {
+    let mut rest: Vec<Option<Acquisition>> = acqs.into_iter().map(Some).collect();
+    let mut out = Vec::with_capacity(rest.len());
+    for &at in ats {
+        let Some(at) = at else { continue };
+        if let Some(slot) = rest
+            .iter_mut()
+            .find(|a| a.as_ref().is_some_and(|a| a.at == at))
+        {
+            out.extend(slot.take());
+        }
+    }
+    // Anything not matched (it cannot happen: every key has a held lock) keeps its place.
+    out.extend(rest.into_iter().flatten());
+    out
+}
+
 /// The wait of a multi-key acquire as one deadline for all keys.
 pub(crate) fn shared_wait(wait: Wait) -> Wait {
     match wait {
@@ -277,6 +361,19 @@ fn untagged(mut acq: Acquisition) -> (Acquisition, KeySpace) {
         (acq, KeySpace::Names)
     } else {
         (acq, KeySpace::Keys)
+    }
+}
+
+impl<S: std::hash::BuildHasher> KeyPool<Vec<u8>, S> {
+    /// Where `key`'s slot is, as an acquisition's `at`, if it has one.
+    fn at_of(&self, key: LockKey<'_>) -> Option<u64> {
+        match key.space {
+            KeySpace::Keys => self.slot_of(key.bytes).map(|at| at.to_u64()),
+            KeySpace::Names => self
+                .names_if()?
+                .slot_of(key.bytes)
+                .map(|at| at.to_u64() | NAMES),
+        }
     }
 }
 
@@ -340,7 +437,8 @@ where
                 }
             }
         }
-        Ok(out)
+        let ats: Vec<Option<u64>> = keys.iter().map(|(k, _)| self.at_of(*k)).collect();
+        Ok(in_key_order(&ats, out))
     }
 
     fn acquire_many_async(
@@ -368,6 +466,8 @@ where
             // Reserved now, awaited after the plain keys (the canonical order).
             names.lock_many_with_async_owned(named, opts)
         });
+        // Every key's slot is reserved now, so where each one is stays put.
+        let ats: Vec<Option<u64>> = keys.iter().map(|(k, _)| self.at_of(*k)).collect();
         Box::pin(async move {
             let mut out = first.await?.into_acquisitions();
             if let Some(second) = second {
@@ -385,7 +485,7 @@ where
                     }
                 }
             }
-            Ok(out)
+            Ok(in_key_order(&ats, out))
         })
     }
 
@@ -415,9 +515,10 @@ where
         result
     }
 
-    fn is_current(&self, acquisition: &Acquisition) -> Result<bool> {
+    fn is_current_as(&self, acquisition: &Acquisition, owner: Option<Owner>) -> Result<bool> {
+        let owner = owner.or(acquisition.owner);
         if acquisition.at & NAMES == 0 {
-            return Ok(KeyPool::is_current(self, acquisition));
+            return Ok(KeyPool::is_current_as(self, acquisition, owner));
         }
         let Some(names) = self.names_if() else {
             return Ok(false);
@@ -426,7 +527,7 @@ where
             at: acquisition.at & !NAMES,
             ..acquisition.duplicate()
         };
-        Ok(names.is_current(&probe))
+        Ok(names.is_current_as(&probe, owner))
     }
 
     fn force_unlock(&self, key: LockKey<'_>) -> Result<bool> {
@@ -468,11 +569,13 @@ impl KeyedLock for StripedLock {
         keys: &[(LockKey<'_>, Mode)],
         opts: &LockOptions,
     ) -> Result<Vec<Acquisition>> {
-        let stripes = keys
+        let stripes: Vec<(usize, Mode)> = keys
             .iter()
             .map(|(k, m)| (self.stripe_of_key(*k), *m))
             .collect();
-        Ok(self.lock_stripes(stripes, *opts)?.into_acquisitions())
+        let ats: Vec<Option<u64>> = stripes.iter().map(|&(s, _)| Some(s as u64)).collect();
+        let acqs = self.lock_stripes(stripes, *opts)?.into_acquisitions();
+        Ok(in_key_order(&ats, acqs))
     }
 
     fn acquire_many_async(
@@ -480,12 +583,13 @@ impl KeyedLock for StripedLock {
         keys: &[(LockKey<'_>, Mode)],
         opts: &LockOptions,
     ) -> AcquireManyFuture {
-        let stripes = keys
+        let stripes: Vec<(usize, Mode)> = keys
             .iter()
             .map(|(k, m)| (self.stripe_of_key(*k), *m))
             .collect();
+        let ats: Vec<Option<u64>> = stripes.iter().map(|&(s, _)| Some(s as u64)).collect();
         let fut = self.lock_stripes_async_owned(stripes, *opts);
-        Box::pin(async move { Ok(fut.await?.into_acquisitions()) })
+        Box::pin(async move { Ok(in_key_order(&ats, fut.await?.into_acquisitions())) })
     }
 
     fn release_as(&self, acquisition: Acquisition, owner: Option<Owner>) -> Result<()> {
@@ -497,8 +601,9 @@ impl KeyedLock for StripedLock {
         StripedLock::extend(self, acquisition, lease)
     }
 
-    fn is_current(&self, acquisition: &Acquisition) -> Result<bool> {
-        Ok(StripedLock::is_current(self, acquisition))
+    fn is_current_as(&self, acquisition: &Acquisition, owner: Option<Owner>) -> Result<bool> {
+        let owner = owner.or(acquisition.owner);
+        Ok(StripedLock::is_current_as(self, acquisition, owner))
     }
 
     fn force_unlock(&self, key: LockKey<'_>) -> Result<bool> {

@@ -225,9 +225,33 @@ impl<P: PoolRef> PoolManyGuard<P> {
         self.held.is_empty()
     }
 
-    /// The fence of each key held, in the canonical order (not the order the keys were given).
+    /// The fence of each key held, in the canonical order (not the order the keys were given:
+    /// see [`fence_of`](Self::fence_of)).
     pub fn fences(&self) -> impl ExactSizeIterator<Item = u64> + '_ {
         self.held.iter().map(|(_, hold, _)| hold.fence)
+    }
+
+    /// The fence of `key`'s acquisition, if this guard holds `key`.
+    ///
+    /// ```
+    /// use keylock_core::KeyPool;
+    /// let pool: KeyPool<String> = KeyPool::new();
+    /// drop(pool.lock("b"));
+    /// let both = pool.lock_many(["a", "b"]);
+    /// assert_eq!(both.fence_of("b"), Some(2));
+    /// assert_eq!(both.fence_of("a"), Some(1));
+    /// assert_eq!(both.fence_of("c"), None);
+    /// ```
+    pub fn fence_of<Q>(&self, key: &Q) -> Option<u64>
+    where
+        P::Key: std::borrow::Borrow<Q>,
+        Q: std::hash::Hash + Eq + ?Sized,
+    {
+        let at = self.pool.as_ref()?.slot_of(key)?;
+        self.held
+            .iter()
+            .find(|(held, _, _)| *held == at)
+            .map(|(_, hold, _)| hold.fence)
     }
 
     /// Releases every key now; the first stale acquisition's error, if any (the others are

@@ -149,6 +149,10 @@ impl<P: Deref<Target = StripedLock>> Drop for StripeGuard<P> {
     #[inline]
     fn drop(&mut self) {
         if let Some(lock) = &self.lock {
+            let entry = &lock.stripe_at(self.stripe).entry;
+            if self.hold.ticket == 0 && entry.release_fast(self.hold.mode, self.hold.fence) {
+                return;
+            }
             // Not current any more (force-unlocked, lease ended): nothing of ours to release.
             let _ = site::release(&lock.site(self.stripe), &self.hold);
         }
@@ -186,6 +190,15 @@ impl<P: Deref<Target = StripedLock>> StripesGuard<P> {
     /// The fence of each stripe held, in the order of [`stripes`](Self::stripes).
     pub fn fences(&self) -> impl ExactSizeIterator<Item = u64> + '_ {
         self.held.iter().map(|(_, hold, _)| hold.fence)
+    }
+
+    /// The fence of `key`'s stripe, if this guard holds it.
+    pub fn fence_of<K: std::hash::Hash + ?Sized>(&self, key: &K) -> Option<u64> {
+        let stripe = self.lock.as_ref()?.stripe_of(key);
+        self.held
+            .iter()
+            .find(|(s, _, _)| *s == stripe)
+            .map(|(_, hold, _)| hold.fence)
     }
 
     /// The number of distinct stripes held.

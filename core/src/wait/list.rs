@@ -199,6 +199,15 @@ impl WaitList {
         self.head.map(|node| unsafe { node.as_ref().links().want })
     }
 
+    /// Whether the head waiter is due to be handed the lock (see [`Completion::is_due`]).
+    #[inline]
+    pub(crate) fn front_is_due(&self, fifo: bool) -> bool {
+        match self.head {
+            Some(node) => Completion { node }.is_due(fifo),
+            None => false,
+        }
+    }
+
     /// Unlinks the head. The caller then completes it with [`Completion::grant`] or
     /// [`Completion::notify`] while it still holds the list's lock.
     #[inline]
