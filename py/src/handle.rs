@@ -440,7 +440,8 @@ impl ManyLock {
     }
 
     /// The fence of each lock the newest acquisition took (one per distinct key, or stripe),
-    /// in the lock's canonical order, not the order given; None if the handle holds nothing.
+    /// in the order of the keys' first occurrence (keys that share a stripe share one); None if
+    /// the handle holds nothing.
     #[getter]
     fn fences(slf: &Bound<'_, Self>) -> Option<Vec<u64>> {
         let this = slf.as_super().get();

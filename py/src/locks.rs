@@ -70,11 +70,13 @@ fn options(
     capacity: Option<usize>,
     permissions: Option<u32>,
 ) -> OpenOptions {
-    let mut o = OpenOptions::default();
-    o.reentrant = reentrant;
-    o.fifo = fifo;
-    o.capacity = capacity;
-    o.mode = permissions;
+    let mut o = OpenOptions::new().reentrant(reentrant).fifo(fifo);
+    if let Some(capacity) = capacity {
+        o = o.capacity(capacity);
+    }
+    if let Some(permissions) = permissions {
+        o = o.mode(permissions);
+    }
     o
 }
 
@@ -362,10 +364,11 @@ fn striped_options(
         .ok()
         .filter(|&n| n >= 1)
         .ok_or_else(|| PyValueError::new_err("stripes must be at least 1"))?;
-    let mut o = options(reentrant, fifo, capacity, permissions);
-    o.stripes = Some(n);
-    o.seed = seed;
-    Ok(o)
+    let o = options(reentrant, fifo, capacity, permissions).stripes(n);
+    Ok(match seed {
+        Some(seed) => o.seed(seed),
+        None => o,
+    })
 }
 
 #[pymethods]

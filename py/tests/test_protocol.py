@@ -143,9 +143,10 @@ def test_acquire_arguments_match_threading(
     # Free: a valid call takes the lock.
     ref2 = threading.Lock()
     h2 = make()
-    assert _outcome(lambda: h2.acquire(*args, **kwargs)) == _outcome(
-        lambda: ref2.acquire(*args, **kwargs)
-    )
+    got = _outcome(lambda: h2.acquire(*args, **kwargs))
+    assert got == _outcome(lambda: ref2.acquire(*args, **kwargs))
+    if got == ("ok", True):
+        h2.release()
 
 
 def test_acquire_arguments_blocking_forms_match_threading() -> None:
@@ -292,13 +293,18 @@ def test_every_public_name_has_a_docstring() -> None:
                 assert getattr(member, "__doc__", None), f"{name}.{attr}"
 
 
-def test_handles_for_one_key_are_interchangeable() -> None:
+def test_a_handle_releases_only_what_it_acquired() -> None:
+    # Two handles for one key see the same lock, but each releases only its own acquisition:
+    # a handle that holds nothing cannot free the key (there is no release by key).
     pool = keylock.KeyPool()
     a, b = pool.lock("k"), pool.lock("k")
     a.acquire()
     assert b.locked()
     assert b.acquire(blocking=False) is False
-    b.release()  # like threading.Lock, anyone may release
+    with pytest.raises(keylock.NotLockedError):
+        b.release()
+    assert a.locked() and pool.is_locked("k")
+    a.release()
     assert not a.locked()
     assert len(pool) == 0
 
@@ -311,10 +317,13 @@ def test_release_from_another_thread() -> None:
     assert not h.locked()
     # and acquire in one thread, release in another, wait in a third
     h.acquire()
+    waiter = pool.lock("k")
     got: list[bool] = []
-    run_threads([lambda: got.append(pool.lock("k").acquire(timeout=20)), h.release])
+    run_threads([lambda: got.append(waiter.acquire(timeout=20)), h.release])
     assert got == [True]
-    h.release()
+    assert waiter.locked()
+    run_threads([waiter.release])
+    assert not pool.is_locked("k")
 
 
 def test_condition_over_keylock_handle() -> None:
@@ -407,12 +416,11 @@ def test_pool_len_and_stats() -> None:
         "waiting",
         "entries_in_use",
         "entries_allocated",
-        "peak_held",
-        "acquisitions",
+        "peak_in_use",
         "contended",
     }
     assert st["entries_in_use"] == 5
-    assert st["held"] == 5 and st["waiting"] == 0 and st["peak_held"] >= 5
+    assert st["held"] == 5 and st["waiting"] == 0 and st["peak_in_use"] >= 5
     for h in hs:
         h.release()
     assert len(pool) == 0 and pool.stats()["held"] == 0 and pool.stats()["entries_in_use"] == 0
