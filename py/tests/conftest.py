@@ -102,6 +102,9 @@ class Occupancy:
     can tell a lock that let two holders in from an entry that a cancel legitimately cut short,
     which a final count alone cannot: both leave fewer increments than entries.
 
+    ``max_shared`` records the most readers of each key inside at once, so a test can show that
+    shared holders really overlap.
+
     :meth:`check` asserts, for every key entered exclusively, that the most exclusive holders
     inside at once was exactly 1 and that no reader was inside with them; that
     ``completed + interrupted == entered``; and that nobody is inside any more. The counters
@@ -114,6 +117,7 @@ class Occupancy:
         self._exclusive: Counter[Hashable] = Counter()
         self._shared: Counter[Hashable] = Counter()
         self.max_exclusive: Counter[Hashable] = Counter()
+        self.max_shared: Counter[Hashable] = Counter()
         self.overlaps: list[str] = []
         self.entered = 0
         self.completed = 0
@@ -125,6 +129,7 @@ class Occupancy:
             self.entered += 1
             if shared:
                 self._shared[key] += 1
+                self.max_shared[key] = max(self.max_shared[key], self._shared[key])
                 if self._exclusive[key]:
                     self.overlaps.append(f"a reader of {key!r} inside with a writer")
             else:
