@@ -13,7 +13,7 @@ use std::time::Instant;
 
 use keylock_core::{LockKey, Mode, Owner, Status};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
+use pyo3::types::{PyBytes, PyList, PySequence, PyString, PyTuple};
 
 use crate::args::{AcquireTimeout, Blocking, Extension, Lease, OptTimeout, Wait, acquire_wait};
 use crate::errors;
@@ -387,12 +387,24 @@ impl ReentrantKeyLock {
         PyTuple::new(py, [count as u64, owner.map_or(0, Owner::get)])
     }
 
-    /// Take the key again as many times as `_release_save` released it (blocking).
+    /// Take the key again as many times as `_release_save` released it (blocking). `state` is
+    /// what `_release_save` returned: a 2-item sequence of ints (checked as RLock checks it).
     #[pyo3(signature = (state, /))]
-    fn _acquire_restore(slf: &Bound<'_, Self>, state: (usize, u64)) -> PyResult<()> {
+    fn _acquire_restore(slf: &Bound<'_, Self>, state: &Bound<'_, PyAny>) -> PyResult<()> {
         let py = slf.py();
         let this = slf.as_super().get();
-        for _ in 0..state.0.max(1) {
+        let bad = || {
+            pyo3::exceptions::PyTypeError::new_err(
+                "_acquire_restore() argument 1 must be a 2-item sequence of ints",
+            )
+        };
+        let seq = state.cast::<PySequence>().map_err(|_| bad())?;
+        if seq.len()? != 2 {
+            return Err(bad());
+        }
+        let count: u64 = seq.get_item(0)?.extract().map_err(|_| bad())?;
+        let _owner: u64 = seq.get_item(1)?.extract().map_err(|_| bad())?;
+        for _ in 0..count.max(1) {
             wait::acquire_blocking(py, this, Wait::Forever, this.lease)?;
         }
         Ok(())

@@ -306,7 +306,9 @@ class ReentrantKeyLock(LockHandle):
         back (for threading.Condition.wait); RuntimeError if the caller holds nothing here."""
 
     def _acquire_restore(self, state: tuple[int, int], /) -> None:
-        """Take the key again as many times as `_release_save` released it (blocking)."""
+        """Take the key again as many times as `_release_save` released it (blocking). `state`
+        is what `_release_save` returned: a 2-item sequence of ints (checked as RLock checks
+        it)."""
 
 @final
 class ManyLock(LockHandle):
