@@ -32,20 +32,13 @@ demo-py: build-py
 test-py: build-py
 	$(PY) -m pytest py/tests -q
 
-# The benchmark runs twice: with the abi3-py310 build (its figures are added under
-# "[abi3, CPython >= 3.10 build]"), then with the default build, which is left installed.
-PY_BENCH = VIRTUAL_ENV=$(VENV) $(VENV)/bin/maturin develop --release --locked --quiet \
-		--manifest-path py/Cargo.toml --no-default-features --features abi3-py310 && \
-	$(PY) py/bench/bench_python.py $(1) --out $(TARGET_DIR)/bench-python-py310.json && \
-	$(MAKE) build-py && \
-	$(PY) py/bench/bench_python.py $(1) --merge $(TARGET_DIR)/bench-python-py310.json \
-		--out bench/results/python.json
+# The benchmark measures every alternative in one run, interleaved; the machine's load average
+# before and after is in the JSON (re-measure when the machine is quiet).
+bench-py: build-py
+	$(PY) py/bench/bench_python.py --out bench/results/python.json
 
-bench-py: $(VENV)/.stamp
-	$(call PY_BENCH,)
-
-bench-py-quick: $(VENV)/.stamp
-	$(call PY_BENCH,--quick)
+bench-py-quick: build-py
+	$(PY) py/bench/bench_python.py --quick --out $(TARGET_DIR)/bench-python-quick.json
 
 lint-py: build-py
 	$(CARGO) clippy --locked -p keylock-py --all-targets -- -D warnings

@@ -57,7 +57,7 @@ impl LockHandle {
 
     /// The fence of the newest hold, if the handle holds anything that has one.
     pub(crate) fn fence(&self, py: Python<'_>) -> Option<u64> {
-        self.with_newest(py, None, |r| match &r.held {
+        self.read_newest(py, None, |r| match &r.held {
             Held::One(a) => Some(a.fence()),
             Held::Write(g) => Some(g.fence()),
             Held::Many(_) | Held::Read(_) => None,
@@ -65,11 +65,9 @@ impl LockHandle {
         .flatten()
     }
 
-    /// The newest hold's details, or NotLockedError.
-    fn newest<T>(&self, py: Python<'_>, f: impl FnOnce(&Target, &mut Held) -> T) -> PyResult<T> {
-        let target = &self.target;
-        self.with_newest(py, None, |r| f(target, &mut r.held))
-            .ok_or_else(|| errors::raise(py, Status::NotLocked, "the handle holds nothing"))
+    /// NotLockedError for a detail of a handle that holds nothing.
+    fn holds_nothing(py: Python<'_>) -> PyErr {
+        errors::raise(py, Status::NotLocked, "the handle holds nothing")
     }
 }
 
@@ -159,21 +157,25 @@ impl LockHandle {
     /// Seconds left on the newest acquisition's lease (0.0 once it ran out), None if it has no
     /// lease. NotLockedError if the handle holds nothing.
     fn lease_remaining(&self, py: Python<'_>) -> PyResult<Option<f64>> {
-        self.newest(py, |_, held| {
-            let now = Instant::now();
-            held.acquisitions()
+        let now = Instant::now();
+        self.read_newest(py, None, |r| {
+            r.held
+                .acquisitions()
                 .iter()
                 .filter_map(|a| a.lease_deadline())
                 .map(|t| t.saturating_duration_since(now).as_secs_f64())
                 .reduce(f64::min)
         })
+        .ok_or_else(|| Self::holds_nothing(py))
     }
 
     /// Move the end of the newest acquisition's lease to `seconds` from now. Raises
     /// LeaseExpiredError if it already ran out (or NotOwnerError if it was force-unlocked), and
     /// ValueError if the acquisition has no lease.
     fn extend(&self, py: Python<'_>, seconds: Extension) -> PyResult<()> {
-        self.newest(py, |target, held| target.extend(held, seconds.0))?
+        let target = &self.target;
+        self.with_newest(py, None, |r| target.extend(&mut r.held, seconds.0))
+            .ok_or_else(|| Self::holds_nothing(py))?
             .map_err(|e| errors::to_py(py, e))
     }
 
@@ -181,7 +183,7 @@ impl LockHandle {
     /// the data it protected may be half-changed. False if the handle holds nothing.
     #[getter]
     fn owner_died(&self, py: Python<'_>) -> bool {
-        self.with_newest(py, None, |r| {
+        self.read_newest(py, None, |r| {
             r.held.acquisitions().iter().any(|a| a.owner_died())
         })
         .unwrap_or(false)
@@ -256,7 +258,7 @@ impl LockHandle {
                 }
                 if this.reentrant {
                     // As threading.RLock shows its owner and count.
-                    let info = lock.info(LockKey::new(key)).ok().flatten();
+                    let info = lock.get().inner.info(LockKey::new(key)).ok().flatten();
                     let owner = info.and_then(|i| i.owner).map_or(0, Owner::get);
                     let count = info.map_or(0, |i| if i.owner.is_some() { i.holds } else { 0 });
                     s.push_str(&format!(" owner={owner} count={count}"));
@@ -457,7 +459,7 @@ impl ManyLock {
     #[getter]
     fn fences(slf: &Bound<'_, Self>) -> Option<Vec<u64>> {
         let this = slf.as_super().get();
-        this.with_newest(slf.py(), None, |r| {
+        this.read_newest(slf.py(), None, |r| {
             r.held.acquisitions().iter().map(|a| a.fence()).collect()
         })
     }

@@ -18,6 +18,7 @@
 
 mod args;
 mod errors;
+mod gil;
 mod handle;
 mod key;
 mod lock;
@@ -36,7 +37,7 @@ fn _keylock(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add("_BUILD", "abi3, CPython >= 3.10")?;
     errors::register(m)?;
-    m.add_class::<locks::Keyed>()?;
+    m.add_class::<lock::Keyed>()?;
     m.add_class::<locks::KeyPool>()?;
     m.add_class::<locks::StripedLock>()?;
     m.add_class::<locks::LockInfo>()?;

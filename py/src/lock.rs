@@ -10,7 +10,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -20,21 +20,34 @@ use keylock_core::{
     ReadGuard, Wait, WriteFuture, WriteGuard,
 };
 use pyo3::prelude::*;
-use pyo3::sync::MutexExt;
 
+use crate::gil::GilCell;
 use crate::key::OwnedKey;
+
+/// Base class of KeyPool and StripedLock: a lock object with a lock per key (or per stripe),
+/// opened by name. Every lock is reached through a handle (`lock`, `read`, `write`,
+/// `lock_many`); the lock object itself can force a key free and say who holds it.
+///
+/// (Its methods are in [`crate::locks`]; the data is here because handles point at it.)
+#[pyclass(module = "keylock", name = "KeyedLock", subclass, frozen)]
+pub(crate) struct Keyed {
+    pub(crate) inner: Arc<dyn KeyedLock>,
+    pub(crate) name: String,
+    pub(crate) reentrant: bool,
+    pub(crate) fifo: bool,
+}
 
 /// What a handle locks.
 pub(crate) enum Target {
     /// One key of a keyed lock object (a KeyPool key, or a StripedLock key's stripe).
     Key {
-        lock: Arc<dyn KeyedLock>,
+        lock: Py<Keyed>,
         key: OwnedKey,
         mode: Mode,
     },
     /// Several keys taken together, each in its mode.
     Many {
-        lock: Arc<dyn KeyedLock>,
+        lock: Py<Keyed>,
         keys: Vec<(OwnedKey, Mode)>,
     },
     /// An RwLock, shared.
@@ -103,7 +116,7 @@ impl Target {
     /// The lock object, for keyed targets.
     pub(crate) fn keyed(&self) -> Option<&Arc<dyn KeyedLock>> {
         match self {
-            Target::Key { lock, .. } | Target::Many { lock, .. } => Some(lock),
+            Target::Key { lock, .. } | Target::Many { lock, .. } => Some(&lock.get().inner),
             Target::Read(_) | Target::Write(_) => None,
         }
     }
@@ -130,10 +143,16 @@ impl Target {
     pub(crate) fn try_now(&self, opts: LockOptions) -> Result<Held, Error> {
         let opts = opts.wait(Wait::No);
         match self {
-            Target::Key { lock, key, .. } => lock.acquire(LockKey::new(key), &opts).map(Held::One),
-            Target::Many { lock, keys } => {
-                lock.acquire_many(&lock_keys(keys), &opts).map(Held::Many)
-            }
+            Target::Key { lock, key, .. } => lock
+                .get()
+                .inner
+                .acquire(LockKey::new(key), &opts)
+                .map(Held::One),
+            Target::Many { lock, keys } => lock
+                .get()
+                .inner
+                .acquire_many(&lock_keys(keys), &opts)
+                .map(Held::Many),
             Target::Read(rw) => rw.read_with_owned(Wait::No).map(Held::Read),
             Target::Write(rw) => rw.write_with_owned(Wait::No).map(Held::Write),
         }
@@ -143,12 +162,12 @@ impl Target {
     pub(crate) fn future(&self, opts: LockOptions) -> HoldFuture {
         let opts = opts.wait(Wait::Forever);
         match self {
-            Target::Key { lock, key, .. } => {
-                HoldFuture::One(Arc::clone(lock).acquire_async(LockKey::new(key), &opts))
-            }
-            Target::Many { lock, keys } => {
-                HoldFuture::Many(Arc::clone(lock).acquire_many_async(&lock_keys(keys), &opts))
-            }
+            Target::Key { lock, key, .. } => HoldFuture::One(
+                Arc::clone(&lock.get().inner).acquire_async(LockKey::new(key), &opts),
+            ),
+            Target::Many { lock, keys } => HoldFuture::Many(
+                Arc::clone(&lock.get().inner).acquire_many_async(&lock_keys(keys), &opts),
+            ),
             Target::Read(rw) => HoldFuture::Read(Box::pin(rw.read_async_owned())),
             Target::Write(rw) => HoldFuture::Write(Box::pin(rw.write_async_owned())),
         }
@@ -212,10 +231,10 @@ impl Target {
             })
         };
         match self {
-            Target::Key { lock, key, mode } => blocks(lock, key, *mode),
+            Target::Key { lock, key, mode } => blocks(&lock.get().inner, key, *mode),
             Target::Many { lock, keys } => {
                 for (key, mode) in keys {
-                    if blocks(lock, key, *mode)? {
+                    if blocks(&lock.get().inner, key, *mode)? {
                         return Ok(true);
                     }
                 }
@@ -258,10 +277,6 @@ impl Records {
     /// Every record, oldest first.
     pub(crate) fn iter(&self) -> impl DoubleEndedIterator<Item = &Record> {
         self.first.iter().chain(self.more.iter())
-    }
-
-    fn iter_mut(&mut self) -> impl DoubleEndedIterator<Item = &mut Record> {
-        self.first.iter_mut().chain(self.more.iter_mut())
     }
 
     /// Takes the newest record (of `owner`, if given).
@@ -309,7 +324,7 @@ pub(crate) struct LockHandle {
     pub(crate) lease: Option<Duration>,
     /// Acquisitions belong to the calling thread or task (a reentrant lock object).
     pub(crate) reentrant: bool,
-    records: Mutex<Records>,
+    records: GilCell<Records>,
 }
 
 impl LockHandle {
@@ -324,20 +339,8 @@ impl LockHandle {
             timeout,
             lease,
             reentrant,
-            records: Mutex::new(Records::default()),
+            records: GilCell::new(Records::default()),
         }
-    }
-
-    /// The records, locked. Nothing that can block or run Python code is ever called with them
-    /// locked, except the core's `extend`, whose wake-ups may post to an event loop; locking
-    /// detaches from the interpreter while it waits, so that can never deadlock with the GIL.
-    #[inline]
-    pub(crate) fn records(&self, py: Python<'_>) -> std::sync::MutexGuard<'_, Records> {
-        // Poisoning needs a panic with the records locked, and none of the code that locks them
-        // can panic halfway through a change: what is there is consistent.
-        self.records
-            .lock_py_attached(py)
-            .unwrap_or_else(|e| e.into_inner())
     }
 
     /// The owner of an acquire or release made now: the calling thread or task for a reentrant
@@ -354,42 +357,74 @@ impl LockHandle {
     /// Keeps the record of an acquire that succeeded.
     #[inline]
     pub(crate) fn push(&self, py: Python<'_>, held: Held, owner: Option<Owner>) {
-        self.records(py).push(Record { held, owner });
+        // SAFETY: pushing moves the record in; nothing runs Python code.
+        unsafe { self.records.with(py, |r| r.push(Record { held, owner })) }
     }
 
     /// Takes the newest record that `owner` may release: any for a plain handle, the caller's own
     /// for a reentrant one.
     #[inline]
     pub(crate) fn take(&self, py: Python<'_>, owner: Option<Owner>) -> Option<Record> {
-        self.records(py).take_newest(owner)
+        // SAFETY: the record is moved out, not dropped here; nothing runs Python code.
+        unsafe { self.records.with(py, |r| r.take_newest(owner)) }
+    }
+
+    /// Puts back a record taken by [`take`](Self::take), as the newest.
+    pub(crate) fn put_back(&self, py: Python<'_>, record: Record) {
+        // SAFETY: as for `push`.
+        unsafe { self.records.with(py, |r| r.push(record)) }
     }
 
     /// Takes every record of `owner` (all of them for a plain handle).
     pub(crate) fn take_all(&self, py: Python<'_>, owner: Option<Owner>) -> Vec<Record> {
-        self.records(py).take_all(owner)
+        // SAFETY: the records are moved out, not dropped here; nothing runs Python code.
+        unsafe { self.records.with(py, |r| r.take_all(owner)) }
     }
 
-    /// Runs `f` on the newest record that `owner` may release, if there is one.
+    /// Reads the newest record that `owner` may release, if there is one. `f` only reads
+    /// (fences, lease deadlines): it calls neither Python nor the core.
+    pub(crate) fn read_newest<T>(
+        &self,
+        py: Python<'_>,
+        owner: Option<Owner>,
+        f: impl FnOnce(&Record) -> T,
+    ) -> Option<T> {
+        let newest = |r: &mut Records| {
+            r.iter()
+                .rev()
+                .find(|r| owner.is_none() || r.owner == owner)
+                .map(f)
+        };
+        // SAFETY: `f` reads plain fields of the record (its contract above).
+        unsafe { self.records.with(py, newest) }
+    }
+
+    /// Runs `f` on the newest record that `owner` may release, if there is one, with the record
+    /// taken out of the handle meanwhile: `f` calls the core (`is_current`, `extend`), whose
+    /// wake-ups may run Python code, so the records must not be borrowed. (A release from
+    /// another thread at that very moment does not find the record: it says NotLockedError, as
+    /// it would have a moment later.)
     pub(crate) fn with_newest<T>(
         &self,
         py: Python<'_>,
         owner: Option<Owner>,
         f: impl FnOnce(&mut Record) -> T,
     ) -> Option<T> {
-        let mut records = self.records(py);
-        records
-            .iter_mut()
-            .rev()
-            .find(|r| owner.is_none() || r.owner == owner)
-            .map(f)
+        let mut record = self.take(py, owner)?;
+        let out = f(&mut record);
+        self.put_back(py, record);
+        Some(out)
     }
 
     /// How many records `owner` has here (all of them for a plain handle).
     pub(crate) fn count(&self, py: Python<'_>, owner: Option<Owner>) -> usize {
-        self.records(py)
-            .iter()
-            .filter(|r| owner.is_none() || r.owner == owner)
-            .count()
+        let count = |r: &mut Records| {
+            r.iter()
+                .filter(|r| owner.is_none() || r.owner == owner)
+                .count()
+        };
+        // SAFETY: counting reads owner fields only.
+        unsafe { self.records.with(py, count) }
     }
 }
 
@@ -398,7 +433,7 @@ impl Drop for LockHandle {
     /// Rust guard does on drop: nobody else could), and says so with a `ResourceWarning`, as an
     /// unclosed file does. Stale records release nothing.
     fn drop(&mut self) {
-        let records = std::mem::take(self.records.get_mut().unwrap_or_else(|e| e.into_inner()));
+        let records = std::mem::take(self.records.get_mut());
         if records.first.is_none() {
             return;
         }

@@ -4,8 +4,6 @@
 //! `"shm:NAME"` and `"redis://..."` where the build has those scopes), so every scope the core
 //! knows is reached the same way and this module knows nothing about any of them.
 
-use std::sync::Arc;
-
 use keylock_core::{self as core, LockKey, Mode, OpenOptions};
 use pyo3::exceptions::{PyNotImplementedError, PyValueError};
 use pyo3::prelude::*;
@@ -15,18 +13,7 @@ use crate::args::{Lease, OptTimeout};
 use crate::errors;
 use crate::handle::{self, KeyLock, ManyLock, ReentrantKeyLock};
 use crate::key::{to_key, to_owned_entries, to_owned_key};
-use crate::lock::{LockHandle, Target};
-
-/// Base class of KeyPool and StripedLock: a lock object with a lock per key (or per stripe),
-/// opened by name. Every lock is reached through a handle (`lock`, `read`, `write`,
-/// `lock_many`); the lock object itself can force a key free and say who holds it.
-#[pyclass(module = "keylock", name = "KeyedLock", subclass, frozen)]
-pub(crate) struct Keyed {
-    pub(crate) inner: Arc<dyn core::KeyedLock>,
-    name: String,
-    reentrant: bool,
-    fifo: bool,
-}
+use crate::lock::{Keyed, LockHandle, Target};
 
 impl Keyed {
     fn open(py: Python<'_>, name: &str, options: &OpenOptions) -> PyResult<Self> {
@@ -42,20 +29,21 @@ impl Keyed {
     /// The handle of one key in `mode`.
     #[inline]
     fn handle<'py>(
-        &self,
+        slf: &Bound<'py, Self>,
         key: &Bound<'py, PyAny>,
         mode: Mode,
         timeout: OptTimeout,
         lease: Lease,
     ) -> PyResult<Bound<'py, PyAny>> {
         let py = key.py();
+        let reentrant = slf.get().reentrant;
         let target = Target::Key {
-            lock: Arc::clone(&self.inner),
+            lock: slf.clone().unbind(),
             key: to_owned_key(key)?,
             mode,
         };
-        let handle = LockHandle::new(target, timeout.0, lease.0, self.reentrant);
-        if self.reentrant && mode == Mode::Exclusive {
+        let handle = LockHandle::new(target, timeout.0, lease.0, reentrant);
+        if reentrant && mode == Mode::Exclusive {
             Ok(handle::make(py, ReentrantKeyLock, handle)?.into_any())
         } else {
             Ok(handle::make(py, KeyLock, handle)?.into_any())
@@ -91,12 +79,12 @@ impl Keyed {
         text_signature = "($self, key, timeout=None, *, lease=None)"
     )]
     fn lock<'py>(
-        &self,
+        slf: &Bound<'py, Self>,
         key: &Bound<'py, PyAny>,
         timeout: OptTimeout,
         lease: Lease,
     ) -> PyResult<Bound<'py, PyAny>> {
-        self.handle(key, Mode::Exclusive, timeout, lease)
+        Self::handle(slf, key, Mode::Exclusive, timeout, lease)
     }
 
     /// Return the shared lock handle of `key`: any number of shared holders at once, no
@@ -107,12 +95,12 @@ impl Keyed {
         text_signature = "($self, key, timeout=None, *, lease=None)"
     )]
     fn read<'py>(
-        &self,
+        slf: &Bound<'py, Self>,
         key: &Bound<'py, PyAny>,
         timeout: OptTimeout,
         lease: Lease,
     ) -> PyResult<Bound<'py, PyAny>> {
-        self.handle(key, Mode::Shared, timeout, lease)
+        Self::handle(slf, key, Mode::Shared, timeout, lease)
     }
 
     /// Return the exclusive lock handle of `key` (the same as `lock`, named as the partner of
@@ -122,12 +110,12 @@ impl Keyed {
         text_signature = "($self, key, timeout=None, *, lease=None)"
     )]
     fn write<'py>(
-        &self,
+        slf: &Bound<'py, Self>,
         key: &Bound<'py, PyAny>,
         timeout: OptTimeout,
         lease: Lease,
     ) -> PyResult<Bound<'py, PyAny>> {
-        self.handle(key, Mode::Exclusive, timeout, lease)
+        Self::handle(slf, key, Mode::Exclusive, timeout, lease)
     }
 
     /// Return a handle that takes every key of `keys` together (deadlock-free, all or none)
@@ -138,16 +126,16 @@ impl Keyed {
         text_signature = "($self, keys, timeout=None, *, lease=None)"
     )]
     fn lock_many<'py>(
-        &self,
+        slf: &Bound<'py, Self>,
         keys: &Bound<'py, PyAny>,
         timeout: OptTimeout,
         lease: Lease,
     ) -> PyResult<Bound<'py, ManyLock>> {
         let target = Target::Many {
-            lock: Arc::clone(&self.inner),
+            lock: slf.clone().unbind(),
             keys: to_owned_entries(keys)?,
         };
-        let handle = LockHandle::new(target, timeout.0, lease.0, self.reentrant);
+        let handle = LockHandle::new(target, timeout.0, lease.0, slf.get().reentrant);
         handle::make(keys.py(), ManyLock, handle)
     }
 
