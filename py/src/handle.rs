@@ -19,7 +19,8 @@ use crate::args::{AcquireTimeout, Blocking, Extension, Lease, OptTimeout, Wait, 
 use crate::errors;
 use crate::key::OwnedKey;
 use crate::lock::{Held, LockHandle, Target};
-use crate::wait::{self, Acquire, Ready};
+use crate::ready;
+use crate::wait::{self, Acquire};
 
 /// Shows a key the way it was most likely written: as text when its bytes are UTF-8.
 fn key_repr(py: Python<'_>, key: &[u8]) -> PyResult<String> {
@@ -224,7 +225,7 @@ impl LockHandle {
         let this = slf.get();
         let owner = this.owner(py)?;
         if wait::try_acquire(py, this, this.lease, owner)? {
-            return Ok(Ready::get(py)?.into_any());
+            return ready::get(py);
         }
         Ok(Acquire::new(slf, this.timeout, this.lease, owner, true, true)?.into_any())
     }
@@ -236,9 +237,9 @@ impl LockHandle {
         exc_type: &Bound<'_, PyAny>,
         _exc: &Bound<'_, PyAny>,
         _tb: &Bound<'_, PyAny>,
-    ) -> PyResult<Py<Ready>> {
+    ) -> PyResult<Py<PyAny>> {
         self.release_newest(py, !exc_type.is_none())?;
-        Ready::get(py)
+        ready::get(py)
     }
 
     fn __repr__(slf: &Bound<'_, Self>) -> PyResult<String> {

@@ -24,6 +24,7 @@ mod key;
 mod lock;
 mod locks;
 mod owner;
+mod ready;
 mod rwlock;
 mod wait;
 
@@ -49,7 +50,7 @@ fn _keylock(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<handle::ReadLock>()?;
     m.add_class::<handle::WriteLock>()?;
     m.add_class::<wait::Acquire>()?;
-    m.add_class::<wait::Ready>()?;
+    ready::register(m)?;
     m.add_function(wrap_pyfunction!(wait::_resolve, m)?)?;
     m.add_function(wrap_pyfunction!(key::key_bytes, m)?)?;
     Ok(())

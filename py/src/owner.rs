@@ -31,6 +31,12 @@ thread_local! {
     static THREAD: Cell<u64> = const { Cell::new(0) };
 }
 
+/// The calling thread's number (its owner number): unique in the process, cheap to read.
+#[inline]
+pub(crate) fn thread_number() -> u64 {
+    thread_owner().get()
+}
+
 /// The calling thread as an owner.
 fn thread_owner() -> Owner {
     THREAD.with(|cell| match Owner::new(cell.get()) {

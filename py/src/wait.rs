@@ -13,14 +13,13 @@
 //! ([`LoopWaker`]) resolves that asyncio future (directly when the wake-up comes from the loop's
 //! own thread, through `loop.call_soon_threadsafe` from any other), and the task polls again. No
 //! thread waits: a pending acquire costs a few hundred bytes. A cancelled task throws into the
-//! awaitable, which drops the core future (an exact cancel). [`Ready`] is the awaitable of an
-//! acquire or release that is already done: awaiting it suspends nothing and raises nothing.
+//! awaitable, which drops the core future (an exact cancel). An acquire or release that is
+//! already done returns [`crate::ready`]'s awaitable instead.
 
 use std::mem;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Wake, Waker};
-use std::thread::ThreadId;
 use std::time::{Duration, Instant};
 
 use keylock_core::wait::block_on_until;
@@ -130,18 +129,22 @@ fn resolve_fn(py: Python<'_>) -> PyResult<&Py<PyAny>> {
 #[pyfunction]
 pub(crate) fn _resolve(fut: &Bound<'_, PyAny>) -> PyResult<()> {
     let py = fut.py();
-    if !fut.call_method0(intern!(py, "done"))?.is_truthy()? {
-        fut.call_method1(intern!(py, "set_result"), (py.None(),))?;
+    // Almost always still pending: try first, and look only if that failed (a future the task
+    // cancelled meanwhile refuses a result; that is not an error here).
+    match fut.call_method1(intern!(py, "set_result"), (py.None(),)) {
+        Ok(_) => Ok(()),
+        Err(_) if fut.call_method0(intern!(py, "done"))?.is_truthy()? => Ok(()),
+        Err(e) => Err(e),
     }
-    Ok(())
 }
 
 /// The waker an asyncio acquire gives the core. One per [`Acquire`], so the core sees the same
 /// waker on every poll (`will_wake`) and never has to replace it.
 struct LoopWaker {
     event_loop: Py<PyAny>,
-    /// The thread that runs the loop: a wake-up from it may resolve the future directly.
-    loop_thread: ThreadId,
+    /// The thread that runs the loop (`owner::thread_number`): a wake-up from it may resolve
+    /// the future directly.
+    loop_thread: u64,
     /// The asyncio future the task is awaiting now; a wake resolves it once.
     target: Mutex<Option<Py<PyAny>>>,
 }
@@ -159,7 +162,7 @@ impl Wake for LoopWaker {
         // without the GIL, and never with a core queue lock held (the core wakes after
         // unlocking). On the loop's own thread (a task released the key) the future is resolved
         // at once: that schedules the waiting task without a trip through the loop's self-pipe.
-        let here = std::thread::current().id() == self.loop_thread;
+        let here = crate::owner::thread_number() == self.loop_thread;
         Python::try_attach(|py| {
             let done = if here {
                 _resolve(fut.bind(py))
@@ -186,6 +189,8 @@ enum State {
     Waiting {
         fut: HoldFuture,
         waker: Arc<LoopWaker>,
+        /// `waker` as the `Waker` the core is given (made once, so the core sees the same one).
+        std_waker: Waker,
         /// The `loop.call_later` handle of the timeout, if any.
         timer: Option<Py<PyAny>>,
         /// Set by the timer: poll once more, then give up.
@@ -290,15 +295,17 @@ impl Acquire {
                 ),
                 None => None,
             };
+            let waker = Arc::new(LoopWaker {
+                event_loop: event_loop.unbind(),
+                loop_thread: crate::owner::thread_number(),
+                target: Mutex::new(None),
+            });
             *st = State::Waiting {
                 fut: handle
                     .target
                     .future(handle.target.options(this.lease, this.owner)),
-                waker: Arc::new(LoopWaker {
-                    event_loop: event_loop.unbind(),
-                    loop_thread: std::thread::current().id(),
-                    target: Mutex::new(None),
-                }),
+                std_waker: Waker::from(Arc::clone(&waker)),
+                waker,
                 timer,
                 timed_out: false,
             };
@@ -306,6 +313,7 @@ impl Acquire {
         let State::Waiting {
             fut,
             waker,
+            std_waker,
             timed_out,
             ..
         } = &mut *st
@@ -314,17 +322,23 @@ impl Acquire {
                 "cannot reuse an already awaited acquire",
             ));
         };
-        // Arm the waker with a fresh asyncio future before polling, so that a wake-up that
-        // races with this poll is not lost.
-        let aio_fut = waker
-            .event_loop
-            .call_method0(py, intern!(py, "create_future"))?;
-        *lock(py, &waker.target) = Some(aio_fut.clone_ref(py));
-        let std_waker = Waker::from(Arc::clone(waker));
-        let polled = fut.poll(&mut Context::from_waker(&std_waker));
+        // Poll first: after a wake-up the lock is usually ours now, and no asyncio future is
+        // needed. Only if it is not, arm the waker with a fresh asyncio future and poll once
+        // more, so that a wake-up between the two polls (which found the waker unarmed) is not
+        // lost.
+        let mut polled = fut.poll(&mut Context::from_waker(std_waker));
+        let mut aio_fut = None;
+        if polled.is_pending() && !*timed_out {
+            let f = waker
+                .event_loop
+                .call_method0(py, intern!(py, "create_future"))?;
+            *lock(py, &waker.target) = Some(f.clone_ref(py));
+            polled = fut.poll(&mut Context::from_waker(std_waker));
+            aio_fut = Some(f);
+        }
         let expired = *timed_out;
-        match polled {
-            Poll::Ready(result) => {
+        match (polled, aio_fut) {
+            (Poll::Ready(result), _) => {
                 drop(st);
                 // The core future is spent.
                 this.abandon(py);
@@ -332,16 +346,16 @@ impl Acquire {
                 handle.push(py, held, this.owner);
                 this.finish(py, true)
             }
-            Poll::Pending if expired => {
+            (Poll::Pending, Some(aio_fut)) if !expired => {
+                drop(st);
+                aio_fut.setattr(py, intern!(py, "_asyncio_future_blocking"), true)?;
+                Ok(Some(aio_fut))
+            }
+            (Poll::Pending, _) => {
                 drop(st);
                 // Timed out: dropping the future cancels the wait.
                 this.abandon(py);
                 this.finish(py, false)
-            }
-            Poll::Pending => {
-                drop(st);
-                aio_fut.setattr(py, intern!(py, "_asyncio_future_blocking"), true)?;
-                Ok(Some(aio_fut))
             }
         }
     }
@@ -439,55 +453,4 @@ impl Acquire {
         }
         Ok(())
     }
-}
-
-/// An awaitable that is already done, with result None: returned by `__aexit__` (which
-/// releases at once) and by `__aenter__` when the lock was free. Awaiting it neither suspends
-/// the task nor raises StopIteration. There is one, shared by every such call.
-#[pyclass(module = "keylock", name = "_Ready", frozen)]
-pub(crate) struct Ready;
-
-impl Ready {
-    /// The one instance.
-    pub(crate) fn get(py: Python<'_>) -> PyResult<Py<Self>> {
-        static READY: PyOnceLock<Py<Ready>> = PyOnceLock::new();
-        READY
-            .get_or_try_init(py, || Py::new(py, Ready))
-            .map(|r| r.clone_ref(py))
-    }
-}
-
-#[pymethods]
-impl Ready {
-    fn __await__(slf: Py<Self>) -> Py<Self> {
-        slf
-    }
-
-    fn __iter__(slf: Py<Self>) -> Py<Self> {
-        slf
-    }
-
-    /// Done: returns None to the awaiting coroutine (no StopIteration object is made).
-    fn __next__(&self) -> Option<()> {
-        None
-    }
-
-    #[pyo3(signature = (value, /))]
-    fn send(&self, value: &Bound<'_, PyAny>) -> PyResult<()> {
-        let _ = value;
-        Err(PyStopIteration::new_err(()))
-    }
-
-    #[pyo3(signature = (typ, val = None, tb = None, /))]
-    fn throw(
-        &self,
-        py: Python<'_>,
-        typ: &Bound<'_, PyAny>,
-        val: Option<&Bound<'_, PyAny>>,
-        tb: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<()> {
-        Err(thrown(py, typ, val, tb)?)
-    }
-
-    fn close(&self) {}
 }
