@@ -6,7 +6,8 @@
                                               tables into BENCHMARKS.md, plots into DOCS_DIR
 
 Every bench/results/*.json follows the shared format:
-    {"suite", "machine": {...}, "date", "results": [{"name", "unit", "median", "min", "max",
+    {"suite", "machine": {...}, "date", "description" (optional: the workloads, in words),
+     "results": [{"name", "unit", "median", "min", "max",
      "runs", "baseline", "ratio", "target", "met", ...extra fields such as group, impl,
      threads, read_pct, keys}]}
 """
@@ -272,6 +273,8 @@ def render(results_dir: str, md_path: str, docs_dir: str) -> None:
     for doc in docs:
         out.append(f"## {doc.get('suite', doc['_file'])}\n")
         out.append(f"From `bench/results/{doc['_file']}`. {describe_machine(doc)}\n")
+        if doc.get("description"):
+            out.append(f"{doc['description']}\n")
         groups: dict[str, list[dict]] = OrderedDict()
         for r in doc["results"]:
             groups.setdefault(group_of(r), []).append(r)

@@ -81,7 +81,7 @@ TSAN_TARGET := x86_64-unknown-linux-gnu
 TSAN_SKIP := --skip pool_tasks_and_threads_exact_counts --skip striped_tasks_and_threads_exact_counts \
 	--skip cancellation_storm_leaves_nothing_behind --skip lock_many_async_overlapping_sets_finish
 tsan-rust:
-	$(TSAN_CARGO) test --locked -p keylock-core --target $(TSAN_TARGET) --target-dir $(TARGET_DIR)/tsan \
+	KEYLOCK_TSAN=1 $(TSAN_CARGO) test --locked -p keylock-core --target $(TSAN_TARGET) --target-dir $(TARGET_DIR)/tsan \
 		--lib --tests -- --test-threads=1 $(TSAN_SKIP)
 
 # Soak: every language's bank stress at once for SOAK_SECONDS (default 10 minutes), reporting

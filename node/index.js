@@ -4,28 +4,11 @@
 // This file is the public API. It validates arguments, turns native status numbers into
 // errors with a `code`, and turns native waiter ids into promises (timeouts, AbortSignal,
 // guards, withLock). It decides nothing about locking: every acquire and release is one call
-// into the core through the addon `keylock_node.node` (built from src/ by build.js).
+// into the core through the addon, which binding.js finds (prebuilt, or built from src/).
 
 const { types } = require('node:util');
 
-const native = loadNative();
-
-function loadNative() {
-  try {
-    return require('./keylock_node.node');
-  } catch (err) {
-    if (err && err.code === 'MODULE_NOT_FOUND') {
-      const e = new Error(
-        'keylock: the native addon keylock_node.node is not built; run `npm install` (or ' +
-          '`npm run build`) in the keylock package folder. It needs a Rust toolchain.',
-      );
-      e.code = 'KEYLOCK_NOT_BUILT';
-      e.cause = err;
-      throw e;
-    }
-    throw err;
-  }
-}
+const native = require('./binding.js').load();
 
 // ---------------------------------------------------------------------------------------------
 // Errors

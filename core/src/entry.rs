@@ -211,6 +211,90 @@ impl Hold {
     }
 }
 
+/// A guard's record of its hold: the fence and mode inline, the rest (lease, owner, ticket)
+/// boxed, since plain acquisitions have none of it and a guard should stay a few words.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct HoldRec {
+    pub(crate) fence: u64,
+    pub(crate) mode: Mode,
+    extra: Option<Box<HoldExtra>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct HoldExtra {
+    ticket: u64,
+    owner: Option<Owner>,
+    lease_until: Option<Instant>,
+}
+
+impl HoldRec {
+    /// A plain hold (no lease, no owner).
+    #[inline]
+    pub(crate) fn plain(mode: Mode, fence: u64) -> Self {
+        Self {
+            fence,
+            mode,
+            extra: None,
+        }
+    }
+
+    /// The record of a grant for `want`.
+    #[inline]
+    pub(crate) fn of(want: &Want, grant: Grant) -> Self {
+        let hold = Hold::of(want, grant);
+        let extra =
+            (hold.ticket != 0 || hold.owner.is_some() || grant.lease_until.is_some()).then(|| {
+                Box::new(HoldExtra {
+                    ticket: hold.ticket,
+                    owner: hold.owner,
+                    lease_until: grant.lease_until,
+                })
+            });
+        Self {
+            fence: hold.fence,
+            mode: hold.mode,
+            extra,
+        }
+    }
+
+    /// Whether the hold is plain, so the fast path can release it.
+    #[inline]
+    pub(crate) fn is_plain(&self) -> bool {
+        self.extra.is_none()
+    }
+
+    /// The entry's view of the hold.
+    #[inline]
+    pub(crate) fn hold(&self) -> Hold {
+        Hold {
+            mode: self.mode,
+            fence: self.fence,
+            ticket: self.extra.as_ref().map_or(0, |e| e.ticket),
+            owner: self.extra.as_ref().and_then(|e| e.owner),
+        }
+    }
+
+    /// When the lease ends, if there is one.
+    #[inline]
+    pub(crate) fn lease_until(&self) -> Option<Instant> {
+        self.extra.as_ref().and_then(|e| e.lease_until)
+    }
+
+    /// Records a new lease end (after a successful extend).
+    pub(crate) fn set_lease(&mut self, until: Instant) {
+        match self.extra.as_mut() {
+            Some(e) => e.lease_until = Some(until),
+            None => {
+                self.extra = Some(Box::new(HoldExtra {
+                    ticket: 0,
+                    owner: None,
+                    lease_until: Some(until),
+                }))
+            }
+        }
+    }
+}
+
 /// When a lease of `lease` taken now ends (far in the future for an absurdly long one).
 pub(crate) fn lease_end(lease: std::time::Duration) -> Instant {
     let now = Instant::now();
@@ -312,10 +396,28 @@ impl Entry {
     #[inline]
     pub(crate) fn release_fast(&self, mode: Mode, fence: u64) -> bool {
         let want_lo = fence & LO_MAX;
+        if mode == Mode::Exclusive && !cfg!(keylock_mutant_unfenced) {
+            // A plain exclusive holder's word is exactly this (an acquire sets REF); anything
+            // else (REF cleared by the pool's eviction hand, QUEUED, SLOW, another fence) goes
+            // to the slow path, which sorts it out.
+            let held = (want_lo << FENCE_SHIFT) | EXCL | REF;
+            return self
+                .word
+                .compare_exchange(held, held & !EXCL, Ordering::Release, Ordering::Relaxed)
+                .is_ok()
+                || self.release_fast_unref(want_lo);
+        }
+        self.release_fast_loop(mode, want_lo)
+    }
+
+    /// The fast release of a shared hold (and of any hold in the `keylock_mutant_unfenced`
+    /// build): the word must be read first, for the holder count.
+    #[inline(never)]
+    fn release_fast_loop(&self, mode: Mode, want_lo: u64) -> bool {
+        // `keylock_mutant_unfenced`: a deliberately broken build for `make loom-mutants`,
+        // whose release ignores the fence, as the old stripe release did.
         let mut word = self.word.load(Ordering::Relaxed);
         loop {
-            // `keylock_mutant_unfenced`: a deliberately broken build for `make loom-mutants`,
-            // whose release ignores the fence, as the old stripe release did.
             #[cfg(keylock_mutant_unfenced)]
             let want_lo = lo(word);
             let new = match mode {
@@ -345,6 +447,20 @@ impl Entry {
                 Err(now) => word = now,
             }
         }
+    }
+
+    /// The exclusive fast release when the pool's eviction hand has cleared `REF`.
+    #[cold]
+    fn release_fast_unref(&self, want_lo: u64) -> bool {
+        let held = (want_lo << FENCE_SHIFT) | EXCL;
+        self.word
+            .compare_exchange(
+                held,
+                0 | (want_lo << FENCE_SHIFT),
+                Ordering::Release,
+                Ordering::Relaxed,
+            )
+            .is_ok()
     }
 
     /// Whether `hold` is still current, read from the word alone (a snapshot). Leased shared
@@ -648,7 +764,8 @@ impl Entry {
             // `make loom-mutants`, which checks compatibility before the CAS instead.)
             let checked = !cfg!(keylock_mutant_unchecked_grant)
                 || Self::compatible(self.word.load(Ordering::Acquire), want.mode);
-            let ok = |w: u64| cfg!(keylock_mutant_unchecked_grant) || Self::compatible(w, want.mode);
+            let ok =
+                |w: u64| cfg!(keylock_mutant_unchecked_grant) || Self::compatible(w, want.mode);
             let done = if !checked {
                 None
             } else {

@@ -169,6 +169,15 @@ pub trait KeyedLock: Send + Sync + fmt::Debug {
         let _ = key;
         None
     }
+
+    /// The signal that fires if `acquisition` is lost behind its holder's back (a remote lease
+    /// that could not be renewed, a force-unlock seen at renewal). `None` for scopes whose
+    /// holders cannot be cut off that way (in-process), and for an acquisition that is not
+    /// this lock object's.
+    fn lost_signal(&self, acquisition: &Acquisition) -> Option<crate::LostSignal> {
+        let _ = acquisition;
+        None
+    }
 }
 
 /// How to make a lock object by name ([`open_with`]).
@@ -271,9 +280,15 @@ pub fn open_with(name: &str, options: &OpenOptions) -> Result<Arc<dyn KeyedLock>
             }
             local(options)
         }
+        #[cfg(all(feature = "shm", target_os = "linux"))]
+        "shm" => crate::shm::open_scope(rest, options),
+        #[cfg(not(all(feature = "shm", target_os = "linux")))]
         "shm" => Err(Error::InvalidArgument(
             "this build of keylock has no shared-memory scope (cargo feature \"shm\", Linux)",
         )),
+        #[cfg(feature = "redis")]
+        "redis" | "rediss" => crate::redis::open(name, options),
+        #[cfg(not(feature = "redis"))]
         "redis" | "rediss" => Err(Error::InvalidArgument(
             "this build of keylock has no Redis scope (cargo feature \"redis\")",
         )),

@@ -82,9 +82,16 @@ impl<S: Site + ?Sized> Queue for SiteQueue<'_, S> {
         locked.earliest_lease()
     }
 
-    fn leave_locked<'q>(&'q self, locked: &mut Self::Locked<'q>, notified: bool, wakes: &mut Wakes) {
+    fn leave_locked<'q>(
+        &'q self,
+        locked: &mut Self::Locked<'q>,
+        notified: bool,
+        wakes: &mut Wakes,
+    ) {
         let policy = self.0.policy();
-        self.0.entry().leave_locked(locked, notified, &policy, wakes);
+        self.0
+            .entry()
+            .leave_locked(locked, notified, &policy, wakes);
         self.0.waiter_done();
     }
 

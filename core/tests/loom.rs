@@ -455,7 +455,11 @@ fn hand_over_races_a_fast_path_acquirer() {
             thread::spawn(move || {
                 if let Ok(_g) = lock.try_lock(&1u64) {
                     writers.fetch_add(1, Ordering::SeqCst);
-                    assert_eq!(readers.load(Ordering::SeqCst), 0, "a reader beside a writer");
+                    assert_eq!(
+                        readers.load(Ordering::SeqCst),
+                        0,
+                        "a reader beside a writer"
+                    );
                     writers.fetch_sub(1, Ordering::SeqCst);
                 }
             })
@@ -468,7 +472,11 @@ fn hand_over_races_a_fast_path_acquirer() {
             }
         };
         readers.fetch_add(1, Ordering::SeqCst);
-        assert_eq!(writers.load(Ordering::SeqCst), 0, "a writer beside a reader");
+        assert_eq!(
+            writers.load(Ordering::SeqCst),
+            0,
+            "a writer beside a reader"
+        );
         readers.fetch_sub(1, Ordering::SeqCst);
         drop(guard);
         barger.join().unwrap();

@@ -155,7 +155,11 @@ fn mixed_modes_oversubscribed_with_timeouts_and_cancels() {
                 thread::spawn(move || {
                     for i in 0..3_000u64 {
                         let key = (i * 7 + t) % 4;
-                        let mode = if (i + t) % 3 == 0 { Mode::Exclusive } else { Mode::Shared };
+                        let mode = if (i + t) % 3 == 0 {
+                            Mode::Exclusive
+                        } else {
+                            Mode::Shared
+                        };
                         let wait = match i % 3 {
                             0 => Wait::Forever,
                             1 => Wait::No,
@@ -163,13 +167,17 @@ fn mixed_modes_oversubscribed_with_timeouts_and_cancels() {
                         };
                         let opts = LockOptions::new().mode(mode).wait(wait);
                         if i % 2 == 0 {
-                            let Ok(g) = pool.lock_with(&key, opts) else { continue };
+                            let Ok(g) = pool.lock_with(&key, opts) else {
+                                continue;
+                            };
                             let h = hold(&occupancy, key as usize, mode);
                             busy(i);
                             h.complete();
                             drop(g);
                         } else {
-                            let Ok(g) = stripes.lock_with(&key, opts) else { continue };
+                            let Ok(g) = stripes.lock_with(&key, opts) else {
+                                continue;
+                            };
                             let h = hold(&occupancy, 4 + stripes.stripe_of(&key), mode);
                             busy(i);
                             h.complete();
@@ -193,7 +201,11 @@ fn mixed_modes_oversubscribed_with_timeouts_and_cancels() {
                     tokio::spawn(async move {
                         for i in 0..50u64 {
                             let key = (i + t) % 4;
-                            let mode = if (i + t) % 4 == 0 { Mode::Exclusive } else { Mode::Shared };
+                            let mode = if (i + t) % 4 == 0 {
+                                Mode::Exclusive
+                            } else {
+                                Mode::Shared
+                            };
                             let opts = LockOptions::new().mode(mode);
                             let work = async {
                                 let g = pool.lock_with_async(&key, opts).await?;

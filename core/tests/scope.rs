@@ -7,18 +7,37 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use keylock_core::{
-    Error, KeyPool, KeyedLock, LockKey, LockOptions, Mode, OpenOptions, Owner, StripedLock,
-    Wait, open, open_with,
+    Error, KeyPool, KeyedLock, LockKey, LockOptions, Mode, OpenOptions, Owner, StripedLock, Wait,
+    open, open_with,
 };
 
 fn scopes() -> Vec<Arc<dyn KeyedLock>> {
-    vec![
+    #[allow(unused_mut)] // without the shm feature nothing is added
+    let mut scopes: Vec<Arc<dyn KeyedLock>> = vec![
         Arc::new(KeyPool::<Vec<u8>>::new()),
         Arc::new(StripedLock::new(1024).unwrap()),
         open("").unwrap(),
         open("local:").unwrap(),
         open_with("local:", &OpenOptions::new().stripes(64)).unwrap(),
-    ]
+    ];
+    // The host scope, a pool and a striped region, each unlinked at once (an open region
+    // stays usable; the name goes).
+    #[cfg(all(feature = "shm", target_os = "linux"))]
+    for (i, options) in [OpenOptions::new(), OpenOptions::new().stripes(64)]
+        .into_iter()
+        .enumerate()
+    {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        static N: AtomicU32 = AtomicU32::new(0);
+        let name = format!(
+            "scope-{}-{i}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        );
+        scopes.push(open_with(&format!("shm:{name}"), &options).unwrap());
+        keylock_core::shm::unlink(&name).unwrap();
+    }
+    scopes
 }
 
 const TRY: LockOptions = LockOptions::new().wait(Wait::No);
@@ -36,7 +55,10 @@ fn acquire_release_and_stale_releases() {
         let b = locks.acquire(k, &TRY).unwrap();
         assert!(b.fence() > a.fence());
         assert_eq!(locks.release(a), Err(Error::NotOwner));
-        assert!(locks.is_locked(k).unwrap(), "the stale release freed the new holder");
+        assert!(
+            locks.is_locked(k).unwrap(),
+            "the stale release freed the new holder"
+        );
         locks.release(b).unwrap();
         assert!(!locks.is_locked(k).unwrap());
         assert!(!locks.force_unlock(k).unwrap());
@@ -94,8 +116,16 @@ fn many_keys_come_back_in_key_order() {
             assert!(locks.is_current(acq).unwrap());
         }
         let zebra = locks.info(LockKey::new(b"zebra")).unwrap().unwrap();
-        assert_eq!(acqs[0].fence(), zebra.fence, "the first key's acquisition comes first");
-        assert_eq!(zebra.mode, Mode::Exclusive, "the strongest mode asked of a key wins");
+        assert_eq!(
+            acqs[0].fence(),
+            zebra.fence,
+            "the first key's acquisition comes first"
+        );
+        assert_eq!(
+            zebra.mode,
+            Mode::Exclusive,
+            "the strongest mode asked of a key wins"
+        );
         assert_eq!(
             locks.acquire_many(&keys, &TRY).unwrap_err(),
             Error::WouldBlock,
@@ -137,7 +167,9 @@ fn reentrant_scopes_and_owners() {
     let me = Owner::new(5).unwrap();
     let k = LockKey::new(b"r");
     let a = locks.acquire(k, &LockOptions::new().owner(me)).unwrap();
-    let b = locks.acquire(k, &LockOptions::new().owner(me).wait(Wait::No)).unwrap();
+    let b = locks
+        .acquire(k, &LockOptions::new().owner(me).wait(Wait::No))
+        .unwrap();
     assert_eq!(a.fence(), b.fence());
     assert!(!locks.is_current_as(&a, Owner::new(6)).unwrap());
     assert!(locks.is_current_as(&a, Some(me)).unwrap());
@@ -159,5 +191,8 @@ fn names_of_scopes_are_checked() {
         }
     }
     let bad = OpenOptions::new().capacity(10);
-    assert!(matches!(open_with("local:", &bad), Err(Error::InvalidArgument(_))));
+    assert!(matches!(
+        open_with("local:", &bad),
+        Err(Error::InvalidArgument(_))
+    ));
 }

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use super::shard::Slot;
 use super::{PoolRef, SlotRef};
 use crate::acquisition::{Acquisition, Mode, Want};
-use crate::entry::{Hold, lease_end};
+use crate::entry::{Hold, HoldRec, lease_end};
 use crate::error::{Error, Result};
 use crate::site;
 use crate::wait::Grant;
@@ -49,8 +49,7 @@ pub struct PoolGuard<P: PoolRef> {
     pool: Option<P>,
     /// The key's slot: slots never move, and the guard keeps the pool (and so the slot) alive.
     slot: NonNull<Slot<P::Key>>,
-    hold: Hold,
-    lease_until: Option<Instant>,
+    rec: HoldRec,
 }
 
 // SAFETY: the guard owns a pool handle and points into that pool's slots, which are shared
@@ -70,8 +69,7 @@ impl<P: PoolRef> PoolGuard<P> {
         Self {
             pool: Some(pool),
             slot,
-            hold: Hold::of(&want, grant),
-            lease_until: grant.lease_until,
+            rec: HoldRec::of(&want, grant),
         }
     }
 
@@ -80,13 +78,7 @@ impl<P: PoolRef> PoolGuard<P> {
         Self {
             pool: Some(pool),
             slot: NonNull::from(slot),
-            hold: Hold {
-                mode,
-                fence,
-                ticket: 0,
-                owner: None,
-            },
-            lease_until: None,
+            rec: HoldRec::plain(mode, fence),
         }
     }
 
@@ -105,26 +97,27 @@ impl<P: PoolRef> PoolGuard<P> {
 
     /// The fencing token (see [`Acquisition::fence`]).
     pub fn fence(&self) -> u64 {
-        self.hold.fence
+        self.rec.fence
     }
 
     /// Shared or exclusive.
     pub fn mode(&self) -> Mode {
-        self.hold.mode
+        self.rec.mode
     }
 
     /// Whether this acquisition is still the key's current one (not force-unlocked, lease not
     /// ended).
     pub fn is_current(&self) -> bool {
         match &self.pool {
-            Some(pool) => site::is_current(&self.slot().site(pool.policy), &self.hold),
+            Some(pool) => site::is_current(&self.slot().site(pool.policy), &self.rec.hold()),
             None => false,
         }
     }
 
     /// Time left on the lease, if the acquisition has one (zero once it has ended).
     pub fn lease_remaining(&self) -> Option<Duration> {
-        self.lease_until
+        self.rec
+            .lease_until()
             .map(|t| t.saturating_duration_since(Instant::now()))
     }
 
@@ -134,9 +127,9 @@ impl<P: PoolRef> PoolGuard<P> {
         let pool = self.pool.as_ref().ok_or(Error::NotOwner)?;
         let site = self.slot().site(pool.policy);
         let until = lease_end(lease);
-        match site::extend(&site, &self.hold, until) {
+        match site::extend(&site, &self.rec.hold(), until) {
             Ok(()) => {
-                self.lease_until = Some(until);
+                self.rec.set_lease(until);
                 Ok(())
             }
             Err(e) => Err(e.unwrap_or_else(|| self.acquisition().stale_error())),
@@ -148,7 +141,7 @@ impl<P: PoolRef> PoolGuard<P> {
     /// (Dropping the guard does the same, silently.)
     pub fn release(mut self) -> Result<()> {
         let pool = self.pool.as_ref().ok_or(Error::NotOwner)?;
-        let result = site::release(&self.slot().site(pool.policy), &self.hold)
+        let result = site::release(&self.slot().site(pool.policy), &self.rec.hold())
             .map_err(|()| self.acquisition().stale_error());
         self.pool = None;
         result
@@ -163,15 +156,15 @@ impl<P: PoolRef> PoolGuard<P> {
     }
 
     fn acquisition(&self) -> Acquisition {
-        acquisition(self.at(), &self.hold, self.lease_until)
+        acquisition(self.at(), &self.rec.hold(), self.rec.lease_until())
     }
 }
 
 impl<P: PoolRef> fmt::Debug for PoolGuard<P> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PoolGuard")
-            .field("fence", &self.hold.fence)
-            .field("mode", &self.hold.mode)
+            .field("fence", &self.rec.fence)
+            .field("mode", &self.rec.mode)
             .finish_non_exhaustive()
     }
 }
@@ -181,13 +174,20 @@ impl<P: PoolRef> Drop for PoolGuard<P> {
     fn drop(&mut self) {
         if let Some(pool) = &self.pool {
             let slot = self.slot();
-            if self.hold.ticket == 0 && slot.entry.release_fast(self.hold.mode, self.hold.fence) {
+            if self.rec.is_plain() && slot.entry.release_fast(self.rec.mode, self.rec.fence) {
                 return;
             }
-            // Not current any more (force-unlocked, lease ended): nothing of ours to release.
-            let _ = site::release(&slot.site(pool.policy), &self.hold);
+            release_slow(slot, pool.policy, &self.rec);
         }
     }
+}
+
+/// The rest of a guard's release, out of line: waiters to wake, holder state, or a hold that is
+/// not current any more (force-unlocked, lease ended: nothing of ours to release).
+#[cold]
+#[inline(never)]
+fn release_slow<K>(slot: &Slot<K>, policy: crate::entry::Policy, rec: &HoldRec) {
+    let _ = site::release(&slot.site(policy), &rec.hold());
 }
 
 /// Several held keys; all released on drop.

@@ -69,7 +69,15 @@ impl<P: Deref<Target = StripedLock>> One<P> {
 /// A ready future is just its guard, so the uncontended async path costs what the blocking one
 /// does.
 enum Begin<P: Deref<Target = StripedLock>> {
-    Ready(StripeGuard<P>),
+    /// Taken at creation: the guard is made when the future is polled (kept as scalars, so
+    /// that the future stays a few words and nothing large is moved).
+    Ready {
+        /// `None` once the guard was handed out.
+        lock: Option<P>,
+        stripe: usize,
+        mode: Mode,
+        fence: u64,
+    },
     /// Boxed: a waiting future allocates anyway (its queue node), and the ready one stays small.
     Waiting(Box<One<P>>),
     Done,
@@ -84,7 +92,12 @@ impl<P: Deref<Target = StripedLock>> Begin<P> {
                 .entry
                 .try_fast(want.mode, lock.policy.fifo)
         {
-            return Begin::Ready(StripeGuard::plain(lock, stripe, want.mode, fence));
+            return Begin::Ready {
+                lock: Some(lock),
+                stripe,
+                mode: want.mode,
+                fence,
+            };
         }
         Begin::Waiting(Box::new(One::new(lock, stripe, want, wait)))
     }
@@ -98,17 +111,43 @@ impl<P: Deref<Target = StripedLock>> Begin<P> {
             }
             return out;
         }
-        match std::mem::replace(self, Begin::Done) {
-            Begin::Ready(guard) => Poll::Ready(Ok(guard)),
+        match self {
+            Begin::Ready {
+                lock,
+                stripe,
+                mode,
+                fence,
+            } => {
+                let lock = lock.take().expect("stripe future polled after completion");
+                Poll::Ready(Ok(StripeGuard::plain(lock, *stripe, *mode, *fence)))
+            }
             _ => panic!("stripe future polled after completion"),
         }
     }
 
     fn stripe(&self) -> Option<usize> {
         match self {
-            Begin::Ready(g) => Some(g.stripe()),
+            Begin::Ready { stripe, .. } => Some(*stripe),
             Begin::Waiting(one) => Some(one.stripe),
             Begin::Done => None,
+        }
+    }
+}
+
+impl<P: Deref<Target = StripedLock>> Drop for Begin<P> {
+    #[inline]
+    fn drop(&mut self) {
+        // Taken at creation and never handed out: release it.
+        if let Begin::Ready {
+            lock: Some(_),
+            stripe,
+            mode,
+            fence,
+        } = *self
+            && let Begin::Ready { lock, .. } = self
+            && let Some(lock) = lock.take()
+        {
+            drop(StripeGuard::plain(lock, stripe, mode, fence));
         }
     }
 }

@@ -238,7 +238,7 @@ impl StripedLock {
 
     /// The stripe of a hash: `hash & mask` is always in range.
     #[inline]
-    fn stripe_at(&self, stripe: usize) -> &RawLock {
+    pub(super) fn stripe_at(&self, stripe: usize) -> &RawLock {
         debug_assert!(stripe < self.stripes.len());
         // SAFETY: every caller passes `hash & self.mask` (or a number checked against the
         // length), and there are `mask + 1` stripes.
