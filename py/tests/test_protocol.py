@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 import keylock
-from conftest import run_threads
+from conftest import run_script, run_threads
 
 
 def _pool() -> keylock.LockHandle:
@@ -483,4 +483,12 @@ def test_other_scopes_open_by_name_where_the_build_has_them(name: str) -> None:
     h = pool.lock("k")
     with h:
         assert pool.is_locked("k") and h.fence is not None
+        if name.startswith("shm"):
+            # Another process sees the same lock through the same name.
+            probe = (
+                "import keylock; "
+                f"p = keylock.KeyPool.open({name!r}, capacity=64); "
+                "h = p.lock('k'); print(h.acquire(blocking=False))"
+            )
+            assert run_script(probe).stdout.strip() == "False"
     assert not pool.is_locked("k")
