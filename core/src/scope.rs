@@ -396,7 +396,17 @@ impl<S> KeyedLock for KeyPool<Vec<u8>, S>
 where
     S: std::hash::BuildHasher + Send + Sync + 'static,
 {
+    #[inline]
     fn acquire(&self, key: LockKey<'_>, opts: &LockOptions) -> Result<Acquisition> {
+        // The uncontended plain case straight from the lock word: what the front ends pay on
+        // every call.
+        if key.space == KeySpace::Keys
+            && opts.lease.is_none()
+            && (opts.owner.is_none() || !self.is_reentrant())
+            && let Some(acq) = self.acquire_plain_fast(key.bytes, opts.mode)
+        {
+            return Ok(acq);
+        }
         let acq = match key.space {
             KeySpace::Keys => self.lock_with(key.bytes, *opts)?.into_acquisition(),
             KeySpace::Names => self.names().lock_with(key.bytes, *opts)?.into_acquisition(),
@@ -504,7 +514,11 @@ where
         })
     }
 
+    #[inline]
     fn release_as(&self, acquisition: Acquisition, owner: Option<Owner>) -> Result<()> {
+        if owner.is_none() && self.release_plain_fast(&acquisition) {
+            return Ok(());
+        }
         let owner = owner.or(acquisition.owner);
         match untagged(acquisition) {
             (acq, KeySpace::Keys) => KeyPool::release_as(self, acq, owner),
@@ -569,8 +583,15 @@ where
 }
 
 impl KeyedLock for StripedLock {
+    #[inline]
     fn acquire(&self, key: LockKey<'_>, opts: &LockOptions) -> Result<Acquisition> {
         let stripe = self.stripe_of_key(key);
+        if opts.lease.is_none()
+            && (opts.owner.is_none() || !self.is_reentrant())
+            && let Some(acq) = self.acquire_stripe_fast(stripe, opts.mode)
+        {
+            return Ok(acq);
+        }
         Ok(self.lock_stripe_with(stripe, *opts)?.into_acquisition())
     }
 
@@ -607,7 +628,11 @@ impl KeyedLock for StripedLock {
         Box::pin(async move { Ok(in_key_order(&ats, fut.await?.into_acquisitions())) })
     }
 
+    #[inline]
     fn release_as(&self, acquisition: Acquisition, owner: Option<Owner>) -> Result<()> {
+        if owner.is_none() && self.release_stripe_fast(&acquisition) {
+            return Ok(());
+        }
         let owner = owner.or(acquisition.owner);
         StripedLock::release_as(self, acquisition, owner)
     }

@@ -371,9 +371,12 @@ impl<K: Hash + Eq, S: BuildHasher> KeyPool<K, S> {
             return None;
         }
         let shard = self.shard(at.shard)?;
-        shard
-            .has_slot(at.slot)
-            .then(|| self.site_in(shard, at.slot))
+        let slot = shard.slot_checked(at.slot)?;
+        Some(SlotSite {
+            shard,
+            slot,
+            policy: self.policy,
+        })
     }
 
     #[inline]
@@ -884,6 +887,31 @@ impl<K: Hash + Eq, S: BuildHasher> KeyPool<K, S> {
     }
 
     // ---- many keys ----
+
+    /// A plain acquisition's record straight from the fast path, or `None` (take the full
+    /// path): the trait's (and so the front ends') uncontended case.
+    #[inline]
+    pub(crate) fn acquire_plain_fast<Q>(&self, key: &Q, mode: Mode) -> Option<Acquisition>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let (slot, fence) = self.acquire_fast(self.hash(key), key, mode)?;
+        Some(Acquisition::plain(fence, slot.at.to_u64(), mode))
+    }
+
+    /// Releases a plain acquisition record on the fast path; `false` means: take the full path
+    /// (it may be stale, leased, owned, or have waiters to wake).
+    #[inline]
+    pub(crate) fn release_plain_fast(&self, acq: &Acquisition) -> bool {
+        if !acq.is_plain() {
+            return false;
+        }
+        match self.site_if(SlotRef::from_u64(acq.at)) {
+            Some(site) => site.slot.entry.release_fast(acq.mode, acq.fence),
+            None => false,
+        }
+    }
 
     /// Where `key`'s slot is, if it has one (stable while the key is held).
     pub(crate) fn slot_of<Q>(&self, key: &Q) -> Option<SlotRef>

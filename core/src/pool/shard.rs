@@ -349,11 +349,18 @@ impl<K> Shard<K> {
         unsafe { &*base.add(off) }
     }
 
-    /// Whether slot `n` exists (has been allocated).
+    /// Slot `n` if it exists (has been allocated): for numbers from outside (acquisition
+    /// records), which must be checked.
     #[inline]
-    pub(crate) fn has_slot(&self, n: u32) -> bool {
-        let (seg, _) = locate(n);
-        seg < SEGMENTS && !self.segments[seg].load(Ordering::Acquire).is_null()
+    pub(crate) fn slot_checked(&self, n: u32) -> Option<&Slot<K>> {
+        let (seg, off) = locate(n);
+        let base = self.segments.get(seg)?.load(Ordering::Acquire);
+        if base.is_null() {
+            return None;
+        }
+        // SAFETY: the segment exists (published with Release before any slot number in it was
+        // handed out), is freed only when the shard is dropped, and `off` is within it.
+        Some(unsafe { &*base.add(off) })
     }
 
     /// The slot of `key` if the index, read without the mutex, has it: the fast path's probe.

@@ -381,6 +381,27 @@ impl StripedLock {
         self.acquire(self, stripe, self.want(&opts), opts.wait)
     }
 
+    /// A plain acquisition's record straight from the fast path, or `None` (take the full
+    /// path): the trait's (and so the front ends') uncontended case.
+    #[inline]
+    pub(crate) fn acquire_stripe_fast(&self, stripe: usize, mode: Mode) -> Option<Acquisition> {
+        let fence = self
+            .stripe_at(stripe)
+            .entry
+            .try_fast(mode, self.policy.fifo)?;
+        Some(Acquisition::plain(fence, stripe as u64, mode))
+    }
+
+    /// Releases a plain acquisition record on the fast path; `false` means: take the full path.
+    #[inline]
+    pub(crate) fn release_stripe_fast(&self, acq: &Acquisition) -> bool {
+        acq.is_plain()
+            && usize::try_from(acq.at).is_ok_and(|s| s < self.stripes.len())
+            && self.stripes[acq.at as usize]
+                .entry
+                .release_fast(acq.mode, acq.fence)
+    }
+
     /// Acquires stripe `stripe` as `opts` says (the trait's form).
     pub(crate) fn lock_stripe_with(
         &self,

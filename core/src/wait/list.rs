@@ -240,9 +240,13 @@ impl Completion {
         }
         #[cfg(not(keylock_loom))]
         {
-            links
-                .since
-                .is_some_and(|t| t.elapsed() >= super::FAIR_AFTER)
+            // A task is always handed the lock: woken to compete, it would only come back for
+            // one more poll (and the lock's queue order is kept). A thread competes unless it
+            // has waited long enough: a running thread may take the lock meanwhile.
+            matches!(links.wake, Some(super::Wake::Task(_)))
+                || links
+                    .since
+                    .is_some_and(|t| t.elapsed() >= super::FAIR_AFTER)
         }
         #[cfg(keylock_loom)]
         {
