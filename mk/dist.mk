@@ -1,7 +1,7 @@
 # Release artifacts: what a user installs without a Rust toolchain, all under dist/.
 #
 #   make dist        everything below
-#   make dist-py     keylock_py-V-cp39-abi3-manylinux_2_17_x86_64.whl (maturin, zig) and the sdist
+#   make dist-py     keylock_py-V-cp310-abi3-manylinux_2_17_x86_64.whl (maturin, zig) and the sdist
 #   make dist-node   npm pack tarballs, napi-rs layout: @keylock/keylock (JavaScript, plus the
 #                    sources for a build on platforms without a binary) and
 #                    @keylock/keylock-linux-x64-gnu (the binary)

@@ -3,7 +3,7 @@
 # and runs both bank demos; the sdist builds a working wheel from source, as pip does it.
 source "$(dirname "$0")/common.sh"
 
-wheel=$(dist_file "keylock_py-$KEYLOCK_VERSION-cp39-abi3-manylinux*_x86_64.whl")
+wheel=$(dist_file "keylock_py-$KEYLOCK_VERSION-cp310-abi3-manylinux*_x86_64.whl")
 sdist=$(dist_file "keylock_py-$KEYLOCK_VERSION.tar.gz")
 [[ $wheel == *manylinux_2_17_x86_64* ]] || fail "$(basename "$wheel") is not tagged manylinux_2_17"
 
@@ -26,10 +26,11 @@ want, site = sys.argv[1], sys.argv[2]
 assert keylock.__version__ == want, (keylock.__version__, want)
 assert os.path.realpath(keylock.__file__).startswith(os.path.realpath(site)), keylock.__file__
 pool = keylock.KeyPool()
-with pool.lock("user:42"):
-    assert not pool.lock("user:42").acquire(blocking=False)
-    assert pool.lock("user:7").acquire(timeout=1)
-    pool.lock("user:7").release()
+with pool.lock("user:42") as held:
+    assert held and not pool.lock("user:42").acquire(blocking=False)
+    other = pool.lock("user:7")
+    assert other.acquire(timeout=1) and other.fence is not None
+    other.release()
 with pool.lock_many(["acct:1", "acct:2"]):
     pass
 striped = keylock.StripedLock(64)

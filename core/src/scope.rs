@@ -32,7 +32,7 @@ use std::time::Duration;
 
 use crate::acquisition::{Acquisition, LockInfo, LockOptions, Mode, Owner, Wait};
 use crate::error::{Error, Result};
-use crate::pool::KeyPool;
+use crate::pool::{KeyPool, PoolStats};
 use crate::striped::StripedLock;
 
 /// The namespace of a key. Two keys in different spaces never name the same lock.
@@ -171,6 +171,23 @@ pub trait KeyedLock: Send + Sync + fmt::Debug {
         None
     }
 
+    /// Counters of the plain keys, for monitoring and tests (a scan: O(slots)); `None` for a
+    /// lock object that keeps none (a striped one).
+    fn stats(&self) -> Option<PoolStats> {
+        None
+    }
+
+    /// The number of stripes of a striped lock object; `None` for one with a lock per key.
+    fn stripes(&self) -> Option<usize> {
+        None
+    }
+
+    /// The stripe `key` maps to in a striped lock object; `None` for one with a lock per key.
+    fn stripe_of(&self, key: LockKey<'_>) -> Option<usize> {
+        let _ = key;
+        None
+    }
+
     /// The signal that fires if `acquisition` is lost behind its holder's back (a remote lease
     /// that could not be renewed, a force-unlock seen at renewal). `None` for scopes whose
     /// holders cannot be cut off that way (in-process), and for an acquisition that is not
@@ -195,6 +212,9 @@ pub struct OpenOptions {
     pub capacity: Option<usize>,
     /// Fixed-size scopes created by this open: permission bits (default 0o600).
     pub mode: Option<u32>,
+    /// A striped lock object: the hash seed, so that keys map to the same stripes in every
+    /// process running the same build (default: random per lock object).
+    pub seed: Option<u64>,
 }
 
 impl Default for OpenOptions {
@@ -212,6 +232,7 @@ impl OpenOptions {
             fifo: false,
             capacity: None,
             mode: None,
+            seed: None,
         }
     }
 
@@ -242,6 +263,12 @@ impl OpenOptions {
     /// The permission bits of a scope this open creates.
     pub const fn mode(mut self, mode: u32) -> Self {
         self.mode = Some(mode);
+        self
+    }
+
+    /// The hash seed of a striped lock object.
+    pub const fn seed(mut self, seed: u64) -> Self {
+        self.seed = Some(seed);
         self
     }
 }
@@ -297,13 +324,21 @@ fn local(options: &OpenOptions) -> Result<Arc<dyn KeyedLock>> {
         ));
     }
     Ok(match options.stripes {
-        Some(stripes) => Arc::new(
-            StripedLock::builder()
+        Some(stripes) => {
+            let mut builder = StripedLock::builder()
                 .stripes(stripes)
                 .reentrant(options.reentrant)
-                .fifo(options.fifo)
-                .build()?,
-        ),
+                .fifo(options.fifo);
+            if let Some(seed) = options.seed {
+                builder = builder.seed(seed);
+            }
+            Arc::new(builder.build()?)
+        }
+        None if options.seed.is_some() => {
+            return Err(Error::InvalidArgument(
+                "a seed applies to striped lock objects only",
+            ));
+        }
         None => Arc::new(
             KeyPool::builder()
                 .reentrant(options.reentrant)
@@ -563,6 +598,10 @@ where
     fn as_any(&self) -> Option<&dyn std::any::Any> {
         Some(self)
     }
+
+    fn stats(&self) -> Option<PoolStats> {
+        Some(KeyPool::stats(self))
+    }
 }
 
 impl KeyedLock for StripedLock {
@@ -643,5 +682,70 @@ impl KeyedLock for StripedLock {
 
     fn as_any(&self) -> Option<&dyn std::any::Any> {
         Some(self)
+    }
+
+    fn stripes(&self) -> Option<usize> {
+        Some(StripedLock::stripes(self))
+    }
+
+    fn stripe_of(&self, key: LockKey<'_>) -> Option<usize> {
+        Some(self.stripe_of_key(key))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn open_with_seed_gives_the_same_stripes() {
+        let options = OpenOptions {
+            stripes: Some(64),
+            seed: Some(7),
+            ..OpenOptions::default()
+        };
+        let (a, b) = (
+            open_with("local:", &options).unwrap(),
+            open_with("", &options).unwrap(),
+        );
+        assert_eq!((a.stripes(), b.stripes()), (Some(64), Some(64)));
+        for i in 0u64..100 {
+            let bytes = i.to_be_bytes();
+            let key = LockKey::new(&bytes);
+            assert_eq!(a.stripe_of(key), b.stripe_of(key));
+        }
+        let pool_with_seed = OpenOptions {
+            seed: Some(7),
+            ..OpenOptions::default()
+        };
+        assert!(matches!(
+            open_with("local:", &pool_with_seed),
+            Err(Error::InvalidArgument(_))
+        ));
+    }
+
+    #[test]
+    fn stats_and_stripes_say_what_kind_of_lock_it_is() {
+        let pool = open("local:").unwrap();
+        assert_eq!(
+            (pool.stripes(), pool.stripe_of(LockKey::new(b"k"))),
+            (None, None)
+        );
+        let acq = pool
+            .acquire(LockKey::new(b"k"), &LockOptions::new())
+            .unwrap();
+        assert_eq!(pool.stats().map(|s| s.held), Some(1));
+        pool.release(acq).unwrap();
+        assert_eq!(pool.stats().map(|s| s.entries_in_use), Some(0));
+        let striped = open_with(
+            "local:",
+            &OpenOptions {
+                stripes: Some(4),
+                ..OpenOptions::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(striped.stats(), None);
+        assert!(striped.stripe_of(LockKey::new(b"k")).is_some_and(|s| s < 4));
     }
 }

@@ -102,6 +102,9 @@ class Occupancy:
     can tell a lock that let two holders in from an entry that a cancel legitimately cut short,
     which a final count alone cannot: both leave fewer increments than entries.
 
+    ``max_shared`` records the most readers of each key inside at once, so a test can show that
+    shared holders really overlap.
+
     An entry that finds another holder the lock should have kept out raises ``AssertionError``
     at once, inside the critical section. :meth:`check` then asserts, for every key entered
     exclusively, that the most exclusive holders inside at once was exactly 1 and that no reader
@@ -116,6 +119,7 @@ class Occupancy:
         self._exclusive: Counter[Hashable] = Counter()
         self._shared: Counter[Hashable] = Counter()
         self.max_exclusive: Counter[Hashable] = Counter()
+        self.max_shared: Counter[Hashable] = Counter()
         self.overlaps: list[str] = []
         self.entered = 0
         self.completed = 0
@@ -128,6 +132,7 @@ class Occupancy:
             overlap = None
             if shared:
                 self._shared[key] += 1
+                self.max_shared[key] = max(self.max_shared[key], self._shared[key])
                 if self._exclusive[key]:
                     overlap = f"a reader of {key!r} inside with a writer"
             else:
