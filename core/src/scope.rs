@@ -92,7 +92,20 @@ pub type AcquireManyFuture =
 /// [`Acquisition`] per key; `release` ends exactly that acquisition and refuses a stale one
 /// (`NotOwner`, `LeaseExpired`). Async acquires own the lock object (`self: Arc<Self>`), so
 /// their futures are `'static` and can be kept by an event loop; dropping one cancels its wait.
-pub trait KeyedLock: Send + Sync + fmt::Debug {
+///
+/// `Any` is a supertrait so that a front end can reach what one scope offers beyond the trait
+/// (an in-process `KeyPool`'s statistics, a `StripedLock`'s stripe count) by downcasting a
+/// `&dyn KeyedLock` (upcast to `&dyn Any`), without knowing about the scope otherwise.
+///
+/// ```
+/// use std::any::Any;
+/// use keylock_core::{KeyPool, StripedLock};
+/// let locks = keylock_core::open("local:").unwrap();
+/// let any: &dyn Any = &*locks;
+/// assert!(any.downcast_ref::<KeyPool>().is_some());
+/// assert!(any.downcast_ref::<StripedLock>().is_none());
+/// ```
+pub trait KeyedLock: Send + Sync + fmt::Debug + std::any::Any {
     /// Acquires `key`, blocking the calling thread as `opts.wait` says.
     fn acquire(&self, key: LockKey<'_>, opts: &LockOptions) -> Result<Acquisition>;
 
