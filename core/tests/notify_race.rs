@@ -8,6 +8,15 @@
 //! `fifo(true)` (every release grants), in exclusive-only and in mixed-mode runs, on a
 //! StripedLock and on a KeyPool; a mixed-mode KeyPool run has also hung.
 //!
+//! The cause: `Entry::dispatch_locked` checks `compatible(word)` and then grants the head
+//! waiter with `update_advancing(|w| Some(w | EXCL | REF))` (or `update(|w| Some(w +
+//! READER_ONE ...))`), closures that never decline. With `fifo` off, `try_fast` ignores
+//! `QUEUED`, so a fast-path acquirer can take the entry between the check and the
+//! compare-and-swap; the CAS loop then retries on the new word and succeeds, advancing the
+//! fence over the barger's hold: two holders, and the barger's release is refused. Checking
+//! `compatible(w, mode)` inside both closures (and notifying the head when they decline) makes
+//! every run here pass.
+//!
 //! The tests are `#[ignore]`d until the core is fixed (they fail now):
 //! `cargo test --release -p keylock-core --test notify_race -- --ignored`. Knobs:
 //! `REPRO_MODES=exclusive|shared|mixed` (default mixed), `REPRO_FIFO=1` (strict FIFO: passes).
