@@ -2,8 +2,10 @@
 #
 #   make build-node        npm ci in node/ (its install script builds the addon, release mode)
 #   make demo-node         run examples/node/bank.js (one thread, then 4 worker_threads)
-#   make test-node         node --test node/test/*.test.js, the TypeScript check of index.d.ts, the demo
-#   make bench-node        withLock vs async-lock vs async-mutex -> bench/results/node.json
+#   make test-node         node --test node/test/*.test.js, the TypeScript checks of index.d.ts (alone,
+#                          and against lib.dom's Web Locks types), the demo
+#   make bench-node        withLock vs async-lock vs async-mutex, locks.request vs async-lock
+#                          -> bench/results/node.json
 #                          (bench-node-quick: fewer runs)
 #   make lint-node         clippy for the addon (-D warnings), the TypeScript check, prettier --check
 #   make fmt-node          rustfmt for the addon, prettier for the JavaScript and TypeScript
@@ -22,7 +24,7 @@ NODE_MODULES_STAMP := $(NODE_DIR)/node_modules/.keylock-stamp
 NPM_FLAGS := --no-audit --no-fund --loglevel=error
 # The JavaScript and TypeScript that prettier formats (pinned in package.json, configured by the
 # repository's .prettierrc.json), relative to node/.
-NODE_FORMATTED := index.js index.mjs index.d.ts build.js test bench ../examples/node
+NODE_FORMATTED := index.js index.mjs index.d.ts binding.js web-locks.js build.js test bench ../examples/node
 
 # npm ci installs the pinned devDependencies (@napi-rs/cli, typescript, the benchmark's
 # competitors) and runs the package's install script, which builds the addon. It runs again
@@ -42,6 +44,7 @@ demo-node: build-node
 test-node: build-node
 	cd $(NODE_DIR) && node --test test/*.test.js
 	cd $(NODE_DIR) && npx --no-install tsc -p test
+	cd $(NODE_DIR) && npx --no-install tsc -p test/tsconfig.dom.json
 	node examples/node/bank.js
 
 bench-node: build-node
@@ -53,6 +56,7 @@ bench-node-quick: build-node
 lint-node: $(NODE_MODULES_STAMP)
 	$(CARGO) clippy --locked -p keylock-node --all-targets -- -D warnings
 	cd $(NODE_DIR) && npx --no-install tsc -p test
+	cd $(NODE_DIR) && npx --no-install tsc -p test/tsconfig.dom.json
 	cd $(NODE_DIR) && npx --no-install prettier --check $(NODE_FORMATTED)
 
 fmt-node: $(NODE_MODULES_STAMP)
