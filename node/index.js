@@ -120,9 +120,12 @@ function describe(value) {
 // - waiters: pending acquisitions by native waiter id;
 // - requests: this thread's Web Locks requests by id (for stolen notices);
 // - owners: owner values in use, with their numbers (see holdOwner);
-// - out: the buffer the addon writes an acquisition's fence and flags into (src/out.rs).
+// - out: the buffer the addon writes an acquisition's fence and flags into, records: the one
+//   runReady writes the records of completed waiters into (src/out.rs).
 
 const STATE = Symbol.for('keylock.thread.v2');
+// Records of completed waiters the records buffer holds (more wait for the next runReady).
+const RECORDS_HELD = 256;
 let state = globalThis[STATE];
 if (state === undefined) {
   state = {
@@ -132,12 +135,16 @@ if (state === undefined) {
     owners: new Map(),
     ownersById: new Map(),
     out: new Uint32Array(new ArrayBuffer(16)),
+    records: new Uint32Array(new ArrayBuffer(4 * native.RECORD_WORDS * RECORDS_HELD)),
     clientId: randomUUID(),
+    drain: null,
   };
   Object.defineProperty(globalThis, STATE, { value: state });
-  native.init(dispatch, state.out.buffer, state.clientId);
+  state.drain = drain;
+  native.init(() => state.drain(), state.out.buffer, state.records.buffer, state.clientId);
 }
 const OUT = state.out;
+const RECORDS = state.records;
 const waiters = state.waiters;
 
 // ---------------------------------------------------------------------------------------------
@@ -249,7 +256,9 @@ function checkName(name) {
 
 function checkScope(name) {
   if (typeof name !== 'string') {
-    throw typeError(`a lock name must be a string such as 'local:', 'shm:NAME' or 'redis://...', not ${describe(name)}`);
+    throw typeError(
+      `a lock name must be a string such as 'local:', 'shm:NAME' or 'redis://...', not ${describe(name)}`,
+    );
   }
 }
 
@@ -287,8 +296,19 @@ function keyWhat(key) {
 // (or minus a status); otherwise it returns 0 and the waiter's id is in OUT[3], and the addon
 // calls `dispatch(records)` on this thread when the waiter completes (see src/reactor.rs).
 
-function dispatch(records) {
-  for (let i = 0; i < records.length; i += 5) {
+// Polls this thread's woken waiters and settles those that completed. Settling resolves or
+// rejects promises and queues microtasks, and calls nothing that polls again, so the records
+// buffer stays as runReady wrote it while it is read.
+function drain() {
+  let n;
+  do {
+    n = runReady();
+    dispatch(RECORDS, n);
+  } while (n === RECORDS_HELD);
+}
+
+function dispatch(records, n) {
+  for (let i = 0; i < n * 5; i += 5) {
     const id = records[i];
     const slot = records[i + 1];
     const flags = records[i + 4];
@@ -318,7 +338,7 @@ function dispatch(records) {
 const runReady = native.runReadyFunction();
 function released(status) {
   if (status < LOCAL_WAKE) return status;
-  dispatch(runReady());
+  state.drain();
   return status & (LOCAL_WAKE - 1);
 }
 
@@ -379,27 +399,35 @@ function outcome(r, make, what, o, owner) {
 
 const INTERNAL = Symbol('keylock.internal');
 
+// What a guard holds, for its messages and its `key`/`keys` properties.
+const ONE_KEY = 0;
+const KEYS = 1;
+const READ = 2;
+const WRITE = 3;
+
 /**
  * A held lock: the record of one acquisition. `release()` ends exactly that acquisition; a
- * second release does nothing.
+ * second release does nothing. One class for every kind of guard (one key, several keys, a
+ * side of an RwLock), so that making one is cheap.
  */
 class Guard {
   #h;
   #slot;
-  #lo;
-  #hi;
-  #flags;
+  // The fence as a number while it is below 2^53 (always, in practice), else a bigint.
+  #fence;
+  // The acquisition's flags (mode, owner died) and, from bit 8, what the guard holds.
+  #bits;
   #owner;
-  #fence = undefined;
+  #of;
 
-  constructor(token, h, slot, lo, hi, flags, owner) {
+  constructor(token, h, slot, lo, hi, flags, owner, kind, of) {
     if (token !== INTERNAL) throw new TypeError('Illegal constructor');
     this.#h = h;
     this.#slot = slot;
-    this.#lo = lo;
-    this.#hi = hi;
-    this.#flags = flags;
+    this.#fence = hi < 0x200000 ? hi * 0x100000000 + lo : (BigInt(hi) << 32n) | BigInt(lo);
+    this.#bits = flags | (kind << 8);
     this.#owner = owner;
+    this.#of = kind === KEYS ? { keys: of, fences: h.fences(slot) ?? [] } : of;
   }
 
   /**
@@ -412,8 +440,8 @@ class Guard {
     if (slot === 0) return;
     this.#slot = 0;
     const status = released(this.#h.release(slot));
-    dropOwner(this.#owner);
-    if (status !== OK) throw statusError(status, () => this._what());
+    if (this.#owner !== 0) dropOwner(this.#owner);
+    if (status !== OK) throw statusError(status, () => this.#what());
   }
 
   /** Whether release() (or dispose) was called. */
@@ -426,18 +454,33 @@ class Guard {
    * the same key in this lock. Shared holders read the current one.
    */
   get fence() {
-    if (this.#fence === undefined) this.#fence = (BigInt(this.#hi) << 32n) | BigInt(this.#lo);
-    return this.#fence;
+    const f = this.#fence;
+    return typeof f === 'bigint' ? f : BigInt(f);
   }
 
   /** 'exclusive' or 'shared'. */
   get mode() {
-    return this.#flags & FLAG_SHARED ? 'shared' : 'exclusive';
+    return this.#bits & FLAG_SHARED ? 'shared' : 'exclusive';
   }
 
   /** Whether the previous holder died holding the lock (cross-process scopes only). */
   get ownerDied() {
-    return (this.#flags & FLAG_OWNER_DIED) !== 0;
+    return (this.#bits & FLAG_OWNER_DIED) !== 0;
+  }
+
+  /** The key (a guard of one key). */
+  get key() {
+    return this.#bits >> 8 === ONE_KEY ? this.#of : undefined;
+  }
+
+  /** The keys (a guard of several keys), as they were given. */
+  get keys() {
+    return this.#bits >> 8 === KEYS ? this.#of.keys : undefined;
+  }
+
+  /** The fence of each acquisition (a guard of several keys), in the lock's canonical order. */
+  get fences() {
+    return this.#bits >> 8 === KEYS ? this.#of.fences.slice() : undefined;
   }
 
   /** Whether the acquisition is still the lock's current one (false once released). */
@@ -445,7 +488,7 @@ class Guard {
     if (this.#slot === 0) return false;
     const r = this.#h.isCurrent(this.#slot);
     if (typeof r === 'boolean') return r;
-    throw statusError(r, () => this._what());
+    throw statusError(r, () => this.#what());
   }
 
   /** Milliseconds left on the acquisition's lease; null without a lease (or once released). */
@@ -459,9 +502,9 @@ class Guard {
   extend(ms) {
     const lease = millis('lease', ms);
     if (lease === undefined) throw typeError('extend(ms) takes a finite number of milliseconds');
-    if (this.#slot === 0) throw statusError(NOT_OWNER, () => this._what());
+    if (this.#slot === 0) throw statusError(NOT_OWNER, () => this.#what());
     const status = this.#h.extend(this.#slot, lease);
-    if (status !== OK) throw statusError(status, () => this._what());
+    if (status !== OK) throw statusError(status, () => this.#what());
   }
 
   /** Releases like release(), but ignores an acquisition that is no longer current. */
@@ -475,48 +518,17 @@ class Guard {
     }
   }
 
-  _slot() {
-    return this.#slot;
-  }
-
-  _what() {
-    return 'the lock';
-  }
-}
-
-class KeyGuard extends Guard {
-  constructor(h, slot, lo, hi, flags, owner, key) {
-    super(INTERNAL, h, slot, lo, hi, flags, owner);
-    this.key = key;
-  }
-
-  _what() {
-    return keyWhat(this.key);
-  }
-}
-
-class KeysGuard extends Guard {
-  #fences;
-
-  constructor(h, slot, lo, hi, flags, owner, keys) {
-    super(INTERNAL, h, slot, lo, hi, flags, owner);
-    this.keys = keys;
-    this.#fences = h.fences(slot) ?? [];
-  }
-
-  /** The fence of each acquisition, in the lock's canonical order (not the order of `keys`). */
-  get fences() {
-    return this.#fences.slice();
-  }
-
-  _what() {
-    return `${this.keys.length} keys`;
-  }
-}
-
-class RwGuard extends Guard {
-  _what() {
-    return this.mode === 'shared' ? 'the read lock' : 'the write lock';
+  #what() {
+    switch (this.#bits >> 8) {
+      case ONE_KEY:
+        return keyWhat(this.#of);
+      case KEYS:
+        return `${this.#of.keys.length} keys`;
+      case READ:
+        return 'the read lock';
+      default:
+        return 'the write lock';
+    }
   }
 }
 
@@ -568,7 +580,7 @@ class KeyedLock {
     if (o.signal !== undefined && o.signal.aborted) return Promise.reject(o.signal.reason);
     const h = this.#h;
     let owner = 0;
-    const make = (slot, lo, hi, flags) => new KeyGuard(h, slot, lo, hi, flags, owner, key);
+    const make = (slot, lo, hi, flags) => new Guard(INTERNAL, h, slot, lo, hi, flags, owner, ONE_KEY, key);
     const what = () => keyWhat(key);
     if (o.plain && !tried) {
       // A free key is taken with a plain try, cheaper than starting a waiter.
@@ -591,7 +603,7 @@ class KeyedLock {
     const h = this.#h;
     if (opts === undefined) {
       const r = h.tryLock(key);
-      if (r > 0) return new KeyGuard(h, r, OUT[0], OUT[1], OUT[2], 0, key);
+      if (r > 0) return new Guard(INTERNAL, h, r, OUT[0], OUT[1], OUT[2], 0, ONE_KEY, key);
       if (r === -WOULD_BLOCK) return null;
       throw statusError(-r, () => keyWhat(key));
     }
@@ -604,7 +616,7 @@ class KeyedLock {
       dropOwner(owner);
       throw err;
     }
-    if (r > 0) return new KeyGuard(h, r, OUT[0], OUT[1], OUT[2], owner, key);
+    if (r > 0) return new Guard(INTERNAL, h, r, OUT[0], OUT[1], OUT[2], owner, ONE_KEY, key);
     dropOwner(owner);
     if (r === -WOULD_BLOCK) return null;
     throw statusError(-r, () => keyWhat(key));
@@ -624,7 +636,7 @@ class KeyedLock {
       dropOwner(owner);
       throw err;
     }
-    if (r > 0) return new KeyGuard(this.#h, r, OUT[0], OUT[1], OUT[2], owner, key);
+    if (r > 0) return new Guard(INTERNAL, this.#h, r, OUT[0], OUT[1], OUT[2], owner, ONE_KEY, key);
     dropOwner(owner);
     if (-r === TIMED_OUT || (-r === WOULD_BLOCK && o.timeout === 0)) throw timeoutError(keyWhat(key), o.timeout);
     throw statusError(-r, () => keyWhat(key));
@@ -641,7 +653,10 @@ class KeyedLock {
     if (opts === undefined) {
       // The fast path: a free key, no options.
       const r = h.tryLock(key);
-      guard = r > 0 ? new KeyGuard(h, r, OUT[0], OUT[1], OUT[2], 0, key) : await this.#lock(key, NO_OPTIONS, r < 0);
+      guard =
+        r > 0
+          ? new Guard(INTERNAL, h, r, OUT[0], OUT[1], OUT[2], 0, ONE_KEY, key)
+          : await this.#lock(key, NO_OPTIONS, r === -WOULD_BLOCK);
     } else {
       guard = await this.#lock(key, parseOptions(opts), false);
     }
@@ -675,14 +690,11 @@ class KeyedLock {
       if (o.signal !== undefined && o.signal.aborted) return Promise.reject(o.signal.reason);
       const h = this.#h;
       const owner = o.owner === undefined ? 0 : holdOwner(o.owner);
-      const make = (slot, lo, hi, flags) => new KeysGuard(h, slot, lo, hi, flags, owner, own);
+      const make = (slot, lo, hi, flags) => new Guard(INTERNAL, h, slot, lo, hi, flags, owner, KEYS, own);
       const what = () => `${own.length} keys`;
       let r;
       try {
-        r =
-          o.timeout === 0
-            ? h.tryLockMany(own, o.mode, o.lease, owner)
-            : h.lockManyAsync(own, o.mode, o.lease, owner);
+        r = o.timeout === 0 ? h.tryLockMany(own, o.mode, o.lease, owner) : h.lockManyAsync(own, o.mode, o.lease, owner);
       } catch (err) {
         dropOwner(owner);
         throw err;
@@ -705,7 +717,7 @@ class KeyedLock {
       dropOwner(owner);
       throw err;
     }
-    if (r > 0) return new KeysGuard(this.#h, r, OUT[0], OUT[1], OUT[2], owner, own);
+    if (r > 0) return new Guard(INTERNAL, this.#h, r, OUT[0], OUT[1], OUT[2], owner, KEYS, own);
     dropOwner(owner);
     if (r === -WOULD_BLOCK) return null;
     throw statusError(-r, `${own.length} keys`);
@@ -723,9 +735,10 @@ class KeyedLock {
       dropOwner(owner);
       throw err;
     }
-    if (r > 0) return new KeysGuard(this.#h, r, OUT[0], OUT[1], OUT[2], owner, own);
+    if (r > 0) return new Guard(INTERNAL, this.#h, r, OUT[0], OUT[1], OUT[2], owner, KEYS, own);
     dropOwner(owner);
-    if (-r === TIMED_OUT || (-r === WOULD_BLOCK && o.timeout === 0)) throw timeoutError(`${own.length} keys`, o.timeout);
+    if (-r === TIMED_OUT || (-r === WOULD_BLOCK && o.timeout === 0))
+      throw timeoutError(`${own.length} keys`, o.timeout);
     throw statusError(-r, `${own.length} keys`);
   }
 
@@ -919,7 +932,8 @@ class RwLock {
       const o = parseOptions(opts);
       if (o.signal !== undefined && o.signal.aborted) return Promise.reject(o.signal.reason);
       const h = this.#h;
-      const make = (slot, lo, hi, flags) => new RwGuard(INTERNAL, h, slot, lo, hi, flags, 0);
+      const kind = side === RW_READ ? READ : WRITE;
+      const make = (slot, lo, hi, flags) => new Guard(INTERNAL, h, slot, lo, hi, flags, 0, kind, null);
       const read = side === RW_READ;
       const r = o.timeout === 0 ? (read ? h.tryRead() : h.tryWrite()) : read ? h.readAsync() : h.writeAsync();
       return outcome(r, make, side.what, o, 0);
@@ -931,14 +945,14 @@ class RwLock {
   #sync(side, opts) {
     const o = parseOptions(opts, true);
     const r = side === RW_READ ? this.#h.readSync(o.timeout) : this.#h.writeSync(o.timeout);
-    if (r > 0) return new RwGuard(INTERNAL, this.#h, r, OUT[0], OUT[1], OUT[2], 0);
+    if (r > 0) return new Guard(INTERNAL, this.#h, r, OUT[0], OUT[1], OUT[2], 0, side === RW_READ ? READ : WRITE, null);
     if (-r === TIMED_OUT || (-r === WOULD_BLOCK && o.timeout === 0)) throw timeoutError(side.what, o.timeout);
     throw statusError(-r, side.what);
   }
 
   #try(side) {
     const r = side === RW_READ ? this.#h.tryRead() : this.#h.tryWrite();
-    if (r > 0) return new RwGuard(INTERNAL, this.#h, r, OUT[0], OUT[1], OUT[2], 0);
+    if (r > 0) return new Guard(INTERNAL, this.#h, r, OUT[0], OUT[1], OUT[2], 0, side === RW_READ ? READ : WRITE, null);
     if (r === -WOULD_BLOCK) return null;
     throw statusError(-r, side.what);
   }

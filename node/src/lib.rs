@@ -167,7 +167,11 @@ pub fn keyed_shared<'e>(
     striped: bool,
     options: MakeOptions,
 ) -> Result<Unknown<'e>> {
-    let registry = if striped { &SHARED_STRIPED } else { &SHARED_POOLS };
+    let registry = if striped {
+        &SHARED_STRIPED
+    } else {
+        &SHARED_POOLS
+    };
     let fresh = MakeOptions {
         stripes: striped.then(|| options.stripes.unwrap_or(1024)),
         ..options
@@ -352,9 +356,8 @@ pub fn key_bytes(env: &Env, key: Unknown<'_>) -> Result<napi::bindgen_prelude::B
 #[napi(catch_unwind)]
 pub fn name_bytes(env: &Env, name: Unknown<'_>) -> Result<napi::bindgen_prelude::Buffer> {
     // SAFETY: `name` is an argument of the current call.
-    let name = unsafe { keys::Name::from_value(env.raw(), name.raw()) }.map_err(|_| {
-        Error::new(Status::InvalidArg, "a lock name must be a string")
-    })?;
+    let name = unsafe { keys::Name::from_value(env.raw(), name.raw()) }
+        .map_err(|_| Error::new(Status::InvalidArg, "a lock name must be a string"))?;
     Ok(name.bytes.into())
 }
 
@@ -385,21 +388,27 @@ pub const FLAG_STOLEN: u32 = reactor::STOLEN;
 #[napi]
 pub const STATUS_SHIFT: u32 = locks::STATUS_SHIFT;
 
-/// Installs this thread's dispatcher (`dispatch(records)` receives the records of waiters
-/// that completed, five numbers each: id, slot, fence low, fence high, flags), its output
-/// buffer (a 16-byte `ArrayBuffer`) and its Web Locks `clientId`.
+/// Installs this thread's `drain()` (called when another thread woke waiters of this one; it
+/// calls `runReady`), its output buffer (a 16-byte `ArrayBuffer`), its records buffer (an
+/// `ArrayBuffer` of whole records, five 32-bit words each: id, slot, fence low, fence high,
+/// flags) and its Web Locks `clientId`.
 #[napi(catch_unwind)]
 pub fn init(
     env: Env,
-    dispatch: Function<'_, Vec<u32>, Unknown<'static>>,
+    drain: Function<'_, (), Unknown<'static>>,
     out: Unknown<'_>,
+    records: Unknown<'_>,
     client_id: String,
 ) -> Result<()> {
-    // SAFETY: `out` is an argument of the current call.
-    unsafe { out::set(env.raw(), out.raw())? };
+    // SAFETY: both buffers are arguments of the current call.
+    unsafe { out::set(env.raw(), out.raw(), records.raw())? };
     out::set_client_id(&client_id);
-    reactor::init(&env, dispatch)
+    reactor::init(&env, drain)
 }
+
+/// Records the records buffer holds at most.
+#[napi]
+pub const RECORD_WORDS: u32 = out::RECORD_WORDS as u32;
 
 /// A number for a new owner value (`index.js` maps owner values to these): unique in the
 /// process, from 1, and below 2^53 so that JavaScript holds it exactly.

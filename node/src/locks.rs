@@ -11,7 +11,9 @@
 use std::cell::RefCell;
 use std::sync::Arc;
 
-use keylock_core::{Acquisition, Error, KeyedLock, LockOptions, Mode, ReadGuard, RwLock, WriteGuard};
+use keylock_core::{
+    Acquisition, Error, KeyedLock, LockOptions, Mode, ReadGuard, RwLock, WriteGuard,
+};
 
 use crate::reactor::{self, Liveness, Record};
 use crate::shared::Registry;
@@ -70,6 +72,7 @@ pub(crate) const OWNER_DIED_FLAG: u32 = 1 << 1;
 pub(crate) const STATUS_SHIFT: u32 = 8;
 
 /// The record of an acquisition stored in `slot`.
+#[inline]
 pub(crate) fn record(slot: u32, acq: Option<&Acquisition>) -> Record {
     let Some(acq) = acq else {
         return [slot, 0, 0, 0];
@@ -118,13 +121,14 @@ impl Keyed {
 
     /// Stores what an acquire took; its record. A full slab (millions of holds by one thread)
     /// gives the holding back to the core and fails with `CapacityExceeded`.
+    #[inline]
     pub(crate) fn store(&self, holding: Holding) -> Record {
+        let record = record(0, holding.first());
         let inserted = self.held.borrow_mut().insert(holding);
         match inserted {
             Ok(slot) => {
                 self.entered();
-                let held = self.held.borrow();
-                record(slot, held.get(slot).and_then(Holding::first))
+                [slot, record[1], record[2], record[3]]
             }
             Err(holding) => {
                 let _ = end(&self.core, holding);
@@ -134,6 +138,7 @@ impl Keyed {
     }
 
     /// Stores the outcome of an acquire of one key.
+    #[inline]
     pub(crate) fn stored(&self, got: keylock_core::Result<Acquisition>) -> Record {
         match got {
             Ok(acq) => self.store(Holding::One(acq)),
@@ -151,19 +156,18 @@ impl Keyed {
 
     /// Releases what `slot` holds: a status, with [`status::LOCAL_WAKE`] added when the release
     /// woke a waiter of this thread.
+    #[inline]
     pub(crate) fn release(&self, slot: u32) -> u32 {
         let taken = self.held.borrow_mut().take(slot);
         let code = match taken {
-            Some(holding) => {
-                let code = status::of(end(&self.core, holding));
-                if let Liveness::Shared(p) = &self.live {
-                    p.leave();
-                    reactor::after_shared_release();
-                }
-                code
-            }
-            None => status::NOT_HELD,
+            Some(Holding::One(acq)) => status::of(self.core.release(acq)),
+            Some(holding) => status::of(end(&self.core, holding)),
+            None => return status::NOT_HELD,
         };
+        if let Liveness::Shared(p) = &self.live {
+            p.leave();
+            reactor::after_shared_release();
+        }
         status::with_local_wake(code)
     }
 

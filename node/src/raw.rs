@@ -132,7 +132,9 @@ impl<const N: usize> Call<'_, N> {
     /// Argument `i` as an array of keys.
     fn keys(&self, i: usize) -> Result<Vec<Key>, Fail> {
         let (env, v) = (self.env, self.args[i]);
-        let len = self.array_len(v).ok_or(Fail::Type("keys must be an array"))?;
+        let len = self
+            .array_len(v)
+            .ok_or(Fail::Type("keys must be an array"))?;
         let mut keys = Vec::with_capacity(len as usize);
         for i in 0..len {
             let item = self.element(v, i)?;
@@ -220,7 +222,11 @@ impl<const N: usize> Call<'_, N> {
             return (0..len)
                 .map(|j| {
                     let m = number(self.env, self.element(v, j)?);
-                    Ok(if m == Some(1.0) { Mode::Shared } else { Mode::Exclusive })
+                    Ok(if m == Some(1.0) {
+                        Mode::Shared
+                    } else {
+                        Mode::Exclusive
+                    })
                 })
                 .collect();
         }
@@ -703,7 +709,9 @@ impl std::fmt::Debug for WebStart {
 
 /// The record of a waiter whose handle is of the other kind (never made).
 fn unreachable_record() -> Record {
-    locks::failure(&keylock_core::Error::InvalidArgument("a lock of another kind"))
+    locks::failure(&keylock_core::Error::InvalidArgument(
+        "a lock of another kind",
+    ))
 }
 
 fn undefined(env: sys::napi_env) -> Result<sys::napi_value, Fail> {
@@ -738,7 +746,11 @@ fn info_value(
     ];
     // SAFETY: value creation in the current environment.
     unsafe {
-        check(sys::napi_create_array_with_length(env, 1 + numbers.len(), &mut v))?;
+        check(sys::napi_create_array_with_length(
+            env,
+            1 + numbers.len(),
+            &mut v,
+        ))?;
         let mut fence = ptr::null_mut();
         check(sys::napi_create_bigint_uint64(env, info.fence, &mut fence))?;
         check(sys::napi_set_element(env, v, 0, fence))?;
@@ -787,14 +799,15 @@ const RW: &[(&CStr, RawFn)] = &[
     (c"isWriteLocked", rw_is_write_locked),
 ];
 
-/// `runReady()`: polls this thread's woken waiters; returns the records to dispatch (five
-/// numbers each, see `reactor::init`) as one array.
+/// `runReady()`: polls this thread's woken waiters and writes the records to dispatch to the
+/// thread's records buffer (`crate::out`); returns how many it wrote. A full buffer means more
+/// may be waiting: call again.
 unsafe extern "C" fn run_ready(
     env: sys::napi_env,
     _info: sys::napi_callback_info,
 ) -> sys::napi_value {
-    let records = match catch_unwind(crate::reactor::run_ready) {
-        Ok(records) => records,
+    let n = match catch_unwind(|| crate::out::deliver(crate::reactor::run_ready())) {
+        Ok(n) => n,
         Err(panic) => {
             // SAFETY: throwing in the current environment.
             unsafe { throw(env, false, &panic_message(panic.as_ref())) };
@@ -802,15 +815,8 @@ unsafe extern "C" fn run_ready(
         }
     };
     let mut result = ptr::null_mut();
-    // SAFETY: array and number creation in the current environment.
-    unsafe {
-        sys::napi_create_array_with_length(env, records.len(), &mut result);
-        for (i, n) in records.iter().enumerate() {
-            let mut v = ptr::null_mut();
-            sys::napi_create_uint32(env, *n, &mut v);
-            sys::napi_set_element(env, result, i as u32, v);
-        }
-    }
+    // SAFETY: number creation in the current environment.
+    unsafe { sys::napi_create_uint32(env, n, &mut result) };
     result
 }
 

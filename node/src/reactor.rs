@@ -95,8 +95,9 @@ impl Liveness {
 }
 
 /// The threadsafe function: no value per call (ids travel through [`Notifier::queue`]), the
-/// JavaScript dispatcher receives an array of ids, no error-first argument, created weak.
-type Tsfn = ThreadsafeFunction<(), Unknown<'static>, Vec<u32>, Status, false, true>;
+/// JavaScript function takes no argument (it calls `runReady` itself), no error-first
+/// argument, created weak.
+type Tsfn = ThreadsafeFunction<(), Unknown<'static>, (), Status, false, true>;
 
 thread_local! {
     static REACTOR: RefCell<Option<Reactor>> = const { RefCell::new(None) };
@@ -362,7 +363,11 @@ impl Reactor {
     /// Removes a waiter and undoes its bookkeeping. `acquired` tells whether its activity on a
     /// shared lock turns into a hold (kept) or ends (removed).
     fn remove(&mut self, id: u32, acquired: bool) -> Option<Pending> {
-        if self.pending.get(id).is_some_and(|p| p.keeps_alive || p.live.presence().is_some()) {
+        if self
+            .pending
+            .get(id)
+            .is_some_and(|p| p.keeps_alive || p.live.presence().is_some())
+        {
             self.set_keep_alive(id, false);
         }
         let p = self.pending.remove(id)?;
@@ -423,21 +428,20 @@ fn with_reactor<R>(f: impl FnOnce(&mut Reactor) -> R) -> Result<R> {
     })
 }
 
-/// Creates this thread's reactor. `dispatch(records)` is called on this thread with the records
-/// of waiters that completed, five numbers each: the waiter's id and its [`Record`] (or a
-/// stolen notice). A second call on the same thread keeps the first dispatcher.
-pub(crate) fn init(env: &Env, dispatch: Function<'_, Vec<u32>, Unknown<'static>>) -> Result<()> {
+/// Creates this thread's reactor. `drain()` is called on this thread when waiters were woken
+/// from another thread; it calls `runReady`, which polls them and hands JavaScript the records
+/// of those that completed, five numbers each: the waiter's id and its [`Record`] (or a stolen
+/// notice). A second call on the same thread keeps the first function.
+pub(crate) fn init(env: &Env, drain: Function<'_, (), Unknown<'static>>) -> Result<()> {
     if REACTOR.with(|cell| cell.borrow().is_some()) {
         return Ok(());
     }
-    let tsfn: Tsfn = dispatch
+    let tsfn: Tsfn = drain
         .build_threadsafe_function::<()>()
         .callee_handled::<false>()
         .weak::<true>()
-        // A panic must not unwind into Node-API: the waiters it concerned stay pending.
-        .build_callback(|_ctx: ThreadsafeCallContext<()>| {
-            Ok(catch_unwind(run_ready).unwrap_or_default())
-        })?;
+        // JavaScript's `drain` calls `runReady`, which polls the woken waiters.
+        .build_callback(|_ctx: ThreadsafeCallContext<()>| Ok(()))?;
     LOOP_REF.with(|r| {
         r.env.set(env.raw());
         r.tsfn.set(tsfn.raw());

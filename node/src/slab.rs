@@ -50,6 +50,7 @@ impl<T> Slab<T> {
     }
 
     /// Stores `value`; its number (never 0), or `Err(value)` when the slab is full.
+    #[inline]
     pub(crate) fn insert(&mut self, value: T) -> Result<u32, T> {
         let index = match self.free.pop() {
             Some(i) => i,
@@ -68,29 +69,34 @@ impl<T> Slab<T> {
         Ok(Self::number(index, slot.generation))
     }
 
-    fn slot(&self, number: u32) -> Option<&Slot<T>> {
-        let slot = self.slots.get(Self::index(number)?)?;
-        (Self::number(Self::index(number)? as u32, slot.generation) == number).then_some(slot)
+    /// The index of the slot `number` names, if its generation is the slot's current one.
+    #[inline]
+    fn live(&self, number: u32) -> Option<usize> {
+        let index = Self::index(number)?;
+        let slot = self.slots.get(index)?;
+        (slot.generation == (number >> INDEX_BITS)).then_some(index)
     }
 
     /// The value numbered `number`, if it is still there.
+    #[inline]
     pub(crate) fn get(&self, number: u32) -> Option<&T> {
-        self.slot(number)?.value.as_ref()
+        self.slots[self.live(number)?].value.as_ref()
     }
 
     /// The value numbered `number`, mutably.
+    #[inline]
     pub(crate) fn get_mut(&mut self, number: u32) -> Option<&mut T> {
-        self.slot(number)?;
-        self.slots[Self::index(number)?].value.as_mut()
+        let index = self.live(number)?;
+        self.slots[index].value.as_mut()
     }
 
     /// Takes the value numbered `number` out; its number is never valid again.
+    #[inline]
     pub(crate) fn take(&mut self, number: u32) -> Option<T> {
-        self.slot(number)?;
-        let index = Self::index(number)?;
+        let index = self.live(number)?;
         let slot = &mut self.slots[index];
         let value = slot.value.take()?;
-        slot.generation = slot.generation.wrapping_add(1) & GEN_MASK;
+        slot.generation = (slot.generation + 1) & GEN_MASK;
         self.free.push(index as u32);
         self.len -= 1;
         Some(value)
@@ -103,7 +109,11 @@ impl<T> Slab<T> {
 
     /// Takes every value out.
     pub(crate) fn drain(&mut self) -> Vec<T> {
-        let out: Vec<T> = self.slots.iter_mut().filter_map(|s| s.value.take()).collect();
+        let out: Vec<T> = self
+            .slots
+            .iter_mut()
+            .filter_map(|s| s.value.take())
+            .collect();
         self.slots.clear();
         self.free.clear();
         self.len = 0;
