@@ -5,6 +5,7 @@
 #   make bench      run every benchmark and regenerate BENCHMARKS.md
 #   make fmt / lint formatting (and its check), clippy (-D warnings), declared rust-versions
 #   make loom       exhaustive loom models; make tsan: tests under ThreadSanitizer
+#   make dist       the release packages under dist/: wheel and sdist, npm tarballs, C tarball, crate
 #
 # Each front end adds its own targets from mk/<name>.mk by appending to the
 # *_TARGETS lists below, so this file stays small.
@@ -34,7 +35,11 @@ include mk/rust.mk
 include mk/c.mk
 include mk/py.mk
 include mk/node.mk
+include mk/shm.mk
+include mk/redis.mk
 include mk/bench.mk
+# Release artifacts under dist/ (make dist) and their install tests; it needs mk/c.mk's names.
+include mk/dist.mk
 
 # The sanitizer runs fit in the test budget, so `make test` includes them (last).
 TEST_TARGETS += tsan

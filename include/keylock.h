@@ -5,21 +5,38 @@
  *   keylock_pool     one lock per distinct key, made on demand and recycled when released;
  *   keylock_striped  a fixed array of locks, each key hashed to one (fastest; keys can collide);
  *   keylock_rwlock   a reader-writer lock whose readers scale across cores.
+ * Pools and striped locks hold each key exclusively (one holder) or shared (many holders), with
+ * optional leases, owners (reentrant objects) and timeouts (keylock_lock_options), and are made
+ * in this process or in a shared scope by name (keylock_pool_open, keylock_striped_open).
+ *
+ * Acquisitions: every acquire fills a keylock_acquisition in the caller's memory (its fence,
+ * mode and owner_died are public) and every release takes one and ends exactly that hold, so a
+ * stale record (force-unlocked, lease run out, released already) can never release a later
+ * holder: its release reports KEYLOCK_NOT_OWNER or KEYLOCK_LEASE_EXPIRED. A fence rises with
+ * every exclusive acquisition of a key; pass it to the resource the lock protects, which
+ * rejects anything older than the newest it has seen (a lease alone cannot stop a holder that
+ * stalled past it). Do not duplicate a held record (see keylock_acquisition).
  *
  * Conventions, for every function below:
- *   - Handles come from a `_new` function and are freed by the matching `_free`; `_free(NULL)`
- *     does nothing. The caller owns a handle and must free it exactly once, after every thread
- *     is done with it. Every handle is safe to use from many threads at once.
+ *   - Handles come from a `_new` / `_open` function and are freed by the matching `_free`;
+ *     `_free(NULL)` does nothing. The caller owns a handle and must free it exactly once, after
+ *     every thread is done with it. Every handle is safe to use from many threads at once.
  *   - Calls that can fail return a keylock_result: KEYLOCK_OK (0) or an error code. Bad input
  *     (a NULL handle or output pointer, a NULL key with a nonzero length, n == 0 in a `_many`
- *     call, an unlock of what is not locked) gets an error code, never a crash. A Rust panic
+ *     call, a release of an empty record) gets an error code, never a crash. A Rust panic
  *     inside the library is caught and returned as KEYLOCK_PANIC.
  *   - Keys are byte strings: a pointer and a length. NULL with length 0 is the empty key. The
- *     library copies what it keeps; the caller's buffer is only read during the call. The
- *     Python and Node packages turn a text key into its UTF-8 bytes, so one text key names the
- *     same lock in every language (a pool or striped lock is, however, one process's object).
- *   - A lock taken by one thread may be released by any thread; locks are not recursive.
- *   - Timeouts are milliseconds as uint64_t; any value is safe (none overflows).
+ *     library copies what it keeps; the caller's buffer is only read during the call. Every
+ *     front end encodes keys alike: UTF-8 text is its bytes, and keylock_key_from_utf16 and
+ *     keylock_key_from_i64 give the bytes of UTF-16 text and of integers, as the Python and
+ *     Node packages do, so one key names the same lock in every language (a pool or striped
+ *     lock in this process is, however, this process's object).
+ *   - Any thread may release an acquisition. Locks are not recursive, except in a reentrant
+ *     object for acquires that name the holder's owner.
+ *   - Timeouts and leases are nanoseconds as uint64_t; any value is safe (none overflows).
+ *     timeout_ns: KEYLOCK_WAIT_FOREVER (UINT64_MAX) waits as long as it takes, KEYLOCK_NO_WAIT
+ *     (0) does not wait (KEYLOCK_WOULD_BLOCK), anything else is a limit (KEYLOCK_TIMEOUT).
+ *   - Options structs are read during the call only; NULL means the defaults.
  *   - Strings returned (keylock_result_str, keylock_version) are static: never free them.
  *
  * Link with `pkg-config --cflags --libs keylock` (libkeylock.so, SONAME libkeylock.so.MAJOR), or
@@ -48,40 +65,73 @@
 #define KEYLOCK_INT_KEY_LEN 8
 
 /**
+ * `timeout_ns` value: wait as long as it takes.
+ */
+#define KEYLOCK_WAIT_FOREVER UINT64_MAX
+
+/**
+ * `timeout_ns` value: do not wait; a held key is `KEYLOCK_WOULD_BLOCK`.
+ */
+#define KEYLOCK_NO_WAIT 0
+
+/**
+ * `lease_remaining_ns` value (`keylock_lock_info`, `keylock_acquisition_lease_remaining`): no
+ * lease.
+ */
+#define KEYLOCK_NO_LEASE UINT64_MAX
+
+/**
+ * The 64-bit words of private storage in a `keylock_acquisition` (part of the ABI: the
+ * struct is 128 bytes).
+ */
+#define KEYLOCK_ACQUISITION_STORAGE_WORDS 12
+
+/**
  * The most stripes `keylock_striped_new` accepts.
  */
 #define KEYLOCK_MAX_STRIPES (1 << 20)
 
 /**
+ * The stripes `keylock_striped_open` makes when `keylock_open_options.stripes` is 0.
+ */
+#define KEYLOCK_DEFAULT_STRIPES 1024
+
+/**
  * A pool of per-key locks: each distinct key (a byte string) has its own lock, made when first
- * locked and recycled when released, so memory follows the number of keys held, not the number
- * of keys ever seen. Two different keys never block each other.
+ * locked and recycled when released, so memory follows the number of keys held or awaited,
+ * not the number of keys ever seen. Two different keys never block each other. Every key can
+ * be held exclusively (one holder) or shared (many holders, no exclusive one).
  *
- * Create with `keylock_pool_new`, destroy with `keylock_pool_free`. Safe to use from many
- * threads at once. A key locked by one thread may be unlocked by any thread.
+ * Create with `keylock_pool_new` or `keylock_pool_open`, destroy with `keylock_pool_free`.
+ * Safe to use from many threads at once. Every acquire fills a `keylock_acquisition`; release
+ * it with `keylock_pool_release` (from any thread).
  */
 typedef struct keylock_pool keylock_pool;
 
 /**
  * A reader-writer lock built for read-mostly work: readers on different cores do not contend
  * with each other, and a waiting writer keeps new readers out so it cannot starve. It guards no
- * data of its own; the caller decides what it protects.
+ * data of its own; the caller decides what it protects. Each write acquisition has a fence,
+ * greater than every earlier writer's.
  *
  * Create with `keylock_rwlock_new`, destroy with `keylock_rwlock_free`. Safe to use from many
- * threads at once. A lock taken by one thread may be released by any thread. Not recursive: a
- * thread that holds a read lock and asks for another while a writer waits can deadlock.
+ * threads at once. Every acquire fills a `keylock_acquisition`; release it with
+ * `keylock_rwlock_release` (from any thread). Not recursive: a thread that holds a read lock
+ * and asks for another while a writer waits can deadlock.
  */
 typedef struct keylock_rwlock keylock_rwlock;
 
 /**
  * A striped lock: a fixed number of locks ("stripes"), each key (a byte string) hashed to one.
  * The fastest per-key lock and fixed in size, at the price that two keys hashed to the same
- * stripe block each other. Every operation below is on the key's stripe: so a thread must not
- * lock a second key while it holds one (the two may share a stripe and deadlock); it locks
- * several keys with `keylock_striped_lock_many`.
+ * stripe block each other. Every operation below is on the key's stripe: a thread must not
+ * lock a second key while it holds one (the two may share a stripe and deadlock), but lock
+ * several keys together with `keylock_striped_lock_many`. Stripes have the pool's modes,
+ * fences, leases and owners: "the key" below means the key's stripe.
  *
- * Create with `keylock_striped_new`, destroy with `keylock_striped_free`. Safe to use from many
- * threads at once. A key locked by one thread may be unlocked by any thread.
+ * Create with `keylock_striped_new` or `keylock_striped_open`, destroy with
+ * `keylock_striped_free`. Safe to use from many threads at once. Every acquire fills a
+ * `keylock_acquisition`; release it with `keylock_striped_release` (from any thread).
  */
 typedef struct keylock_striped keylock_striped;
 
@@ -94,22 +144,192 @@ typedef struct keylock_striped keylock_striped;
 typedef uint32_t keylock_result;
 
 /**
+ * How an acquisition holds its key: `KEYLOCK_EXCLUSIVE` (one holder) or `KEYLOCK_SHARED` (any
+ * number of shared holders, and no exclusive one). A fixed-width integer, like
+ * `keylock_result`; any other value is refused with `KEYLOCK_INVALID_ARGUMENT`.
+ */
+typedef uint32_t keylock_mode;
+
+/**
+ * The record of one acquisition, which the caller keeps (on its stack, or in its own structs)
+ * from the acquire to the release. Every acquire writes it in full; release it with the
+ * matching `_release` call, which releases this acquisition and nothing else.
+ *
+ * - Read `fence`, `mode` and `owner_died`; never write the `_private` fields. (Changing the
+ *   public ones changes nothing: they are a copy.)
+ * - Do not duplicate a held acquisition: a byte copy (assignment, `memcpy`) may stand in for
+ *   the original only if the original is never passed to keylock again, as when moving it.
+ * - Calls on one struct must not overlap (it is not synchronised); different structs are
+ *   independent, and a struct may be released by any thread.
+ * - `KEYLOCK_ACQUISITION_INIT` (all zeros) is an empty record: releasing it reports
+ *   `KEYLOCK_NOT_LOCKED`. A failed acquire leaves its output empty too.
+ * - After a release (successful or refused as stale) the struct is marked released: releasing
+ *   it again reports `KEYLOCK_NOT_OWNER` and touches no lock. The public fields keep their
+ *   values.
+ * - A pool or striped acquisition holds no memory: one never released leaves its key held
+ *   (until `_force_unlock`) and nothing else. An RwLock acquisition holds a reference to the
+ *   lock's memory until it is released.
+ */
+typedef struct keylock_acquisition {
+    /**
+     * The fencing token: strictly greater than the fence of every earlier exclusive
+     * acquisition of the same key (or stripe, or RwLock writer) in the same lock object, even
+     * after the key's memory was recycled, a force-unlock, or a lease ran out. Shared holders
+     * read the fence of the last exclusive acquisition; a reentrant re-acquire keeps the
+     * holder's fence; an RwLock read acquisition has fence 0. Pass it to the resource the lock
+     * protects, which rejects anything older than the newest it has seen.
+     */
+    uint64_t fence;
+    /**
+     * `KEYLOCK_EXCLUSIVE` or `KEYLOCK_SHARED`.
+     */
+    keylock_mode mode;
+    /**
+     * Whether the previous holder died holding the lock, so the data it protected may be
+     * half-changed (scopes shared between processes only; always false in one process).
+     */
+    bool owner_died;
+    /**
+     * Private: what the struct holds. Never read or write it.
+     */
+    uint64_t _private_state;
+    /**
+     * Private: which lock object the record belongs to. Never read or write it.
+     */
+    uint64_t _private_lock;
+    /**
+     * Private: the library's record of the hold. Never read or write it.
+     */
+    uint64_t _private_storage[KEYLOCK_ACQUISITION_STORAGE_WORDS];
+} keylock_acquisition;
+
+/**
+ * How `keylock_pool_open` and `keylock_striped_open` make a lock object. Zero-initialise it
+ * (`keylock_open_options o = {0};`) for the defaults, or pass NULL.
+ */
+typedef struct keylock_open_options {
+    /**
+     * `keylock_striped_open`: the number of stripes, rounded up to a power of two (0: 1024).
+     * `keylock_pool_open`: must be 0.
+     */
+    size_t stripes;
+    /**
+     * Scopes of fixed size (shared memory): the most keys held or awaited at once (0: the
+     * scope's default). Must be 0 for `local:`.
+     */
+    size_t capacity;
+    /**
+     * Scopes that create a file (shared memory): its permission bits, e.g. 0600 (0: the
+     * scope's default). Must be 0 for `local:`.
+     */
+    uint32_t permissions;
+    /**
+     * Reentrant: exclusive acquires by the owner that holds the key raise a hold count (see
+     * `keylock_lock_options.owner`), up to 65536 holds, past which an acquire fails with
+     * `KEYLOCK_REENTRANCY_LIMIT`.
+     */
+    bool reentrant;
+    /**
+     * Strict FIFO per key: every release hands the lock to the longest waiter (the Web Locks
+     * order). The default lets a running thread take a just-released lock first, which is
+     * faster, and still hands it to a waiter that has waited 0.5 ms.
+     */
+    bool fifo;
+} keylock_open_options;
+
+/**
+ * What an acquire asks for beyond the key. Start from `KEYLOCK_LOCK_OPTIONS_INIT` (exclusive,
+ * no lease, no owner, wait forever) and change the fields you need, e.g.
+ * `keylock_lock_options o = KEYLOCK_LOCK_OPTIONS_INIT; o.mode = KEYLOCK_SHARED;`.
+ *
+ * Note that an all-zero struct means "do not wait" (`timeout_ns == KEYLOCK_NO_WAIT`): a try.
+ * The library only reads the struct during the call.
+ */
+typedef struct keylock_lock_options {
+    /**
+     * `KEYLOCK_EXCLUSIVE` or `KEYLOCK_SHARED`. Ignored by the `_many` calls, whose `modes`
+     * array gives one mode per key.
+     */
+    keylock_mode mode;
+    /**
+     * A lease in nanoseconds, 0 for none. When it runs out the acquisition ends by itself: the
+     * key is free for the next acquirer (whose fence is higher) and the holder's release
+     * reports `KEYLOCK_LEASE_EXPIRED`. Any value is safe.
+     */
+    uint64_t lease_ns;
+    /**
+     * The owner, for a reentrant lock object (`keylock_open_options.reentrant`): an exclusive
+     * acquire by the owner that holds the key exclusively succeeds at once, keeps the fence and
+     * raises the hold count. 0 means no owner. Ignored by lock objects that are not reentrant.
+     */
+    uint64_t owner;
+    /**
+     * How long to wait, in nanoseconds: `KEYLOCK_WAIT_FOREVER` (`UINT64_MAX`) waits as long as
+     * it takes; `KEYLOCK_NO_WAIT` (0) does not wait (`KEYLOCK_WOULD_BLOCK` if held); any other
+     * value waits at most that long (`KEYLOCK_TIMEOUT` when it runs out).
+     */
+    uint64_t timeout_ns;
+} keylock_lock_options;
+
+/**
+ * Who holds a key and how: what `keylock_pool_info` and `keylock_striped_info` report. A
+ * snapshot, which other threads may change at once; for diagnostics and tests.
+ */
+typedef struct keylock_lock_info {
+    /**
+     * The current fence: the exclusive holder's, or the one shared holders read.
+     */
+    uint64_t fence;
+    /**
+     * The exclusive holder's owner, 0 for none.
+     */
+    uint64_t owner;
+    /**
+     * Nanoseconds left on the earliest lease among the holders; `KEYLOCK_NO_LEASE` when no
+     * holder has a lease.
+     */
+    uint64_t lease_remaining_ns;
+    /**
+     * Requests waiting for the key.
+     */
+    size_t waiters;
+    /**
+     * How the key is held.
+     */
+    keylock_mode mode;
+    /**
+     * Holders now: 1 for an exclusive holder, the count of shared ones.
+     */
+    uint32_t holders;
+    /**
+     * The exclusive holder's hold count (above 1 only for reentrant acquisitions).
+     */
+    uint32_t holds;
+    /**
+     * Whether the key is held at all; when false, every other field is 0.
+     */
+    bool held;
+} keylock_lock_info;
+
+/**
  * Success.
  */
 #define KEYLOCK_OK 0
 
 /**
- * A `_try_` call found the lock held (by another thread, or by the caller itself).
+ * A `_try_` call (or a timeout of 0) found the lock held, by another holder or by the
+ * caller itself.
  */
 #define KEYLOCK_WOULD_BLOCK 1
 
 /**
- * A `_timeout` call waited the whole timeout without getting the lock.
+ * A `_timeout` call (or `timeout_ns`) waited the whole timeout without the lock.
  */
 #define KEYLOCK_TIMEOUT 2
 
 /**
- * An unlock of a key (or lock) that is not locked.
+ * A release (or extend) of an empty acquisition record: never filled, or the output of a
+ * failed acquire.
  */
 #define KEYLOCK_NOT_LOCKED 3
 
@@ -121,7 +341,8 @@ typedef uint32_t keylock_result;
 
 /**
  * An argument was out of range or malformed: `n == 0` in a `_many` call, a length over
- * `PTRDIFF_MAX`, or text that is not a key (`keylock_key_from_utf16`).
+ * `PTRDIFF_MAX`, an unknown mode or lock name, an acquisition record of another lock
+ * object, or text that is not a key (`keylock_key_from_utf16`).
  */
 #define KEYLOCK_INVALID_ARGUMENT 5
 
@@ -130,6 +351,54 @@ typedef uint32_t keylock_result;
  * call did nothing that the caller must undo; please report it as a bug.
  */
 #define KEYLOCK_PANIC 6
+
+/**
+ * A release, extend or check of an acquisition that is no longer the lock's current one
+ * (force-unlocked), or a second release of the same record. Nothing changed.
+ */
+#define KEYLOCK_NOT_OWNER 7
+
+/**
+ * A release or extend of an acquisition whose lease ran out: the lock freed itself, and
+ * may have had other holders since. Nothing changed.
+ */
+#define KEYLOCK_LEASE_EXPIRED 8
+
+/**
+ * A reentrant acquire by an owner that already holds the key the most times allowed
+ * (65536).
+ */
+#define KEYLOCK_REENTRANCY_LIMIT 9
+
+/**
+ * The lock table is full.
+ */
+#define KEYLOCK_CAPACITY_EXCEEDED 10
+
+/**
+ * The lock object does not match this build.
+ */
+#define KEYLOCK_INCOMPATIBLE 11
+
+/**
+ * Permission denied.
+ */
+#define KEYLOCK_PERMISSION_DENIED 12
+
+/**
+ * The lock object could not be reached.
+ */
+#define KEYLOCK_UNAVAILABLE 13
+
+/**
+ * `keylock_mode`: one holder at a time.
+ */
+#define KEYLOCK_EXCLUSIVE 0
+
+/**
+ * `keylock_mode`: any number of holders together, and no exclusive one.
+ */
+#define KEYLOCK_SHARED 1
 
 #ifdef __cplusplus
 extern "C" {
@@ -197,301 +466,764 @@ keylock_result keylock_key_from_utf16(const uint16_t *units,
 keylock_result keylock_key_from_i64(int64_t value, uint8_t *out);
 
 /**
- * Creates an empty pool.
+ * Whether `acquisition` holds an acquisition that has not been released through it: true
+ * from a successful acquire until its release call (even if the lock was force-unlocked or
+ * its lease ran out meanwhile: ask `_is_current` for that). False for NULL, an empty record
+ * and a released one.
+ *
+ * # Safety
+ * `acquisition` is NULL or points to a readable `keylock_acquisition`.
+ */
+bool keylock_acquisition_is_held(const struct keylock_acquisition *acquisition);
+
+/**
+ * Stores in `*out_ns` the nanoseconds left on the lease of `acquisition` (0 once it has run
+ * out), or `KEYLOCK_NO_LEASE` for an acquisition without a lease. The record's own figure
+ * (as last set by the acquire or `_extend`); whether the acquisition is still current is
+ * `_is_current`'s question.
+ *
+ * Returns:
+ * - `KEYLOCK_OK`: `*out_ns` is set.
+ * - `KEYLOCK_NOT_LOCKED`: the record is empty (never filled, or a failed acquire's).
+ * - `KEYLOCK_NOT_OWNER`: the record was released.
+ * - `KEYLOCK_NULL_ARGUMENT`: `acquisition` or `out_ns` is NULL.
+ * - `KEYLOCK_INVALID_ARGUMENT`: the struct is not an acquisition record.
+ * - `KEYLOCK_PANIC`: internal error.
+ *
+ * # Safety
+ * `acquisition` is NULL or points to a readable `keylock_acquisition`; `out_ns` is NULL or
+ * points to a writable `uint64_t`.
+ */
+keylock_result keylock_acquisition_lease_remaining(const struct keylock_acquisition *acquisition,
+                                                   uint64_t *out_ns);
+
+/**
+ * Creates an empty pool in this process (as `keylock_pool_open("local:", NULL, &pool)`).
  *
  * Returns a handle that the caller owns and frees with `keylock_pool_free`, or NULL on an
  * internal error (`KEYLOCK_PANIC`'s case).
  */
-keylock_pool *keylock_pool_new(void);
+struct keylock_pool *keylock_pool_new(void);
+
+/**
+ * Opens the pool that `name` names, with `options` (NULL: the defaults), and stores its handle
+ * in `*out`. `name` picks the scope: `"local:"` (or `""`) a new pool in this process;
+ * `"shm:NAME"` a pool in shared memory, the same for every process that opens the name;
+ * `"redis://HOST:PORT/DB"` a pool in Redis. (The last two exist in builds with the
+ * library's `shm` and `redis` features; others refuse them with `KEYLOCK_INVALID_ARGUMENT`.)
+ * Reentrant and strict-FIFO pools are made here (`keylock_open_options`).
+ *
+ * Returns:
+ * - `KEYLOCK_OK`: `*out` is a handle that the caller owns and frees with `keylock_pool_free`.
+ * - `KEYLOCK_INVALID_ARGUMENT`: an unknown or malformed name (or one that is not UTF-8), a
+ *   scope this build lacks, `options->stripes` not 0, or `capacity` / `permissions` for a
+ *   scope without them.
+ * - `KEYLOCK_INCOMPATIBLE`, `KEYLOCK_PERMISSION_DENIED`, `KEYLOCK_UNAVAILABLE`,
+ *   `KEYLOCK_CAPACITY_EXCEEDED`: a shared scope's object is of another layout, not ours to
+ *   open, unreachable, or cannot be made that large.
+ * - `KEYLOCK_NULL_ARGUMENT`: `name` or `out` is NULL.
+ * - `KEYLOCK_PANIC`: internal error.
+ *
+ * On any failure `*out` is set to NULL (when `out` is not NULL).
+ *
+ * # Safety
+ * `name` is NULL or a NUL-terminated string; `options` is NULL or points to a readable
+ * `keylock_open_options`; `out` is NULL or points to a writable `keylock_pool *`.
+ */
+keylock_result keylock_pool_open(const char *name,
+                                 const struct keylock_open_options *options,
+                                 struct keylock_pool **out);
 
 /**
  * Frees `pool`. `keylock_pool_free(NULL)` does nothing.
  *
- * No thread may use or wait on the pool during or after this call. Keys still locked are
- * simply dropped with it.
+ * No thread may use or wait on the pool during or after this call. Keys still held are simply
+ * dropped with it; their acquisition records must not be passed to keylock afterwards.
  *
  * # Safety
- * `pool` is NULL or a handle from `keylock_pool_new` not freed before.
+ * `pool` is NULL or a handle from `keylock_pool_new` / `keylock_pool_open` not freed before.
  */
-void keylock_pool_free(keylock_pool *pool);
+void keylock_pool_free(struct keylock_pool *pool);
 
 /**
- * Locks `key`, waiting as long as it takes. Keys are bytes: `key` points to `len` bytes, and
- * NULL with `len == 0` is the empty key. The key is copied; the caller keeps its buffer.
+ * Locks `key` exclusively, waiting as long as it takes, and writes the acquisition to `*out`.
+ * Keys are bytes: `key` points to `len` bytes, and NULL with `len == 0` is the empty key. The
+ * key is copied; the caller keeps its buffer.
  *
- * Locking a key the calling thread already holds waits forever (the lock is not recursive).
+ * Locking a key the caller already holds waits forever, unless the pool is reentrant and the
+ * acquire names the holder's owner (`keylock_pool_lock_with`).
  *
  * Returns:
- * - `KEYLOCK_OK`: locked; release with `keylock_pool_unlock`.
- * - `KEYLOCK_NULL_ARGUMENT`: `pool` is NULL, or `key` is NULL with `len > 0`.
+ * - `KEYLOCK_OK`: held; `*out` is the acquisition, to release with `keylock_pool_release`.
+ * - `KEYLOCK_NULL_ARGUMENT`: `pool` or `out` is NULL, or `key` is NULL with `len > 0`.
  * - `KEYLOCK_INVALID_ARGUMENT`: `len` is over `PTRDIFF_MAX`.
- * - `KEYLOCK_PANIC`: internal error; nothing was locked.
+ * - `KEYLOCK_CAPACITY_EXCEEDED`, `KEYLOCK_UNAVAILABLE`: (shared scopes) the lock table is
+ *   full, or the scope could not be reached.
+ * - `KEYLOCK_PANIC`: internal error.
+ *
+ * On any failure nothing is held and `*out` is left empty (when `out` is not NULL).
  *
  * # Safety
- * `pool` is NULL or a live handle; `key` is NULL or points to `len` readable bytes.
+ * `pool` is NULL or a live handle; `key` is NULL or points to `len` readable bytes; `out` is
+ * NULL or points to a writable `keylock_acquisition` that no other call uses meanwhile.
  */
-keylock_result keylock_pool_lock(keylock_pool *pool, const uint8_t *key, size_t len);
+keylock_result keylock_pool_lock(struct keylock_pool *pool,
+                                 const uint8_t *key,
+                                 size_t len,
+                                 struct keylock_acquisition *out);
 
 /**
- * Locks `key` if no one holds it, without waiting. Arguments as `keylock_pool_lock`.
+ * Locks `key` exclusively if it is free, without waiting. Arguments as `keylock_pool_lock`.
  *
- * Returns:
- * - `KEYLOCK_OK`: locked; release with `keylock_pool_unlock`.
- * - `KEYLOCK_WOULD_BLOCK`: the key is held (by any thread, the caller included).
- * - `KEYLOCK_NULL_ARGUMENT`: `pool` is NULL, or `key` is NULL with `len > 0`.
- * - `KEYLOCK_INVALID_ARGUMENT`: `len` is over `PTRDIFF_MAX`.
- * - `KEYLOCK_PANIC`: internal error; nothing was locked.
+ * Returns what `keylock_pool_lock` returns, and:
+ * - `KEYLOCK_WOULD_BLOCK`: the key is held (by anyone, the caller included), or others wait
+ *   for it; nothing is held and `*out` is empty.
  *
  * # Safety
  * As `keylock_pool_lock`.
  */
-keylock_result keylock_pool_try_lock(keylock_pool *pool, const uint8_t *key, size_t len);
+keylock_result keylock_pool_try_lock(struct keylock_pool *pool,
+                                     const uint8_t *key,
+                                     size_t len,
+                                     struct keylock_acquisition *out);
 
 /**
- * Locks `key`, waiting at most `timeout_ms` milliseconds. Arguments as `keylock_pool_lock`.
- * A timeout of 0 tries once. Any value is safe: one too large for the clock to represent
- * (`UINT64_MAX`, say) waits without limit.
+ * Locks `key` exclusively, waiting at most `timeout_ns` nanoseconds. Arguments as
+ * `keylock_pool_lock`; `timeout_ns` as `keylock_lock_options.timeout_ns`: `KEYLOCK_NO_WAIT`
+ * (0) does not wait, `KEYLOCK_WAIT_FOREVER` (`UINT64_MAX`) waits as long as it takes.
  *
- * Returns:
- * - `KEYLOCK_OK`: locked; release with `keylock_pool_unlock`.
- * - `KEYLOCK_TIMEOUT`: the timeout passed first; nothing was locked.
- * - `KEYLOCK_NULL_ARGUMENT`: `pool` is NULL, or `key` is NULL with `len > 0`.
- * - `KEYLOCK_INVALID_ARGUMENT`: `len` is over `PTRDIFF_MAX`.
- * - `KEYLOCK_PANIC`: internal error; nothing was locked.
+ * Returns what `keylock_pool_lock` returns, and:
+ * - `KEYLOCK_TIMEOUT`: the timeout passed first; nothing is held and `*out` is empty.
+ * - `KEYLOCK_WOULD_BLOCK`: `timeout_ns` was 0 and the key is held.
  *
  * # Safety
  * As `keylock_pool_lock`.
  */
-keylock_result keylock_pool_lock_timeout(keylock_pool *pool,
+keylock_result keylock_pool_lock_timeout(struct keylock_pool *pool,
                                          const uint8_t *key,
                                          size_t len,
-                                         uint64_t timeout_ms);
+                                         uint64_t timeout_ns,
+                                         struct keylock_acquisition *out);
 
 /**
- * Unlocks `key`, which any thread may have locked.
+ * Locks `key` in shared mode, together with any other shared holders, waiting as long as no
+ * exclusive holder or earlier exclusive request is in the way (FIFO per key: a shared request
+ * behind a waiting exclusive one waits for it). The acquisition's fence is the key's current
+ * one. Arguments and results as `keylock_pool_lock`.
+ *
+ * # Safety
+ * As `keylock_pool_lock`.
+ */
+keylock_result keylock_pool_lock_shared(struct keylock_pool *pool,
+                                        const uint8_t *key,
+                                        size_t len,
+                                        struct keylock_acquisition *out);
+
+/**
+ * Locks `key` in shared mode if nothing is in the way, without waiting. Arguments and results
+ * as `keylock_pool_try_lock`.
+ *
+ * # Safety
+ * As `keylock_pool_lock`.
+ */
+keylock_result keylock_pool_try_lock_shared(struct keylock_pool *pool,
+                                            const uint8_t *key,
+                                            size_t len,
+                                            struct keylock_acquisition *out);
+
+/**
+ * Locks `key` in shared mode, waiting at most `timeout_ns` nanoseconds. Arguments and results
+ * as `keylock_pool_lock_timeout`.
+ *
+ * # Safety
+ * As `keylock_pool_lock`.
+ */
+keylock_result keylock_pool_lock_shared_timeout(struct keylock_pool *pool,
+                                                const uint8_t *key,
+                                                size_t len,
+                                                uint64_t timeout_ns,
+                                                struct keylock_acquisition *out);
+
+/**
+ * Locks `key` as `options` says: mode, lease, owner and how long to wait (NULL: exclusive,
+ * no lease, no owner, wait forever). Other arguments as `keylock_pool_lock`.
+ *
+ * Returns what `keylock_pool_lock` returns, and:
+ * - `KEYLOCK_WOULD_BLOCK` / `KEYLOCK_TIMEOUT`: as `keylock_pool_lock_timeout`.
+ * - `KEYLOCK_REENTRANCY_LIMIT`: a reentrant acquire by an owner that already holds the key
+ *   65536 times.
+ * - `KEYLOCK_INVALID_ARGUMENT`: also an unknown `options->mode`.
+ *
+ * # Safety
+ * As `keylock_pool_lock`, and `options` is NULL or points to a readable
+ * `keylock_lock_options`.
+ */
+keylock_result keylock_pool_lock_with(struct keylock_pool *pool,
+                                      const uint8_t *key,
+                                      size_t len,
+                                      const struct keylock_lock_options *options,
+                                      struct keylock_acquisition *out);
+
+/**
+ * Locks `n` keys exclusively, all together, waiting as long as it takes: `keys[i]` points to
+ * `lens[i]` bytes. The keys are taken in one global order, so two threads locking overlapping
+ * sets in any order cannot deadlock. A key listed twice is locked once.
+ *
+ * `out` has room for `n` records; the acquisitions go to `out[0..*count]`, one per distinct
+ * key, in the order of the keys' first occurrence (with distinct keys, `out[i]` is `keys[i]`'s,
+ * so its fence is that key's), and the rest of `out` is left empty. Release them with
+ * `keylock_pool_release_many(pool, out, *count)` (or one by one).
  *
  * Returns:
- * - `KEYLOCK_OK`: unlocked; the next waiter, if any, gets it.
- * - `KEYLOCK_NOT_LOCKED`: the key is not locked; nothing changed.
- * - `KEYLOCK_NULL_ARGUMENT`: `pool` is NULL, or `key` is NULL with `len > 0`.
- * - `KEYLOCK_INVALID_ARGUMENT`: `len` is over `PTRDIFF_MAX`.
+ * - `KEYLOCK_OK`: every key is held.
+ * - `KEYLOCK_NULL_ARGUMENT`: `pool`, `keys`, `lens`, `out` or `count` is NULL, or some
+ *   `keys[i]` is NULL with `lens[i] > 0`.
+ * - `KEYLOCK_INVALID_ARGUMENT`: `n == 0`, or a length over `PTRDIFF_MAX`.
+ * - `KEYLOCK_CAPACITY_EXCEEDED`, `KEYLOCK_UNAVAILABLE`: as `keylock_pool_lock`.
+ * - `KEYLOCK_PANIC`: internal error.
+ *
+ * On any failure no key is held, every record of `out` is empty and `*count` is 0 (for the
+ * pointers that are not NULL).
+ *
+ * # Safety
+ * `pool` is NULL or a live handle; `keys` and `lens` are NULL or point to `n` readable
+ * elements, each `keys[i]` NULL or pointing to `lens[i]` readable bytes; `out` is NULL or
+ * points to `n` writable records; `count` is NULL or points to a writable `size_t`.
+ */
+keylock_result keylock_pool_lock_many(struct keylock_pool *pool,
+                                      const uint8_t *const *keys,
+                                      const size_t *lens,
+                                      size_t n,
+                                      struct keylock_acquisition *out,
+                                      size_t *count);
+
+/**
+ * Like `keylock_pool_lock_many`, with a mode per key (`modes[i]` for `keys[i]`; NULL: every key
+ * in `options->mode`) and `options` for the lease, owner and wait, which apply to every key
+ * (NULL: no lease, no owner, wait forever). A key listed twice in different modes is held in
+ * the stronger (exclusive). All or nothing: with a timeout, either every key is held or none.
+ *
+ * Returns what `keylock_pool_lock_many` returns, and `KEYLOCK_WOULD_BLOCK` /
+ * `KEYLOCK_TIMEOUT` / `KEYLOCK_REENTRANCY_LIMIT` as `keylock_pool_lock_with`, and
+ * `KEYLOCK_INVALID_ARGUMENT` for an unknown mode.
+ *
+ * # Safety
+ * As `keylock_pool_lock_many`; `modes` is NULL or points to `n` readable elements, `options`
+ * NULL or readable.
+ */
+keylock_result keylock_pool_lock_many_with(struct keylock_pool *pool,
+                                           const uint8_t *const *keys,
+                                           const size_t *lens,
+                                           const keylock_mode *modes,
+                                           size_t n,
+                                           const struct keylock_lock_options *options,
+                                           struct keylock_acquisition *out,
+                                           size_t *count);
+
+/**
+ * Releases the acquisition in `*acquisition`, and only it: if the key was force-unlocked or
+ * the lease ran out meanwhile, whoever holds the key now keeps it. Any thread may release. The
+ * record is marked released in every case but `KEYLOCK_NULL_ARGUMENT` and
+ * `KEYLOCK_INVALID_ARGUMENT`, so that it cannot be released twice.
+ *
+ * Returns:
+ * - `KEYLOCK_OK`: released; the next waiter, if any, gets the key.
+ * - `KEYLOCK_NOT_OWNER`: the acquisition was no longer current (force-unlocked), or the
+ *   record was released before; nothing changed.
+ * - `KEYLOCK_LEASE_EXPIRED`: its lease had run out; nothing changed.
+ * - `KEYLOCK_NOT_LOCKED`: the record is empty (never filled, or a failed acquire's output).
+ * - `KEYLOCK_NULL_ARGUMENT`: `pool` or `acquisition` is NULL.
+ * - `KEYLOCK_INVALID_ARGUMENT`: the record belongs to another lock object, or the struct is
+ *   not an acquisition record.
+ * - `KEYLOCK_UNAVAILABLE`: (shared scopes) the scope could not be reached.
  * - `KEYLOCK_PANIC`: internal error.
  *
  * # Safety
- * As `keylock_pool_lock`.
+ * `pool` is NULL or a live handle; `acquisition` is NULL or points to a record that no other
+ * call uses meanwhile.
  */
-keylock_result keylock_pool_unlock(keylock_pool *pool, const uint8_t *key, size_t len);
+keylock_result keylock_pool_release(struct keylock_pool *pool,
+                                    struct keylock_acquisition *acquisition);
 
 /**
- * Stores in `*out` whether `key` is locked right now (a snapshot, which other threads may
- * change at once; for tests and diagnostics, not for deciding whether to lock).
+ * Releases `acquisitions[0..n]` (e.g. what `keylock_pool_lock_many` filled), each as
+ * `keylock_pool_release` does; every one is released or refused, whatever the others give.
+ *
+ * Returns `KEYLOCK_OK` when every release succeeded, else the first failure's code (as
+ * `keylock_pool_release`); `KEYLOCK_INVALID_ARGUMENT` for `n == 0` or over `PTRDIFF_MAX`
+ * bytes; `KEYLOCK_NULL_ARGUMENT` for a NULL `pool` or `acquisitions`.
+ *
+ * # Safety
+ * `pool` is NULL or a live handle; `acquisitions` is NULL or points to `n` records that no
+ * other call uses meanwhile.
+ */
+keylock_result keylock_pool_release_many(struct keylock_pool *pool,
+                                         struct keylock_acquisition *acquisitions,
+                                         size_t n);
+
+/**
+ * Moves the end of the lease of `*acquisition` to `lease_ns` nanoseconds from now (and updates
+ * the record), while it is still current.
+ *
+ * Returns:
+ * - `KEYLOCK_OK`: extended.
+ * - `KEYLOCK_LEASE_EXPIRED`: the lease had already run out; nothing changed.
+ * - `KEYLOCK_NOT_OWNER`: force-unlocked, or the record was released.
+ * - `KEYLOCK_NOT_LOCKED`: the record is empty.
+ * - `KEYLOCK_INVALID_ARGUMENT`: the acquisition has no lease, belongs to another lock object,
+ *   or the struct is not an acquisition record.
+ * - `KEYLOCK_NULL_ARGUMENT`: `pool` or `acquisition` is NULL.
+ * - `KEYLOCK_UNAVAILABLE`: (shared scopes) the scope could not be reached.
+ * - `KEYLOCK_PANIC`: internal error.
+ *
+ * # Safety
+ * As `keylock_pool_release`.
+ */
+keylock_result keylock_pool_extend(struct keylock_pool *pool,
+                                   struct keylock_acquisition *acquisition,
+                                   uint64_t lease_ns);
+
+/**
+ * Stores in `*out` whether `*acquisition` is still the key's current acquisition: not
+ * released, not force-unlocked, its lease (if any) not run out. An empty or released record
+ * is not current.
+ *
+ * Returns:
+ * - `KEYLOCK_OK`: `*out` is set.
+ * - `KEYLOCK_NULL_ARGUMENT`: `pool`, `acquisition` or `out` is NULL.
+ * - `KEYLOCK_INVALID_ARGUMENT`: the record belongs to another lock object, or the struct is
+ *   not an acquisition record.
+ * - `KEYLOCK_UNAVAILABLE`: (shared scopes) the scope could not be reached.
+ * - `KEYLOCK_PANIC`: internal error.
+ *
+ * # Safety
+ * `pool` is NULL or a live handle; `acquisition` is NULL or readable; `out` is NULL or points
+ * to a writable `bool`.
+ */
+keylock_result keylock_pool_is_current(const struct keylock_pool *pool,
+                                       const struct keylock_acquisition *acquisition,
+                                       bool *out);
+
+/**
+ * Frees `key` whoever holds it, in either mode, and advances its fence: for a lock left behind
+ * by a holder that will never release it. The holders' records no longer release anything
+ * (their releases report `KEYLOCK_NOT_OWNER`), and the next acquirer's fence is higher than
+ * theirs. Stores in `*was_held` (unless it is NULL) whether the key was held.
+ *
+ * Returns:
+ * - `KEYLOCK_OK`: the key is free (or was).
+ * - `KEYLOCK_NULL_ARGUMENT`: `pool` is NULL, or `key` is NULL with `len > 0`.
+ * - `KEYLOCK_INVALID_ARGUMENT`: `len` is over `PTRDIFF_MAX`.
+ * - `KEYLOCK_UNAVAILABLE`: (shared scopes) the scope could not be reached.
+ * - `KEYLOCK_PANIC`: internal error.
+ *
+ * # Safety
+ * `pool` is NULL or a live handle; `key` is NULL or points to `len` readable bytes; `was_held`
+ * is NULL or points to a writable `bool`.
+ */
+keylock_result keylock_pool_force_unlock(struct keylock_pool *pool,
+                                         const uint8_t *key,
+                                         size_t len,
+                                         bool *was_held);
+
+/**
+ * Stores in `*out` whether `key` is held right now, in either mode (a snapshot, which other
+ * threads may change at once; for tests and diagnostics, not for deciding whether to lock).
  *
  * Returns:
  * - `KEYLOCK_OK`: `*out` is set.
  * - `KEYLOCK_NULL_ARGUMENT`: `pool` or `out` is NULL, or `key` is NULL with `len > 0`.
  * - `KEYLOCK_INVALID_ARGUMENT`: `len` is over `PTRDIFF_MAX`.
+ * - `KEYLOCK_UNAVAILABLE`: (shared scopes) the scope could not be reached.
  * - `KEYLOCK_PANIC`: internal error; `*out` is unchanged.
  *
  * # Safety
- * As `keylock_pool_lock`, and `out` is NULL or points to a writable `bool`.
+ * As `keylock_pool_force_unlock`, with `out` not optional.
  */
-keylock_result keylock_pool_is_locked(const keylock_pool *pool,
+keylock_result keylock_pool_is_locked(const struct keylock_pool *pool,
                                       const uint8_t *key,
                                       size_t len,
                                       bool *out);
 
 /**
- * Locks `n` keys together, waiting as long as it takes: `keys[i]` points to `lens[i]` bytes.
- * The keys are taken in one global order, so two threads locking overlapping sets in any order
- * cannot deadlock. A key listed twice is locked once. Release with `keylock_pool_unlock_many`
- * on the same set (or `keylock_pool_unlock` on each distinct key).
+ * Stores in `*out` who holds `key` and how: fence, mode, holders, hold count, owner, lease
+ * left and waiters (`out->held` is false, and every other field 0, when the key is free). A
+ * snapshot, as `keylock_pool_is_locked`.
  *
- * Returns:
- * - `KEYLOCK_OK`: every key is locked.
- * - `KEYLOCK_NULL_ARGUMENT`: `pool`, `keys` or `lens` is NULL, or some `keys[i]` is NULL with
- *   `lens[i] > 0`.
- * - `KEYLOCK_INVALID_ARGUMENT`: `n == 0` (checked first), or a length over `PTRDIFF_MAX`.
- * - `KEYLOCK_PANIC`: internal error; nothing was locked.
+ * Returns what `keylock_pool_is_locked` returns.
  *
  * # Safety
- * `pool` is NULL or a live handle; `keys` and `lens` are NULL or point to `n` readable
- * elements; each `keys[i]` is NULL or points to `lens[i]` readable bytes.
+ * As `keylock_pool_is_locked`, with `out` pointing to a writable `keylock_lock_info`.
  */
-keylock_result keylock_pool_lock_many(keylock_pool *pool,
-                                      const uint8_t *const *keys,
-                                      const size_t *lens,
-                                      size_t n);
+keylock_result keylock_pool_info(const struct keylock_pool *pool,
+                                 const uint8_t *key,
+                                 size_t len,
+                                 struct keylock_lock_info *out);
 
 /**
- * Unlocks `n` keys locked with `keylock_pool_lock_many` (or one by one). Every key is checked
- * first: if any is not locked, nothing is unlocked.
- *
- * Returns:
- * - `KEYLOCK_OK`: every key is unlocked.
- * - `KEYLOCK_NOT_LOCKED`: some key is not locked; nothing changed.
- * - `KEYLOCK_NULL_ARGUMENT`: `pool`, `keys` or `lens` is NULL, or some `keys[i]` is NULL with
- *   `lens[i] > 0`.
- * - `KEYLOCK_INVALID_ARGUMENT`: `n == 0` (checked first), or a length over `PTRDIFF_MAX`.
- * - `KEYLOCK_PANIC`: internal error.
- *
- * # Safety
- * As `keylock_pool_lock_many`.
- */
-keylock_result keylock_pool_unlock_many(keylock_pool *pool,
-                                        const uint8_t *const *keys,
-                                        const size_t *lens,
-                                        size_t n);
-
-/**
- * Creates a striped lock with `stripes` stripes, rounded up to a power of two. Each handle hashes
- * keys with its own random seed. A few times the number of threads is plenty; 1024 is a good
+ * Creates a striped lock in this process with `stripes` stripes, rounded up to a power of two
+ * (as `keylock_striped_open("local:", ...)`). Each handle hashes keys with its own random seed.
+ * A few times the number of threads is plenty; `KEYLOCK_DEFAULT_STRIPES` (1024) is a good
  * default.
  *
  * Returns a handle that the caller owns and frees with `keylock_striped_free`, or NULL when
  * `stripes` is 0 or over `KEYLOCK_MAX_STRIPES` (or on an internal error).
  */
-keylock_striped *keylock_striped_new(size_t stripes);
+struct keylock_striped *keylock_striped_new(size_t stripes);
+
+/**
+ * Opens the striped lock that `name` names, with `options` (NULL: the defaults), and stores
+ * its handle in `*out`. `name` picks the scope as for `keylock_pool_open`; `options->stripes`
+ * is the number of stripes (0: `KEYLOCK_DEFAULT_STRIPES`). Reentrant and strict-FIFO striped
+ * locks are made here.
+ *
+ * Returns:
+ * - `KEYLOCK_OK`: `*out` is a handle that the caller owns and frees with
+ *   `keylock_striped_free`.
+ * - `KEYLOCK_INVALID_ARGUMENT`: an unknown or malformed name (or one that is not UTF-8), a
+ *   scope this build lacks, more than `KEYLOCK_MAX_STRIPES` stripes, or `capacity` /
+ *   `permissions` for a scope without them.
+ * - `KEYLOCK_INCOMPATIBLE`, `KEYLOCK_PERMISSION_DENIED`, `KEYLOCK_UNAVAILABLE`,
+ *   `KEYLOCK_CAPACITY_EXCEEDED`: as `keylock_pool_open`.
+ * - `KEYLOCK_NULL_ARGUMENT`: `name` or `out` is NULL.
+ * - `KEYLOCK_PANIC`: internal error.
+ *
+ * On any failure `*out` is set to NULL (when `out` is not NULL).
+ *
+ * # Safety
+ * `name` is NULL or a NUL-terminated string; `options` is NULL or points to a readable
+ * `keylock_open_options`; `out` is NULL or points to a writable `keylock_striped *`.
+ */
+keylock_result keylock_striped_open(const char *name,
+                                    const struct keylock_open_options *options,
+                                    struct keylock_striped **out);
 
 /**
  * Frees `striped`. `keylock_striped_free(NULL)` does nothing.
  *
- * No thread may use or wait on the lock during or after this call. Stripes still locked are
- * simply dropped with it.
+ * No thread may use or wait on the lock during or after this call. Stripes still held are
+ * simply dropped with it; their acquisition records must not be passed to keylock afterwards.
  *
  * # Safety
- * `striped` is NULL or a handle from `keylock_striped_new` not freed before.
+ * `striped` is NULL or a handle from `keylock_striped_new` / `keylock_striped_open` not freed
+ * before.
  */
-void keylock_striped_free(keylock_striped *striped);
+void keylock_striped_free(struct keylock_striped *striped);
 
 /**
- * Locks `key`, waiting as long as it takes. Keys are bytes: `key` points to `len` bytes, and
- * NULL with `len == 0` is the empty key. The key is copied; the caller keeps its buffer.
+ * Locks `key` exclusively, waiting as long as it takes, and writes the acquisition to `*out`.
+ * Keys are bytes: `key` points to `len` bytes, and NULL with `len == 0` is the empty key. The
+ * key is copied; the caller keeps its buffer.
  *
- * Locking a key whose stripe the calling thread already holds waits forever (the lock is not
- * recursive).
+ * Locking a key whose stripe the caller already holds waits forever, unless the lock is
+ * reentrant and the acquire names the holder's owner (`keylock_striped_lock_with`).
  *
  * Returns:
- * - `KEYLOCK_OK`: the key's stripe is locked; release with `keylock_striped_unlock` (with this
- *   key or any key of the same stripe).
- * - `KEYLOCK_NULL_ARGUMENT`: `striped` is NULL, or `key` is NULL with `len > 0`.
+ * - `KEYLOCK_OK`: held; `*out` is the acquisition, to release with `keylock_striped_release`.
+ * - `KEYLOCK_NULL_ARGUMENT`: `striped` or `out` is NULL, or `key` is NULL with `len > 0`.
  * - `KEYLOCK_INVALID_ARGUMENT`: `len` is over `PTRDIFF_MAX`.
- * - `KEYLOCK_PANIC`: internal error; nothing was locked.
+ * - `KEYLOCK_CAPACITY_EXCEEDED`, `KEYLOCK_UNAVAILABLE`: (shared scopes) the lock table is
+ *   full, or the scope could not be reached.
+ * - `KEYLOCK_PANIC`: internal error.
+ *
+ * On any failure nothing is held and `*out` is left empty (when `out` is not NULL).
  *
  * # Safety
- * `striped` is NULL or a live handle; `key` is NULL or points to `len` readable bytes.
+ * `striped` is NULL or a live handle; `key` is NULL or points to `len` readable bytes; `out` is
+ * NULL or points to a writable `keylock_acquisition` that no other call uses meanwhile.
  */
-keylock_result keylock_striped_lock(keylock_striped *striped, const uint8_t *key, size_t len);
+keylock_result keylock_striped_lock(struct keylock_striped *striped,
+                                    const uint8_t *key,
+                                    size_t len,
+                                    struct keylock_acquisition *out);
 
 /**
- * Locks `key` if no one holds it, without waiting. Arguments as `keylock_striped_lock`.
+ * Locks `key` exclusively if it is free, without waiting. Arguments as `keylock_striped_lock`.
  *
- * Returns:
- * - `KEYLOCK_OK`: locked; release with `keylock_striped_unlock`.
- * - `KEYLOCK_WOULD_BLOCK`: the key's stripe is held (by any thread, the caller included).
- * - `KEYLOCK_NULL_ARGUMENT`: `striped` is NULL, or `key` is NULL with `len > 0`.
- * - `KEYLOCK_INVALID_ARGUMENT`: `len` is over `PTRDIFF_MAX`.
- * - `KEYLOCK_PANIC`: internal error; nothing was locked.
+ * Returns what `keylock_striped_lock` returns, and:
+ * - `KEYLOCK_WOULD_BLOCK`: the key is held (by anyone, the caller included), or others wait
+ *   for it; nothing is held and `*out` is empty.
  *
  * # Safety
  * As `keylock_striped_lock`.
  */
-keylock_result keylock_striped_try_lock(keylock_striped *striped, const uint8_t *key, size_t len);
+keylock_result keylock_striped_try_lock(struct keylock_striped *striped,
+                                        const uint8_t *key,
+                                        size_t len,
+                                        struct keylock_acquisition *out);
 
 /**
- * Locks `key`, waiting at most `timeout_ms` milliseconds. Arguments as `keylock_striped_lock`.
- * A timeout of 0 tries once. Any value is safe: one too large for the clock to represent
- * (`UINT64_MAX`, say) waits without limit.
+ * Locks `key` exclusively, waiting at most `timeout_ns` nanoseconds. Arguments as
+ * `keylock_striped_lock`; `timeout_ns` as `keylock_lock_options.timeout_ns`: `KEYLOCK_NO_WAIT`
+ * (0) does not wait, `KEYLOCK_WAIT_FOREVER` (`UINT64_MAX`) waits as long as it takes.
  *
- * Returns:
- * - `KEYLOCK_OK`: locked; release with `keylock_striped_unlock`.
- * - `KEYLOCK_TIMEOUT`: the timeout passed first; nothing was locked.
- * - `KEYLOCK_NULL_ARGUMENT`: `striped` is NULL, or `key` is NULL with `len > 0`.
- * - `KEYLOCK_INVALID_ARGUMENT`: `len` is over `PTRDIFF_MAX`.
- * - `KEYLOCK_PANIC`: internal error; nothing was locked.
+ * Returns what `keylock_striped_lock` returns, and:
+ * - `KEYLOCK_TIMEOUT`: the timeout passed first; nothing is held and `*out` is empty.
+ * - `KEYLOCK_WOULD_BLOCK`: `timeout_ns` was 0 and the key is held.
  *
  * # Safety
  * As `keylock_striped_lock`.
  */
-keylock_result keylock_striped_lock_timeout(keylock_striped *striped,
+keylock_result keylock_striped_lock_timeout(struct keylock_striped *striped,
                                             const uint8_t *key,
                                             size_t len,
-                                            uint64_t timeout_ms);
+                                            uint64_t timeout_ns,
+                                            struct keylock_acquisition *out);
 
 /**
- * Unlocks the stripe of `key`, which any thread may have locked.
+ * Locks `key` in shared mode, together with any other shared holders, waiting as long as no
+ * exclusive holder or earlier exclusive request is in the way (FIFO per key: a shared request
+ * behind a waiting exclusive one waits for it). The acquisition's fence is the key's current
+ * one. Arguments and results as `keylock_striped_lock`.
+ *
+ * # Safety
+ * As `keylock_striped_lock`.
+ */
+keylock_result keylock_striped_lock_shared(struct keylock_striped *striped,
+                                           const uint8_t *key,
+                                           size_t len,
+                                           struct keylock_acquisition *out);
+
+/**
+ * Locks `key` in shared mode if nothing is in the way, without waiting. Arguments and results
+ * as `keylock_striped_try_lock`.
+ *
+ * # Safety
+ * As `keylock_striped_lock`.
+ */
+keylock_result keylock_striped_try_lock_shared(struct keylock_striped *striped,
+                                               const uint8_t *key,
+                                               size_t len,
+                                               struct keylock_acquisition *out);
+
+/**
+ * Locks `key` in shared mode, waiting at most `timeout_ns` nanoseconds. Arguments and results
+ * as `keylock_striped_lock_timeout`.
+ *
+ * # Safety
+ * As `keylock_striped_lock`.
+ */
+keylock_result keylock_striped_lock_shared_timeout(struct keylock_striped *striped,
+                                                   const uint8_t *key,
+                                                   size_t len,
+                                                   uint64_t timeout_ns,
+                                                   struct keylock_acquisition *out);
+
+/**
+ * Locks `key` as `options` says: mode, lease, owner and how long to wait (NULL: exclusive,
+ * no lease, no owner, wait forever). Other arguments as `keylock_striped_lock`.
+ *
+ * Returns what `keylock_striped_lock` returns, and:
+ * - `KEYLOCK_WOULD_BLOCK` / `KEYLOCK_TIMEOUT`: as `keylock_striped_lock_timeout`.
+ * - `KEYLOCK_REENTRANCY_LIMIT`: a reentrant acquire by an owner that already holds the key
+ *   65536 times.
+ * - `KEYLOCK_INVALID_ARGUMENT`: also an unknown `options->mode`.
+ *
+ * # Safety
+ * As `keylock_striped_lock`, and `options` is NULL or points to a readable
+ * `keylock_lock_options`.
+ */
+keylock_result keylock_striped_lock_with(struct keylock_striped *striped,
+                                         const uint8_t *key,
+                                         size_t len,
+                                         const struct keylock_lock_options *options,
+                                         struct keylock_acquisition *out);
+
+/**
+ * Locks `n` keys exclusively, all together, waiting as long as it takes: `keys[i]` points to
+ * `lens[i]` bytes. The keys are taken in one global order, so two threads locking overlapping
+ * sets in any order cannot deadlock. A key listed twice is locked once.
+ *
+ * `out` has room for `n` records; the acquisitions go to `out[0..*count]`, one per distinct
+ * stripe, in the order of the keys' first occurrence (keys that share a stripe get the one
+ * record at the first of them), and the rest of `out` is left empty. Release them with
+ * `keylock_striped_release_many(striped, out, *count)` (or one by one).
  *
  * Returns:
- * - `KEYLOCK_OK`: unlocked; the next waiter, if any, gets it.
- * - `KEYLOCK_NOT_LOCKED`: the key's stripe is not locked; nothing changed.
- * - `KEYLOCK_NULL_ARGUMENT`: `striped` is NULL, or `key` is NULL with `len > 0`.
- * - `KEYLOCK_INVALID_ARGUMENT`: `len` is over `PTRDIFF_MAX`.
+ * - `KEYLOCK_OK`: every key is held.
+ * - `KEYLOCK_NULL_ARGUMENT`: `striped`, `keys`, `lens`, `out` or `count` is NULL, or some
+ *   `keys[i]` is NULL with `lens[i] > 0`.
+ * - `KEYLOCK_INVALID_ARGUMENT`: `n == 0`, or a length over `PTRDIFF_MAX`.
+ * - `KEYLOCK_CAPACITY_EXCEEDED`, `KEYLOCK_UNAVAILABLE`: as `keylock_striped_lock`.
+ * - `KEYLOCK_PANIC`: internal error.
+ *
+ * On any failure no key is held, every record of `out` is empty and `*count` is 0 (for the
+ * pointers that are not NULL).
+ *
+ * # Safety
+ * `striped` is NULL or a live handle; `keys` and `lens` are NULL or point to `n` readable
+ * elements, each `keys[i]` NULL or pointing to `lens[i]` readable bytes; `out` is NULL or
+ * points to `n` writable records; `count` is NULL or points to a writable `size_t`.
+ */
+keylock_result keylock_striped_lock_many(struct keylock_striped *striped,
+                                         const uint8_t *const *keys,
+                                         const size_t *lens,
+                                         size_t n,
+                                         struct keylock_acquisition *out,
+                                         size_t *count);
+
+/**
+ * Like `keylock_striped_lock_many`, with a mode per key (`modes[i]` for `keys[i]`; NULL: every key
+ * in `options->mode`) and `options` for the lease, owner and wait, which apply to every key
+ * (NULL: no lease, no owner, wait forever). A key listed twice in different modes is held in
+ * the stronger (exclusive). All or nothing: with a timeout, either every key is held or none.
+ *
+ * Returns what `keylock_striped_lock_many` returns, and `KEYLOCK_WOULD_BLOCK` /
+ * `KEYLOCK_TIMEOUT` / `KEYLOCK_REENTRANCY_LIMIT` as `keylock_striped_lock_with`, and
+ * `KEYLOCK_INVALID_ARGUMENT` for an unknown mode.
+ *
+ * # Safety
+ * As `keylock_striped_lock_many`; `modes` is NULL or points to `n` readable elements, `options`
+ * NULL or readable.
+ */
+keylock_result keylock_striped_lock_many_with(struct keylock_striped *striped,
+                                              const uint8_t *const *keys,
+                                              const size_t *lens,
+                                              const keylock_mode *modes,
+                                              size_t n,
+                                              const struct keylock_lock_options *options,
+                                              struct keylock_acquisition *out,
+                                              size_t *count);
+
+/**
+ * Releases the acquisition in `*acquisition`, and only it: if the key was force-unlocked or
+ * the lease ran out meanwhile, whoever holds the key now keeps it. Any thread may release. The
+ * record is marked released in every case but `KEYLOCK_NULL_ARGUMENT` and
+ * `KEYLOCK_INVALID_ARGUMENT`, so that it cannot be released twice.
+ *
+ * Returns:
+ * - `KEYLOCK_OK`: released; the next waiter, if any, gets the key.
+ * - `KEYLOCK_NOT_OWNER`: the acquisition was no longer current (force-unlocked), or the
+ *   record was released before; nothing changed.
+ * - `KEYLOCK_LEASE_EXPIRED`: its lease had run out; nothing changed.
+ * - `KEYLOCK_NOT_LOCKED`: the record is empty (never filled, or a failed acquire's output).
+ * - `KEYLOCK_NULL_ARGUMENT`: `striped` or `acquisition` is NULL.
+ * - `KEYLOCK_INVALID_ARGUMENT`: the record belongs to another lock object, or the struct is
+ *   not an acquisition record.
+ * - `KEYLOCK_UNAVAILABLE`: (shared scopes) the scope could not be reached.
  * - `KEYLOCK_PANIC`: internal error.
  *
  * # Safety
- * As `keylock_striped_lock`.
+ * `striped` is NULL or a live handle; `acquisition` is NULL or points to a record that no other
+ * call uses meanwhile.
  */
-keylock_result keylock_striped_unlock(keylock_striped *striped, const uint8_t *key, size_t len);
+keylock_result keylock_striped_release(struct keylock_striped *striped,
+                                       struct keylock_acquisition *acquisition);
 
 /**
- * Stores in `*out` whether the stripe of `key` is locked right now, by this key or another (a
- * snapshot, which other threads may change at once; for tests and diagnostics, not for deciding
- * whether to lock).
+ * Releases `acquisitions[0..n]` (e.g. what `keylock_striped_lock_many` filled), each as
+ * `keylock_striped_release` does; every one is released or refused, whatever the others give.
+ *
+ * Returns `KEYLOCK_OK` when every release succeeded, else the first failure's code (as
+ * `keylock_striped_release`); `KEYLOCK_INVALID_ARGUMENT` for `n == 0` or over `PTRDIFF_MAX`
+ * bytes; `KEYLOCK_NULL_ARGUMENT` for a NULL `striped` or `acquisitions`.
+ *
+ * # Safety
+ * `striped` is NULL or a live handle; `acquisitions` is NULL or points to `n` records that no
+ * other call uses meanwhile.
+ */
+keylock_result keylock_striped_release_many(struct keylock_striped *striped,
+                                            struct keylock_acquisition *acquisitions,
+                                            size_t n);
+
+/**
+ * Moves the end of the lease of `*acquisition` to `lease_ns` nanoseconds from now (and updates
+ * the record), while it is still current.
+ *
+ * Returns:
+ * - `KEYLOCK_OK`: extended.
+ * - `KEYLOCK_LEASE_EXPIRED`: the lease had already run out; nothing changed.
+ * - `KEYLOCK_NOT_OWNER`: force-unlocked, or the record was released.
+ * - `KEYLOCK_NOT_LOCKED`: the record is empty.
+ * - `KEYLOCK_INVALID_ARGUMENT`: the acquisition has no lease, belongs to another lock object,
+ *   or the struct is not an acquisition record.
+ * - `KEYLOCK_NULL_ARGUMENT`: `striped` or `acquisition` is NULL.
+ * - `KEYLOCK_UNAVAILABLE`: (shared scopes) the scope could not be reached.
+ * - `KEYLOCK_PANIC`: internal error.
+ *
+ * # Safety
+ * As `keylock_striped_release`.
+ */
+keylock_result keylock_striped_extend(struct keylock_striped *striped,
+                                      struct keylock_acquisition *acquisition,
+                                      uint64_t lease_ns);
+
+/**
+ * Stores in `*out` whether `*acquisition` is still the key's current acquisition: not
+ * released, not force-unlocked, its lease (if any) not run out. An empty or released record
+ * is not current.
+ *
+ * Returns:
+ * - `KEYLOCK_OK`: `*out` is set.
+ * - `KEYLOCK_NULL_ARGUMENT`: `striped`, `acquisition` or `out` is NULL.
+ * - `KEYLOCK_INVALID_ARGUMENT`: the record belongs to another lock object, or the struct is
+ *   not an acquisition record.
+ * - `KEYLOCK_UNAVAILABLE`: (shared scopes) the scope could not be reached.
+ * - `KEYLOCK_PANIC`: internal error.
+ *
+ * # Safety
+ * `striped` is NULL or a live handle; `acquisition` is NULL or readable; `out` is NULL or points
+ * to a writable `bool`.
+ */
+keylock_result keylock_striped_is_current(const struct keylock_striped *striped,
+                                          const struct keylock_acquisition *acquisition,
+                                          bool *out);
+
+/**
+ * Frees `key` whoever holds it, in either mode, and advances its fence: for a lock left behind
+ * by a holder that will never release it. The holders' records no longer release anything
+ * (their releases report `KEYLOCK_NOT_OWNER`), and the next acquirer's fence is higher than
+ * theirs. Stores in `*was_held` (unless it is NULL) whether the key was held.
+ *
+ * Returns:
+ * - `KEYLOCK_OK`: the key is free (or was).
+ * - `KEYLOCK_NULL_ARGUMENT`: `striped` is NULL, or `key` is NULL with `len > 0`.
+ * - `KEYLOCK_INVALID_ARGUMENT`: `len` is over `PTRDIFF_MAX`.
+ * - `KEYLOCK_UNAVAILABLE`: (shared scopes) the scope could not be reached.
+ * - `KEYLOCK_PANIC`: internal error.
+ *
+ * # Safety
+ * `striped` is NULL or a live handle; `key` is NULL or points to `len` readable bytes; `was_held`
+ * is NULL or points to a writable `bool`.
+ */
+keylock_result keylock_striped_force_unlock(struct keylock_striped *striped,
+                                            const uint8_t *key,
+                                            size_t len,
+                                            bool *was_held);
+
+/**
+ * Stores in `*out` whether `key` is held right now, in either mode (a snapshot, which other
+ * threads may change at once; for tests and diagnostics, not for deciding whether to lock).
  *
  * Returns:
  * - `KEYLOCK_OK`: `*out` is set.
  * - `KEYLOCK_NULL_ARGUMENT`: `striped` or `out` is NULL, or `key` is NULL with `len > 0`.
  * - `KEYLOCK_INVALID_ARGUMENT`: `len` is over `PTRDIFF_MAX`.
+ * - `KEYLOCK_UNAVAILABLE`: (shared scopes) the scope could not be reached.
  * - `KEYLOCK_PANIC`: internal error; `*out` is unchanged.
  *
  * # Safety
- * As `keylock_striped_lock`, and `out` is NULL or points to a writable `bool`.
+ * As `keylock_striped_force_unlock`, with `out` not optional.
  */
-keylock_result keylock_striped_is_locked(const keylock_striped *striped,
+keylock_result keylock_striped_is_locked(const struct keylock_striped *striped,
                                          const uint8_t *key,
                                          size_t len,
                                          bool *out);
 
 /**
- * Locks `n` keys together, waiting as long as it takes: `keys[i]` points to `lens[i]` bytes.
- * The stripes are taken in ascending order, so two threads locking overlapping sets in any
- * order cannot deadlock. Keys that share a stripe (or are listed twice) lock it once. Release
- * with `keylock_striped_unlock_many` on the same set.
+ * Stores in `*out` who holds `key` and how: fence, mode, holders, hold count, owner, lease
+ * left and waiters (`out->held` is false, and every other field 0, when the key is free). A
+ * snapshot, as `keylock_striped_is_locked`.
  *
- * Returns:
- * - `KEYLOCK_OK`: the stripe of every key is locked.
- * - `KEYLOCK_NULL_ARGUMENT`: `striped`, `keys` or `lens` is NULL, or some `keys[i]` is NULL with
- *   `lens[i] > 0`.
- * - `KEYLOCK_INVALID_ARGUMENT`: `n == 0` (checked first), or a length over `PTRDIFF_MAX`.
- * - `KEYLOCK_PANIC`: internal error; nothing was locked.
+ * Returns what `keylock_striped_is_locked` returns.
  *
  * # Safety
- * `striped` is NULL or a live handle; `keys` and `lens` are NULL or point to `n` readable
- * elements; each `keys[i]` is NULL or points to `lens[i]` readable bytes.
+ * As `keylock_striped_is_locked`, with `out` pointing to a writable `keylock_lock_info`.
  */
-keylock_result keylock_striped_lock_many(keylock_striped *striped,
-                                         const uint8_t *const *keys,
-                                         const size_t *lens,
-                                         size_t n);
-
-/**
- * Unlocks the stripes of `n` keys locked with `keylock_striped_lock_many`. Every stripe is
- * checked first: if any is not locked, nothing is unlocked.
- *
- * Returns:
- * - `KEYLOCK_OK`: every key is unlocked.
- * - `KEYLOCK_NOT_LOCKED`: some key's stripe is not locked; nothing changed.
- * - `KEYLOCK_NULL_ARGUMENT`: `striped`, `keys` or `lens` is NULL, or some `keys[i]` is NULL with
- *   `lens[i] > 0`.
- * - `KEYLOCK_INVALID_ARGUMENT`: `n == 0` (checked first), or a length over `PTRDIFF_MAX`.
- * - `KEYLOCK_PANIC`: internal error.
- *
- * # Safety
- * As `keylock_striped_lock_many`.
- */
-keylock_result keylock_striped_unlock_many(keylock_striped *striped,
-                                           const uint8_t *const *keys,
-                                           const size_t *lens,
-                                           size_t n);
+keylock_result keylock_striped_info(const struct keylock_striped *striped,
+                                    const uint8_t *key,
+                                    size_t len,
+                                    struct keylock_lock_info *out);
 
 /**
  * Creates an unlocked reader-writer lock.
@@ -499,134 +1231,132 @@ keylock_result keylock_striped_unlock_many(keylock_striped *striped,
  * Returns a handle that the caller owns and frees with `keylock_rwlock_free`, or NULL on an
  * internal error.
  */
-keylock_rwlock *keylock_rwlock_new(void);
+struct keylock_rwlock *keylock_rwlock_new(void);
 
 /**
  * Frees `rw`. `keylock_rwlock_free(NULL)` does nothing.
  *
- * No thread may use or wait on the lock during or after this call.
+ * No thread may use or wait on the lock during or after this call. Release every acquisition
+ * first: one still held keeps the lock's memory allocated (it can no longer be released).
  *
  * # Safety
  * `rw` is NULL or a handle from `keylock_rwlock_new` not freed before.
  */
-void keylock_rwlock_free(keylock_rwlock *rw);
+void keylock_rwlock_free(struct keylock_rwlock *rw);
 
 /**
- * Takes a shared (read) lock, waiting as long as it takes. Any number of readers hold the lock
- * together, while no writer does.
+ * Takes a shared (read) lock, waiting as long as it takes, and writes the acquisition to
+ * `*out` (mode `KEYLOCK_SHARED`, fence 0). Any number of readers hold the lock together, while
+ * no writer does.
  *
  * Returns:
- * - `KEYLOCK_OK`: held; release with `keylock_rwlock_read_unlock`.
- * - `KEYLOCK_NULL_ARGUMENT`: `rw` is NULL.
- * - `KEYLOCK_PANIC`: internal error; nothing was locked.
+ * - `KEYLOCK_OK`: held; release `*out` with `keylock_rwlock_release`.
+ * - `KEYLOCK_NULL_ARGUMENT`: `rw` or `out` is NULL.
+ * - `KEYLOCK_PANIC`: internal error.
+ *
+ * On any failure nothing is held and `*out` is left empty (when `out` is not NULL).
  *
  * # Safety
- * `rw` is NULL or a live handle.
+ * `rw` is NULL or a live handle; `out` is NULL or points to a writable `keylock_acquisition`
+ * that no other call uses meanwhile.
  */
-keylock_result keylock_rwlock_read_lock(keylock_rwlock *rw);
+keylock_result keylock_rwlock_read_lock(struct keylock_rwlock *rw, struct keylock_acquisition *out);
 
 /**
- * Takes the read lock if that needs no wait.
+ * Takes a read lock if no writer holds or waits for the lock, without waiting.
  *
- * Returns:
- * - `KEYLOCK_OK`: held; release with `keylock_rwlock_read_unlock`.
- * - `KEYLOCK_WOULD_BLOCK`: a writer holds or waits for the lock.
- * - `KEYLOCK_NULL_ARGUMENT`: `rw` is NULL.
- * - `KEYLOCK_PANIC`: internal error; nothing was locked.
+ * Returns what `keylock_rwlock_read_lock` returns, and:
+ * - `KEYLOCK_WOULD_BLOCK`: a writer holds or waits for the lock; `*out` is empty.
  *
  * # Safety
- * `rw` is NULL or a live handle.
+ * As `keylock_rwlock_read_lock`.
  */
-keylock_result keylock_rwlock_try_read_lock(keylock_rwlock *rw);
+keylock_result keylock_rwlock_try_read_lock(struct keylock_rwlock *rw,
+                                            struct keylock_acquisition *out);
 
 /**
- * Takes the read lock, waiting at most `timeout_ms` milliseconds. A timeout of 0 tries once;
- * a timeout too large to form a deadline (never the case on Linux) waits without limit.
+ * Takes a read lock, waiting at most `timeout_ns` nanoseconds (`KEYLOCK_NO_WAIT` does not
+ * wait; `KEYLOCK_WAIT_FOREVER` waits as long as it takes).
  *
- * Returns:
- * - `KEYLOCK_OK`: held; release with `keylock_rwlock_read_unlock`.
- * - `KEYLOCK_TIMEOUT`: the timeout passed first; nothing was locked.
- * - `KEYLOCK_NULL_ARGUMENT`: `rw` is NULL.
- * - `KEYLOCK_PANIC`: internal error; nothing was locked.
+ * Returns what `keylock_rwlock_read_lock` returns, and:
+ * - `KEYLOCK_TIMEOUT`: the timeout passed first; `*out` is empty.
+ * - `KEYLOCK_WOULD_BLOCK`: `timeout_ns` was 0 and a writer is present.
  *
  * # Safety
- * `rw` is NULL or a live handle.
+ * As `keylock_rwlock_read_lock`.
  */
-keylock_result keylock_rwlock_read_lock_timeout(keylock_rwlock *rw, uint64_t timeout_ms);
+keylock_result keylock_rwlock_read_lock_timeout(struct keylock_rwlock *rw,
+                                                uint64_t timeout_ns,
+                                                struct keylock_acquisition *out);
 
 /**
- * Releases one read lock, which any thread may have taken.
+ * Takes the exclusive (write) lock, waiting as long as it takes: new readers wait from the
+ * moment a writer asks, and the writer waits for the readers inside to leave. The acquisition
+ * (mode `KEYLOCK_EXCLUSIVE`) has a fence greater than every earlier writer's.
+ *
+ * Returns what `keylock_rwlock_read_lock` returns.
+ *
+ * # Safety
+ * As `keylock_rwlock_read_lock`.
+ */
+keylock_result keylock_rwlock_write_lock(struct keylock_rwlock *rw,
+                                         struct keylock_acquisition *out);
+
+/**
+ * Takes the write lock if nobody holds the lock, without waiting.
+ *
+ * Returns what `keylock_rwlock_try_read_lock` returns (`KEYLOCK_WOULD_BLOCK`: a reader or
+ * writer holds the lock).
+ *
+ * # Safety
+ * As `keylock_rwlock_read_lock`.
+ */
+keylock_result keylock_rwlock_try_write_lock(struct keylock_rwlock *rw,
+                                             struct keylock_acquisition *out);
+
+/**
+ * Takes the write lock, waiting at most `timeout_ns` nanoseconds (as
+ * `keylock_rwlock_read_lock_timeout`).
+ *
+ * Returns what `keylock_rwlock_read_lock_timeout` returns.
+ *
+ * # Safety
+ * As `keylock_rwlock_read_lock`.
+ */
+keylock_result keylock_rwlock_write_lock_timeout(struct keylock_rwlock *rw,
+                                                 uint64_t timeout_ns,
+                                                 struct keylock_acquisition *out);
+
+/**
+ * Releases the read or write acquisition in `*acquisition`, and only it; any thread may
+ * release. The record is marked released, so that it cannot be released twice.
  *
  * Returns:
  * - `KEYLOCK_OK`: released.
- * - `KEYLOCK_NOT_LOCKED`: no read lock is held; nothing changed.
- * - `KEYLOCK_NULL_ARGUMENT`: `rw` is NULL.
+ * - `KEYLOCK_NOT_OWNER`: the record was released before; nothing changed.
+ * - `KEYLOCK_NOT_LOCKED`: the record is empty (never filled, or a failed acquire's output).
+ * - `KEYLOCK_NULL_ARGUMENT`: `rw` or `acquisition` is NULL.
+ * - `KEYLOCK_INVALID_ARGUMENT`: the record belongs to another lock object, or the struct is
+ *   not an acquisition record.
  * - `KEYLOCK_PANIC`: internal error.
  *
  * # Safety
- * `rw` is NULL or a live handle.
+ * `rw` is NULL or a live handle; `acquisition` is NULL or points to a record that no other
+ * call uses meanwhile.
  */
-keylock_result keylock_rwlock_read_unlock(keylock_rwlock *rw);
-
-/**
- * Takes the exclusive (write) lock, waiting as long as it takes: one writer holds it, and no
- * reader.
- *
- * Returns:
- * - `KEYLOCK_OK`: held; release with `keylock_rwlock_write_unlock`.
- * - `KEYLOCK_NULL_ARGUMENT`: `rw` is NULL.
- * - `KEYLOCK_PANIC`: internal error; nothing was locked.
- *
- * # Safety
- * `rw` is NULL or a live handle.
- */
-keylock_result keylock_rwlock_write_lock(keylock_rwlock *rw);
-
-/**
- * Takes the write lock if that needs no wait.
- *
- * Returns:
- * - `KEYLOCK_OK`: held; release with `keylock_rwlock_write_unlock`.
- * - `KEYLOCK_WOULD_BLOCK`: a reader or writer holds the lock.
- * - `KEYLOCK_NULL_ARGUMENT`: `rw` is NULL.
- * - `KEYLOCK_PANIC`: internal error; nothing was locked.
- *
- * # Safety
- * `rw` is NULL or a live handle.
- */
-keylock_result keylock_rwlock_try_write_lock(keylock_rwlock *rw);
-
-/**
- * Takes the write lock, waiting at most `timeout_ms` milliseconds. A timeout of 0 tries once;
- * a timeout too large to form a deadline (never the case on Linux) waits without limit.
- *
- * Returns:
- * - `KEYLOCK_OK`: held; release with `keylock_rwlock_write_unlock`.
- * - `KEYLOCK_TIMEOUT`: the timeout passed first; nothing was locked.
- * - `KEYLOCK_NULL_ARGUMENT`: `rw` is NULL.
- * - `KEYLOCK_PANIC`: internal error; nothing was locked.
- *
- * # Safety
- * `rw` is NULL or a live handle.
- */
-keylock_result keylock_rwlock_write_lock_timeout(keylock_rwlock *rw, uint64_t timeout_ms);
-
-/**
- * Releases one write lock, which any thread may have taken.
- *
- * Returns:
- * - `KEYLOCK_OK`: released.
- * - `KEYLOCK_NOT_LOCKED`: no write lock is held; nothing changed.
- * - `KEYLOCK_NULL_ARGUMENT`: `rw` is NULL.
- * - `KEYLOCK_PANIC`: internal error.
- *
- * # Safety
- * `rw` is NULL or a live handle.
- */
-keylock_result keylock_rwlock_write_unlock(keylock_rwlock *rw);
+keylock_result keylock_rwlock_release(struct keylock_rwlock *rw,
+                                      struct keylock_acquisition *acquisition);
 
 #ifdef __cplusplus
 }  // extern "C"
 #endif  // __cplusplus
 
 #endif  /* KEYLOCK_H */
+
+/** An empty keylock_acquisition: releasing it reports KEYLOCK_NOT_LOCKED.
+ * `keylock_acquisition acq = KEYLOCK_ACQUISITION_INIT;` */
+#define KEYLOCK_ACQUISITION_INIT { 0 }
+
+/** The default keylock_lock_options: exclusive, no lease, no owner, wait forever.
+ * `keylock_lock_options o = KEYLOCK_LOCK_OPTIONS_INIT; o.mode = KEYLOCK_SHARED;` */
+#define KEYLOCK_LOCK_OPTIONS_INIT { KEYLOCK_EXCLUSIVE, 0, 0, KEYLOCK_WAIT_FOREVER }

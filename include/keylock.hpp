@@ -2,22 +2,35 @@
 //
 //   keylock::KeyPool pool;
 //   {
-//       auto guard = pool.lock("account:42");   // unlocks when guard goes out of scope
-//       ...
+//       auto guard = pool.lock("account:42");            // released when guard goes out of scope
+//       store.write(row, guard.fence());                 // the store rejects older fences
+//   }
+//   {
+//       auto reading = pool.lock_shared("doc:7");        // many shared holders at once
 //   }
 //   if (auto g = pool.try_lock_for("job:7", std::chrono::milliseconds(50))) { ... }
 //   auto both = pool.lock_many({"account:1", "account:2"});   // deadlock-free for any order
+//   auto leased = pool.lock("job:9", keylock::options().lease(std::chrono::seconds(30)));
+//   pool.force_unlock("job:9");                          // for a holder that never comes back
+//
+//   auto reentrant = keylock::KeyPool::open("local:", keylock::open_options().reentrant());
+//   auto outer = reentrant.lock("k", keylock::options().owner(7));
+//   auto inner = reentrant.lock("k", keylock::options().owner(7));   // same owner: nested
 //
 //   keylock::RwLock rw;
-//   { auto r = rw.read(); ... }          // or std::shared_lock<keylock::RwLock> r(rw);
-//   { auto w = rw.write(); ... }         // or std::unique_lock<keylock::RwLock> w(rw);
+//   { auto r = rw.read(); ... }
+//   { auto w = rw.write(); ... }
 //
 // KeyPool, StripedLock and RwLock own their handle and are move-only; a moved-from object is
-// empty and may only be destroyed or assigned to. A guard owns one acquisition: it releases it in
-// its destructor, is move-only, and can be released early with unlock(). Failures throw
-// keylock::error (a std::runtime_error carrying the keylock_result). Keys are bytes: a
-// std::string_view is passed as its bytes, so a UTF-8 string names the same lock as the same text
-// in the Python and Node packages.
+// empty and may only be destroyed or assigned to. A guard carries one acquisition record
+// (keylock_acquisition): it releases exactly that acquisition in its destructor, so a guard
+// whose key was force-unlocked, or whose lease ran out, releases nothing that another holder
+// took since. Guards are move-only and follow std::unique_lock / std::shared_lock: owns_lock(),
+// explicit operator bool, unlock(), lock() / try_lock() / try_lock_for() to take the same key in
+// the same mode again, release() to hand the record out, swap(), and the std::defer_lock /
+// std::try_to_lock constructors. Failures throw keylock::error (a std::runtime_error carrying
+// the keylock_result). Keys are bytes: a std::string_view is passed as its bytes, so a UTF-8
+// string names the same lock as the same text in the Python and Node packages.
 
 #ifndef KEYLOCK_HPP
 #define KEYLOCK_HPP
@@ -27,6 +40,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <mutex>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -49,6 +63,9 @@ private:
     keylock_result code_;
 };
 
+/// How an acquisition holds its key.
+enum class mode : keylock_mode { exclusive = KEYLOCK_EXCLUSIVE, shared = KEYLOCK_SHARED };
+
 namespace detail {
 
 inline void check(keylock_result r) {
@@ -59,151 +76,366 @@ inline const std::uint8_t *bytes(std::string_view s) noexcept {
     return reinterpret_cast<const std::uint8_t *>(s.data());
 }
 
-/// Milliseconds for a _timeout call: rounded up (so a wait is never shorter than asked),
-/// negative as 0, and saturated at UINT64_MAX (which waits without limit) instead of overflowing
+/// Nanoseconds for a timeout: rounded up (so a wait is never shorter than asked), negative or
+/// zero as 0 (do not wait), and saturated at UINT64_MAX (wait forever) instead of overflowing
 /// for durations such as std::chrono::hours::max().
 template <class Rep, class Period>
-std::uint64_t to_ms(std::chrono::duration<Rep, Period> d) {
-    using float_ms = std::chrono::duration<long double, std::milli>;
-    const long double ms = std::chrono::duration_cast<float_ms>(d).count();
-    if (!(ms > 0)) return 0;  // negative, zero (or NaN)
-    if (ms >= 18446744073709551615.0L) return UINT64_MAX;
-    return static_cast<std::uint64_t>(std::ceil(ms));
+std::uint64_t to_ns(std::chrono::duration<Rep, Period> d) {
+    using float_ns = std::chrono::duration<long double, std::nano>;
+    const long double ns = std::chrono::duration_cast<float_ns>(d).count();
+    if (!(ns > 0)) return 0;  // negative, zero (or NaN)
+    if (ns >= 18446744073709551615.0L) return UINT64_MAX;
+    return static_cast<std::uint64_t>(std::ceil(ns));
+}
+
+/// Nanoseconds for a lease: at least 1 (a positive lease is required), saturated like to_ns.
+template <class Rep, class Period>
+std::uint64_t lease_ns(std::chrono::duration<Rep, Period> d) {
+    if (!(d > std::chrono::duration<Rep, Period>::zero())) throw error(KEYLOCK_INVALID_ARGUMENT);
+    const std::uint64_t ns = to_ns(d);
+    return ns == 0 ? 1 : ns;
+}
+
+}  // namespace detail
+
+/// What an acquire asks for beyond the key, built by chaining:
+/// `keylock::options().shared().lease(30s).owner(7).timeout(50ms)`.
+class options {
+public:
+    options() noexcept : raw_(KEYLOCK_LOCK_OPTIONS_INIT) {}
+    /// Shared (many holders) or exclusive (one).
+    options &with_mode(keylock::mode m) noexcept {
+        raw_.mode = static_cast<keylock_mode>(m);
+        return *this;
+    }
+    options &shared() noexcept { return with_mode(mode::shared); }
+    options &exclusive() noexcept { return with_mode(mode::exclusive); }
+    /// A lease: the acquisition ends by itself after `d` (which must be positive).
+    template <class Rep, class Period>
+    options &lease(std::chrono::duration<Rep, Period> d) {
+        raw_.lease_ns = detail::lease_ns(d);
+        return *this;
+    }
+    /// The owner, for a reentrant lock object (0: none).
+    options &owner(std::uint64_t id) noexcept {
+        raw_.owner = id;
+        return *this;
+    }
+    /// Wait at most `d` (zero or negative: do not wait).
+    template <class Rep, class Period>
+    options &timeout(std::chrono::duration<Rep, Period> d) {
+        raw_.timeout_ns = detail::to_ns(d);
+        return *this;
+    }
+    /// Do not wait.
+    options &no_wait() noexcept {
+        raw_.timeout_ns = KEYLOCK_NO_WAIT;
+        return *this;
+    }
+    /// Wait as long as it takes (the default).
+    options &wait_forever() noexcept {
+        raw_.timeout_ns = KEYLOCK_WAIT_FOREVER;
+        return *this;
+    }
+    keylock::mode get_mode() const noexcept { return static_cast<keylock::mode>(raw_.mode); }
+    const keylock_lock_options &raw() const noexcept { return raw_; }
+
+private:
+    keylock_lock_options raw_;
+};
+
+/// How KeyPool::open and StripedLock::open make a lock object.
+class open_options {
+public:
+    open_options() noexcept : raw_{} {}
+    /// Owners' exclusive re-acquires raise a hold count (options::owner).
+    open_options &reentrant(bool on = true) noexcept {
+        raw_.reentrant = on;
+        return *this;
+    }
+    /// Strict FIFO hand-off per key.
+    open_options &fifo(bool on = true) noexcept {
+        raw_.fifo = on;
+        return *this;
+    }
+    /// StripedLock::open: the number of stripes (0: KEYLOCK_DEFAULT_STRIPES).
+    open_options &stripes(std::size_t n) noexcept {
+        raw_.stripes = n;
+        return *this;
+    }
+    /// Shared-memory scopes: the most keys held or awaited at once.
+    open_options &capacity(std::size_t n) noexcept {
+        raw_.capacity = n;
+        return *this;
+    }
+    /// Shared-memory scopes: the permission bits of a file they create.
+    open_options &permissions(std::uint32_t bits) noexcept {
+        raw_.permissions = bits;
+        return *this;
+    }
+    const keylock_open_options &raw() const noexcept { return raw_; }
+
+private:
+    keylock_open_options raw_;
+};
+
+/// Who holds a key and how (a snapshot): KeyPool::info / StripedLock::info.
+struct lock_info {
+    std::uint64_t fence;
+    keylock::mode mode;
+    std::uint32_t holders;
+    std::uint32_t holds;
+    std::uint64_t owner;  // 0: none
+    std::optional<std::chrono::nanoseconds> lease_remaining;
+    std::size_t waiters;
+};
+
+namespace detail {
+
+/// The lease left in a record, or nullopt for none.
+inline std::optional<std::chrono::nanoseconds> lease_left(const keylock_acquisition &a) {
+    std::uint64_t ns = 0;
+    check(keylock_acquisition_lease_remaining(&a, &ns));
+    if (ns == KEYLOCK_NO_LEASE) return std::nullopt;
+    const auto max = static_cast<std::uint64_t>(std::chrono::nanoseconds::max().count());
+    return std::chrono::nanoseconds(static_cast<std::chrono::nanoseconds::rep>(ns < max ? ns : max));
 }
 
 // The C functions of each keyed primitive, so that KeyPool and StripedLock share one template.
 struct pool_api {
     using handle = keylock_pool;
     static void free(handle *h) noexcept { keylock_pool_free(h); }
-    static keylock_result lock(handle *h, const std::uint8_t *k, std::size_t n) { return keylock_pool_lock(h, k, n); }
-    static keylock_result try_lock(handle *h, const std::uint8_t *k, std::size_t n) { return keylock_pool_try_lock(h, k, n); }
-    static keylock_result lock_timeout(handle *h, const std::uint8_t *k, std::size_t n, std::uint64_t ms) { return keylock_pool_lock_timeout(h, k, n, ms); }
-    static keylock_result unlock(handle *h, const std::uint8_t *k, std::size_t n) { return keylock_pool_unlock(h, k, n); }
+    static keylock_result open(const char *n, const keylock_open_options *o, handle **out) { return keylock_pool_open(n, o, out); }
+    static keylock_result lock_with(handle *h, const std::uint8_t *k, std::size_t n, const keylock_lock_options *o, keylock_acquisition *a) { return keylock_pool_lock_with(h, k, n, o, a); }
+    static keylock_result lock_many_with(handle *h, const std::uint8_t *const *k, const std::size_t *n, const keylock_mode *m, std::size_t c, const keylock_lock_options *o, keylock_acquisition *a, std::size_t *count) { return keylock_pool_lock_many_with(h, k, n, m, c, o, a, count); }
+    static keylock_result release(handle *h, keylock_acquisition *a) { return keylock_pool_release(h, a); }
+    static keylock_result release_many(handle *h, keylock_acquisition *a, std::size_t n) { return keylock_pool_release_many(h, a, n); }
+    static keylock_result extend(handle *h, keylock_acquisition *a, std::uint64_t ns) { return keylock_pool_extend(h, a, ns); }
+    static keylock_result is_current(const handle *h, const keylock_acquisition *a, bool *out) { return keylock_pool_is_current(h, a, out); }
+    static keylock_result force_unlock(handle *h, const std::uint8_t *k, std::size_t n, bool *was) { return keylock_pool_force_unlock(h, k, n, was); }
     static keylock_result is_locked(const handle *h, const std::uint8_t *k, std::size_t n, bool *out) { return keylock_pool_is_locked(h, k, n, out); }
-    static keylock_result lock_many(handle *h, const std::uint8_t *const *k, const std::size_t *n, std::size_t c) { return keylock_pool_lock_many(h, k, n, c); }
-    static keylock_result unlock_many(handle *h, const std::uint8_t *const *k, const std::size_t *n, std::size_t c) { return keylock_pool_unlock_many(h, k, n, c); }
+    static keylock_result info(const handle *h, const std::uint8_t *k, std::size_t n, keylock_lock_info *out) { return keylock_pool_info(h, k, n, out); }
 };
 
 struct striped_api {
     using handle = keylock_striped;
     static void free(handle *h) noexcept { keylock_striped_free(h); }
-    static keylock_result lock(handle *h, const std::uint8_t *k, std::size_t n) { return keylock_striped_lock(h, k, n); }
-    static keylock_result try_lock(handle *h, const std::uint8_t *k, std::size_t n) { return keylock_striped_try_lock(h, k, n); }
-    static keylock_result lock_timeout(handle *h, const std::uint8_t *k, std::size_t n, std::uint64_t ms) { return keylock_striped_lock_timeout(h, k, n, ms); }
-    static keylock_result unlock(handle *h, const std::uint8_t *k, std::size_t n) { return keylock_striped_unlock(h, k, n); }
+    static keylock_result open(const char *n, const keylock_open_options *o, handle **out) { return keylock_striped_open(n, o, out); }
+    static keylock_result lock_with(handle *h, const std::uint8_t *k, std::size_t n, const keylock_lock_options *o, keylock_acquisition *a) { return keylock_striped_lock_with(h, k, n, o, a); }
+    static keylock_result lock_many_with(handle *h, const std::uint8_t *const *k, const std::size_t *n, const keylock_mode *m, std::size_t c, const keylock_lock_options *o, keylock_acquisition *a, std::size_t *count) { return keylock_striped_lock_many_with(h, k, n, m, c, o, a, count); }
+    static keylock_result release(handle *h, keylock_acquisition *a) { return keylock_striped_release(h, a); }
+    static keylock_result release_many(handle *h, keylock_acquisition *a, std::size_t n) { return keylock_striped_release_many(h, a, n); }
+    static keylock_result extend(handle *h, keylock_acquisition *a, std::uint64_t ns) { return keylock_striped_extend(h, a, ns); }
+    static keylock_result is_current(const handle *h, const keylock_acquisition *a, bool *out) { return keylock_striped_is_current(h, a, out); }
+    static keylock_result force_unlock(handle *h, const std::uint8_t *k, std::size_t n, bool *was) { return keylock_striped_force_unlock(h, k, n, was); }
     static keylock_result is_locked(const handle *h, const std::uint8_t *k, std::size_t n, bool *out) { return keylock_striped_is_locked(h, k, n, out); }
-    static keylock_result lock_many(handle *h, const std::uint8_t *const *k, const std::size_t *n, std::size_t c) { return keylock_striped_lock_many(h, k, n, c); }
-    static keylock_result unlock_many(handle *h, const std::uint8_t *const *k, const std::size_t *n, std::size_t c) { return keylock_striped_unlock_many(h, k, n, c); }
+    static keylock_result info(const handle *h, const std::uint8_t *k, std::size_t n, keylock_lock_info *out) { return keylock_striped_info(h, k, n, out); }
 };
 
-/// Holds one locked key (a copy of its bytes) and unlocks it on destruction.
+template <class> class keyed;
+
+/// Moves a record out of `from`, leaving it empty (a byte copy stands in for the original,
+/// which is never passed to keylock again).
+inline keylock_acquisition take(keylock_acquisition &from) noexcept {
+    keylock_acquisition out = from;
+    from = keylock_acquisition{};
+    return out;
+}
+
+}  // namespace detail
+
+/// One held key: carries its acquisition record (and a copy of the key, to lock it again), and
+/// releases exactly that acquisition on destruction. The std::unique_lock / std::shared_lock
+/// interface, for one key of a KeyPool or StripedLock, in the mode it was made with.
 template <class Api>
-class key_guard {
+class basic_guard {
 public:
-    key_guard(key_guard &&other) noexcept : handle_(std::exchange(other.handle_, nullptr)), key_(std::move(other.key_)) {}
-    key_guard &operator=(key_guard &&other) noexcept {
+    using handle_type = typename Api::handle;
+
+    /// A guard that holds nothing and names no key.
+    basic_guard() noexcept : handle_(nullptr), acq_{}, key_(), opts_() {}
+    /// Locks `key` of `lock` (as `opts` says: mode, lease, owner, wait); throws keylock::error.
+    basic_guard(detail::keyed<Api> &lock, std::string_view key, const options &opts = options());
+    /// Names `key` without locking it: call lock() / try_lock() later.
+    basic_guard(detail::keyed<Api> &lock, std::string_view key, std::defer_lock_t,
+                const options &opts = options());
+    /// Tries `key` once; owns_lock() says whether it was taken.
+    basic_guard(detail::keyed<Api> &lock, std::string_view key, std::try_to_lock_t,
+                const options &opts = options());
+
+    basic_guard(basic_guard &&other) noexcept
+        : handle_(std::exchange(other.handle_, nullptr)), acq_(detail::take(other.acq_)),
+          key_(std::move(other.key_)), opts_(other.opts_) {}
+    basic_guard &operator=(basic_guard &&other) noexcept {
         if (this != &other) {
             reset();
             handle_ = std::exchange(other.handle_, nullptr);
+            acq_ = detail::take(other.acq_);
             key_ = std::move(other.key_);
+            opts_ = other.opts_;
         }
         return *this;
     }
-    key_guard(const key_guard &) = delete;
-    key_guard &operator=(const key_guard &) = delete;
-    ~key_guard() { reset(); }
+    basic_guard(const basic_guard &) = delete;
+    basic_guard &operator=(const basic_guard &) = delete;
+    ~basic_guard() { reset(); }
 
-    /// Whether this guard still holds its key.
-    bool owns_lock() const noexcept { return handle_ != nullptr; }
+    /// Whether this guard holds an acquisition (not released through it yet). A force-unlocked
+    /// or expired one still counts until unlock(): ask is_current().
+    bool owns_lock() const noexcept { return keylock_acquisition_is_held(&acq_); }
     explicit operator bool() const noexcept { return owns_lock(); }
-    /// The key this guard locked.
+    /// The key this guard names.
     std::string_view key() const noexcept { return key_; }
 
-    /// Unlocks now; throws keylock::error(KEYLOCK_NOT_LOCKED) if this guard holds nothing.
-    void unlock() {
-        if (!handle_) throw error(KEYLOCK_NOT_LOCKED);
-        check(Api::unlock(std::exchange(handle_, nullptr), bytes(key_), key_.size()));
+    /// The fencing token of the acquisition held (or last held).
+    std::uint64_t fence() const noexcept { return acq_.fence; }
+    keylock::mode mode() const noexcept { return static_cast<keylock::mode>(acq_.mode); }
+    bool owner_died() const noexcept { return acq_.owner_died; }
+    /// Whether the acquisition is still the key's current one.
+    bool is_current() const {
+        bool out = false;
+        if (handle_) detail::check(Api::is_current(handle_, &acq_, &out));
+        return out;
     }
+    /// The lease left (zero once run out), or nullopt without a lease; throws
+    /// keylock::error(KEYLOCK_NOT_LOCKED) when nothing is held.
+    std::optional<std::chrono::nanoseconds> lease_remaining() const { return detail::lease_left(acq_); }
+    /// Moves the end of the lease to `d` from now; throws keylock::error (KEYLOCK_LEASE_EXPIRED,
+    /// KEYLOCK_NOT_OWNER, KEYLOCK_INVALID_ARGUMENT without a lease, KEYLOCK_NOT_LOCKED).
+    template <class Rep, class Period>
+    void extend(std::chrono::duration<Rep, Period> d) {
+        if (!handle_) throw error(KEYLOCK_NOT_LOCKED);
+        detail::check(Api::extend(handle_, &acq_, detail::to_ns(d)));
+    }
+
+    /// Releases the acquisition now; throws keylock::error: KEYLOCK_NOT_OWNER (force-unlocked),
+    /// KEYLOCK_LEASE_EXPIRED (its lease ran out), KEYLOCK_NOT_LOCKED (nothing held). In every
+    /// case the guard holds nothing afterwards.
+    void unlock() {
+        if (!handle_ || !owns_lock()) throw error(KEYLOCK_NOT_LOCKED);
+        detail::check(Api::release(handle_, &acq_));
+    }
+    /// Takes the key again, in the guard's mode and options; throws keylock::error.
+    void lock() {
+        prepare();
+        detail::check(Api::lock_with(handle_, detail::bytes(key_), key_.size(), &opts_.raw(), &acq_));
+    }
+    /// Tries the key again without waiting; whether it was taken.
+    bool try_lock() { return attempt(options(opts_).no_wait()); }
+    /// Waits at most `d` for the key again; whether it was taken.
+    template <class Rep, class Period>
+    bool try_lock_for(std::chrono::duration<Rep, Period> d) { return attempt(options(opts_).timeout(d)); }
+    template <class Clock, class Duration>
+    bool try_lock_until(std::chrono::time_point<Clock, Duration> t) { return try_lock_for(t - Clock::now()); }
+
+    /// Hands the record out without releasing it (release it with the C API on native_handle()),
+    /// as std::unique_lock::release() does; the guard then names no lock.
+    [[nodiscard]] keylock_acquisition release() noexcept {
+        handle_ = nullptr;
+        return detail::take(acq_);
+    }
+    void swap(basic_guard &other) noexcept {
+        std::swap(handle_, other.handle_);
+        std::swap(acq_, other.acq_);  // a move each way: neither copy is used twice
+        std::swap(key_, other.key_);
+        std::swap(opts_, other.opts_);
+    }
+    /// The C handle of the lock object (NULL for a default-constructed or released guard).
+    handle_type *native_handle() const noexcept { return handle_; }
+    /// The record itself, for the C API (do not copy it).
+    const keylock_acquisition &acquisition() const noexcept { return acq_; }
 
 private:
-    template <class> friend class keyed;
-    key_guard(typename Api::handle *h, std::string_view key) : handle_(h), key_(key) {}
+    template <class> friend class detail::keyed;
+    basic_guard(handle_type *h, std::string_view key, const options &opts) noexcept(false)
+        : handle_(h), acq_{}, key_(key), opts_(opts) {}
+
+    void prepare() {
+        if (!handle_) throw error(KEYLOCK_NULL_ARGUMENT);
+        if (owns_lock()) throw error(KEYLOCK_WOULD_BLOCK);  // std: resource_deadlock_would_occur
+    }
+    bool attempt(const options &o) {
+        prepare();
+        keylock_result r = Api::lock_with(handle_, detail::bytes(key_), key_.size(), &o.raw(), &acq_);
+        if (r == KEYLOCK_WOULD_BLOCK || r == KEYLOCK_TIMEOUT) return false;
+        detail::check(r);
+        return true;
+    }
     void reset() noexcept {
-        // A destructor cannot report an error; the library only fails here on misuse of the C
-        // handle behind the guard's back (someone else unlocked the key).
-        if (handle_) (void)Api::unlock(std::exchange(handle_, nullptr), bytes(key_), key_.size());
+        // A destructor cannot report an error; a stale acquisition (force-unlocked, lease run
+        // out) is simply not released: it releases nothing that another holder took since.
+        if (handle_ && owns_lock()) (void)Api::release(handle_, &acq_);
     }
 
-    typename Api::handle *handle_;
+    handle_type *handle_;
+    keylock_acquisition acq_;
     std::string key_;
+    options opts_;
 };
 
-/// Holds several keys locked together by lock_many and unlocks them all on destruction.
+/// Several keys locked together by lock_many: one record per distinct lock, in the order of the
+/// keys' first occurrence, all released on destruction.
 template <class Api>
-class keys_guard {
+class basic_many_guard {
 public:
-    keys_guard(keys_guard &&other) noexcept : handle_(std::exchange(other.handle_, nullptr)), keys_(std::move(other.keys_)) {}
-    keys_guard &operator=(keys_guard &&other) noexcept {
+    using handle_type = typename Api::handle;
+    basic_many_guard(basic_many_guard &&other) noexcept
+        : handle_(std::exchange(other.handle_, nullptr)), acqs_(std::move(other.acqs_)) {}
+    basic_many_guard &operator=(basic_many_guard &&other) noexcept {
         if (this != &other) {
             reset();
             handle_ = std::exchange(other.handle_, nullptr);
-            keys_ = std::move(other.keys_);
+            acqs_ = std::move(other.acqs_);
         }
         return *this;
     }
-    keys_guard(const keys_guard &) = delete;
-    keys_guard &operator=(const keys_guard &) = delete;
-    ~keys_guard() { reset(); }
+    basic_many_guard(const basic_many_guard &) = delete;
+    basic_many_guard &operator=(const basic_many_guard &) = delete;
+    ~basic_many_guard() { reset(); }
 
-    bool owns_lock() const noexcept { return handle_ != nullptr; }
+    bool owns_lock() const noexcept { return handle_ != nullptr && !acqs_.empty(); }
     explicit operator bool() const noexcept { return owns_lock(); }
-    /// The keys this guard locked, in the order given.
-    const std::vector<std::string> &keys() const noexcept { return keys_; }
-
-    /// Unlocks every key now; throws keylock::error(KEYLOCK_NOT_LOCKED) if this guard holds
-    /// nothing.
+    /// The number of distinct locks held (keys listed twice, or sharing a stripe, count once).
+    std::size_t size() const noexcept { return acqs_.size(); }
+    /// The fences of the acquisitions, in the order of the keys' first occurrence (keys that
+    /// share a lock, such as two keys of one stripe, share the first one's).
+    std::vector<std::uint64_t> fences() const {
+        std::vector<std::uint64_t> out;
+        for (const auto &a : acqs_) out.push_back(a.fence);
+        return out;
+    }
+    /// Releases every acquisition now; throws keylock::error with the first failure (every one
+    /// is released or refused all the same), KEYLOCK_NOT_LOCKED when nothing is held.
     void unlock() {
-        if (!handle_) throw error(KEYLOCK_NOT_LOCKED);
-        call(Api::unlock_many, std::exchange(handle_, nullptr), keys_);
+        if (!owns_lock()) throw error(KEYLOCK_NOT_LOCKED);
+        keylock_result r = Api::release_many(std::exchange(handle_, nullptr), acqs_.data(), acqs_.size());
+        acqs_.clear();
+        detail::check(r);
     }
 
 private:
-    template <class> friend class keyed;
-    keys_guard(typename Api::handle *h, std::vector<std::string> keys) : handle_(h), keys_(std::move(keys)) {}
-
-    template <class F>
-    static void call(F f, typename Api::handle *h, const std::vector<std::string> &keys) {
-        std::vector<const std::uint8_t *> ptrs;
-        std::vector<std::size_t> lens;
-        ptrs.reserve(keys.size());
-        lens.reserve(keys.size());
-        for (const auto &k : keys) {
-            ptrs.push_back(bytes(k));
-            lens.push_back(k.size());
-        }
-        check(f(h, ptrs.data(), lens.data(), keys.size()));
-    }
+    template <class> friend class detail::keyed;
+    basic_many_guard(handle_type *h, std::vector<keylock_acquisition> acqs) noexcept
+        : handle_(h), acqs_(std::move(acqs)) {}
     void reset() noexcept {
-        if (!handle_) return;
-        try {
-            call(Api::unlock_many, std::exchange(handle_, nullptr), keys_);
-        } catch (...) {
-            // Destructors do not throw (bad_alloc building the arrays, or misuse elsewhere).
-        }
+        if (owns_lock()) (void)Api::release_many(std::exchange(handle_, nullptr), acqs_.data(), acqs_.size());
+        acqs_.clear();
     }
 
-    typename Api::handle *handle_;
-    std::vector<std::string> keys_;
+    handle_type *handle_;
+    std::vector<keylock_acquisition> acqs_;
 };
+
+namespace detail {
 
 /// What KeyPool and StripedLock share: the owned handle and the keyed operations.
 template <class Api>
 class keyed {
 public:
-    /// Releases one key on destruction; see key_guard.
-    using guard = key_guard<Api>;
-    /// Releases a lock_many set on destruction; see keys_guard.
-    using many_guard = keys_guard<Api>;
+    /// Releases one key's acquisition on destruction; see basic_guard.
+    using guard = basic_guard<Api>;
+    /// Releases a lock_many set on destruction; see basic_many_guard.
+    using many_guard = basic_many_guard<Api>;
     using native_handle_type = typename Api::handle *;
 
     keyed(keyed &&other) noexcept : handle_(std::exchange(other.handle_, nullptr)) {}
@@ -215,49 +447,90 @@ public:
     keyed &operator=(const keyed &) = delete;
     ~keyed() { Api::free(handle_); }
 
-    /// Locks `key`, waiting as long as it takes.
-    [[nodiscard]] guard lock(std::string_view key) {
-        check(Api::lock(handle_, bytes(key), key.size()));
-        return guard(handle_, key);
+    /// Locks `key` exclusively, waiting as long as it takes.
+    [[nodiscard]] guard lock(std::string_view key) { return lock(key, options()); }
+    /// Locks `key` as `opts` says; throws keylock::error (KEYLOCK_WOULD_BLOCK / KEYLOCK_TIMEOUT
+    /// when a wait limit runs out, KEYLOCK_REENTRANCY_LIMIT, ...).
+    [[nodiscard]] guard lock(std::string_view key, const options &opts) {
+        guard g(handle_, key, opts);
+        check(Api::lock_with(handle_, bytes(key), key.size(), &opts.raw(), &g.acq_));
+        return g;
     }
+    /// Locks `key` in shared mode, waiting as long as it takes.
+    [[nodiscard]] guard lock_shared(std::string_view key) { return lock(key, options().shared()); }
 
     /// Locks `key` if that needs no wait; std::nullopt if it is held.
-    [[nodiscard]] std::optional<guard> try_lock(std::string_view key) {
-        keylock_result r = Api::try_lock(handle_, bytes(key), key.size());
-        if (r == KEYLOCK_WOULD_BLOCK) return std::nullopt;
-        check(r);
-        return guard(handle_, key);
-    }
+    [[nodiscard]] std::optional<guard> try_lock(std::string_view key) { return attempt(key, options().no_wait()); }
+    [[nodiscard]] std::optional<guard> try_lock_shared(std::string_view key) { return attempt(key, options().shared().no_wait()); }
+    /// Locks `key` as `opts` says; std::nullopt when its wait limit runs out.
+    [[nodiscard]] std::optional<guard> try_lock(std::string_view key, const options &opts) { return attempt(key, opts); }
 
-    /// Locks `key`, waiting at most `timeout` (rounded up to whole milliseconds); std::nullopt
+    /// Locks `key`, waiting at most `timeout` (rounded up to whole nanoseconds); std::nullopt
     /// when it runs out.
     template <class Rep, class Period>
     [[nodiscard]] std::optional<guard> try_lock_for(std::string_view key, std::chrono::duration<Rep, Period> timeout) {
-        keylock_result r = Api::lock_timeout(handle_, bytes(key), key.size(), to_ms(timeout));
-        if (r == KEYLOCK_TIMEOUT) return std::nullopt;
-        check(r);
-        return guard(handle_, key);
+        return attempt(key, options().timeout(timeout));
+    }
+    template <class Rep, class Period>
+    [[nodiscard]] std::optional<guard> try_lock_shared_for(std::string_view key, std::chrono::duration<Rep, Period> timeout) {
+        return attempt(key, options().shared().timeout(timeout));
     }
 
-    /// Locks several keys together, deadlock-free whatever the order; throws
+    /// Locks several keys exclusively together, deadlock-free whatever the order; throws
     /// keylock::error(KEYLOCK_INVALID_ARGUMENT) for an empty list.
     [[nodiscard]] many_guard lock_many(std::initializer_list<std::string_view> keys) {
-        return lock_many(keys.begin(), keys.end());
+        std::vector<std::pair<std::string_view, keylock::mode>> list;
+        for (auto k : keys) list.emplace_back(k, mode::exclusive);
+        return lock_many(list.begin(), list.end(), options());
     }
-
-    /// lock_many over any range of things convertible to std::string_view.
+    /// Locks several keys together, each in its own mode, with `opts`' lease, owner and wait
+    /// (KEYLOCK_WOULD_BLOCK / KEYLOCK_TIMEOUT thrown when it runs out: all or nothing).
+    [[nodiscard]] many_guard lock_many(std::initializer_list<std::pair<std::string_view, keylock::mode>> keys,
+                                       const options &opts = options()) {
+        return lock_many(keys.begin(), keys.end(), opts);
+    }
+    /// lock_many over any range of (key, mode) pairs.
     template <class It>
-    [[nodiscard]] many_guard lock_many(It first, It last) {
-        std::vector<std::string> owned;
-        for (; first != last; ++first) owned.emplace_back(std::string_view(*first));
-        many_guard::call(Api::lock_many, handle_, owned);
-        return many_guard(handle_, std::move(owned));
+    [[nodiscard]] many_guard lock_many(It first, It last, const options &opts) {
+        std::vector<const std::uint8_t *> ptrs;
+        std::vector<std::size_t> lens;
+        std::vector<keylock_mode> modes;
+        for (; first != last; ++first) {
+            std::string_view k = first->first;
+            ptrs.push_back(bytes(k));
+            lens.push_back(k.size());
+            modes.push_back(static_cast<keylock_mode>(first->second));
+        }
+        std::vector<keylock_acquisition> acqs(ptrs.size());
+        std::size_t count = 0;
+        check(Api::lock_many_with(handle_, ptrs.data(), lens.data(), modes.data(), ptrs.size(), &opts.raw(),
+                                  acqs.data(), &count));
+        acqs.resize(count);  // moves records within the vector: each original is dropped unused
+        return many_guard(handle_, std::move(acqs));
     }
 
+    /// Frees `key` whoever holds it, advancing its fence; whether it was held. The holders'
+    /// guards then release nothing.
+    bool force_unlock(std::string_view key) {
+        bool was = false;
+        check(Api::force_unlock(handle_, bytes(key), key.size(), &was));
+        return was;
+    }
     /// Whether `key` is locked right now (a snapshot, for tests and diagnostics).
     bool is_locked(std::string_view key) const {
         bool out = false;
         check(Api::is_locked(handle_, bytes(key), key.size(), &out));
+        return out;
+    }
+    /// Who holds `key` and how; std::nullopt when it is free (a snapshot).
+    std::optional<lock_info> info(std::string_view key) const {
+        keylock_lock_info raw{};
+        check(Api::info(handle_, bytes(key), key.size(), &raw));
+        if (!raw.held) return std::nullopt;
+        lock_info out{raw.fence, static_cast<keylock::mode>(raw.mode), raw.holders, raw.holds, raw.owner,
+                      std::nullopt, raw.waiters};
+        if (raw.lease_remaining_ns != KEYLOCK_NO_LEASE)
+            out.lease_remaining = std::chrono::nanoseconds(static_cast<std::chrono::nanoseconds::rep>(raw.lease_remaining_ns));
         return out;
     }
 
@@ -266,20 +539,56 @@ public:
 
 protected:
     explicit keyed(typename Api::handle *h) : handle_(h) {}
+    static typename Api::handle *open_handle(std::string_view name, const open_options &opts) {
+        typename Api::handle *h = nullptr;
+        const std::string owned(name);  // NUL-terminated
+        check(Api::open(owned.c_str(), &opts.raw(), &h));
+        return h;
+    }
 
 private:
+    std::optional<guard> attempt(std::string_view key, const options &opts) {
+        guard g(handle_, key, opts);
+        keylock_result r = Api::lock_with(handle_, bytes(key), key.size(), &opts.raw(), &g.acq_);
+        if (r == KEYLOCK_WOULD_BLOCK || r == KEYLOCK_TIMEOUT) return std::nullopt;
+        check(r);
+        return std::optional<guard>(std::move(g));
+    }
+
     typename Api::handle *handle_;
 };
 
 }  // namespace detail
+
+template <class Api>
+basic_guard<Api>::basic_guard(detail::keyed<Api> &lock, std::string_view key, const options &opts)
+    : basic_guard(lock.native_handle(), key, opts) {
+    this->lock();
+}
+
+template <class Api>
+basic_guard<Api>::basic_guard(detail::keyed<Api> &lock, std::string_view key, std::defer_lock_t, const options &opts)
+    : basic_guard(lock.native_handle(), key, opts) {}
+
+template <class Api>
+basic_guard<Api>::basic_guard(detail::keyed<Api> &lock, std::string_view key, std::try_to_lock_t, const options &opts)
+    : basic_guard(lock.native_handle(), key, opts) {
+    (void)try_lock();
+}
 
 /// One lock per distinct key, made on demand and recycled when released (keylock_pool).
 class KeyPool : public detail::keyed<detail::pool_api> {
 public:
     /// Throws keylock::error(KEYLOCK_PANIC) if the library cannot create the pool.
     KeyPool() : keyed(make()) {}
+    /// The pool `name` names (keylock_pool_open): "local:" for a new one in this process, with
+    /// `opts` (reentrant, fifo). Throws keylock::error.
+    static KeyPool open(std::string_view name, const open_options &opts = open_options()) {
+        return KeyPool(open_handle(name, opts));
+    }
 
 private:
+    explicit KeyPool(keylock_pool *h) : keyed(h) {}
     static keylock_pool *make() {
         keylock_pool *p = keylock_pool_new();
         if (!p) throw error(KEYLOCK_PANIC);
@@ -293,9 +602,14 @@ class StripedLock : public detail::keyed<detail::striped_api> {
 public:
     /// `stripes` is rounded up to a power of two; throws
     /// keylock::error(KEYLOCK_INVALID_ARGUMENT) when it is 0 or over KEYLOCK_MAX_STRIPES.
-    explicit StripedLock(std::size_t stripes = 1024) : keyed(make(stripes)) {}
+    explicit StripedLock(std::size_t stripes = KEYLOCK_DEFAULT_STRIPES) : keyed(make(stripes)) {}
+    /// The striped lock `name` names (keylock_striped_open), with `opts`. Throws keylock::error.
+    static StripedLock open(std::string_view name, const open_options &opts = open_options()) {
+        return StripedLock(open_handle(name, opts), 0);
+    }
 
 private:
+    StripedLock(keylock_striped *h, int) : keyed(h) {}
     static keylock_striped *make(std::size_t stripes) {
         keylock_striped *s = keylock_striped_new(stripes);
         if (!s) throw error(KEYLOCK_INVALID_ARGUMENT);
@@ -303,15 +617,90 @@ private:
     }
 };
 
-/// A reader-writer lock whose readers scale across cores (keylock_rwlock). It also meets the
-/// standard SharedTimedMutex requirements, so std::unique_lock, std::shared_lock and
-/// std::lock_guard work with it.
+class RwLock;
+
+namespace detail {
+/// read_guard and write_guard: one acquisition of an RwLock, released on destruction; the
+/// std::shared_lock (reads) and std::unique_lock (writes) interface.
+template <keylock_mode Mode>
+class rw_guard {
+public:
+    rw_guard() noexcept : handle_(nullptr), acq_{} {}
+    /// Takes the lock; throws keylock::error.
+    explicit rw_guard(RwLock &rw);
+    /// Names the lock without taking it.
+    rw_guard(RwLock &rw, std::defer_lock_t) noexcept;
+    /// Tries once; owns_lock() says whether it was taken.
+    rw_guard(RwLock &rw, std::try_to_lock_t);
+
+    rw_guard(rw_guard &&other) noexcept : handle_(std::exchange(other.handle_, nullptr)), acq_(take(other.acq_)) {}
+    rw_guard &operator=(rw_guard &&other) noexcept {
+        if (this != &other) {
+            reset();
+            handle_ = std::exchange(other.handle_, nullptr);
+            acq_ = take(other.acq_);
+        }
+        return *this;
+    }
+    rw_guard(const rw_guard &) = delete;
+    rw_guard &operator=(const rw_guard &) = delete;
+    ~rw_guard() { reset(); }
+
+    bool owns_lock() const noexcept { return keylock_acquisition_is_held(&acq_); }
+    explicit operator bool() const noexcept { return owns_lock(); }
+    /// A write acquisition's fence (0 for reads).
+    std::uint64_t fence() const noexcept { return acq_.fence; }
+    /// Releases now; throws keylock::error(KEYLOCK_NOT_LOCKED) if this guard holds nothing.
+    void unlock() {
+        if (!handle_ || !owns_lock()) throw error(KEYLOCK_NOT_LOCKED);
+        check(keylock_rwlock_release(handle_, &acq_));
+    }
+    void lock() { check(take_lock(KEYLOCK_WAIT_FOREVER)); }
+    bool try_lock() { return busy(take_lock(KEYLOCK_NO_WAIT)); }
+    template <class Rep, class Period>
+    bool try_lock_for(std::chrono::duration<Rep, Period> d) { return busy(take_lock(to_ns(d))); }
+    template <class Clock, class Duration>
+    bool try_lock_until(std::chrono::time_point<Clock, Duration> t) { return try_lock_for(t - Clock::now()); }
+    /// Hands the record out without releasing it.
+    [[nodiscard]] keylock_acquisition release() noexcept {
+        handle_ = nullptr;
+        return take(acq_);
+    }
+    void swap(rw_guard &other) noexcept {
+        std::swap(handle_, other.handle_);
+        std::swap(acq_, other.acq_);
+    }
+
+private:
+    friend class keylock::RwLock;
+    bool attempt(std::uint64_t timeout_ns) { return busy(take_lock(timeout_ns)); }
+    keylock_result take_lock(std::uint64_t timeout_ns) {
+        if (!handle_) throw error(KEYLOCK_NULL_ARGUMENT);
+        if (owns_lock()) throw error(KEYLOCK_WOULD_BLOCK);
+        return Mode == KEYLOCK_SHARED ? keylock_rwlock_read_lock_timeout(handle_, timeout_ns, &acq_)
+                                      : keylock_rwlock_write_lock_timeout(handle_, timeout_ns, &acq_);
+    }
+    static bool busy(keylock_result r) {
+        if (r == KEYLOCK_WOULD_BLOCK || r == KEYLOCK_TIMEOUT) return false;
+        check(r);
+        return true;
+    }
+    void reset() noexcept {
+        if (handle_ && owns_lock()) (void)keylock_rwlock_release(handle_, &acq_);
+    }
+    keylock_rwlock *handle_;
+    keylock_acquisition acq_;
+};
+}  // namespace detail
+
+/// A reader-writer lock whose readers scale across cores (keylock_rwlock). Its guards carry
+/// their acquisitions: `auto r = rw.read();`, `RwLock::write_guard w(rw, std::defer_lock);`.
 class RwLock {
 public:
-    /// Holds a read lock and releases it on destruction.
-    class read_guard;
-    /// Holds the write lock and releases it on destruction.
-    class write_guard;
+    /// Holds a read lock and releases it on destruction (the std::shared_lock interface).
+    using read_guard = detail::rw_guard<KEYLOCK_SHARED>;
+    /// Holds the write lock and releases it on destruction (the std::unique_lock interface).
+    using write_guard = detail::rw_guard<KEYLOCK_EXCLUSIVE>;
 
     /// Throws keylock::error(KEYLOCK_PANIC) if the library cannot create the lock.
     RwLock() : handle_(keylock_rwlock_new()) {
@@ -326,123 +715,45 @@ public:
     RwLock &operator=(const RwLock &) = delete;
     ~RwLock() { keylock_rwlock_free(handle_); }
 
-    [[nodiscard]] read_guard read();
-    [[nodiscard]] std::optional<read_guard> try_read();
+    [[nodiscard]] read_guard read() { return read_guard(*this); }
+    [[nodiscard]] std::optional<read_guard> try_read() { return attempt<read_guard>(KEYLOCK_NO_WAIT); }
     template <class Rep, class Period>
-    [[nodiscard]] std::optional<read_guard> try_read_for(std::chrono::duration<Rep, Period> timeout);
-    [[nodiscard]] write_guard write();
-    [[nodiscard]] std::optional<write_guard> try_write();
-    template <class Rep, class Period>
-    [[nodiscard]] std::optional<write_guard> try_write_for(std::chrono::duration<Rep, Period> timeout);
-
-    // SharedTimedMutex: for std::unique_lock / std::shared_lock. Errors other than "busy" throw.
-    void lock() { detail::check(keylock_rwlock_write_lock(handle_)); }
-    bool try_lock() { return busy(keylock_rwlock_try_write_lock(handle_), KEYLOCK_WOULD_BLOCK); }
-    template <class Rep, class Period>
-    bool try_lock_for(std::chrono::duration<Rep, Period> timeout) {
-        return busy(keylock_rwlock_write_lock_timeout(handle_, detail::to_ms(timeout)), KEYLOCK_TIMEOUT);
+    [[nodiscard]] std::optional<read_guard> try_read_for(std::chrono::duration<Rep, Period> timeout) {
+        return attempt<read_guard>(detail::to_ns(timeout));
     }
-    template <class Clock, class Duration>
-    bool try_lock_until(std::chrono::time_point<Clock, Duration> deadline) { return try_lock_for(deadline - Clock::now()); }
-    void unlock() { detail::check(keylock_rwlock_write_unlock(handle_)); }
-    void lock_shared() { detail::check(keylock_rwlock_read_lock(handle_)); }
-    bool try_lock_shared() { return busy(keylock_rwlock_try_read_lock(handle_), KEYLOCK_WOULD_BLOCK); }
+    [[nodiscard]] write_guard write() { return write_guard(*this); }
+    [[nodiscard]] std::optional<write_guard> try_write() { return attempt<write_guard>(KEYLOCK_NO_WAIT); }
     template <class Rep, class Period>
-    bool try_lock_shared_for(std::chrono::duration<Rep, Period> timeout) {
-        return busy(keylock_rwlock_read_lock_timeout(handle_, detail::to_ms(timeout)), KEYLOCK_TIMEOUT);
+    [[nodiscard]] std::optional<write_guard> try_write_for(std::chrono::duration<Rep, Period> timeout) {
+        return attempt<write_guard>(detail::to_ns(timeout));
     }
-    template <class Clock, class Duration>
-    bool try_lock_shared_until(std::chrono::time_point<Clock, Duration> deadline) {
-        return try_lock_shared_for(deadline - Clock::now());
-    }
-    void unlock_shared() { detail::check(keylock_rwlock_read_unlock(handle_)); }
 
     /// The C handle, still owned by this object (NULL after a move).
     keylock_rwlock *native_handle() const noexcept { return handle_; }
 
 private:
-    // true on KEYLOCK_OK, false on the "busy" code, throws on anything else.
-    static bool busy(keylock_result r, keylock_result busy_code) {
-        if (r == busy_code) return false;
-        detail::check(r);
-        return true;
+    template <class Guard>
+    std::optional<Guard> attempt(std::uint64_t timeout_ns) {
+        Guard g(*this, std::defer_lock);
+        if (!g.attempt(timeout_ns)) return std::nullopt;
+        return std::optional<Guard>(std::move(g));
     }
 
     keylock_rwlock *handle_;
 };
 
 namespace detail {
-/// read_guard and write_guard: one acquisition of an RwLock, released on destruction.
-template <keylock_result (*Unlock)(keylock_rwlock *)>
-class rw_guard {
-public:
-    rw_guard(rw_guard &&other) noexcept : handle_(std::exchange(other.handle_, nullptr)) {}
-    rw_guard &operator=(rw_guard &&other) noexcept {
-        if (this != &other) {
-            reset();
-            handle_ = std::exchange(other.handle_, nullptr);
-        }
-        return *this;
-    }
-    rw_guard(const rw_guard &) = delete;
-    rw_guard &operator=(const rw_guard &) = delete;
-    ~rw_guard() { reset(); }
-
-    bool owns_lock() const noexcept { return handle_ != nullptr; }
-    explicit operator bool() const noexcept { return owns_lock(); }
-    /// Releases now; throws keylock::error(KEYLOCK_NOT_LOCKED) if this guard holds nothing.
-    void unlock() {
-        if (!handle_) throw error(KEYLOCK_NOT_LOCKED);
-        check(Unlock(std::exchange(handle_, nullptr)));
-    }
-
-protected:
-    explicit rw_guard(keylock_rwlock *h) noexcept : handle_(h) {}
-
-private:
-    void reset() noexcept {
-        if (handle_) (void)Unlock(std::exchange(handle_, nullptr));
-    }
-    keylock_rwlock *handle_;
-};
-}  // namespace detail
-
-class RwLock::read_guard : public detail::rw_guard<keylock_rwlock_read_unlock> {
-    friend class RwLock;
-    using rw_guard::rw_guard;
-};
-
-class RwLock::write_guard : public detail::rw_guard<keylock_rwlock_write_unlock> {
-    friend class RwLock;
-    using rw_guard::rw_guard;
-};
-
-inline RwLock::read_guard RwLock::read() {
-    lock_shared();
-    return read_guard(handle_);
-}
-inline std::optional<RwLock::read_guard> RwLock::try_read() {
-    if (!try_lock_shared()) return std::nullopt;
-    return read_guard(handle_);
-}
-template <class Rep, class Period>
-std::optional<RwLock::read_guard> RwLock::try_read_for(std::chrono::duration<Rep, Period> timeout) {
-    if (!try_lock_shared_for(timeout)) return std::nullopt;
-    return read_guard(handle_);
-}
-inline RwLock::write_guard RwLock::write() {
+template <keylock_mode Mode>
+rw_guard<Mode>::rw_guard(RwLock &rw) : handle_(rw.native_handle()), acq_{} {
     lock();
-    return write_guard(handle_);
 }
-inline std::optional<RwLock::write_guard> RwLock::try_write() {
-    if (!try_lock()) return std::nullopt;
-    return write_guard(handle_);
+template <keylock_mode Mode>
+rw_guard<Mode>::rw_guard(RwLock &rw, std::defer_lock_t) noexcept : handle_(rw.native_handle()), acq_{} {}
+template <keylock_mode Mode>
+rw_guard<Mode>::rw_guard(RwLock &rw, std::try_to_lock_t) : handle_(rw.native_handle()), acq_{} {
+    (void)try_lock();
 }
-template <class Rep, class Period>
-std::optional<RwLock::write_guard> RwLock::try_write_for(std::chrono::duration<Rep, Period> timeout) {
-    if (!try_lock_for(timeout)) return std::nullopt;
-    return write_guard(handle_);
-}
+}  // namespace detail
 
 }  // namespace keylock
 

@@ -4,9 +4,10 @@
 #                      Node ones), then BENCHMARKS.md and the plots from bench/results/*.json
 #   make bench-quick   a short run of the core's benchmarks (under 2 minutes), into
 #                      build/bench-quick/, to check that nothing regressed; commits nothing
+#   make bench-uncontended  only the uncontended criterion suite (bench/results/rust.json)
 #   make bench-report  only regenerate BENCHMARKS.md and the plots from the JSON
 
-.PHONY: bench-core bench-report bench-quick
+.PHONY: bench-core bench-uncontended bench-report bench-quick
 
 BENCH_RESULTS := $(ROOT)/bench/results
 # Thread counts for the scaling runs; a bigger machine can pass more: make bench BENCH_THREADS="1 2 4 8 16 32 64"
@@ -17,14 +18,26 @@ BENCH_CARGO := $(CARGO) bench --locked -p keylock-core
 # measure everything twice, so make bench runs only this one.
 BENCH_TARGETS := $(filter-out bench-rust,$(BENCH_TARGETS)) bench-core bench-report
 
-bench-core:
-	@mkdir -p $(BENCH_RESULTS)
-	rm -rf $(TARGET_DIR)/criterion/uncontended_u64 $(TARGET_DIR)/criterion/uncontended_bytes16 \
-		$(TARGET_DIR)/criterion/uncontended_async
-	$(BENCH_CARGO) --bench uncontended
-	python3 bench/report.py criterion $(TARGET_DIR) $(BENCH_RESULTS)/rust.json
+bench-core: bench-uncontended
 	KEYLOCK_BENCH_DIR=$(BENCH_RESULTS) $(BENCH_CARGO) --bench throughput -- $(BENCH_THREADS)
 	KEYLOCK_BENCH_DIR=$(BENCH_RESULTS) $(BENCH_CARGO) --bench memory
+
+# The uncontended criterion suite alone (bench/results/rust.json), run BENCH_UNCONTENDED_RUNS
+# times with the samples of every run pooled; make bench-report then renders BENCHMARKS.md with
+# it and the other suites' JSON as they are.
+BENCH_UNCONTENDED_RUNS ?= 3
+UNCONTENDED_DIR := $(ROOT)/build/bench-uncontended
+bench-uncontended:
+	@mkdir -p $(BENCH_RESULTS)
+	rm -rf $(UNCONTENDED_DIR)
+	for run in $$(seq $(BENCH_UNCONTENDED_RUNS)); do \
+		rm -rf $(TARGET_DIR)/criterion/uncontended_u64 $(TARGET_DIR)/criterion/uncontended_bytes16 \
+			$(TARGET_DIR)/criterion/uncontended_async; \
+		$(BENCH_CARGO) --bench uncontended; \
+		mkdir -p $(UNCONTENDED_DIR)/$$run; \
+		cp -rp $(TARGET_DIR)/criterion $(UNCONTENDED_DIR)/$$run/; \
+	done
+	python3 bench/report.py criterion $(BENCH_RESULTS)/rust.json $(UNCONTENDED_DIR)/*
 
 bench-report: $(VENV)/.stamp
 	$(PY) bench/report.py render $(BENCH_RESULTS) BENCHMARKS.md docs
@@ -35,7 +48,7 @@ bench-quick: $(VENV)/.stamp
 	rm -rf $(TARGET_DIR)/criterion/uncontended_u64 $(TARGET_DIR)/criterion/uncontended_bytes16 \
 		$(TARGET_DIR)/criterion/uncontended_async
 	KEYLOCK_BENCH_QUICK=1 $(BENCH_CARGO) --bench uncontended
-	$(PY) bench/report.py criterion $(TARGET_DIR) $(QUICK_DIR)/results/rust.json
+	$(PY) bench/report.py criterion $(QUICK_DIR)/results/rust.json $(TARGET_DIR)
 	KEYLOCK_BENCH_QUICK=1 KEYLOCK_BENCH_DIR=$(QUICK_DIR)/results $(BENCH_CARGO) --bench throughput -- 1 2 8
 	KEYLOCK_BENCH_QUICK=1 KEYLOCK_BENCH_DIR=$(QUICK_DIR)/results $(BENCH_CARGO) --bench memory
 	$(PY) bench/report.py render $(QUICK_DIR)/results $(QUICK_DIR)/BENCHMARKS.md $(QUICK_DIR)/docs

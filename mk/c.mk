@@ -5,7 +5,8 @@
 #
 #   make header                       regenerate ffi-c/src/contract.rs and include/keylock.h
 #   make install PREFIX=/some/dir     library with SONAME links, headers, keylock.pc
-#   make bench-c / bench-c-quick      C vs Rust vs pthread_mutex: bench/results/c.json
+#   make bench-c / bench-c-quick      C vs Rust vs pthread_mutex, wall time and callgrind
+#                                     instruction counts: bench/results/c.json
 
 .PHONY: build-c build-ffi demo-c test-c test-c-api check-header header install bench-c \
 	bench-c-quick lint-c fmt-c
@@ -105,8 +106,8 @@ test-c: check-header
 	$(MAKE) demo-c
 
 # The C and C++ tests, built against a fresh `make install` into a temporary prefix with the
-# flags pkg-config gives, under AddressSanitizer and UBSan, and the C half of the cross-language
-# key fixture (core/tests/keys.json, which the Rust, Python and Node suites check too). Also
+# flags pkg-config gives, under AddressSanitizer and UBSan, the scope test on local:, and the C
+# half of the cross-language key fixture (core/tests/keys.json, which the Rust, Python and Node suites check too). Also
 # checks the SONAME links and that a static link of libkeylock.a works.
 test-c-api: build-ffi
 	tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
@@ -126,6 +127,8 @@ test-c-api: build-ffi
 		-o "$$tmp/test_keylock_cpp" $$flags; \
 	$(CC) -std=c99 -g -O1 $(C_WARN) $(C_SANITIZE) ffi-c/tests/c/test_keys.c \
 		-o "$$tmp/test_keys" $$flags; \
+	$(CC) -std=c99 -g -O1 $(C_WARN) $(C_SANITIZE) ffi-c/tests/c/test_scope.c \
+		-o "$$tmp/test_scope" $$flags -pthread; \
 	readelf -d "$$tmp/test_keylock" | grep -q 'NEEDED.*\[libkeylock\.so\.$(KEYLOCK_MAJOR)\]'; \
 	static="$$(pkg-config --cflags keylock) $$(pkg-config --static --libs keylock | sed 's/-lkeylock/-l:libkeylock.a/')"; \
 	$(CC) -std=c11 -O2 $(C_WARN) examples/c/bank.c -o "$$tmp/bank_static" $$static -pthread; \
@@ -134,7 +137,31 @@ test-c-api: build-ffi
 	timeout 180 "$$tmp/test_keylock"; \
 	timeout 180 "$$tmp/test_keylock_cpp"; \
 	timeout 60 "$$tmp/test_keys" core/tests/keys.json; \
+	timeout 120 "$$tmp/test_scope" local:; \
 	timeout 60 "$$tmp/bank_static" 4 64 100
+
+# The scope test (ffi-c/tests/c/test_scope.c) through keylock_pool_open on the scopes beyond
+# this process: the library built with the shm and redis features (its own target dir), on a
+# fresh shm:NAME region (its file removed afterwards) and on a redis-server of our own (a free
+# loopback port, a temporary directory, stopped by its PID). The same C ABI and the same test as
+# on local:, with only the name changed.
+TEST_TARGETS += test-c-scopes
+.PHONY: test-c-scopes
+test-c-scopes: redis-server
+	$(CARGO) build --locked --release -p keylock-ffi --features shm,redis --target-dir $(TARGET_DIR)/c-scopes
+	tmp=$$(mktemp -d); pid=; region=keylock-c-test-$$$$; \
+	trap 'test -n "$$pid" && { kill $$pid; wait $$pid; }; rm -rf "$$tmp"; rm -f /dev/shm/keylock.'"$$region" EXIT; \
+	install -m 0755 $(TARGET_DIR)/c-scopes/release/libkeylock.so "$$tmp/libkeylock.so.$(KEYLOCK_MAJOR)"; \
+	ln -s libkeylock.so.$(KEYLOCK_MAJOR) "$$tmp/libkeylock.so"; \
+	$(CC) -std=c99 -g -O1 $(C_WARN) $(C_SANITIZE) ffi-c/tests/c/test_scope.c -Iinclude \
+		-o "$$tmp/test_scope" -L"$$tmp" -lkeylock -pthread -Wl,-rpath,"$$tmp"; \
+	export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1; \
+	timeout 120 "$$tmp/test_scope" "shm:$$region"; \
+	port=$$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'); \
+	redis-server --port $$port --bind 127.0.0.1 --save '' --appendonly no --dir "$$tmp" \
+		>"$$tmp/redis.log" 2>&1 & pid=$$!; \
+	for i in $$(seq 100); do redis-cli -p $$port ping >/dev/null 2>&1 && break; sleep 0.1; done; \
+	timeout 120 "$$tmp/test_scope" "redis://127.0.0.1:$$port/0"
 
 # ---- benchmark ---------------------------------------------------------------------------------
 
@@ -156,8 +183,9 @@ bench-c-quick:
 
 # ---- lint and format ---------------------------------------------------------------------------
 
+# --no-deps: this lints the C crate; keylock-core is lint-rust's.
 lint-c:
-	$(CARGO) clippy --locked -p keylock-ffi --all-targets -- -D warnings
+	$(CARGO) clippy --locked -p keylock-ffi --no-deps --all-targets -- -D warnings
 	$(CC) -std=c99 $(C_WARN) -fsyntax-only -x c include/keylock.h
 	$(CXX) $(CXX_STD) $(C_WARN) -fsyntax-only -x c++ include/keylock.hpp -Iinclude
 

@@ -4,10 +4,12 @@
 #   make demo-py         run the bank demos of examples/python (threads, then asyncio)
 #   make test-py         pytest py/tests (per-test timeout; includes the demos)
 #   make bench-py        benchmarks -> bench/results/python.json (bench-py-quick: fewer runs)
+#   make bench-py-callgrind  instructions per operation under callgrind (stable on a loaded
+#                        machine) -> bench/results/python-callgrind.json
 #   make lint-py         clippy for the binding, ruff, and stubtest (the .pyi against the module)
 #   make fmt-py          rustfmt for the binding, ruff format for the Python files
 
-.PHONY: build-py demo-py test-py bench-py bench-py-quick lint-py fmt-py
+.PHONY: build-py demo-py test-py bench-py bench-py-quick bench-py-callgrind lint-py fmt-py
 
 BUILD_TARGETS += build-py
 DEMO_TARGETS += demo-py
@@ -32,23 +34,19 @@ demo-py: build-py
 test-py: build-py
 	$(PY) -m pytest py/tests -q
 
-# The benchmark runs twice: with the abi3-py310 build (its figures are added under
-# "[abi3, CPython >= 3.10 build]"), then with the default build, which is left installed.
-PY_BENCH = VIRTUAL_ENV=$(VENV) $(VENV)/bin/maturin develop --release --locked --quiet \
-		--manifest-path py/Cargo.toml --no-default-features --features abi3-py310 && \
-	$(PY) py/bench/bench_python.py $(1) --out $(TARGET_DIR)/bench-python-py310.json && \
-	$(MAKE) build-py && \
-	$(PY) py/bench/bench_python.py $(1) --merge $(TARGET_DIR)/bench-python-py310.json \
-		--out bench/results/python.json
+# The benchmark measures every alternative in one run, interleaved; the machine's load average
+# before and after is in the JSON (re-measure when the machine is quiet).
+bench-py: build-py
+	$(PY) py/bench/bench_python.py --out bench/results/python.json
 
-bench-py: $(VENV)/.stamp
-	$(call PY_BENCH,)
+bench-py-callgrind: build-py
+	$(PY) py/bench/callgrind_python.py --out bench/results/python-callgrind.json
 
-bench-py-quick: $(VENV)/.stamp
-	$(call PY_BENCH,--quick)
+bench-py-quick: build-py
+	$(PY) py/bench/bench_python.py --quick --out $(TARGET_DIR)/bench-python-quick.json
 
 lint-py: build-py
-	$(CARGO) clippy --locked -p keylock-py --all-targets -- -D warnings
+	$(CARGO) clippy --locked -p keylock-py --all-targets --no-deps -- -D warnings
 	$(RUFF) check --config py/pyproject.toml $(PY_LINTED)
 	$(RUFF) format --check --config py/pyproject.toml $(PY_LINTED)
 	$(PY) -m mypy.stubtest keylock --allowlist py/stubtest-allowlist.txt

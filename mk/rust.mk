@@ -34,17 +34,23 @@ loom-swap:
 		echo "loom-swap: ok, the model catches the swapped egress/ingress order"; \
 	else cat $(TARGET_DIR)/loom-swap.log >&2; exit 1; fi
 
-# A release must check its acquisition's fence in the same compare-and-swap that frees the lock.
-# Built with that check removed (as the old stripe release was), the stale-release models must
-# find a second holder inside: this target fails if they do not.
+# Two checks must sit in the same compare-and-swap as the change they guard: a release checks
+# its acquisition's fence (as the old stripe release did not), and a hand-over to a waiter checks
+# that the lock is still free. Each is built broken on purpose (a mutant cfg) and must be caught
+# by its loom models ("two holders at once" / "beside"): this target fails if either is not.
+LOOM_MUTANTS := keylock_mutant_unfenced:stale_release:two.holders.at.once "keylock_mutant_unchecked_grant:hand_over:beside|is_locked"
 loom-mutants:
-	@if RUSTFLAGS="--cfg keylock_loom --cfg keylock_mutant_unfenced" LOOM_MAX_PREEMPTIONS=3 \
-		$(CARGO) test --locked --release -p keylock-core --test loom --target-dir $(TARGET_DIR)/loom-mutant \
-		-- --test-threads=1 stale_release >$(TARGET_DIR)/loom-mutants.log 2>&1; then \
-		echo "loom-mutants: the unfenced release passed its models; they cannot see the bug" >&2; exit 1; \
-	elif [ "$$(grep -c 'two holders at once' $(TARGET_DIR)/loom-mutants.log)" -ge 2 ]; then \
-		echo "loom-mutants: ok, both stale-release models catch the unfenced release"; \
-	else cat $(TARGET_DIR)/loom-mutants.log >&2; exit 1; fi
+	@for m in $(LOOM_MUTANTS); do \
+		cfg=$${m%%:*}; rest=$${m#*:}; filter=$${rest%%:*}; want=$${rest#*:}; \
+		log=$(TARGET_DIR)/loom-$$cfg.log; \
+		if RUSTFLAGS="--cfg keylock_loom --cfg $$cfg" LOOM_MAX_PREEMPTIONS=3 \
+			$(CARGO) test --locked --release -p keylock-core --test loom --target-dir $(TARGET_DIR)/loom-mutant \
+			-- --test-threads=1 $$filter >$$log 2>&1; then \
+			echo "loom-mutants: $$cfg passed its models ($$filter); they cannot see the bug" >&2; exit 1; \
+		elif grep -Eq "$$want" $$log; then \
+			echo "loom-mutants: ok, the $$filter models catch $$cfg"; \
+		else cat $$log >&2; exit 1; fi; \
+	done
 
 bench-rust:
 	$(CARGO) bench --locked -p keylock-core
@@ -75,7 +81,7 @@ TSAN_TARGET := x86_64-unknown-linux-gnu
 TSAN_SKIP := --skip pool_tasks_and_threads_exact_counts --skip striped_tasks_and_threads_exact_counts \
 	--skip cancellation_storm_leaves_nothing_behind --skip lock_many_async_overlapping_sets_finish
 tsan-rust:
-	$(TSAN_CARGO) test --locked -p keylock-core --target $(TSAN_TARGET) --target-dir $(TARGET_DIR)/tsan \
+	KEYLOCK_TSAN=1 $(TSAN_CARGO) test --locked -p keylock-core --target $(TSAN_TARGET) --target-dir $(TARGET_DIR)/tsan \
 		--lib --tests -- --test-threads=1 $(TSAN_SKIP)
 
 # Soak: every language's bank stress at once for SOAK_SECONDS (default 10 minutes), reporting

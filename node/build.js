@@ -1,6 +1,9 @@
 'use strict';
-// Builds the native addon into ./keylock_node.node (release mode). Run by `npm install` in this
-// folder and by `npm install ./node` from a project beside it.
+// Builds the native addon from source into ./keylock_node.node (release mode). Run by
+// install.js when npm installed no prebuilt binary for this platform: in a development checkout
+// (`npm install` in this folder, or `npm install ./node` from a project beside it), and on a
+// platform without a per-platform package. The published package carries the sources for it
+// (Cargo.toml, Cargo.lock, build.rs, src/ and vendor/keylock-core/, see .ci/dist/stage-node.js).
 //
 // With the devDependency @napi-rs/cli installed (a development checkout), it runs `napi build`.
 // Without it (installed as a dependency of another project, where devDependencies are not
@@ -13,7 +16,8 @@ const path = require('node:path');
 
 const here = __dirname;
 const output = path.join(here, 'keylock_node.node');
-const locked = fs.existsSync(path.join(here, '..', 'Cargo.lock')) ? ['--locked'] : [];
+// The workspace's lock file in a checkout, the package's own in a published package.
+const locked = ['.', '..'].some((d) => fs.existsSync(path.join(here, d, 'Cargo.lock'))) ? ['--locked'] : [];
 
 function run(cmd, args) {
   const r = spawnSync(cmd, args, { cwd: here, stdio: ['ignore', 'inherit', 'inherit'] });

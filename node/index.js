@@ -6,8 +6,8 @@
 // with a `code`, turns native waiter ids into promises (timeouts, AbortSignal, guards,
 // withLock) and maps owner values to the core's owner numbers. It decides nothing about locking
 // and keeps no lock state: every acquire and release is one call into the core through the
-// addon (which binding.js loads), and a guard is the number of its acquisition's record in the
-// addon, so a release ends exactly that acquisition.
+// addon (which binding.js finds: prebuilt, or built from src/), and a guard is the number of
+// its acquisition's record in the addon, so a release ends exactly that acquisition.
 
 const { randomUUID } = require('node:crypto');
 const native = require('./binding.js').load();

@@ -171,6 +171,10 @@ fn per_key(figures: &mut Vec<Figure>, threads: &[usize], runs: usize, dur: Durat
                     );
                     f.goal = Some(3.0);
                 }
+                if *name == names[5] && matches!(keys, Keys::Hot) {
+                    f.target = Some("KeyPool on hot keys never below the naive map");
+                    f.goal = Some(1.0);
+                }
                 figures.push(f);
             }
         }
@@ -270,6 +274,126 @@ fn latency(figures: &mut Vec<Figure>, runs: usize, dur: Duration) {
     add(figures, &DashKeyed::<u64>::default(), runs, dur);
     add(figures, &StripedLock::new(1024).unwrap(), runs, dur);
     add(figures, &KeyPool::<u64>::new(), runs, dur);
+}
+
+// ---------------------------------------------------------------- per-key modes
+
+/// A keyed lock with shared and exclusive modes, for the read-mostly workload.
+trait KeyedRw: Sync {
+    const NAME: &'static str;
+    fn read<R>(&self, key: u64, f: impl FnOnce() -> R) -> R;
+    fn write<R>(&self, key: u64, f: impl FnOnce() -> R) -> R;
+}
+
+/// KeyPool with shared reads.
+struct PoolModes(KeyPool<u64>);
+impl KeyedRw for PoolModes {
+    const NAME: &'static str = "keylock KeyPool, shared reads";
+    fn read<R>(&self, key: u64, f: impl FnOnce() -> R) -> R {
+        let _g = self.0.lock_shared(&key);
+        f()
+    }
+    fn write<R>(&self, key: u64, f: impl FnOnce() -> R) -> R {
+        let _g = self.0.lock(&key);
+        f()
+    }
+}
+
+/// KeyPool with every access exclusive: what a user without modes does.
+struct PoolExclusive(KeyPool<u64>);
+impl KeyedRw for PoolExclusive {
+    const NAME: &'static str = "keylock KeyPool, exclusive only";
+    fn read<R>(&self, key: u64, f: impl FnOnce() -> R) -> R {
+        let _g = self.0.lock(&key);
+        f()
+    }
+    fn write<R>(&self, key: u64, f: impl FnOnce() -> R) -> R {
+        let _g = self.0.lock(&key);
+        f()
+    }
+}
+
+/// The naive map of reader-writer locks: a global mutex around a map of
+/// `Arc<parking_lot::RwLock>` (entries never removed).
+#[derive(Default)]
+struct NaiveRwMap(parking_lot::Mutex<std::collections::HashMap<u64, Arc<parking_lot::RwLock<()>>>>);
+impl NaiveRwMap {
+    fn get(&self, key: u64) -> Arc<parking_lot::RwLock<()>> {
+        Arc::clone(self.0.lock().entry(key).or_default())
+    }
+}
+impl KeyedRw for NaiveRwMap {
+    const NAME: &'static str = "naive Mutex<HashMap<K, Arc<RwLock>>>";
+    fn read<R>(&self, key: u64, f: impl FnOnce() -> R) -> R {
+        let l = self.get(key);
+        let _g = l.read();
+        f()
+    }
+    fn write<R>(&self, key: u64, f: impl FnOnce() -> R) -> R {
+        let l = self.get(key);
+        let _g = l.write();
+        f()
+    }
+}
+
+/// Every thread works on the same 64 keys, `read_pct`% reads; each critical section does a
+/// little work (~100 ns), which readers can share and writers cannot.
+fn keyed_rw_ops<L: KeyedRw>(l: &L, read_pct: u64, threads: usize, dur: Duration) -> f64 {
+    timed(threads, dur, |t, stop| {
+        let mut rng: u64 =
+            0x9E37_79B9_7F4A_7C15 ^ (t as u64 + 1).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        let mut i = 0;
+        let work = || {
+            for j in 0..40u32 {
+                black_box(j);
+            }
+        };
+        while !stop.load(Ordering::Relaxed) {
+            for _ in 0..64 {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                let key = rng % 64;
+                if (rng >> 32) % 100 < read_pct {
+                    l.read(black_box(key), work);
+                } else {
+                    l.write(black_box(key), work);
+                }
+                i += 1;
+            }
+        }
+        i
+    })
+}
+
+fn per_key_modes(figures: &mut Vec<Figure>, threads: &[usize], runs: usize, dur: Duration) {
+    for read_pct in [90, 99] {
+        for &n in threads.iter().filter(|&&n| n <= 4) {
+            let modes = PoolModes(KeyPool::new());
+            let excl = PoolExclusive(KeyPool::new());
+            let naive = NaiveRwMap::default();
+            let mut r: [Vec<f64>; 3] = Default::default();
+            for _ in 0..runs {
+                r[0].push(keyed_rw_ops(&modes, read_pct, n, dur));
+                r[1].push(keyed_rw_ops(&excl, read_pct, n, dur));
+                r[2].push(keyed_rw_ops(&naive, read_pct, n, dur));
+            }
+            let names = [PoolModes::NAME, PoolExclusive::NAME, NaiveRwMap::NAME];
+            let title =
+                |name: &str| format!("read-mostly per key, {read_pct}% reads, {n} threads: {name}");
+            for (k, (name, runs)) in names.iter().zip(r).enumerate() {
+                let mut f = Figure::new(title(name), "ops/s", runs)
+                    .param("group", format!("read-mostly per key, {read_pct}% reads"))
+                    .param("impl", name)
+                    .param("threads", n)
+                    .param("read_pct", read_pct);
+                if k != 2 {
+                    f.baseline = Some(title(names[2]));
+                }
+                figures.push(f);
+            }
+        }
+    }
 }
 
 // ---------------------------------------------------------------- reader-writer locks
@@ -503,6 +627,7 @@ fn main() {
         },
     );
     rwlocks(&mut figures, &threads, runs, dur);
+    per_key_modes(&mut figures, &threads, runs, dur);
     report(
         "keylock-core: multi-thread throughput, latency and fairness",
         "rust-throughput.json",

@@ -8,6 +8,9 @@
 //! Groups: `uncontended_u64` (u64 keys), `uncontended_bytes16` (16-byte string keys),
 //! `uncontended_async` (futures polled once with a no-op waker; an uncontended lock is ready
 //! on the first poll).
+//!
+//! Timed by the thread's CPU time ([`ThreadTime`]), not the wall clock, so that other jobs on
+//! the machine do not inflate the figures (see `common/cpu_time.rs`).
 
 mod common;
 
@@ -19,6 +22,7 @@ use std::task::{Context, Poll, Waker};
 use criterion::{Criterion, criterion_group, criterion_main};
 use keylock_core::{AdderRwLock, KeyPool, RwLock, StripedLock};
 
+use common::cpu_time::ThreadTime;
 use common::{DashKeyed, NaiveMap};
 
 const KEYS: u64 = 1024;
@@ -33,7 +37,7 @@ fn ready<F: Future>(fut: F) -> F::Output {
     }
 }
 
-fn u64_keys(c: &mut Criterion) {
+fn u64_keys(c: &mut Criterion<ThreadTime>) {
     let mut g = c.benchmark_group("uncontended_u64");
     let mut k: u64 = 0;
     let mut next = move || {
@@ -107,7 +111,7 @@ fn u64_keys(c: &mut Criterion) {
     g.finish();
 }
 
-fn byte_keys(c: &mut Criterion) {
+fn byte_keys(c: &mut Criterion<ThreadTime>) {
     let mut g = c.benchmark_group("uncontended_bytes16");
     let keys: Vec<[u8; 16]> = (0..KEYS).map(common::key16).collect();
     let mut i = 0usize;
@@ -149,7 +153,7 @@ fn byte_keys(c: &mut Criterion) {
     g.finish();
 }
 
-fn async_keys(c: &mut Criterion) {
+fn async_keys(c: &mut Criterion<ThreadTime>) {
     let mut g = c.benchmark_group("uncontended_async");
     let mut k: u64 = 0;
     let mut next = move || {
@@ -188,7 +192,7 @@ fn async_keys(c: &mut Criterion) {
     g.finish();
 }
 
-fn config() -> Criterion {
+fn config() -> Criterion<ThreadTime> {
     let quick = std::env::var_os("KEYLOCK_BENCH_QUICK").is_some();
     let (warm, measure, samples) = if quick {
         (200, 500, 20)
@@ -196,6 +200,7 @@ fn config() -> Criterion {
         (500, 1500, 40)
     };
     Criterion::default()
+        .with_measurement(ThreadTime)
         .warm_up_time(std::time::Duration::from_millis(warm))
         .measurement_time(std::time::Duration::from_millis(measure))
         .sample_size(samples)

@@ -290,6 +290,26 @@ impl Acquisition {
         self.owner_died
     }
 
+    /// The record of a plain hold (no lease, no owner, no ticket).
+    #[inline]
+    pub(crate) fn plain(fence: u64, at: u64, mode: Mode) -> Self {
+        Self {
+            fence,
+            at,
+            ticket: 0,
+            owner: None,
+            lease_until: None,
+            mode,
+            owner_died: false,
+        }
+    }
+
+    /// Whether the record is of a plain hold, so the fast path may release it.
+    #[inline]
+    pub(crate) fn is_plain(&self) -> bool {
+        self.ticket == 0 && self.owner.is_none() && self.lease_until.is_none()
+    }
+
     /// A copy for internal checks that never release it (the record itself is one hold).
     pub(crate) fn duplicate(&self) -> Acquisition {
         Acquisition { ..*self }

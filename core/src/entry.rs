@@ -155,6 +155,10 @@ impl Ext {
 #[derive(Debug, Default)]
 pub(crate) struct Side {
     pub(crate) waiters: WaitList,
+    /// Exclusive waiters that were notified (unlinked, the lock released for them) and have not
+    /// come back yet. While any is out, `QUEUED` stays set, so that no shared request joins or
+    /// takes the lock ahead of the writer it queued behind (FIFO between modes).
+    notified: u32,
     ext: Option<Box<Ext>>,
     /// Tickets for leased shared holders, never reused within this entry.
     next_ticket: u64,
@@ -164,6 +168,7 @@ impl Side {
     pub(crate) const fn new() -> Self {
         Self {
             waiters: WaitList::new(),
+            notified: 0,
             ext: None,
             next_ticket: 0,
         }
@@ -202,6 +207,90 @@ impl Hold {
             fence: grant.fence,
             ticket: grant.ticket,
             owner: want.owner,
+        }
+    }
+}
+
+/// A guard's record of its hold: the fence and mode inline, the rest (lease, owner, ticket)
+/// boxed, since plain acquisitions have none of it and a guard should stay a few words.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct HoldRec {
+    pub(crate) fence: u64,
+    pub(crate) mode: Mode,
+    extra: Option<Box<HoldExtra>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct HoldExtra {
+    ticket: u64,
+    owner: Option<Owner>,
+    lease_until: Option<Instant>,
+}
+
+impl HoldRec {
+    /// A plain hold (no lease, no owner).
+    #[inline]
+    pub(crate) fn plain(mode: Mode, fence: u64) -> Self {
+        Self {
+            fence,
+            mode,
+            extra: None,
+        }
+    }
+
+    /// The record of a grant for `want`.
+    #[inline]
+    pub(crate) fn of(want: &Want, grant: Grant) -> Self {
+        let hold = Hold::of(want, grant);
+        let extra =
+            (hold.ticket != 0 || hold.owner.is_some() || grant.lease_until.is_some()).then(|| {
+                Box::new(HoldExtra {
+                    ticket: hold.ticket,
+                    owner: hold.owner,
+                    lease_until: grant.lease_until,
+                })
+            });
+        Self {
+            fence: hold.fence,
+            mode: hold.mode,
+            extra,
+        }
+    }
+
+    /// Whether the hold is plain, so the fast path can release it.
+    #[inline]
+    pub(crate) fn is_plain(&self) -> bool {
+        self.extra.is_none()
+    }
+
+    /// The entry's view of the hold.
+    #[inline]
+    pub(crate) fn hold(&self) -> Hold {
+        Hold {
+            mode: self.mode,
+            fence: self.fence,
+            ticket: self.extra.as_ref().map_or(0, |e| e.ticket),
+            owner: self.extra.as_ref().and_then(|e| e.owner),
+        }
+    }
+
+    /// When the lease ends, if there is one.
+    #[inline]
+    pub(crate) fn lease_until(&self) -> Option<Instant> {
+        self.extra.as_ref().and_then(|e| e.lease_until)
+    }
+
+    /// Records a new lease end (after a successful extend).
+    pub(crate) fn set_lease(&mut self, until: Instant) {
+        match self.extra.as_mut() {
+            Some(e) => e.lease_until = Some(until),
+            None => {
+                self.extra = Some(Box::new(HoldExtra {
+                    ticket: 0,
+                    owner: None,
+                    lease_until: Some(until),
+                }))
+            }
         }
     }
 }
@@ -307,10 +396,28 @@ impl Entry {
     #[inline]
     pub(crate) fn release_fast(&self, mode: Mode, fence: u64) -> bool {
         let want_lo = fence & LO_MAX;
+        if mode == Mode::Exclusive && !cfg!(keylock_mutant_unfenced) {
+            // A plain exclusive holder's word is exactly this (an acquire sets REF); anything
+            // else (REF cleared by the pool's eviction hand, QUEUED, SLOW, another fence) goes
+            // to the slow path, which sorts it out.
+            let held = (want_lo << FENCE_SHIFT) | EXCL | REF;
+            return self
+                .word
+                .compare_exchange(held, held & !EXCL, Ordering::Release, Ordering::Relaxed)
+                .is_ok()
+                || self.release_fast_unref(want_lo);
+        }
+        self.release_fast_loop(mode, want_lo)
+    }
+
+    /// The fast release of a shared hold (and of any hold in the `keylock_mutant_unfenced`
+    /// build): the word must be read first, for the holder count.
+    #[inline(never)]
+    fn release_fast_loop(&self, mode: Mode, want_lo: u64) -> bool {
+        // `keylock_mutant_unfenced`: a deliberately broken build for `make loom-mutants`,
+        // whose release ignores the fence, as the old stripe release did.
         let mut word = self.word.load(Ordering::Relaxed);
         loop {
-            // `keylock_mutant_unfenced`: a deliberately broken build for `make loom-mutants`,
-            // whose release ignores the fence, as the old stripe release did.
             #[cfg(keylock_mutant_unfenced)]
             let want_lo = lo(word);
             let new = match mode {
@@ -340,6 +447,20 @@ impl Entry {
                 Err(now) => word = now,
             }
         }
+    }
+
+    /// The exclusive fast release when the pool's eviction hand has cleared `REF`.
+    #[cold]
+    fn release_fast_unref(&self, want_lo: u64) -> bool {
+        let held = (want_lo << FENCE_SHIFT) | EXCL;
+        self.word
+            .compare_exchange(
+                held,
+                want_lo << FENCE_SHIFT,
+                Ordering::Release,
+                Ordering::Relaxed,
+            )
+            .is_ok()
     }
 
     /// Whether `hold` is still current, read from the word alone (a snapshot). Leased shared
@@ -438,7 +559,7 @@ impl Entry {
         if side.ext.is_some() {
             word |= SLOW;
         }
-        if !side.waiters.is_empty() {
+        if !side.waiters.is_empty() || side.notified > 0 {
             word |= QUEUED;
         }
         word
@@ -499,6 +620,11 @@ impl Entry {
         policy: &Policy,
         wakes: &mut Wakes,
     ) -> Attempt {
+        if front {
+            // A notified waiter is back.
+            debug_assert!(side.notified > 0);
+            side.notified = side.notified.saturating_sub(1);
+        }
         self.expire_locked(side, policy, wakes);
         // Reentrancy: the exclusive holder's owner asks again (in either mode).
         if let (true, Some(owner)) = (policy.reentrant, want.owner) {
@@ -517,12 +643,14 @@ impl Entry {
                 });
             }
         }
-        let ahead = !front && !side.waiters.is_empty();
+        // Someone asked before us: queued, or notified and on the way back. An exclusive request
+        // may still take a free lock ahead of them (eventual fairness) unless `fifo`; a shared
+        // one never goes ahead of them.
+        let ahead = !front && (!side.waiters.is_empty() || side.notified > 0);
         let mut queued_now = false;
         loop {
             let word = self.word.load(Ordering::Acquire);
-            let blocked_by_queue =
-                ahead && (policy.fifo || (want.mode == Mode::Shared && readers(word) > 0));
+            let blocked_by_queue = ahead && (policy.fifo || want.mode == Mode::Shared);
             if !Self::compatible(word, want.mode) || blocked_by_queue {
                 if word & QUEUED != 0 || queued_now {
                     return Attempt::Blocked {
@@ -618,25 +746,36 @@ impl Entry {
     /// due (or every waiter, in `fifo` mode) is granted the lock directly; otherwise the head is
     /// notified and competes for it. Clears `QUEUED` when the queue empties.
     pub(crate) fn dispatch_locked(&self, side: &mut Side, policy: &Policy, wakes: &mut Wakes) {
-        loop {
-            let Some(want) = side.waiters.front_want() else {
-                break;
-            };
-            let word = self.word.load(Ordering::Acquire);
-            if !Self::compatible(word, want.mode) {
-                break;
-            }
-            let head = side.waiters.pop_front().expect("the list has a head");
-            if want.mode == Mode::Exclusive && !head.is_due(policy.fifo) {
-                // Notify: the lock stays free and the waiter competes for it again.
+        while let Some(want) = side.waiters.front_want() {
+            if want.mode == Mode::Exclusive && !side.waiters.front_is_due(policy.fifo) {
+                // Notify: the lock stays free and the waiter competes for it again (a running
+                // caller may take it first: eventual fairness).
+                if !Self::compatible(self.word.load(Ordering::Acquire), want.mode) {
+                    break;
+                }
+                let head = side.waiters.pop_front().expect("the list has a head");
+                side.notified += 1;
                 wakes.push(head.notify());
                 break;
             }
-            let done = match want.mode {
-                Mode::Exclusive => self.update_advancing(|w| Some(w | EXCL | REF)),
-                Mode::Shared => self.update(|w| Some((w + READER_ONE) | REF)),
+            // Grant: take the entry on the head's behalf, checking compatibility in the same
+            // compare-and-swap (a fast-path acquirer may take a free lock at any moment).
+            // (`keylock_mutant_unchecked_grant`: a deliberately broken build for
+            // `make loom-mutants`, which checks compatibility before the CAS instead.)
+            let checked = !cfg!(keylock_mutant_unchecked_grant)
+                || Self::compatible(self.word.load(Ordering::Acquire), want.mode);
+            let ok =
+                |w: u64| cfg!(keylock_mutant_unchecked_grant) || Self::compatible(w, want.mode);
+            let done = if !checked {
+                None
+            } else {
+                match want.mode {
+                    Mode::Exclusive => self.update_advancing(|w| ok(w).then_some(w | EXCL | REF)),
+                    Mode::Shared => self.update(|w| ok(w).then_some((w + READER_ONE) | REF)),
+                }
             };
-            let (_, new) = done.expect("a compatible entry takes its head waiter");
+            let Some((_, new)) = done else { break };
+            let head = side.waiters.pop_front().expect("the list has a head");
             let (ticket, lease_until) = Self::add_holder(side, &want);
             let fence = self.fence_of(new);
             wakes.push(head.grant(Grant {
@@ -652,8 +791,18 @@ impl Entry {
         self.fix_flags(side);
     }
 
-    /// The queue lock is held and a waiter has left without the lock: hand on what it leaves.
-    pub(crate) fn leave_locked(&self, side: &mut Side, policy: &Policy, wakes: &mut Wakes) {
+    /// The queue lock is held and a waiter has left without the lock (`notified`: it had been
+    /// notified and not come back): hand on what it leaves.
+    pub(crate) fn leave_locked(
+        &self,
+        side: &mut Side,
+        notified: bool,
+        policy: &Policy,
+        wakes: &mut Wakes,
+    ) {
+        if notified {
+            side.notified = side.notified.saturating_sub(1);
+        }
         self.dispatch_locked(side, policy, wakes);
     }
 

@@ -38,9 +38,14 @@ mod entry;
 mod error;
 mod hash;
 pub mod keys;
+mod lost;
 mod pool;
+#[cfg(feature = "redis")]
+pub mod redis;
 mod rwlock;
 pub mod scope;
+#[cfg(all(feature = "shm", target_os = "linux"))]
+pub mod shm;
 mod site;
 mod status;
 mod striped;
@@ -49,12 +54,15 @@ pub mod wait;
 
 pub use acquisition::{Acquisition, LockInfo, LockOptions, Mode, Owner, Wait};
 pub use error::{Error, Result};
+pub use lost::{Lost, LostSignal};
 pub use scope::{KeySpace, KeyedLock, LockKey, OpenOptions, open, open_with};
 pub use status::Status;
 
-/// The README's examples, compiled and run as doctests so they cannot go stale.
+/// The examples of the crate's README, compiled and run as doctests so they cannot go stale.
+/// The crate's own README, not the repository's, so that they run in the published crate too;
+/// the repository README repeats them (make test-dist checks that the two agree).
 #[cfg(doctest)]
-#[doc = include_str!("../../README.md")]
+#[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
 pub use hash::DefaultHashBuilder;
 pub use pool::{

@@ -32,7 +32,7 @@ use std::time::Duration;
 
 use crate::acquisition::{Acquisition, LockInfo, LockOptions, Mode, Owner, Wait};
 use crate::error::{Error, Result};
-use crate::pool::KeyPool;
+use crate::pool::{KeyPool, PoolStats};
 use crate::striped::StripedLock;
 
 /// The namespace of a key. Two keys in different spaces never name the same lock.
@@ -92,20 +92,7 @@ pub type AcquireManyFuture =
 /// [`Acquisition`] per key; `release` ends exactly that acquisition and refuses a stale one
 /// (`NotOwner`, `LeaseExpired`). Async acquires own the lock object (`self: Arc<Self>`), so
 /// their futures are `'static` and can be kept by an event loop; dropping one cancels its wait.
-///
-/// `Any` is a supertrait so that a front end can reach what one scope offers beyond the trait
-/// (an in-process `KeyPool`'s statistics, a `StripedLock`'s stripe count) by downcasting a
-/// `&dyn KeyedLock` (upcast to `&dyn Any`), without knowing about the scope otherwise.
-///
-/// ```
-/// use std::any::Any;
-/// use keylock_core::{KeyPool, StripedLock};
-/// let locks = keylock_core::open("local:").unwrap();
-/// let any: &dyn Any = &*locks;
-/// assert!(any.downcast_ref::<KeyPool>().is_some());
-/// assert!(any.downcast_ref::<StripedLock>().is_none());
-/// ```
-pub trait KeyedLock: Send + Sync + fmt::Debug + std::any::Any {
+pub trait KeyedLock: Send + Sync + fmt::Debug {
     /// Acquires `key`, blocking the calling thread as `opts.wait` says.
     fn acquire(&self, key: LockKey<'_>, opts: &LockOptions) -> Result<Acquisition>;
 
@@ -113,7 +100,9 @@ pub trait KeyedLock: Send + Sync + fmt::Debug + std::any::Any {
     fn acquire_async(self: Arc<Self>, key: LockKey<'_>, opts: &LockOptions) -> AcquireFuture;
 
     /// Acquires every one of `keys`, each in its own mode (`opts.mode` is ignored), all or
-    /// none, deadlock-free. The acquisitions come in the lock's canonical order.
+    /// none, deadlock-free (in the lock's one canonical order). Returns one acquisition per
+    /// distinct lock, in the order of the keys' first occurrence (keys that share a lock, such
+    /// as two keys of one stripe, get the one acquisition at the first of them).
     fn acquire_many(
         &self,
         keys: &[(LockKey<'_>, Mode)],
@@ -140,8 +129,15 @@ pub trait KeyedLock: Send + Sync + fmt::Debug + std::any::Any {
     /// Moves the end of `acquisition`'s lease to `lease` from now.
     fn extend(&self, acquisition: &mut Acquisition, lease: Duration) -> Result<()>;
 
+    /// Whether `acquisition` is current and, for a reentrant lock, held by `owner` (`None`: the
+    /// acquisition's own). A front end checks this before a release on behalf of the caller
+    /// (Python's `RLock.release` from another thread must fail and keep the hold).
+    fn is_current_as(&self, acquisition: &Acquisition, owner: Option<Owner>) -> Result<bool>;
+
     /// Whether `acquisition` is still current.
-    fn is_current(&self, acquisition: &Acquisition) -> Result<bool>;
+    fn is_current(&self, acquisition: &Acquisition) -> Result<bool> {
+        self.is_current_as(acquisition, None)
+    }
 
     /// Frees `key` whoever holds it, advancing its fence; whether it was held.
     fn force_unlock(&self, key: LockKey<'_>) -> Result<bool>;
@@ -156,6 +152,50 @@ pub trait KeyedLock: Send + Sync + fmt::Debug + std::any::Any {
 
     /// Whether this lock object is reentrant (owners raise a hold count).
     fn is_reentrant(&self) -> bool;
+
+    /// The concrete lock object behind the trait, for a caller that takes a shorter path to the
+    /// same operations (the C ABI's uncontended lock and release): the in-process `KeyPool` and
+    /// `StripedLock` give themselves; other scopes give `None` (the default), and are used
+    /// through the trait alone.
+    ///
+    /// ```
+    /// use keylock_core::{KeyPool, OpenOptions, StripedLock, open, open_with};
+    /// let pool = open("local:").unwrap();
+    /// assert!(pool.as_any().unwrap().downcast_ref::<KeyPool>().is_some());
+    /// let mut opts = OpenOptions::default();
+    /// opts.stripes = Some(8);
+    /// let striped = open_with("local:", &opts).unwrap();
+    /// assert!(striped.as_any().unwrap().downcast_ref::<StripedLock>().is_some());
+    /// ```
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        None
+    }
+
+    /// Counters of the plain keys, for monitoring and tests (a scan: O(slots)); `None` for a
+    /// lock object that keeps none (a striped one).
+    fn stats(&self) -> Option<PoolStats> {
+        None
+    }
+
+    /// The number of stripes of a striped lock object; `None` for one with a lock per key.
+    fn stripes(&self) -> Option<usize> {
+        None
+    }
+
+    /// The stripe `key` maps to in a striped lock object; `None` for one with a lock per key.
+    fn stripe_of(&self, key: LockKey<'_>) -> Option<usize> {
+        let _ = key;
+        None
+    }
+
+    /// The signal that fires if `acquisition` is lost behind its holder's back (a remote lease
+    /// that could not be renewed, a force-unlock seen at renewal). `None` for scopes whose
+    /// holders cannot be cut off that way (in-process), and for an acquisition that is not
+    /// this lock object's.
+    fn lost_signal(&self, acquisition: &Acquisition) -> Option<crate::LostSignal> {
+        let _ = acquisition;
+        None
+    }
 }
 
 /// How to make a lock object by name ([`open_with`]).
@@ -172,17 +212,64 @@ pub struct OpenOptions {
     pub capacity: Option<usize>,
     /// Fixed-size scopes created by this open: permission bits (default 0o600).
     pub mode: Option<u32>,
+    /// A striped lock object: the hash seed, so that keys map to the same stripes in every
+    /// process running the same build (default: random per lock object).
+    pub seed: Option<u64>,
 }
 
 impl Default for OpenOptions {
     fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl OpenOptions {
+    /// A `KeyPool`, not reentrant, eventual fairness, default capacity and mode.
+    pub const fn new() -> Self {
         Self {
             stripes: None,
             reentrant: false,
             fifo: false,
             capacity: None,
             mode: None,
+            seed: None,
         }
+    }
+
+    /// A `StripedLock` with `stripes` stripes.
+    pub const fn stripes(mut self, stripes: usize) -> Self {
+        self.stripes = Some(stripes);
+        self
+    }
+
+    /// Reentrant.
+    pub const fn reentrant(mut self, reentrant: bool) -> Self {
+        self.reentrant = reentrant;
+        self
+    }
+
+    /// Strict FIFO per key.
+    pub const fn fifo(mut self, fifo: bool) -> Self {
+        self.fifo = fifo;
+        self
+    }
+
+    /// The capacity of a fixed-size scope.
+    pub const fn capacity(mut self, capacity: usize) -> Self {
+        self.capacity = Some(capacity);
+        self
+    }
+
+    /// The permission bits of a scope this open creates.
+    pub const fn mode(mut self, mode: u32) -> Self {
+        self.mode = Some(mode);
+        self
+    }
+
+    /// The hash seed of a striped lock object.
+    pub const fn seed(mut self, seed: u64) -> Self {
+        self.seed = Some(seed);
+        self
     }
 }
 
@@ -211,9 +298,15 @@ pub fn open_with(name: &str, options: &OpenOptions) -> Result<Arc<dyn KeyedLock>
             }
             local(options)
         }
+        #[cfg(all(feature = "shm", target_os = "linux"))]
+        "shm" => crate::shm::open_scope(rest, options),
+        #[cfg(not(all(feature = "shm", target_os = "linux")))]
         "shm" => Err(Error::InvalidArgument(
             "this build of keylock has no shared-memory scope (cargo feature \"shm\", Linux)",
         )),
+        #[cfg(feature = "redis")]
+        "redis" | "rediss" => crate::redis::open(name, options),
+        #[cfg(not(feature = "redis"))]
         "redis" | "rediss" => Err(Error::InvalidArgument(
             "this build of keylock has no Redis scope (cargo feature \"redis\")",
         )),
@@ -231,13 +324,21 @@ fn local(options: &OpenOptions) -> Result<Arc<dyn KeyedLock>> {
         ));
     }
     Ok(match options.stripes {
-        Some(stripes) => Arc::new(
-            StripedLock::builder()
+        Some(stripes) => {
+            let mut builder = StripedLock::builder()
                 .stripes(stripes)
                 .reentrant(options.reentrant)
-                .fifo(options.fifo)
-                .build()?,
-        ),
+                .fifo(options.fifo);
+            if let Some(seed) = options.seed {
+                builder = builder.seed(seed);
+            }
+            Arc::new(builder.build()?)
+        }
+        None if options.seed.is_some() => {
+            return Err(Error::InvalidArgument(
+                "a seed applies to striped lock objects only",
+            ));
+        }
         None => Arc::new(
             KeyPool::builder()
                 .reentrant(options.reentrant)
@@ -245,6 +346,25 @@ fn local(options: &OpenOptions) -> Result<Arc<dyn KeyedLock>> {
                 .build::<Vec<u8>>(),
         ),
     })
+}
+
+/// Puts `acqs` (one per distinct lock, any order) in the order of the keys' first occurrence:
+/// `ats` says where each key's lock is (the `at` of its acquisition), in key order.
+fn in_key_order(ats: &[Option<u64>], acqs: Vec<Acquisition>) -> Vec<Acquisition> {
+    let mut rest: Vec<Option<Acquisition>> = acqs.into_iter().map(Some).collect();
+    let mut out = Vec::with_capacity(rest.len());
+    for &at in ats {
+        let Some(at) = at else { continue };
+        if let Some(slot) = rest
+            .iter_mut()
+            .find(|a| a.as_ref().is_some_and(|a| a.at == at))
+        {
+            out.extend(slot.take());
+        }
+    }
+    // Anything not matched (it cannot happen: every key has a held lock) keeps its place.
+    out.extend(rest.into_iter().flatten());
+    out
 }
 
 /// The wait of a multi-key acquire as one deadline for all keys.
@@ -277,11 +397,34 @@ fn untagged(mut acq: Acquisition) -> (Acquisition, KeySpace) {
     }
 }
 
+impl<S: std::hash::BuildHasher> KeyPool<Vec<u8>, S> {
+    /// Where `key`'s slot is, as an acquisition's `at`, if it has one.
+    fn at_of(&self, key: LockKey<'_>) -> Option<u64> {
+        match key.space {
+            KeySpace::Keys => self.slot_of(key.bytes).map(|at| at.to_u64()),
+            KeySpace::Names => self
+                .names_if()?
+                .slot_of(key.bytes)
+                .map(|at| at.to_u64() | NAMES),
+        }
+    }
+}
+
 impl<S> KeyedLock for KeyPool<Vec<u8>, S>
 where
     S: std::hash::BuildHasher + Send + Sync + 'static,
 {
+    #[inline]
     fn acquire(&self, key: LockKey<'_>, opts: &LockOptions) -> Result<Acquisition> {
+        // The uncontended plain case straight from the lock word: what the front ends pay on
+        // every call.
+        if key.space == KeySpace::Keys
+            && opts.lease.is_none()
+            && (opts.owner.is_none() || !self.is_reentrant())
+            && let Some(acq) = self.acquire_plain_fast(key.bytes, opts.mode)
+        {
+            return Ok(acq);
+        }
         let acq = match key.space {
             KeySpace::Keys => self.lock_with(key.bytes, *opts)?.into_acquisition(),
             KeySpace::Names => self.names().lock_with(key.bytes, *opts)?.into_acquisition(),
@@ -337,7 +480,8 @@ where
                 }
             }
         }
-        Ok(out)
+        let ats: Vec<Option<u64>> = keys.iter().map(|(k, _)| self.at_of(*k)).collect();
+        Ok(in_key_order(&ats, out))
     }
 
     fn acquire_many_async(
@@ -365,6 +509,8 @@ where
             // Reserved now, awaited after the plain keys (the canonical order).
             names.lock_many_with_async_owned(named, opts)
         });
+        // Every key's slot is reserved now, so where each one is stays put.
+        let ats: Vec<Option<u64>> = keys.iter().map(|(k, _)| self.at_of(*k)).collect();
         Box::pin(async move {
             let mut out = first.await?.into_acquisitions();
             if let Some(second) = second {
@@ -382,11 +528,15 @@ where
                     }
                 }
             }
-            Ok(out)
+            Ok(in_key_order(&ats, out))
         })
     }
 
+    #[inline]
     fn release_as(&self, acquisition: Acquisition, owner: Option<Owner>) -> Result<()> {
+        if owner.is_none() && self.release_plain_fast(&acquisition) {
+            return Ok(());
+        }
         let owner = owner.or(acquisition.owner);
         match untagged(acquisition) {
             (acq, KeySpace::Keys) => KeyPool::release_as(self, acq, owner),
@@ -412,9 +562,10 @@ where
         result
     }
 
-    fn is_current(&self, acquisition: &Acquisition) -> Result<bool> {
+    fn is_current_as(&self, acquisition: &Acquisition, owner: Option<Owner>) -> Result<bool> {
+        let owner = owner.or(acquisition.owner);
         if acquisition.at & NAMES == 0 {
-            return Ok(KeyPool::is_current(self, acquisition));
+            return Ok(KeyPool::is_current_as(self, acquisition, owner));
         }
         let Some(names) = self.names_if() else {
             return Ok(false);
@@ -423,7 +574,7 @@ where
             at: acquisition.at & !NAMES,
             ..acquisition.duplicate()
         };
-        Ok(names.is_current(&probe))
+        Ok(names.is_current_as(&probe, owner))
     }
 
     fn force_unlock(&self, key: LockKey<'_>) -> Result<bool> {
@@ -443,11 +594,26 @@ where
     fn is_reentrant(&self) -> bool {
         KeyPool::is_reentrant(self)
     }
+
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
+    }
+
+    fn stats(&self) -> Option<PoolStats> {
+        Some(KeyPool::stats(self))
+    }
 }
 
 impl KeyedLock for StripedLock {
+    #[inline]
     fn acquire(&self, key: LockKey<'_>, opts: &LockOptions) -> Result<Acquisition> {
         let stripe = self.stripe_of_key(key);
+        if opts.lease.is_none()
+            && (opts.owner.is_none() || !self.is_reentrant())
+            && let Some(acq) = self.acquire_stripe_fast(stripe, opts.mode)
+        {
+            return Ok(acq);
+        }
         Ok(self.lock_stripe_with(stripe, *opts)?.into_acquisition())
     }
 
@@ -461,11 +627,13 @@ impl KeyedLock for StripedLock {
         keys: &[(LockKey<'_>, Mode)],
         opts: &LockOptions,
     ) -> Result<Vec<Acquisition>> {
-        let stripes = keys
+        let stripes: Vec<(usize, Mode)> = keys
             .iter()
             .map(|(k, m)| (self.stripe_of_key(*k), *m))
             .collect();
-        Ok(self.lock_stripes(stripes, *opts)?.into_acquisitions())
+        let ats: Vec<Option<u64>> = stripes.iter().map(|&(s, _)| Some(s as u64)).collect();
+        let acqs = self.lock_stripes(stripes, *opts)?.into_acquisitions();
+        Ok(in_key_order(&ats, acqs))
     }
 
     fn acquire_many_async(
@@ -473,15 +641,20 @@ impl KeyedLock for StripedLock {
         keys: &[(LockKey<'_>, Mode)],
         opts: &LockOptions,
     ) -> AcquireManyFuture {
-        let stripes = keys
+        let stripes: Vec<(usize, Mode)> = keys
             .iter()
             .map(|(k, m)| (self.stripe_of_key(*k), *m))
             .collect();
+        let ats: Vec<Option<u64>> = stripes.iter().map(|&(s, _)| Some(s as u64)).collect();
         let fut = self.lock_stripes_async_owned(stripes, *opts);
-        Box::pin(async move { Ok(fut.await?.into_acquisitions()) })
+        Box::pin(async move { Ok(in_key_order(&ats, fut.await?.into_acquisitions())) })
     }
 
+    #[inline]
     fn release_as(&self, acquisition: Acquisition, owner: Option<Owner>) -> Result<()> {
+        if owner.is_none() && self.release_stripe_fast(&acquisition) {
+            return Ok(());
+        }
         let owner = owner.or(acquisition.owner);
         StripedLock::release_as(self, acquisition, owner)
     }
@@ -490,8 +663,9 @@ impl KeyedLock for StripedLock {
         StripedLock::extend(self, acquisition, lease)
     }
 
-    fn is_current(&self, acquisition: &Acquisition) -> Result<bool> {
-        Ok(StripedLock::is_current(self, acquisition))
+    fn is_current_as(&self, acquisition: &Acquisition, owner: Option<Owner>) -> Result<bool> {
+        let owner = owner.or(acquisition.owner);
+        Ok(StripedLock::is_current_as(self, acquisition, owner))
     }
 
     fn force_unlock(&self, key: LockKey<'_>) -> Result<bool> {
@@ -504,5 +678,74 @@ impl KeyedLock for StripedLock {
 
     fn is_reentrant(&self) -> bool {
         StripedLock::is_reentrant(self)
+    }
+
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
+    }
+
+    fn stripes(&self) -> Option<usize> {
+        Some(StripedLock::stripes(self))
+    }
+
+    fn stripe_of(&self, key: LockKey<'_>) -> Option<usize> {
+        Some(self.stripe_of_key(key))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn open_with_seed_gives_the_same_stripes() {
+        let options = OpenOptions {
+            stripes: Some(64),
+            seed: Some(7),
+            ..OpenOptions::default()
+        };
+        let (a, b) = (
+            open_with("local:", &options).unwrap(),
+            open_with("", &options).unwrap(),
+        );
+        assert_eq!((a.stripes(), b.stripes()), (Some(64), Some(64)));
+        for i in 0u64..100 {
+            let bytes = i.to_be_bytes();
+            let key = LockKey::new(&bytes);
+            assert_eq!(a.stripe_of(key), b.stripe_of(key));
+        }
+        let pool_with_seed = OpenOptions {
+            seed: Some(7),
+            ..OpenOptions::default()
+        };
+        assert!(matches!(
+            open_with("local:", &pool_with_seed),
+            Err(Error::InvalidArgument(_))
+        ));
+    }
+
+    #[test]
+    fn stats_and_stripes_say_what_kind_of_lock_it_is() {
+        let pool = open("local:").unwrap();
+        assert_eq!(
+            (pool.stripes(), pool.stripe_of(LockKey::new(b"k"))),
+            (None, None)
+        );
+        let acq = pool
+            .acquire(LockKey::new(b"k"), &LockOptions::new())
+            .unwrap();
+        assert_eq!(pool.stats().map(|s| s.held), Some(1));
+        pool.release(acq).unwrap();
+        assert_eq!(pool.stats().map(|s| s.entries_in_use), Some(0));
+        let striped = open_with(
+            "local:",
+            &OpenOptions {
+                stripes: Some(4),
+                ..OpenOptions::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(striped.stats(), None);
+        assert!(striped.stripe_of(LockKey::new(b"k")).is_some_and(|s| s < 4));
     }
 }

@@ -85,11 +85,13 @@ impl<S: Site + ?Sized> Queue for SiteQueue<'_, S> {
     fn leave_locked<'q>(
         &'q self,
         locked: &mut Self::Locked<'q>,
-        _notified: bool,
+        notified: bool,
         wakes: &mut Wakes,
     ) {
         let policy = self.0.policy();
-        self.0.entry().leave_locked(locked, &policy, wakes);
+        self.0
+            .entry()
+            .leave_locked(locked, notified, &policy, wakes);
         self.0.waiter_done();
     }
 

@@ -391,3 +391,17 @@ fn dropped_future_that_was_granted_passes_the_lock_on() {
         assert_eq!(pool.stats().held, 0);
     });
 }
+
+/// A future that took its lock when it was made (the key was free) and is dropped without
+/// ever being polled releases the lock.
+#[test]
+fn unpolled_ready_futures_release_on_drop() {
+    let pool: KeyPool<u64> = KeyPool::new();
+    let striped = StripedLock::new(8).unwrap();
+    let a = pool.lock_async(&1);
+    let b = striped.lock_async(&1u64);
+    assert!(pool.is_locked(&1) && striped.is_locked(&1u64));
+    drop((a, b));
+    assert!(!pool.is_locked(&1) && !striped.is_locked(&1u64));
+    assert_eq!(pool.stats().entries_in_use, 0);
+}

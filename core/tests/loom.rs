@@ -432,3 +432,54 @@ fn modes_on_a_pool_slot() {
     }
     keylock_core::wait::loom_hand_off(false);
 }
+
+/// A releasing holder hands a stripe to a queued shared waiter while another thread tries to
+/// take the free stripe exclusively on the fast path: the hand-over must check the word in the
+/// same compare-and-swap, or the two end up inside together. (The waiter is a future polled by
+/// the releasing thread, so that it is queued before the release without spinning.)
+#[test]
+fn hand_over_races_a_fast_path_acquirer() {
+    use std::future::Future;
+    use std::pin::pin;
+    use std::task::{Context, Poll, Waker};
+    loom::model(|| {
+        let lock = Arc::new(StripedLock::with_seed(1, 9).unwrap());
+        let writers = Arc::new(AtomicUsize::new(0));
+        let readers = Arc::new(AtomicUsize::new(0));
+        let held = lock.lock(&1u64);
+        let mut cx = Context::from_waker(Waker::noop());
+        let mut fut = pin!(lock.lock_shared_async(&1u64));
+        assert!(fut.as_mut().poll(&mut cx).is_pending());
+        let barger = {
+            let (lock, readers, writers) = (lock.clone(), readers.clone(), writers.clone());
+            thread::spawn(move || {
+                if let Ok(_g) = lock.try_lock(&1u64) {
+                    writers.fetch_add(1, Ordering::SeqCst);
+                    assert_eq!(
+                        readers.load(Ordering::SeqCst),
+                        0,
+                        "a reader beside a writer"
+                    );
+                    writers.fetch_sub(1, Ordering::SeqCst);
+                }
+            })
+        };
+        drop(held);
+        let guard = loop {
+            match fut.as_mut().poll(&mut cx) {
+                Poll::Ready(g) => break g,
+                Poll::Pending => thread::yield_now(),
+            }
+        };
+        readers.fetch_add(1, Ordering::SeqCst);
+        assert_eq!(
+            writers.load(Ordering::SeqCst),
+            0,
+            "a writer beside a reader"
+        );
+        readers.fetch_sub(1, Ordering::SeqCst);
+        drop(guard);
+        barger.join().unwrap();
+        assert!(!lock.is_locked(&1u64));
+    });
+}

@@ -1,18 +1,19 @@
 /*
  * C side of the keylock C benchmark (driven by ffi-c/bench/run.py, `make bench-c`).
  *
- * Uncontended lock+unlock, one thread, over the same 1024 keys of 16 bytes that
+ * Uncontended lock+release, one thread, over the same 1024 keys of 16 bytes that
  * ffi-c/benches/rust_calls.rs uses:
- *   c_pool            keylock_pool_lock + keylock_pool_unlock
- *   c_striped         keylock_striped_lock + keylock_striped_unlock (1024 stripes)
+ *   c_pool            keylock_pool_lock + keylock_pool_release (the acquisition on the stack)
+ *   c_striped         keylock_striped_lock + keylock_striped_release (1024 stripes)
  *   c_pthread_array   what a C programmer writes instead: hash the key bytes (a word-at-a-time
  *                     multiply-fold hash, as fast as a decent hash gets) into an array of 1024
  *                     pthread mutexes padded to a cache line, lock + unlock (the key is hashed
  *                     once, then its mutex is unlocked directly, as a C user would)
- *   c_pthread_array_by_key  the same array hashed again to unlock, the shape of keylock's API
  *
- * Usage: bench_c ITERS ROUNDS. Prints one line per case: "name ns_per_op", the median of ROUNDS
- * rounds of ITERS lock+unlock pairs each.
+ * Usage: bench_c ITERS ROUNDS. Prints two lines per case: "name ns_per_op" (wall time) and
+ * "name:cpu ns_per_op" (the thread's CPU time, which leaves out the time the thread waited for a
+ * core on a busy machine), each the median of ROUNDS rounds of ITERS lock+release pairs. `bench_c --only NAME ITERS` runs one case ITERS times
+ * and prints nothing (for instruction counts under callgrind; NAME "none" runs no case).
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -66,10 +67,32 @@ static uint64_t hash_bytes(const uint8_t *p, size_t len, uint64_t seed) {
 
 /* ---- timing ------------------------------------------------------------------------------ */
 
-static double now_ns(void) {
+static double clock_ns(clockid_t clock) {
     struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
+    clock_gettime(clock, &t);
     return (double)t.tv_sec * 1e9 + (double)t.tv_nsec;
+}
+
+static double now_ns(void) { return clock_ns(CLOCK_MONOTONIC); }
+
+/* One round's cost per op: wall time and this thread's CPU time. */
+typedef struct {
+    double wall, cpu;
+} timing;
+
+typedef struct {
+    double wall, cpu;
+} stamp;
+
+static stamp start_clock(void) {
+    stamp s = {now_ns(), clock_ns(CLOCK_THREAD_CPUTIME_ID)};
+    return s;
+}
+
+static timing per_op(stamp s, long iters) {
+    timing t = {(now_ns() - s.wall) / (double)iters,
+                (clock_ns(CLOCK_THREAD_CPUTIME_ID) - s.cpu) / (double)iters};
+    return t;
 }
 
 static int cmp_double(const void *a, const void *b) {
@@ -87,61 +110,57 @@ static volatile uint64_t sink; /* keeps the seed live so the hash cannot be fold
         }                                                                                     \
     } while (0)
 
-static double run_pool(keylock_pool *pool, long iters) {
-    double start = now_ns();
+static timing run_pool(keylock_pool *pool, long iters) {
+    stamp start = start_clock();
     for (long i = 0; i < iters; i++) {
         const uint8_t *k = keys[i & (NKEYS - 1)];
-        FAIL_IF(keylock_pool_lock(pool, k, KEY_LEN) != KEYLOCK_OK, "keylock_pool_lock");
-        FAIL_IF(keylock_pool_unlock(pool, k, KEY_LEN) != KEYLOCK_OK, "keylock_pool_unlock");
+        keylock_acquisition acq;
+        FAIL_IF(keylock_pool_lock(pool, k, KEY_LEN, &acq) != KEYLOCK_OK, "keylock_pool_lock");
+        FAIL_IF(keylock_pool_release(pool, &acq) != KEYLOCK_OK, "keylock_pool_release");
     }
-    return (now_ns() - start) / (double)iters;
+    return per_op(start, iters);
 }
 
-static double run_striped(keylock_striped *striped, long iters) {
-    double start = now_ns();
+static timing run_striped(keylock_striped *striped, long iters) {
+    stamp start = start_clock();
     for (long i = 0; i < iters; i++) {
         const uint8_t *k = keys[i & (NKEYS - 1)];
-        FAIL_IF(keylock_striped_lock(striped, k, KEY_LEN) != KEYLOCK_OK, "keylock_striped_lock");
-        FAIL_IF(keylock_striped_unlock(striped, k, KEY_LEN) != KEYLOCK_OK,
-                "keylock_striped_unlock");
+        keylock_acquisition acq;
+        FAIL_IF(keylock_striped_lock(striped, k, KEY_LEN, &acq) != KEYLOCK_OK,
+                "keylock_striped_lock");
+        FAIL_IF(keylock_striped_release(striped, &acq) != KEYLOCK_OK, "keylock_striped_release");
     }
-    return (now_ns() - start) / (double)iters;
+    return per_op(start, iters);
 }
 
-/* The same array behind an API shaped like keylock's (lock(key) / unlock(key)): the key is
- * hashed again to unlock. Not the target's baseline; it shows what the second hash costs. */
-static double run_pthread_by_key(long iters, uint64_t seed) {
-    double start = now_ns();
-    for (long i = 0; i < iters; i++) {
-        const uint8_t *k = keys[i & (NKEYS - 1)];
-        FAIL_IF(pthread_mutex_lock(&mutexes[hash_bytes(k, KEY_LEN, seed) & (STRIPES - 1)].mutex) != 0,
-                "pthread_mutex_lock");
-        FAIL_IF(pthread_mutex_unlock(&mutexes[hash_bytes(k, KEY_LEN, seed) & (STRIPES - 1)].mutex) != 0,
-                "pthread_mutex_unlock");
-    }
-    return (now_ns() - start) / (double)iters;
-}
-
-static double run_pthread(long iters, uint64_t seed) {
-    double start = now_ns();
+static timing run_pthread(long iters, uint64_t seed) {
+    stamp start = start_clock();
     for (long i = 0; i < iters; i++) {
         const uint8_t *k = keys[i & (NKEYS - 1)];
         pthread_mutex_t *m = &mutexes[hash_bytes(k, KEY_LEN, seed) & (STRIPES - 1)].mutex;
         FAIL_IF(pthread_mutex_lock(m) != 0, "pthread_mutex_lock");
         FAIL_IF(pthread_mutex_unlock(m) != 0, "pthread_mutex_unlock");
     }
-    return (now_ns() - start) / (double)iters;
+    return per_op(start, iters);
 }
 
 int main(int argc, char **argv) {
+    const char *only = NULL;
+    if (argc > 2 && strcmp(argv[1], "--only") == 0) {
+        only = argv[2];
+        argv += 2;
+        argc -= 2;
+    }
     long iters = argc > 1 ? atol(argv[1]) : 2000000;
     int rounds = argc > 2 ? atoi(argv[2]) : 5;
-    double pool_ns[64], striped_ns[64], pthread_ns[64], by_key_ns[64];
+    enum { CASES = 3 };
+    static const char *const names[CASES] = {"c_pool", "c_striped", "c_pthread_array"};
+    double wall[CASES][64], cpu[CASES][64];
     uint64_t seed = (uint64_t)now_ns();
     keylock_pool *pool = keylock_pool_new();
     keylock_striped *striped = keylock_striped_new(STRIPES);
     if (iters < 1 || rounds < 1 || rounds > 64 || !pool || !striped) {
-        fprintf(stderr, "usage: bench_c [iters >= 1] [1 <= rounds <= 64]\n");
+        fprintf(stderr, "usage: bench_c [--only NAME] [iters >= 1] [1 <= rounds <= 64]\n");
         return 2;
     }
     sink = seed;
@@ -152,26 +171,38 @@ int main(int argc, char **argv) {
     }
     for (int i = 0; i < STRIPES; i++) pthread_mutex_init(&mutexes[i].mutex, NULL);
 
-    /* warm up every path (page faults, the pool's entries, branch predictors) */
-    run_pool(pool, iters / 4 + 1);
-    run_striped(striped, iters / 4 + 1);
-    run_pthread(iters / 4 + 1, seed);
-    run_pthread_by_key(iters / 4 + 1, seed);
-    /* rounds interleave the cases, so a slow moment of the machine hits all of them */
-    for (int r = 0; r < rounds; r++) {
-        pool_ns[r] = run_pool(pool, iters);
-        striped_ns[r] = run_striped(striped, iters);
-        pthread_ns[r] = run_pthread(iters, seed);
-        by_key_ns[r] = run_pthread_by_key(iters, seed);
+    if (only) {
+        /* one case, for callgrind: the caller subtracts a run with fewer iterations */
+        if (strcmp(only, "c_pool") == 0) run_pool(pool, iters);
+        else if (strcmp(only, "c_striped") == 0) run_striped(striped, iters);
+        else if (strcmp(only, "c_pthread_array") == 0) run_pthread(iters, seed);
+        else if (strcmp(only, "none") != 0) {
+            fprintf(stderr, "bench_c: unknown case %s\n", only);
+            return 2;
+        }
+    } else {
+        /* warm up every path (page faults, the pool's entries, branch predictors) */
+        run_pool(pool, iters / 4 + 1);
+        run_striped(striped, iters / 4 + 1);
+        run_pthread(iters / 4 + 1, seed);
+        /* rounds interleave the cases, so a slow moment of the machine hits all of them */
+        for (int r = 0; r < rounds; r++) {
+            timing t[CASES];
+            t[0] = run_pool(pool, iters);
+            t[1] = run_striped(striped, iters);
+            t[2] = run_pthread(iters, seed);
+            for (int c = 0; c < CASES; c++) {
+                wall[c][r] = t[c].wall;
+                cpu[c][r] = t[c].cpu;
+            }
+        }
+        for (int c = 0; c < CASES; c++) {
+            qsort(wall[c], (size_t)rounds, sizeof(double), cmp_double);
+            qsort(cpu[c], (size_t)rounds, sizeof(double), cmp_double);
+            printf("%s %.3f\n", names[c], wall[c][rounds / 2]);
+            printf("%s:cpu %.3f\n", names[c], cpu[c][rounds / 2]);
+        }
     }
-    qsort(pool_ns, (size_t)rounds, sizeof(double), cmp_double);
-    qsort(striped_ns, (size_t)rounds, sizeof(double), cmp_double);
-    qsort(pthread_ns, (size_t)rounds, sizeof(double), cmp_double);
-    qsort(by_key_ns, (size_t)rounds, sizeof(double), cmp_double);
-    printf("c_pool %.3f\n", pool_ns[rounds / 2]);
-    printf("c_striped %.3f\n", striped_ns[rounds / 2]);
-    printf("c_pthread_array %.3f\n", pthread_ns[rounds / 2]);
-    printf("c_pthread_array_by_key %.3f\n", by_key_ns[rounds / 2]);
 
     keylock_pool_free(pool);
     keylock_striped_free(striped);

@@ -2,12 +2,18 @@
 //! (generated from this crate by cbindgen; `make header`).
 //!
 //! One module per handle type ([`pool`], [`striped`], [`rwlock`]), plus [`keys`], the key
-//! encoders every front end shares; [`boundary`] holds what every export shares: panic catching,
-//! NULL checks, and the translation of keys, timeouts and errors. [`contract`] is generated from
-//! keylock-core (`make header`): the result codes and key sizes, so that no number is copied.
-//! The locking itself is keylock-core's: each export converts its arguments, calls the core, and
-//! converts the answer. Explicit lock/unlock pairs map to the core's guards with `leak()` on lock
-//! and the core's explicit `unlock` on unlock.
+//! encoders every front end shares, [`options`] (what an acquire and an open take) and
+//! [`acquisition`] (the record of one hold, in caller memory). [`keyed`] holds the bodies that
+//! the pool and striped exports share, on a lock object from `keylock_core::open_with` (any
+//! scope); [`boundary`] what every export shares: panic catching, NULL checks, and the
+//! translation of keys and errors. [`contract`] is generated from keylock-core (`make header`):
+//! the result codes, modes and key sizes, so that no number is copied.
+//!
+//! The locking itself is keylock-core's: each export converts its arguments, calls the core,
+//! and converts the answer. Every acquire writes the core's record of the hold into the
+//! caller's `keylock_acquisition` (the core's guard for a plain hold of an in-process object, an
+//! `Acquisition` otherwise, the RwLock's guard), and every release takes it back out, so that a
+//! release can only ever end the acquisition it was given.
 
 // Every export catches panics and turns them into KEYLOCK_PANIC; with panic = "abort" a panic
 // would kill the C program instead, so refuse to build that way.
@@ -22,12 +28,17 @@ pub mod contract;
 
 pub mod keys;
 
+pub mod options;
+
+pub mod acquisition;
+
 pub mod pool;
 pub mod striped;
 
 pub mod rwlock;
 
 mod boundary;
+mod keyed;
 
 #[cfg(test)]
 mod tests;

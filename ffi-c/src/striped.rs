@@ -1,95 +1,155 @@
 //! `keylock_striped`: a fixed array of locks, each key hashed to one of them (keylock-core's
-//! `StripedLock`).
+//! `StripedLock` in this process; any scope through `keylock_striped_open`). Each export is one
+//! call into [`crate::keyed`].
 
-use keylock_core::StripedLock;
+use std::ffi::c_char;
 
-use std::time::Duration;
+use keylock_core::{LockOptions, Mode, Wait};
 
+use crate::acquisition::keylock_acquisition;
 use crate::boundary::*;
+use crate::keyed::{self, Handle, Keyed};
+use crate::options::*;
 use crate::result::*;
 
 /// A striped lock: a fixed number of locks ("stripes"), each key (a byte string) hashed to one.
 /// The fastest per-key lock and fixed in size, at the price that two keys hashed to the same
-/// stripe block each other. Every operation below is on the key's stripe: so a thread must not
-/// lock a second key while it holds one (the two may share a stripe and deadlock); it locks
-/// several keys with `keylock_striped_lock_many`.
+/// stripe block each other. Every operation below is on the key's stripe: a thread must not
+/// lock a second key while it holds one (the two may share a stripe and deadlock), but lock
+/// several keys together with `keylock_striped_lock_many`. Stripes have the pool's modes,
+/// fences, leases and owners: "the key" below means the key's stripe.
 ///
-/// Create with `keylock_striped_new`, destroy with `keylock_striped_free`. Safe to use from many
-/// threads at once. A key locked by one thread may be unlocked by any thread.
+/// Create with `keylock_striped_new` or `keylock_striped_open`, destroy with
+/// `keylock_striped_free`. Safe to use from many threads at once. Every acquire fills a
+/// `keylock_acquisition`; release it with `keylock_striped_release` (from any thread).
 #[allow(non_camel_case_types)] // C naming: this is the name C programs see.
 #[derive(Debug)]
 pub struct keylock_striped {
-    pub(crate) inner: StripedLock,
+    keyed: Keyed,
 }
+
+impl Handle for keylock_striped {
+    fn wrap(keyed: Keyed) -> Self {
+        Self { keyed }
+    }
+    #[inline]
+    fn keyed(&self) -> &Keyed {
+        &self.keyed
+    }
+}
+
+const TRY_EXCLUSIVE: LockOptions = LockOptions::new().wait(Wait::No);
+const TRY_SHARED: LockOptions = LockOptions::new().shared().wait(Wait::No);
 
 /// The most stripes `keylock_striped_new` accepts.
 pub const KEYLOCK_MAX_STRIPES: usize = 1 << 20;
 
-/// Creates a striped lock with `stripes` stripes, rounded up to a power of two. Each handle hashes
-/// keys with its own random seed. A few times the number of threads is plenty; 1024 is a good
+/// The stripes `keylock_striped_open` makes when `keylock_open_options.stripes` is 0.
+pub const KEYLOCK_DEFAULT_STRIPES: usize = 1024;
+
+/// Creates a striped lock in this process with `stripes` stripes, rounded up to a power of two
+/// (as `keylock_striped_open("local:", ...)`). Each handle hashes keys with its own random seed.
+/// A few times the number of threads is plenty; `KEYLOCK_DEFAULT_STRIPES` (1024) is a good
 /// default.
 ///
 /// Returns a handle that the caller owns and frees with `keylock_striped_free`, or NULL when
 /// `stripes` is 0 or over `KEYLOCK_MAX_STRIPES` (or on an internal error).
 #[unsafe(no_mangle)]
 pub extern "C" fn keylock_striped_new(stripes: usize) -> *mut keylock_striped {
-    ffi_boundary_new(|| {
-        StripedLock::new(stripes)
-            .ok()
-            .map(|inner| keylock_striped { inner })
-    })
+    if stripes == 0 {
+        return std::ptr::null_mut();
+    }
+    keyed::new_local(Some(stripes))
+}
+
+/// Opens the striped lock that `name` names, with `options` (NULL: the defaults), and stores
+/// its handle in `*out`. `name` picks the scope as for `keylock_pool_open`; `options->stripes`
+/// is the number of stripes (0: `KEYLOCK_DEFAULT_STRIPES`). Reentrant and strict-FIFO striped
+/// locks are made here.
+///
+/// Returns:
+/// - `KEYLOCK_OK`: `*out` is a handle that the caller owns and frees with
+///   `keylock_striped_free`.
+/// - `KEYLOCK_INVALID_ARGUMENT`: an unknown or malformed name (or one that is not UTF-8), a
+///   scope this build lacks, more than `KEYLOCK_MAX_STRIPES` stripes, or `capacity` /
+///   `permissions` for a scope without them.
+/// - `KEYLOCK_INCOMPATIBLE`, `KEYLOCK_PERMISSION_DENIED`, `KEYLOCK_UNAVAILABLE`,
+///   `KEYLOCK_CAPACITY_EXCEEDED`: as `keylock_pool_open`.
+/// - `KEYLOCK_NULL_ARGUMENT`: `name` or `out` is NULL.
+/// - `KEYLOCK_PANIC`: internal error.
+///
+/// On any failure `*out` is set to NULL (when `out` is not NULL).
+///
+/// # Safety
+/// `name` is NULL or a NUL-terminated string; `options` is NULL or points to a readable
+/// `keylock_open_options`; `out` is NULL or points to a writable `keylock_striped *`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn keylock_striped_open(
+    name: *const c_char,
+    options: *const keylock_open_options,
+    out: *mut *mut keylock_striped,
+) -> keylock_result {
+    // SAFETY: forwarded from our caller.
+    unsafe {
+        keyed::open(name, options, out, |stripes| {
+            Ok(Some(match stripes {
+                0 => KEYLOCK_DEFAULT_STRIPES,
+                n => n,
+            }))
+        })
+    }
 }
 
 /// Frees `striped`. `keylock_striped_free(NULL)` does nothing.
 ///
-/// No thread may use or wait on the lock during or after this call. Stripes still locked are
-/// simply dropped with it.
+/// No thread may use or wait on the lock during or after this call. Stripes still held are
+/// simply dropped with it; their acquisition records must not be passed to keylock afterwards.
 ///
 /// # Safety
-/// `striped` is NULL or a handle from `keylock_striped_new` not freed before.
+/// `striped` is NULL or a handle from `keylock_striped_new` / `keylock_striped_open` not freed
+/// before.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn keylock_striped_free(striped: *mut keylock_striped) {
     // SAFETY: forwarded from our caller.
     unsafe { ffi_boundary_free(striped) }
 }
 
-/// Locks `key`, waiting as long as it takes. Keys are bytes: `key` points to `len` bytes, and
-/// NULL with `len == 0` is the empty key. The key is copied; the caller keeps its buffer.
+/// Locks `key` exclusively, waiting as long as it takes, and writes the acquisition to `*out`.
+/// Keys are bytes: `key` points to `len` bytes, and NULL with `len == 0` is the empty key. The
+/// key is copied; the caller keeps its buffer.
 ///
-/// Locking a key whose stripe the calling thread already holds waits forever (the lock is not
-/// recursive).
+/// Locking a key whose stripe the caller already holds waits forever, unless the lock is
+/// reentrant and the acquire names the holder's owner (`keylock_striped_lock_with`).
 ///
 /// Returns:
-/// - `KEYLOCK_OK`: the key's stripe is locked; release with `keylock_striped_unlock` (with this
-///   key or any key of the same stripe).
-/// - `KEYLOCK_NULL_ARGUMENT`: `striped` is NULL, or `key` is NULL with `len > 0`.
+/// - `KEYLOCK_OK`: held; `*out` is the acquisition, to release with `keylock_striped_release`.
+/// - `KEYLOCK_NULL_ARGUMENT`: `striped` or `out` is NULL, or `key` is NULL with `len > 0`.
 /// - `KEYLOCK_INVALID_ARGUMENT`: `len` is over `PTRDIFF_MAX`.
-/// - `KEYLOCK_PANIC`: internal error; nothing was locked.
+/// - `KEYLOCK_CAPACITY_EXCEEDED`, `KEYLOCK_UNAVAILABLE`: (shared scopes) the lock table is
+///   full, or the scope could not be reached.
+/// - `KEYLOCK_PANIC`: internal error.
+///
+/// On any failure nothing is held and `*out` is left empty (when `out` is not NULL).
 ///
 /// # Safety
-/// `striped` is NULL or a live handle; `key` is NULL or points to `len` readable bytes.
+/// `striped` is NULL or a live handle; `key` is NULL or points to `len` readable bytes; `out` is
+/// NULL or points to a writable `keylock_acquisition` that no other call uses meanwhile.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn keylock_striped_lock(
     striped: *mut keylock_striped,
     key: *const u8,
     len: usize,
+    out: *mut keylock_acquisition,
 ) -> keylock_result {
-    ffi_boundary(|| {
-        // SAFETY: the caller's contract above.
-        let (striped, key) = unsafe { (handle(striped)?, crate::boundary::key(key, len)?) };
-        striped.inner.lock(key).leak();
-        Ok(())
-    })
+    // SAFETY: forwarded from our caller.
+    unsafe { keyed::acquire_plain(striped, key, len, Mode::Exclusive, out) }
 }
 
-/// Locks `key` if no one holds it, without waiting. Arguments as `keylock_striped_lock`.
+/// Locks `key` exclusively if it is free, without waiting. Arguments as `keylock_striped_lock`.
 ///
-/// Returns:
-/// - `KEYLOCK_OK`: locked; release with `keylock_striped_unlock`.
-/// - `KEYLOCK_WOULD_BLOCK`: the key's stripe is held (by any thread, the caller included).
-/// - `KEYLOCK_NULL_ARGUMENT`: `striped` is NULL, or `key` is NULL with `len > 0`.
-/// - `KEYLOCK_INVALID_ARGUMENT`: `len` is over `PTRDIFF_MAX`.
-/// - `KEYLOCK_PANIC`: internal error; nothing was locked.
+/// Returns what `keylock_striped_lock` returns, and:
+/// - `KEYLOCK_WOULD_BLOCK`: the key is held (by anyone, the caller included), or others wait
+///   for it; nothing is held and `*out` is empty.
 ///
 /// # Safety
 /// As `keylock_striped_lock`.
@@ -98,25 +158,19 @@ pub unsafe extern "C" fn keylock_striped_try_lock(
     striped: *mut keylock_striped,
     key: *const u8,
     len: usize,
+    out: *mut keylock_acquisition,
 ) -> keylock_result {
-    ffi_boundary(|| {
-        // SAFETY: the caller's contract above.
-        let (striped, key) = unsafe { (handle(striped)?, crate::boundary::key(key, len)?) };
-        striped.inner.try_lock(key)?.leak();
-        Ok(())
-    })
+    // SAFETY: forwarded from our caller.
+    unsafe { keyed::acquire(striped, key, len, &TRY_EXCLUSIVE, out) }
 }
 
-/// Locks `key`, waiting at most `timeout_ms` milliseconds. Arguments as `keylock_striped_lock`.
-/// A timeout of 0 tries once. Any value is safe: one too large for the clock to represent
-/// (`UINT64_MAX`, say) waits without limit.
+/// Locks `key` exclusively, waiting at most `timeout_ns` nanoseconds. Arguments as
+/// `keylock_striped_lock`; `timeout_ns` as `keylock_lock_options.timeout_ns`: `KEYLOCK_NO_WAIT`
+/// (0) does not wait, `KEYLOCK_WAIT_FOREVER` (`UINT64_MAX`) waits as long as it takes.
 ///
-/// Returns:
-/// - `KEYLOCK_OK`: locked; release with `keylock_striped_unlock`.
-/// - `KEYLOCK_TIMEOUT`: the timeout passed first; nothing was locked.
-/// - `KEYLOCK_NULL_ARGUMENT`: `striped` is NULL, or `key` is NULL with `len > 0`.
-/// - `KEYLOCK_INVALID_ARGUMENT`: `len` is over `PTRDIFF_MAX`.
-/// - `KEYLOCK_PANIC`: internal error; nothing was locked.
+/// Returns what `keylock_striped_lock` returns, and:
+/// - `KEYLOCK_TIMEOUT`: the timeout passed first; nothing is held and `*out` is empty.
+/// - `KEYLOCK_WOULD_BLOCK`: `timeout_ns` was 0 and the key is held.
 ///
 /// # Safety
 /// As `keylock_striped_lock`.
@@ -125,56 +179,292 @@ pub unsafe extern "C" fn keylock_striped_lock_timeout(
     striped: *mut keylock_striped,
     key: *const u8,
     len: usize,
-    timeout_ms: u64,
+    timeout_ns: u64,
+    out: *mut keylock_acquisition,
 ) -> keylock_result {
-    ffi_boundary(|| {
-        // SAFETY: the caller's contract above.
-        let (striped, key) = unsafe { (handle(striped)?, crate::boundary::key(key, len)?) };
-        striped
-            .inner
-            .try_lock_for(key, Duration::from_millis(timeout_ms))?
-            .leak();
-        Ok(())
-    })
+    // SAFETY: forwarded from our caller.
+    unsafe { keyed::acquire_timeout(striped, key, len, Mode::Exclusive, timeout_ns, out) }
 }
 
-/// Unlocks the stripe of `key`, which any thread may have locked.
-///
-/// Returns:
-/// - `KEYLOCK_OK`: unlocked; the next waiter, if any, gets it.
-/// - `KEYLOCK_NOT_LOCKED`: the key's stripe is not locked; nothing changed.
-/// - `KEYLOCK_NULL_ARGUMENT`: `striped` is NULL, or `key` is NULL with `len > 0`.
-/// - `KEYLOCK_INVALID_ARGUMENT`: `len` is over `PTRDIFF_MAX`.
-/// - `KEYLOCK_PANIC`: internal error.
+/// Locks `key` in shared mode, together with any other shared holders, waiting as long as no
+/// exclusive holder or earlier exclusive request is in the way (FIFO per key: a shared request
+/// behind a waiting exclusive one waits for it). The acquisition's fence is the key's current
+/// one. Arguments and results as `keylock_striped_lock`.
 ///
 /// # Safety
 /// As `keylock_striped_lock`.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn keylock_striped_unlock(
+pub unsafe extern "C" fn keylock_striped_lock_shared(
     striped: *mut keylock_striped,
     key: *const u8,
     len: usize,
+    out: *mut keylock_acquisition,
 ) -> keylock_result {
-    ffi_boundary(|| {
-        // SAFETY: the caller's contract above.
-        let (striped, key) = unsafe { (handle(striped)?, crate::boundary::key(key, len)?) };
-        striped.inner.unlock(key)?;
-        Ok(())
-    })
+    // SAFETY: forwarded from our caller.
+    unsafe { keyed::acquire_plain(striped, key, len, Mode::Shared, out) }
 }
 
-/// Stores in `*out` whether the stripe of `key` is locked right now, by this key or another (a
-/// snapshot, which other threads may change at once; for tests and diagnostics, not for deciding
-/// whether to lock).
+/// Locks `key` in shared mode if nothing is in the way, without waiting. Arguments and results
+/// as `keylock_striped_try_lock`.
+///
+/// # Safety
+/// As `keylock_striped_lock`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn keylock_striped_try_lock_shared(
+    striped: *mut keylock_striped,
+    key: *const u8,
+    len: usize,
+    out: *mut keylock_acquisition,
+) -> keylock_result {
+    // SAFETY: forwarded from our caller.
+    unsafe { keyed::acquire(striped, key, len, &TRY_SHARED, out) }
+}
+
+/// Locks `key` in shared mode, waiting at most `timeout_ns` nanoseconds. Arguments and results
+/// as `keylock_striped_lock_timeout`.
+///
+/// # Safety
+/// As `keylock_striped_lock`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn keylock_striped_lock_shared_timeout(
+    striped: *mut keylock_striped,
+    key: *const u8,
+    len: usize,
+    timeout_ns: u64,
+    out: *mut keylock_acquisition,
+) -> keylock_result {
+    // SAFETY: forwarded from our caller.
+    unsafe { keyed::acquire_timeout(striped, key, len, Mode::Shared, timeout_ns, out) }
+}
+
+/// Locks `key` as `options` says: mode, lease, owner and how long to wait (NULL: exclusive,
+/// no lease, no owner, wait forever). Other arguments as `keylock_striped_lock`.
+///
+/// Returns what `keylock_striped_lock` returns, and:
+/// - `KEYLOCK_WOULD_BLOCK` / `KEYLOCK_TIMEOUT`: as `keylock_striped_lock_timeout`.
+/// - `KEYLOCK_REENTRANCY_LIMIT`: a reentrant acquire by an owner that already holds the key
+///   65536 times.
+/// - `KEYLOCK_INVALID_ARGUMENT`: also an unknown `options->mode`.
+///
+/// # Safety
+/// As `keylock_striped_lock`, and `options` is NULL or points to a readable
+/// `keylock_lock_options`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn keylock_striped_lock_with(
+    striped: *mut keylock_striped,
+    key: *const u8,
+    len: usize,
+    options: *const keylock_lock_options,
+    out: *mut keylock_acquisition,
+) -> keylock_result {
+    // SAFETY: forwarded from our caller.
+    unsafe { keyed::acquire_with(striped, key, len, options, out) }
+}
+
+/// Locks `n` keys exclusively, all together, waiting as long as it takes: `keys[i]` points to
+/// `lens[i]` bytes. The keys are taken in one global order, so two threads locking overlapping
+/// sets in any order cannot deadlock. A key listed twice is locked once.
+///
+/// `out` has room for `n` records; the acquisitions go to `out[0..*count]`, one per distinct
+/// stripe, in the order of the keys' first occurrence (keys that share a stripe get the one
+/// record at the first of them), and the rest of `out` is left empty. Release them with
+/// `keylock_striped_release_many(striped, out, *count)` (or one by one).
+///
+/// Returns:
+/// - `KEYLOCK_OK`: every key is held.
+/// - `KEYLOCK_NULL_ARGUMENT`: `striped`, `keys`, `lens`, `out` or `count` is NULL, or some
+///   `keys[i]` is NULL with `lens[i] > 0`.
+/// - `KEYLOCK_INVALID_ARGUMENT`: `n == 0`, or a length over `PTRDIFF_MAX`.
+/// - `KEYLOCK_CAPACITY_EXCEEDED`, `KEYLOCK_UNAVAILABLE`: as `keylock_striped_lock`.
+/// - `KEYLOCK_PANIC`: internal error.
+///
+/// On any failure no key is held, every record of `out` is empty and `*count` is 0 (for the
+/// pointers that are not NULL).
+///
+/// # Safety
+/// `striped` is NULL or a live handle; `keys` and `lens` are NULL or point to `n` readable
+/// elements, each `keys[i]` NULL or pointing to `lens[i]` readable bytes; `out` is NULL or
+/// points to `n` writable records; `count` is NULL or points to a writable `size_t`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn keylock_striped_lock_many(
+    striped: *mut keylock_striped,
+    keys: *const *const u8,
+    lens: *const usize,
+    n: usize,
+    out: *mut keylock_acquisition,
+    count: *mut usize,
+) -> keylock_result {
+    let (modes, options) = (std::ptr::null(), std::ptr::null());
+    // SAFETY: forwarded from our caller.
+    unsafe { keyed::acquire_many(striped, keys, lens, modes, n, options, out, count) }
+}
+
+/// Like `keylock_striped_lock_many`, with a mode per key (`modes[i]` for `keys[i]`; NULL: every key
+/// in `options->mode`) and `options` for the lease, owner and wait, which apply to every key
+/// (NULL: no lease, no owner, wait forever). A key listed twice in different modes is held in
+/// the stronger (exclusive). All or nothing: with a timeout, either every key is held or none.
+///
+/// Returns what `keylock_striped_lock_many` returns, and `KEYLOCK_WOULD_BLOCK` /
+/// `KEYLOCK_TIMEOUT` / `KEYLOCK_REENTRANCY_LIMIT` as `keylock_striped_lock_with`, and
+/// `KEYLOCK_INVALID_ARGUMENT` for an unknown mode.
+///
+/// # Safety
+/// As `keylock_striped_lock_many`; `modes` is NULL or points to `n` readable elements, `options`
+/// NULL or readable.
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)] // the C signature: arrays and their lengths
+pub unsafe extern "C" fn keylock_striped_lock_many_with(
+    striped: *mut keylock_striped,
+    keys: *const *const u8,
+    lens: *const usize,
+    modes: *const keylock_mode,
+    n: usize,
+    options: *const keylock_lock_options,
+    out: *mut keylock_acquisition,
+    count: *mut usize,
+) -> keylock_result {
+    // SAFETY: forwarded from our caller.
+    unsafe { keyed::acquire_many(striped, keys, lens, modes, n, options, out, count) }
+}
+
+/// Releases the acquisition in `*acquisition`, and only it: if the key was force-unlocked or
+/// the lease ran out meanwhile, whoever holds the key now keeps it. Any thread may release. The
+/// record is marked released in every case but `KEYLOCK_NULL_ARGUMENT` and
+/// `KEYLOCK_INVALID_ARGUMENT`, so that it cannot be released twice.
+///
+/// Returns:
+/// - `KEYLOCK_OK`: released; the next waiter, if any, gets the key.
+/// - `KEYLOCK_NOT_OWNER`: the acquisition was no longer current (force-unlocked), or the
+///   record was released before; nothing changed.
+/// - `KEYLOCK_LEASE_EXPIRED`: its lease had run out; nothing changed.
+/// - `KEYLOCK_NOT_LOCKED`: the record is empty (never filled, or a failed acquire's output).
+/// - `KEYLOCK_NULL_ARGUMENT`: `striped` or `acquisition` is NULL.
+/// - `KEYLOCK_INVALID_ARGUMENT`: the record belongs to another lock object, or the struct is
+///   not an acquisition record.
+/// - `KEYLOCK_UNAVAILABLE`: (shared scopes) the scope could not be reached.
+/// - `KEYLOCK_PANIC`: internal error.
+///
+/// # Safety
+/// `striped` is NULL or a live handle; `acquisition` is NULL or points to a record that no other
+/// call uses meanwhile.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn keylock_striped_release(
+    striped: *mut keylock_striped,
+    acquisition: *mut keylock_acquisition,
+) -> keylock_result {
+    // SAFETY: forwarded from our caller.
+    unsafe { keyed::release(striped, acquisition) }
+}
+
+/// Releases `acquisitions[0..n]` (e.g. what `keylock_striped_lock_many` filled), each as
+/// `keylock_striped_release` does; every one is released or refused, whatever the others give.
+///
+/// Returns `KEYLOCK_OK` when every release succeeded, else the first failure's code (as
+/// `keylock_striped_release`); `KEYLOCK_INVALID_ARGUMENT` for `n == 0` or over `PTRDIFF_MAX`
+/// bytes; `KEYLOCK_NULL_ARGUMENT` for a NULL `striped` or `acquisitions`.
+///
+/// # Safety
+/// `striped` is NULL or a live handle; `acquisitions` is NULL or points to `n` records that no
+/// other call uses meanwhile.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn keylock_striped_release_many(
+    striped: *mut keylock_striped,
+    acquisitions: *mut keylock_acquisition,
+    n: usize,
+) -> keylock_result {
+    // SAFETY: forwarded from our caller.
+    unsafe { keyed::release_many(striped, acquisitions, n) }
+}
+
+/// Moves the end of the lease of `*acquisition` to `lease_ns` nanoseconds from now (and updates
+/// the record), while it is still current.
+///
+/// Returns:
+/// - `KEYLOCK_OK`: extended.
+/// - `KEYLOCK_LEASE_EXPIRED`: the lease had already run out; nothing changed.
+/// - `KEYLOCK_NOT_OWNER`: force-unlocked, or the record was released.
+/// - `KEYLOCK_NOT_LOCKED`: the record is empty.
+/// - `KEYLOCK_INVALID_ARGUMENT`: the acquisition has no lease, belongs to another lock object,
+///   or the struct is not an acquisition record.
+/// - `KEYLOCK_NULL_ARGUMENT`: `striped` or `acquisition` is NULL.
+/// - `KEYLOCK_UNAVAILABLE`: (shared scopes) the scope could not be reached.
+/// - `KEYLOCK_PANIC`: internal error.
+///
+/// # Safety
+/// As `keylock_striped_release`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn keylock_striped_extend(
+    striped: *mut keylock_striped,
+    acquisition: *mut keylock_acquisition,
+    lease_ns: u64,
+) -> keylock_result {
+    // SAFETY: forwarded from our caller.
+    unsafe { keyed::extend(striped, acquisition, lease_ns) }
+}
+
+/// Stores in `*out` whether `*acquisition` is still the key's current acquisition: not
+/// released, not force-unlocked, its lease (if any) not run out. An empty or released record
+/// is not current.
+///
+/// Returns:
+/// - `KEYLOCK_OK`: `*out` is set.
+/// - `KEYLOCK_NULL_ARGUMENT`: `striped`, `acquisition` or `out` is NULL.
+/// - `KEYLOCK_INVALID_ARGUMENT`: the record belongs to another lock object, or the struct is
+///   not an acquisition record.
+/// - `KEYLOCK_UNAVAILABLE`: (shared scopes) the scope could not be reached.
+/// - `KEYLOCK_PANIC`: internal error.
+///
+/// # Safety
+/// `striped` is NULL or a live handle; `acquisition` is NULL or readable; `out` is NULL or points
+/// to a writable `bool`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn keylock_striped_is_current(
+    striped: *const keylock_striped,
+    acquisition: *const keylock_acquisition,
+    out: *mut bool,
+) -> keylock_result {
+    // SAFETY: forwarded from our caller.
+    unsafe { keyed::is_current(striped, acquisition, out) }
+}
+
+/// Frees `key` whoever holds it, in either mode, and advances its fence: for a lock left behind
+/// by a holder that will never release it. The holders' records no longer release anything
+/// (their releases report `KEYLOCK_NOT_OWNER`), and the next acquirer's fence is higher than
+/// theirs. Stores in `*was_held` (unless it is NULL) whether the key was held.
+///
+/// Returns:
+/// - `KEYLOCK_OK`: the key is free (or was).
+/// - `KEYLOCK_NULL_ARGUMENT`: `striped` is NULL, or `key` is NULL with `len > 0`.
+/// - `KEYLOCK_INVALID_ARGUMENT`: `len` is over `PTRDIFF_MAX`.
+/// - `KEYLOCK_UNAVAILABLE`: (shared scopes) the scope could not be reached.
+/// - `KEYLOCK_PANIC`: internal error.
+///
+/// # Safety
+/// `striped` is NULL or a live handle; `key` is NULL or points to `len` readable bytes; `was_held`
+/// is NULL or points to a writable `bool`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn keylock_striped_force_unlock(
+    striped: *mut keylock_striped,
+    key: *const u8,
+    len: usize,
+    was_held: *mut bool,
+) -> keylock_result {
+    // SAFETY: forwarded from our caller.
+    unsafe { keyed::force_unlock(striped, key, len, was_held) }
+}
+
+/// Stores in `*out` whether `key` is held right now, in either mode (a snapshot, which other
+/// threads may change at once; for tests and diagnostics, not for deciding whether to lock).
 ///
 /// Returns:
 /// - `KEYLOCK_OK`: `*out` is set.
 /// - `KEYLOCK_NULL_ARGUMENT`: `striped` or `out` is NULL, or `key` is NULL with `len > 0`.
 /// - `KEYLOCK_INVALID_ARGUMENT`: `len` is over `PTRDIFF_MAX`.
+/// - `KEYLOCK_UNAVAILABLE`: (shared scopes) the scope could not be reached.
 /// - `KEYLOCK_PANIC`: internal error; `*out` is unchanged.
 ///
 /// # Safety
-/// As `keylock_striped_lock`, and `out` is NULL or points to a writable `bool`.
+/// As `keylock_striped_force_unlock`, with `out` not optional.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn keylock_striped_is_locked(
     striped: *const keylock_striped,
@@ -182,71 +472,25 @@ pub unsafe extern "C" fn keylock_striped_is_locked(
     len: usize,
     out: *mut bool,
 ) -> keylock_result {
-    ffi_boundary(|| {
-        // SAFETY: the caller's contract above.
-        let (striped, key) = unsafe { (handle(striped)?, crate::boundary::key(key, len)?) };
-        let out = crate::boundary::out(out)?;
-        let locked = striped.inner.is_locked(key);
-        // SAFETY: out is non-NULL and writable (caller).
-        unsafe { out.write(locked) };
-        Ok(())
-    })
+    // SAFETY: forwarded from our caller.
+    unsafe { keyed::is_locked(striped, key, len, out) }
 }
 
-/// Locks `n` keys together, waiting as long as it takes: `keys[i]` points to `lens[i]` bytes.
-/// The stripes are taken in ascending order, so two threads locking overlapping sets in any
-/// order cannot deadlock. Keys that share a stripe (or are listed twice) lock it once. Release
-/// with `keylock_striped_unlock_many` on the same set.
+/// Stores in `*out` who holds `key` and how: fence, mode, holders, hold count, owner, lease
+/// left and waiters (`out->held` is false, and every other field 0, when the key is free). A
+/// snapshot, as `keylock_striped_is_locked`.
 ///
-/// Returns:
-/// - `KEYLOCK_OK`: the stripe of every key is locked.
-/// - `KEYLOCK_NULL_ARGUMENT`: `striped`, `keys` or `lens` is NULL, or some `keys[i]` is NULL with
-///   `lens[i] > 0`.
-/// - `KEYLOCK_INVALID_ARGUMENT`: `n == 0` (checked first), or a length over `PTRDIFF_MAX`.
-/// - `KEYLOCK_PANIC`: internal error; nothing was locked.
+/// Returns what `keylock_striped_is_locked` returns.
 ///
 /// # Safety
-/// `striped` is NULL or a live handle; `keys` and `lens` are NULL or point to `n` readable
-/// elements; each `keys[i]` is NULL or points to `lens[i]` readable bytes.
+/// As `keylock_striped_is_locked`, with `out` pointing to a writable `keylock_lock_info`.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn keylock_striped_lock_many(
-    striped: *mut keylock_striped,
-    keys: *const *const u8,
-    lens: *const usize,
-    n: usize,
+pub unsafe extern "C" fn keylock_striped_info(
+    striped: *const keylock_striped,
+    key: *const u8,
+    len: usize,
+    out: *mut keylock_lock_info,
 ) -> keylock_result {
-    ffi_boundary(|| {
-        // SAFETY: the caller's contract above.
-        let (striped, keys) = unsafe { (handle(striped)?, crate::boundary::keys(keys, lens, n)?) };
-        striped.inner.lock_many(keys.iter().copied()).leak();
-        Ok(())
-    })
-}
-
-/// Unlocks the stripes of `n` keys locked with `keylock_striped_lock_many`. Every stripe is
-/// checked first: if any is not locked, nothing is unlocked.
-///
-/// Returns:
-/// - `KEYLOCK_OK`: every key is unlocked.
-/// - `KEYLOCK_NOT_LOCKED`: some key's stripe is not locked; nothing changed.
-/// - `KEYLOCK_NULL_ARGUMENT`: `striped`, `keys` or `lens` is NULL, or some `keys[i]` is NULL with
-///   `lens[i] > 0`.
-/// - `KEYLOCK_INVALID_ARGUMENT`: `n == 0` (checked first), or a length over `PTRDIFF_MAX`.
-/// - `KEYLOCK_PANIC`: internal error.
-///
-/// # Safety
-/// As `keylock_striped_lock_many`.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn keylock_striped_unlock_many(
-    striped: *mut keylock_striped,
-    keys: *const *const u8,
-    lens: *const usize,
-    n: usize,
-) -> keylock_result {
-    ffi_boundary(|| {
-        // SAFETY: the caller's contract above.
-        let (striped, keys) = unsafe { (handle(striped)?, crate::boundary::keys(keys, lens, n)?) };
-        striped.inner.unlock_many(keys.iter().copied())?;
-        Ok(())
-    })
+    // SAFETY: forwarded from our caller.
+    unsafe { keyed::info(striped, key, len, out) }
 }

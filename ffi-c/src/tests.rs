@@ -4,9 +4,11 @@
 
 use std::fmt::Write;
 
-use keylock_core::Status;
+use keylock_core::{Mode, Status};
 
+use crate::acquisition::keylock_acquisition;
 use crate::contract::*;
+use crate::options::*;
 use crate::pool::keylock_pool;
 use crate::rwlock::keylock_rwlock;
 use crate::striped::*;
@@ -61,6 +63,11 @@ fn result_codes_in_header_are_the_core_statuses() {
         );
     }
     assert_eq!(
+        define("KEYLOCK_EXCLUSIVE"),
+        (Mode::Exclusive as u8).to_string()
+    );
+    assert_eq!(define("KEYLOCK_SHARED"), (Mode::Shared as u8).to_string());
+    assert_eq!(
         define("KEYLOCK_INT_KEY_LEN"),
         keylock_core::keys::INT_KEY_LEN.to_string()
     );
@@ -80,6 +87,7 @@ fn contract_rs() -> String {
          \n\
          use std::ffi::CStr;\n\
          \n\
+         use crate::options::keylock_mode;\n\
          use crate::result::keylock_result;\n",
     );
     for status in Status::ALL {
@@ -97,6 +105,21 @@ fn contract_rs() -> String {
             "pub const {}: keylock_result = {};",
             status.name(),
             status.code()
+        );
+    }
+    for (mode, doc) in [
+        (Mode::Exclusive, "one holder at a time"),
+        (
+            Mode::Shared,
+            "any number of holders together, and no exclusive one",
+        ),
+    ] {
+        let _ = write!(
+            s,
+            "\n/// `keylock_mode`: {doc}.\n\
+             pub const KEYLOCK_{}: keylock_mode = {};\n",
+            mode.as_str().to_ascii_uppercase(),
+            mode as u8
         );
     }
     let _ = write!(
@@ -120,24 +143,41 @@ fn contract_rs() -> String {
 fn c_doc(status: Status) -> Option<&'static [&'static str]> {
     Some(match status {
         Status::Ok => &["Success."],
-        Status::WouldBlock => {
-            &["A `_try_` call found the lock held (by another thread, or by the caller itself)."]
-        }
+        Status::WouldBlock => &[
+            "A `_try_` call (or a timeout of 0) found the lock held, by another holder or by the",
+            "caller itself.",
+        ],
         Status::TimedOut => {
-            &["A `_timeout` call waited the whole timeout without getting the lock."]
+            &["A `_timeout` call (or `timeout_ns`) waited the whole timeout without the lock."]
         }
-        Status::NotLocked => &["An unlock of a key (or lock) that is not locked."],
+        Status::NotLocked => &[
+            "A release (or extend) of an empty acquisition record: never filled, or the output of a",
+            "failed acquire.",
+        ],
         Status::NullArgument => &[
             "A required pointer argument was NULL: a handle, an output pointer, a `_many` array, or a key",
             "pointer whose length is not 0.",
         ],
         Status::InvalidArgument => &[
             "An argument was out of range or malformed: `n == 0` in a `_many` call, a length over",
-            "`PTRDIFF_MAX`, or text that is not a key (`keylock_key_from_utf16`).",
+            "`PTRDIFF_MAX`, an unknown mode or lock name, an acquisition record of another lock",
+            "object, or text that is not a key (`keylock_key_from_utf16`).",
         ],
         Status::Panic => &[
             "The library hit an internal error (a Rust panic), caught before it reached the caller. The",
             "call did nothing that the caller must undo; please report it as a bug.",
+        ],
+        Status::NotOwner => &[
+            "A release, extend or check of an acquisition that is no longer the lock's current one",
+            "(force-unlocked), or a second release of the same record. Nothing changed.",
+        ],
+        Status::LeaseExpired => &[
+            "A release or extend of an acquisition whose lease ran out: the lock freed itself, and",
+            "may have had other holders since. Nothing changed.",
+        ],
+        Status::ReentrancyLimit => &[
+            "A reentrant acquire by an owner that already holds the key the most times allowed",
+            "(65536).",
         ],
         _ => return None,
     })
@@ -169,4 +209,32 @@ fn handles_are_send_and_sync() {
     assert_send_sync::<keylock_pool>();
     assert_send_sync::<keylock_striped>();
     assert_send_sync::<keylock_rwlock>();
+}
+
+/// The header's initialisers are the library's: `KEYLOCK_LOCK_OPTIONS_INIT` is exclusive, no
+/// lease, no owner, wait forever; `KEYLOCK_ACQUISITION_INIT` is all zeros, an empty record.
+#[test]
+fn header_initialisers_match_the_library() {
+    let opts = define("KEYLOCK_LOCK_OPTIONS_INIT");
+    assert_eq!(
+        opts, "{ KEYLOCK_EXCLUSIVE, 0, 0, KEYLOCK_WAIT_FOREVER }",
+        "the field order of keylock_lock_options"
+    );
+    let o = keylock_lock_options::INIT;
+    assert_eq!(
+        (o.mode, o.lease_ns, o.owner, o.timeout_ns),
+        (KEYLOCK_EXCLUSIVE, 0, 0, KEYLOCK_WAIT_FOREVER)
+    );
+    assert_eq!(define("KEYLOCK_ACQUISITION_INIT"), "{ 0 }");
+    let empty = keylock_acquisition::EMPTY;
+    assert_eq!(
+        (
+            empty.fence,
+            empty.mode,
+            empty.owner_died,
+            empty._private_state
+        ),
+        (0, 0, false, 0)
+    );
+    assert_eq!(std::mem::size_of::<keylock_acquisition>(), 128);
 }

@@ -131,7 +131,11 @@ fn check(status: sys::napi_status, what: &str) -> Result<()> {
 }
 
 impl Key {
-    fn empty() -> Self {
+    /// An empty key, to [`read`](Key::read) into. Keys are read in place: a `Key` is a few
+    /// hundred bytes, and moving one through each `Result` on the way out costs more than
+    /// encoding it.
+    #[inline]
+    pub(crate) fn new() -> Self {
         Key {
             len: 0,
             inline: [0; INLINE],
@@ -139,15 +143,15 @@ impl Key {
         }
     }
 
-    fn from_bytes(bytes: &[u8]) -> Self {
-        let mut key = Key::empty();
+    #[inline]
+    fn set_bytes(&mut self, bytes: &[u8]) {
         if bytes.len() <= INLINE {
-            key.inline[..bytes.len()].copy_from_slice(bytes);
-            key.len = bytes.len();
+            self.inline[..bytes.len()].copy_from_slice(bytes);
+            self.len = bytes.len();
+            self.heap = None;
         } else {
-            key.heap = Some(bytes.to_vec());
+            self.heap = Some(bytes.to_vec());
         }
-        key
     }
 
     /// The key's bytes.
@@ -159,19 +163,21 @@ impl Key {
         }
     }
 
-    /// The key that `value` stands for (see the module documentation).
+    /// Reads the key that `value` stands for (see the module documentation) into `self`.
     ///
     /// # Safety
     /// `env` is the current environment and `value` a value of it.
-    pub(crate) unsafe fn from_value(
+    #[inline]
+    pub(crate) unsafe fn read(
+        &mut self,
         env: sys::napi_env,
         value: sys::napi_value,
-    ) -> std::result::Result<Self, KeyFail> {
+    ) -> std::result::Result<(), KeyFail> {
         // Strings first, without asking the type: Node-API reports `string_expected` for
         // anything else, and this saves a call on the common path.
         // SAFETY: `value` is a value of `env` (caller).
-        if let Some(key) = unsafe { Key::from_string(env, value)? } {
-            return Ok(key);
+        if unsafe { self.read_string(env, value)? } {
+            return Ok(());
         }
         let mut kind = sys::ValueType::napi_undefined;
         // SAFETY: a plain query on a live value.
@@ -179,24 +185,26 @@ impl Key {
         check(status, "inspecting a key")?;
         match ValueType::from(kind) {
             // SAFETY: `value` is a live number of `env`.
-            ValueType::Number => unsafe { Key::from_number(env, value) },
+            ValueType::Number => unsafe { self.read_number(env, value) },
             // SAFETY: `value` is a live bigint of `env`.
-            ValueType::BigInt => unsafe { Key::from_bigint(env, value) },
+            ValueType::BigInt => unsafe { self.read_bigint(env, value) },
             // SAFETY: `value` is a live object of `env`.
-            ValueType::Object => unsafe { Key::from_object(env, value) },
+            ValueType::Object => unsafe { self.read_object(env, value) },
             // SAFETY: as above.
             _ => Err(bad_type(unsafe { describe(env, value) })),
         }
     }
 
-    /// A string's key, or `None` when `value` is not a string.
+    /// Reads a string's key; `false` when `value` is not a string.
     ///
     /// # Safety
     /// `env` is the current environment and `value` a value of it.
-    unsafe fn from_string(
+    #[inline]
+    unsafe fn read_string(
+        &mut self,
         env: sys::napi_env,
         value: sys::napi_value,
-    ) -> std::result::Result<Option<Self>, KeyFail> {
+    ) -> std::result::Result<bool, KeyFail> {
         let mut units = [0u16; UNITS + 1];
         let mut copied = 0usize;
         // SAFETY: the buffer holds UNITS + 1 code units; Node-API writes at most UNITS of them
@@ -211,7 +219,7 @@ impl Key {
             )
         };
         if status == sys::Status::napi_string_expected {
-            return Ok(None);
+            return Ok(false);
         }
         check(status, "reading a string key")?;
         if copied == UNITS {
@@ -224,12 +232,14 @@ impl Key {
             check(status, "measuring a string key")?;
             if full > UNITS {
                 // SAFETY: as above, for a string known to be longer than the stack buffer.
-                return unsafe { Key::from_long_string(env, value, full) }.map(Some);
+                unsafe { self.read_long_string(env, value, full)? };
+                return Ok(true);
             }
         }
-        let mut key = Key::empty();
-        key.len = keys::encode_utf16_into(&units[..copied], &mut key.inline).map_err(key_error)?;
-        Ok(Some(key))
+        self.len =
+            keys::encode_utf16_into(&units[..copied], &mut self.inline).map_err(key_error)?;
+        self.heap = None;
+        Ok(true)
     }
 
     /// A string of `len` code units, too long for the stack.
@@ -237,11 +247,12 @@ impl Key {
     /// # Safety
     /// `env` is the current environment and `value` a string of it.
     #[cold]
-    unsafe fn from_long_string(
+    unsafe fn read_long_string(
+        &mut self,
         env: sys::napi_env,
         value: sys::napi_value,
         len: usize,
-    ) -> std::result::Result<Self, KeyFail> {
+    ) -> std::result::Result<(), KeyFail> {
         let mut units = vec![0u16; len + 1];
         let mut copied = 0usize;
         // SAFETY: `units` has room for the `len` code units and the NUL that Node-API appends.
@@ -255,22 +266,19 @@ impl Key {
             )
         };
         check(status, "reading a string key")?;
-        let bytes = keys::encode_utf16(&units[..copied]).map_err(key_error)?;
-        Ok(Key {
-            len: 0,
-            inline: [0; INLINE],
-            heap: Some(bytes),
-        })
+        self.heap = Some(keys::encode_utf16(&units[..copied]).map_err(key_error)?);
+        Ok(())
     }
 
     /// A number's key: it must be a safe integer.
     ///
     /// # Safety
     /// `env` is the current environment and `value` a number of it.
-    unsafe fn from_number(
+    unsafe fn read_number(
+        &mut self,
         env: sys::napi_env,
         value: sys::napi_value,
-    ) -> std::result::Result<Self, KeyFail> {
+    ) -> std::result::Result<(), KeyFail> {
         let mut v = 0f64;
         // SAFETY: a plain read of a number.
         let status = unsafe { sys::napi_get_value_double(env, value, &mut v) };
@@ -283,17 +291,19 @@ impl Key {
             ))));
         }
         // `v as i64` is exact here; -0 becomes 0, the same key as 0.
-        Ok(Key::from_bytes(&keys::encode_i64(v as i64)))
+        self.set_bytes(&keys::encode_i64(v as i64));
+        Ok(())
     }
 
     /// A bigint's key: it must fit in an `i64`.
     ///
     /// # Safety
     /// `env` is the current environment and `value` a bigint of it.
-    unsafe fn from_bigint(
+    unsafe fn read_bigint(
+        &mut self,
         env: sys::napi_env,
         value: sys::napi_value,
-    ) -> std::result::Result<Self, KeyFail> {
+    ) -> std::result::Result<(), KeyFail> {
         let mut v = 0i64;
         let mut lossless = false;
         // SAFETY: a plain read of a bigint.
@@ -302,17 +312,19 @@ impl Key {
         if !lossless {
             return Err(key_error(KeyError::IntegerOutOfRange));
         }
-        Ok(Key::from_bytes(&keys::encode_i64(v)))
+        self.set_bytes(&keys::encode_i64(v));
+        Ok(())
     }
 
     /// The bytes a `Uint8Array` views.
     ///
     /// # Safety
     /// `env` is the current environment and `value` an object of it.
-    unsafe fn from_object(
+    unsafe fn read_object(
+        &mut self,
         env: sys::napi_env,
         value: sys::napi_value,
-    ) -> std::result::Result<Self, KeyFail> {
+    ) -> std::result::Result<(), KeyFail> {
         let mut is_typed = false;
         // SAFETY: plain query on a live value.
         let status = unsafe { sys::napi_is_typedarray(env, value, &mut is_typed) };
@@ -347,18 +359,23 @@ impl Key {
             // elements, one byte each; the memory stays valid during this synchronous call.
             unsafe { std::slice::from_raw_parts(data.cast::<u8>(), len) }
         };
-        Ok(Key::from_bytes(bytes))
+        self.set_bytes(bytes);
+        Ok(())
     }
 
     /// The key that argument `value` of a napi-rs export stands for; on failure the JavaScript
     /// error is thrown already, and the `Err` tells napi-rs so.
     pub(crate) fn from_arg(env: &Env, value: &napi::bindgen_prelude::Unknown<'_>) -> Result<Self> {
+        let mut key = Key::new();
         // SAFETY: `value` is an argument of the current call of `env`.
-        unsafe { Key::from_value(env.raw(), value.raw()) }.map_err(|fail| {
-            // SAFETY: the current call's environment; no exception is pending yet.
-            unsafe { fail.throw(env.raw()) };
-            Error::new(Status::PendingException, "")
-        })
+        match unsafe { key.read(env.raw(), value.raw()) } {
+            Ok(()) => Ok(key),
+            Err(fail) => {
+                // SAFETY: the current call's environment; no exception is pending yet.
+                unsafe { fail.throw(env.raw()) };
+                Err(Error::new(Status::PendingException, ""))
+            }
+        }
     }
 }
 

@@ -27,7 +27,6 @@ mod status;
 mod thread;
 mod weblocks;
 
-use std::any::Any;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -130,8 +129,8 @@ impl MakeOptions {
         let core = keylock_core::open_with(name, &opts).map_err(|e| core_error(&e))?;
         // A striped lock reports the stripe count it has (a power of two).
         let stripes = made.stripes.map(|asked| {
-            let any: &dyn Any = &*core;
-            any.downcast_ref::<StripedLock>()
+            core.as_any()
+                .and_then(|any| any.downcast_ref::<StripedLock>())
                 .map_or(asked.next_power_of_two(), StripedLock::stripes)
         });
         Ok((core, Made { stripes, ..made }))
@@ -286,8 +285,12 @@ pub struct PoolStats {
 /// A pool's counters; `null` for a scope that keeps none (only in-process pools do).
 #[napi(catch_unwind)]
 pub fn pool_stats(env: &Env, handle: Unknown<'_>) -> Result<Option<PoolStats>> {
-    let core: &dyn Any = &*keyed(env, &handle)?.core;
-    Ok(core.downcast_ref::<KeyPool>().map(|p| {
+    let keyed = keyed(env, &handle)?;
+    let pool = keyed
+        .core
+        .as_any()
+        .and_then(|any| any.downcast_ref::<KeyPool>());
+    Ok(pool.map(|p| {
         let s = p.stats();
         PoolStats {
             held: s.held as f64,
@@ -315,8 +318,12 @@ pub struct StripedStats {
 /// A striped lock's counters; `null` for a scope that keeps none.
 #[napi(catch_unwind)]
 pub fn striped_stats(env: &Env, handle: Unknown<'_>) -> Result<Option<StripedStats>> {
-    let core: &dyn Any = &*keyed(env, &handle)?.core;
-    Ok(core.downcast_ref::<StripedLock>().map(|s| {
+    let keyed = keyed(env, &handle)?;
+    let striped = keyed
+        .core
+        .as_any()
+        .and_then(|any| any.downcast_ref::<StripedLock>());
+    Ok(striped.map(|s| {
         let s = s.stats();
         StripedStats {
             stripes: s.stripes as u32,
@@ -330,10 +337,12 @@ pub fn striped_stats(env: &Env, handle: Unknown<'_>) -> Result<Option<StripedSta
 #[napi(catch_unwind)]
 pub fn striped_stripe_of(env: &Env, handle: Unknown<'_>, key: Unknown<'_>) -> Result<Option<u32>> {
     let key = Key::from_arg(env, &key)?;
-    let core: &dyn Any = &*keyed(env, &handle)?.core;
-    Ok(core
-        .downcast_ref::<StripedLock>()
-        .map(|s| s.stripe_of(key.as_bytes()) as u32))
+    let keyed = keyed(env, &handle)?;
+    let striped = keyed
+        .core
+        .as_any()
+        .and_then(|any| any.downcast_ref::<StripedLock>());
+    Ok(striped.map(|s| s.stripe_of(key.as_bytes()) as u32))
 }
 
 /// Slots this thread's handle holds now (guards not yet released), for tests.

@@ -117,10 +117,12 @@ impl<const N: usize> Call<'_, N> {
         }
     }
 
-    /// Argument `i` as a key.
-    fn key(&self, i: usize) -> Result<Key, Fail> {
+    /// Argument `i` as a key, read into `key` (in place: see [`Key::new`]).
+    #[inline]
+    fn key<'k>(&self, i: usize, key: &'k mut Key) -> Result<&'k [u8], Fail> {
         // SAFETY: a live argument of the current call (see `Call`).
-        Ok(unsafe { Key::from_value(self.env, self.args[i]) }?)
+        unsafe { key.read(self.env, self.args[i]) }?;
+        Ok(key.as_bytes())
     }
 
     /// Argument `i` as a Web Locks name.
@@ -138,8 +140,10 @@ impl<const N: usize> Call<'_, N> {
         let mut keys = Vec::with_capacity(len as usize);
         for i in 0..len {
             let item = self.element(v, i)?;
+            let mut key = Key::new();
             // SAFETY: an element of a live array, kept alive by the handle scope of this call.
-            keys.push(unsafe { Key::from_value(env, item) }?);
+            unsafe { key.read(env, item) }?;
+            keys.push(key);
         }
         Ok(keys)
     }
@@ -409,24 +413,28 @@ entry_points! {
     /// `tryLock(key)`: an exclusive plain acquire if the key is free now.
     fn try_lock[1](c) {
         let opts = LockOptions::new().wait(Wait::No);
-        Ok(acquired(c.keyed()?.acquire(c.key(0)?.as_bytes(), &opts)))
+        let mut key = Key::new();
+        Ok(acquired(c.keyed()?.acquire(c.key(0, &mut key)?, &opts)))
     }
     /// `tryLockWith(key, mode, leaseMs, owner)`.
     fn try_lock_with[4](c) {
         let opts = c.options(1).wait(Wait::No);
-        Ok(acquired(c.keyed()?.acquire(c.key(0)?.as_bytes(), &opts)))
+        let mut key = Key::new();
+        Ok(acquired(c.keyed()?.acquire(c.key(0, &mut key)?, &opts)))
     }
     /// `lockSync(key, mode, leaseMs, owner, timeoutMs)`: blocks this thread.
     fn lock_sync[5](c) {
         let wait = c.millis(4).map_or(Wait::Forever, Wait::For);
         let opts = c.options(1).wait(wait);
-        Ok(acquired(c.keyed()?.acquire(c.key(0)?.as_bytes(), &opts)))
+        let mut key = Key::new();
+        Ok(acquired(c.keyed()?.acquire(c.key(0, &mut key)?, &opts)))
     }
     /// `lockAsync(key, mode, leaseMs, owner)`.
     fn lock_async[4](c) {
         let k = c.keyed()?;
-        let key = c.key(0)?;
-        let fut = Arc::clone(&k.core).acquire_async(LockKey::new(key.as_bytes()), &c.options(1));
+        let mut key = Key::new();
+        let key = c.key(0, &mut key)?;
+        let fut = Arc::clone(&k.core).acquire_async(LockKey::new(key), &c.options(1));
         let lock = c.arc();
         start_waiter(k.live.clone(), async move { stored_one(&lock, fut.await) })
     }
@@ -507,8 +515,9 @@ entry_points! {
     /// when that woke a waiter of this thread.
     fn force_unlock[1](c) {
         let k = c.keyed()?;
-        let key = c.key(0)?;
-        match k.core.force_unlock(LockKey::new(key.as_bytes())) {
+        let mut key = Key::new();
+        let key = c.key(0, &mut key)?;
+        match k.core.force_unlock(LockKey::new(key)) {
             Ok(held) => Ok(Ret::Status(status::with_local_wake(u32::from(held)))),
             Err(e) => Ok(Ret::Int(-(status::code(&e) as i32))),
         }
@@ -516,8 +525,9 @@ entry_points! {
     /// `isLocked(key)`: a boolean, or minus a status when the scope cannot tell.
     fn is_locked[1](c) {
         let k = c.keyed()?;
-        let key = c.key(0)?;
-        match k.core.is_locked(LockKey::new(key.as_bytes())) {
+        let mut key = Key::new();
+        let key = c.key(0, &mut key)?;
+        match k.core.is_locked(LockKey::new(key)) {
             Ok(b) => Ok(Ret::Bool(b)),
             Err(e) => Ok(Ret::Int(-(status::code(&e) as i32))),
         }
@@ -526,8 +536,9 @@ entry_points! {
     /// leaseRemainingMs, waiters]`, or minus a status when the scope cannot tell.
     fn info[1](c) {
         let k = c.keyed()?;
-        let key = c.key(0)?;
-        match k.core.info(LockKey::new(key.as_bytes())) {
+        let mut key = Key::new();
+        let key = c.key(0, &mut key)?;
+        match k.core.info(LockKey::new(key)) {
             Ok(info) => Ok(Ret::Value(info_value(c.env, info.as_ref())?)),
             Err(e) => Ok(Ret::Int(-(status::code(&e) as i32))),
         }

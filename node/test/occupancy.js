@@ -7,6 +7,7 @@
 // ended: resolved (completed) or rejected (interrupted: an abort, a timeout or an exception
 // inside). A final count of increments alone cannot tell a lock that let two holders in from a
 // body that an exception legitimately cut short: both leave fewer increments than entries.
+// An entry that finds another holder inside throws an AssertionError there and then.
 // `check()` tells them apart: no entry found another holder the lock should have kept out, the
 // most exclusive holders inside at once was at most 1 for every key, every entry completed or
 // was interrupted, and nobody is inside any more. `maxShared(key)` measures how many shared
@@ -49,18 +50,28 @@ class Occupancy {
     }
   }
 
+  // Counts a holder of `key` in. An entry that finds another holder the lock should have kept
+  // out throws at once: a broken lock may fail later for other reasons (a release of what
+  // another holder released) that would hide the overlap.
   enter(key, shared) {
     const a = this.a;
     Atomics.add(a, ENTERED, 1);
+    let overlap;
     if (shared) {
       const n = Atomics.add(a, this.#at(key, 1), 1) + 1;
       this.#raise(this.#at(key, 3), n);
-      if (Atomics.load(a, this.#at(key, 0)) !== 0) Atomics.add(a, OVERLAPS, 1);
-      return;
+      if (Atomics.load(a, this.#at(key, 0)) !== 0) overlap = `a reader of key ${key} inside with a writer`;
+    } else {
+      const n = Atomics.add(a, this.#at(key, 0), 1) + 1;
+      this.#raise(this.#at(key, 2), n);
+      if (n > 1) overlap = `${n} holders of key ${key} inside at once`;
+      else if (Atomics.load(a, this.#at(key, 1)) !== 0) overlap = `a writer of key ${key} inside with readers`;
     }
-    const n = Atomics.add(a, this.#at(key, 0), 1) + 1;
-    this.#raise(this.#at(key, 2), n);
-    if (n > 1 || Atomics.load(a, this.#at(key, 1)) !== 0) Atomics.add(a, OVERLAPS, 1);
+    if (overlap !== undefined) {
+      Atomics.add(a, OVERLAPS, 1);
+      this.leave(key, shared, false);
+      throw new assert.AssertionError({ message: `the lock let ${overlap}` });
+    }
   }
 
   // The most shared holders of `key` inside at once so far.
@@ -81,7 +92,14 @@ class Occupancy {
   // Runs `fn` as the critical section of `keys` (a key number or an array of them).
   async run(keys, fn, { shared = false } = {}) {
     const held = Array.isArray(keys) ? keys : [keys];
-    for (const k of held) this.enter(k, shared);
+    for (let i = 0; i < held.length; i++) {
+      try {
+        this.enter(held[i], shared);
+      } catch (e) {
+        for (const k of held.slice(0, i)) this.leave(k, shared, false);
+        throw e;
+      }
+    }
     let completed = false;
     try {
       const result = await fn();

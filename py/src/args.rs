@@ -1,12 +1,14 @@
-//! Argument checks, the same as `threading.Lock.acquire`'s so that a keylock handle can stand in
-//! for a `threading.Lock`.
+//! Argument checks: the same as `threading.Lock.acquire`'s so that a keylock handle can stand in
+//! for a `threading.Lock`, and keylock's own (timeouts of handles, leases, modes).
 
 use std::time::Duration;
+
+use keylock_core::Mode;
 
 use pyo3::exceptions::{PyOverflowError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::PyFloat;
+use pyo3::types::{PyFloat, PyString};
 
 /// How long an acquire may wait.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -139,5 +141,64 @@ impl<'a, 'py> FromPyObject<'a, 'py> for OptTimeout {
             return Err(PyOverflowError::new_err("timeout value is too large"));
         }
         Ok(OptTimeout(Some(t)))
+    }
+}
+
+/// A number of seconds > 0 and at most `threading.TIMEOUT_MAX` (a lease, an extension), as a
+/// `Duration`.
+fn positive_seconds(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Duration> {
+    let s = seconds(obj)?;
+    if s <= 0.0 {
+        return Err(PyValueError::new_err(format!(
+            "{what} must be a positive number of seconds"
+        )));
+    }
+    if s > timeout_max(obj.py()) {
+        return Err(PyOverflowError::new_err(format!(
+            "{what} value is too large"
+        )));
+    }
+    Ok(Duration::from_secs_f64(s))
+}
+
+/// The `lease` argument: `None` (no lease) or seconds > 0. When a lease runs out the lock frees
+/// itself and the next acquirer (with a higher fence) may take it.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Lease(pub(crate) Option<Duration>);
+
+impl<'a, 'py> FromPyObject<'a, 'py> for Lease {
+    type Error = PyErr;
+
+    fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        if obj.is_none() {
+            return Ok(Lease(None));
+        }
+        Ok(Lease(Some(positive_seconds(&obj, "lease")?)))
+    }
+}
+
+/// The `seconds` argument of `extend`: > 0.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Extension(pub(crate) Duration);
+
+impl<'a, 'py> FromPyObject<'a, 'py> for Extension {
+    type Error = PyErr;
+
+    fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        Ok(Extension(positive_seconds(&obj, "the extension")?))
+    }
+}
+
+/// A mode by its Web Locks name: `"exclusive"` or `"shared"`.
+pub(crate) fn mode(obj: &Bound<'_, PyAny>) -> PyResult<Mode> {
+    let s = obj.cast::<PyString>().map_err(|_| {
+        pyo3::exceptions::PyTypeError::new_err("a mode is the string 'exclusive' or 'shared'")
+    })?;
+    match s.to_str()? {
+        "exclusive" => Ok(Mode::Exclusive),
+        "shared" => Ok(Mode::Shared),
+        other => Err(PyValueError::new_err(format!(
+            "unknown mode {other:?}: use 'exclusive' or 'shared'"
+        ))),
     }
 }

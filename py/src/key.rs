@@ -18,15 +18,16 @@
 
 use std::ops::Deref;
 
+use keylock_core::Mode;
 use keylock_core::keys::{self, KeyError};
 use pyo3::exceptions::{PyOverflowError, PyTypeError, PyUnicodeEncodeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyByteArray, PyBytes, PyInt, PyMemoryView, PyString};
+use pyo3::types::{PyBool, PyByteArray, PyBytes, PyInt, PyMemoryView, PyString, PyTuple};
 
 /// A key converted to bytes, borrowing them from a Python object where it can.
 pub(crate) enum Key<'py> {
-    /// Bytes owned by an immutable Python object: a `bytes` key, the UTF-8 encoding of a `str`,
-    /// or (with a 3.10+ floor) the `str` itself, which caches its UTF-8 form for its lifetime.
+    /// Bytes owned by an immutable Python object: a `bytes` key, or a `str`, which caches its
+    /// UTF-8 form for its lifetime.
     Shared(Shared<'py>),
     /// A copy (of a `bytearray`, whose contents may change later).
     Owned(Vec<u8>),
@@ -51,11 +52,10 @@ impl<'py> Shared<'py> {
         }
     }
 
-    /// The UTF-8 form of a `str`, without copying where the interpreter allows it.
-    #[cfg(not(feature = "abi3-py39"))]
+    /// The UTF-8 form of a `str`, without a copy: PyUnicode_AsUTF8AndSize (limited API 3.10+)
+    /// gives the str's own UTF-8 form, which CPython caches inside the str (for an ASCII str it
+    /// is the str's data itself) and frees only with the str, which `obj` keeps alive.
     fn str(s: &Bound<'py, PyString>) -> PyResult<Self> {
-        // PyUnicode_AsUTF8AndSize (limited API 3.10+): CPython caches the UTF-8 form inside the
-        // str and frees it only with the str, which `obj` keeps alive.
         let utf8 = s.to_str().map_err(|e| text_error(s, e))?;
         let (ptr, len) = (utf8.as_ptr(), utf8.len());
         Ok(Shared {
@@ -63,12 +63,6 @@ impl<'py> Shared<'py> {
             ptr,
             len,
         })
-    }
-
-    /// The UTF-8 form of a `str`: a new `bytes` object (the 3.9 limited API has no cached form).
-    #[cfg(feature = "abi3-py39")]
-    fn str(s: &Bound<'py, PyString>) -> PyResult<Self> {
-        Ok(Self::bytes(s.encode_utf8().map_err(|e| text_error(s, e))?))
     }
 
     #[inline]
@@ -207,28 +201,42 @@ pub(crate) fn to_owned_key(obj: &Bound<'_, PyAny>) -> PyResult<OwnedKey> {
     })
 }
 
-/// Converts every key of an iterable (for `lock_many`).
-pub(crate) fn to_owned_keys(keys: &Bound<'_, PyAny>) -> PyResult<Vec<OwnedKey>> {
-    if keys.is_instance_of::<PyString>() || keys.is_instance_of::<PyBytes>() {
+/// Converts every entry of an iterable for `lock_many`: a key (taken exclusively) or a
+/// `(key, mode)` pair, mode `"exclusive"` or `"shared"`. (A tuple is never a key, so the two
+/// cannot be confused.)
+pub(crate) fn to_owned_entries(entries: &Bound<'_, PyAny>) -> PyResult<Vec<(OwnedKey, Mode)>> {
+    if entries.is_instance_of::<PyString>() || entries.is_instance_of::<PyBytes>() {
         // A lone str or bytes is almost always a mistake for a list of keys: iterating it would
         // lock its characters one by one.
         return Err(PyTypeError::new_err(
             "lock_many takes an iterable of keys, not a single str or bytes key",
         ));
     }
-    let iter = keys.try_iter().map_err(|_| {
+    let iter = entries.try_iter().map_err(|_| {
         PyTypeError::new_err(format!(
             "lock_many takes an iterable of keys, not {}",
-            type_name(keys)
+            type_name(entries)
         ))
     })?;
-    let keys = iter
-        .map(|k| to_owned_key(&k?))
+    let entries = iter
+        .map(|entry| {
+            let entry = entry?;
+            if let Ok(pair) = entry.cast::<PyTuple>() {
+                if pair.len() != 2 {
+                    return Err(PyTypeError::new_err(
+                        "a lock_many entry is a key or a (key, mode) pair",
+                    ));
+                }
+                let mode = crate::args::mode(&pair.get_item(1)?)?;
+                return Ok((to_owned_key(&pair.get_item(0)?)?, mode));
+            }
+            Ok((to_owned_key(&entry)?, Mode::Exclusive))
+        })
         .collect::<PyResult<Vec<_>>>()?;
-    if keys.is_empty() {
+    if entries.is_empty() {
         return Err(PyValueError::new_err("lock_many needs at least one key"));
     }
-    Ok(keys)
+    Ok(entries)
 }
 
 fn type_name(obj: &Bound<'_, PyAny>) -> String {
@@ -238,6 +246,7 @@ fn type_name(obj: &Bound<'_, PyAny>) -> String {
         .unwrap_or_else(|_| "this type".to_owned())
 }
 
+#[cold]
 fn type_error(obj: &Bound<'_, PyAny>) -> PyErr {
     PyTypeError::new_err(format!(
         "keylock keys must be str, bytes, bytearray, memoryview or int, not {}",

@@ -7,7 +7,7 @@ use pyo3::prelude::*;
 
 use crate::args::OptTimeout;
 use crate::handle::{self, ReadLock, WriteLock};
-use crate::lock::Target;
+use crate::lock::{LockHandle, Target};
 
 /// A reader-writer lock: any number of readers, or one writer. Readers do not contend on a
 /// shared counter, so read-mostly code scales.
@@ -32,18 +32,23 @@ impl RwLock {
     /// of `with` / `async with`, which raise keylock.LockTimeout when it runs out.
     #[pyo3(signature = (timeout = OptTimeout(None)), text_signature = "($self, timeout=None)")]
     fn read<'py>(&self, py: Python<'py>, timeout: OptTimeout) -> PyResult<Bound<'py, ReadLock>> {
-        handle::make(py, ReadLock, Target::Read(Arc::clone(&self.inner)), timeout)
+        let target = Target::Read(Arc::clone(&self.inner));
+        handle::make(
+            py,
+            ReadLock,
+            LockHandle::new(target, timeout.0, None, false),
+        )
     }
 
     /// Return the exclusive (write) handle. `timeout` (seconds, None for no limit) bounds the
     /// wait of `with` / `async with`, which raise keylock.LockTimeout when it runs out.
     #[pyo3(signature = (timeout = OptTimeout(None)), text_signature = "($self, timeout=None)")]
     fn write<'py>(&self, py: Python<'py>, timeout: OptTimeout) -> PyResult<Bound<'py, WriteLock>> {
+        let target = Target::Write(Arc::clone(&self.inner));
         handle::make(
             py,
             WriteLock,
-            Target::Write(Arc::clone(&self.inner)),
-            timeout,
+            LockHandle::new(target, timeout.0, None, false),
         )
     }
 

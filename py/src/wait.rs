@@ -1,5 +1,6 @@
-//! Waiting styles: blocking (threads) and asyncio. Both drive the core's cancel-safe futures;
-//! neither decides anything about the lock.
+//! Waiting styles: blocking (threads) and asyncio. Both drive the core's cancel-safe futures and
+//! keep the acquisition the core hands out in the handle; neither decides anything about the
+//! lock.
 //!
 //! **Blocking.** Try first with the GIL held (the uncontended path never drops the GIL). If that
 //! fails, create the core's future and wait for it with [`block_on_until`] with the GIL released,
@@ -9,38 +10,72 @@
 //!
 //! **asyncio.** [`Acquire`] is an awaitable that polls the core's future on the event loop's
 //! thread. While pending it yields an asyncio future to the task; the waker it gave the core
-//! ([`LoopWaker`]) resolves that asyncio future through `loop.call_soon_threadsafe`, and the task
-//! polls again. No thread waits: a pending acquire costs a few hundred bytes. A cancelled task
-//! throws into the awaitable, which drops the core future (an exact cancel).
+//! ([`LoopWaker`]) resolves that asyncio future (directly when the wake-up comes from the loop's
+//! own thread, through `loop.call_soon_threadsafe` from any other), and the task polls again. No
+//! thread waits: a pending acquire costs a few hundred bytes. A cancelled task throws into the
+//! awaitable, which drops the core future (an exact cancel). An acquire or release that is
+//! already done returns [`crate::ready`]'s awaitable instead.
 
 use std::mem;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::task::{Context, Wake, Waker};
+use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
 use keylock_core::wait::block_on_until;
+use keylock_core::{Error, Owner};
 use pyo3::exceptions::{PyRuntimeError, PyStopIteration};
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::sync::PyOnceLock;
+use pyo3::sync::{MutexExt, PyOnceLock};
 use pyo3::types::{PyBool, PyType};
 
 use crate::args::Wait;
-use crate::errors::LockTimeout;
-use crate::lock::{LockFuture, LockHandle, Target};
+use crate::errors;
+use crate::lock::{HoldFuture, LockHandle};
 
 /// How long a blocking wait stays in the core before looking for signals.
 const SLICE: Duration = Duration::from_millis(50);
 
-/// Locks a mutex of ours; none of them is held across a call that could panic halfway through
-/// an update, so a poisoned one is still consistent.
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+/// Locks a mutex of ours (detached from the interpreter while it waits); none of them is held
+/// across a call that could panic halfway through an update, so a poisoned one is still
+/// consistent.
+fn lock<'a, T>(py: Python<'_>, m: &'a Mutex<T>) -> MutexGuard<'a, T> {
+    m.lock_py_attached(py).unwrap_or_else(|e| e.into_inner())
+}
+
+/// Locks a mutex of ours from a thread that may not be attached to the interpreter.
+fn lock_detached<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// Tries once without waiting; `Ok(false)` when the lock is taken by someone else.
+#[inline]
+pub(crate) fn try_acquire(
+    py: Python<'_>,
+    handle: &LockHandle,
+    lease: Option<Duration>,
+    owner: Option<Owner>,
+) -> PyResult<bool> {
+    match handle.target.try_now(handle.target.options(lease, owner)) {
+        Ok(held) => {
+            handle.push(py, held, owner);
+            Ok(true)
+        }
+        Err(Error::WouldBlock) => Ok(false),
+        Err(e) => Err(errors::to_py(py, e)),
+    }
+}
+
 /// Blocking acquire (see the module docs). Returns whether the lock was taken.
-pub(crate) fn acquire_blocking(py: Python<'_>, target: &Target, wait: Wait) -> PyResult<bool> {
-    if target.try_acquire() {
+pub(crate) fn acquire_blocking(
+    py: Python<'_>,
+    handle: &LockHandle,
+    wait: Wait,
+    lease: Option<Duration>,
+) -> PyResult<bool> {
+    let owner = handle.owner(py)?;
+    if try_acquire(py, handle, lease, owner)? {
         return Ok(true);
     }
     let deadline = match wait {
@@ -49,15 +84,17 @@ pub(crate) fn acquire_blocking(py: Python<'_>, target: &Target, wait: Wait) -> P
         // A deadline past what Instant can represent is as good as none.
         Wait::For(d) => Instant::now().checked_add(d),
     };
-    let mut fut = target.future();
+    let mut fut = handle.target.future(handle.target.options(lease, owner));
     loop {
         let slice_end = Instant::now() + SLICE;
         let until = deadline.map_or(slice_end, |d| d.min(slice_end));
-        if py
-            .detach(|| block_on_until(fut.as_mut(), Some(until)))
-            .is_ready()
-        {
-            return Ok(true);
+        match py.detach(|| block_on_until(Pin::new(&mut fut), Some(until))) {
+            Poll::Ready(Ok(held)) => {
+                handle.push(py, held, owner);
+                return Ok(true);
+            }
+            Poll::Ready(Err(e)) => return Err(errors::to_py(py, e)),
+            Poll::Pending => {}
         }
         if deadline.is_some_and(|d| Instant::now() >= d) {
             // Dropping the future leaves the queue; a lock granted meanwhile is passed on.
@@ -92,16 +129,22 @@ fn resolve_fn(py: Python<'_>) -> PyResult<&Py<PyAny>> {
 #[pyfunction]
 pub(crate) fn _resolve(fut: &Bound<'_, PyAny>) -> PyResult<()> {
     let py = fut.py();
-    if !fut.call_method0(intern!(py, "done"))?.is_truthy()? {
-        fut.call_method1(intern!(py, "set_result"), (py.None(),))?;
+    // Almost always still pending: try first, and look only if that failed (a future the task
+    // cancelled meanwhile refuses a result; that is not an error here).
+    match fut.call_method1(intern!(py, "set_result"), (py.None(),)) {
+        Ok(_) => Ok(()),
+        Err(_) if fut.call_method0(intern!(py, "done"))?.is_truthy()? => Ok(()),
+        Err(e) => Err(e),
     }
-    Ok(())
 }
 
 /// The waker an asyncio acquire gives the core. One per [`Acquire`], so the core sees the same
 /// waker on every poll (`will_wake`) and never has to replace it.
 struct LoopWaker {
     event_loop: Py<PyAny>,
+    /// The thread that runs the loop (`owner::thread_number`): a wake-up from it may resolve
+    /// the future directly.
+    loop_thread: u64,
     /// The asyncio future the task is awaiting now; a wake resolves it once.
     target: Mutex<Option<Py<PyAny>>>,
 }
@@ -112,18 +155,25 @@ impl Wake for LoopWaker {
     }
 
     fn wake_by_ref(self: &Arc<Self>) {
-        let Some(fut) = lock(&self.target).take() else {
+        let Some(fut) = lock_detached(&self.target).take() else {
             return; // already woken, and not polled since
         };
-        // Called by whichever thread released the lock, with or without the GIL, and never with
-        // a core queue lock held (the core wakes after unlocking).
+        // Called by whichever thread released the lock (or the core's lease timer), with or
+        // without the GIL, and never with a core queue lock held (the core wakes after
+        // unlocking). On the loop's own thread (a task released the key) the future is resolved
+        // at once: that schedules the waiting task without a trip through the loop's self-pipe.
+        let here = crate::owner::thread_number() == self.loop_thread;
         Python::try_attach(|py| {
-            let posted = resolve_fn(py).and_then(|f| {
-                self.event_loop
-                    .call_method1(py, intern!(py, "call_soon_threadsafe"), (f, fut))
-                    .map(drop)
-            });
-            if let Err(e) = posted {
+            let done = if here {
+                _resolve(fut.bind(py))
+            } else {
+                resolve_fn(py).and_then(|f| {
+                    self.event_loop
+                        .call_method1(py, intern!(py, "call_soon_threadsafe"), (f, fut))
+                        .map(drop)
+                })
+            };
+            if let Err(e) = done {
                 // Only a closed loop refuses; its tasks can never run again anyway.
                 e.write_unraisable(py, None);
             }
@@ -133,12 +183,14 @@ impl Wake for LoopWaker {
 
 /// Where an [`Acquire`] is.
 enum State {
-    /// Not awaited yet.
-    Start,
+    /// Not awaited yet; `tried`: `__aenter__` already tried to take the lock without waiting.
+    Start { tried: bool },
     /// Waiting in the core's queue.
     Waiting {
-        fut: LockFuture,
+        fut: HoldFuture,
         waker: Arc<LoopWaker>,
+        /// `waker` as the `Waker` the core is given (made once, so the core sees the same one).
+        std_waker: Waker,
         /// The `loop.call_later` handle of the timeout, if any.
         timer: Option<Py<PyAny>>,
         /// Set by the timer: poll once more, then give up.
@@ -148,7 +200,7 @@ enum State {
     Done,
 }
 
-/// Awaitable returned by `acquire_async()` and `__aenter__()`.
+/// Awaitable returned by `acquire_async()` and, when the lock is taken, by `__aenter__()`.
 ///
 /// It implements the coroutine protocol (`send`, `throw`, `close`) so that the awaiting task
 /// can cancel it: a throw or close drops the core's future, which cancels the wait exactly.
@@ -156,6 +208,9 @@ enum State {
 pub(crate) struct Acquire {
     handle: Py<LockHandle>,
     timeout: Option<f64>,
+    lease: Option<Duration>,
+    /// The owner, for a reentrant lock object: the task that asked.
+    owner: Option<Owner>,
     /// `async with`: raise LockTimeout on timeout and return None on success; `acquire_async`:
     /// return True or False.
     raise_on_timeout: bool,
@@ -166,35 +221,43 @@ impl Acquire {
     pub(crate) fn new(
         handle: &Bound<'_, LockHandle>,
         timeout: Option<f64>,
+        lease: Option<Duration>,
+        owner: Option<Owner>,
         raise_on_timeout: bool,
+        tried: bool,
     ) -> PyResult<Py<Self>> {
         Py::new(
             handle.py(),
             Self {
                 handle: handle.clone().unbind(),
                 timeout,
+                lease,
+                owner,
                 raise_on_timeout,
-                state: Mutex::new(State::Start),
+                state: Mutex::new(State::Start { tried }),
             },
         )
     }
 
-    /// The awaitable's result: `StopIteration(value)`, or LockTimeout.
-    fn finish(&self, py: Python<'_>, taken: bool) -> PyErr {
+    /// The awaitable's result: `Ok(None)` (returns None without raising StopIteration),
+    /// `StopIteration(value)`, or LockTimeout.
+    fn finish(&self, py: Python<'_>, taken: bool) -> PyResult<Option<Py<PyAny>>> {
         if self.raise_on_timeout {
             if taken {
-                PyStopIteration::new_err(())
+                Ok(None)
             } else {
-                LockTimeout::new_err("timed out waiting for the lock")
+                Err(errors::timeout(py))
             }
         } else {
-            PyStopIteration::new_err((PyBool::new(py, taken).to_owned().unbind(),))
+            Err(PyStopIteration::new_err((PyBool::new(py, taken)
+                .to_owned()
+                .unbind(),)))
         }
     }
 
     /// Ends the wait, dropping the core future (which cancels it) outside our mutex.
     fn abandon(&self, py: Python<'_>) {
-        let old = mem::replace(&mut *lock(&self.state), State::Done);
+        let old = mem::replace(&mut *lock(py, &self.state), State::Done);
         if let State::Waiting {
             timer: Some(timer), ..
         } = &old
@@ -204,21 +267,21 @@ impl Acquire {
         drop(old);
     }
 
-    /// One step of the coroutine: `Ok(fut)` yields `fut` to the task; `Err` is the result
-    /// (StopIteration) or the exception.
-    fn step(slf: &Bound<'_, Self>) -> PyResult<Py<PyAny>> {
+    /// One step of the coroutine: `Ok(Some(fut))` yields `fut` to the task; `Ok(None)` returns
+    /// None; `Err` is the result (StopIteration) or the exception.
+    fn step(slf: &Bound<'_, Self>) -> PyResult<Option<Py<PyAny>>> {
         let py = slf.py();
         let this = slf.get();
-        let target = &this.handle.get().target;
-        let mut st = lock(&this.state);
-        if let State::Start = *st {
-            if target.try_acquire() {
+        let handle = this.handle.get();
+        let mut st = lock(py, &this.state);
+        if let State::Start { tried } = *st {
+            if !tried && crate::wait::try_acquire(py, handle, this.lease, this.owner)? {
                 *st = State::Done;
-                return Err(this.finish(py, true));
+                return this.finish(py, true);
             }
             if this.timeout.is_some_and(|t| t <= 0.0) {
                 *st = State::Done;
-                return Err(this.finish(py, false));
+                return this.finish(py, false);
             }
             let event_loop = running_loop(py)?;
             let timer = match this.timeout {
@@ -232,12 +295,17 @@ impl Acquire {
                 ),
                 None => None,
             };
+            let waker = Arc::new(LoopWaker {
+                event_loop: event_loop.unbind(),
+                loop_thread: crate::owner::thread_number(),
+                target: Mutex::new(None),
+            });
             *st = State::Waiting {
-                fut: target.future(),
-                waker: Arc::new(LoopWaker {
-                    event_loop: event_loop.unbind(),
-                    target: Mutex::new(None),
-                }),
+                fut: handle
+                    .target
+                    .future(handle.target.options(this.lease, this.owner)),
+                std_waker: Waker::from(Arc::clone(&waker)),
+                waker,
                 timer,
                 timed_out: false,
             };
@@ -245,6 +313,7 @@ impl Acquire {
         let State::Waiting {
             fut,
             waker,
+            std_waker,
             timed_out,
             ..
         } = &mut *st
@@ -253,28 +322,74 @@ impl Acquire {
                 "cannot reuse an already awaited acquire",
             ));
         };
-        // Arm the waker with a fresh asyncio future before polling, so that a wake-up that
-        // races with this poll is not lost.
-        let aio_fut = waker
-            .event_loop
-            .call_method0(py, intern!(py, "create_future"))?;
-        *lock(&waker.target) = Some(aio_fut.clone_ref(py));
-        let std_waker = Waker::from(Arc::clone(waker));
-        let ready = fut
-            .as_mut()
-            .poll(&mut Context::from_waker(&std_waker))
-            .is_ready();
-        let expired = *timed_out;
-        if ready || expired {
-            drop(st);
-            // Taken: the core future is spent. Timed out: dropping it cancels the wait.
-            this.abandon(py);
-            return Err(this.finish(py, ready));
+        // Poll first: after a wake-up the lock is usually ours now, and no asyncio future is
+        // needed. Only if it is not, arm the waker with a fresh asyncio future and poll once
+        // more, so that a wake-up between the two polls (which found the waker unarmed) is not
+        // lost.
+        let mut polled = fut.poll(&mut Context::from_waker(std_waker));
+        let mut aio_fut = None;
+        if polled.is_pending() && !*timed_out {
+            let f = waker
+                .event_loop
+                .call_method0(py, intern!(py, "create_future"))?;
+            *lock(py, &waker.target) = Some(f.clone_ref(py));
+            polled = fut.poll(&mut Context::from_waker(std_waker));
+            aio_fut = Some(f);
         }
-        drop(st);
-        aio_fut.setattr(py, intern!(py, "_asyncio_future_blocking"), true)?;
-        Ok(aio_fut)
+        let expired = *timed_out;
+        match (polled, aio_fut) {
+            (Poll::Ready(result), _) => {
+                drop(st);
+                // The core future is spent.
+                this.abandon(py);
+                let held = result.map_err(|e| errors::to_py(py, e))?;
+                handle.push(py, held, this.owner);
+                this.finish(py, true)
+            }
+            (Poll::Pending, Some(aio_fut)) if !expired => {
+                drop(st);
+                aio_fut.setattr(py, intern!(py, "_asyncio_future_blocking"), true)?;
+                Ok(Some(aio_fut))
+            }
+            (Poll::Pending, _) => {
+                drop(st);
+                // Timed out: dropping the future cancels the wait.
+                this.abandon(py);
+                this.finish(py, false)
+            }
+        }
     }
+}
+
+/// `Ok(None)` from a step, as a method's result: StopIteration(None).
+fn stop_none(step: PyResult<Option<Py<PyAny>>>) -> PyResult<Py<PyAny>> {
+    match step {
+        Ok(Some(fut)) => Ok(fut),
+        Ok(None) => Err(PyStopIteration::new_err(())),
+        Err(e) => Err(e),
+    }
+}
+
+/// The exception to raise for `throw(typ, val, tb)`, as a generator would build it.
+fn thrown(
+    py: Python<'_>,
+    typ: &Bound<'_, PyAny>,
+    val: Option<&Bound<'_, PyAny>>,
+    tb: Option<&Bound<'_, PyAny>>,
+) -> PyResult<PyErr> {
+    let exc = if let Ok(cls) = typ.cast::<PyType>() {
+        match val {
+            Some(v) if v.is_instance(cls)? => v.clone(),
+            Some(v) if !v.is_none() => cls.call1((v,))?,
+            _ => cls.call0()?,
+        }
+    } else {
+        typ.clone()
+    };
+    if let Some(tb) = tb.filter(|tb| !tb.is_none()) {
+        exc.call_method1(intern!(py, "with_traceback"), (tb,))?;
+    }
+    Ok(PyErr::from_value(exc))
 }
 
 #[pymethods]
@@ -287,7 +402,7 @@ impl Acquire {
         slf
     }
 
-    fn __next__(slf: &Bound<'_, Self>) -> PyResult<Py<PyAny>> {
+    fn __next__(slf: &Bound<'_, Self>) -> PyResult<Option<Py<PyAny>>> {
         Self::step(slf)
     }
 
@@ -295,7 +410,7 @@ impl Acquire {
     #[pyo3(signature = (value, /))]
     fn send(slf: &Bound<'_, Self>, value: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
         let _ = value;
-        Self::step(slf)
+        stop_none(Self::step(slf))
     }
 
     /// Cancel the wait (nothing stays held), then raise the exception thrown in.
@@ -308,19 +423,7 @@ impl Acquire {
         tb: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Py<PyAny>> {
         self.abandon(py);
-        let exc = if let Ok(cls) = typ.cast::<PyType>() {
-            match val {
-                Some(v) if v.is_instance(cls)? => v.clone(),
-                Some(v) if !v.is_none() => cls.call1((v,))?,
-                _ => cls.call0()?,
-            }
-        } else {
-            typ.clone()
-        };
-        if let Some(tb) = tb.filter(|tb| !tb.is_none()) {
-            exc.call_method1(intern!(py, "with_traceback"), (tb,))?;
-        }
-        Err(PyErr::from_value(exc))
+        Err(thrown(py, typ, val, tb)?)
     }
 
     /// Cancel the wait; nothing stays held.
@@ -330,7 +433,7 @@ impl Acquire {
 
     /// Timer callback: give up after one last poll.
     fn _on_timeout(&self, py: Python<'_>) -> PyResult<()> {
-        let mut st = lock(&self.state);
+        let mut st = lock(py, &self.state);
         if let State::Waiting {
             waker,
             timed_out,
@@ -341,7 +444,7 @@ impl Acquire {
             *timed_out = true;
             // The handle has run; dropping it breaks the cycle handle -> callback -> self.
             let ran = timer.take();
-            let pending = lock(&waker.target).take();
+            let pending = lock(py, &waker.target).take();
             drop(st);
             drop(ran);
             if let Some(fut) = pending {
@@ -350,55 +453,4 @@ impl Acquire {
         }
         Ok(())
     }
-}
-
-/// An awaitable that is already done (returned by `__aexit__`, which releases synchronously).
-#[pyclass(module = "keylock", name = "_Ready", frozen)]
-pub(crate) struct Ready {
-    value: Py<PyAny>,
-}
-
-impl Ready {
-    pub(crate) fn none(py: Python<'_>) -> PyResult<Py<Self>> {
-        Py::new(py, Self { value: py.None() })
-    }
-}
-
-#[pymethods]
-impl Ready {
-    fn __await__(slf: Py<Self>) -> Py<Self> {
-        slf
-    }
-
-    fn __iter__(slf: Py<Self>) -> Py<Self> {
-        slf
-    }
-
-    fn __next__(&self, py: Python<'_>) -> PyResult<()> {
-        Err(PyStopIteration::new_err((self.value.clone_ref(py),)))
-    }
-
-    #[pyo3(signature = (value, /))]
-    fn send(&self, py: Python<'_>, value: &Bound<'_, PyAny>) -> PyResult<()> {
-        let _ = value;
-        self.__next__(py)
-    }
-
-    #[pyo3(signature = (typ, val = None, tb = None, /))]
-    fn throw(
-        &self,
-        typ: &Bound<'_, PyAny>,
-        val: Option<&Bound<'_, PyAny>>,
-        tb: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<()> {
-        let _ = tb;
-        let exc = match (typ.cast::<PyType>(), val) {
-            (Ok(_), Some(v)) if !v.is_none() => v.clone(),
-            (Ok(cls), _) => cls.call0()?,
-            (Err(_), _) => typ.clone(),
-        };
-        Err(PyErr::from_value(exc))
-    }
-
-    fn close(&self) {}
 }

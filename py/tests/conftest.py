@@ -102,8 +102,13 @@ class Occupancy:
     can tell a lock that let two holders in from an entry that a cancel legitimately cut short,
     which a final count alone cannot: both leave fewer increments than entries.
 
-    :meth:`check` asserts, for every key entered exclusively, that the most exclusive holders
-    inside at once was exactly 1 and that no reader was inside with them; that
+    ``max_shared`` records the most readers of each key inside at once, so a test can show that
+    shared holders really overlap.
+
+    An entry that finds another holder the lock should have kept out raises ``AssertionError``
+    at once, inside the critical section. :meth:`check` then asserts, for every key entered
+    exclusively, that the most exclusive holders inside at once was exactly 1 and that no reader
+    was inside with them; that
     ``completed + interrupted == entered``; and that nobody is inside any more. The counters
     are kept under their own ``threading.Lock``, held only while counting, so the critical
     sections themselves may overlap freely if the lock under test lets them.
@@ -114,6 +119,7 @@ class Occupancy:
         self._exclusive: Counter[Hashable] = Counter()
         self._shared: Counter[Hashable] = Counter()
         self.max_exclusive: Counter[Hashable] = Counter()
+        self.max_shared: Counter[Hashable] = Counter()
         self.overlaps: list[str] = []
         self.entered = 0
         self.completed = 0
@@ -123,19 +129,28 @@ class Occupancy:
     def hold(self, key: Hashable, shared: bool = False) -> Iterator[None]:
         with self._mutex:
             self.entered += 1
+            overlap = None
             if shared:
                 self._shared[key] += 1
+                self.max_shared[key] = max(self.max_shared[key], self._shared[key])
                 if self._exclusive[key]:
-                    self.overlaps.append(f"a reader of {key!r} inside with a writer")
+                    overlap = f"a reader of {key!r} inside with a writer"
             else:
                 self._exclusive[key] += 1
                 n = self._exclusive[key]
                 self.max_exclusive[key] = max(self.max_exclusive[key], n)
                 if n > 1:
-                    self.overlaps.append(f"{n} holders of {key!r} inside at once")
-                if self._shared[key]:
+                    overlap = f"{n} holders of {key!r} inside at once"
+                elif self._shared[key]:
                     readers = self._shared[key]
-                    self.overlaps.append(f"a writer of {key!r} inside with {readers} readers")
+                    overlap = f"a writer of {key!r} inside with {readers} readers"
+            if overlap is not None:
+                # Fail here, at the overlap: a broken lock may fail later for other reasons
+                # (a release of what another holder released) that would hide it.
+                self.overlaps.append(overlap)
+                (self._shared if shared else self._exclusive)[key] -= 1
+                self.interrupted += 1
+                raise AssertionError(f"the lock let {overlap}")
         completed = False
         try:
             yield

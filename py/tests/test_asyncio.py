@@ -256,7 +256,8 @@ def test_waiting_task_does_not_block_the_loop() -> None:
         th = threading.Thread(target=holder)
         th.start()
         assert await asyncio.get_running_loop().run_in_executor(None, held.wait, 20)
-        waiting = asyncio.ensure_future(pool.lock("k").acquire_async())
+        h = pool.lock("k")
+        waiting = asyncio.ensure_future(h.acquire_async())
         ticks = 0
         for _ in range(50):  # the loop keeps running other work while the task waits
             await asyncio.sleep(0)
@@ -264,7 +265,7 @@ def test_waiting_task_does_not_block_the_loop() -> None:
         assert ticks == 50 and not waiting.done()
         release.set()
         assert await asyncio.wait_for(waiting, 20) is True
-        pool.lock("k").release()
+        h.release()
         th.join(20)
 
     arun(main())

@@ -78,15 +78,43 @@ def test_other_types_raise_type_error_naming_the_type(value: object, type_name: 
     for call in (
         keylock.key_bytes,
         pool.lock,
+        pool.read,
+        pool.write,
         pool.is_locked,
+        pool.force_unlock,
+        pool.info,
         striped.lock,
         striped.is_locked,
         striped.stripe_of,
-        lambda k: pool.lock_many([k]),
-        lambda k: striped.lock_many(["ok", k]),
+        # In lock_many a tuple is a (key, mode) pair, never a key: checked below.
+        lambda k: pool.lock_many([(k, "shared")]),
+        lambda k: striped.lock_many(["ok", (k, "exclusive")]),
     ):
         with pytest.raises(TypeError, match=type_name):
             call(value)
+    if not isinstance(value, tuple):
+        for call in (lambda k: pool.lock_many([k]), lambda k: striped.lock_many(["ok", k])):
+            with pytest.raises(TypeError, match=type_name):
+                call(value)
+
+
+@pytest.mark.parametrize(
+    ("entry", "error", "match"),
+    [
+        (("k",), TypeError, "pair"),
+        (("k", "shared", 1), TypeError, "pair"),
+        (("k", 1), TypeError, "mode"),
+        (("k", "read"), ValueError, "unknown mode"),
+        (("k", "Shared"), ValueError, "unknown mode"),
+    ],
+)
+def test_lock_many_entries_are_keys_or_key_mode_pairs(
+    entry: tuple[object, ...], error: type[Exception], match: str
+) -> None:
+    pool = keylock.KeyPool()
+    with pytest.raises(error, match=match):
+        pool.lock_many(["a", entry])
+    assert pool.lock_many([("k", "shared"), "j"]).modes == ["shared", "exclusive"]
 
 
 @pytest.mark.parametrize("text", ["\ud800", "a\udc00", "\ud83d\ude00", "ok\udfff!"])

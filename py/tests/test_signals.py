@@ -75,7 +75,8 @@ def handler(signum, frame):
     raise Stop()
 signal.signal(signal.SIGUSR1, handler)
 pool = keylock.KeyPool()
-pool.lock("k").acquire()
+holder = pool.lock("k")
+holder.acquire()
 send_after(0.2, signal.SIGUSR1)
 try:
     pool.lock("k").acquire(timeout=60)
@@ -83,7 +84,7 @@ try:
 except Stop:
     pass
 assert pool.stats()["waiting"] == 0
-pool.lock("k").release()
+holder.release()
 assert len(pool) == 0
 print("ok")
 """
@@ -107,9 +108,10 @@ def release_later():
         time.sleep(0.01)
     h.release()
 threading.Thread(target=release_later, daemon=True).start()
-assert pool.lock("k").acquire(timeout=60)
+waiter = pool.lock("k")
+assert waiter.acquire(timeout=60)
 assert calls == [signal.SIGUSR1]
-pool.lock("k").release()
+waiter.release()
 print("ok")
 """
     )

@@ -150,25 +150,31 @@ def test_contended_try_and_timeout(kind: str) -> None:
     results: list[bool] = []
 
     def contender() -> None:
-        results.append(mk().acquire(blocking=False))
-        results.append(mk().acquire(timeout=0.05))
+        h = mk()
+        results.append(h.acquire(blocking=False))
+        results.append(h.acquire(timeout=0.05))
 
     run_threads([contender])
     assert results == [False, False]
     holder.release()
-    run_threads([lambda: results.append(mk().acquire(timeout=5))])
+    last = mk()
+    run_threads([lambda: results.append(last.acquire(timeout=5))])
     assert results[-1] is True
-    mk().release()
+    last.release()
     assert not mk().locked()
 
 
 def test_timed_out_waiter_leaves_the_queue() -> None:
     pool = keylock.KeyPool()
     with pool.lock("k"):
-        run_threads([lambda: pool.lock("k").acquire(timeout=0.02)] * 4)
+        results: list[bool] = []
+        run_threads([lambda: results.append(pool.lock("k").acquire(timeout=0.02))] * 4)
+        assert results == [False] * 4
         assert pool.stats()["waiting"] == 0
     assert len(pool) == 0
-    assert pool.lock("k").acquire(blocking=False)
+    h = pool.lock("k")
+    assert h.acquire(blocking=False)
+    h.release()
 
 
 def test_many_keys_memory_returns() -> None:

@@ -1,6 +1,8 @@
 //! Alternatives shared by the benchmarks: keyed locks written the way people write them.
 #![allow(dead_code)] // each benchmark binary uses a different subset
 
+pub(crate) mod cpu_time;
+
 use std::collections::HashMap;
 use std::hash::Hash;
 use std::sync::Arc;

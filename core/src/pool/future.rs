@@ -18,14 +18,15 @@ use crate::error::{Error, Result};
 use crate::site::SiteQueue;
 use crate::wait::{Grant, LazyWaiter, timer};
 
-/// How an async acquire began.
-pub(super) enum Start {
-    /// The key was free: it is held already.
-    Held(SlotRef, Grant),
-    /// The key is taken: its slot is reserved for this future's wait.
-    Reserved(SlotRef),
-    /// The acquire failed at once.
+/// An async acquire of one key: ready at once (the key was free when the future was made),
+/// failed at once, or waiting on its reserved slot. A ready future is just its guard, so the
+/// uncontended async path costs what the blocking one does.
+pub(super) enum One<P: PoolRef> {
+    Ready(PoolGuard<P>),
     Failed(Error),
+    /// Boxed: a waiting future allocates anyway (its queue node), and the ready one stays small.
+    Waiting(Box<Waiting<P>>),
+    Done,
 }
 
 /// The error a wait that ran out reports: `WouldBlock` for a try, `TimedOut` otherwise.
@@ -36,104 +37,100 @@ fn ran_out(wait: Wait) -> Error {
     }
 }
 
-enum State {
-    Held(Grant),
-    Failed(Error),
-    /// Waiting for the reserved slot; `polled`: the waiter has been polled, so the reservation
-    /// is its to use up.
-    Reserved {
-        polled: bool,
-    },
-    Done,
-}
-
-/// One key, awaited.
-struct One<P: PoolRef> {
+/// A future waiting for its reserved slot.
+pub(super) struct Waiting<P: PoolRef> {
+    /// `None` once finished (the reservation is then used up or dropped).
     pool: Option<P>,
     at: SlotRef,
     want: Want,
     wait: Wait,
     deadline: Option<Instant>,
-    state: State,
+    /// The waiter has been polled, so the reservation is its to use up.
+    polled: bool,
     waiter: LazyWaiter,
 }
 
-impl<P: PoolRef> One<P> {
-    fn new(pool: P, start: Start, want: Want, wait: Wait) -> Self {
-        let (at, state) = match start {
-            Start::Held(at, grant) => (at, State::Held(grant)),
-            Start::Reserved(at) => (at, State::Reserved { polled: false }),
-            Start::Failed(e) => (SlotRef { shard: 0, slot: 0 }, State::Failed(e)),
-        };
+impl<P: PoolRef> Waiting<P> {
+    pub(super) fn new(pool: P, at: SlotRef, want: Want, wait: Wait) -> Self {
         Self {
             pool: Some(pool),
             at,
             want,
             wait,
             deadline: wait.deadline(),
-            state,
+            polled: false,
             waiter: LazyWaiter::new(),
         }
     }
 
-    fn poll_one(&mut self, cx: &mut Context<'_>) -> Poll<Result<PoolGuard<P>>> {
-        let result = match std::mem::replace(&mut self.state, State::Done) {
-            State::Held(grant) => Ok(grant),
-            State::Failed(e) => Err(e),
-            State::Done => panic!("pool future polled after completion"),
-            State::Reserved { polled } => {
-                let pool = self.pool.as_ref().expect("a pending future has its pool");
-                let site = match pool.site_at(self.at) {
-                    Ok(site) => site,
-                    Err(e) => return Poll::Ready(Err(e)),
-                };
-                let queue = SiteQueue(&site);
-                if self.deadline.is_some_and(|d| Instant::now() >= d) {
-                    if polled {
-                        self.waiter
-                            .abandon(&queue, true)
-                            .ok_or_else(|| ran_out(self.wait))
-                    } else {
-                        site.slot.unreserve();
-                        Err(ran_out(self.wait))
+    /// Polls the wait; when it ends, the pool handle is handed back with the outcome.
+    fn poll(&mut self, cx: &mut Context<'_>) -> Poll<(P, Result<Grant>)> {
+        let pool = self.pool.as_ref().expect("a waiting future has its pool");
+        let site = match pool.site_at(self.at) {
+            Ok(site) => site,
+            Err(e) => return Poll::Ready((self.pool.take().expect("checked"), Err(e))),
+        };
+        let queue = SiteQueue(&site);
+        let result = if self.deadline.is_some_and(|d| Instant::now() >= d) {
+            if self.polled {
+                self.waiter
+                    .abandon(&queue, true)
+                    .ok_or_else(|| ran_out(self.wait))
+            } else {
+                site.slot.unreserve();
+                Err(ran_out(self.wait))
+            }
+        } else {
+            self.polled = true;
+            match self.waiter.poll(&queue, &self.want, cx) {
+                Poll::Ready(result) => result,
+                Poll::Pending => {
+                    if let Some(d) = self.deadline {
+                        timer::wake_at(d, cx.waker().clone());
                     }
-                } else {
-                    match self.waiter.poll(&queue, &self.want, cx) {
-                        Poll::Ready(result) => result,
-                        Poll::Pending => {
-                            self.state = State::Reserved { polled: true };
-                            if let Some(d) = self.deadline {
-                                timer::wake_at(d, cx.waker().clone());
-                            }
-                            return Poll::Pending;
-                        }
-                    }
+                    return Poll::Pending;
                 }
             }
         };
-        let pool = self.pool.take().expect("a pending future has its pool");
-        Poll::Ready(result.map(|grant| {
-            let slot = std::ptr::NonNull::from(pool.own_slot(self.at));
-            PoolGuard::from_ptr(pool, slot, self.want, grant)
-        }))
+        Poll::Ready((self.pool.take().expect("checked above"), result))
     }
 }
 
-impl<P: PoolRef> Drop for One<P> {
+impl<P: PoolRef> Drop for Waiting<P> {
     fn drop(&mut self) {
         let Some(pool) = &self.pool else { return };
-        match std::mem::replace(&mut self.state, State::Done) {
-            State::Held(grant) => {
-                let _ = pool.release_hold(self.at, &Hold::of(&self.want, grant));
-            }
-            State::Reserved { polled: false } => pool.unreserve(self.at),
-            State::Reserved { polled: true } => {
-                if let Ok(site) = pool.site_at(self.at) {
-                    let _ = self.waiter.abandon(&SiteQueue(&site), false);
-                }
-            }
-            State::Failed(_) | State::Done => {}
+        if !self.polled {
+            pool.unreserve(self.at);
+        } else if let Ok(site) = pool.site_at(self.at) {
+            let _ = self.waiter.abandon(&SiteQueue(&site), false);
         }
+    }
+}
+
+impl<P: PoolRef> One<P> {
+    #[inline]
+    fn poll_one(&mut self, cx: &mut Context<'_>) -> Poll<Result<PoolGuard<P>>> {
+        if let One::Waiting(w) = self {
+            let (pool, result) = match w.poll(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(done) => done,
+            };
+            let (at, want) = (w.at, w.want);
+            *self = One::Done;
+            return Poll::Ready(result.map(|grant| {
+                let slot = std::ptr::NonNull::from(pool.own_slot(at));
+                PoolGuard::from_ptr(pool, slot, want, grant)
+            }));
+        }
+        match std::mem::replace(self, One::Done) {
+            One::Ready(guard) => Poll::Ready(Ok(guard)),
+            One::Failed(e) => Poll::Ready(Err(e)),
+            One::Waiting(_) | One::Done => panic!("pool future polled after completion"),
+        }
+    }
+
+    fn is_ready(&self) -> bool {
+        matches!(self, One::Ready(_))
     }
 }
 
@@ -153,8 +150,8 @@ impl<P: PoolRef> Drop for One<P> {
 pub struct PoolLockFuture<P: PoolRef>(One<P>);
 
 impl<P: PoolRef> PoolLockFuture<P> {
-    pub(super) fn new(pool: P, start: Start, want: Want) -> Self {
-        Self(One::new(pool, start, want, Wait::Forever))
+    pub(super) fn new(one: One<P>) -> Self {
+        Self(one)
     }
 }
 
@@ -174,7 +171,7 @@ impl<P: PoolRef> Future for PoolLockFuture<P> {
 impl<P: PoolRef> fmt::Debug for PoolLockFuture<P> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PoolLockFuture")
-            .field("ready", &matches!(self.0.state, State::Held(_)))
+            .field("ready", &self.0.is_ready())
             .finish_non_exhaustive()
     }
 }
@@ -196,8 +193,8 @@ impl<P: PoolRef> fmt::Debug for PoolLockFuture<P> {
 pub struct PoolAcquireFuture<P: PoolRef>(One<P>);
 
 impl<P: PoolRef> PoolAcquireFuture<P> {
-    pub(super) fn new(pool: P, start: Start, want: Want, wait: Wait) -> Self {
-        Self(One::new(pool, start, want, wait))
+    pub(super) fn new(one: One<P>) -> Self {
+        Self(one)
     }
 }
 
@@ -213,7 +210,7 @@ impl<P: PoolRef> Future for PoolAcquireFuture<P> {
 impl<P: PoolRef> fmt::Debug for PoolAcquireFuture<P> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PoolAcquireFuture")
-            .field("ready", &matches!(self.0.state, State::Held(_)))
+            .field("ready", &self.0.is_ready())
             .finish_non_exhaustive()
     }
 }

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use super::shard::Slot;
 use super::{PoolRef, SlotRef};
 use crate::acquisition::{Acquisition, Mode, Want};
-use crate::entry::{Hold, lease_end};
+use crate::entry::{Hold, HoldRec, lease_end};
 use crate::error::{Error, Result};
 use crate::site;
 use crate::wait::Grant;
@@ -49,8 +49,7 @@ pub struct PoolGuard<P: PoolRef> {
     pool: Option<P>,
     /// The key's slot: slots never move, and the guard keeps the pool (and so the slot) alive.
     slot: NonNull<Slot<P::Key>>,
-    hold: Hold,
-    lease_until: Option<Instant>,
+    rec: HoldRec,
 }
 
 // SAFETY: the guard owns a pool handle and points into that pool's slots, which are shared
@@ -70,8 +69,7 @@ impl<P: PoolRef> PoolGuard<P> {
         Self {
             pool: Some(pool),
             slot,
-            hold: Hold::of(&want, grant),
-            lease_until: grant.lease_until,
+            rec: HoldRec::of(&want, grant),
         }
     }
 
@@ -80,13 +78,7 @@ impl<P: PoolRef> PoolGuard<P> {
         Self {
             pool: Some(pool),
             slot: NonNull::from(slot),
-            hold: Hold {
-                mode,
-                fence,
-                ticket: 0,
-                owner: None,
-            },
-            lease_until: None,
+            rec: HoldRec::plain(mode, fence),
         }
     }
 
@@ -105,26 +97,27 @@ impl<P: PoolRef> PoolGuard<P> {
 
     /// The fencing token (see [`Acquisition::fence`]).
     pub fn fence(&self) -> u64 {
-        self.hold.fence
+        self.rec.fence
     }
 
     /// Shared or exclusive.
     pub fn mode(&self) -> Mode {
-        self.hold.mode
+        self.rec.mode
     }
 
     /// Whether this acquisition is still the key's current one (not force-unlocked, lease not
     /// ended).
     pub fn is_current(&self) -> bool {
         match &self.pool {
-            Some(pool) => site::is_current(&self.slot().site(pool.policy), &self.hold),
+            Some(pool) => site::is_current(&self.slot().site(pool.policy), &self.rec.hold()),
             None => false,
         }
     }
 
     /// Time left on the lease, if the acquisition has one (zero once it has ended).
     pub fn lease_remaining(&self) -> Option<Duration> {
-        self.lease_until
+        self.rec
+            .lease_until()
             .map(|t| t.saturating_duration_since(Instant::now()))
     }
 
@@ -134,9 +127,9 @@ impl<P: PoolRef> PoolGuard<P> {
         let pool = self.pool.as_ref().ok_or(Error::NotOwner)?;
         let site = self.slot().site(pool.policy);
         let until = lease_end(lease);
-        match site::extend(&site, &self.hold, until) {
+        match site::extend(&site, &self.rec.hold(), until) {
             Ok(()) => {
-                self.lease_until = Some(until);
+                self.rec.set_lease(until);
                 Ok(())
             }
             Err(e) => Err(e.unwrap_or_else(|| self.acquisition().stale_error())),
@@ -146,12 +139,25 @@ impl<P: PoolRef> PoolGuard<P> {
     /// Releases the key now, saying whether this acquisition was still current:
     /// `Err(NotOwner)` after a force-unlock, `Err(LeaseExpired)` after its lease ended.
     /// (Dropping the guard does the same, silently.)
+    #[inline]
     pub fn release(mut self) -> Result<()> {
         let pool = self.pool.as_ref().ok_or(Error::NotOwner)?;
-        let result = site::release(&self.slot().site(pool.policy), &self.hold)
-            .map_err(|()| self.acquisition().stale_error());
+        let slot = self.slot();
+        let result =
+            if self.rec.is_plain() && slot.entry.release_fast(self.rec.mode, self.rec.fence) {
+                Ok(())
+            } else {
+                self.release_rest(pool.policy)
+            };
         self.pool = None;
         result
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn release_rest(&self, policy: crate::entry::Policy) -> Result<()> {
+        site::release(&self.slot().site(policy), &self.rec.hold())
+            .map_err(|()| self.acquisition().stale_error())
     }
 
     /// Keeps the key held and forgets the guard; release it later with
@@ -163,15 +169,15 @@ impl<P: PoolRef> PoolGuard<P> {
     }
 
     fn acquisition(&self) -> Acquisition {
-        acquisition(self.at(), &self.hold, self.lease_until)
+        acquisition(self.at(), &self.rec.hold(), self.rec.lease_until())
     }
 }
 
 impl<P: PoolRef> fmt::Debug for PoolGuard<P> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PoolGuard")
-            .field("fence", &self.hold.fence)
-            .field("mode", &self.hold.mode)
+            .field("fence", &self.rec.fence)
+            .field("mode", &self.rec.mode)
             .finish_non_exhaustive()
     }
 }
@@ -181,13 +187,20 @@ impl<P: PoolRef> Drop for PoolGuard<P> {
     fn drop(&mut self) {
         if let Some(pool) = &self.pool {
             let slot = self.slot();
-            if self.hold.ticket == 0 && slot.entry.release_fast(self.hold.mode, self.hold.fence) {
+            if self.rec.is_plain() && slot.entry.release_fast(self.rec.mode, self.rec.fence) {
                 return;
             }
-            // Not current any more (force-unlocked, lease ended): nothing of ours to release.
-            let _ = site::release(&slot.site(pool.policy), &self.hold);
+            release_slow(slot, pool.policy, &self.rec);
         }
     }
+}
+
+/// The rest of a guard's release, out of line: waiters to wake, holder state, or a hold that is
+/// not current any more (force-unlocked, lease ended: nothing of ours to release).
+#[cold]
+#[inline(never)]
+fn release_slow<K>(slot: &Slot<K>, policy: crate::entry::Policy, rec: &HoldRec) {
+    let _ = site::release(&slot.site(policy), &rec.hold());
 }
 
 /// Several held keys; all released on drop.
@@ -225,9 +238,33 @@ impl<P: PoolRef> PoolManyGuard<P> {
         self.held.is_empty()
     }
 
-    /// The fence of each key held, in the canonical order (not the order the keys were given).
+    /// The fence of each key held, in the canonical order (not the order the keys were given:
+    /// see [`fence_of`](Self::fence_of)).
     pub fn fences(&self) -> impl ExactSizeIterator<Item = u64> + '_ {
         self.held.iter().map(|(_, hold, _)| hold.fence)
+    }
+
+    /// The fence of `key`'s acquisition, if this guard holds `key`.
+    ///
+    /// ```
+    /// use keylock_core::KeyPool;
+    /// let pool: KeyPool<String> = KeyPool::new();
+    /// drop(pool.lock("b"));
+    /// let both = pool.lock_many(["a", "b"]);
+    /// assert_eq!(both.fence_of("b"), Some(2));
+    /// assert_eq!(both.fence_of("a"), Some(1));
+    /// assert_eq!(both.fence_of("c"), None);
+    /// ```
+    pub fn fence_of<Q>(&self, key: &Q) -> Option<u64>
+    where
+        P::Key: std::borrow::Borrow<Q>,
+        Q: std::hash::Hash + Eq + ?Sized,
+    {
+        let at = self.pool.as_ref()?.slot_of(key)?;
+        self.held
+            .iter()
+            .find(|(held, _, _)| *held == at)
+            .map(|(_, hold, _)| hold.fence)
     }
 
     /// Releases every key now; the first stale acquisition's error, if any (the others are

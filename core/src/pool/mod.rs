@@ -345,8 +345,9 @@ impl<K: Hash + Eq, S: BuildHasher> KeyPool<K, S> {
             // SAFETY: just published; freed only when the pool is dropped.
             Ok(_) => unsafe { &*fresh },
             Err(existing) => {
-                // SAFETY: `fresh` was never published; `existing` was, as above.
+                // SAFETY: `fresh` was never published, so it is ours to free.
                 drop(unsafe { Box::from_raw(fresh) });
+                // SAFETY: `existing` was published by the thread that won, as above.
                 unsafe { &*existing }
             }
         }
@@ -370,18 +371,12 @@ impl<K: Hash + Eq, S: BuildHasher> KeyPool<K, S> {
             return None;
         }
         let shard = self.shard(at.shard)?;
-        shard
-            .has_slot(at.slot)
-            .then(|| self.site_in(shard, at.slot))
-    }
-
-    #[inline]
-    fn site_in<'a>(&'a self, shard: &'a Shard<K>, slot: u32) -> SlotSite<'a, K> {
-        SlotSite {
+        let slot = shard.slot_checked(at.slot)?;
+        Some(SlotSite {
             shard,
-            slot: shard.slot(slot),
+            slot,
             policy: self.policy,
-        }
+        })
     }
 
     /// The fast path: the key's slot from the index, taken with one compare-and-swap.
@@ -392,8 +387,7 @@ impl<K: Hash + Eq, S: BuildHasher> KeyPool<K, S> {
         Q: Eq + ?Sized,
     {
         let shard = self.shard(self.shard_no(hash))?;
-        for n in shard.probe(hash) {
-            let slot = shard.slot(n);
+        for slot in shard.probe(hash) {
             let fence = slot.entry.try_fast(mode, self.policy.fifo)?;
             // SAFETY: we hold the slot now, so its key cannot be rewritten.
             if unsafe { slot.key_is(key) } {
@@ -406,7 +400,7 @@ impl<K: Hash + Eq, S: BuildHasher> KeyPool<K, S> {
                 ticket: 0,
                 owner: None,
             };
-            let _ = site::release(&self.site_in(shard, n), &hold);
+            let _ = site::release(&slot.site(self.policy), &hold);
         }
         None
     }
@@ -759,8 +753,14 @@ impl<K: Hash + Eq, S: BuildHasher> KeyPool<K, S> {
 
     /// Whether `acquisition` is still current.
     pub fn is_current(&self, acquisition: &Acquisition) -> bool {
+        self.is_current_as(acquisition, acquisition.owner)
+    }
+
+    /// Whether `acquisition` is current and, in a reentrant pool, held by `owner`
+    /// (`threading.RLock`'s `_is_owned`).
+    pub fn is_current_as(&self, acquisition: &Acquisition, owner: Option<Owner>) -> bool {
         self.site_at(SlotRef::from_u64(acquisition.at))
-            .is_ok_and(|site| site::is_current(&site, &hold_of(acquisition, acquisition.owner)))
+            .is_ok_and(|site| site::is_current(&site, &hold_of(acquisition, owner)))
     }
 
     /// Moves the end of `acquisition`'s lease to `lease` from now (and updates the record).
@@ -878,6 +878,47 @@ impl<K: Hash + Eq, S: BuildHasher> KeyPool<K, S> {
     }
 
     // ---- many keys ----
+
+    /// A plain acquisition's record straight from the fast path, or `None` (take the full
+    /// path): the trait's (and so the front ends') uncontended case.
+    #[inline]
+    pub(crate) fn acquire_plain_fast<Q>(&self, key: &Q, mode: Mode) -> Option<Acquisition>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let (slot, fence) = self.acquire_fast(self.hash(key), key, mode)?;
+        Some(Acquisition::plain(fence, slot.at.to_u64(), mode))
+    }
+
+    /// Releases a plain acquisition record on the fast path; `false` means: take the full path
+    /// (it may be stale, leased, owned, or have waiters to wake).
+    #[inline]
+    pub(crate) fn release_plain_fast(&self, acq: &Acquisition) -> bool {
+        if !acq.is_plain() {
+            return false;
+        }
+        match self.site_if(SlotRef::from_u64(acq.at)) {
+            Some(site) => site.slot.entry.release_fast(acq.mode, acq.fence),
+            None => false,
+        }
+    }
+
+    /// Where `key`'s slot is, if it has one (stable while the key is held).
+    pub(crate) fn slot_of<Q>(&self, key: &Q) -> Option<SlotRef>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let hash = self.hash(key);
+        let shard_no = self.shard_no(hash);
+        let shard = self.shard(shard_no)?;
+        let n = shard.lock().find(hash, key)?;
+        Some(SlotRef {
+            shard: shard_no,
+            slot: n,
+        })
+    }
 
     /// Reserves the slots of `keys`, deduplicated and sorted in the canonical order, each with
     /// the strongest mode asked of it.
@@ -1042,8 +1083,10 @@ impl<K: Hash + Eq, S: BuildHasher> KeyPool<K, S> {
 
     /// The start of an async acquire: the key is taken now if it can be, else its slot is
     /// reserved for the future's wait.
-    fn start<Q>(&self, key: &Q, want: &Want, wait: Wait) -> future::Start
+    #[inline]
+    fn start<P, Q>(&self, pool: P, key: &Q, want: Want, wait: Wait) -> future::One<P>
     where
+        P: PoolRef<Key = K, Hasher = S>,
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
@@ -1051,26 +1094,31 @@ impl<K: Hash + Eq, S: BuildHasher> KeyPool<K, S> {
         if want.is_plain()
             && let Some((slot, fence)) = self.acquire_fast(hash, key, want.mode)
         {
-            let at = slot.at;
-            let grant = Grant {
-                fence,
-                ticket: 0,
-                lease_until: None,
-                reentered: false,
-            };
-            return future::Start::Held(at, grant);
+            return future::One::Ready(PoolGuard::plain(pool, slot, want.mode, fence));
         }
+        self.start_slow(pool, key, want, wait)
+    }
+
+    #[cold]
+    fn start_slow<P, Q>(&self, pool: P, key: &Q, want: Want, wait: Wait) -> future::One<P>
+    where
+        P: PoolRef<Key = K, Hasher = S>,
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
         let at = self.reserve(key);
-        match self.attempt_reserved(at, want) {
-            Attempt::Acquired(grant) => future::Start::Held(at, grant),
-            Attempt::Failed(e) => future::Start::Failed(e),
+        match self.attempt_reserved(at, &want) {
+            Attempt::Acquired(grant) => {
+                future::One::Ready(PoolGuard::new(pool, self.own_slot(at), want, grant))
+            }
+            Attempt::Failed(e) => future::One::Failed(e),
             Attempt::Blocked { .. } if wait == Wait::No => {
                 self.unreserve(at);
-                future::Start::Failed(Error::WouldBlock)
+                future::One::Failed(Error::WouldBlock)
             }
+            // `attempt_reserved` keeps the reservation when blocked; the future uses it.
             Attempt::Blocked { .. } => {
-                // `attempt_reserved` keeps the reservation when blocked; the future uses it.
-                future::Start::Reserved(at)
+                future::One::Waiting(Box::new(future::Waiting::new(pool, at, want, wait)))
             }
         }
     }
@@ -1081,63 +1129,59 @@ impl<K: Hash + Eq, S: BuildHasher> KeyPool<K, S> {
     /// The key is looked up when this is called: a free key is taken at once (the future is
     /// then ready on its first poll), and a held one gets a reservation, so the future owns no
     /// copy of the key. Dropping the future releases whichever it holds.
+    #[inline]
     pub fn lock_async<Q>(&self, key: &Q) -> PoolLockFuture<&Self>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        PoolLockFuture::new(
-            self,
-            self.start(key, &Want::EXCLUSIVE, Wait::Forever),
-            Want::EXCLUSIVE,
-        )
+        PoolLockFuture::new(self.start(self, key, Want::EXCLUSIVE, Wait::Forever))
     }
 
     /// Like [`lock_async`](Self::lock_async), for an `Arc`: the future is `'static`.
+    #[inline]
     pub fn lock_async_owned<Q>(self: &Arc<Self>, key: &Q) -> PoolLockFuture<Arc<Self>>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        let start = self.start(key, &Want::EXCLUSIVE, Wait::Forever);
-        PoolLockFuture::new(Arc::clone(self), start, Want::EXCLUSIVE)
+        PoolLockFuture::new(self.start(Arc::clone(self), key, Want::EXCLUSIVE, Wait::Forever))
     }
 
     /// A future that resolves to a shared guard of `key`.
+    #[inline]
     pub fn lock_shared_async<Q>(&self, key: &Q) -> PoolLockFuture<&Self>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        PoolLockFuture::new(
-            self,
-            self.start(key, &Want::SHARED, Wait::Forever),
-            Want::SHARED,
-        )
+        PoolLockFuture::new(self.start(self, key, Want::SHARED, Wait::Forever))
     }
 
     /// Like [`lock_shared_async`](Self::lock_shared_async), for an `Arc`.
+    #[inline]
     pub fn lock_shared_async_owned<Q>(self: &Arc<Self>, key: &Q) -> PoolLockFuture<Arc<Self>>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        let start = self.start(key, &Want::SHARED, Wait::Forever);
-        PoolLockFuture::new(Arc::clone(self), start, Want::SHARED)
+        PoolLockFuture::new(self.start(Arc::clone(self), key, Want::SHARED, Wait::Forever))
     }
 
     /// A future for `key` as `opts` says; it resolves to `Err(TimedOut)` when its wait runs
     /// out (keylock wakes it at that time).
+    #[inline]
     pub fn lock_with_async<Q>(&self, key: &Q, opts: LockOptions) -> PoolAcquireFuture<&Self>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         let want = self.want(&opts);
-        PoolAcquireFuture::new(self, self.start(key, &want, opts.wait), want, opts.wait)
+        PoolAcquireFuture::new(self.start(self, key, want, opts.wait))
     }
 
     /// Like [`lock_with_async`](Self::lock_with_async), for an `Arc`: the future is `'static`.
+    #[inline]
     pub fn lock_with_async_owned<Q>(
         self: &Arc<Self>,
         key: &Q,
@@ -1148,8 +1192,7 @@ impl<K: Hash + Eq, S: BuildHasher> KeyPool<K, S> {
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         let want = self.want(&opts);
-        let start = self.start(key, &want, opts.wait);
-        PoolAcquireFuture::new(Arc::clone(self), start, want, opts.wait)
+        PoolAcquireFuture::new(self.start(Arc::clone(self), key, want, opts.wait))
     }
 
     /// A future that resolves once all `keys` are held exclusively, in the canonical order.

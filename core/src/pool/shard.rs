@@ -7,7 +7,10 @@
 //! in size and never move, so a slot's address is stable for the shard's life.
 //!
 //! The **index** maps a key's hash to its slot: open addressing over `AtomicU64` cells holding
-//! `tag << 32 | (slot + 2)` (0 empty, 1 a tombstone). It is changed only under the shard mutex
+//! `tag << 48 | slot address` (0 empty, 1 a tombstone; slot addresses fit in 48 bits on every
+//! 64-bit platform keylock supports, which is checked when a segment is made). The shard keeps
+//! the current cell array's address and mask beside its other hot fields, so a probe is one
+//! load of the shard, one of the cell, and then the slot itself. It is changed only under the shard mutex
 //! but read without it: the fast path probes it, takes the candidate slot's lock word with one
 //! compare-and-swap, and only then compares the key (a holder's key cannot change). A probe that
 //! finds nothing, or a slot that turns out to hold another key, falls back to the slow path,
@@ -36,7 +39,7 @@ use std::ops::{Deref, DerefMut};
 
 use crate::entry::{Entry, Policy, Side};
 use crate::site::Site;
-use crate::sync::{AtomicPtr, AtomicU32, AtomicU64, Mutex, MutexGuard, Ordering};
+use crate::sync::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Mutex, MutexGuard, Ordering};
 
 /// Slots in the first segment; segment `j` has `BASE << j`.
 const BASE: u32 = 4;
@@ -49,19 +52,31 @@ const INDEX_MIN: usize = 8;
 const EMPTY: u64 = 0;
 const TOMB: u64 = 1;
 
+/// Bits of a cell that hold the slot's address.
+const ADDR_BITS: u32 = 48;
+const ADDR_MASK: u64 = (1 << ADDR_BITS) - 1;
+
 #[inline]
-fn tag_of(hash: u64) -> u32 {
-    (hash >> 16) as u32
+fn tag_of(hash: u64) -> u64 {
+    hash >> (64 - (64 - ADDR_BITS))
 }
 
 #[inline]
-fn cell_for(hash: u64, slot: u32) -> u64 {
-    (u64::from(tag_of(hash)) << 32) | (u64::from(slot) + 2)
+fn cell_for<K>(hash: u64, slot: &Slot<K>) -> u64 {
+    let addr = slot as *const Slot<K> as u64;
+    debug_assert!(addr & !ADDR_MASK == 0 && addr > TOMB);
+    (tag_of(hash) << ADDR_BITS) | addr
 }
 
+/// The slot a live cell names.
+///
+/// # Safety
+/// `cell` was read from an index of a live shard and is neither `EMPTY` nor `TOMB`: it holds
+/// the address of one of that shard's slots, which live as long as the shard.
 #[inline]
-fn cell_slot(cell: u64) -> u32 {
-    (cell as u32).wrapping_sub(2)
+unsafe fn cell_slot<'a, K>(cell: u64) -> &'a Slot<K> {
+    // SAFETY: as the contract says.
+    unsafe { &*((cell & ADDR_MASK) as usize as *const Slot<K>) }
 }
 
 /// (segment, offset) of slot `n`.
@@ -194,14 +209,21 @@ struct ShardState {
     peak_in_use: usize,
     /// Acquisitions that found their key held and queued.
     contended: u64,
-    /// Index arrays replaced by bigger ones, kept for readers that may still probe them.
-    retired: Vec<Box<Index>>,
+    /// Index arrays replaced by bigger ones, kept for readers that may still probe their cells
+    /// (the cells are a heap allocation of their own, so moving an `Index` leaves them put).
+    retired: Vec<Index>,
 }
 
 /// One shard of a pool.
 pub(crate) struct Shard<K> {
+    /// The current index's cells and mask, for probes without the mutex. Published cells
+    /// first, then the mask (a reader that sees a new mask sees the new cells; an old mask is
+    /// within either array).
+    cells: AtomicPtr<AtomicU64>,
+    mask: AtomicUsize,
     /// This shard's number in its pool.
     number: u32,
+    /// The current index (owner of `cells`).
     index: AtomicPtr<Index>,
     segments: [AtomicPtr<Slot<K>>; SEGMENTS],
     state: Mutex<ShardState>,
@@ -292,9 +314,14 @@ pub(crate) struct ShardStats {
 
 impl<K> Shard<K> {
     pub(crate) fn new(number: u32) -> Self {
+        let index = Box::into_raw(Index::new(INDEX_MIN));
+        // SAFETY: just made; freed only when the shard is dropped.
+        let cells = unsafe { (*index).cells.as_ptr().cast_mut() };
         Self {
+            cells: AtomicPtr::new(cells),
+            mask: AtomicUsize::new(INDEX_MIN - 1),
             number,
-            index: AtomicPtr::new(Box::into_raw(Index::new(INDEX_MIN))),
+            index: AtomicPtr::new(index),
             segments: std::array::from_fn(|_| AtomicPtr::new(std::ptr::null_mut())),
             state: Mutex::new(ShardState {
                 slots: 0,
@@ -322,26 +349,34 @@ impl<K> Shard<K> {
         unsafe { &*base.add(off) }
     }
 
-    /// Whether slot `n` exists (has been allocated).
+    /// Slot `n` if it exists (has been allocated): for numbers from outside (acquisition
+    /// records), which must be checked.
     #[inline]
-    pub(crate) fn has_slot(&self, n: u32) -> bool {
-        let (seg, _) = locate(n);
-        seg < SEGMENTS && !self.segments[seg].load(Ordering::Acquire).is_null()
+    pub(crate) fn slot_checked(&self, n: u32) -> Option<&Slot<K>> {
+        let (seg, off) = locate(n);
+        let base = self.segments.get(seg)?.load(Ordering::Acquire);
+        if base.is_null() {
+            return None;
+        }
+        // SAFETY: the segment exists (published with Release before any slot number in it was
+        // handed out), is freed only when the shard is dropped, and `off` is within it.
+        Some(unsafe { &*base.add(off) })
     }
 
     /// The slot of `key` if the index, read without the mutex, has it: the fast path's probe.
     /// Candidates come out in probe order; each must be verified by taking its lock word and
     /// then comparing the key.
     #[inline]
-    pub(crate) fn probe(&self, hash: u64) -> Probe<'_> {
-        // SAFETY: index arrays are freed only when the shard is dropped (replaced ones are
-        // kept in `retired`), and the pointer was published with Release.
-        let index = unsafe { &*self.index.load(Ordering::Acquire) };
+    pub(crate) fn probe(&self, hash: u64) -> Probe<'_, K> {
+        let mask = self.mask.load(Ordering::Acquire);
+        let cells = self.cells.load(Ordering::Acquire);
         Probe {
-            index,
-            pos: hash as usize & index.mask,
-            left: index.cells.len(),
+            cells,
+            mask,
+            pos: hash as usize & mask,
+            left: mask + 1,
             tag: tag_of(hash),
+            _shard: std::marker::PhantomData,
         }
     }
 
@@ -396,28 +431,34 @@ impl<K> Drop for Shard<K> {
 }
 
 /// Candidate slots for a hash, from an index read without the mutex.
-pub(crate) struct Probe<'a> {
-    index: &'a Index,
+pub(crate) struct Probe<'a, K> {
+    cells: *const AtomicU64,
+    mask: usize,
     pos: usize,
     left: usize,
-    tag: u32,
+    tag: u64,
+    _shard: std::marker::PhantomData<&'a Shard<K>>,
 }
 
-impl Iterator for Probe<'_> {
-    type Item = u32;
+impl<'a, K> Iterator for Probe<'a, K> {
+    type Item = &'a Slot<K>;
 
     #[inline]
-    fn next(&mut self) -> Option<u32> {
+    fn next(&mut self) -> Option<&'a Slot<K>> {
         while self.left > 0 {
-            let cell = self.index.cells[self.pos].load(Ordering::Acquire);
-            self.pos = (self.pos + 1) & self.index.mask;
+            // SAFETY: `cells` has at least `mask + 1` cells (a mask is published only after
+            // its array, and older masks are smaller), and cell arrays are freed only when the
+            // shard is dropped, which the `'a` borrow of the shard rules out.
+            let cell = unsafe { &*self.cells.add(self.pos) }.load(Ordering::Acquire);
+            self.pos = (self.pos + 1) & self.mask;
             self.left -= 1;
             if cell == EMPTY {
                 self.left = 0;
                 return None;
             }
-            if cell != TOMB && (cell >> 32) as u32 == self.tag {
-                return Some(cell_slot(cell));
+            if cell != TOMB && cell >> ADDR_BITS == self.tag {
+                // SAFETY: a live cell of this shard's index.
+                return Some(unsafe { cell_slot(cell) });
             }
         }
         None
@@ -477,11 +518,11 @@ impl<'a, K> ShardLocked<'a, K> {
         K: Borrow<Q>,
         Q: Eq + ?Sized,
     {
-        self.shard.probe(hash).find(|&n| {
-            let slot = self.shard.slot(n);
+        self.shard
+            .probe(hash)
             // SAFETY: we hold the shard mutex, so the key is not being rewritten.
-            unsafe { slot.key_is(key) }
-        })
+            .find(|slot| unsafe { slot.key_is(key) })
+            .map(|slot| slot.at.slot)
     }
 
     /// The slot of `key`, giving it one if it has none (see the module docs on recycling).
@@ -597,6 +638,13 @@ impl<'a, K> ShardLocked<'a, K> {
                 .map(|i| Slot::new(home, SlotRef { shard, slot: n + i }))
                 .collect();
             let base = Box::into_raw(segment).cast::<Slot<K>>();
+            // Index cells hold slot addresses in 48 bits: true of every 64-bit platform's
+            // user-space heap that keylock supports (x86-64, AArch64 with 48-bit addresses).
+            let end = base as usize as u64 + (len * std::mem::size_of::<Slot<K>>()) as u64;
+            assert!(
+                end <= ADDR_MASK,
+                "keylock: a heap address above 2^48; this platform is not supported"
+            );
             self.shard.segments[seg].store(base, Ordering::Release);
         }
         self.state.slots = n + 1;
@@ -622,7 +670,7 @@ impl<'a, K> ShardLocked<'a, K> {
                 if cell == TOMB {
                     self.state.tombs -= 1;
                 }
-                index.cells[pos].store(cell_for(hash, n), Ordering::Release);
+                index.cells[pos].store(cell_for(hash, self.shard.slot(n)), Ordering::Release);
                 self.state.live += 1;
                 return;
             }
@@ -634,7 +682,7 @@ impl<'a, K> ShardLocked<'a, K> {
     fn index_remove(&mut self, hash: u64, n: u32) {
         // SAFETY: as in `index_insert`.
         let index = unsafe { &*self.shard.index.load(Ordering::Acquire) };
-        let want = cell_for(hash, n);
+        let want = cell_for(hash, self.shard.slot(n));
         let mut pos = hash as usize & index.mask;
         for _ in 0..index.cells.len() {
             let cell = index.cells[pos].load(Ordering::Relaxed);
@@ -665,7 +713,8 @@ impl<'a, K> ShardLocked<'a, K> {
     /// Places `cells` in `index`, which must have room.
     fn place(&self, index: &Index, cells: &[u64]) {
         for &cell in cells {
-            let hash = self.hash_of(cell_slot(cell));
+            // SAFETY: a live cell of this shard's index; we hold the mutex (side read).
+            let hash = unsafe { (*cell_slot::<K>(cell).side.get()).hash };
             let mut pos = hash as usize & index.mask;
             while index.cells[pos].load(Ordering::Relaxed) != EMPTY {
                 pos = (pos + 1) & index.mask;
@@ -683,9 +732,14 @@ impl<'a, K> ShardLocked<'a, K> {
         self.place(&new, &cells);
         let new = Box::into_raw(new);
         let old = self.shard.index.swap(new, Ordering::AcqRel);
+        // Publish the cells before the mask (see `Shard::cells`).
+        // SAFETY: just published; freed only when the shard is dropped.
+        let cells = unsafe { (*new).cells.as_ptr().cast_mut() };
+        self.shard.cells.store(cells, Ordering::Release);
+        self.shard.mask.store(cap - 1, Ordering::Release);
         // SAFETY: `old` came from `Box::into_raw`; readers may still probe it, so it is kept
         // (not freed) until the shard is dropped.
-        self.state.retired.push(unsafe { Box::from_raw(old) });
+        self.state.retired.push(*unsafe { Box::from_raw(old) });
         self.state.tombs = 0;
         // SAFETY: just published; freed only on drop.
         unsafe { &*new }
@@ -721,15 +775,15 @@ mod tests {
 
     #[test]
     fn cells_round_trip() {
-        for (hash, slot) in [
-            (0u64, 0u32),
-            (u64::MAX, 7),
-            (0x1234_5678_9abc_def0, u32::MAX - 2),
-        ] {
-            let cell = cell_for(hash, slot);
+        let shard: Shard<u64> = Shard::new(3);
+        let slot = Slot::new(&shard, SlotRef { shard: 3, slot: 9 });
+        for hash in [0u64, u64::MAX, 0x1234_5678_9abc_def0] {
+            let cell = cell_for(hash, &slot);
             assert!(cell != EMPTY && cell != TOMB);
-            assert_eq!(cell_slot(cell), slot);
-            assert_eq!((cell >> 32) as u32, tag_of(hash));
+            // SAFETY: `slot` is alive for the whole test.
+            let back: &Slot<u64> = unsafe { cell_slot(cell) };
+            assert!(std::ptr::eq(back, &slot));
+            assert_eq!(cell >> ADDR_BITS, tag_of(hash));
         }
     }
 }

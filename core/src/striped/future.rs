@@ -65,6 +65,93 @@ impl<P: Deref<Target = StripedLock>> One<P> {
     }
 }
 
+/// An async acquire of one stripe: ready at once (taken when the future was made) or waiting.
+/// A ready future is just its guard, so the uncontended async path costs what the blocking one
+/// does.
+enum Begin<P: Deref<Target = StripedLock>> {
+    /// Taken at creation: the guard is made when the future is polled (kept as scalars, so
+    /// that the future stays a few words and nothing large is moved).
+    Ready {
+        /// `None` once the guard was handed out.
+        lock: Option<P>,
+        stripe: usize,
+        mode: Mode,
+        fence: u64,
+    },
+    /// Boxed: a waiting future allocates anyway (its queue node), and the ready one stays small.
+    Waiting(Box<One<P>>),
+    Done,
+}
+
+impl<P: Deref<Target = StripedLock>> Begin<P> {
+    #[inline]
+    fn start(lock: P, stripe: usize, want: Want, wait: Wait) -> Self {
+        if want.is_plain()
+            && let Some(fence) = lock
+                .stripe_at(stripe)
+                .entry
+                .try_fast(want.mode, lock.policy.fifo)
+        {
+            return Begin::Ready {
+                lock: Some(lock),
+                stripe,
+                mode: want.mode,
+                fence,
+            };
+        }
+        Begin::Waiting(Box::new(One::new(lock, stripe, want, wait)))
+    }
+
+    #[inline]
+    fn poll_begin(&mut self, cx: &mut Context<'_>) -> Poll<Result<StripeGuard<P>>> {
+        if let Begin::Waiting(one) = self {
+            let out = one.poll_one(cx);
+            if out.is_ready() {
+                *self = Begin::Done;
+            }
+            return out;
+        }
+        match self {
+            Begin::Ready {
+                lock,
+                stripe,
+                mode,
+                fence,
+            } => {
+                let lock = lock.take().expect("stripe future polled after completion");
+                Poll::Ready(Ok(StripeGuard::plain(lock, *stripe, *mode, *fence)))
+            }
+            _ => panic!("stripe future polled after completion"),
+        }
+    }
+
+    fn stripe(&self) -> Option<usize> {
+        match self {
+            Begin::Ready { stripe, .. } => Some(*stripe),
+            Begin::Waiting(one) => Some(one.stripe),
+            Begin::Done => None,
+        }
+    }
+}
+
+impl<P: Deref<Target = StripedLock>> Drop for Begin<P> {
+    #[inline]
+    fn drop(&mut self) {
+        // Taken at creation and never handed out: release it.
+        if let Begin::Ready {
+            lock: Some(_),
+            stripe,
+            mode,
+            fence,
+        } = *self
+            && let Begin::Ready { lock, .. } = self
+            && let Some(lock) = lock.take()
+        {
+            drop(StripeGuard::plain(lock, stripe, mode, fence));
+        }
+    }
+}
+
 impl<P: Deref<Target = StripedLock>> Drop for One<P> {
     #[inline]
     fn drop(&mut self) {
@@ -87,11 +174,12 @@ impl<P: Deref<Target = StripedLock>> Drop for One<P> {
 /// drop(guard);
 /// ```
 #[must_use = "futures do nothing unless polled"]
-pub struct StripeLockFuture<P: Deref<Target = StripedLock>>(One<P>);
+pub struct StripeLockFuture<P: Deref<Target = StripedLock>>(Begin<P>);
 
 impl<P: Deref<Target = StripedLock>> StripeLockFuture<P> {
+    #[inline]
     pub(super) fn new(lock: P, stripe: usize, want: Want) -> Self {
-        Self(One::new(lock, stripe, want, Wait::Forever))
+        Self(Begin::start(lock, stripe, want, Wait::Forever))
     }
 }
 
@@ -100,7 +188,7 @@ impl<P: Deref<Target = StripedLock>> Future for StripeLockFuture<P> {
 
     #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<StripeGuard<P>> {
-        self.get_mut().0.poll_one(cx).map(|r| match r {
+        self.get_mut().0.poll_begin(cx).map(|r| match r {
             Ok(guard) => guard,
             // A plain untimed acquire has no way to fail.
             Err(e) => unreachable!("an untimed plain acquire failed: {e}"),
@@ -111,8 +199,7 @@ impl<P: Deref<Target = StripedLock>> Future for StripeLockFuture<P> {
 impl<P: Deref<Target = StripedLock>> fmt::Debug for StripeLockFuture<P> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("StripeLockFuture")
-            .field("stripe", &self.0.stripe)
-            .field("mode", &self.0.want.mode)
+            .field("stripe", &self.0.stripe())
             .finish()
     }
 }
@@ -130,11 +217,11 @@ impl<P: Deref<Target = StripedLock>> fmt::Debug for StripeLockFuture<P> {
 /// assert_eq!(late.unwrap_err(), Error::TimedOut);
 /// ```
 #[must_use = "futures do nothing unless polled"]
-pub struct StripeAcquireFuture<P: Deref<Target = StripedLock>>(One<P>);
+pub struct StripeAcquireFuture<P: Deref<Target = StripedLock>>(Begin<P>);
 
 impl<P: Deref<Target = StripedLock>> StripeAcquireFuture<P> {
     pub(super) fn new(lock: P, stripe: usize, want: Want, wait: Wait) -> Self {
-        Self(One::new(lock, stripe, want, wait))
+        Self(Begin::start(lock, stripe, want, wait))
     }
 }
 
@@ -143,15 +230,14 @@ impl<P: Deref<Target = StripedLock>> Future for StripeAcquireFuture<P> {
 
     #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        self.get_mut().0.poll_one(cx)
+        self.get_mut().0.poll_begin(cx)
     }
 }
 
 impl<P: Deref<Target = StripedLock>> fmt::Debug for StripeAcquireFuture<P> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("StripeAcquireFuture")
-            .field("stripe", &self.0.stripe)
-            .field("mode", &self.0.want.mode)
+            .field("stripe", &self.0.stripe())
             .finish()
     }
 }

@@ -2,13 +2,15 @@
 
 use std::fmt;
 use std::ops::Deref;
+use std::ptr::NonNull;
 use std::time::{Duration, Instant};
 
 use super::StripedLock;
 use crate::acquisition::{Acquisition, Mode, Want};
-use crate::entry::{Hold, lease_end};
+use crate::entry::{Hold, HoldRec, lease_end};
 use crate::error::{Error, Result};
 use crate::site;
+use crate::site::RawLock;
 use crate::wait::Grant;
 
 /// The record of one stripe's acquisition.
@@ -40,33 +42,35 @@ fn acquisition(stripe: usize, hold: &Hold, lease_until: Option<Instant>) -> Acqu
 #[must_use = "the stripe is released as soon as the guard is dropped"]
 pub struct StripeGuard<P: Deref<Target = StripedLock>> {
     lock: Option<P>,
+    /// The stripe's lock: stripes never move, and the guard keeps the lock object alive.
+    raw: NonNull<RawLock>,
     stripe: usize,
-    hold: Hold,
-    lease_until: Option<Instant>,
+    rec: HoldRec,
 }
+
+// SAFETY: `raw` points into the lock object the guard holds through `P`, whose stripes are
+// shared between threads as `&StripedLock` shares them; so the guard is as Send as `P`.
+unsafe impl<P: Deref<Target = StripedLock> + Send> Send for StripeGuard<P> {}
+// SAFETY: as above; `&StripeGuard` only reads the stripe's atomic word or locks its queue.
+unsafe impl<P: Deref<Target = StripedLock> + Sync> Sync for StripeGuard<P> {}
 
 impl<P: Deref<Target = StripedLock>> StripeGuard<P> {
     pub(super) fn new(lock: P, stripe: usize, want: Want, grant: Grant) -> Self {
         Self {
+            raw: NonNull::from(lock.stripe_at(stripe)),
             lock: Some(lock),
             stripe,
-            hold: Hold::of(&want, grant),
-            lease_until: grant.lease_until,
+            rec: HoldRec::of(&want, grant),
         }
     }
 
     #[inline]
     pub(super) fn plain(lock: P, stripe: usize, mode: Mode, fence: u64) -> Self {
         Self {
+            raw: NonNull::from(lock.stripe_at(stripe)),
             lock: Some(lock),
             stripe,
-            hold: Hold {
-                mode,
-                fence,
-                ticket: 0,
-                owner: None,
-            },
-            lease_until: None,
+            rec: HoldRec::plain(mode, fence),
         }
     }
 
@@ -77,26 +81,27 @@ impl<P: Deref<Target = StripedLock>> StripeGuard<P> {
 
     /// The fencing token (see [`Acquisition::fence`]).
     pub fn fence(&self) -> u64 {
-        self.hold.fence
+        self.rec.fence
     }
 
     /// Shared or exclusive.
     pub fn mode(&self) -> Mode {
-        self.hold.mode
+        self.rec.mode
     }
 
     /// Whether this acquisition is still the stripe's current one (not force-unlocked, lease
     /// not ended).
     pub fn is_current(&self) -> bool {
         match &self.lock {
-            Some(lock) => site::is_current(&lock.site(self.stripe), &self.hold),
+            Some(lock) => site::is_current(&lock.site(self.stripe), &self.rec.hold()),
             None => false,
         }
     }
 
     /// Time left on the lease, if the acquisition has one (zero once it has ended).
     pub fn lease_remaining(&self) -> Option<Duration> {
-        self.lease_until
+        self.rec
+            .lease_until()
             .map(|t| t.saturating_duration_since(Instant::now()))
     }
 
@@ -105,9 +110,9 @@ impl<P: Deref<Target = StripedLock>> StripeGuard<P> {
     pub fn extend(&mut self, lease: Duration) -> Result<()> {
         let lock = self.lock.as_ref().ok_or(Error::NotOwner)?;
         let until = lease_end(lease);
-        match site::extend(&lock.site(self.stripe), &self.hold, until) {
+        match site::extend(&lock.site(self.stripe), &self.rec.hold(), until) {
             Ok(()) => {
-                self.lease_until = Some(until);
+                self.rec.set_lease(until);
                 Ok(())
             }
             Err(e) => Err(e.unwrap_or_else(|| self.acquisition().stale_error())),
@@ -117,9 +122,21 @@ impl<P: Deref<Target = StripedLock>> StripeGuard<P> {
     /// Releases the stripe now, saying whether this acquisition was still current:
     /// `Err(NotOwner)` after a force-unlock, `Err(LeaseExpired)` after its lease ended. (Dropping
     /// the guard does the same, silently.)
+    #[inline]
     pub fn release(mut self) -> Result<()> {
         let lock = self.lock.take().ok_or(Error::NotOwner)?;
-        site::release(&lock.site(self.stripe), &self.hold)
+        // SAFETY: see the field: the stripe lives as long as the lock object we hold.
+        let entry = unsafe { &self.raw.as_ref().entry };
+        if self.rec.is_plain() && entry.release_fast(self.rec.mode, self.rec.fence) {
+            return Ok(());
+        }
+        self.release_rest(&lock)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn release_rest(&self, lock: &StripedLock) -> Result<()> {
+        site::release(&lock.site(self.stripe), &self.rec.hold())
             .map_err(|()| self.acquisition().stale_error())
     }
 
@@ -131,7 +148,7 @@ impl<P: Deref<Target = StripedLock>> StripeGuard<P> {
     }
 
     fn acquisition(&self) -> Acquisition {
-        acquisition(self.stripe, &self.hold, self.lease_until)
+        acquisition(self.stripe, &self.rec.hold(), self.rec.lease_until())
     }
 }
 
@@ -139,8 +156,8 @@ impl<P: Deref<Target = StripedLock>> fmt::Debug for StripeGuard<P> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("StripeGuard")
             .field("stripe", &self.stripe)
-            .field("fence", &self.hold.fence)
-            .field("mode", &self.hold.mode)
+            .field("fence", &self.rec.fence)
+            .field("mode", &self.rec.mode)
             .finish()
     }
 }
@@ -149,10 +166,22 @@ impl<P: Deref<Target = StripedLock>> Drop for StripeGuard<P> {
     #[inline]
     fn drop(&mut self) {
         if let Some(lock) = &self.lock {
-            // Not current any more (force-unlocked, lease ended): nothing of ours to release.
-            let _ = site::release(&lock.site(self.stripe), &self.hold);
+            // SAFETY: see the field: the stripe lives as long as the lock object we hold.
+            let entry = unsafe { &self.raw.as_ref().entry };
+            if self.rec.is_plain() && entry.release_fast(self.rec.mode, self.rec.fence) {
+                return;
+            }
+            release_slow(lock, self.stripe, &self.rec);
         }
     }
+}
+
+/// The rest of a guard's release, out of line: waiters to wake, holder state, or a hold that is
+/// not current any more (force-unlocked, lease ended: nothing of ours to release).
+#[cold]
+#[inline(never)]
+fn release_slow(lock: &StripedLock, stripe: usize, rec: &HoldRec) {
+    let _ = site::release(&lock.site(stripe), &rec.hold());
 }
 
 /// Several held stripes; all released on drop.
@@ -186,6 +215,15 @@ impl<P: Deref<Target = StripedLock>> StripesGuard<P> {
     /// The fence of each stripe held, in the order of [`stripes`](Self::stripes).
     pub fn fences(&self) -> impl ExactSizeIterator<Item = u64> + '_ {
         self.held.iter().map(|(_, hold, _)| hold.fence)
+    }
+
+    /// The fence of `key`'s stripe, if this guard holds it.
+    pub fn fence_of<K: std::hash::Hash + ?Sized>(&self, key: &K) -> Option<u64> {
+        let stripe = self.lock.as_ref()?.stripe_of(key);
+        self.held
+            .iter()
+            .find(|(s, _, _)| *s == stripe)
+            .map(|(_, hold, _)| hold.fence)
     }
 
     /// The number of distinct stripes held.

@@ -236,6 +236,15 @@ impl StripedLock {
         }
     }
 
+    /// The stripe of a hash: `hash & mask` is always in range.
+    #[inline]
+    pub(super) fn stripe_at(&self, stripe: usize) -> &RawLock {
+        debug_assert!(stripe < self.stripes.len());
+        // SAFETY: every caller passes `hash & self.mask` (or a number checked against the
+        // length), and there are `mask + 1` stripes.
+        unsafe { self.stripes.get_unchecked(stripe & self.mask) }
+    }
+
     /// The site an acquisition of this lock names; `InvalidArgument` for one of another lock.
     fn site_of(&self, acq: &Acquisition) -> Result<RawSite<'_>> {
         usize::try_from(acq.at)
@@ -272,8 +281,11 @@ impl StripedLock {
     #[inline]
     pub fn lock<K: Hash + ?Sized>(&self, key: &K) -> StripeGuard<&Self> {
         let stripe = self.stripe_of(key);
-        let site = self.site(stripe);
-        let fence = match site.lock.entry.try_fast(Mode::Exclusive, self.policy.fifo) {
+        let fence = match self
+            .stripe_at(stripe)
+            .entry
+            .try_fast(Mode::Exclusive, self.policy.fifo)
+        {
             Some(fence) => fence,
             None => self.lock_slow(stripe, Mode::Exclusive),
         };
@@ -322,7 +334,7 @@ impl StripedLock {
     #[inline]
     pub fn lock_shared<K: Hash + ?Sized>(&self, key: &K) -> StripeGuard<&Self> {
         let stripe = self.stripe_of(key);
-        let fence = match self.site(stripe).lock.entry.try_fast(Mode::Shared, false) {
+        let fence = match self.stripe_at(stripe).entry.try_fast(Mode::Shared, false) {
             Some(fence) => fence,
             None => self.lock_slow(stripe, Mode::Shared),
         };
@@ -367,6 +379,27 @@ impl StripedLock {
     ) -> Result<StripeGuard<&Self>> {
         let stripe = self.stripe_of(key);
         self.acquire(self, stripe, self.want(&opts), opts.wait)
+    }
+
+    /// A plain acquisition's record straight from the fast path, or `None` (take the full
+    /// path): the trait's (and so the front ends') uncontended case.
+    #[inline]
+    pub(crate) fn acquire_stripe_fast(&self, stripe: usize, mode: Mode) -> Option<Acquisition> {
+        let fence = self
+            .stripe_at(stripe)
+            .entry
+            .try_fast(mode, self.policy.fifo)?;
+        Some(Acquisition::plain(fence, stripe as u64, mode))
+    }
+
+    /// Releases a plain acquisition record on the fast path; `false` means: take the full path.
+    #[inline]
+    pub(crate) fn release_stripe_fast(&self, acq: &Acquisition) -> bool {
+        acq.is_plain()
+            && usize::try_from(acq.at).is_ok_and(|s| s < self.stripes.len())
+            && self.stripes[acq.at as usize]
+                .entry
+                .release_fast(acq.mode, acq.fence)
     }
 
     /// Acquires stripe `stripe` as `opts` says (the trait's form).
@@ -433,8 +466,14 @@ impl StripedLock {
 
     /// Whether `acquisition` is still current.
     pub fn is_current(&self, acquisition: &Acquisition) -> bool {
+        self.is_current_as(acquisition, acquisition.owner)
+    }
+
+    /// Whether `acquisition` is current and, in a reentrant lock, held by `owner`
+    /// (`threading.RLock`'s `_is_owned`).
+    pub fn is_current_as(&self, acquisition: &Acquisition, owner: Option<Owner>) -> bool {
         self.site_of(acquisition)
-            .is_ok_and(|site| site::is_current(&site, &hold_of(acquisition, acquisition.owner)))
+            .is_ok_and(|site| site::is_current(&site, &hold_of(acquisition, owner)))
     }
 
     /// Moves the end of `acquisition`'s lease to `lease` from now (and updates the record).
@@ -635,11 +674,13 @@ impl StripedLock {
 
     /// A future that resolves to the guard of `key`'s stripe (exclusive), waiting in the same
     /// queue as blocking callers.
+    #[inline]
     pub fn lock_async<K: Hash + ?Sized>(&self, key: &K) -> StripeLockFuture<&Self> {
         StripeLockFuture::new(self, self.stripe_of(key), Want::EXCLUSIVE)
     }
 
     /// Like [`lock_async`](Self::lock_async), for an `Arc`: the future is `'static`.
+    #[inline]
     pub fn lock_async_owned<K: Hash + ?Sized>(
         self: &Arc<Self>,
         key: &K,
@@ -648,11 +689,13 @@ impl StripedLock {
     }
 
     /// A future that resolves to a shared guard of `key`'s stripe.
+    #[inline]
     pub fn lock_shared_async<K: Hash + ?Sized>(&self, key: &K) -> StripeLockFuture<&Self> {
         StripeLockFuture::new(self, self.stripe_of(key), Want::SHARED)
     }
 
     /// Like [`lock_shared_async`](Self::lock_shared_async), for an `Arc`.
+    #[inline]
     pub fn lock_shared_async_owned<K: Hash + ?Sized>(
         self: &Arc<Self>,
         key: &K,
@@ -663,6 +706,7 @@ impl StripedLock {
     /// A future for `key`'s stripe as `opts` says; it resolves to `Err(TimedOut)` when its
     /// wait runs out (the executor must poll it then: give it a timer, as
     /// `tokio::time::timeout` does, or rely on the wake-up keylock arranges for that time).
+    #[inline]
     pub fn lock_with_async<K: Hash + ?Sized>(
         &self,
         key: &K,
@@ -672,6 +716,7 @@ impl StripedLock {
     }
 
     /// Like [`lock_with_async`](Self::lock_with_async), for an `Arc`.
+    #[inline]
     pub fn lock_with_async_owned<K: Hash + ?Sized>(
         self: &Arc<Self>,
         key: &K,

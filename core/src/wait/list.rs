@@ -199,6 +199,15 @@ impl WaitList {
         self.head.map(|node| unsafe { node.as_ref().links().want })
     }
 
+    /// Whether the head waiter is due to be handed the lock (see [`Completion::is_due`]).
+    #[inline]
+    pub(crate) fn front_is_due(&self, fifo: bool) -> bool {
+        match self.head {
+            Some(node) => Completion { node }.is_due(fifo),
+            None => false,
+        }
+    }
+
     /// Unlinks the head. The caller then completes it with [`Completion::grant`] or
     /// [`Completion::notify`] while it still holds the list's lock.
     #[inline]
@@ -231,9 +240,13 @@ impl Completion {
         }
         #[cfg(not(keylock_loom))]
         {
-            links
-                .since
-                .is_some_and(|t| t.elapsed() >= super::FAIR_AFTER)
+            // A task is always handed the lock: woken to compete, it would only come back for
+            // one more poll (and the lock's queue order is kept). A thread competes unless it
+            // has waited long enough: a running thread may take the lock meanwhile.
+            matches!(links.wake, Some(super::Wake::Task(_)))
+                || links
+                    .since
+                    .is_some_and(|t| t.elapsed() >= super::FAIR_AFTER)
         }
         #[cfg(keylock_loom)]
         {

@@ -20,7 +20,10 @@
 //!
 //! Notifying lets a running thread re-take a lock without a context switch (throughput, the
 //! parking_lot way); a waiter that has waited longer than [`FAIR_AFTER`] is always handed the
-//! lock, so nobody starves (eventual fairness).
+//! lock, so nobody starves (eventual fairness). An async task is always handed the lock: a task
+//! woken to compete would only come back for one more poll. A shared request never takes a lock
+//! ahead of a notified writer (FIFO between modes), and a lock object built `fifo` hands every
+//! release to the next waiter.
 //!
 //! # Custom wake-ups (for front ends)
 //!

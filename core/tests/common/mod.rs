@@ -105,6 +105,8 @@ pub(crate) struct Occupancy {
     shared: Vec<AtomicUsize>,
     /// The most exclusive holders seen inside at once, per key.
     max_exclusive: Vec<AtomicUsize>,
+    /// The most shared holders seen inside at once, per key.
+    max_shared: Vec<AtomicUsize>,
     /// Entries that found another holder inside that the lock should have kept out.
     overlaps: AtomicUsize,
     entered: AtomicUsize,
@@ -128,6 +130,7 @@ impl Occupancy {
             exclusive: zeros(),
             shared: zeros(),
             max_exclusive: zeros(),
+            max_shared: zeros(),
             overlaps: AtomicUsize::new(0),
             entered: AtomicUsize::new(0),
             completed: AtomicUsize::new(0),
@@ -154,7 +157,8 @@ impl Occupancy {
     /// A shared holder (a reader) of `key` enters.
     pub(crate) fn hold_shared(&self, key: usize) -> Inside<'_> {
         self.entered.fetch_add(1, SeqCst);
-        self.shared[key].fetch_add(1, SeqCst);
+        let n = self.shared[key].fetch_add(1, SeqCst) + 1;
+        self.max_shared[key].fetch_max(n, SeqCst);
         if self.exclusive[key].load(SeqCst) != 0 {
             self.overlaps.fetch_add(1, SeqCst);
         }
@@ -164,6 +168,16 @@ impl Occupancy {
             shared: true,
             completed: false,
         }
+    }
+
+    /// Entries that found another holder inside that the lock should have kept out.
+    pub(crate) fn overlaps(&self) -> usize {
+        self.overlaps.load(SeqCst)
+    }
+
+    /// The most shared holders of `key` seen inside at once.
+    pub(crate) fn max_shared(&self, key: usize) -> usize {
+        self.max_shared[key].load(SeqCst)
     }
 
     /// Critical sections that ran to their end.

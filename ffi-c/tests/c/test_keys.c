@@ -238,11 +238,12 @@ static void check_bytes(const char *name, const json *entry) {
     size_t len;
     uint8_t *key = hex_bytes(get(entry, "bytes")->str, repeat ? (size_t)repeat->num : 1, &len);
     keylock_pool *pool = keylock_pool_new();
+    keylock_acquisition acq = KEYLOCK_ACQUISITION_INIT;
     bool locked = false;
     /* Bytes are their own key: the pool takes exactly them. */
-    if (pool && keylock_pool_lock(pool, key, len) == KEYLOCK_OK &&
+    if (pool && keylock_pool_lock(pool, key, len, &acq) == KEYLOCK_OK &&
         keylock_pool_is_locked(pool, key, len, &locked) == KEYLOCK_OK && locked &&
-        keylock_pool_unlock(pool, key, len) == KEYLOCK_OK) {
+        keylock_pool_release(pool, &acq) == KEYLOCK_OK) {
         report(name, entry, key, len, NULL);
     } else {
         report(name, entry, NULL, 0, "a failed lock");

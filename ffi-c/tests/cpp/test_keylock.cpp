@@ -1,5 +1,8 @@
 // Tests of the RAII header include/keylock.hpp, built against the installed headers and library
-// with -fsanitize=address,undefined. Closing line: "test_keylock_cpp: N passed, M failed".
+// with -fsanitize=address,undefined (and under ThreadSanitizer by `make tsan-c`): guards carry
+// their acquisitions, a stale guard never releases the next holder, leases hand over, shared
+// holders overlap, reentrancy follows the explicit owner.
+// Closing line: "test_keylock_cpp: N passed, M failed".
 
 #include <keylock.hpp>
 
@@ -53,8 +56,12 @@ static_assert(std::is_nothrow_move_constructible_v<keylock::KeyPool>);
 static_assert(std::is_nothrow_move_assignable_v<keylock::StripedLock>);
 static_assert(!std::is_copy_constructible_v<keylock::RwLock>);
 static_assert(!std::is_copy_constructible_v<keylock::KeyPool::guard>);
+static_assert(!std::is_copy_assignable_v<keylock::KeyPool::guard>);
 static_assert(std::is_nothrow_move_constructible_v<keylock::KeyPool::guard>);
+static_assert(std::is_nothrow_move_assignable_v<keylock::StripedLock::guard>);
+static_assert(!std::is_copy_constructible_v<keylock::KeyPool::many_guard>);
 static_assert(!std::is_copy_constructible_v<keylock::RwLock::read_guard>);
+static_assert(std::is_nothrow_move_constructible_v<keylock::RwLock::write_guard>);
 static_assert(std::is_base_of_v<std::runtime_error, keylock::error>);
 
 template <class Keyed>
@@ -63,12 +70,21 @@ void keyed_guards(Keyed &keyed) {
         auto g = keyed.lock("a");
         CHECK(g.owns_lock());
         CHECK(g.key() == "a");
+        CHECK(g.mode() == keylock::mode::exclusive);
+        CHECK(g.fence() >= 1 && !g.owner_died());
+        CHECK(g.is_current());
+        CHECK(!g.lease_remaining());
         CHECK(keyed.is_locked("a"));
         CHECK(!keyed.try_lock("a"));
+        CHECK(!keyed.try_lock_shared("a"));
         CHECK(!keyed.try_lock_for("a", 10ms));
-        CHECK(!keyed.try_lock_for("a", 1us));  // rounds up to 1 ms, still times out
+        CHECK(!keyed.try_lock_shared_for("a", 1us));
         CHECK(!keyed.try_lock_for("a", -5ms));  // a negative timeout tries once
+        auto info = keyed.info("a");
+        CHECK(info && info->fence == g.fence() && info->mode == keylock::mode::exclusive);
+        CHECK(info && info->holders == 1 && info->holds == 1 && !info->lease_remaining);
     }
+    CHECK(!keyed.info("a"));
     // The longest durations saturate instead of overflowing (UBSan would catch an overflow).
     CHECK(keyed.try_lock_for("a", std::chrono::hours::max()).has_value());
     CHECK(keyed.try_lock_for("a", std::chrono::nanoseconds::max()).has_value());
@@ -85,12 +101,23 @@ void keyed_guards(Keyed &keyed) {
     }
     CHECK(!keyed.is_locked("temporary"));
 
-    // try_lock / try_lock_for give engaged optionals when the key is free.
+    // try_lock / try_lock_for give engaged optionals when the key is free; unlock once.
     if (auto g = keyed.try_lock("b")) {
         CHECK(keyed.is_locked("b"));
         g->unlock();
         CHECK(!g->owns_lock());
         CHECK_THROWS(g->unlock(), KEYLOCK_NOT_LOCKED);
+        // the std::unique_lock interface: take the same key again through the same guard
+        g->lock();
+        CHECK(g->owns_lock() && keyed.is_locked("b"));
+        CHECK_THROWS(g->lock(), KEYLOCK_WOULD_BLOCK);  // already held through this guard
+        g->unlock();
+        CHECK(g->try_lock());
+        g->unlock();
+        CHECK(g->try_lock_for(1ms));
+        CHECK_THROWS(g->try_lock_until(std::chrono::steady_clock::now() + 1ms), KEYLOCK_WOULD_BLOCK);
+        g->unlock();
+        CHECK(g->try_lock_until(std::chrono::steady_clock::now() + 1ms));
     } else {
         CHECK(!"try_lock on a free key failed");
     }
@@ -104,8 +131,43 @@ void keyed_guards(Keyed &keyed) {
         CHECK(keyed.is_locked("b"));
         g.reset();
         CHECK(keyed.is_locked("b"));
+        typename Keyed::guard other;
+        other.swap(moved);
+        CHECK(other.owns_lock() && !moved.owns_lock());
+        moved = std::move(other);
+        CHECK(moved.owns_lock() && keyed.is_locked("b"));
     }
     CHECK(!keyed.is_locked("b"));
+
+    // std::defer_lock and std::try_to_lock, as for std::unique_lock
+    {
+        typename Keyed::guard deferred(keyed, "d", std::defer_lock);
+        CHECK(!deferred.owns_lock() && !keyed.is_locked("d"));
+        deferred.lock();
+        CHECK(keyed.is_locked("d"));
+        typename Keyed::guard tried(keyed, "d", std::try_to_lock);
+        CHECK(!tried.owns_lock());
+        typename Keyed::guard shared(keyed, "e", keylock::options().shared());
+        typename Keyed::guard shared2(keyed, "e", std::try_to_lock, keylock::options().shared());
+        CHECK(shared.mode() == keylock::mode::shared && shared2.owns_lock());
+        CHECK(shared.fence() == shared2.fence());
+    }
+    CHECK(!keyed.is_locked("d") && !keyed.is_locked("e"));
+
+    // release() hands the record out; the C API releases it later
+    {
+        auto g = keyed.lock("r");
+        auto *h = g.native_handle();
+        keylock_acquisition a = g.release();
+        CHECK(!g.owns_lock() && g.native_handle() == nullptr);
+        CHECK(keyed.is_locked("r"));
+        CHECK(keylock_acquisition_is_held(&a));
+        keylock_result r;
+        if constexpr (std::is_same_v<Keyed, keylock::KeyPool>) r = keylock_pool_release(h, &a);
+        else r = keylock_striped_release(h, &a);
+        CHECK(r == KEYLOCK_OK);
+    }
+    CHECK(!keyed.is_locked("r"));
 
     // Embedded NUL bytes are part of the key.
     {
@@ -125,44 +187,155 @@ void keyed_guards(Keyed &keyed) {
     CHECK(!keyed.is_locked("unwind-1"));
     CHECK(!keyed.is_locked("unwind-2"));
 
-    // lock_many, over an initializer list and over a container.
+    // lock_many: exclusive, or a mode per key; duplicates collapse
     {
         auto both = keyed.lock_many({"m1", "m2", "m1"});
-        CHECK(both.keys().size() == 3);
+        CHECK(both.size() >= 1 && both.size() <= 2);
+        CHECK(both.fences().size() == both.size());
         CHECK(keyed.is_locked("m1") && keyed.is_locked("m2"));
+        both.unlock();
+        CHECK(!both.owns_lock());
+        CHECK_THROWS(both.unlock(), KEYLOCK_NOT_LOCKED);
     }
     CHECK(!keyed.is_locked("m1") && !keyed.is_locked("m2"));
     {
-        std::vector<std::string> keys = {"v1", "v2"};
-        auto g = keyed.lock_many(keys.begin(), keys.end());
-        CHECK(keyed.is_locked("v1"));
-        g.unlock();
-        CHECK(!keyed.is_locked("v1"));
-        CHECK_THROWS(g.unlock(), KEYLOCK_NOT_LOCKED);
+        auto g = keyed.lock_many({{"v1", keylock::mode::shared}, {"v2", keylock::mode::exclusive}});
+        CHECK(keyed.is_locked("v1") && keyed.is_locked("v2"));
+        CHECK(!keyed.try_lock("v2"));
+        auto held = keyed.lock("v3");
+        CHECK_THROWS(keyed.lock_many({{"v3", keylock::mode::shared}}, keylock::options().no_wait()),
+                     KEYLOCK_WOULD_BLOCK);
+        CHECK_THROWS(keyed.lock_many({{"v3", keylock::mode::exclusive}}, keylock::options().timeout(2ms)),
+                     KEYLOCK_TIMEOUT);
     }
+    CHECK(!keyed.is_locked("v1") && !keyed.is_locked("v3"));
 
     // Errors from the library carry their code.
-    CHECK_THROWS(keyed.lock_many({}), KEYLOCK_INVALID_ARGUMENT);
+    CHECK_THROWS(keyed.lock_many(std::initializer_list<std::string_view>{}), KEYLOCK_INVALID_ARGUMENT);
     try {
-        (void)keyed.lock_many({});
+        (void)keyed.lock_many(std::initializer_list<std::string_view>{});
     } catch (const keylock::error &e) {
         CHECK(std::strncmp(e.what(), "KEYLOCK_INVALID_ARGUMENT", 24) == 0);
+    }
+    CHECK_THROWS(keyed.lock("k", keylock::options().lease(0ms)), KEYLOCK_INVALID_ARGUMENT);
+    CHECK_THROWS(keyed.lock("k", keylock::options().lease(-1s)), KEYLOCK_INVALID_ARGUMENT);
+}
+
+// Ownership: a stale guard (force-unlocked, or its lease ran out) never releases the next
+// holder, whether it is unlocked or destroyed; fences rise; leases hand over.
+template <class Keyed>
+void keyed_ownership(Keyed &keyed) {
+    {
+        auto g1 = keyed.lock("row");
+        CHECK(keyed.force_unlock("row"));
+        CHECK(!g1.is_current());
+        auto g2 = keyed.lock("row");
+        CHECK(g2.fence() > g1.fence());
+        CHECK_THROWS(g1.unlock(), KEYLOCK_NOT_OWNER);  // refused...
+        CHECK(!g1.owns_lock());
+        CHECK(keyed.is_locked("row") && g2.is_current());  // ...and the next holder keeps it
+    }
+    CHECK(!keyed.is_locked("row"));
+    CHECK(!keyed.force_unlock("row"));
+    {
+        std::optional<typename Keyed::guard> next;
+        {
+            auto stale = keyed.lock("row");
+            keyed.force_unlock("row");
+            next = keyed.lock("row");
+        }  // the stale guard's destructor runs here: it must release nothing
+        CHECK(keyed.is_locked("row") && next->is_current());
+        CHECK(!keyed.try_lock("row"));
+    }
+    CHECK(!keyed.is_locked("row"));
+
+    // leases
+    {
+        auto start = std::chrono::steady_clock::now();
+        auto leased = keyed.lock("job", keylock::options().lease(100ms));
+        CHECK(leased.lease_remaining() && *leased.lease_remaining() <= 100ms);
+        auto next = keyed.try_lock_for("job", 2100ms);  // the bound: lease plus two seconds
+        CHECK(next.has_value());
+        CHECK(std::chrono::steady_clock::now() - start >= 100ms);
+        CHECK(next && next->fence() > leased.fence());
+        CHECK(leased.lease_remaining() == std::chrono::nanoseconds(0));
+        CHECK_THROWS(leased.extend(1s), KEYLOCK_LEASE_EXPIRED);
+        CHECK_THROWS(leased.unlock(), KEYLOCK_LEASE_EXPIRED);
+        CHECK(next && next->is_current());
+    }
+    {
+        auto g = keyed.lock("job", keylock::options().lease(60s));
+        g.extend(120s);
+        CHECK(*g.lease_remaining() > 60s);
+        auto info = keyed.info("job");
+        CHECK(info && info->lease_remaining && *info->lease_remaining > 60s);
+        auto plain = keyed.lock("plain");
+        CHECK_THROWS(plain.extend(1s), KEYLOCK_INVALID_ARGUMENT);  // no lease to extend
+    }
+
+    // shared holders read the current fence; an exclusive one after them has a higher one
+    {
+        std::uint64_t f;
+        { f = keyed.lock("doc").fence(); }
+        auto r1 = keyed.lock_shared("doc");
+        auto r2 = keyed.lock_shared("doc");
+        CHECK(r1.fence() == f && r2.fence() == f && r1.mode() == keylock::mode::shared);
+        CHECK(keyed.info("doc")->holders == 2);
+        r1.unlock();
+        r2.unlock();
+        CHECK(keyed.lock("doc").fence() > f);
     }
 }
 
 void test_keypool() {
     keylock::KeyPool pool;
     keyed_guards(pool);
+    keyed_ownership(pool);
 }
 
 void test_striped() {
     keylock::StripedLock striped(256);
     keyed_guards(striped);
+    keyed_ownership(striped);
     keylock::StripedLock one(1);  // every key shares the one stripe
     auto g = one.lock("p");
     CHECK(!one.try_lock("q"));
     CHECK_THROWS(keylock::StripedLock(0), KEYLOCK_INVALID_ARGUMENT);
     CHECK_THROWS(keylock::StripedLock(static_cast<std::size_t>(KEYLOCK_MAX_STRIPES) + 1), KEYLOCK_INVALID_ARGUMENT);
+    auto opened = keylock::StripedLock::open("local:", keylock::open_options().stripes(8));
+    CHECK(opened.lock("k").owns_lock());
+    CHECK_THROWS(keylock::StripedLock::open("bogus:"), KEYLOCK_INVALID_ARGUMENT);
+}
+
+// Reentrancy with an explicit owner, on a pool and a striped lock opened reentrant.
+template <class Keyed>
+void keyed_reentrant(Keyed keyed) {
+    auto me = keylock::options().owner(7);
+    {
+        auto outer = keyed.lock("k", me);
+        auto inner = keyed.lock("k", me);
+        CHECK(outer.fence() == inner.fence());
+        CHECK(keyed.info("k")->holds == 2 && keyed.info("k")->owner == 7);
+        CHECK(!keyed.try_lock("k", keylock::options().owner(8).no_wait()));
+        CHECK(!keyed.try_lock("k"));
+        inner.unlock();
+        CHECK(keyed.is_locked("k"));
+    }
+    CHECK(!keyed.is_locked("k"));
+}
+
+void test_open_and_reentrancy() {
+    keyed_reentrant(keylock::KeyPool::open("local:", keylock::open_options().reentrant()));
+    keyed_reentrant(keylock::StripedLock::open("local:", keylock::open_options().reentrant().stripes(64)));
+    auto fifo = keylock::KeyPool::open("", keylock::open_options().fifo());
+    CHECK(fifo.lock("k").owns_lock());
+    CHECK_THROWS(keylock::KeyPool::open("nope"), KEYLOCK_INVALID_ARGUMENT);
+    CHECK_THROWS(keylock::KeyPool::open("local:", keylock::open_options().stripes(4)), KEYLOCK_INVALID_ARGUMENT);
+    CHECK_THROWS(keylock::KeyPool::open("local:", keylock::open_options().capacity(4)), KEYLOCK_INVALID_ARGUMENT);
+    // a non-reentrant pool ignores the owner: a second acquire by the same owner waits
+    keylock::KeyPool plain;
+    auto g = plain.lock("k", keylock::options().owner(7));
+    CHECK(!plain.try_lock("k", keylock::options().owner(7).no_wait()));
 }
 
 void test_moved_from_handles() {
@@ -187,6 +360,10 @@ void test_moved_from_handles() {
     CHECK_THROWS(r1.read(), KEYLOCK_NULL_ARGUMENT);
     r1 = std::move(r2);
     { auto w = r1.write(); }
+    keylock::KeyPool::guard empty;
+    CHECK(!empty.owns_lock() && !empty.is_current());
+    CHECK_THROWS(empty.unlock(), KEYLOCK_NOT_LOCKED);
+    CHECK_THROWS(empty.lock(), KEYLOCK_NULL_ARGUMENT);
     // a, b, s2, r2 are destroyed here, moved-from: that must be safe.
 }
 
@@ -195,18 +372,24 @@ void test_rwlock() {
     {
         auto r1 = rw.read();
         auto r2 = rw.read();
+        CHECK(r1.fence() == 0);
         CHECK(!rw.try_write());
         CHECK(!rw.try_write_for(5ms));
         CHECK(rw.try_read().has_value());
     }
+    std::uint64_t fence;
     {
         auto w = rw.write();
+        fence = w.fence();
+        CHECK(fence >= 1);
         CHECK(!rw.try_read());
         CHECK(!rw.try_read_for(5ms));
         CHECK(!rw.try_write());
         w.unlock();
         CHECK_THROWS(w.unlock(), KEYLOCK_NOT_LOCKED);
-        CHECK(rw.try_write().has_value());
+        auto again = rw.try_write();
+        CHECK(again.has_value() && again->fence() > fence);
+        fence = again ? again->fence() : fence;
     }
     try {
         auto w = rw.write();
@@ -215,22 +398,61 @@ void test_rwlock() {
     }
     CHECK(rw.try_write_for(1h).has_value());  // released by the unwind
 
-    // The standard lock types work with it.
+    // the std::shared_lock / std::unique_lock interface of the guards
     {
-        std::unique_lock<keylock::RwLock> w(rw);
-        CHECK(!rw.try_lock_shared());
-    }
-    {
-        std::shared_lock<keylock::RwLock> r(rw);
-        std::shared_lock<keylock::RwLock> r2(rw, 10ms);
-        CHECK(r2.owns_lock());
-        std::unique_lock<keylock::RwLock> w(rw, std::try_to_lock);
+        keylock::RwLock::write_guard w(rw, std::defer_lock);
         CHECK(!w.owns_lock());
-        CHECK(!rw.try_lock_until(std::chrono::steady_clock::now() + 5ms));
+        w.lock();
+        CHECK(w.owns_lock() && w.fence() > fence);
+        keylock::RwLock::read_guard r(rw, std::try_to_lock);
+        CHECK(!r.owns_lock());
+        CHECK(!r.try_lock_for(2ms));
+        CHECK(!r.try_lock_until(std::chrono::steady_clock::now() + 2ms));
+        w.unlock();
+        CHECK(r.try_lock());
+        keylock::RwLock::read_guard r2(rw);
+        CHECK(r2.owns_lock());
+        keylock::RwLock::read_guard r3;
+        r3.swap(r2);
+        CHECK(r3.owns_lock() && !r2.owns_lock());
+        CHECK_THROWS(r2.lock(), KEYLOCK_NULL_ARGUMENT);
+        keylock_acquisition handed = r3.release();
+        CHECK(keylock_rwlock_release(rw.native_handle(), &handed) == KEYLOCK_OK);
     }
-    { std::lock_guard<keylock::RwLock> w(rw); }
-    CHECK_THROWS(rw.unlock(), KEYLOCK_NOT_LOCKED);
-    CHECK_THROWS(rw.unlock_shared(), KEYLOCK_NOT_LOCKED);
+    CHECK(rw.try_write().has_value());
+}
+
+// N shared holders inside at once (pool and RwLock readers): each waits inside for the others.
+void test_shared_overlap() {
+    constexpr int n = 4;
+    keylock::KeyPool pool;
+    keylock::RwLock rw;
+    std::atomic<int> in_pool{0}, in_rw{0}, max_pool{0}, max_rw{0};
+    auto wait_for_all = [](std::atomic<int> &inside, std::atomic<int> &max) {
+        int now = ++inside;
+        int m = max.load();
+        while (now > m && !max.compare_exchange_weak(m, now)) {}
+        auto deadline = std::chrono::steady_clock::now() + 10s;
+        while (inside.load() < n && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+        int m2 = max.load(), seen = inside.load();
+        while (seen > m2 && !max.compare_exchange_weak(m2, seen)) {}
+    };
+    std::vector<std::thread> ts;
+    for (int t = 0; t < n; t++)
+        ts.emplace_back([&] {
+            {
+                auto g = pool.lock_shared("doc");
+                wait_for_all(in_pool, max_pool);
+            }
+            {
+                auto r = rw.read();
+                wait_for_all(in_rw, max_rw);
+            }
+        });
+    for (auto &th : ts) th.join();
+    CHECK(max_pool == n);
+    CHECK(max_rw == n);
+    CHECK(!pool.is_locked("doc"));
 }
 
 // Who is inside a critical section, counted as it happens: the holders inside at each entry
@@ -246,13 +468,14 @@ struct Occupancy {
             o.entered++;
             if (shared) {
                 o.shared++;
-                if (o.exclusive.load() != 0) o.overlaps++;
+                if (o.exclusive.load() != 0) o.overlap("a reader inside with a writer");
                 return;
             }
             long n = ++o.exclusive;
             long max = o.max_exclusive.load();
             while (n > max && !o.max_exclusive.compare_exchange_weak(max, n)) {}
-            if (n > 1 || o.shared.load() != 0) o.overlaps++;
+            if (n > 1) o.overlap("two exclusive holders inside at once");
+            else if (o.shared.load() != 0) o.overlap("a writer inside with readers");
         }
         Inside(const Inside &) = delete;
         Inside &operator=(const Inside &) = delete;
@@ -267,6 +490,11 @@ struct Occupancy {
         bool shared_;
         bool done_ = false;
     };
+
+    // Counts an overlap, and reports the first one at once: a broken lock may hang later.
+    void overlap(const char *what) {
+        if (++overlaps == 1) std::fprintf(stderr, "  overlap: %s\n", what);
+    }
 
     // One holder at a time, every entry completed or interrupted, nobody inside now.
     void check(const char *what) const {
@@ -310,20 +538,30 @@ void test_threads() {
                 } catch (const Injected &) {
                 }
                 {
+                    auto r = pool.lock_shared(t % 2 ? "odd" : "even");  // shared beside none
+                    Occupancy::Inside inside(in_pool[t % 2], true);
+                    inside.complete();
+                }
+                {
                     auto g = striped.lock_many({"x", "y"});
                     Occupancy::Inside inside(in_striped, false);
-                    striped_count++;
+                    long v = striped_count;
+                    std::this_thread::yield();
+                    striped_count = v + 1;
                     inside.complete();
                 }
                 {
                     auto w = rw.write();
                     Occupancy::Inside inside(in_rw, false);
-                    rw_count++;
+                    long v = rw_count;
+                    std::this_thread::yield();
+                    rw_count = v + 1;
                     inside.complete();
                 }
                 {
                     auto r = rw.read();
                     Occupancy::Inside inside(in_rw, true);
+                    std::this_thread::yield();
                     inside.complete();
                 }
             }
@@ -333,11 +571,13 @@ void test_threads() {
     for (auto &o : in_pool) o.check("pool");
     in_striped.check("striped");
     in_rw.check("rwlock");
-    CHECK(pool_count[0] == in_pool[0].completed);
-    CHECK(pool_count[1] == in_pool[1].completed);
+    // each pool key: threads/2 * iters exclusive entries (some interrupted) and as many shared
+    const long per_key = long{threads / 2} * iters;
+    CHECK(pool_count[0] == in_pool[0].completed - per_key);
+    CHECK(pool_count[1] == in_pool[1].completed - per_key);
     CHECK(in_pool[0].interrupted + in_pool[1].interrupted > 0);
-    CHECK(in_pool[0].entered == long{threads / 2} * iters);
-    CHECK(in_pool[1].entered == long{threads / 2} * iters);
+    CHECK(in_pool[0].entered == 2 * per_key);
+    CHECK(in_pool[1].entered == 2 * per_key);
     CHECK(striped_count == long{threads} * iters);
     CHECK(rw_count == long{threads} * iters);
     CHECK(!pool.is_locked("odd") && !pool.is_locked("even"));
@@ -368,10 +608,12 @@ void watchdog(int) {
 int main() {
     std::signal(SIGALRM, watchdog);
     alarm(120);
-    run("keypool_guards", test_keypool);
-    run("striped_guards", test_striped);
+    run("keypool_guards_and_ownership", test_keypool);
+    run("striped_guards_and_ownership", test_striped);
+    run("open_and_reentrancy", test_open_and_reentrancy);
     run("moved_from_handles", test_moved_from_handles);
     run("rwlock_guards", test_rwlock);
+    run("shared_overlap", test_shared_overlap);
     run("threads_exact_counts_and_exceptions", test_threads);
     std::printf("test_keylock_cpp: %d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;

@@ -2,25 +2,101 @@
 
 from collections.abc import Generator, Iterable
 from types import TracebackType
-from typing import Any, ClassVar, Final, Generic, TypedDict, TypeVar, Union, final
+from typing import Any, ClassVar, Final, Generic, Literal, TypedDict, TypeVar, final
+
+from typing_extensions import disjoint_base
 
 _T = TypeVar("_T")
 
 __version__: Final[str]
 _BUILD: Final[str]
-"""Which wheel this is: "abi3, CPython >= 3.9", "abi3, CPython >= 3.10" or "version-specific"."""
+"""Which wheel this is: "abi3, CPython >= 3.10"."""
 
-Key = Union[str, bytes, bytearray, memoryview, int]
+Key = str | bytes | bytearray | memoryview | int
 """A key: str (UTF-8), bytes, bytearray, memoryview, or int (8 bytes, signed 64-bit big-endian)."""
 
-class LockTimeout(TimeoutError):
-    """Raised by `with`/`async with` on a handle made with a timeout when the wait runs out."""
+Mode = Literal["exclusive", "shared"]
+"""How an acquisition holds its key: alone, or with other shared holders."""
 
-class NotLockedError(RuntimeError):
-    """Raised by `release()` when the key (or stripe, or lock) is not locked."""
+Entry = Key | tuple[Key, Mode]
+"""A lock_many entry: a key (taken exclusively) or a (key, mode) pair."""
+
+# ---- exceptions: one per status of the core's table, each with its `status` and `code` ----
+
+class KeylockError(Exception):
+    """Base class of keylock's own exceptions. Each subclass also derives from the standard
+    exception that threading code already catches, and carries the `status` name and `code`
+    number that every keylock front end (C, Node, Rust) reports."""
+
+class WouldBlockError(KeylockError, BlockingIOError):
+    """The lock is held and the call was not to wait. (A non-blocking `acquire` returns False
+    instead of raising this.)"""
+
+    status: ClassVar[str]
+    code: ClassVar[int]
+
+class LockTimeout(KeylockError, TimeoutError):
+    """Raised by `with` / `async with` on a handle made with a timeout when the wait runs out
+    (`acquire` returns False instead)."""
+
+    status: ClassVar[str]
+    code: ClassVar[int]
+
+class NotLockedError(KeylockError, RuntimeError):
+    """Raised by `release()` of a handle that holds nothing, as threading.Lock raises
+    RuntimeError."""
+
+    status: ClassVar[str]
+    code: ClassVar[int]
+
+class NotOwnerError(KeylockError, RuntimeError):
+    """The acquisition is no longer the lock's current one (it was force-unlocked), or the
+    caller does not own it (a reentrant handle released by another thread or task, as
+    threading.RLock raises RuntimeError). The lock's current holder is untouched."""
+
+    status: ClassVar[str]
+    code: ClassVar[int]
+
+class LeaseExpiredError(NotOwnerError):
+    """The acquisition's lease ran out: the lock freed itself and may have had another holder
+    since, so the work done under it was not protected to its end."""
+
+class ReentrancyLimitError(KeylockError, OverflowError):
+    """A reentrant acquire past the hold-count limit (threading.RLock raises OverflowError when
+    its count would overflow)."""
+
+    status: ClassVar[str]
+    code: ClassVar[int]
+
+class CapacityExceededError(KeylockError, RuntimeError):
+    """A lock table of fixed size (shared memory) is full: every entry is held or awaited."""
+
+    status: ClassVar[str]
+    code: ClassVar[int]
+
+class IncompatibleError(KeylockError, RuntimeError):
+    """A lock object made elsewhere does not match this build (another layout, version or
+    capacity, or a corrupt header)."""
+
+    status: ClassVar[str]
+    code: ClassVar[int]
+
+class PermissionDeniedError(KeylockError, PermissionError):
+    """The operating system refused access to the lock object."""
+
+    status: ClassVar[str]
+    code: ClassVar[int]
+
+class UnavailableError(KeylockError, OSError):
+    """The place the lock lives could not be reached (an I/O error, a refused or lost
+    connection)."""
+
+    status: ClassVar[str]
+    code: ClassVar[int]
 
 def key_bytes(key: Key, /) -> bytes:
-    """Return the bytes that `key` stands for; keys with the same bytes are the same key.
+    """Return the bytes that `key` stands for: every keylock primitive locks by these bytes, so
+    two keys with the same bytes are the same key (also across C, Node and Rust).
 
     str -> UTF-8; bytes, bytearray, memoryview -> their contents; int -> 8 bytes, signed 64-bit
     big-endian two's complement (OverflowError outside that range); bool and other types ->
@@ -32,43 +108,68 @@ def _resolve(fut: Any) -> None:
 
 @final
 class _Acquire(Generic[_T]):
-    """Awaitable returned by `acquire_async()` (result: bool) and `__aenter__()` (None).
+    """Awaitable returned by `acquire_async()` (result: bool) and, when the lock is taken,
+    by `__aenter__()` (None).
 
-    Throwing into it or closing it (what a cancelled task does) cancels the wait exactly.
+    It implements the coroutine protocol (`send`, `throw`, `close`) so that the awaiting task
+    can cancel it: a throw or close drops the core's future, which cancels the wait exactly.
     """
 
     def __await__(self) -> Generator[Any, None, _T]: ...
     def __iter__(self) -> _Acquire[_T]: ...
     def __next__(self) -> Any: ...
-    def send(self, value: Any, /) -> Any: ...
-    def throw(self, typ: Any, val: Any = None, tb: Any = None, /) -> Any: ...
-    def close(self) -> None: ...
+    def send(self, value: Any, /) -> Any:
+        """Resume the acquire (the value sent is ignored)."""
+
+    def throw(self, typ: Any, val: Any = None, tb: Any = None, /) -> Any:
+        """Cancel the wait (nothing stays held), then raise the exception thrown in."""
+
+    def close(self) -> None:
+        """Cancel the wait; nothing stays held."""
+
+    def _on_timeout(self) -> None:
+        """Timer callback: give up after one last poll."""
 
 @final
 class _Ready:
-    """An awaitable that is already done (returned by `__aexit__`)."""
+    """An awaitable that is already done, with result None: returned by `__aexit__` (which
+    releases at once) and by `__aenter__` when the lock was free. Awaiting it neither suspends
+    the task nor raises StopIteration. There is one, shared by every such call."""
 
     def __await__(self) -> Generator[Any]: ...
     def __iter__(self) -> _Ready: ...
-    def __next__(self) -> Any: ...
-    def send(self, value: Any, /) -> Any: ...
-    def throw(self, typ: Any, val: Any = None, tb: Any = None, /) -> Any: ...
-    def close(self) -> None: ...
+    def __next__(self) -> None: ...
 
+@disjoint_base
 class LockHandle:
     """Base class of every keylock lock handle.
 
     A handle follows `threading.Lock`'s protocol (`acquire`, `release`, `locked`, `with`) and
     asyncio's (`async with`, `await acquire_async()`), so code written for a `threading.Lock`
-    works unchanged. Handles hold no state of their own: any number of handles for the same key
-    are interchangeable, and any thread may release what another acquired.
+    works unchanged; a handle of a reentrant lock object follows `threading.RLock`'s. Handles
+    are made by `lock`, `read`, `write` and `lock_many` of KeyPool and StripedLock, and by
+    `RwLock.read` and `RwLock.write`. A handle keeps the record of every acquisition it made and
+    releases exactly those: a stale record (force-unlocked, or its lease ran out) never releases
+    the key's next holder.
     """
 
     @property
     def timeout(self) -> float | None:
-        """The limit for `with` and `async with`, in seconds (None: no limit)."""
+        """The `timeout` this handle was made with: the limit for `with` and `async with`."""
 
-    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+    @property
+    def lease(self) -> float | None:
+        """The `lease` this handle was made with (seconds), used by every acquire that gives
+        none."""
+
+    @property
+    def owner_died(self) -> bool:
+        """Whether the previous holder of the lock died holding it (cross-process scopes only):
+        the data it protected may be half-changed. False if the handle holds nothing."""
+
+    def acquire(
+        self, blocking: bool = True, timeout: float = -1, *, lease: float | None = None
+    ) -> bool:
         """Acquire the lock, blocking or non-blocking, as `threading.Lock.acquire` does.
 
         With `blocking` true (the default) wait until the lock is taken, at most `timeout`
@@ -76,25 +177,46 @@ class LockHandle:
         that raises (Ctrl-C) interrupts the wait within 100 ms, leaving the lock not taken.
         Return True if the lock was taken, False if not. Arguments are checked exactly as
         `threading.Lock.acquire` checks them (ValueError, OverflowError past
-        `threading.TIMEOUT_MAX`, TypeError).
+        `threading.TIMEOUT_MAX`, TypeError). `lease` (seconds; default: the handle's) ends the
+        acquisition by itself after that long.
         """
 
     def release(self) -> None:
-        """Release the lock. Any thread may release it.
+        """Release the handle's newest acquisition. Any thread may release it, except in a
+        reentrant lock object, where only the thread or task that acquired it may.
 
-        Raises keylock.NotLockedError (a RuntimeError) if it is not locked.
+        Raises keylock.NotLockedError (a RuntimeError) if the handle holds nothing;
+        keylock.NotOwnerError (a RuntimeError) for a reentrant handle the caller holds nothing
+        through, or for an acquisition that was force-unlocked; keylock.LeaseExpiredError when
+        its lease ran out. The key's current holder is never touched.
         """
 
     def locked(self) -> bool:
-        """Return True if the lock is held (by anyone): a non-blocking acquire would fail."""
+        """Return True if the lock is held (by anyone) so that a non-blocking acquire through
+        this handle would fail: for a shared handle, while an exclusive holder holds it."""
 
-    def acquire_async(self, timeout: float | None = None) -> _Acquire[bool]:
+    def acquire_async(
+        self, timeout: float | None = None, *, lease: float | None = None
+    ) -> _Acquire[bool]:
         """Acquire without blocking the event loop; return True once taken, False if `timeout`
         (seconds, None for no limit) ran out first.
 
         The wait occupies no thread. Cancelling the awaiting task (task.cancel(),
         asyncio.wait_for, asyncio.timeout) leaves the lock not taken by it.
         """
+
+    def is_current(self) -> bool:
+        """Whether the newest acquisition still holds the lock: False once it was released,
+        force-unlocked or its lease ran out (or if the handle holds nothing)."""
+
+    def lease_remaining(self) -> float | None:
+        """Seconds left on the newest acquisition's lease (0.0 once it ran out), None if it has
+        no lease. NotLockedError if the handle holds nothing."""
+
+    def extend(self, seconds: float) -> None:
+        """Move the end of the newest acquisition's lease to `seconds` from now. Raises
+        LeaseExpiredError if it already ran out (or NotOwnerError if it was force-unlocked), and
+        ValueError if the acquisition has no lease."""
 
     def __enter__(self) -> bool:
         """Acquire (within the handle's timeout, else raise keylock.LockTimeout); return True."""
@@ -105,11 +227,14 @@ class LockHandle:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        """Release the lock, whatever the exception."""
+        """Release, whatever the exception. A release refused because the acquisition went
+        stale (its lease ran out, or it was force-unlocked) raises LeaseExpiredError /
+        NotOwnerError, unless another exception is already propagating."""
 
-    def __aenter__(self) -> _Acquire[None]:
-        """Acquire without blocking the event loop (within the handle's timeout, else raise
-        keylock.LockTimeout)."""
+    def __aenter__(self) -> _Acquire[None] | _Ready:
+        """Awaitable: acquire without blocking the event loop (within the handle's timeout,
+        else raise keylock.LockTimeout). A free lock is taken by this call itself, so awaiting
+        the result suspends nothing."""
 
     def __aexit__(
         self,
@@ -117,32 +242,91 @@ class LockHandle:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> _Ready:
-        """Release the lock, whatever the exception."""
+        """Release, whatever the exception (as `__exit__`); the awaitable is already done."""
 
 @final
 class KeyLock(LockHandle):
-    """The lock of one key, from `KeyPool.lock(key)` or `StripedLock.lock(key)`.
+    """The lock of one key, from `lock(key)`, `read(key)` or `write(key)` of a KeyPool or a
+    StripedLock (of a lock object that is not reentrant).
 
     Works like a `threading.Lock` (acquire/release/locked/with, and as the lock of a
-    `threading.Condition`) and with asyncio (`async with`, `await acquire_async()`).
+    `threading.Condition`) and with asyncio (`async with`, `await acquire_async()`). `mode` is
+    "exclusive" (lock, write) or "shared" (read: any number of shared holders at once).
     """
 
     @property
     def key(self) -> bytes:
         """The key, as the bytes it stands for (see keylock.key_bytes)."""
 
+    @property
+    def mode(self) -> Mode:
+        """ "exclusive" or "shared"."""
+
+    @property
+    def fence(self) -> int | None:
+        """The fencing token of the handle's newest acquisition (None if it holds nothing): it
+        rises each time the key passes to a new exclusive holder, so a store that remembers the
+        highest fence it saw can reject a write from a holder whose lock was lost since."""
+
+@final
+class ReentrantKeyLock(LockHandle):
+    """The lock of one key in a reentrant KeyPool or StripedLock, from `lock(key)` or
+    `write(key)`: it follows `threading.RLock`'s protocol. The owner is the calling thread, or
+    the current asyncio task inside asyncio: the owner may acquire again (each acquire needs its
+    release, and keeps the fence), and only the owner may release (RuntimeError otherwise).
+    Usable as the lock of a `threading.Condition`, like an RLock."""
+
+    @property
+    def key(self) -> bytes:
+        """The key, as the bytes it stands for (see keylock.key_bytes)."""
+
+    @property
+    def mode(self) -> Mode:
+        """ "exclusive" or "shared"."""
+
+    @property
+    def fence(self) -> int | None:
+        """The fencing token of the handle's newest acquisition (None if it holds nothing). A
+        reentrant acquire keeps the holder's fence."""
+
+    def _is_owned(self) -> bool:
+        """Whether the calling thread or task holds the key through this handle (for
+        threading.Condition)."""
+
+    def _recursion_count(self) -> int:
+        """How many times the calling thread or task holds the key through this handle."""
+
+    def _release_save(self) -> tuple[int, int]:
+        """Release every hold of the caller and return the state that `_acquire_restore` takes
+        back (for threading.Condition.wait); RuntimeError if the caller holds nothing here."""
+
+    def _acquire_restore(self, state: tuple[int, int], /) -> None:
+        """Take the key again as many times as `_release_save` released it (blocking). `state`
+        is what `_release_save` returned: a 2-item sequence of ints (checked as RLock checks
+        it)."""
+
 @final
 class ManyLock(LockHandle):
-    """Several keys taken together, from `lock_many(keys)`: all of them or none,
-    deadlock-free whatever order other callers name them in.
+    """Several keys taken together, from `lock_many(keys)`: all of them or none, deadlock-free
+    whatever order other callers name them in, each key in its own mode.
 
     Usable with `with` and `async with`, and with the same acquire/release/locked protocol as
-    KeyLock (`locked()` is True when any of the keys is held).
+    KeyLock (`locked()` is True when any of the keys would block).
     """
 
     @property
     def keys(self) -> list[bytes]:
         """The keys, as the bytes they stand for, in the order given."""
+
+    @property
+    def modes(self) -> list[Mode]:
+        """The mode of each key ("exclusive" or "shared"), in the order given."""
+
+    @property
+    def fences(self) -> list[int] | None:
+        """The fence of each lock the newest acquisition took (one per distinct key, or
+        stripe), in the order of the keys' first occurrence (keys that share a stripe share
+        one); None if the handle holds nothing."""
 
 @final
 class ReadLock(LockHandle):
@@ -153,6 +337,43 @@ class ReadLock(LockHandle):
 class WriteLock(LockHandle):
     """The exclusive (write) side of an RwLock, from `RwLock.write()`. `locked()` is True while
     anyone (reader or writer) holds the lock."""
+
+    @property
+    def fence(self) -> int | None:
+        """The fencing token of the handle's newest write acquisition (None if it holds
+        nothing): greater than every earlier writer's."""
+
+@final
+class LockInfo:
+    """What `info(key)` reports about a held key: a snapshot."""
+
+    @property
+    def fence(self) -> int:
+        """The current fence: the exclusive holder's, or for shared holders the one they read."""
+
+    @property
+    def mode(self) -> Mode:
+        """ "exclusive" or "shared"."""
+
+    @property
+    def holders(self) -> int:
+        """Holders now (1 for an exclusive holder)."""
+
+    @property
+    def holds(self) -> int:
+        """The exclusive holder's hold count (above 1 only for reentrant acquisitions)."""
+
+    @property
+    def owner(self) -> int | None:
+        """The exclusive holder's owner number, in a reentrant lock object."""
+
+    @property
+    def lease_remaining(self) -> float | None:
+        """Seconds left on the earliest lease among the holders, if any has one."""
+
+    @property
+    def waiters(self) -> int:
+        """Callers waiting for the key."""
 
 class PoolStats(TypedDict):
     """Counters of a KeyPool."""
@@ -165,34 +386,99 @@ class PoolStats(TypedDict):
     """Keys held or awaited now."""
     entries_allocated: int
     """The pool's memory, in keys (slots in use or kept for reuse)."""
-    peak_held: int
-    """An upper bound on the most keys held or awaited at once."""
-    acquisitions: int
-    """Acquisitions so far."""
+    peak_in_use: int
+    """The sum over shards of the most slots in use that each counted (bounds the memory)."""
     contended: int
     """Acquisitions that found the key held and had to wait."""
 
+@disjoint_base
+class KeyedLock:
+    """Base class of KeyPool and StripedLock: a lock object with a lock per key (or per stripe),
+    opened by name. Every lock is reached through a handle (`lock`, `read`, `write`,
+    `lock_many`); the lock object itself can force a key free and say who holds it."""
+
+    @property
+    def name(self) -> str:
+        """The name the lock object was opened with ("local:" for one made in this process)."""
+
+    @property
+    def reentrant(self) -> bool:
+        """Whether the lock object is reentrant: a thread (or asyncio task) that holds a key may
+        acquire it again, and only it may release it, as with threading.RLock."""
+
+    @property
+    def fifo(self) -> bool:
+        """Whether every release hands the lock to the next waiter in order (strict FIFO, as
+        the Web Locks API specifies) instead of letting a newcomer take a free lock first."""
+
+    def lock(
+        self, key: Key, timeout: float | None = None, *, lease: float | None = None
+    ) -> KeyLock | ReentrantKeyLock:
+        """Return the exclusive lock handle of `key`. `timeout` (seconds, None for no limit)
+        bounds the wait of `with` / `async with`, which raise keylock.LockTimeout when it runs
+        out; `lease` (seconds) makes every acquisition through the handle end by itself after
+        that long. In a reentrant lock object the handle is a ReentrantKeyLock."""
+
+    def read(
+        self, key: Key, timeout: float | None = None, *, lease: float | None = None
+    ) -> KeyLock:
+        """Return the shared lock handle of `key`: any number of shared holders at once, no
+        exclusive holder meanwhile (a shared request behind a waiting exclusive one waits: FIFO
+        per key). Same arguments as `lock`."""
+
+    def write(
+        self, key: Key, timeout: float | None = None, *, lease: float | None = None
+    ) -> KeyLock | ReentrantKeyLock:
+        """Return the exclusive lock handle of `key` (the same as `lock`, named as the partner
+        of `read`)."""
+
+    def lock_many(
+        self, keys: Iterable[Entry], timeout: float | None = None, *, lease: float | None = None
+    ) -> ManyLock:
+        """Return a handle that takes every key of `keys` together (deadlock-free, all or none)
+        and releases them together; use it with `with` or `async with`. Each entry is a key
+        (taken exclusively) or a `(key, mode)` pair, mode "exclusive" or "shared"."""
+
+    def force_unlock(self, key: Key) -> bool:
+        """Free `key` whoever holds it (in either mode), advancing its fence, for a lock left
+        behind by a holder that will never release it. The old holders' handles then release
+        nothing (their `release()` raises NotOwnerError). Return whether the key was held."""
+
+    def is_locked(self, key: Key) -> bool:
+        """Return True if `key` is held now (by this key or, in a StripedLock, by another on its
+        stripe)."""
+
+    def info(self, key: Key) -> LockInfo | None:
+        """Return who holds `key` and how (a snapshot), or None when it is free."""
+
 @final
-class KeyPool:
+class KeyPool(KeyedLock):
     """A lock per key, exact (two different keys never block each other), with memory only for
     the keys held or waited for right now: the drop-in replacement for a dict of threading.Lock.
 
-    `pool.lock(key)` returns a KeyLock handle that follows threading.Lock's protocol and
-    asyncio's (`with`, `async with`, acquire/release/locked). Keys are str (UTF-8), bytes,
-    bytearray, memoryview or int (see keylock.key_bytes).
+    `pool.lock(key)` returns a handle that follows threading.Lock's protocol and asyncio's
+    (`with`, `async with`, acquire/release/locked); `pool.read(key)` a shared one. With
+    `reentrant=True` handles follow threading.RLock's protocol; with `fifo=True` every release
+    hands the key to the next waiter in order. Keys are str (UTF-8), bytes, bytearray,
+    memoryview or int (see keylock.key_bytes).
     """
 
-    def __new__(cls) -> KeyPool: ...
-    def lock(self, key: Key, timeout: float | None = None) -> KeyLock:
-        """Return the lock handle of `key`. `timeout` (seconds, None for no limit) bounds the
-        wait of `with` / `async with`, which raise keylock.LockTimeout when it runs out."""
-
-    def lock_many(self, keys: Iterable[Key], timeout: float | None = None) -> ManyLock:
-        """Return a handle that takes every key of `keys` together (deadlock-free, all or none)
-        and releases them together; use it with `with` or `async with`."""
-
-    def is_locked(self, key: Key) -> bool:
-        """Return True if `key` is held now."""
+    def __new__(cls, *, reentrant: bool = False, fifo: bool = False) -> KeyPool: ...
+    @classmethod
+    def open(
+        cls,
+        name: str,
+        *,
+        reentrant: bool = False,
+        fifo: bool = False,
+        capacity: int | None = None,
+        permissions: int | None = None,
+    ) -> KeyPool:
+        """Open the pool that `name` names: "local:" (in this process, the same as KeyPool()),
+        "shm:NAME" (shared by the processes of this machine) or "redis://HOST:PORT/DB", where
+        this build has those scopes (ValueError otherwise). `capacity` (the most keys held or
+        awaited at once) and `permissions` (of a shared-memory region this call creates) apply
+        to fixed-size scopes only."""
 
     def __len__(self) -> int:
         """The number of keys held now."""
@@ -200,43 +486,51 @@ class KeyPool:
     def stats(self) -> PoolStats:
         """Return counters as a dict: held (keys held now), waiting (callers waiting now),
         entries_in_use (keys held or awaited), entries_allocated (the pool's memory, in keys),
-        peak_held, acquisitions, contended (acquisitions that had to wait)."""
+        peak_in_use, contended (acquisitions that had to wait)."""
 
 @final
-class StripedLock:
+class StripedLock(KeyedLock):
     """A fixed number of locks (rounded up to a power of two); a key locks the stripe its hash
     picks. Memory is fixed whatever the number of keys; two keys may share a stripe and then
     block each other. With `seed`, keys map to the same stripes in every process.
 
-    `striped.lock(key)` returns a KeyLock handle that follows threading.Lock's protocol and
-    asyncio's. Keys are str (UTF-8), bytes, bytearray, memoryview or int (see
-    keylock.key_bytes).
+    `striped.lock(key)` returns a handle that follows threading.Lock's protocol and asyncio's;
+    `read`, `write`, `lock_many`, `reentrant` and `fifo` as for KeyPool. Keys are str (UTF-8),
+    bytes, bytearray, memoryview or int (see keylock.key_bytes).
     """
 
     MAX_STRIPES: ClassVar[int]
     """The largest number of stripes accepted."""
 
-    def __new__(cls, stripes: int = 1024, *, seed: int | None = None) -> StripedLock: ...
+    def __new__(
+        cls,
+        stripes: int = 1024,
+        *,
+        seed: int | None = None,
+        reentrant: bool = False,
+        fifo: bool = False,
+    ) -> StripedLock: ...
+    @classmethod
+    def open(
+        cls,
+        name: str,
+        stripes: int = 1024,
+        *,
+        seed: int | None = None,
+        reentrant: bool = False,
+        fifo: bool = False,
+        capacity: int | None = None,
+        permissions: int | None = None,
+    ) -> StripedLock:
+        """Open the striped lock that `name` names ("local:", or "shm:NAME" / "redis://..."
+        where this build has those scopes), with `stripes` stripes (see KeyPool.open)."""
+
     @property
     def stripes(self) -> int:
         """The number of stripes (a power of two)."""
 
     def stripe_of(self, key: Key) -> int:
         """Return the index of the stripe that `key` locks."""
-
-    def lock(self, key: Key, timeout: float | None = None) -> KeyLock:
-        """Return the lock handle of `key` (of its stripe). `timeout` (seconds, None for no
-        limit) bounds the wait of `with` / `async with`, which raise keylock.LockTimeout when
-        it runs out."""
-
-    def lock_many(self, keys: Iterable[Key], timeout: float | None = None) -> ManyLock:
-        """Return a handle that takes the stripes of every key of `keys` together
-        (deadlock-free, each stripe once) and releases them together; use it with `with` or
-        `async with`."""
-
-    def is_locked(self, key: Key) -> bool:
-        """Return True if the stripe of `key` is held now (by this key or another on its
-        stripe)."""
 
 @final
 class RwLock:

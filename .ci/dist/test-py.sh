@@ -1,0 +1,75 @@
+# The Python wheel and sdist in dist/: the wheel meets manylinux_2_17 (auditwheel), installs
+# into a fresh venv with no Rust on PATH and no index (so nothing can be built), imports, locks
+# and runs both bank demos; the sdist builds a working wheel from source, as pip does it.
+source "$(dirname "$0")/common.sh"
+
+wheel=$(dist_file "keylock_py-$KEYLOCK_VERSION-cp310-abi3-manylinux*_x86_64.whl")
+sdist=$(dist_file "keylock_py-$KEYLOCK_VERSION.tar.gz")
+[[ $wheel == *manylinux_2_17_x86_64* ]] || fail "$(basename "$wheel") is not tagged manylinux_2_17"
+
+# auditwheel, the tool PyPI's manylinux rules are written for, must agree with the tag.
+report=$("$VENV/bin/auditwheel" show "$wheel" | tr -s ' \n' ' ')
+say "auditwheel: $report"
+grep -q 'is consistent with the following platform tag: "manylinux_2_17_x86_64"' <<<"$report" ||
+	fail "auditwheel does not find $(basename "$wheel") consistent with manylinux_2_17_x86_64"
+mkdir "$WORK/unzipped"
+python3 -m zipfile -e "$wheel" "$WORK/unzipped"
+check_glibc "$WORK/unzipped/keylock/_keylock.abi3.so"
+
+# The smoke test, run from a folder outside the repository so that only the installed package
+# can be imported.
+cat >"$WORK/smoke.py" <<'PY'
+import asyncio, os, sys, threading
+import keylock
+
+want, site = sys.argv[1], sys.argv[2]
+assert keylock.__version__ == want, (keylock.__version__, want)
+assert os.path.realpath(keylock.__file__).startswith(os.path.realpath(site)), keylock.__file__
+pool = keylock.KeyPool()
+with pool.lock("user:42") as held:
+    assert held and not pool.lock("user:42").acquire(blocking=False)
+    other = pool.lock("user:7")
+    assert other.acquire(timeout=1) and other.fence is not None
+    other.release()
+with pool.lock_many(["acct:1", "acct:2"]):
+    pass
+striped = keylock.StripedLock(64)
+rw = keylock.RwLock()
+with rw.read(), striped.lock(b"k"):
+    pass
+
+async def main():
+    async with pool.lock("user:42", timeout=1.0):
+        t = threading.Thread(target=lambda: pool.lock("user:42").acquire(timeout=0.01))
+        t.start()
+        t.join()
+
+asyncio.run(main())
+print(f"keylock {keylock.__version__} from {keylock.__file__}: locked")
+PY
+
+install_and_run() { # venv-folder label
+	local venv=$1 site
+	site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+	(cd "$WORK" && "$venv/bin/python" smoke.py "$KEYLOCK_VERSION" "$site")
+	(cd "$WORK" && "$venv/bin/python" "$ROOT/examples/python/bank.py" --seconds 0.3)
+	(cd "$WORK" && "$venv/bin/python" "$ROOT/examples/python/bank_async.py" --seconds 0.3)
+}
+
+# The sdist first, while cargo is on PATH: pip builds it in an isolated environment with the
+# maturin that pyproject.toml asks for, as a user without a wheel for their platform would.
+# (Its cargo build goes to a folder kept between runs.)
+say "building $(basename "$sdist") from source"
+python3 -m venv "$WORK/sdist-venv"
+CARGO_TARGET_DIR="$TARGET_DIR/dist-sdist" "$WORK/sdist-venv/bin/pip" wheel --quiet --no-deps \
+	-w "$WORK/sdist-wheel" "$sdist"
+"$WORK/sdist-venv/bin/pip" install --quiet --no-index "$WORK"/sdist-wheel/*.whl
+install_and_run "$WORK/sdist-venv"
+
+no_rust
+python3 -m venv "$WORK/venv"
+# --no-index: nothing but dist/; --only-binary: a wheel or nothing, never a build.
+"$WORK/venv/bin/pip" install --quiet --no-index --only-binary=:all: --find-links "$DIST_DIR" \
+	"keylock-py==$KEYLOCK_VERSION"
+install_and_run "$WORK/venv"
+say "ok: $(basename "$wheel") installs and runs without Rust; the sdist builds"

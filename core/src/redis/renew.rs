@@ -1,0 +1,175 @@
+//! A remote hold and its renewal.
+//!
+//! The process holds at most one remote acquisition per key (a [`Hold`]); the local
+//! acquisitions that share it are its *users* (one, or several shared holders, or an owner's
+//! reentrant holds). While it has users, a task on the scope's runtime renews its lease every
+//! third of the lease. Renewal is bounded: the hold is given up as lost once Redis has not
+//! confirmed it for the lease's remaining time (counted from the moment each successful renewal
+//! was sent, so the holder always learns of the loss no later than Redis frees the key), or at
+//! once if Redis says the token is gone (force-unlocked, or expired and taken). Either way the
+//! hold's [`LostSignal`] fires.
+//!
+//! A user with an explicit lease bounds the renewal: the hold is renewed only up to the latest
+//! of its users' deadlines (no bound while any user has none).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use tokio::sync::Notify;
+
+use super::remote::{Remote, RemoteKey};
+use crate::acquisition::{Mode, Owner};
+use crate::lost::LostSignal;
+
+/// How soon a failed renewal is tried again (while the lease still runs).
+const RETRY: Duration = Duration::from_millis(200);
+
+/// One remote acquisition of one key by this process.
+pub(crate) struct Hold {
+    pub(crate) key: RemoteKey,
+    pub(crate) token: String,
+    pub(crate) fence: u64,
+    pub(crate) died: bool,
+    /// The owner of the first exclusive user (reentrant joins must match it).
+    pub(crate) owner: Option<Owner>,
+    pub(crate) lost: LostSignal,
+    /// Lost because its lease ran out unrenewed (rather than taken away).
+    pub(crate) expired: AtomicBool,
+    /// Local users: acquisition id -> its own lease deadline.
+    pub(crate) users: Mutex<HashMap<u64, Option<Instant>>>,
+    /// Until when Redis has confirmed the lease (local clock, conservative).
+    confirmed: Mutex<Instant>,
+    stopped: AtomicBool,
+    stop: Notify,
+}
+
+impl Hold {
+    pub(crate) fn new(
+        key: RemoteKey,
+        token: String,
+        fence: u64,
+        died: bool,
+        owner: Option<Owner>,
+        confirmed: Instant,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            key,
+            token,
+            fence,
+            died,
+            owner,
+            lost: LostSignal::new(),
+            expired: AtomicBool::new(false),
+            users: Mutex::new(HashMap::new()),
+            confirmed: Mutex::new(confirmed),
+            stopped: AtomicBool::new(false),
+            stop: Notify::new(),
+        })
+    }
+
+    /// Whether a new local acquisition in `mode` by `owner` may share this hold: shared with
+    /// shared, or the exclusive holder's own owner in a reentrant scope.
+    pub(crate) fn joinable(&self, mode: Mode, owner: Option<Owner>, reentrant: bool) -> bool {
+        if self.lost.is_lost() || self.stopped.load(Ordering::Acquire) {
+            return false;
+        }
+        match self.key.mode {
+            Mode::Shared => mode == Mode::Shared,
+            Mode::Exclusive => reentrant && owner.is_some() && owner == self.owner,
+        }
+    }
+
+    /// Marks the hold lost (once) and stops its renewal.
+    pub(crate) fn lose(&self, expired: bool) {
+        if expired {
+            self.expired.store(true, Ordering::Release);
+        }
+        self.halt();
+        self.lost.fire();
+    }
+
+    /// Stops the renewal (the hold was released, or lost).
+    pub(crate) fn halt(&self) {
+        self.stopped.store(true, Ordering::Release);
+        self.stop.notify_waiters();
+        self.stop.notify_one();
+    }
+
+    /// The latest deadline among the users; `None` if any user has none (or there are none).
+    fn bound(&self) -> Option<Instant> {
+        let users = self.users.lock();
+        let mut latest: Option<Instant> = None;
+        for d in users.values() {
+            let d = (*d)?;
+            latest = Some(latest.map_or(d, |l| l.max(d)));
+        }
+        latest
+    }
+
+    /// Notes that Redis confirmed the lease until `until`.
+    pub(crate) fn confirm(&self, until: Instant) {
+        let mut c = self.confirmed.lock();
+        *c = (*c).max(until);
+    }
+
+    /// Renews the hold until it is released or lost. See the [module docs](self).
+    pub(crate) async fn renew_loop(self: Arc<Self>, remote: Arc<Remote>) {
+        let interval = remote.lease / 3;
+        let mut next = Instant::now() + interval;
+        loop {
+            if let Some(bound) = self.bound() {
+                next = next.min(bound);
+            }
+            tokio::select! {
+                () = tokio::time::sleep_until(next.into()) => {}
+                () = self.stop.notified() => {}
+            }
+            if self.stopped.load(Ordering::Acquire) {
+                return;
+            }
+            let now = Instant::now();
+            let mut lease = remote.lease;
+            if let Some(bound) = self.bound() {
+                if bound <= now {
+                    // Every user's own lease ended: so does the hold (Redis frees it too).
+                    self.lose(true);
+                    return;
+                }
+                lease = lease.min(bound - now);
+            }
+            let confirmed = *self.confirmed.lock();
+            let left = confirmed.saturating_duration_since(now);
+            let sent = Instant::now();
+            match tokio::time::timeout(left, remote.renew(&self.key, &self.token, lease)).await {
+                Ok(Ok(true)) => {
+                    self.confirm(sent + lease);
+                    next = Instant::now() + interval;
+                }
+                Ok(Ok(false)) => {
+                    self.lose(Instant::now() >= confirmed);
+                    return;
+                }
+                Ok(Err(_)) | Err(_) => {
+                    if Instant::now() + RETRY >= *self.confirmed.lock() {
+                        self.lose(true);
+                        return;
+                    }
+                    next = Instant::now() + RETRY.min(interval);
+                }
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for Hold {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Hold")
+            .field("fence", &self.fence)
+            .field("mode", &self.key.mode)
+            .field("lost", &self.lost.is_lost())
+            .finish_non_exhaustive()
+    }
+}

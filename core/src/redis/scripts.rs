@@ -1,0 +1,143 @@
+//! The Lua scripts (their sources in `lua.rs`) and the Redis key names they work on.
+//!
+//! Every state change is one script, so each is atomic on the server and costs one round trip:
+//!
+//! | script | what it does |
+//! |---|---|
+//! | `acquire` | ends what has run out, then takes every key asked for or none; mints each exclusive fence with `HINCRBY` in the same step; on failure queues the caller on the key that blocks it |
+//! | `release` | compare-and-delete on the holder's token; wakes the head waiter |
+//! | `renew` | moves the lease's end if the hold is still the caller's (also `extend`) |
+//! | `check` | whether a hold is current (read only) |
+//! | `force` | frees a key whoever holds it, advancing its fence |
+//! | `leave` | a waiter gives up its place |
+//! | `info` | a snapshot of a key |
+//!
+//! [`lua::PRELUDE`](super::lua::PRELUDE) (prepended to each) documents the data model: per lock key a hash (fence,
+//! exclusive token and deadline), a sorted set of shared holders, and the waiter queue; per
+//! waiter a list it blocks on. All names start with `{PREFIX}`, one hash tag, so that a
+//! multi-key acquire touches one hash slot (and would run unchanged on Redis Cluster).
+
+use redis::Script;
+
+use super::lua;
+
+use crate::acquisition::Mode;
+use crate::scope::KeySpace;
+
+/// The scripts, hashed once per scope (EVALSHA, loaded again by the client on `NOSCRIPT`,
+/// e.g. after a server restart).
+pub(crate) struct Scripts {
+    pub(crate) acquire: Script,
+    pub(crate) release: Script,
+    pub(crate) renew: Script,
+    pub(crate) check: Script,
+    pub(crate) force: Script,
+    pub(crate) leave: Script,
+    pub(crate) info: Script,
+}
+
+fn script(body: &str) -> Script {
+    Script::new(&format!("{}{body}", lua::PRELUDE))
+}
+
+impl Scripts {
+    pub(crate) fn new() -> Self {
+        Self {
+            acquire: script(lua::ACQUIRE),
+            release: script(lua::RELEASE),
+            renew: script(lua::RENEW),
+            check: script(lua::CHECK),
+            force: script(lua::FORCE),
+            leave: script(lua::LEAVE),
+            info: script(lua::INFO),
+        }
+    }
+
+    pub(crate) fn all(&self) -> [&Script; 7] {
+        [
+            &self.acquire,
+            &self.release,
+            &self.renew,
+            &self.check,
+            &self.force,
+            &self.leave,
+            &self.info,
+        ]
+    }
+}
+
+/// Redis key names for a scope's prefix.
+#[derive(Debug, Clone)]
+pub(crate) struct Names {
+    /// `{PREFIX}:`: the hash tag and separator every name starts with.
+    base: Vec<u8>,
+}
+
+impl Names {
+    pub(crate) fn new(prefix: &str) -> Self {
+        Self {
+            base: format!("{{{prefix}}}:").into_bytes(),
+        }
+    }
+
+    /// The four names of one lock key (`l`, `s`, `q`, `e`: see `lua::PRELUDE`), as
+    /// `{PREFIX}:` + space (`k` keys, `n` Web Locks names) + kind + `:` + the key's bytes. The
+    /// key's bytes come last and everything before them is fixed, so distinct keys never share
+    /// a name.
+    pub(crate) fn lock(&self, space: KeySpace, key: &[u8]) -> [Vec<u8>; 4] {
+        let s = match space {
+            KeySpace::Keys => b'k',
+            KeySpace::Names => b'n',
+        };
+        [b'l', b's', b'q', b'e'].map(|kind| {
+            let mut name = Vec::with_capacity(self.base.len() + 3 + key.len());
+            name.extend_from_slice(&self.base);
+            name.extend_from_slice(&[s, kind, b':']);
+            name.extend_from_slice(key);
+            name
+        })
+    }
+
+    /// The prefix of every waiter's wake-up list (the waiter id follows).
+    pub(crate) fn notify(&self) -> Vec<u8> {
+        let mut name = self.base.clone();
+        name.extend_from_slice(b"w:");
+        name
+    }
+
+    /// A waiter's wake-up list.
+    pub(crate) fn notify_list(&self, waiter: &str) -> Vec<u8> {
+        let mut name = self.notify();
+        name.extend_from_slice(waiter.as_bytes());
+        name
+    }
+}
+
+/// A mode as the scripts spell it.
+pub(crate) fn mode_char(mode: Mode) -> &'static str {
+    match mode {
+        Mode::Exclusive => "x",
+        Mode::Shared => "s",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_distinct_and_share_one_hash_tag() {
+        let n = Names::new("app");
+        let a = n.lock(KeySpace::Keys, b"x");
+        let b = n.lock(KeySpace::Names, b"x");
+        let c = n.lock(KeySpace::Keys, b"x:l");
+        assert_eq!(a[0], b"{app}:kl:x");
+        assert_eq!(b[0], b"{app}:nl:x");
+        let mut all: Vec<&Vec<u8>> = a.iter().chain(&b).chain(&c).collect();
+        all.sort();
+        all.dedup();
+        assert_eq!(all.len(), 12);
+        assert!(all.iter().all(|name| name.starts_with(b"{app}:")));
+        assert_eq!(n.notify_list("w1"), b"{app}:w:w1");
+    }
+}

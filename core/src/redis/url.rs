@@ -1,0 +1,302 @@
+//! The Redis scope's URL: `redis://[USER[:PASSWORD]@]HOST[:PORT][/DB][?OPTIONS]`, or
+//! `rediss://` for TLS.
+//!
+//! Options (all optional):
+//!
+//! | option | default | meaning |
+//! |---|---|---|
+//! | `prefix` | `keylock` | the namespace of every Redis key this scope uses (and their hash tag); no `{`, `}` |
+//! | `lease` | `30s` | every remote acquisition's lease, renewed while the acquisition lives |
+//! | `connect_timeout` | `5s` | the most a connection (or a reconnection) may take |
+//! | `timeout` | `5s` | the most one command may take before the scope reports `Unavailable` |
+//!
+//! Durations are a number with a unit (`ms`, `s`), e.g. `lease=2s`, `timeout=500ms`.
+//!
+//! The password is kept only inside the client's connection settings: [`RedisUrl`]'s `Debug`
+//! and [`RedisUrl::redacted`] show `***` in its place, and every error of this scope names the
+//! redacted URL.
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+
+/// A parsed Redis scope URL. See the [module docs](self).
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) struct RedisUrl {
+    pub(crate) tls: bool,
+    pub(crate) host: String,
+    pub(crate) port: u16,
+    pub(crate) db: i64,
+    pub(crate) username: Option<String>,
+    password: Option<String>,
+    pub(crate) prefix: String,
+    pub(crate) lease: Duration,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) timeout: Duration,
+}
+
+/// The lease every remote acquisition gets unless the URL says otherwise.
+pub(crate) const DEFAULT_LEASE: Duration = Duration::from_secs(30);
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
+
+impl RedisUrl {
+    /// Parses `url`, refusing anything it does not understand (a caller's typo must never pick
+    /// a default silently).
+    pub(crate) fn parse(url: &str) -> Result<Self> {
+        let (tls, rest) = if let Some(rest) = url.strip_prefix("redis://") {
+            (false, rest)
+        } else if let Some(rest) = url.strip_prefix("rediss://") {
+            (true, rest)
+        } else {
+            return Err(Error::InvalidArgument(
+                "a Redis URL starts with redis:// or rediss://",
+            ));
+        };
+        let (rest, query) = match rest.split_once('?') {
+            Some((r, q)) => (r, Some(q)),
+            None => (rest, None),
+        };
+        if rest.contains('#') || query.is_some_and(|q| q.contains('#')) {
+            return Err(Error::InvalidArgument("a Redis URL has no fragment (#...)"));
+        }
+        let (authority, path) = match rest.split_once('/') {
+            Some((a, p)) => (a, p),
+            None => (rest, ""),
+        };
+        let (userinfo, hostport) = match authority.rsplit_once('@') {
+            Some((u, h)) => (Some(u), h),
+            None => (None, authority),
+        };
+        let (username, password) = match userinfo {
+            None => (None, None),
+            Some(u) => {
+                let (user, pass) = match u.split_once(':') {
+                    Some((user, pass)) => (user, Some(pass)),
+                    None => (u, None),
+                };
+                let user = decode(user)?;
+                let pass = pass.map(decode).transpose()?;
+                (
+                    (!user.is_empty()).then_some(user),
+                    pass.filter(|p| !p.is_empty()),
+                )
+            }
+        };
+        let (host, port) = split_host_port(hostport)?;
+        let db = match path {
+            "" => 0,
+            p => p
+                .parse::<i64>()
+                .ok()
+                .filter(|db| *db >= 0)
+                .ok_or(Error::InvalidArgument(
+                    "the database in a Redis URL is a number (redis://HOST:PORT/DB)",
+                ))?,
+        };
+        let mut out = RedisUrl {
+            tls,
+            host,
+            port,
+            db,
+            username,
+            password,
+            prefix: "keylock".to_owned(),
+            lease: DEFAULT_LEASE,
+            connect_timeout: DEFAULT_TIMEOUT,
+            timeout: DEFAULT_TIMEOUT,
+        };
+        for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+            let (name, value) = pair.split_once('=').ok_or(Error::InvalidArgument(
+                "Redis URL options are NAME=VALUE pairs",
+            ))?;
+            let value = decode(value)?;
+            match name {
+                "prefix" => {
+                    if value.is_empty() || value.contains(['{', '}']) {
+                        return Err(Error::InvalidArgument(
+                            "the Redis prefix must be non-empty and contain no { or }",
+                        ));
+                    }
+                    out.prefix = value;
+                }
+                "lease" => out.lease = duration(&value)?,
+                "connect_timeout" => out.connect_timeout = duration(&value)?,
+                "timeout" => out.timeout = duration(&value)?,
+                _ => {
+                    return Err(Error::InvalidArgument(
+                        "unknown Redis URL option (known: prefix, lease, connect_timeout, timeout)",
+                    ));
+                }
+            }
+        }
+        if out.lease < Duration::from_millis(100) {
+            return Err(Error::InvalidArgument(
+                "the Redis lease must be at least 100ms",
+            ));
+        }
+        Ok(out)
+    }
+
+    pub(crate) fn password(&self) -> Option<&str> {
+        self.password.as_deref()
+    }
+
+    /// The URL without its password (what errors and `Debug` show).
+    pub(crate) fn redacted(&self) -> String {
+        let scheme = if self.tls { "rediss" } else { "redis" };
+        let user = match (&self.username, &self.password) {
+            (Some(u), Some(_)) => format!("{u}:***@"),
+            (None, Some(_)) => ":***@".to_owned(),
+            (Some(u), None) => format!("{u}@"),
+            (None, None) => String::new(),
+        };
+        let host = if self.host.contains(':') {
+            format!("[{}]", self.host)
+        } else {
+            self.host.clone()
+        };
+        format!("{scheme}://{user}{host}:{}/{}", self.port, self.db)
+    }
+
+    /// Removes the password from any text that might quote it (a client error, say).
+    pub(crate) fn scrub(&self, text: &str) -> String {
+        match &self.password {
+            Some(p) if !p.is_empty() => text.replace(p.as_str(), "***"),
+            _ => text.to_owned(),
+        }
+    }
+}
+
+impl fmt::Debug for RedisUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisUrl")
+            .field("url", &self.redacted())
+            .field("prefix", &self.prefix)
+            .field("lease", &self.lease)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("timeout", &self.timeout)
+            .finish()
+    }
+}
+
+fn split_host_port(hostport: &str) -> Result<(String, u16)> {
+    const BAD_PORT: Error =
+        Error::InvalidArgument("the port in a Redis URL is a number from 1 to 65535");
+    let (host, port) = if let Some(rest) = hostport.strip_prefix('[') {
+        let (host, after) = rest.split_once(']').ok_or(Error::InvalidArgument(
+            "an IPv6 host in a Redis URL is written [ADDRESS]",
+        ))?;
+        match after {
+            "" => (host, None),
+            p => (host, Some(p.strip_prefix(':').ok_or(BAD_PORT)?)),
+        }
+    } else {
+        match hostport.rsplit_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (hostport, None),
+        }
+    };
+    if host.is_empty() {
+        return Err(Error::InvalidArgument("a Redis URL names a host"));
+    }
+    let port = match port {
+        None => 6379,
+        Some(p) => p.parse::<u16>().ok().filter(|p| *p != 0).ok_or(BAD_PORT)?,
+    };
+    Ok((host.to_owned(), port))
+}
+
+fn duration(text: &str) -> Result<Duration> {
+    const BAD: Error =
+        Error::InvalidArgument("a duration in a Redis URL is a number and a unit: 500ms, 30s");
+    let (number, scale) = if let Some(n) = text.strip_suffix("ms") {
+        (n, 1e-3)
+    } else if let Some(n) = text.strip_suffix('s') {
+        (n, 1.0)
+    } else {
+        return Err(BAD);
+    };
+    let secs = number.parse::<f64>().map_err(|_| BAD)? * scale;
+    Duration::try_from_secs_f64(secs)
+        .ok()
+        .filter(|d| !d.is_zero() && *d <= Duration::from_secs(86_400 * 365))
+        .ok_or(BAD)
+}
+
+/// Percent-decoding of a URL part (user, password, option value).
+fn decode(text: &str) -> Result<String> {
+    const BAD: Error = Error::InvalidArgument("a Redis URL has a malformed %-escape");
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = text.get(i + 1..i + 3).ok_or(BAD)?;
+            out.push(u8::from_str_radix(hex, 16).map_err(|_| BAD)?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).map_err(|_| Error::InvalidArgument("a Redis URL part is not UTF-8"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_every_part() {
+        let u = RedisUrl::parse(
+            "rediss://bob:s%40cret@db.example:6380/3?prefix=app&lease=2s&timeout=250ms",
+        )
+        .unwrap();
+        assert!(u.tls);
+        assert_eq!((u.host.as_str(), u.port, u.db), ("db.example", 6380, 3));
+        assert_eq!(u.username.as_deref(), Some("bob"));
+        assert_eq!(u.password(), Some("s@cret"));
+        assert_eq!(u.prefix, "app");
+        assert_eq!(u.lease, Duration::from_secs(2));
+        assert_eq!(u.timeout, Duration::from_millis(250));
+        assert_eq!(u.redacted(), "rediss://bob:***@db.example:6380/3");
+        assert!(!format!("{u:?}").contains("cret"));
+        assert_eq!(u.scrub("auth s@cret failed"), "auth *** failed");
+        let d = RedisUrl::parse("redis://[::1]").unwrap();
+        assert_eq!(
+            (d.host.as_str(), d.port, d.db, d.lease),
+            ("::1", 6379, 0, DEFAULT_LEASE)
+        );
+        assert_eq!(
+            RedisUrl::parse("redis://:pw@h").unwrap().redacted(),
+            "redis://:***@h:6379/0"
+        );
+    }
+
+    #[test]
+    fn refuses_what_it_does_not_understand() {
+        for bad in [
+            "http://h",
+            "redis:/h",
+            "redis://",
+            "redis://h:0",
+            "redis://h:99999",
+            "redis://h:port",
+            "redis://h/x",
+            "redis://h/-1",
+            "redis://h?prefix={a}",
+            "redis://h?lease=5",
+            "redis://h?lease=10ms",
+            "redis://h?colour=blue",
+            "redis://h?prefix",
+            "redis://h#frag",
+            "redis://u:%zz@h",
+        ] {
+            assert!(
+                matches!(RedisUrl::parse(bad), Err(Error::InvalidArgument(_))),
+                "{bad} should be refused"
+            );
+        }
+    }
+}

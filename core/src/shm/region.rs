@@ -1,0 +1,448 @@
+//! The region file: naming, creating (atomically, fully initialized), opening and validating,
+//! mapping; checked access to its records; and the table mutex.
+
+use std::ffi::CString;
+use std::fs::File;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::sync::Arc;
+
+use super::layout::*;
+use super::sys::Locked;
+use crate::error::{Error, Result};
+
+/// Where region files live.
+pub(crate) const DIR: &str = "/dev/shm";
+
+/// The file of region `name`: `/dev/shm/keylock.NAME`.
+pub(crate) fn path_of(name: &str) -> Result<String> {
+    let ok = !name.is_empty()
+        && name.len() <= 200
+        && !name.starts_with('.')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-');
+    if !ok {
+        return Err(Error::InvalidArgument(
+            "a shm region name is 1 to 200 characters of A-Z a-z 0-9 . _ - and does not start with '.'",
+        ));
+    }
+    Ok(format!("{DIR}/keylock.{name}"))
+}
+
+fn io_error(what: &str, path: &str, e: &io::Error) -> Error {
+    let text: Arc<str> = format!("{what} {path}: {e}").into();
+    match e.kind() {
+        io::ErrorKind::PermissionDenied => Error::PermissionDenied(text),
+        _ => Error::Unavailable(text),
+    }
+}
+
+/// What an open asks for.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Want {
+    pub(crate) kind: u32,
+    /// Stripes (striped) or entries (pool); `None`: the region's.
+    pub(crate) capacity: Option<u32>,
+    /// Entries for a new region.
+    pub(crate) create_capacity: u32,
+    pub(crate) reentrant: bool,
+    pub(crate) fifo: bool,
+    pub(crate) mode: u32,
+    pub(crate) max_holds: u32,
+}
+
+/// A mapped, validated region.
+#[derive(Debug)]
+pub(crate) struct Region {
+    base: *mut u8,
+    pub(crate) header: Header,
+    pub(crate) name: String,
+}
+
+// SAFETY: the mapping is shared memory accessed only through atomics and process-shared
+// mutexes, which any thread may use; `base` is never written after construction.
+unsafe impl Send for Region {}
+// SAFETY: as above.
+unsafe impl Sync for Region {}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        // SAFETY: `base` is the start of a mapping of `total_len` bytes made in `map`, and no
+        // reference into it outlives `self` (every accessor borrows `self`).
+        unsafe { libc::munmap(self.base.cast(), self.header.total_len as usize) };
+    }
+}
+
+fn map(file: &File, len: usize, path: &str) -> Result<*mut u8> {
+    // SAFETY: mapping a file we opened read-write, shared, at an address of the kernel's
+    // choosing; the result is checked for MAP_FAILED.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            file.as_raw_fd(),
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(io_error("mmap", path, &io::Error::last_os_error()));
+    }
+    Ok(p.cast())
+}
+
+impl Region {
+    /// Opens region `name`, creating it as `want` says if it does not exist.
+    pub(crate) fn open(name: &str, want: &Want) -> Result<Region> {
+        let path = path_of(name)?;
+        for _ in 0..100 {
+            match std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(&path)
+            {
+                Ok(file) => return Self::attach(name, &path, &file, want),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(io_error("open", &path, &e)),
+            }
+            if let Some(region) = Self::create(name, &path, want)? {
+                return Ok(region);
+            }
+            // Somebody else created it first: open theirs.
+        }
+        Err(Error::Unavailable(
+            format!("{path} keeps appearing and disappearing").into(),
+        ))
+    }
+
+    /// Makes a new region under a temporary name, initializes it, and links it to `path`;
+    /// `None` when another process linked one first.
+    fn create(name: &str, path: &str, want: &Want) -> Result<Option<Region>> {
+        let capacity = want.capacity.unwrap_or(want.create_capacity);
+        if capacity == 0 || capacity > MAX_CAPACITY {
+            return Err(Error::InvalidArgument(
+                "capacity must be between 1 and 2^24",
+            ));
+        }
+        let id = xxhash_rust::xxh3::xxh3_64(
+            format!(
+                "{}{:?}{path}",
+                std::process::id(),
+                std::time::SystemTime::now()
+            )
+            .as_bytes(),
+        );
+        let tmp = format!("{DIR}/.keylock.{name}.{}.{id:x}", std::process::id());
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(want.mode & 0o777)
+            .open(&tmp)
+            .map_err(|e| io_error("create", &tmp, &e))?;
+        let result = (|| {
+            // The umask must not narrow what the caller asked for.
+            file.set_permissions(std::fs::Permissions::from_mode(want.mode & 0o777))
+                .map_err(|e| io_error("chmod", &tmp, &e))?;
+            let flags = if want.reentrant { FLAG_REENTRANT } else { 0 }
+                | if want.fifo { FLAG_FIFO } else { 0 };
+            let header = Header::new(want.kind, capacity, flags, want.max_holds, id);
+            file.set_len(header.total_len)
+                .map_err(|e| io_error("size", &tmp, &e))?;
+            let base = map(&file, header.total_len as usize, &tmp)?;
+            let region = Region {
+                base,
+                header,
+                name: name.to_owned(),
+            };
+            region.init()?;
+            // SAFETY: the header slot is the first bytes of the mapping, aligned, and nobody
+            // else can see this file yet.
+            unsafe { std::ptr::write_volatile(base.cast::<Header>(), header) };
+            let (from, to) = (CString::new(tmp.clone()), CString::new(path));
+            let (Ok(from), Ok(to)) = (from, to) else {
+                return Err(Error::InvalidArgument("region name"));
+            };
+            // SAFETY: two valid NUL-terminated paths. link() fails with EEXIST if `path`
+            // exists, which makes creation atomic: the name only ever shows a full region.
+            let rc = unsafe { libc::link(from.as_ptr(), to.as_ptr()) };
+            if rc != 0 {
+                let e = io::Error::last_os_error();
+                if e.kind() == io::ErrorKind::AlreadyExists {
+                    return Ok(None);
+                }
+                return Err(io_error("link", path, &e));
+            }
+            Ok(Some(region))
+        })();
+        let _ = std::fs::remove_file(&tmp);
+        result
+    }
+
+    /// Maps and validates an existing region.
+    fn attach(name: &str, path: &str, file: &File, want: &Want) -> Result<Region> {
+        let len = file
+            .metadata()
+            .map_err(|e| io_error("stat", path, &e))?
+            .len();
+        let incompatible = |what: String| Error::Incompatible(format!("{path}: {what}").into());
+        if len < HEADER_LEN as u64 || len > (1 << 40) {
+            return Err(incompatible(format!(
+                "{len} bytes is not the size of a keylock region"
+            )));
+        }
+        let base = map(file, len as usize, path)?;
+        // SAFETY: the mapping is at least HEADER_LEN bytes and page-aligned; Header is plain
+        // integers, so any bytes are a valid value; it is read once, by value.
+        let header = unsafe { std::ptr::read_volatile(base.cast::<Header>()) };
+        // Until validated, the copy says only how long the mapping is (for Drop).
+        let mut region = Region {
+            base,
+            header: Header {
+                total_len: len,
+                ..header
+            },
+            name: name.to_owned(),
+        };
+        if let Some(problem) = header.problem(len) {
+            return Err(incompatible(problem));
+        }
+        region.header = header;
+        let kind_name = |k| {
+            if k == KIND_POOL {
+                "key pool"
+            } else {
+                "striped lock"
+            }
+        };
+        if header.kind != want.kind {
+            return Err(incompatible(format!(
+                "the region is a {}, not a {}",
+                kind_name(header.kind),
+                kind_name(want.kind)
+            )));
+        }
+        if let Some(c) = want.capacity
+            && c != header.capacity
+        {
+            let what = if header.kind == KIND_POOL {
+                "capacity"
+            } else {
+                "stripes"
+            };
+            return Err(incompatible(format!(
+                "{what} {} (asked for {c})",
+                header.capacity
+            )));
+        }
+        let reentrant = header.flags & FLAG_REENTRANT != 0;
+        if reentrant != want.reentrant {
+            return Err(incompatible(format!(
+                "the region is {}reentrant",
+                if reentrant { "" } else { "not " }
+            )));
+        }
+        let fifo = header.flags & FLAG_FIFO != 0;
+        if fifo != want.fifo {
+            return Err(incompatible(format!(
+                "the region hands off {} (asked for {})",
+                if fifo {
+                    "in strict FIFO order"
+                } else {
+                    "with eventual fairness"
+                },
+                if want.fifo {
+                    "strict FIFO"
+                } else {
+                    "eventual fairness"
+                }
+            )));
+        }
+        if header.max_holds != want.max_holds {
+            return Err(incompatible(format!(
+                "hold-count limit {} (asked for {})",
+                header.max_holds, want.max_holds
+            )));
+        }
+        Ok(region)
+    }
+
+    /// Initializes a fresh (zeroed) region: mutexes and free lists.
+    fn init(&self) -> Result<()> {
+        let h = &self.header;
+        let rt = self.runtime();
+        let unavailable = |e: io::Error| Error::Unavailable(format!("{}: {e}", self.name).into());
+        // SAFETY: the region is not linked under its name yet, so nobody else uses it.
+        unsafe { rt.mutex.init() }.map_err(unavailable)?;
+        for p in 0..h.procs {
+            // SAFETY: as above.
+            unsafe { self.proc(p)?.alive.init() }.map_err(unavailable)?;
+        }
+        let ordering = std::sync::atomic::Ordering::Relaxed;
+        for e in 0..h.capacity {
+            let entry = self.entry(e)?;
+            if h.kind == KIND_POOL {
+                entry
+                    .next
+                    .store(if e + 1 < h.capacity { e + 2 } else { 0 }, ordering);
+            } else {
+                entry.bind.store(BIND_BOUND, ordering);
+            }
+            entry.holds.store(0, ordering);
+        }
+        if h.kind == KIND_POOL {
+            rt.free_entries.store(1, ordering);
+        }
+        for n in 0..h.nodes {
+            let next = if n + 1 < h.nodes { n + 2 } else { 0 };
+            self.node(n)?.next.store(next, ordering);
+        }
+        rt.free_nodes.store(1, ordering);
+        Ok(())
+    }
+
+    /// The mutable header.
+    pub(crate) fn runtime(&self) -> &Runtime {
+        // SAFETY: RUNTIME_OFFSET + size_of::<Runtime>() <= HEADER_LEN <= the mapping's length
+        // (checked at construction); the offset is 64-aligned in a page-aligned mapping; every
+        // field is an atomic or a process-shared mutex, valid for any bytes the region holds
+        // (the mutex was initialized at creation); the reference borrows `self`, which keeps
+        // the mapping alive.
+        unsafe { &*self.base.add(RUNTIME_OFFSET).cast::<Runtime>() }
+    }
+
+    /// The record at `index` of an array of `count` records of `T` at `offset`, or an error for
+    /// an index out of range (a corrupt region).
+    #[inline]
+    fn record<T>(&self, offset: u64, count: u32, index: u32, what: &str) -> Result<&T> {
+        if index >= count {
+            return Err(self.corrupt(what));
+        }
+        let at = offset as usize + index as usize * size_of::<T>();
+        debug_assert!(at + size_of::<T>() <= self.header.total_len as usize);
+        // SAFETY: the header was validated against this build's layout, so the array of
+        // `count` records of `T` at `offset` lies within the mapping and is 64-byte aligned;
+        // `index < count`. Every record type is made of atomics (and process-shared mutexes),
+        // valid for any bytes; the reference borrows `self`, which keeps the mapping alive.
+        Ok(unsafe { &*self.base.add(at).cast::<T>() })
+    }
+
+    #[inline]
+    pub(crate) fn entry(&self, index: u32) -> Result<&Entry> {
+        self.record(
+            self.header.off_entries,
+            self.header.capacity,
+            index,
+            "entry index",
+        )
+    }
+
+    #[inline]
+    pub(crate) fn node(&self, index: u32) -> Result<&Node> {
+        self.record(
+            self.header.off_nodes,
+            self.header.nodes,
+            index,
+            "node index",
+        )
+    }
+
+    #[inline]
+    pub(crate) fn proc(&self, index: u32) -> Result<&Proc> {
+        self.record(
+            self.header.off_procs,
+            self.header.procs,
+            index,
+            "process index",
+        )
+    }
+
+    #[inline]
+    pub(crate) fn bucket(&self, index: u32) -> Result<&std::sync::atomic::AtomicU32> {
+        self.record(
+            self.header.off_buckets,
+            self.header.buckets,
+            index,
+            "bucket index",
+        )
+    }
+
+    /// The error for a record found out of range.
+    #[cold]
+    pub(crate) fn corrupt(&self, what: &str) -> Error {
+        Error::Incompatible(format!("corrupt region {}: {what} out of range", self.name).into())
+    }
+
+    #[inline]
+    pub(crate) fn is_pool(&self) -> bool {
+        self.header.kind == KIND_POOL
+    }
+
+    #[inline]
+    pub(crate) fn reentrant(&self) -> bool {
+        self.header.flags & FLAG_REENTRANT != 0
+    }
+
+    /// Strict FIFO hand-off (else eventual fairness).
+    #[inline]
+    pub(crate) fn fifo(&self) -> bool {
+        self.header.flags & FLAG_FIFO != 0
+    }
+
+    /// The table mutex's guard. `repair` runs when the previous holder died inside.
+    pub(crate) fn lock_table(&self) -> Result<TableGuard<'_>> {
+        let rt = self.runtime();
+        match rt.mutex.lock() {
+            Ok(Locked::Yes) => Ok(TableGuard {
+                region: self,
+                died: false,
+            }),
+            Ok(Locked::OwnerDied) => Ok(TableGuard {
+                region: self,
+                died: true,
+            }),
+            Err(e) => Err(Error::Unavailable(
+                format!("region {}: table mutex: {e}", self.name).into(),
+            )),
+        }
+    }
+}
+
+/// The table mutex, held. `died`: the previous holder died inside, so the caller must repair
+/// the table (and then call [`TableGuard::repaired`]) before using it.
+#[derive(Debug)]
+pub(crate) struct TableGuard<'r> {
+    pub(crate) region: &'r Region,
+    pub(crate) died: bool,
+}
+
+impl TableGuard<'_> {
+    /// Marks the mutex consistent after a repair.
+    pub(crate) fn repaired(&mut self) {
+        self.region.runtime().mutex.consistent();
+        self.died = false;
+    }
+}
+
+impl Drop for TableGuard<'_> {
+    fn drop(&mut self) {
+        let rt = self.region.runtime();
+        rt.holder.store(0, std::sync::atomic::Ordering::Relaxed);
+        // An unrepaired mutex is unlocked without `consistent`: it becomes unrecoverable, and
+        // every later lock reports the region unavailable instead of using a broken table.
+        rt.mutex.unlock();
+    }
+}
+
+/// Removes region `name`; whether it existed. Processes that have it open keep using it.
+pub(crate) fn unlink(name: &str) -> Result<bool> {
+    let path = path_of(name)?;
+    match std::fs::remove_file(&path) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(io_error("unlink", &path, &e)),
+    }
+}

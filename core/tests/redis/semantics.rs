@@ -1,0 +1,424 @@
+//! The operations of the trait, against one server, with the in-process semantics.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use keylock_core::{Error, LockKey, LockOptions, Mode, OpenOptions, Owner, Wait};
+
+use crate::{Server, key, open, wait_until, within};
+
+const NO: LockOptions = LockOptions::new().wait(Wait::No);
+
+#[test]
+fn try_timed_blocking_and_release_by_acquisition() {
+    let server = Server::start();
+    let a = open(&server, "prefix=s");
+    let b = open(&server, "prefix=s");
+    let held = a.acquire(key("k"), &LockOptions::new()).unwrap();
+    assert_eq!(held.mode(), Mode::Exclusive);
+    assert_eq!(b.acquire(key("k"), &NO).unwrap_err(), Error::WouldBlock);
+    let timed = LockOptions::new().wait(Wait::For(Duration::from_millis(150)));
+    assert_eq!(b.acquire(key("k"), &timed).unwrap_err(), Error::TimedOut);
+    assert!(b.is_locked(key("k")).unwrap());
+    let info = b.info(key("k")).unwrap().unwrap();
+    assert_eq!(
+        (info.fence, info.mode, info.holders),
+        (held.fence(), Mode::Exclusive, 1)
+    );
+    assert!(a.is_current(&held).unwrap());
+    // A blocked waiter is woken by the release.
+    let b2 = Arc::clone(&b);
+    let waiter = std::thread::spawn(move || b2.acquire(key("k"), &LockOptions::new()));
+    wait_until(|| b.info(key("k")).unwrap().unwrap().waiters != 0);
+    let fence = held.fence();
+    a.release(held).unwrap();
+    let next = within(Duration::from_secs(10), move || waiter.join().unwrap()).unwrap();
+    assert!(next.fence() > fence);
+    b.release(next).unwrap();
+    assert!(!a.is_locked(key("k")).unwrap());
+    assert_eq!(a.info(key("k")).unwrap(), None);
+}
+
+#[test]
+fn async_acquire_needs_no_runtime_and_cancels_cleanly() {
+    let server = Server::start();
+    let a = open(&server, "prefix=as");
+    let b = open(&server, "prefix=as");
+    let held = a.acquire(key("k"), &LockOptions::new()).unwrap();
+    // Polled by futures' executor: no tokio in the caller.
+    let fut = Arc::clone(&b).acquire_async(key("k"), &LockOptions::new());
+    let release = {
+        let a = Arc::clone(&a);
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(100));
+            a.release(held).unwrap();
+        })
+    };
+    let got = within(Duration::from_secs(10), move || {
+        futures::executor::block_on(fut)
+    })
+    .unwrap();
+    release.join().unwrap();
+    // A pending future that is dropped leaves the queue and holds nothing.
+    let mut pending = Arc::clone(&a).acquire_async(key("k"), &LockOptions::new());
+    let waker = futures::task::noop_waker();
+    let mut cx = std::task::Context::from_waker(&waker);
+    assert!(pending.as_mut().poll(&mut cx).is_pending());
+    wait_until(|| b.info(key("k")).unwrap().unwrap().waiters != 0);
+    drop(pending);
+    wait_until(|| b.info(key("k")).unwrap().unwrap().waiters == 0);
+    b.release(got).unwrap();
+    assert!(!a.is_locked(key("k")).unwrap());
+    let again = a.acquire(key("k"), &NO).unwrap();
+    a.release(again).unwrap();
+}
+
+#[test]
+fn acquire_many_is_all_or_nothing() {
+    let server = Server::start();
+    let a = open(&server, "prefix=m");
+    let b = open(&server, "prefix=m");
+    let hb = b.acquire(key("b"), &LockOptions::new()).unwrap();
+    let both = [(key("a"), Mode::Exclusive), (key("b"), Mode::Shared)];
+    assert_eq!(a.acquire_many(&both, &NO).unwrap_err(), Error::WouldBlock);
+    assert!(
+        !a.is_locked(key("a")).unwrap(),
+        "nothing held after a failed multi-key try"
+    );
+    let a2 = Arc::clone(&a);
+    let waiter = std::thread::spawn(move || {
+        a2.acquire_many(
+            &[
+                (key("b"), Mode::Shared),
+                (key("a"), Mode::Exclusive),
+                (key("a"), Mode::Exclusive),
+            ],
+            &LockOptions::new(),
+        )
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(
+        !a.is_locked(key("a")).unwrap(),
+        "a waiting multi-key acquire holds nothing"
+    );
+    b.release(hb).unwrap();
+    let got = within(Duration::from_secs(10), move || waiter.join().unwrap()).unwrap();
+    assert_eq!(got.len(), 2, "duplicates collapse");
+    assert_eq!(
+        got[0].mode(),
+        Mode::Shared,
+        "answers in the keys' order: b first"
+    );
+    assert_eq!(got[1].mode(), Mode::Exclusive);
+    assert_eq!(b.info(key("b")).unwrap().unwrap().mode, Mode::Shared);
+    for acq in got {
+        a.release(acq).unwrap();
+    }
+    assert!(!b.is_locked(key("a")).unwrap() && !b.is_locked(key("b")).unwrap());
+}
+
+#[test]
+fn shared_holders_overlap_and_exclude_writers_fifo() {
+    let server = Server::start();
+    let a = open(&server, "prefix=sh");
+    let b = open(&server, "prefix=sh");
+    let shared = LockOptions::new().shared();
+    let s1 = a.acquire(key("doc"), &shared).unwrap();
+    let s2 = a.acquire(key("doc"), &shared).unwrap(); // joins this process's remote hold
+    let s3 = b.acquire(key("doc"), &shared).unwrap();
+    assert_eq!(
+        b.info(key("doc")).unwrap().unwrap().holders,
+        2,
+        "one remote hold per process"
+    );
+    assert_eq!(b.acquire(key("doc"), &NO).unwrap_err(), Error::WouldBlock);
+    // An exclusive waiter (in a third process) queues in Redis; a shared request after it
+    // waits too (FIFO), even though only shared holders hold the key.
+    let c = open(&server, "prefix=sh");
+    let c2 = Arc::clone(&c);
+    let writer = std::thread::spawn(move || c2.acquire(key("doc"), &LockOptions::new()));
+    wait_until(|| a.info(key("doc")).unwrap().unwrap().waiters != 0);
+    let d = open(&server, "prefix=sh");
+    assert_eq!(
+        d.acquire(key("doc"), &shared.wait(Wait::No)).unwrap_err(),
+        Error::WouldBlock
+    );
+    let fence = s1.fence();
+    assert_eq!(
+        (s2.fence(), s3.fence()),
+        (fence, fence),
+        "shared holders read one fence"
+    );
+    a.release(s1).unwrap();
+    a.release(s2).unwrap();
+    b.release(s3).unwrap();
+    let w = within(Duration::from_secs(10), move || writer.join().unwrap()).unwrap();
+    assert!(w.fence() > fence);
+    c.release(w).unwrap();
+}
+
+#[test]
+fn fences_rise_across_force_unlock_and_lease_expiry() {
+    let server = Server::start();
+    let a = open(&server, "prefix=f&lease=900ms");
+    let b = open(&server, "prefix=f&lease=900ms");
+    let first = a.acquire(key("x"), &LockOptions::new()).unwrap();
+    let lost = a
+        .lost_signal(&first)
+        .expect("remote acquisitions have a lost signal");
+    assert!(b.force_unlock(key("x")).unwrap());
+    assert!(!b.force_unlock(key("x")).unwrap(), "nothing left to free");
+    assert!(
+        lost.wait_timeout(Duration::from_secs(10)),
+        "the holder learns at its next renewal"
+    );
+    assert!(!a.is_current(&first).unwrap());
+    let f1 = first.fence();
+    assert_eq!(a.release(first).unwrap_err(), Error::NotOwner);
+    let second = b.acquire(key("x"), &LockOptions::new()).unwrap();
+    assert!(
+        second.fence() > f1 + 1,
+        "force-unlock advanced the fence, then the acquire"
+    );
+    // An explicit lease ends the acquisition, even though its process is alive.
+    let f2 = second.fence();
+    b.release(second).unwrap();
+    let leased = b
+        .acquire(
+            key("x"),
+            &LockOptions::new().lease(Duration::from_millis(300)),
+        )
+        .unwrap();
+    assert!(leased.fence() > f2);
+    let f3 = leased.fence();
+    let lost = b.lost_signal(&leased).unwrap();
+    let next = a
+        .acquire(
+            key("x"),
+            &LockOptions::new().wait(Wait::For(Duration::from_secs(5))),
+        )
+        .unwrap();
+    assert!(next.fence() > f3);
+    assert!(
+        next.owner_died(),
+        "the previous exclusive hold ended by its lease"
+    );
+    assert!(lost.wait_timeout(Duration::from_secs(5)));
+    assert_eq!(b.release(leased).unwrap_err(), Error::LeaseExpired);
+    let f4 = next.fence();
+    a.release(next).unwrap();
+    // Shared holders after an exclusive lease's end read a fence above the lost holder's.
+    let leased = a
+        .acquire(
+            key("x"),
+            &LockOptions::new().lease(Duration::from_millis(150)),
+        )
+        .unwrap();
+    assert!(leased.fence() > f4);
+    std::thread::sleep(Duration::from_millis(400));
+    let reader = b
+        .acquire(key("x"), &LockOptions::new().shared().wait(Wait::No))
+        .unwrap();
+    assert!(reader.fence() > leased.fence());
+    b.release(reader).unwrap();
+    assert_eq!(a.release(leased).unwrap_err(), Error::LeaseExpired);
+}
+
+#[test]
+fn renewal_keeps_a_long_hold_alive_and_extend_moves_a_lease() {
+    let server = Server::start();
+    let a = open(&server, "prefix=r&lease=1s");
+    let b = open(&server, "prefix=r&lease=1s");
+    let held = a.acquire(key("long"), &LockOptions::new()).unwrap();
+    std::thread::sleep(Duration::from_millis(2500)); // > 2 leases
+    assert!(a.is_current(&held).unwrap(), "renewed while it lives");
+    assert_eq!(b.acquire(key("long"), &NO).unwrap_err(), Error::WouldBlock);
+    a.release(held).unwrap();
+    let mut leased = a
+        .acquire(
+            key("ext"),
+            &LockOptions::new().lease(Duration::from_millis(200)),
+        )
+        .unwrap();
+    a.extend(&mut leased, Duration::from_secs(5)).unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        a.is_current(&leased).unwrap(),
+        "extended past its first lease"
+    );
+    assert_eq!(b.acquire(key("ext"), &NO).unwrap_err(), Error::WouldBlock);
+    a.release(leased).unwrap();
+}
+
+#[test]
+fn reentrant_owners_share_their_hold() {
+    let server = Server::start();
+    let opts = OpenOptions::new().reentrant(true);
+    let a = keylock_core::open_with(&server.url("prefix=re"), &opts).unwrap();
+    assert!(a.is_reentrant());
+    let (me, other) = (Owner::new(1).unwrap(), Owner::new(2).unwrap());
+    let outer = a.acquire(key("r"), &LockOptions::new().owner(me)).unwrap();
+    let inner = a.acquire(key("r"), &LockOptions::new().owner(me)).unwrap();
+    assert_eq!(outer.fence(), inner.fence());
+    assert_eq!(a.info(key("r")).unwrap().unwrap().holds, 2);
+    let them = LockOptions::new().owner(other).wait(Wait::No);
+    assert_eq!(a.acquire(key("r"), &them).unwrap_err(), Error::WouldBlock);
+    a.release(inner).unwrap();
+    assert!(a.is_locked(key("r")).unwrap());
+    assert_eq!(
+        a.release_as(outer, Some(other)).unwrap_err(),
+        Error::NotOwner
+    );
+    // The refused release left the record with its owner, who can still see it is current:
+    // reacquire through the owner to get a record to release (the refused one was consumed).
+    let again = a.acquire(key("r"), &LockOptions::new().owner(me)).unwrap();
+    a.release(again).unwrap();
+    assert!(
+        a.is_locked(key("r")).unwrap(),
+        "the outer hold is still there"
+    );
+    assert!(a.force_unlock(key("r")).unwrap());
+    assert!(!a.is_locked(key("r")).unwrap());
+}
+
+#[test]
+fn names_and_keys_never_meet_and_many_threads_count_exactly() {
+    let server = Server::start();
+    let a = open(&server, "prefix=n");
+    let plain = a.acquire(key("same"), &LockOptions::new()).unwrap();
+    let name = a
+        .acquire(LockKey::name(b"same"), &LockOptions::new().wait(Wait::No))
+        .unwrap();
+    a.release(plain).unwrap();
+    a.release(name).unwrap();
+    // Eight threads on two scopes, one key: holders inside at once never exceed one.
+    let b = open(&server, "prefix=n");
+    let inside = Arc::new(AtomicUsize::new(0));
+    let max = Arc::new(AtomicUsize::new(0));
+    let done = Arc::new(AtomicUsize::new(0));
+    let threads: Vec<_> = (0..8)
+        .map(|t| {
+            let locks = if t % 2 == 0 {
+                Arc::clone(&a)
+            } else {
+                Arc::clone(&b)
+            };
+            let (inside, max, done) = (Arc::clone(&inside), Arc::clone(&max), Arc::clone(&done));
+            std::thread::spawn(move || {
+                for i in 0..40 {
+                    // Some waits time out: a cancelled wait must not hide an overlap.
+                    let wait = if i % 5 == 0 {
+                        Wait::For(Duration::from_micros(300))
+                    } else {
+                        Wait::Forever
+                    };
+                    let Ok(acq) = locks.acquire(key("hot"), &LockOptions::new().wait(wait)) else {
+                        continue;
+                    };
+                    let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                    max.fetch_max(now, Ordering::SeqCst);
+                    inside.fetch_sub(1, Ordering::SeqCst);
+                    done.fetch_add(1, Ordering::SeqCst);
+                    locks.release(acq).unwrap();
+                }
+            })
+        })
+        .collect();
+    within(Duration::from_secs(120), move || {
+        for t in threads {
+            t.join().unwrap();
+        }
+    });
+    assert_eq!(max.load(Ordering::SeqCst), 1);
+    assert!(
+        done.load(Ordering::SeqCst) >= 8 * 32,
+        "every untimed acquire succeeded"
+    );
+    assert!(!a.is_locked(key("hot")).unwrap());
+    assert_eq!(b.info(key("hot")).unwrap(), None);
+}
+
+#[test]
+fn mixed_modes_with_timeouts_and_async_never_overlap_wrongly() {
+    let server = Server::start();
+    let scopes = [
+        open(&server, "prefix=mx"),
+        open(&server, "prefix=mx"),
+        open(&server, "prefix=mx"),
+    ];
+    // Holders inside at once: shared holders in `readers`, exclusive ones in `writers`.
+    let readers = Arc::new(AtomicUsize::new(0));
+    let writers = Arc::new(AtomicUsize::new(0));
+    let max_readers = Arc::new(AtomicUsize::new(0));
+    let bad = Arc::new(AtomicUsize::new(0));
+    let threads: Vec<_> = (0..6)
+        .map(|t| {
+            let locks = Arc::clone(&scopes[t % 3]);
+            let (readers, writers) = (Arc::clone(&readers), Arc::clone(&writers));
+            let (max_readers, bad) = (Arc::clone(&max_readers), Arc::clone(&bad));
+            std::thread::spawn(move || {
+                let mut done = 0;
+                for i in 0..30usize {
+                    let shared = (i + t) % 3 != 0;
+                    let wait = match i % 7 {
+                        0 => Wait::No,
+                        1 => Wait::For(Duration::from_micros(500)),
+                        _ => Wait::Forever,
+                    };
+                    let opts = LockOptions::new()
+                        .mode(if shared {
+                            Mode::Shared
+                        } else {
+                            Mode::Exclusive
+                        })
+                        .wait(wait);
+                    // Every other acquire is async, polled by futures' executor.
+                    let got = if i % 2 == 0 {
+                        locks.acquire(key("mixed"), &opts)
+                    } else {
+                        futures::executor::block_on(
+                            Arc::clone(&locks).acquire_async(key("mixed"), &opts),
+                        )
+                    };
+                    let Ok(acq) = got else { continue };
+                    if shared {
+                        let r = readers.fetch_add(1, Ordering::SeqCst) + 1;
+                        max_readers.fetch_max(r, Ordering::SeqCst);
+                        if writers.load(Ordering::SeqCst) != 0 {
+                            bad.fetch_add(1, Ordering::SeqCst);
+                        }
+                        std::thread::sleep(Duration::from_micros(300));
+                        readers.fetch_sub(1, Ordering::SeqCst);
+                    } else {
+                        if writers.fetch_add(1, Ordering::SeqCst) != 0
+                            || readers.load(Ordering::SeqCst) != 0
+                        {
+                            bad.fetch_add(1, Ordering::SeqCst);
+                        }
+                        writers.fetch_sub(1, Ordering::SeqCst);
+                    }
+                    locks.release(acq).unwrap();
+                    done += 1;
+                }
+                done
+            })
+        })
+        .collect();
+    let done: usize = within(Duration::from_secs(120), move || {
+        threads.into_iter().map(|t| t.join().unwrap()).sum()
+    });
+    assert_eq!(
+        bad.load(Ordering::SeqCst),
+        0,
+        "an exclusive holder overlapped another holder"
+    );
+    assert!(
+        done >= 6 * 30 * 5 / 7,
+        "every untimed acquire succeeded: {done}"
+    );
+    assert!(max_readers.load(Ordering::SeqCst) >= 1);
+    for s in &scopes {
+        assert_eq!(s.info(key("mixed")).unwrap(), None, "nothing left behind");
+    }
+}

@@ -1,0 +1,103 @@
+//! `rediss://`: TLS through rustls, verifying the server's certificate against the platform's
+//! roots (here a test CA given by `SSL_CERT_FILE`, which only the child process sees).
+
+use std::path::Path;
+use std::process::Command;
+
+use keylock_core::Error;
+
+use crate::Server;
+use crate::children::{read_tagged, spawn};
+use crate::server::free_port;
+
+/// A CA and a server certificate for localhost and 127.0.0.1, made with the openssl CLI.
+fn certificates(dir: &Path) {
+    let run = |args: &[&str]| {
+        let ok = Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .expect("openssl is not installed (make test-redis installs it)");
+        assert!(
+            ok.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&ok.stderr)
+        );
+    };
+    run(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.crt",
+        "-subj",
+        "/CN=keylock test CA",
+        "-days",
+        "2",
+    ]);
+    run(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "server.key",
+        "-out",
+        "server.csr",
+        "-subj",
+        "/CN=localhost",
+    ]);
+    std::fs::write(
+        dir.join("san.ext"),
+        "subjectAltName=DNS:localhost,IP:127.0.0.1\n",
+    )
+    .unwrap();
+    run(&[
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.crt",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "server.crt",
+        "-days",
+        "2",
+        "-extfile",
+        "san.ext",
+    ]);
+}
+
+#[test]
+fn rediss_verifies_the_server_and_locks_over_tls() {
+    let dir = std::env::temp_dir().join(format!("keylock-tls-certs-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    certificates(&dir);
+    let tls_port = free_port();
+    let _server = Server::with_tls(
+        tls_port,
+        &dir.join("server.crt"),
+        &dir.join("server.key"),
+        &dir.join("ca.crt"),
+    );
+    let url = format!("rediss://localhost:{tls_port}/0?prefix=tls&connect_timeout=3s");
+    // Not trusted here (the test CA is not among this process's roots): refused.
+    assert!(matches!(
+        keylock_core::open(&url),
+        Err(Error::Unavailable(_))
+    ));
+    // Trusted in a child that has the CA as its root store: locks over TLS.
+    let ca = dir.join("ca.crt").display().to_string();
+    let mut child = spawn("tls", &[("KEYLOCK_REDIS_URL", url), ("SSL_CERT_FILE", ca)]);
+    let fence: u64 = read_tagged(&mut child, "@tls-fence").parse().unwrap();
+    assert!(fence >= 1);
+    assert!(child.wait().unwrap().success());
+    let _ = std::fs::remove_dir_all(&dir);
+}

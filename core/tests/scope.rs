@@ -1,0 +1,198 @@
+//! The `KeyedLock` trait on the in-process scope: what every front end relies on, checked
+//! generically for the pool and the striped lock.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use keylock_core::{
+    Error, KeyPool, KeyedLock, LockKey, LockOptions, Mode, OpenOptions, Owner, StripedLock, Wait,
+    open, open_with,
+};
+
+fn scopes() -> Vec<Arc<dyn KeyedLock>> {
+    #[allow(unused_mut)] // without the shm feature nothing is added
+    let mut scopes: Vec<Arc<dyn KeyedLock>> = vec![
+        Arc::new(KeyPool::<Vec<u8>>::new()),
+        Arc::new(StripedLock::new(1024).unwrap()),
+        open("").unwrap(),
+        open("local:").unwrap(),
+        open_with("local:", &OpenOptions::new().stripes(64)).unwrap(),
+    ];
+    // The host scope, a pool and a striped region, each unlinked at once (an open region
+    // stays usable; the name goes).
+    #[cfg(all(feature = "shm", target_os = "linux"))]
+    for (i, options) in [OpenOptions::new(), OpenOptions::new().stripes(64)]
+        .into_iter()
+        .enumerate()
+    {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        static N: AtomicU32 = AtomicU32::new(0);
+        let name = format!(
+            "scope-{}-{i}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        );
+        scopes.push(open_with(&format!("shm:{name}"), &options).unwrap());
+        keylock_core::shm::unlink(&name).unwrap();
+    }
+    scopes
+}
+
+const TRY: LockOptions = LockOptions::new().wait(Wait::No);
+
+#[test]
+fn acquire_release_and_stale_releases() {
+    for locks in scopes() {
+        let k = LockKey::new(b"k");
+        let a = locks.acquire(k, &LockOptions::new()).unwrap();
+        assert!(locks.is_locked(k).unwrap());
+        assert_eq!(locks.acquire(k, &TRY).unwrap_err(), Error::WouldBlock);
+        assert!(locks.is_current(&a).unwrap());
+        assert!(locks.force_unlock(k).unwrap());
+        assert!(!locks.is_current(&a).unwrap());
+        let b = locks.acquire(k, &TRY).unwrap();
+        assert!(b.fence() > a.fence());
+        assert_eq!(locks.release(a), Err(Error::NotOwner));
+        assert!(
+            locks.is_locked(k).unwrap(),
+            "the stale release freed the new holder"
+        );
+        locks.release(b).unwrap();
+        assert!(!locks.is_locked(k).unwrap());
+        assert!(!locks.force_unlock(k).unwrap());
+    }
+}
+
+#[test]
+fn names_never_meet_plain_keys() {
+    let pool: Arc<dyn KeyedLock> = Arc::new(KeyPool::<Vec<u8>>::new());
+    let plain = pool.acquire(LockKey::new(b"job"), &TRY).unwrap();
+    let name = pool.acquire(LockKey::name(b"job"), &TRY).unwrap();
+    assert!(pool.is_locked(LockKey::name(b"job")).unwrap());
+    assert!(pool.info(LockKey::name(b"job")).unwrap().is_some());
+    pool.release(plain).unwrap();
+    assert!(pool.is_locked(LockKey::name(b"job")).unwrap());
+    assert!(!pool.is_locked(LockKey::new(b"job")).unwrap());
+    assert!(pool.is_current(&name).unwrap());
+    pool.release(name).unwrap();
+    assert!(!pool.is_locked(LockKey::name(b"job")).unwrap());
+}
+
+#[test]
+fn modes_and_info() {
+    for locks in scopes() {
+        let k = LockKey::new(b"doc");
+        let shared = LockOptions::new().shared().wait(Wait::No);
+        let a = locks.acquire(k, &shared).unwrap();
+        let b = locks.acquire(k, &shared).unwrap();
+        assert_eq!(a.fence(), b.fence());
+        let info = locks.info(k).unwrap().unwrap();
+        assert_eq!((info.mode, info.holders), (Mode::Shared, 2));
+        assert_eq!(locks.acquire(k, &TRY).unwrap_err(), Error::WouldBlock);
+        locks.release(a).unwrap();
+        locks.release(b).unwrap();
+        assert!(locks.info(k).unwrap().is_none());
+    }
+}
+
+#[test]
+fn many_keys_come_back_in_key_order() {
+    for locks in scopes() {
+        let keys = [
+            (LockKey::new(b"zebra"), Mode::Exclusive),
+            (LockKey::new(b"apple"), Mode::Shared),
+            (LockKey::name(b"zebra"), Mode::Exclusive),
+            (LockKey::new(b"zebra"), Mode::Shared),
+        ];
+        // Give the keys different fences, to tell their acquisitions apart.
+        for _ in 0..3 {
+            let z = locks.acquire(LockKey::new(b"zebra"), &TRY).unwrap();
+            locks.release(z).unwrap();
+        }
+        let acqs = locks.acquire_many(&keys, &TRY).unwrap();
+        for acq in &acqs {
+            assert!(locks.is_current(acq).unwrap());
+        }
+        let zebra = locks.info(LockKey::new(b"zebra")).unwrap().unwrap();
+        assert_eq!(
+            acqs[0].fence(),
+            zebra.fence,
+            "the first key's acquisition comes first"
+        );
+        assert_eq!(
+            zebra.mode,
+            Mode::Exclusive,
+            "the strongest mode asked of a key wins"
+        );
+        assert_eq!(
+            locks.acquire_many(&keys, &TRY).unwrap_err(),
+            Error::WouldBlock,
+            "all or nothing"
+        );
+        for acq in acqs {
+            locks.release(acq).unwrap();
+        }
+        assert!(!locks.is_locked(LockKey::new(b"apple")).unwrap());
+    }
+}
+
+#[test]
+fn async_acquires_wait_and_cancel() {
+    for locks in scopes() {
+        let k = LockKey::new(b"a");
+        let held = locks.acquire(k, &LockOptions::new()).unwrap();
+        let timed = LockOptions::new().wait(Wait::For(Duration::from_millis(10)));
+        let late = futures::executor::block_on(locks.clone().acquire_async(k, &timed));
+        assert_eq!(late.unwrap_err(), Error::TimedOut);
+        let waiter = locks.clone().acquire_async(k, &LockOptions::new());
+        let locks2 = locks.clone();
+        let t = std::thread::spawn(move || futures::executor::block_on(waiter));
+        std::thread::sleep(Duration::from_millis(10));
+        locks2.release(held).unwrap();
+        let got = t.join().unwrap().unwrap();
+        assert!(locks.is_current(&got).unwrap());
+        locks.release(got).unwrap();
+        // A dropped future leaves nothing behind.
+        drop(locks.clone().acquire_async(k, &LockOptions::new()));
+        assert!(!locks.is_locked(k).unwrap());
+    }
+}
+
+#[test]
+fn reentrant_scopes_and_owners() {
+    let locks = open_with("local:", &OpenOptions::new().reentrant(true)).unwrap();
+    assert!(locks.is_reentrant());
+    let me = Owner::new(5).unwrap();
+    let k = LockKey::new(b"r");
+    let a = locks.acquire(k, &LockOptions::new().owner(me)).unwrap();
+    let b = locks
+        .acquire(k, &LockOptions::new().owner(me).wait(Wait::No))
+        .unwrap();
+    assert_eq!(a.fence(), b.fence());
+    assert!(!locks.is_current_as(&a, Owner::new(6)).unwrap());
+    assert!(locks.is_current_as(&a, Some(me)).unwrap());
+    locks.release(b).unwrap();
+    locks.release(a).unwrap();
+    assert!(!locks.is_locked(k).unwrap());
+}
+
+#[test]
+fn names_of_scopes_are_checked() {
+    for (name, want) in [
+        ("nope", "a lock name starts with a scheme"),
+        ("ftp://x", "unknown lock scheme"),
+        ("local:thing", "local: takes no name"),
+    ] {
+        match open(name) {
+            Err(Error::InvalidArgument(what)) => assert!(what.starts_with(want), "{name}: {what}"),
+            other => panic!("{name}: {other:?}"),
+        }
+    }
+    let bad = OpenOptions::new().capacity(10);
+    assert!(matches!(
+        open_with("local:", &bad),
+        Err(Error::InvalidArgument(_))
+    ));
+}

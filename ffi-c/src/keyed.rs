@@ -1,0 +1,505 @@
+//! What `keylock_pool` and `keylock_striped` share: a lock object made by
+//! `keylock_core::open_with` (an `Arc<dyn KeyedLock>`, so that every scope the core knows, in
+//! this process, in shared memory or in Redis, is one C handle), and the bodies of their
+//! exports. Each export in `pool.rs` and `striped.rs` is one call into this module; this module
+//! translates arguments and results and calls the core's `KeyedLock`, nothing more.
+
+use std::ffi::{CStr, c_char};
+use std::sync::Arc;
+use std::time::Duration;
+
+use keylock_core::{KeyPool, KeyedLock, LockKey, LockOptions, Mode, StripedLock};
+
+use crate::acquisition::*;
+use crate::boundary::*;
+use crate::contract::*;
+use crate::options::*;
+use crate::result::*;
+
+/// A lock object and the id its acquisition records carry.
+#[derive(Debug)]
+pub(crate) struct Keyed {
+    locks: Arc<dyn KeyedLock>,
+    id: u64,
+    direct: Direct,
+}
+
+/// The in-process object behind `locks`, when it is one (`KeyedLock::as_any`). Acquires then
+/// go to the object's own methods (the same core operations the trait's `acquire` calls), and
+/// the record keeps the core's guard of the hold, so that its release is the guard's: the core's
+/// fastest path, without the trait's dynamic dispatch and `Result` shuffling. Other scopes, and
+/// `lock_many`, go through the trait and keep an `Acquisition`.
+///
+/// A record's guard is a `PoolGuard<&'static KeyPool>` / `StripeGuard<&'static StripedLock>`:
+/// the `'static` stands for "as long as the handle", which the C contract makes true wherever
+/// the guard is used. A record is only ever read through the handle it was made by (the id
+/// check), and every call on a handle needs it live (the caller's contract); a record still held
+/// when its handle is freed is never read again (C drops nothing), so its reference is never
+/// used dangling.
+#[derive(Debug, Clone, Copy)]
+enum Direct {
+    Pool(*const KeyPool<Vec<u8>>),
+    Striped(*const StripedLock),
+    None,
+}
+
+// SAFETY: the pointers point into the object that `Keyed::locks` owns (an `Arc` that lives as
+// long as the `Keyed`), which is itself Send and Sync (the trait requires it); `Direct` only
+// ever gives out shared references to it.
+unsafe impl Send for Direct {}
+// SAFETY: as above.
+unsafe impl Sync for Direct {}
+
+impl Direct {
+    fn of(locks: &Arc<dyn KeyedLock>) -> Self {
+        let Some(any) = locks.as_any() else {
+            return Direct::None;
+        };
+        if let Some(pool) = any.downcast_ref::<KeyPool<Vec<u8>>>() {
+            Direct::Pool(pool)
+        } else if let Some(striped) = any.downcast_ref::<StripedLock>() {
+            Direct::Striped(striped)
+        } else {
+            Direct::None
+        }
+    }
+}
+
+/// [`Direct`] as references, with the handle's lifetime written `'static` (see [`Direct`]).
+enum Local {
+    Pool(&'static KeyPool<Vec<u8>>),
+    Striped(&'static StripedLock),
+    None,
+}
+
+impl Keyed {
+    /// The in-process object behind the trait, if it is one.
+    #[inline(always)]
+    fn local(&self) -> Local {
+        match self.direct {
+            // SAFETY: the pointer is into the object `self.locks` owns, alive while `self` is;
+            // the reference is used during this call, or kept in a record's guard, which is
+            // only used again through this handle while it is alive (see `Direct`).
+            Direct::Pool(p) => Local::Pool(unsafe { &*p }),
+            // SAFETY: as above.
+            Direct::Striped(s) => Local::Striped(unsafe { &*s }),
+            Direct::None => Local::None,
+        }
+    }
+
+    /// A plain untimed acquire (no lease, no owner), exclusive or shared, into `out`.
+    #[inline(always)]
+    fn acquire_plain(&self, key: &[u8], mode: Mode, out: &mut keylock_acquisition) -> Outcome {
+        match (self.local(), mode) {
+            (Local::Striped(s), Mode::Exclusive) => out.fill_stripe(self.id, s.lock(key)),
+            (Local::Striped(s), Mode::Shared) => out.fill_stripe(self.id, s.lock_shared(key)),
+            (Local::Pool(p), Mode::Exclusive) => out.fill_pool(self.id, p.lock(key)),
+            (Local::Pool(p), Mode::Shared) => out.fill_pool(self.id, p.lock_shared(key)),
+            (Local::None, mode) => {
+                let opts = LockOptions::new().mode(mode);
+                out.fill_keyed(self.id, self.locks.acquire(LockKey::new(key), &opts)?)
+            }
+        }
+        Ok(())
+    }
+
+    /// An acquire with any options, into `out`. A guard is kept only for a plain acquisition
+    /// (no lease, no owner), which the core keeps in the guard's few words; one with a lease or
+    /// an owner goes through the trait and keeps an `Acquisition`, so that no record ever owns
+    /// heap memory.
+    #[inline]
+    fn acquire_with(
+        &self,
+        key: &[u8],
+        opts: &LockOptions,
+        out: &mut keylock_acquisition,
+    ) -> Outcome {
+        let plain = opts.lease.is_none() && opts.owner.is_none();
+        match self.local() {
+            Local::Striped(s) if plain => out.fill_stripe(self.id, s.lock_with(key, *opts)?),
+            Local::Pool(p) if plain => out.fill_pool(self.id, p.lock_with(key, *opts)?),
+            _ => out.fill_keyed(self.id, self.locks.acquire(LockKey::new(key), opts)?),
+        }
+        Ok(())
+    }
+
+    /// Releases what a record held.
+    #[inline(always)]
+    fn release(&self, held: Held) -> Outcome {
+        match held {
+            Held::Stripe(g) => g.release()?,
+            Held::Pool(g) => g.release()?,
+            Held::Acq(a) => self.locks.release(a)?,
+        }
+        Ok(())
+    }
+}
+
+/// The handle types built on [`Keyed`].
+pub(crate) trait Handle: Sized {
+    /// Wraps a lock object.
+    fn wrap(keyed: Keyed) -> Self;
+    /// The lock object.
+    fn keyed(&self) -> &Keyed;
+}
+
+/// Exclusive, wait forever.
+pub(crate) const EXCLUSIVE: LockOptions = LockOptions::new();
+
+impl Keyed {
+    /// Opens the lock object `name` names, as `open_with` does.
+    fn open(name: &str, options: &keylock_core::OpenOptions) -> Result<Self, Fail> {
+        let locks = keylock_core::open_with(name, options)?;
+        let direct = Direct::of(&locks);
+        Ok(Self {
+            locks,
+            id: next_lock_id(),
+            direct,
+        })
+    }
+}
+
+/// A new in-process lock object: a pool, or a striped lock with `stripes` stripes.
+pub(crate) fn new_local<H: Handle>(stripes: Option<usize>) -> *mut H {
+    ffi_boundary_new(|| {
+        let options = keylock_open_options::default().to_core(stripes);
+        Keyed::open("local:", &options).ok().map(H::wrap)
+    })
+}
+
+/// The body of `_open`: `stripes` turns `options.stripes` into the core's field (or refuses).
+///
+/// # Safety
+/// `name` is NULL or a NUL-terminated string; `options` is NULL or readable; `out` is NULL or
+/// writable.
+pub(crate) unsafe fn open<H: Handle>(
+    name: *const c_char,
+    options: *const keylock_open_options,
+    out: *mut *mut H,
+    stripes: impl FnOnce(usize) -> Result<Option<usize>, Fail>,
+) -> keylock_result {
+    ffi_boundary(|| {
+        let out = crate::boundary::out(out)?;
+        // SAFETY: out is non-NULL and writable (caller); NULL until an object is made.
+        unsafe { out.write(std::ptr::null_mut()) };
+        if name.is_null() {
+            return Err(Fail(KEYLOCK_NULL_ARGUMENT));
+        }
+        // SAFETY: name is non-NULL and NUL-terminated (caller).
+        let name = unsafe { CStr::from_ptr(name) }
+            .to_str()
+            .map_err(|_| Fail(KEYLOCK_INVALID_ARGUMENT))?;
+        // SAFETY: options is NULL or readable (caller).
+        let options = unsafe { options.as_ref() }.copied().unwrap_or_default();
+        let core = options.to_core(stripes(options.stripes)?);
+        let handle = Box::new(H::wrap(Keyed::open(name, &core)?));
+        // SAFETY: as above.
+        unsafe { out.write(Box::into_raw(handle)) };
+        Ok(())
+    })
+}
+
+/// The body of every single-key acquire: `opts` is the core's options, already translated.
+///
+/// # Safety
+/// `h` is NULL or a live handle; `key` is NULL or points to `len` readable bytes; `out` is NULL
+/// or points to a writable record that nothing else uses during the call.
+#[inline]
+pub(crate) unsafe fn acquire<H: Handle>(
+    h: *const H,
+    key: *const u8,
+    len: usize,
+    opts: &LockOptions,
+    out: *mut keylock_acquisition,
+) -> keylock_result {
+    // SAFETY: the caller's contract above.
+    unsafe {
+        acquire_into(out, |out| {
+            let (h, key) = (handle(h)?.keyed(), crate::boundary::key(key, len)?);
+            h.acquire_with(key, opts, out)
+        })
+    }
+}
+
+/// The body of the plain untimed acquires (`_lock`, `_lock_shared`).
+///
+/// # Safety
+/// As [`acquire`].
+#[inline(always)]
+pub(crate) unsafe fn acquire_plain<H: Handle>(
+    h: *const H,
+    key: *const u8,
+    len: usize,
+    mode: Mode,
+    out: *mut keylock_acquisition,
+) -> keylock_result {
+    // SAFETY: the caller's contract above.
+    unsafe {
+        acquire_into(out, |out| {
+            let (h, key) = (handle(h)?.keyed(), crate::boundary::key(key, len)?);
+            h.acquire_plain(key, mode, out)
+        })
+    }
+}
+
+/// Like [`acquire`] with a timeout and a mode.
+///
+/// # Safety
+/// As [`acquire`].
+pub(crate) unsafe fn acquire_timeout<H: Handle>(
+    h: *const H,
+    key: *const u8,
+    len: usize,
+    mode: Mode,
+    timeout_ns: u64,
+    out: *mut keylock_acquisition,
+) -> keylock_result {
+    let opts = LockOptions::new().mode(mode).wait(wait_of(timeout_ns));
+    // SAFETY: forwarded from our caller.
+    unsafe { acquire(h, key, len, &opts, out) }
+}
+
+/// Like [`acquire`] with the caller's options (NULL: `KEYLOCK_LOCK_OPTIONS_INIT`).
+///
+/// # Safety
+/// As [`acquire`], and `opts` is NULL or readable.
+pub(crate) unsafe fn acquire_with<H: Handle>(
+    h: *const H,
+    key: *const u8,
+    len: usize,
+    opts: *const keylock_lock_options,
+    out: *mut keylock_acquisition,
+) -> keylock_result {
+    // SAFETY: opts is NULL or readable (caller).
+    let opts = match unsafe { opts.as_ref() }.map_or(Ok(EXCLUSIVE), |o| o.to_core()) {
+        Ok(opts) => opts,
+        Err(Fail(code)) => {
+            // SAFETY: out is NULL or writable (caller): a failed acquire leaves it empty.
+            if let Some(out) = unsafe { out.as_mut() } {
+                *out = keylock_acquisition::EMPTY;
+            }
+            return code;
+        }
+    };
+    // SAFETY: forwarded from our caller.
+    unsafe { acquire(h, key, len, &opts, out) }
+}
+
+/// The body of `_lock_many` / `_lock_many_with`.
+///
+/// # Safety
+/// `h` is NULL or a live handle; `keys`, `lens` and (when not NULL) `modes` point to `n`
+/// readable elements each, each key to its length in bytes; `opts` is NULL or readable; `out`
+/// is NULL or points to `n` writable records; `count` is NULL or writable.
+#[allow(clippy::too_many_arguments)] // the C signature: arrays and their lengths
+pub(crate) unsafe fn acquire_many<H: Handle>(
+    h: *const H,
+    keys: *const *const u8,
+    lens: *const usize,
+    modes: *const keylock_mode,
+    n: usize,
+    opts: *const keylock_lock_options,
+    out: *mut keylock_acquisition,
+    count: *mut usize,
+) -> keylock_result {
+    ffi_boundary(|| {
+        let count = crate::boundary::out(count)?;
+        // SAFETY: count is non-NULL and writable (caller): 0 until the keys are held.
+        unsafe { count.write(0) };
+        // SAFETY: out is NULL or points to n writable records (caller). Every record is empty
+        // until the keys are held.
+        let out = unsafe { slice_mut(out, n)? };
+        out.fill_with(|| keylock_acquisition::EMPTY);
+        // SAFETY: the caller's contract above (`keys` refuses n == 0).
+        let (h, keys) = unsafe { (handle(h)?.keyed(), crate::boundary::keys(keys, lens, n)?) };
+        // SAFETY: opts is NULL or readable (caller).
+        let opts = unsafe { opts.as_ref() }.map_or(Ok(EXCLUSIVE), |o| o.to_core())?;
+        let modes = if modes.is_null() {
+            None
+        } else {
+            // SAFETY: modes points to n readable elements (caller).
+            Some(unsafe { slice(modes, n)? })
+        };
+        let list = keys
+            .iter()
+            .enumerate()
+            .map(|(i, k)| {
+                let mode = modes.map_or(Ok(opts.mode), |m| mode_of(m[i]))?;
+                Ok((LockKey::new(k), mode))
+            })
+            .collect::<Result<Vec<_>, Fail>>()?;
+        let acqs = h.locks.acquire_many(&list, &opts)?;
+        if acqs.len() > out.len() {
+            // Distinct locks never outnumber the keys; should the core break that, let go.
+            for acq in acqs {
+                let _ = h.release(Held::Acq(acq));
+            }
+            return Err(Fail(KEYLOCK_PANIC));
+        }
+        let held = acqs.len();
+        for (slot, acq) in out.iter_mut().zip(acqs) {
+            slot.fill_keyed(h.id, acq);
+        }
+        // SAFETY: as above.
+        unsafe { count.write(held) };
+        Ok(())
+    })
+}
+
+/// The body of `_release`.
+///
+/// # Safety
+/// `h` is NULL or a live handle; `acq` is NULL or points to a record that nothing else uses
+/// during the call.
+#[inline(always)]
+pub(crate) unsafe fn release<H: Handle>(
+    h: *const H,
+    acq: *mut keylock_acquisition,
+) -> keylock_result {
+    ffi_boundary(|| {
+        // SAFETY: the caller's contract above.
+        let (h, acq) = unsafe { (handle(h)?.keyed(), acq.as_mut()) };
+        h.release(acq.ok_or(Fail(KEYLOCK_NULL_ARGUMENT))?.take_keyed(h.id)?)
+    })
+}
+
+/// The body of `_release_many`: every record is released (or refused) in turn; the result is
+/// the first failure, or `KEYLOCK_OK`.
+///
+/// # Safety
+/// `h` is NULL or a live handle; `acqs` is NULL or points to `n` records that nothing else uses
+/// during the call.
+pub(crate) unsafe fn release_many<H: Handle>(
+    h: *const H,
+    acqs: *mut keylock_acquisition,
+    n: usize,
+) -> keylock_result {
+    ffi_boundary(|| {
+        if n == 0 {
+            return Err(Fail(KEYLOCK_INVALID_ARGUMENT));
+        }
+        // SAFETY: the caller's contract above.
+        let (h, acqs) = unsafe { (handle(h)?.keyed(), slice_mut(acqs, n)?) };
+        let mut first: Outcome = Ok(());
+        for record in acqs {
+            let result = record.take_keyed(h.id).and_then(|held| h.release(held));
+            if first.is_ok() {
+                first = result;
+            }
+        }
+        first
+    })
+}
+
+/// The body of `_extend`.
+///
+/// # Safety
+/// As [`release`].
+pub(crate) unsafe fn extend<H: Handle>(
+    h: *const H,
+    acq: *mut keylock_acquisition,
+    lease_ns: u64,
+) -> keylock_result {
+    ffi_boundary(|| {
+        // SAFETY: the caller's contract above.
+        let (h, acq) = unsafe { (handle(h)?.keyed(), acq.as_mut()) };
+        let lease = Duration::from_nanos(lease_ns);
+        match acq.ok_or(Fail(KEYLOCK_NULL_ARGUMENT))?.keyed_mut(h.id)? {
+            HeldMut::Stripe(g) => g.extend(lease)?,
+            HeldMut::Pool(g) => g.extend(lease)?,
+            HeldMut::Acq(a) => h.locks.extend(a, lease)?,
+        }
+        Ok(())
+    })
+}
+
+/// The body of `_is_current`: an empty or released record is not current.
+///
+/// # Safety
+/// `h` is NULL or a live handle; `acq` is NULL or readable; `out` is NULL or writable.
+pub(crate) unsafe fn is_current<H: Handle>(
+    h: *const H,
+    acq: *const keylock_acquisition,
+    out: *mut bool,
+) -> keylock_result {
+    ffi_boundary(|| {
+        // SAFETY: the caller's contract above.
+        let (h, acq) = unsafe { (handle(h)?.keyed(), handle(acq)?) };
+        let out = crate::boundary::out(out)?;
+        let current = match acq.keyed(h.id) {
+            Ok(HeldRef::Stripe(g)) => g.is_current(),
+            Ok(HeldRef::Pool(g)) => g.is_current(),
+            Ok(HeldRef::Acq(a)) => h.locks.is_current(a)?,
+            Err(Fail(KEYLOCK_NOT_LOCKED | KEYLOCK_NOT_OWNER)) => false,
+            Err(e) => return Err(e),
+        };
+        // SAFETY: out is non-NULL and writable (caller).
+        unsafe { out.write(current) };
+        Ok(())
+    })
+}
+
+/// The body of `_force_unlock` (`was_held` may be NULL).
+///
+/// # Safety
+/// `h` is NULL or a live handle; `key` is NULL or points to `len` readable bytes; `was_held` is
+/// NULL or writable.
+pub(crate) unsafe fn force_unlock<H: Handle>(
+    h: *const H,
+    key: *const u8,
+    len: usize,
+    was_held: *mut bool,
+) -> keylock_result {
+    ffi_boundary(|| {
+        // SAFETY: the caller's contract above.
+        let (h, key) = unsafe { (handle(h)?.keyed(), crate::boundary::key(key, len)?) };
+        let held = h.locks.force_unlock(LockKey::new(key))?;
+        // SAFETY: was_held is NULL or writable (caller).
+        if let Some(was_held) = unsafe { was_held.as_mut() } {
+            *was_held = held;
+        }
+        Ok(())
+    })
+}
+
+/// The body of `_is_locked`.
+///
+/// # Safety
+/// As [`force_unlock`], with `out` required.
+pub(crate) unsafe fn is_locked<H: Handle>(
+    h: *const H,
+    key: *const u8,
+    len: usize,
+    out: *mut bool,
+) -> keylock_result {
+    ffi_boundary(|| {
+        // SAFETY: the caller's contract above.
+        let (h, key) = unsafe { (handle(h)?.keyed(), crate::boundary::key(key, len)?) };
+        let out = crate::boundary::out(out)?;
+        let locked = h.locks.is_locked(LockKey::new(key))?;
+        // SAFETY: out is non-NULL and writable (caller).
+        unsafe { out.write(locked) };
+        Ok(())
+    })
+}
+
+/// The body of `_info`.
+///
+/// # Safety
+/// As [`force_unlock`], with `out` required and pointing to a writable `keylock_lock_info`.
+pub(crate) unsafe fn info<H: Handle>(
+    h: *const H,
+    key: *const u8,
+    len: usize,
+    out: *mut keylock_lock_info,
+) -> keylock_result {
+    ffi_boundary(|| {
+        // SAFETY: the caller's contract above.
+        let (h, key) = unsafe { (handle(h)?.keyed(), crate::boundary::key(key, len)?) };
+        let out = crate::boundary::out(out)?;
+        let info = keylock_lock_info::of(h.locks.info(LockKey::new(key))?);
+        // SAFETY: out is non-NULL and writable (caller).
+        unsafe { out.write(info) };
+        Ok(())
+    })
+}

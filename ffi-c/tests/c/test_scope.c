@@ -1,0 +1,294 @@
+/*
+ * The C ABI against a lock object opened by name: `test_scope NAME` runs what every scope must
+ * do the same way through keylock_pool_open(NAME): acquisitions and their releases, stale records
+ * (force-unlock, lease run out) that never release the next holder, fences, modes, lock_many,
+ * and a short mixed stress that counts holders inside. `make test` runs it on "local:" and, with
+ * the library built with the shm and redis features, on a fresh shm:NAME region and on a
+ * redis-server of its own (`make test-c-scopes`).
+ *
+ * Every key is prefixed with a random tag, so that runs against a shared server never meet.
+ * Closing line: "test_scope: N passed, M failed"; the exit status is non-zero on any failure.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include <keylock.h>
+
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static int checks_failed;
+
+#define CHECK(cond)                                                                           \
+    do {                                                                                      \
+        if (!(cond)) {                                                                        \
+            fprintf(stderr, "  %s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #cond);        \
+            checks_failed++;                                                                  \
+        }                                                                                     \
+    } while (0)
+
+#define CHECK_RESULT(expr, expected)                                                          \
+    do {                                                                                      \
+        keylock_result got_ = (expr);                                                         \
+        keylock_result want_ = (expected);                                                    \
+        if (got_ != want_) {                                                                  \
+            fprintf(stderr, "  %s:%d: %s\n    returned %s\n    expected %s\n", __FILE__,      \
+                    __LINE__, #expr, keylock_result_str(got_), keylock_result_str(want_));    \
+            checks_failed++;                                                                  \
+        }                                                                                     \
+    } while (0)
+
+#define OK(expr) CHECK_RESULT(expr, KEYLOCK_OK)
+#define MS(n) ((uint64_t)(n) * 1000000u)
+
+static void watchdog(int sig) {
+    static const char msg[] = "test_scope: watchdog fired: a deadlock or hang (FAILED)\n";
+    (void)sig;
+    if (write(STDERR_FILENO, msg, sizeof msg - 1) < 0) _exit(3);
+    _exit(3);
+}
+
+static uint64_t now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+static const char *scope_name;
+static char tag[32]; /* this run's key prefix */
+
+/* A key of this run: the tag, then `name`. Returns its length. */
+typedef struct {
+    char bytes[96];
+    size_t len;
+} key_t_;
+
+static key_t_ key(const char *name) {
+    key_t_ k;
+    int n = snprintf(k.bytes, sizeof k.bytes, "%s:%s", tag, name);
+    k.len = n < 0 ? 0 : (size_t)n;
+    return k;
+}
+
+#define KB(k) ((const uint8_t *)(k).bytes), (k).len
+
+static keylock_pool *open_scope(void) {
+    keylock_pool *pool = NULL;
+    keylock_result r = keylock_pool_open(scope_name, NULL, &pool);
+    if (r != KEYLOCK_OK) fprintf(stderr, "  keylock_pool_open(%s): %s\n", scope_name,
+                                 keylock_result_str(r));
+    return pool;
+}
+
+static bool locked(keylock_pool *pool, key_t_ k) {
+    bool out = false;
+    OK(keylock_pool_is_locked(pool, KB(k), &out));
+    return out;
+}
+
+static bool current(keylock_pool *pool, const keylock_acquisition *a) {
+    bool out = false;
+    OK(keylock_pool_is_current(pool, a, &out));
+    return out;
+}
+
+static void test_basics(keylock_pool *pool) {
+    key_t_ k = key("basics");
+    keylock_acquisition a, b;
+    OK(keylock_pool_lock(pool, KB(k), &a));
+    CHECK(a.mode == KEYLOCK_EXCLUSIVE && a.fence >= 1 && keylock_acquisition_is_held(&a));
+    CHECK(locked(pool, k) && current(pool, &a));
+    CHECK_RESULT(keylock_pool_try_lock(pool, KB(k), &b), KEYLOCK_WOULD_BLOCK);
+    CHECK_RESULT(keylock_pool_lock_timeout(pool, KB(k), MS(20), &b), KEYLOCK_TIMEOUT);
+    CHECK(!keylock_acquisition_is_held(&b));
+    {
+        keylock_lock_info info;
+        OK(keylock_pool_info(pool, KB(k), &info));
+        CHECK(info.held && info.mode == KEYLOCK_EXCLUSIVE && info.fence == a.fence);
+    }
+    OK(keylock_pool_release(pool, &a));
+    CHECK_RESULT(keylock_pool_release(pool, &a), KEYLOCK_NOT_OWNER);
+    CHECK(!locked(pool, k));
+    OK(keylock_pool_lock(pool, KB(k), &b));
+    CHECK(b.fence > a.fence);
+    OK(keylock_pool_release(pool, &b));
+}
+
+static void test_shared(keylock_pool *pool) {
+    key_t_ k = key("shared");
+    keylock_acquisition s1, s2, x;
+    OK(keylock_pool_lock_shared(pool, KB(k), &s1));
+    OK(keylock_pool_try_lock_shared(pool, KB(k), &s2));
+    CHECK(s1.mode == KEYLOCK_SHARED && s2.mode == KEYLOCK_SHARED);
+    CHECK_RESULT(keylock_pool_try_lock(pool, KB(k), &x), KEYLOCK_WOULD_BLOCK);
+    OK(keylock_pool_release(pool, &s1));
+    CHECK_RESULT(keylock_pool_try_lock(pool, KB(k), &x), KEYLOCK_WOULD_BLOCK);
+    OK(keylock_pool_release(pool, &s2));
+    OK(keylock_pool_try_lock(pool, KB(k), &x));
+    OK(keylock_pool_release(pool, &x));
+}
+
+/* A stale record (force-unlocked) never releases the next holder. */
+static void test_stale(keylock_pool *pool) {
+    key_t_ k = key("stale");
+    keylock_acquisition a1, a2, x;
+    bool was = false;
+    OK(keylock_pool_lock(pool, KB(k), &a1));
+    OK(keylock_pool_force_unlock(pool, KB(k), &was));
+    CHECK(was);
+    CHECK(!current(pool, &a1));
+    OK(keylock_pool_lock(pool, KB(k), &a2));
+    CHECK(a2.fence > a1.fence);
+    CHECK_RESULT(keylock_pool_release(pool, &a1), KEYLOCK_NOT_OWNER);
+    CHECK(locked(pool, k) && current(pool, &a2));
+    CHECK_RESULT(keylock_pool_try_lock(pool, KB(k), &x), KEYLOCK_WOULD_BLOCK);
+    OK(keylock_pool_release(pool, &a2));
+    CHECK(!locked(pool, k));
+}
+
+/* A holder that never releases is replaced at its lease's end; its release is refused. */
+static void test_lease(keylock_pool *pool) {
+    key_t_ k = key("lease");
+    keylock_lock_options o = KEYLOCK_LOCK_OPTIONS_INIT;
+    keylock_acquisition stale, next;
+    uint64_t start = now_ns();
+    o.lease_ns = MS(200);
+    OK(keylock_pool_lock_with(pool, KB(k), &o, &stale));
+    OK(keylock_pool_lock_timeout(pool, KB(k), MS(5000), &next));
+    CHECK(now_ns() - start >= MS(200));
+    CHECK(next.fence > stale.fence);
+    CHECK_RESULT(keylock_pool_release(pool, &stale), KEYLOCK_LEASE_EXPIRED);
+    CHECK(locked(pool, k) && current(pool, &next));
+    OK(keylock_pool_release(pool, &next));
+}
+
+static void test_many(keylock_pool *pool) {
+    key_t_ a = key("many-a"), b = key("many-b");
+    const uint8_t *keys[2] = {(const uint8_t *)a.bytes, (const uint8_t *)b.bytes};
+    size_t lens[2] = {a.len, b.len}, count = 0;
+    keylock_mode modes[2] = {KEYLOCK_SHARED, KEYLOCK_EXCLUSIVE};
+    keylock_acquisition acqs[2], x;
+    OK(keylock_pool_lock_many_with(pool, keys, lens, modes, 2, NULL, acqs, &count));
+    CHECK(count == 2);
+    CHECK(acqs[0].mode == KEYLOCK_SHARED && acqs[1].mode == KEYLOCK_EXCLUSIVE);
+    OK(keylock_pool_try_lock_shared(pool, KB(a), &x)); /* shared: another reader gets in */
+    OK(keylock_pool_release(pool, &x));
+    CHECK_RESULT(keylock_pool_try_lock_shared(pool, KB(b), &x), KEYLOCK_WOULD_BLOCK);
+    OK(keylock_pool_release_many(pool, acqs, count));
+    CHECK(!locked(pool, a) && !locked(pool, b));
+}
+
+/* Mixed modes, 4 threads, tries and timeouts: exclusive holders never overlap anything. */
+enum { THREADS = 4, ITERS = 300 };
+
+typedef struct {
+    keylock_pool *pool;
+    long exclusive, shared, overlaps, entered, counter, exclusive_ok[THREADS];
+    keylock_result error;
+} mixed;
+
+typedef struct {
+    mixed *s;
+    int thread;
+} mixed_arg;
+
+static void *mixed_thread(void *p) {
+    mixed_arg *arg = p;
+    mixed *s = arg->s;
+    key_t_ k = key("mixed");
+    uint32_t x = 0x9e3779b9u * (uint32_t)(arg->thread + 1);
+    for (int i = 0; i < ITERS; i++) {
+        keylock_lock_options o = KEYLOCK_LOCK_OPTIONS_INIT;
+        keylock_acquisition a;
+        keylock_result r;
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        o.mode = x % 3 == 0 ? KEYLOCK_EXCLUSIVE : KEYLOCK_SHARED;
+        o.timeout_ns = (x >> 8) % 2 ? MS(2000) : MS(1);
+        r = keylock_pool_lock_with(s->pool, KB(k), &o, &a);
+        if (r == KEYLOCK_TIMEOUT) continue;
+        if (r != KEYLOCK_OK) {
+            s->error = r;
+            return NULL;
+        }
+        __atomic_add_fetch(&s->entered, 1, __ATOMIC_SEQ_CST);
+        if (o.mode == KEYLOCK_SHARED) {
+            __atomic_add_fetch(&s->shared, 1, __ATOMIC_SEQ_CST);
+            if (__atomic_load_n(&s->exclusive, __ATOMIC_SEQ_CST))
+                __atomic_add_fetch(&s->overlaps, 1, __ATOMIC_SEQ_CST);
+            sched_yield();
+            __atomic_sub_fetch(&s->shared, 1, __ATOMIC_SEQ_CST);
+        } else {
+            if (__atomic_add_fetch(&s->exclusive, 1, __ATOMIC_SEQ_CST) > 1 ||
+                __atomic_load_n(&s->shared, __ATOMIC_SEQ_CST))
+                __atomic_add_fetch(&s->overlaps, 1, __ATOMIC_SEQ_CST);
+            s->counter++;
+            s->exclusive_ok[arg->thread]++;
+            sched_yield();
+            __atomic_sub_fetch(&s->exclusive, 1, __ATOMIC_SEQ_CST);
+        }
+        r = keylock_pool_release(s->pool, &a);
+        if (r != KEYLOCK_OK) s->error = r;
+    }
+    return NULL;
+}
+
+static void test_mixed(keylock_pool *pool) {
+    mixed s;
+    mixed_arg args[THREADS];
+    pthread_t threads[THREADS];
+    long expected = 0;
+    memset(&s, 0, sizeof s);
+    s.pool = pool;
+    for (int t = 0; t < THREADS; t++) {
+        args[t].s = &s;
+        args[t].thread = t;
+        CHECK(pthread_create(&threads[t], NULL, mixed_thread, &args[t]) == 0);
+    }
+    for (int t = 0; t < THREADS; t++) pthread_join(threads[t], NULL);
+    OK(s.error);
+    CHECK(s.overlaps == 0);
+    CHECK(s.entered > 0);
+    for (int t = 0; t < THREADS; t++) expected += s.exclusive_ok[t];
+    CHECK(s.counter == expected);
+    CHECK(!locked(pool, key("mixed")));
+}
+
+int main(int argc, char **argv) {
+    static void (*const tests[])(keylock_pool *) = {test_basics, test_shared, test_stale,
+                                                    test_lease,  test_many,   test_mixed};
+    static const char *const names[] = {"basics", "shared", "stale", "lease", "many", "mixed"};
+    int passed = 0, failed = 0;
+    keylock_pool *pool;
+    if (argc != 2) {
+        fprintf(stderr, "usage: test_scope NAME (e.g. local: or redis://127.0.0.1:6379/0)\n");
+        return 2;
+    }
+    scope_name = argv[1];
+    snprintf(tag, sizeof tag, "c-test-%ld-%ld", (long)getpid(), (long)(now_ns() % 1000000007u));
+    signal(SIGALRM, watchdog);
+    alarm(120);
+    pool = open_scope();
+    if (!pool) {
+        printf("test_scope: 0 passed, 1 failed (could not open %s)\n", scope_name);
+        return 1;
+    }
+    for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
+        checks_failed = 0;
+        tests[i](pool);
+        printf("%s %s (%s)\n", checks_failed ? "FAIL" : "ok  ", names[i], scope_name);
+        fflush(stdout);
+        if (checks_failed) failed++;
+        else passed++;
+    }
+    keylock_pool_free(pool);
+    printf("test_scope: %d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}

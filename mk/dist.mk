@@ -1,0 +1,120 @@
+# Release artifacts: what a user installs without a Rust toolchain, all under dist/.
+#
+#   make dist        everything below
+#   make dist-py     keylock_py-V-cp310-abi3-manylinux_2_17_x86_64.whl (maturin, zig) and the sdist
+#   make dist-node   npm pack tarballs, napi-rs layout: @keylock/keylock (JavaScript, plus the
+#                    sources for a build on platforms without a binary) and
+#                    @keylock/keylock-linux-x64-gnu (the binary)
+#   make dist-c      keylock-V-linux-x86_64.tar.gz: lib/ (libkeylock.so.V, its SONAME and dev
+#                    links, libkeylock.a), include/, lib/pkgconfig/keylock.pc (relocatable)
+#   make dist-rust   keylock-core-V.crate (cargo package --locked, which builds it)
+#   make test-dist   installs each from dist/ into a fresh venv, npm project and C build, with
+#                    no cargo or rustc on PATH (part of make test)
+#
+# Every binary is linked by zig against glibc 2.17's symbols (cargo-zigbuild; maturin --zig), so
+# it loads on any x86-64 Linux with glibc 2.17 or later (manylinux2014), whatever glibc the
+# building machine has. V is the workspace version, [workspace.package] in Cargo.toml: the
+# wheel, the crate, the .so and keylock_version() take it from cargo, and stage-node.js and the
+# tests fail when a package.json under node/ says otherwise.
+
+.PHONY: dist dist-py dist-node dist-c dist-rust dist-tools test-dist
+
+TEST_TARGETS += test-dist
+
+DIST_DIR := $(ROOT)/dist
+DIST_STAGE := $(ROOT)/build/dist
+DIST_VERSION := $(KEYLOCK_VERSION)
+DIST_MAJOR := $(KEYLOCK_MAJOR)
+$(if $(DIST_VERSION),,$(error mk/dist.mk: no workspace version (KEYLOCK_VERSION, from mk/c.mk)))
+
+# The prebuilt platform, and the oldest glibc its binaries need.
+DIST_TRIPLE := x86_64-unknown-linux-gnu
+DIST_GLIBC := 2.17
+DIST_BIN := $(TARGET_DIR)/$(DIST_TRIPLE)/dist
+# zig (the ziglang wheel) and cargo-zigbuild come from the venv, pinned in requirements-dist.txt.
+DIST_ENV := PATH="$(VENV)/bin:$$PATH"
+ZIGBUILD := $(DIST_ENV) $(CARGO) zigbuild --locked --profile dist --target $(DIST_TRIPLE).$(DIST_GLIBC)
+
+C_DIST_NAME := keylock-$(DIST_VERSION)-linux-x86_64
+C_DIST_STAGE := $(DIST_STAGE)/c/$(C_DIST_NAME)
+# Tarball entries get the last commit's time, so the same commit packs the same bytes.
+DIST_EPOCH := $(shell git -C $(ROOT) log -1 --format=%ct 2>/dev/null || echo 0)
+
+DIST_TOOLS_STAMP := $(VENV)/.dist-stamp
+dist-tools: $(DIST_TOOLS_STAMP)
+$(DIST_TOOLS_STAMP): requirements-dist.txt $(VENV)/.stamp
+	$(PY) -m pip install --quiet -r requirements-dist.txt
+	touch $@
+
+dist: dist-py dist-node dist-c dist-rust
+	@echo "dist: $(DIST_DIR)"; ls -1 $(DIST_DIR)
+
+# ---- Python ------------------------------------------------------------------------------------
+
+# --auditwheel check: the build fails unless the wheel meets the policy it is tagged with.
+dist-py: $(DIST_TOOLS_STAMP)
+	@mkdir -p $(DIST_DIR)
+	rm -f $(DIST_DIR)/keylock_py-*
+	$(DIST_ENV) $(VENV)/bin/maturin build --locked --quiet --profile dist --target $(DIST_TRIPLE) \
+		--zig --compatibility manylinux2014 --auditwheel check -m py/Cargo.toml -o $(DIST_DIR)
+	$(DIST_ENV) $(VENV)/bin/maturin sdist -m py/Cargo.toml -o $(DIST_DIR)
+
+# ---- Node.js -----------------------------------------------------------------------------------
+
+# cargo package makes the sources the main package carries for its build from source (the
+# keylock-node crate, and keylock-core for vendor/); it builds nothing, and packs into a folder of
+# its own so that it never races dist-rust.
+dist-node: $(DIST_TOOLS_STAMP)
+	@mkdir -p $(DIST_DIR)
+	$(ZIGBUILD) -p keylock-node
+	$(CARGO) package --locked --allow-dirty --no-verify --quiet -p keylock-core -p keylock-node \
+		--target-dir $(DIST_STAGE)/cargo
+	rm -f $(DIST_DIR)/keylock-keylock-*.tgz
+	node .ci/dist/stage-node.js --version $(DIST_VERSION) --crates $(DIST_STAGE)/cargo/package \
+		--stage $(DIST_STAGE)/node --out $(DIST_DIR) \
+		--binary linux-x64-gnu=$(DIST_BIN)/libkeylock_node.so
+
+# ---- C -----------------------------------------------------------------------------------------
+
+# The layout of `make install` (c_install in mk/c.mk), from the dist build; then a keylock.pc that
+# finds its prefix from where it lies (${pcfiledir}, which pkg-config and pkgconf both know), and
+# debug sections stripped from the archive (the .so is stripped by the dist profile).
+dist-c: FFI_LIB := $(DIST_BIN)/libkeylock
+dist-c: DESTDIR :=
+dist-c: $(DIST_TOOLS_STAMP)
+	@mkdir -p $(DIST_DIR)
+	$(ZIGBUILD) -p keylock-ffi
+	rm -rf $(DIST_STAGE)/c && mkdir -p $(C_DIST_STAGE)
+	$(call c_install,$(C_DIST_STAGE),$(C_DIST_STAGE)/lib,$(C_DIST_STAGE)/include,$(C_DIST_STAGE)/lib/pkgconfig)
+	sed -e 's|@PREFIX@|$${pcfiledir}/../..|' -e 's|@LIBDIR@|$${prefix}/lib|' \
+		-e 's|@INCLUDEDIR@|$${prefix}/include|' -e 's|@VERSION@|$(DIST_VERSION)|' \
+		ffi-c/keylock.pc.in > $(C_DIST_STAGE)/lib/pkgconfig/keylock.pc
+	strip --strip-debug $(C_DIST_STAGE)/lib/libkeylock.a
+	install -m 0644 ffi-c/README.dist.md $(C_DIST_STAGE)/README.md
+	rm -f $(DIST_DIR)/keylock-*-linux-x86_64.tar.gz
+	tar --sort=name --owner=0 --group=0 --numeric-owner --mtime=@$(DIST_EPOCH) \
+		-C $(DIST_STAGE)/c -cf - $(C_DIST_NAME) | gzip -9n > $(DIST_DIR)/$(C_DIST_NAME).tar.gz
+
+# ---- Rust --------------------------------------------------------------------------------------
+
+# --allow-dirty: make dist and make test run in a working tree with edits; `cargo publish`
+# checks for a clean tree itself.
+dist-rust:
+	@mkdir -p $(DIST_DIR)
+	$(CARGO) package --locked --allow-dirty -p keylock-core
+	rm -f $(DIST_DIR)/keylock-core-*.crate
+	cp $(TARGET_DIR)/package/keylock-core-$(DIST_VERSION).crate $(DIST_DIR)/
+
+# ---- tests -------------------------------------------------------------------------------------
+
+# Each install runs in a fresh temporary venv / npm project / prefix with every folder that
+# holds cargo or rustc taken off PATH (and fails if either is still found), so an install that
+# needs a compiler fails. The from-source paths (the sdist, the npm fallback, the crate's doc
+# tests) are built separately, with cargo, into target/dist-* folders kept between runs.
+DIST_TEST_ENV := KEYLOCK_VERSION=$(DIST_VERSION) KEYLOCK_MAJOR=$(DIST_MAJOR) DIST_DIR=$(DIST_DIR) \
+	DIST_GLIBC=$(DIST_GLIBC) ROOT=$(ROOT) VENV=$(VENV) TARGET_DIR=$(TARGET_DIR)
+test-dist: dist
+	$(DIST_TEST_ENV) bash .ci/dist/test-py.sh
+	$(DIST_TEST_ENV) bash .ci/dist/test-node.sh
+	$(DIST_TEST_ENV) bash .ci/dist/test-c.sh
+	$(DIST_TEST_ENV) bash .ci/dist/test-rust.sh

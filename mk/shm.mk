@@ -1,0 +1,44 @@
+# The host scope (cargo feature "shm", Linux): KeyPool and StripedLock in a /dev/shm region.
+#
+#   make test-shm    its tests: semantics across two opens of one region, and real processes
+#                    (exact counts, shared overlap, kill -9 of holders and waiters, permissions)
+#   make tsan-shm    the one-process tests under ThreadSanitizer (part of make tsan)
+#   make bench-shm   against flock, OFD fcntl and robust pthread mutexes, into bench/results
+
+.PHONY: test-shm tsan-shm bench-shm
+
+SHM_CARGO_TEST := $(CARGO) test --locked -p keylock-core --features shm
+
+test-shm:
+	$(SHM_CARGO_TEST) --lib --test shm --test shm_procs --test scope
+	$(SHM_CARGO_TEST) --doc shm
+
+# The tokio test is skipped under TSan for the reason given at TSAN_SKIP in rust.mk; the same
+# async path runs here through the futures-executor test. The multi-process tests are not run
+# under TSan: it cannot see into other processes.
+tsan-shm:
+	$(TSAN_CARGO) test --locked -p keylock-core --features shm --target $(TSAN_TARGET) \
+		--target-dir $(TARGET_DIR)/tsan --test shm -- --test-threads=1 --skip tokio_
+
+bench-shm:
+	@mkdir -p $(BENCH_RESULTS)
+	KEYLOCK_BENCH_DIR=$(BENCH_RESULTS) $(CARGO) bench --locked -p keylock-core --features shm --bench shm
+
+TEST_TARGETS += test-shm
+TSAN_TARGETS += tsan-shm
+BENCH_TARGETS += bench-shm
+
+# Instructions per uncontended lock+unlock pair, counted by callgrind (stable on a loaded
+# machine, unlike wall-clock times): each implementation runs 0 and 100,000 pairs, and the
+# difference is divided by 100,000. (Not flock or fcntl: their cost is in the kernel, which
+# callgrind does not count.)
+SHM_BENCH_BIN = $(shell $(CARGO) bench --locked -p keylock-core --features shm --bench shm --no-run --message-format=json 2>/dev/null | python3 -c 'import json,sys; print([j["executable"] for j in map(json.loads, sys.stdin) if j.get("reason") == "compiler-artifact" and j.get("executable") and j["target"]["name"] == "shm"][0])')
+.PHONY: bench-shm-callgrind
+bench-shm-callgrind:
+	@bin="$(SHM_BENCH_BIN)"; for impl in "robust pthread mutex" "keylock shm StripedLock" "keylock shm KeyPool"; do \
+		for n in 0 100000; do \
+			KEYLOCK_BENCH_COUNT="$$impl:$$n" valgrind --tool=callgrind --callgrind-out-file=/dev/null "$$bin" 2>&1 \
+				| sed -n 's/.*refs: *//p' | tr -d , > $(TARGET_DIR)/callgrind-$$n.txt; \
+		done; \
+		echo "$$impl: $$(( ($$(cat $(TARGET_DIR)/callgrind-100000.txt) - $$(cat $(TARGET_DIR)/callgrind-0.txt)) / 100000 )) instructions per lock+unlock"; \
+	done

@@ -1,0 +1,434 @@
+//! The keyed lock objects: `keylock.KeyedLock` (the base class, over the core's `KeyedLock`
+//! trait) and its two kinds, `KeyPool` (an exact lock per key) and `StripedLock` (a fixed array
+//! of locks). Both are made by `keylock_core::open_with` from a name (`"local:"` by default;
+//! `"shm:NAME"` and `"redis://..."` where the build has those scopes), so every scope the core
+//! knows is reached the same way and this module knows nothing about any of them.
+
+use keylock_core::{self as core, LockKey, Mode, OpenOptions};
+use pyo3::exceptions::{PyNotImplementedError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyType};
+
+use crate::args::{Lease, OptTimeout};
+use crate::errors;
+use crate::handle::{self, KeyLock, ManyLock, ReentrantKeyLock};
+use crate::key::{to_key, to_owned_entries, to_owned_key};
+use crate::lock::{Keyed, LockHandle, Target};
+
+impl Keyed {
+    fn open(py: Python<'_>, name: &str, options: &OpenOptions) -> PyResult<Self> {
+        let inner = core::open_with(name, options).map_err(|e| errors::to_py(py, e))?;
+        Ok(Self {
+            reentrant: inner.is_reentrant(),
+            inner,
+            name: name.to_owned(),
+            fifo: options.fifo,
+        })
+    }
+
+    /// The handle of one key in `mode`.
+    #[inline]
+    fn handle<'py>(
+        slf: &Bound<'py, Self>,
+        key: &Bound<'py, PyAny>,
+        mode: Mode,
+        timeout: OptTimeout,
+        lease: Lease,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let py = key.py();
+        let reentrant = slf.get().reentrant;
+        let target = Target::Key {
+            lock: slf.clone().unbind(),
+            key: to_owned_key(key)?,
+            mode,
+        };
+        let handle = LockHandle::new(target, timeout.0, lease.0, reentrant);
+        if reentrant && mode == Mode::Exclusive {
+            Ok(handle::make(py, ReentrantKeyLock, handle)?.into_any())
+        } else {
+            Ok(handle::make(py, KeyLock, handle)?.into_any())
+        }
+    }
+}
+
+/// The options every opener takes.
+fn options(
+    reentrant: bool,
+    fifo: bool,
+    capacity: Option<usize>,
+    permissions: Option<u32>,
+) -> OpenOptions {
+    let mut o = OpenOptions::new().reentrant(reentrant).fifo(fifo);
+    if let Some(capacity) = capacity {
+        o = o.capacity(capacity);
+    }
+    if let Some(permissions) = permissions {
+        o = o.mode(permissions);
+    }
+    o
+}
+
+#[pymethods]
+impl Keyed {
+    /// Return the exclusive lock handle of `key`. `timeout` (seconds, None for no limit)
+    /// bounds the wait of `with` / `async with`, which raise keylock.LockTimeout when it runs
+    /// out; `lease` (seconds) makes every acquisition through the handle end by itself after
+    /// that long. In a reentrant lock object the handle is a ReentrantKeyLock.
+    #[pyo3(
+        signature = (key, timeout = OptTimeout(None), *, lease = Lease(None)),
+        text_signature = "($self, key, timeout=None, *, lease=None)"
+    )]
+    fn lock<'py>(
+        slf: &Bound<'py, Self>,
+        key: &Bound<'py, PyAny>,
+        timeout: OptTimeout,
+        lease: Lease,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        Self::handle(slf, key, Mode::Exclusive, timeout, lease)
+    }
+
+    /// Return the shared lock handle of `key`: any number of shared holders at once, no
+    /// exclusive holder meanwhile (a shared request behind a waiting exclusive one waits: FIFO
+    /// per key). Same arguments as `lock`.
+    #[pyo3(
+        signature = (key, timeout = OptTimeout(None), *, lease = Lease(None)),
+        text_signature = "($self, key, timeout=None, *, lease=None)"
+    )]
+    fn read<'py>(
+        slf: &Bound<'py, Self>,
+        key: &Bound<'py, PyAny>,
+        timeout: OptTimeout,
+        lease: Lease,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        Self::handle(slf, key, Mode::Shared, timeout, lease)
+    }
+
+    /// Return the exclusive lock handle of `key` (the same as `lock`, named as the partner of
+    /// `read`).
+    #[pyo3(
+        signature = (key, timeout = OptTimeout(None), *, lease = Lease(None)),
+        text_signature = "($self, key, timeout=None, *, lease=None)"
+    )]
+    fn write<'py>(
+        slf: &Bound<'py, Self>,
+        key: &Bound<'py, PyAny>,
+        timeout: OptTimeout,
+        lease: Lease,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        Self::handle(slf, key, Mode::Exclusive, timeout, lease)
+    }
+
+    /// Return a handle that takes every key of `keys` together (deadlock-free, all or none)
+    /// and releases them together; use it with `with` or `async with`. Each entry is a key
+    /// (taken exclusively) or a `(key, mode)` pair, mode "exclusive" or "shared".
+    #[pyo3(
+        signature = (keys, timeout = OptTimeout(None), *, lease = Lease(None)),
+        text_signature = "($self, keys, timeout=None, *, lease=None)"
+    )]
+    fn lock_many<'py>(
+        slf: &Bound<'py, Self>,
+        keys: &Bound<'py, PyAny>,
+        timeout: OptTimeout,
+        lease: Lease,
+    ) -> PyResult<Bound<'py, ManyLock>> {
+        let target = Target::Many {
+            lock: slf.clone().unbind(),
+            keys: to_owned_entries(keys)?,
+        };
+        let handle = LockHandle::new(target, timeout.0, lease.0, slf.get().reentrant);
+        handle::make(keys.py(), ManyLock, handle)
+    }
+
+    /// Free `key` whoever holds it (in either mode), advancing its fence, for a lock left
+    /// behind by a holder that will never release it. The old holders' handles then release
+    /// nothing (their `release()` raises NotOwnerError). Return whether the key was held.
+    fn force_unlock(&self, key: &Bound<'_, PyAny>) -> PyResult<bool> {
+        let py = key.py();
+        let key = to_key(key)?;
+        self.inner
+            .force_unlock(LockKey::new(&key))
+            .map_err(|e| errors::to_py(py, e))
+    }
+
+    /// Return True if `key` is held now (by this key or, in a StripedLock, by another on its
+    /// stripe).
+    fn is_locked(&self, key: &Bound<'_, PyAny>) -> PyResult<bool> {
+        let py = key.py();
+        let key = to_key(key)?;
+        self.inner
+            .is_locked(LockKey::new(&key))
+            .map_err(|e| errors::to_py(py, e))
+    }
+
+    /// Return who holds `key` and how (a snapshot), or None when it is free.
+    fn info(&self, key: &Bound<'_, PyAny>) -> PyResult<Option<LockInfo>> {
+        let py = key.py();
+        let key = to_key(key)?;
+        let info = self
+            .inner
+            .info(LockKey::new(&key))
+            .map_err(|e| errors::to_py(py, e))?;
+        Ok(info.map(|i| LockInfo {
+            fence: i.fence,
+            mode: i.mode.as_str(),
+            holders: i.holders,
+            holds: i.holds,
+            owner: i.owner.map(core::Owner::get),
+            lease_remaining: i.lease_remaining.map(|d| d.as_secs_f64()),
+            waiters: i.waiters,
+        }))
+    }
+
+    /// The name the lock object was opened with ("local:" for one made in this process).
+    #[getter]
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Whether the lock object is reentrant: a thread (or asyncio task) that holds a key may
+    /// acquire it again, and only it may release it, as with threading.RLock.
+    #[getter]
+    fn reentrant(&self) -> bool {
+        self.reentrant
+    }
+
+    /// Whether every release hands the lock to the next waiter in order (strict FIFO, as the
+    /// Web Locks API specifies) instead of letting a newcomer take a free lock first.
+    #[getter]
+    fn fifo(&self) -> bool {
+        self.fifo
+    }
+}
+
+/// What `info(key)` reports about a held key: a snapshot.
+#[pyclass(module = "keylock", name = "LockInfo", frozen, get_all)]
+pub(crate) struct LockInfo {
+    /// The current fence: the exclusive holder's, or for shared holders the one they read.
+    fence: u64,
+    /// "exclusive" or "shared".
+    mode: &'static str,
+    /// Holders now (1 for an exclusive holder).
+    holders: u32,
+    /// The exclusive holder's hold count (above 1 only for reentrant acquisitions).
+    holds: u32,
+    /// The exclusive holder's owner number, in a reentrant lock object.
+    owner: Option<u64>,
+    /// Seconds left on the earliest lease among the holders, if any has one.
+    lease_remaining: Option<f64>,
+    /// Callers waiting for the key.
+    waiters: usize,
+}
+
+#[pymethods]
+impl LockInfo {
+    fn __repr__(&self) -> String {
+        let opt = |v: Option<String>| v.unwrap_or_else(|| "None".to_owned());
+        format!(
+            "LockInfo(fence={}, mode='{}', holders={}, holds={}, owner={}, lease_remaining={}, \
+             waiters={})",
+            self.fence,
+            self.mode,
+            self.holders,
+            self.holds,
+            opt(self.owner.map(|o| o.to_string())),
+            opt(self.lease_remaining.map(|s| format!("{s:.3}"))),
+            self.waiters
+        )
+    }
+}
+
+/// A lock per key, exact (two different keys never block each other), with memory only for the
+/// keys held or waited for right now: the drop-in replacement for a dict of threading.Lock.
+///
+/// `pool.lock(key)` returns a handle that follows threading.Lock's protocol and asyncio's
+/// (`with`, `async with`, acquire/release/locked); `pool.read(key)` a shared one. With
+/// `reentrant=True` handles follow threading.RLock's protocol; with `fifo=True` every release
+/// hands the key to the next waiter in order. Keys are str (UTF-8), bytes, bytearray,
+/// memoryview or int (see keylock.key_bytes).
+#[pyclass(module = "keylock", name = "KeyPool", extends = Keyed, frozen)]
+pub(crate) struct KeyPool;
+
+impl KeyPool {
+    fn init(
+        py: Python<'_>,
+        name: &str,
+        options: &OpenOptions,
+    ) -> PyResult<PyClassInitializer<Self>> {
+        Ok(PyClassInitializer::from(Keyed::open(py, name, options)?).add_subclass(KeyPool))
+    }
+
+    fn stats_of(slf: &Bound<'_, Self>) -> PyResult<core::PoolStats> {
+        slf.as_super()
+            .get()
+            .inner
+            .stats()
+            .ok_or_else(|| PyNotImplementedError::new_err("this lock object keeps no counters"))
+    }
+}
+
+#[pymethods]
+impl KeyPool {
+    #[new]
+    #[pyo3(signature = (*, reentrant = false, fifo = false))]
+    fn new(py: Python<'_>, reentrant: bool, fifo: bool) -> PyResult<PyClassInitializer<Self>> {
+        Self::init(py, "local:", &options(reentrant, fifo, None, None))
+    }
+
+    /// Open the pool that `name` names: "local:" (in this process, the same as KeyPool()),
+    /// "shm:NAME" (shared by the processes of this machine) or "redis://HOST:PORT/DB", where
+    /// this build has those scopes (ValueError otherwise). `capacity` (the most keys held or
+    /// awaited at once) and `permissions` (of a shared-memory region this call creates) apply
+    /// to fixed-size scopes only.
+    #[classmethod]
+    #[pyo3(signature = (name, *, reentrant = false, fifo = false, capacity = None, permissions = None))]
+    fn open(
+        cls: &Bound<'_, PyType>,
+        name: &str,
+        reentrant: bool,
+        fifo: bool,
+        capacity: Option<usize>,
+        permissions: Option<u32>,
+    ) -> PyResult<Py<KeyPool>> {
+        let py = cls.py();
+        let init = Self::init(py, name, &options(reentrant, fifo, capacity, permissions))?;
+        Py::new(py, init)
+    }
+
+    /// The number of keys held now.
+    fn __len__(slf: &Bound<'_, Self>) -> PyResult<usize> {
+        Ok(Self::stats_of(slf)?.held)
+    }
+
+    /// Return counters as a dict: held (keys held now), waiting (callers waiting now),
+    /// entries_in_use (keys held or awaited), entries_allocated (the pool's memory, in keys),
+    /// peak_in_use, contended (acquisitions that had to wait).
+    fn stats<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyDict>> {
+        let s = Self::stats_of(slf)?;
+        let d = PyDict::new(slf.py());
+        d.set_item("held", s.held)?;
+        d.set_item("waiting", s.waiting)?;
+        d.set_item("entries_in_use", s.entries_in_use)?;
+        d.set_item("entries_allocated", s.entries_allocated)?;
+        d.set_item("peak_in_use", s.peak_in_use)?;
+        d.set_item("contended", s.contended)?;
+        Ok(d)
+    }
+
+    fn __repr__(slf: &Bound<'_, Self>) -> String {
+        let base = slf.as_super().get();
+        let held = base
+            .inner
+            .stats()
+            .map_or_else(|| "?".to_owned(), |s| s.held.to_string());
+        format!(
+            "<keylock.KeyPool name={:?} held={held}{} at {:#x}>",
+            base.name,
+            if base.reentrant { " reentrant" } else { "" },
+            slf.as_ptr() as usize
+        )
+    }
+}
+
+/// A fixed number of locks (rounded up to a power of two); a key locks the stripe its hash
+/// picks. Memory is fixed whatever the number of keys; two keys may share a stripe and then
+/// block each other. With `seed`, keys map to the same stripes in every process.
+///
+/// `striped.lock(key)` returns a handle that follows threading.Lock's protocol and asyncio's;
+/// `read`, `write`, `lock_many`, `reentrant` and `fifo` as for KeyPool. Keys are str (UTF-8),
+/// bytes, bytearray, memoryview or int (see keylock.key_bytes).
+#[pyclass(module = "keylock", name = "StripedLock", extends = Keyed, frozen)]
+pub(crate) struct StripedLock;
+
+/// The options of a striped lock object.
+fn striped_options(
+    stripes: i64,
+    seed: Option<u64>,
+    reentrant: bool,
+    fifo: bool,
+    capacity: Option<usize>,
+    permissions: Option<u32>,
+) -> PyResult<OpenOptions> {
+    let n = usize::try_from(stripes)
+        .ok()
+        .filter(|&n| n >= 1)
+        .ok_or_else(|| PyValueError::new_err("stripes must be at least 1"))?;
+    let o = options(reentrant, fifo, capacity, permissions).stripes(n);
+    Ok(match seed {
+        Some(seed) => o.seed(seed),
+        None => o,
+    })
+}
+
+#[pymethods]
+impl StripedLock {
+    #[new]
+    #[pyo3(signature = (stripes = 1024, *, seed = None, reentrant = false, fifo = false))]
+    fn new(
+        py: Python<'_>,
+        stripes: i64,
+        seed: Option<u64>,
+        reentrant: bool,
+        fifo: bool,
+    ) -> PyResult<PyClassInitializer<Self>> {
+        let o = striped_options(stripes, seed, reentrant, fifo, None, None)?;
+        Ok(PyClassInitializer::from(Keyed::open(py, "local:", &o)?).add_subclass(StripedLock))
+    }
+
+    /// Open the striped lock that `name` names ("local:", or "shm:NAME" / "redis://..." where
+    /// this build has those scopes), with `stripes` stripes (see KeyPool.open).
+    #[classmethod]
+    #[pyo3(signature = (name, stripes = 1024, *, seed = None, reentrant = false, fifo = false, capacity = None, permissions = None))]
+    #[allow(clippy::too_many_arguments)] // the keyword arguments of a Python classmethod
+    fn open(
+        cls: &Bound<'_, PyType>,
+        name: &str,
+        stripes: i64,
+        seed: Option<u64>,
+        reentrant: bool,
+        fifo: bool,
+        capacity: Option<usize>,
+        permissions: Option<u32>,
+    ) -> PyResult<Py<StripedLock>> {
+        let py = cls.py();
+        let o = striped_options(stripes, seed, reentrant, fifo, capacity, permissions)?;
+        Py::new(
+            py,
+            PyClassInitializer::from(Keyed::open(py, name, &o)?).add_subclass(StripedLock),
+        )
+    }
+
+    /// The number of stripes (a power of two).
+    #[getter]
+    fn stripes(slf: &Bound<'_, Self>) -> usize {
+        slf.as_super().get().inner.stripes().unwrap_or(0)
+    }
+
+    /// The largest number of stripes accepted.
+    #[classattr]
+    #[pyo3(name = "MAX_STRIPES")]
+    fn max_stripes() -> usize {
+        core::StripedLock::MAX_STRIPES
+    }
+
+    /// Return the index of the stripe that `key` locks.
+    fn stripe_of(slf: &Bound<'_, Self>, key: &Bound<'_, PyAny>) -> PyResult<usize> {
+        let key = to_key(key)?;
+        Ok(slf
+            .as_super()
+            .get()
+            .inner
+            .stripe_of(LockKey::new(&key))
+            .unwrap_or(0))
+    }
+
+    fn __repr__(slf: &Bound<'_, Self>) -> String {
+        let base = slf.as_super().get();
+        format!(
+            "<keylock.StripedLock name={:?} stripes={}{} at {:#x}>",
+            base.name,
+            base.inner.stripes().unwrap_or(0),
+            if base.reentrant { " reentrant" } else { "" },
+            slf.as_ptr() as usize
+        )
+    }
+}
