@@ -17,8 +17,8 @@
 //! `compatible(w, mode)` inside both closures (and notifying the head when they decline) makes
 //! every run here pass.
 //!
-//! The tests are `#[ignore]`d until the core is fixed (they fail now):
-//! `cargo test --release -p keylock-core --test notify_race -- --ignored`. Knobs:
+//! The core now checks compatibility inside those closures; these tests keep it so:
+//! `cargo test --release -p keylock-core --test notify_race`. Knobs:
 //! `REPRO_MODES=exclusive|shared|mixed` (default mixed), `REPRO_FIFO=1` (strict FIFO: passes).
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -88,7 +88,6 @@ fn run(lock: Arc<dyn KeyedLock>, rounds: usize) -> usize {
 }
 
 #[test]
-#[ignore = "fails: acquisitions end without their release (see the module docs)"]
 fn striped_mixed_modes_release_their_own() {
     let mut total = 0;
     for _ in 0..20 {
@@ -108,7 +107,6 @@ fn striped_mixed_modes_release_their_own() {
 }
 
 #[test]
-#[ignore = "fails: acquisitions end without their release (see the module docs)"]
 fn pool_mixed_modes_release_their_own() {
     let mut total = 0;
     for _ in 0..20 {
