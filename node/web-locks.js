@@ -40,7 +40,9 @@ module.exports = function webLocks(k) {
       return { ifAvailable: false, mode: 'exclusive', signal: undefined, steal: false };
     }
     if (typeof options !== 'object' && typeof options !== 'function') {
-      throw new TypeError("Failed to execute 'request' on 'LockManager': The provided value is not of type 'LockOptions'.");
+      throw new TypeError(
+        "Failed to execute 'request' on 'LockManager': The provided value is not of type 'LockOptions'.",
+      );
     }
     const ifAvailable = Boolean(options.ifAvailable);
     const modeValue = options.mode;
@@ -196,8 +198,10 @@ module.exports = function webLocks(k) {
 
     #request(name, o, callback) {
       if (name.startsWith('-')) throw notSupported("Names starting with '-' are reserved.");
-      if (o.steal && o.ifAvailable) throw notSupported("The 'steal' and 'ifAvailable' options cannot be used together.");
-      if (o.steal && o.mode !== 'exclusive') throw notSupported("The 'steal' option may only be used with 'exclusive' locks.");
+      if (o.steal && o.ifAvailable)
+        throw notSupported("The 'steal' and 'ifAvailable' options cannot be used together.");
+      if (o.steal && o.mode !== 'exclusive')
+        throw notSupported("The 'steal' option may only be used with 'exclusive' locks.");
       if (o.signal !== undefined && (o.steal || o.ifAvailable)) {
         throw notSupported("The 'signal' and 'steal' or 'ifAvailable' options cannot be used together.");
       }

@@ -18,6 +18,7 @@ use std::ffi::{CStr, CString, c_void};
 use std::future::Future;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::ptr;
+use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -107,13 +108,14 @@ impl<const N: usize> Call<'_, N> {
     }
 
     /// Another reference to the lock, for a waiter to keep.
-    fn arc(&self) -> Arc<Handle> {
+    fn arc(&self) -> Rc<Handle> {
         let ptr: *const Handle = self.lock;
-        // SAFETY: every entry point's data is the pointer of an `Arc<Handle>` that the lock's
-        // external owns (see `bind`), alive while the function runs; this adds a reference.
+        // SAFETY: every entry point's data is the pointer of an `Rc<Handle>` that the lock's
+        // external owns (see `bind`), alive while the function runs, on this thread; this adds
+        // a reference.
         unsafe {
-            Arc::increment_strong_count(ptr);
-            Arc::from_raw(ptr)
+            Rc::increment_strong_count(ptr);
+            Rc::from_raw(ptr)
         }
     }
 
@@ -273,7 +275,7 @@ unsafe fn entry<const N: usize>(
         Err(Fail::Error("reading the arguments failed".into()))
     } else {
         // SAFETY: every entry point is created by `bind` with `data` pointing to the handle of an
-        // `Arc<Handle>` that the lock's external owns, and the function keeps the external alive,
+        // `Rc<Handle>` that the lock's external owns, and the function keeps the external alive,
         // so the handle is alive while the function runs.
         let lock = unsafe { &*data.cast::<Handle>() };
         let call = Call {
@@ -885,12 +887,12 @@ pub(crate) unsafe fn bind(
         Handle::Rw(_) => RW,
         Handle::Keyed(_) => KEYED,
     };
-    let handle = Arc::new(handle);
-    let data = Arc::as_ptr(&handle).cast_mut().cast::<c_void>();
+    let handle = Rc::new(handle);
+    let data = Rc::as_ptr(&handle).cast_mut().cast::<c_void>();
     let mut object = ptr::null_mut();
     // SAFETY: value creation in the current environment; the names are NUL-terminated statics.
     // `data` stays valid while any function is reachable: each function keeps the external,
-    // which owns the Arc, through a property that cannot be removed or replaced.
+    // which owns the Rc, through a property that cannot be removed or replaced.
     unsafe {
         let external = handle::wrap(env, handle, native_bytes)?;
         check(sys::napi_create_object(env, &mut object))?;

@@ -138,7 +138,10 @@ test('bad constructor options throw TypeError', T, () => {
   }
   for (const name of [5, null, undefined, {}]) assert.throws(() => KeyPool.open(name), isTypeError);
   // A lock name the core does not know: the core's own message, as a TypeError.
-  assert.throws(() => KeyPool.open('nowhere:x'), (e) => isTypeError(e) && /scheme/.test(e.message));
+  assert.throws(
+    () => KeyPool.open('nowhere:x'),
+    (e) => isTypeError(e) && /scheme/.test(e.message),
+  );
   assert.throws(() => KeyPool.open('local:named'), isTypeError);
 });
 
@@ -165,9 +168,13 @@ test('shared(): bad names, mismatched stripes', T, () => {
     (e) => e.code === 'KEYLOCK_SHARED_MISMATCH',
   );
   assert.throws(() => StripedLock.shared('args-test', 128, { fifo: true }), { code: 'KEYLOCK_SHARED_MISMATCH' });
-  assert.throws(() => KeyPool.shared('args-test-pool', { reentrant: true }) && KeyPool.shared('args-test-pool', { reentrant: false }), {
-    code: 'KEYLOCK_SHARED_MISMATCH',
-  });
+  assert.throws(
+    () =>
+      KeyPool.shared('args-test-pool', { reentrant: true }) && KeyPool.shared('args-test-pool', { reentrant: false }),
+    {
+      code: 'KEYLOCK_SHARED_MISMATCH',
+    },
+  );
   assert.equal(KeyPool.shared('args-test-pool').reentrant, true, 'omitted: the existing pool');
   assert.throws(() => StripedLock.shared('args-test', 0), isRangeError);
   assert.equal(StripedLock.shared('args-test-default').stripes, 1024);

@@ -134,7 +134,10 @@ for (const [name, lock] of locks()) {
     assert.equal(old.isCurrent(), false);
     assert.equal(old.leaseRemaining(), 0, 'an ended lease has no time left');
     assert.throws(() => old.release(), coded('KEYLOCK_LEASE_EXPIRED'));
-    assert.throws(() => old.extend(1000), (e) => e.code === 'KEYLOCK_NOT_OWNER' || e.code === 'KEYLOCK_LEASE_EXPIRED');
+    assert.throws(
+      () => old.extend(1000),
+      (e) => e.code === 'KEYLOCK_NOT_OWNER' || e.code === 'KEYLOCK_LEASE_EXPIRED',
+    );
     assert.equal(lock.isLocked('job'), true, 'the new holder keeps it');
     next.release();
 

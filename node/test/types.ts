@@ -57,7 +57,8 @@ async function usage(): Promise<number> {
   pool.lockManySync(keys).release();
   const locked: boolean = pool.isLocked('k') && rw.isLocked() && rw.isWriteLocked() && pool.reentrant && pool.fifo;
   const stats: PoolStats | null = pool.stats();
-  const size: number = (pool.size ?? 0) + (stats?.entriesInUse ?? 0) + stripedShared.stripes + (striped.stripeOf('k') ?? 0);
+  const size: number =
+    (pool.size ?? 0) + (stats?.entriesInUse ?? 0) + stripedShared.stripes + (striped.stripeOf('k') ?? 0);
   (await rw.read()).release();
   const w = await rw.write({ timeout: 0 });
   const wf: bigint = w.fence;
@@ -86,7 +87,23 @@ async function usage(): Promise<number> {
   const firstName: string | undefined = snap.held[0]?.name;
   const manager = new LockManager(new KeyPool({ fifo: true }));
   await manager.request('x', () => 'x');
-  void [n, s, locked, size, r, wf, freed, info, opened, stripedOpened, result, firstName, StripedLock.MAX_STRIPES, keylock.KeyPool, keylock.locks];
+  void [
+    n,
+    s,
+    locked,
+    size,
+    r,
+    wf,
+    freed,
+    info,
+    opened,
+    stripedOpened,
+    result,
+    firstName,
+    StripedLock.MAX_STRIPES,
+    keylock.KeyPool,
+    keylock.locks,
+  ];
   return 0;
 }
 

@@ -247,11 +247,7 @@ test('query(): held and pending with name, mode and clientId, in request order',
     locks.request(a, { mode: 'shared' }, () => release.promise),
   ];
   await tick();
-  const pending = [
-    locks.request(b, { mode: 'shared' }, () => 1),
-    locks.request(a, () => 2),
-    locks.request(b, () => 3),
-  ];
+  const pending = [locks.request(b, { mode: 'shared' }, () => 1), locks.request(a, () => 2), locks.request(b, () => 3)];
   await tick();
   const q = await locks.query();
   const mine = (list) => list.filter((x) => x.name === a || x.name === b).map((x) => [x.name, x.mode]);
@@ -314,7 +310,11 @@ test('new LockManager(pool) puts the same API over any pool; its locks are its o
     const held = manager.request('r', () => release.promise);
     await tick();
     assert.equal(await manager.request('r', { ifAvailable: true }, (l) => l), null);
-    assert.notEqual(await locks.request('r', { ifAvailable: true }, (l) => l), null, 'keylock.locks is another manager');
+    assert.notEqual(
+      await locks.request('r', { ifAvailable: true }, (l) => l),
+      null,
+      'keylock.locks is another manager',
+    );
     const q = await manager.query();
     assert.deepEqual(
       q.held.map((h) => h.name),
