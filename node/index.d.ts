@@ -192,6 +192,11 @@ export interface MakeOptions {
    * may take a just-released key; a waiter older than 0.5 ms is handed it).
    */
   fifo?: boolean;
+  /**
+   * Fixed-size scopes (`open('shm:NAME')`): the most keys held or awaited at once in a region
+   * this open creates. Other scopes refuse it (`KEYLOCK_INVALID_ARGUMENT`). Default: the core's.
+   */
+  capacity?: number;
 }
 
 /** The keyed API shared by `KeyPool` and `StripedLock`. */

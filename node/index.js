@@ -273,6 +273,14 @@ function makeOptions(opts, stripes) {
     if (typeof v !== 'boolean') throw typeError(`${k} must be a boolean, not ${describe(v)}`);
     out[k] = v;
   }
+  if (opts.capacity !== undefined) {
+    const c = opts.capacity;
+    if (typeof c !== 'number' || !Number.isInteger(c)) {
+      throw typeError(`capacity must be an integer, not ${describe(c)}`);
+    }
+    if (c < 1 || c > 0xffffffff) throw rangeError(`capacity must be in 1..2^32-1, not ${c}`);
+    out.capacity = c;
+  }
   if (stripes !== undefined) out.stripes = checkStripes(stripes);
   return out;
 }
@@ -822,7 +830,8 @@ class KeyPool extends KeyedLock {
   /**
    * The pool that the lock name `name` names: 'local:' (or '') for a new in-process pool,
    * 'shm:NAME' for one in shared memory, 'redis://HOST:PORT/DB' for one in Redis (each where this
-   * build of keylock has the scope).
+   * build of keylock has the scope: cargo features shm and redis). Options `{ reentrant, fifo,
+   * capacity }`; `capacity` sizes a shared-memory region this open creates.
    */
   static open(name, opts) {
     checkScope(name);
@@ -866,7 +875,7 @@ class StripedLock extends KeyedLock {
     return new StripedLock(INTERNAL, nativeCall(native.keyedShared, name, true, made));
   }
 
-  /** The striped lock that `name` names (see KeyPool.open); `{ stripes, reentrant, fifo }`. */
+  /** The striped lock that `name` names (see KeyPool.open); `{ stripes, reentrant, fifo, capacity }`. */
   static open(name, opts) {
     checkScope(name);
     const stripes = opts === undefined || opts === null ? undefined : opts.stripes;

@@ -109,6 +109,8 @@ pub struct MakeOptions {
     pub reentrant: Option<bool>,
     /// Strict FIFO hand-off per key.
     pub fifo: Option<bool>,
+    /// Fixed-size scopes (shared memory): the most keys held or awaited at once.
+    pub capacity: Option<u32>,
 }
 
 impl MakeOptions {
@@ -126,6 +128,7 @@ impl MakeOptions {
         opts.stripes = made.stripes;
         opts.reentrant = made.reentrant;
         opts.fifo = made.fifo;
+        opts.capacity = self.capacity.map(|n| n as usize);
         let core = keylock_core::open_with(name, &opts).map_err(|e| core_error(&e))?;
         // A striped lock reports the stripe count it has (a power of two).
         let stripes = made.stripes.map(|asked| {
@@ -261,6 +264,7 @@ pub fn keyed_made(env: &Env, handle: Unknown<'_>) -> Result<MakeOptions> {
         stripes: m.stripes.map(|n| n as u32),
         reentrant: Some(m.reentrant),
         fifo: Some(m.fifo),
+        capacity: None,
     })
 }
 

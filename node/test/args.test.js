@@ -179,3 +179,17 @@ test('shared(): bad names, mismatched stripes', T, () => {
   assert.throws(() => StripedLock.shared('args-test', 0), isRangeError);
   assert.equal(StripedLock.shared('args-test-default').stripes, 1024);
 });
+
+test('bad capacities throw TypeError or RangeError', () => {
+  for (const bad of ['64', 1.5, null, 64n]) {
+    assert.throws(() => KeyPool.open('local:', { capacity: bad }), TypeError, String(bad));
+  }
+  for (const bad of [0, -1, 2 ** 32]) {
+    assert.throws(() => KeyPool.open('local:', { capacity: bad }), RangeError, String(bad));
+  }
+  // The core refuses a capacity where it means nothing.
+  assert.throws(
+    () => KeyPool.open('local:', { capacity: 64 }),
+    (e) => e instanceof TypeError && e.code === 'KEYLOCK_INVALID_ARGUMENT' && /shared-memory/.test(e.message),
+  );
+});

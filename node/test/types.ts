@@ -21,7 +21,7 @@ import keylock from 'keylock';
 async function usage(): Promise<number> {
   const pool = new KeyPool({ reentrant: true, fifo: false });
   const shared: KeyPool = KeyPool.shared('name', { fifo: true });
-  const opened: KeyPool = KeyPool.open('local:');
+  const opened: KeyPool = KeyPool.open('local:', { capacity: 64 });
   const striped = new StripedLock(1024, { reentrant: true });
   const stripedShared: StripedLock = StripedLock.shared('name', 64);
   const stripedOpened: StripedLock = StripedLock.open('local:', { stripes: 64, fifo: true });
