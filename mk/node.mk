@@ -56,7 +56,7 @@ test-node: build-node
 test-node-scopes: $(NODE_MODULES_STAMP) redis-server
 	$(CARGO) build --locked --release -p keylock-node --features shm,redis --target-dir $(TARGET_DIR)/node-scopes
 	set -e; tmp=$$(mktemp -d); pid=; region=keylock-node-test-$$$$; \
-	trap 'test -n "$$pid" && { kill $$pid; wait $$pid; }; rm -rf "$$tmp"; rm -f /dev/shm/keylock.'"$$region" EXIT; \
+	trap 'test -n "$$pid" && { kill $$pid; wait $$pid; }; rm -rf "$$tmp"; rm -f /dev/shm/keylock.'"$$region"'-*' EXIT; \
 	cp $(TARGET_DIR)/node-scopes/release/libkeylock_node.so "$$tmp/keylock_node.node"; \
 	export KEYLOCK_NODE_ADDON="$$tmp/keylock_node.node"; \
 	cd $(NODE_DIR); \

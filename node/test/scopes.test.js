@@ -23,10 +23,20 @@ function opens(make) {
   return [make(), make()];
 }
 
-for (const [kind, make] of [
-  ['KeyPool', () => KeyPool.open(SCOPE, { capacity: 256 })],
-  ['StripedLock', () => StripedLock.open(SCOPE, { stripes: 64 })],
-]) {
+// A shared-memory region is either a pool or a striped lock (one region for each) and takes a
+// capacity; a Redis scope has exact keys only (the core refuses stripes there).
+const SHM = SCOPE !== undefined && SCOPE.startsWith('shm:');
+const kinds = [['KeyPool', () => KeyPool.open(SHM ? `${SCOPE}-pool` : SCOPE, SHM ? { capacity: 256 } : {})]];
+if (SHM) kinds.push(['StripedLock', () => StripedLock.open(`${SCOPE}-striped`, { stripes: 64 })]);
+
+test('a Redis scope refuses stripes', { ...T, skip: T.skip || (SHM && 'not a Redis scope') }, () => {
+  assert.throws(
+    () => StripedLock.open(SCOPE, { stripes: 64 }),
+    (e) => e.code === 'KEYLOCK_INVALID_ARGUMENT' && /not stripes/.test(e.message),
+  );
+});
+
+for (const [kind, make] of kinds) {
   test(`${kind}: two opens of one scope exclude each other, with increasing fences`, T, () => {
     const [a, b] = opens(make);
     const key = `${RUN}${kind}-x`;
