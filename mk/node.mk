@@ -2,17 +2,21 @@
 #
 #   make build-node        npm ci in node/ (its install script builds the addon, release mode)
 #   make demo-node         run examples/node/bank.js (one thread, then 4 worker_threads)
-#   make test-node         node --test node/test/*.test.js, the TypeScript check of index.d.ts, the demo
-#   make bench-node        withLock vs async-lock vs async-mutex -> bench/results/node.json
+#   make test-node         node --test node/test/*.test.js, the TypeScript checks of index.d.ts (alone,
+#                          and against lib.dom's Web Locks types), the demo
+#   make bench-node        withLock vs async-lock vs async-mutex, locks.request vs async-lock
+#                          -> bench/results/node.json
 #                          (bench-node-quick: fewer runs)
+#   make test-node-scopes  test/scopes.test.js on shm:NAME and on a redis-server of our own (the
+#                          addon built with the shm and redis features, in its own target dir)
 #   make lint-node         clippy for the addon (-D warnings), the TypeScript check, prettier --check
 #   make fmt-node          rustfmt for the addon, prettier for the JavaScript and TypeScript
 
-.PHONY: build-node demo-node test-node bench-node bench-node-quick lint-node fmt-node
+.PHONY: build-node demo-node test-node test-node-scopes bench-node bench-node-quick lint-node fmt-node
 
 BUILD_TARGETS += build-node
 DEMO_TARGETS += demo-node
-TEST_TARGETS += test-node
+TEST_TARGETS += test-node test-node-scopes
 BENCH_TARGETS += bench-node
 LINT_TARGETS += lint-node
 FMT_TARGETS += fmt-node
@@ -22,7 +26,7 @@ NODE_MODULES_STAMP := $(NODE_DIR)/node_modules/.keylock-stamp
 NPM_FLAGS := --no-audit --no-fund --loglevel=error
 # The JavaScript and TypeScript that prettier formats (pinned in package.json, configured by the
 # repository's .prettierrc.json), relative to node/.
-NODE_FORMATTED := index.js index.mjs index.d.ts build.js test bench ../examples/node
+NODE_FORMATTED := index.js index.mjs index.d.ts binding.js web-locks.js build.js test bench ../examples/node
 
 # npm ci installs the pinned devDependencies (@napi-rs/cli, typescript, the benchmark's
 # competitors) and runs the package's install script, which builds the addon. It runs again
@@ -42,7 +46,26 @@ demo-node: build-node
 test-node: build-node
 	cd $(NODE_DIR) && node --test test/*.test.js
 	cd $(NODE_DIR) && npx --no-install tsc -p test
+	cd $(NODE_DIR) && npx --no-install tsc -p test/tsconfig.dom.json
 	node examples/node/bank.js
+
+# The same scope tests on the scopes beyond this process: the addon built with the shm and redis
+# features (its own target dir, loaded through KEYLOCK_NODE_ADDON so that ./keylock_node.node
+# stays the plain build), on a fresh shm:NAME region (its file removed afterwards) and on a
+# redis-server of our own (a free loopback port, a temporary directory, stopped by its PID).
+test-node-scopes: $(NODE_MODULES_STAMP) redis-server
+	$(CARGO) build --locked --release -p keylock-node --features shm,redis --target-dir $(TARGET_DIR)/node-scopes
+	set -e; tmp=$$(mktemp -d); pid=; region=keylock-node-test-$$$$; \
+	trap 'test -n "$$pid" && { kill $$pid; wait $$pid; }; rm -rf "$$tmp"; rm -f /dev/shm/keylock.'"$$region"'-*' EXIT; \
+	cp $(TARGET_DIR)/node-scopes/release/libkeylock_node.so "$$tmp/keylock_node.node"; \
+	export KEYLOCK_NODE_ADDON="$$tmp/keylock_node.node"; \
+	cd $(NODE_DIR); \
+	KEYLOCK_TEST_SCOPE="shm:$$region" node --test test/scopes.test.js; \
+	port=$$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'); \
+	redis-server --port $$port --bind 127.0.0.1 --save '' --appendonly no --dir "$$tmp" \
+		>"$$tmp/redis.log" 2>&1 & pid=$$!; \
+	for i in $$(seq 100); do redis-cli -p $$port ping >/dev/null 2>&1 && break; sleep 0.1; done; \
+	KEYLOCK_TEST_SCOPE="redis://127.0.0.1:$$port/0" node --test test/scopes.test.js
 
 bench-node: build-node
 	node $(NODE_DIR)/bench/bench.js --out bench/results/node.json
@@ -53,6 +76,7 @@ bench-node-quick: build-node
 lint-node: $(NODE_MODULES_STAMP)
 	$(CARGO) clippy --locked -p keylock-node --all-targets -- -D warnings
 	cd $(NODE_DIR) && npx --no-install tsc -p test
+	cd $(NODE_DIR) && npx --no-install tsc -p test/tsconfig.dom.json
 	cd $(NODE_DIR) && npx --no-install prettier --check $(NODE_FORMATTED)
 
 fmt-node: $(NODE_MODULES_STAMP)

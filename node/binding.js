@@ -12,6 +12,9 @@
 //   2. ./keylock_node.<platform>.node, what `napi build --platform` writes in this folder;
 //   3. the per-platform package.
 //
+// KEYLOCK_NODE_ADDON=PATH (a .node file) comes before all three: make test-node-scopes runs the
+// tests on a build with the shm and Redis scopes that way, leaving ./keylock_node.node alone.
+//
 // load() returns the addon; loadPrebuilt() looks at 3 only (install.js asks it whether a
 // build from source is needed).
 
@@ -116,6 +119,8 @@ function loadPrebuilt(errors = []) {
 function load() {
   const errors = [];
   const platform = platformId();
+  const chosen = process.env.KEYLOCK_NODE_ADDON;
+  if (chosen) return require(path.resolve(chosen));
   const native =
     requireFile(path.join(__dirname, `${BINARY_NAME}.node`), errors) ||
     requireFile(path.join(__dirname, `${BINARY_NAME}.${platform}.node`), errors) ||

@@ -17,6 +17,9 @@ const path = require('node:path');
 const here = __dirname;
 const output = path.join(here, 'keylock_node.node');
 // The workspace's lock file in a checkout, the package's own in a published package.
+// KEYLOCK_FEATURES=shm,redis builds the addon with those cargo features (the scopes beyond this
+// process).
+const features = process.env.KEYLOCK_FEATURES ? ['--features', process.env.KEYLOCK_FEATURES] : [];
 const locked = ['.', '..'].some((d) => fs.existsSync(path.join(here, d, 'Cargo.lock'))) ? ['--locked'] : [];
 
 function run(cmd, args) {
@@ -39,7 +42,7 @@ function cargoBuild() {
   // --message-format lets us find the library cargo built wherever its target folder is.
   const r = spawnSync(
     process.env.CARGO || 'cargo',
-    ['build', '--release', ...locked, '-p', 'keylock-node', '--message-format=json-render-diagnostics'],
+    ['build', '--release', ...locked, ...features, '-p', 'keylock-node', '--message-format=json-render-diagnostics'],
     { cwd: here, stdio: ['ignore', 'pipe', 'inherit'], maxBuffer: 64 << 20 },
   );
   if (r.error) throw r.error;
@@ -72,6 +75,7 @@ if (cli) {
     'keylock-node',
     '--',
     ...locked,
+    ...features,
   ]);
 } else {
   cargoBuild();

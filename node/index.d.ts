@@ -14,8 +14,36 @@ export type Key = string | number | bigint | Uint8Array;
 /** The bytes `key` stands for: what every lock compares (a copy; see `Key`). */
 export function keyBytes(key: Key): Buffer;
 
+/** How an acquisition holds its key: alone, or together with other shared holders. */
+export type LockMode = 'exclusive' | 'shared';
+
+/** Options of the acquires that do not wait (`tryLock`, `tryLockMany`). */
+export interface TryAcquireOptions {
+  /** `'exclusive'` (the default) or `'shared'`: many shared holders at once, or one exclusive. */
+  mode?: LockMode;
+  /**
+   * A lease in milliseconds: the acquisition then ends by itself after this long, the key is
+   * free for the next acquirer (whose fence is higher), and this guard's `release()` reports
+   * `KEYLOCK_LEASE_EXPIRED`. Omitted, `null` or `Infinity`: no lease.
+   */
+  lease?: number | null;
+  /**
+   * Who acquires, for a lock made with `reentrant: true`: an acquire by the owner that holds
+   * the key exclusively succeeds at once and raises a hold count (up to 2^16, then
+   * `KEYLOCK_REENTRANCY_LIMIT`). Any value: owners are compared as a `Map` compares keys
+   * (objects by identity), within one thread. Ignored by other locks.
+   */
+  owner?: unknown;
+}
+
+/** Options of the blocking acquires (`lockSync`, `lockManySync`, `readSync`, ...). */
+export interface SyncAcquireOptions extends TryAcquireOptions {
+  /** Milliseconds to block at most; then a `KeylockError` with code `'KEYLOCK_TIMEOUT'` is thrown. */
+  timeout?: number | null;
+}
+
 /** Options of every asynchronous acquire. */
-export interface LockOptions {
+export interface AcquireOptions extends SyncAcquireOptions {
   /**
    * Milliseconds to wait at most; the promise then rejects with a `KeylockError` whose code is
    * `'KEYLOCK_TIMEOUT'`. `0` tries once without waiting. Omitted, `null` or `Infinity`: no limit.
@@ -25,18 +53,26 @@ export interface LockOptions {
   signal?: AbortSignal | null;
 }
 
-/** Options of the blocking acquires (`lockSync`, `readSync`, ...). */
-export interface SyncLockOptions {
-  /** Milliseconds to block at most; then a `KeylockError` with code `'KEYLOCK_TIMEOUT'` is thrown. */
-  timeout?: number | null;
-}
+/** Options of the multi-key acquires: `mode` may give one mode per key. */
+export type ManyOptions<O> = Omit<O, 'mode'> & { mode?: LockMode | readonly LockMode[] };
 
-/** Error codes of `KeylockError` (the names of keylock-core's statuses, plus the Node-only ones). */
+/** Options of the RwLock's acquires (its modes are its two sides). */
+export type RwAcquireOptions = Pick<AcquireOptions, 'timeout' | 'signal'>;
+export type RwSyncAcquireOptions = Pick<SyncAcquireOptions, 'timeout'>;
+
+/** Error codes of `KeylockError`: the names of keylock-core's statuses, plus the Node-only ones. */
 export type KeylockErrorCode =
+  | 'KEYLOCK_WOULD_BLOCK'
   | 'KEYLOCK_TIMEOUT'
   | 'KEYLOCK_NOT_LOCKED'
-  | 'KEYLOCK_WOULD_BLOCK'
   | 'KEYLOCK_INVALID_ARGUMENT'
+  | 'KEYLOCK_NOT_OWNER'
+  | 'KEYLOCK_LEASE_EXPIRED'
+  | 'KEYLOCK_REENTRANCY_LIMIT'
+  | 'KEYLOCK_CAPACITY_EXCEEDED'
+  | 'KEYLOCK_INCOMPATIBLE'
+  | 'KEYLOCK_PERMISSION_DENIED'
+  | 'KEYLOCK_UNAVAILABLE'
   | 'KEYLOCK_SHARED_MISMATCH'
   | 'KEYLOCK_NOT_BUILT'
   | 'KEYLOCK_BINARY_MISMATCH'
@@ -51,19 +87,76 @@ export class KeylockError extends Error {
   readonly name: 'KeylockError';
 }
 
-/** A held lock. Works with `using` (TypeScript 5.2+): the lock is released at the end of the block. */
+/**
+ * A held lock: the record of one acquisition. `release()` ends exactly that acquisition, never
+ * anyone else's. Works with `using` (TypeScript 5.2+): the lock is released at the end of the
+ * block.
+ */
 export class Guard implements Disposable {
+  private constructor();
   /**
-   * Releases the lock. A second call does nothing. Throws a `KeylockError` with code
-   * `'KEYLOCK_NOT_LOCKED'` if the lock was released behind this guard's back (by `unlock`).
+   * Releases the acquisition. A second call does nothing. Throws a `KeylockError` if it is no
+   * longer the lock's current one: `'KEYLOCK_NOT_OWNER'` after a `forceUnlock`,
+   * `'KEYLOCK_LEASE_EXPIRED'` after its lease ran out (someone else may hold the key by then).
    */
   release(): void;
-  /** Whether `release()` was called. */
+  /** Whether `release()` (or disposal) was called. */
   readonly released: boolean;
+  /**
+   * The fencing token: greater than the fence of every earlier exclusive acquisition of the same
+   * key (or stripe) in this lock, even after its entry was recycled; a force-unlock and the end of
+   * an exclusive lease advance it too. Shared holders read the current one; a reentrant
+   * acquisition keeps its holder's. Pass it to the resource the lock protects, which refuses
+   * anything older (`UPDATE ... SET fence = $f WHERE id = $id AND fence < $f`). RwLock read
+   * guards have `0n` (the RwLock fences its writers only).
+   */
+  readonly fence: bigint;
+  /** How it holds the key. */
+  readonly mode: LockMode;
+  /** Whether the previous holder died holding the lock (cross-process scopes only). */
+  readonly ownerDied: boolean;
+  /** Whether the acquisition is still the lock's current one (false once released). */
+  isCurrent(): boolean;
+  /** Milliseconds left on its lease; `null` without a lease, or once released. */
+  leaseRemaining(): number | null;
+  /** Moves the end of its lease to `ms` from now; throws if it is no longer current or has no lease. */
+  extend(ms: number): void;
+  /** Releases like `release()`, but does nothing for an acquisition that is no longer current. */
   [Symbol.dispose](): void;
 }
 
-/** Counters of a `KeyPool`. */
+/** A guard of one key. */
+export interface KeyGuard extends Guard {
+  /** The key as it was given. */
+  readonly key: Key;
+}
+
+/** A guard of several keys, taken at once. */
+export interface KeysGuard extends Guard {
+  /** The keys as they were given. */
+  readonly keys: readonly Key[];
+  /** The fence of each acquisition, in the lock's canonical order (not the order of `keys`). */
+  readonly fences: bigint[];
+}
+
+/** Who holds a key and how: a snapshot (`info(key)`). */
+export interface KeyInfo {
+  /** The current fence: the exclusive holder's, or the one the shared holders read. */
+  fence: bigint;
+  mode: LockMode;
+  /** Holders now (1 for an exclusive holder). */
+  holders: number;
+  /** The exclusive holder's hold count (above 1 only for reentrant acquisitions). */
+  holds: number;
+  /** The exclusive holder's owner, if this thread gave it; `null` otherwise. */
+  owner: unknown;
+  /** Milliseconds left on the earliest lease among the holders; `null` without one. */
+  leaseRemaining: number | null;
+  /** Waiters queued for the key. */
+  waiters: number;
+}
+
+/** Counters of a `StripedLock`. */
 export interface StripedStats {
   /** The number of stripes. */
   stripes: number;
@@ -73,6 +166,7 @@ export interface StripedStats {
   waiting: number;
 }
 
+/** Counters of a `KeyPool`. */
 export interface PoolStats {
   /** Keys held now. */
   held: number;
@@ -82,12 +176,27 @@ export interface PoolStats {
   entriesInUse: number;
   /** Entries allocated (in use or kept for reuse): the pool's memory, in keys. */
   entriesAllocated: number;
-  /** An upper bound on the most entries in use at once so far. */
-  peakHeld: number;
-  /** Acquisitions so far. */
-  acquisitions: number;
+  /** The most entries in use at once so far, summed over shards. */
+  peakInUse: number;
   /** Acquisitions that had to wait. */
   contended: number;
+}
+
+/** How a lock object serves its keys. */
+export interface MakeOptions {
+  /** Owners reenter (see `TryAcquireOptions.owner`). Default false. */
+  reentrant?: boolean;
+  /**
+   * Strict FIFO per key: every release hands the key to the next waiter, and nobody takes a key
+   * others wait for (the Web Locks order). Default false: eventual fairness (a running caller
+   * may take a just-released key; a waiter older than 0.5 ms is handed it).
+   */
+  fifo?: boolean;
+  /**
+   * Fixed-size scopes (`open('shm:NAME')`): the most keys held or awaited at once in a region
+   * this open creates. Other scopes refuse it (`KEYLOCK_INVALID_ARGUMENT`). Default: the core's.
+   */
+  capacity?: number;
 }
 
 /** The keyed API shared by `KeyPool` and `StripedLock`. */
@@ -97,34 +206,47 @@ declare abstract class KeyedLock {
    * Rejects with `KEYLOCK_TIMEOUT` after `timeout` ms, or with `signal.reason` when aborted;
    * a rejected waiter holds nothing.
    */
-  lock(key: Key, options?: LockOptions): Promise<Guard>;
-  /** Takes `key` if it is free, synchronously: its guard, or `null`. */
-  tryLock(key: Key): Guard | null;
+  lock(key: Key, options?: AcquireOptions): Promise<KeyGuard>;
+  /** Takes `key` now if it can be, synchronously: its guard, or `null`. */
+  tryLock(key: Key, options?: TryAcquireOptions): KeyGuard | null;
   /**
    * Blocks the calling thread until `key` is held (or `timeout` ms passed). Meant for worker
    * threads: on the main thread it stops the event loop while it waits, and it never returns if
    * the same thread holds the key.
    */
-  lockSync(key: Key, options?: SyncLockOptions): Guard;
-  /** Releases `key` without its guard. Throws `KEYLOCK_NOT_LOCKED` if it is not locked. */
-  unlock(key: Key): void;
+  lockSync(key: Key, options?: SyncAcquireOptions): KeyGuard;
   /**
-   * Holds `key` while `fn` runs and returns (or rethrows) its result. The lock is released in a
-   * `finally`, whether `fn` returns, throws or rejects.
+   * Holds `key` while `fn(guard)` runs and returns (or rethrows) its result. The lock is released
+   * when `fn` returns, throws or rejects; if `fn` succeeded but its acquisition was lost meanwhile
+   * (force-unlocked, or its lease ran out), the promise rejects with that error.
    */
-  withLock<T>(key: Key, fn: () => T | PromiseLike<T>, options?: LockOptions): Promise<Awaited<T>>;
+  withLock<T>(key: Key, fn: (guard: KeyGuard) => T | PromiseLike<T>, options?: AcquireOptions): Promise<Awaited<T>>;
   /** Waits for all `keys` at once, deadlock-free (one global order, duplicates collapse); one guard for all. */
-  lockMany(keys: readonly Key[], options?: LockOptions): Promise<Guard>;
-  /** Takes all `keys` if all are free (a guard), or none (`null`). */
-  tryLockMany(keys: readonly Key[]): Guard | null;
+  lockMany(keys: readonly Key[], options?: ManyOptions<AcquireOptions>): Promise<KeysGuard>;
+  /** Takes all `keys` if all can be taken now (a guard), or none (`null`). */
+  tryLockMany(keys: readonly Key[], options?: ManyOptions<TryAcquireOptions>): KeysGuard | null;
   /** Blocks the calling thread until all `keys` are held (see `lockSync`). */
-  lockManySync(keys: readonly Key[], options?: SyncLockOptions): Guard;
-  /** Releases all `keys` without their guard. Throws `KEYLOCK_NOT_LOCKED`, releasing none, if one is free. */
-  unlockMany(keys: readonly Key[]): void;
-  /** Holds all `keys` while `fn` runs (see `withLock` and `lockMany`). */
-  withLockMany<T>(keys: readonly Key[], fn: () => T | PromiseLike<T>, options?: LockOptions): Promise<Awaited<T>>;
-  /** Whether `key` is held now. */
+  lockManySync(keys: readonly Key[], options?: ManyOptions<SyncAcquireOptions>): KeysGuard;
+  /** Holds all `keys` while `fn(guard)` runs (see `withLock` and `lockMany`). */
+  withLockMany<T>(
+    keys: readonly Key[],
+    fn: (guard: KeysGuard) => T | PromiseLike<T>,
+    options?: ManyOptions<AcquireOptions>,
+  ): Promise<Awaited<T>>;
+  /**
+   * Frees `key` whoever holds it, in either mode, and advances its fence: the holders' guards
+   * then release nothing (their `release()` throws `KEYLOCK_NOT_OWNER`). For a lock left behind.
+   * Returns whether the key was held.
+   */
+  forceUnlock(key: Key): boolean;
+  /** Whether `key` is held now (a snapshot). */
   isLocked(key: Key): boolean;
+  /** Who holds `key` and how (a snapshot); `null` when it is free. */
+  info(key: Key): KeyInfo | null;
+  /** Whether it was made with `reentrant: true`. */
+  readonly reentrant: boolean;
+  /** Whether it was made with `fifo: true`. */
+  readonly fifo: boolean;
 }
 
 /**
@@ -132,17 +254,24 @@ declare abstract class KeyedLock {
  * Two different keys never block each other.
  */
 export class KeyPool extends KeyedLock {
-  constructor();
+  constructor(options?: MakeOptions);
   /**
    * The pool called `name`, the same lock in every worker thread of this process: a key taken
    * in one worker excludes all the others, and a release in one wakes waiters in the others.
-   * A shared lock lives until the process exits.
+   * Options given must agree with the existing pool's (else `KEYLOCK_SHARED_MISMATCH`). A shared
+   * lock lives until the process exits.
    */
-  static shared(name: string): KeyPool;
-  /** Keys held now. */
-  readonly size: number;
-  /** The pool's counters. */
-  stats(): PoolStats;
+  static shared(name: string, options?: MakeOptions): KeyPool;
+  /**
+   * The pool that the lock name `name` names: `'local:'` (or `''`) for a new in-process pool,
+   * `'shm:NAME'` for one in shared memory, `'redis://HOST:PORT/DB'` for one in Redis, where this
+   * build of keylock has the scope (otherwise a `TypeError` says so).
+   */
+  static open(name: string, options?: MakeOptions): KeyPool;
+  /** Keys held now (`null` for a scope that does not count them). */
+  readonly size: number | null;
+  /** The pool's counters (`null` for a scope that keeps none). */
+  stats(): PoolStats | null;
 }
 
 /**
@@ -153,21 +282,23 @@ export class StripedLock extends KeyedLock {
   /** The largest stripe count accepted. */
   static readonly MAX_STRIPES: number;
   /** `stripes` locks, rounded up to a power of two (default 1024). */
-  constructor(stripes?: number);
+  constructor(stripes?: number, options?: MakeOptions);
   /**
    * The striped lock called `name`, the same in every worker thread of this process. If it
-   * exists with another stripe count (after rounding) this throws `KEYLOCK_SHARED_MISMATCH`;
-   * `stripes` omitted takes the existing count, or 1024 for a new lock.
+   * exists with another stripe count (after rounding) or other options, this throws
+   * `KEYLOCK_SHARED_MISMATCH`; `stripes` omitted takes the existing count, or 1024 for a new lock.
    */
-  static shared(name: string, stripes?: number): StripedLock;
+  static shared(name: string, stripes?: number, options?: MakeOptions): StripedLock;
+  /** The striped lock that `name` names (see `KeyPool.open`). */
+  static open(name: string, options?: MakeOptions & { stripes?: number }): StripedLock;
   /** The number of stripes (a power of two). */
   readonly stripes: number;
-  /** The stripe `key` maps to, from 0 to `stripes - 1`. */
-  stripeOf(key: Key): number;
-  /** Stripes held now (keys that share a stripe count once). */
-  readonly size: number;
-  /** Counters of the stripes. */
-  stats(): StripedStats;
+  /** The stripe `key` maps to, from 0 to `stripes - 1` (`null` if the scope does not say). */
+  stripeOf(key: Key): number | null;
+  /** Stripes held now (keys that share a stripe count once; `null` if the scope does not say). */
+  readonly size: number | null;
+  /** Counters of the stripes (`null` for a scope that keeps none). */
+  stats(): StripedStats | null;
 }
 
 /** A reader-writer lock: many readers or one writer. */
@@ -176,27 +307,84 @@ export class RwLock {
   /** The lock called `name`, the same in every worker thread of this process. */
   static shared(name: string): RwLock;
   /** Waits for a read lock; resolves to its guard. */
-  read(options?: LockOptions): Promise<Guard>;
-  /** Waits for the write lock; resolves to its guard. */
-  write(options?: LockOptions): Promise<Guard>;
+  read(options?: RwAcquireOptions): Promise<Guard>;
+  /** Waits for the write lock; resolves to its guard (its `fence` rises with every writer). */
+  write(options?: RwAcquireOptions): Promise<Guard>;
   /** A read guard if no writer holds the lock, else `null`. */
   tryRead(): Guard | null;
   /** The write guard if the lock is free, else `null`. */
   tryWrite(): Guard | null;
   /** Blocks the calling thread for a read lock (for worker threads, like `lockSync`). */
-  readSync(options?: SyncLockOptions): Guard;
+  readSync(options?: RwSyncAcquireOptions): Guard;
   /** Blocks the calling thread for the write lock (for worker threads, like `lockSync`). */
-  writeSync(options?: SyncLockOptions): Guard;
-  /** Holds a read lock while `fn` runs; returns (or rethrows) its result. */
-  withRead<T>(fn: () => T | PromiseLike<T>, options?: LockOptions): Promise<Awaited<T>>;
-  /** Holds the write lock while `fn` runs; returns (or rethrows) its result. */
-  withWrite<T>(fn: () => T | PromiseLike<T>, options?: LockOptions): Promise<Awaited<T>>;
-  /** Releases one read lock without its guard; throws `KEYLOCK_NOT_LOCKED` if none is held. */
-  readUnlock(): void;
-  /** Releases the write lock without its guard; throws `KEYLOCK_NOT_LOCKED` if it is free. */
-  writeUnlock(): void;
+  writeSync(options?: RwSyncAcquireOptions): Guard;
+  /** Holds a read lock while `fn(guard)` runs; returns (or rethrows) its result. */
+  withRead<T>(fn: (guard: Guard) => T | PromiseLike<T>, options?: RwAcquireOptions): Promise<Awaited<T>>;
+  /** Holds the write lock while `fn(guard)` runs; returns (or rethrows) its result. */
+  withWrite<T>(fn: (guard: Guard) => T | PromiseLike<T>, options?: RwAcquireOptions): Promise<Awaited<T>>;
   /** Whether a reader or a writer holds the lock. */
   isLocked(): boolean;
   /** Whether a writer holds the lock. */
   isWriteLocked(): boolean;
 }
+
+// ---------------------------------------------------------------------------------------------
+// The Web Locks API, typed as TypeScript's lib.dom types it (same names and shapes), so that code
+// written for `navigator.locks` type-checks against `keylock.locks`.
+
+/** A granted lock, as a `request()` callback receives it. */
+export class Lock {
+  private constructor();
+  readonly mode: LockMode;
+  readonly name: string;
+}
+
+/** What `request()` calls when the lock is granted (`null` for `ifAvailable` without it). */
+export interface LockGrantedCallback<T> {
+  (lock: Lock | null): T;
+}
+
+/** The options of `request()`. */
+export interface LockOptions {
+  /** Grant only if it can be granted now; otherwise the callback gets `null`. */
+  ifAvailable?: boolean;
+  /** `'exclusive'` (default) or `'shared'`. */
+  mode?: LockMode;
+  /** Aborts a pending request: it rejects with the signal's reason. */
+  signal?: AbortSignal;
+  /** Frees the name's current holders (their requests reject with an `AbortError`) and takes it. */
+  steal?: boolean;
+}
+
+/** One request, as `query()` reports it (lib.dom's fields, always present here). */
+export interface LockInfo {
+  clientId: string;
+  mode: LockMode;
+  name: string;
+}
+
+/** What `query()` resolves to: every request of the process, in the order they were made. */
+export interface LockManagerSnapshot {
+  held: LockInfo[];
+  pending: LockInfo[];
+}
+
+/**
+ * The Web Locks API's LockManager over a keylock lock. `keylock.locks` is the process-wide one
+ * (every worker thread); `new LockManager(pool)` puts the same API over any KeyPool or
+ * StripedLock, so over any scope.
+ */
+export class LockManager {
+  constructor(pool: KeyPool | StripedLock);
+  /**
+   * Calls `callback(lock)` once the lock is granted, holds it until the promise the callback
+   * returns settles, and resolves with the callback's result.
+   */
+  request<T>(name: string, callback: LockGrantedCallback<T>): Promise<T>;
+  request<T>(name: string, options: LockOptions, callback: LockGrantedCallback<T>): Promise<T>;
+  /** A snapshot: the held and pending requests, with name, mode and clientId. */
+  query(): Promise<LockManagerSnapshot>;
+}
+
+/** The process-wide LockManager: one strict-FIFO lock table for every worker thread. */
+export const locks: LockManager;

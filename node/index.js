@@ -1,13 +1,15 @@
 'use strict';
-// keylock for Node.js: KeyPool, StripedLock and RwLock from the keylock Rust core.
+// keylock for Node.js: KeyPool, StripedLock and RwLock from the keylock Rust core, and the Web
+// Locks API (`keylock.locks`, web-locks.js) on top of them.
 //
-// This file is the public API. It validates arguments, turns native status numbers into
-// errors with a `code`, and turns native waiter ids into promises (timeouts, AbortSignal,
-// guards, withLock). It decides nothing about locking: every acquire and release is one call
-// into the core through the addon, which binding.js finds (prebuilt, or built from src/).
+// This file is the public API. It validates arguments, turns native status numbers into errors
+// with a `code`, turns native waiter ids into promises (timeouts, AbortSignal, guards,
+// withLock) and maps owner values to the core's owner numbers. It decides nothing about locking
+// and keeps no lock state: every acquire and release is one call into the core through the
+// addon (which binding.js finds: prebuilt, or built from src/), and a guard is the number of
+// its acquisition's record in the addon, so a release ends exactly that acquisition.
 
-const { types } = require('node:util');
-
+const { randomUUID } = require('node:crypto');
 const native = require('./binding.js').load();
 
 // ---------------------------------------------------------------------------------------------
@@ -20,12 +22,17 @@ const CODE = Object.fromEntries([...STATUSES.values()].map((s) => [s.name, s.cod
 const OK = CODE.KEYLOCK_OK;
 const WOULD_BLOCK = CODE.KEYLOCK_WOULD_BLOCK;
 const TIMED_OUT = CODE.KEYLOCK_TIMEOUT;
-const NOT_LOCKED = CODE.KEYLOCK_NOT_LOCKED;
-const INVALID_ARGUMENT = CODE.KEYLOCK_INVALID_ARGUMENT;
+const NOT_OWNER = CODE.KEYLOCK_NOT_OWNER;
+const LEASE_EXPIRED = CODE.KEYLOCK_LEASE_EXPIRED;
 // Added to a release's status when it woke a waiter of this thread (served at once, below).
 const LOCAL_WAKE = native.LOCAL_WAKE;
+const FLAG_SHARED = native.FLAG_SHARED;
+const FLAG_OWNER_DIED = native.FLAG_OWNER_DIED;
+const FLAG_FAILED = native.FLAG_FAILED;
+const FLAG_STOLEN = native.FLAG_STOLEN;
+const STATUS_SHIFT = native.STATUS_SHIFT;
 
-/** An error from keylock; `code` says which (KEYLOCK_TIMEOUT, KEYLOCK_NOT_LOCKED, ...). */
+/** An error from keylock; `code` says which (KEYLOCK_TIMEOUT, KEYLOCK_NOT_OWNER, ...). */
 class KeylockError extends Error {
   constructor(code, message, options) {
     super(message, options);
@@ -49,21 +56,22 @@ function timeoutError(what, timeout) {
 
 function statusError(status, what) {
   what = whatOf(what);
+  const s = STATUSES.get(status);
+  if (s === undefined) return new KeylockError('KEYLOCK_INTERNAL', `keylock: unexpected status ${status} for ${what}`);
   switch (status) {
     case TIMED_OUT:
-      return new KeylockError('KEYLOCK_TIMEOUT', `keylock: timed out waiting for ${what}`);
-    case NOT_LOCKED:
-      return new KeylockError('KEYLOCK_NOT_LOCKED', `keylock: ${what} is not locked`);
+      return new KeylockError(s.name, `keylock: timed out waiting for ${what}`);
     case WOULD_BLOCK:
-      return new KeylockError('KEYLOCK_WOULD_BLOCK', `keylock: ${what} is held`);
-    case INVALID_ARGUMENT:
-      return new KeylockError('KEYLOCK_INVALID_ARGUMENT', `keylock: invalid argument for ${what}`);
-    default: {
-      // A status of the core's table without a message of its own here yet.
-      const s = STATUSES.get(status);
-      if (s !== undefined) return new KeylockError(s.name, `keylock: ${s.description} (${what})`);
-      return new KeylockError('KEYLOCK_INTERNAL', `keylock: unexpected status ${status} for ${what}`);
-    }
+      return new KeylockError(s.name, `keylock: ${what} is held`);
+    case NOT_OWNER:
+      return new KeylockError(
+        s.name,
+        `keylock: ${what}: the acquisition is no longer the lock's current one (released already, or force-unlocked)`,
+      );
+    case LEASE_EXPIRED:
+      return new KeylockError(s.name, `keylock: ${what}: the acquisition's lease ran out`);
+    default:
+      return new KeylockError(s.name, `keylock: ${s.description} (${what})`);
   }
 }
 
@@ -79,46 +87,22 @@ function rangeError(message) {
   return e;
 }
 
-// ---------------------------------------------------------------------------------------------
-// Arguments
-
-// Keys are strings (their UTF-8 bytes), integers (safe-integer numbers and bigints, as 8 bytes)
-// and Uint8Arrays (their bytes), by the rules every keylock front end shares. Types are checked
-// here, for a message naming the type; values (lone surrogates, ranges) by the addon, which
-// throws TypeError or RangeError with code KEYLOCK_INVALID_ARGUMENT.
-function checkKey(key) {
-  const t = typeof key;
-  if (t === 'string' || t === 'number' || t === 'bigint' || key instanceof Uint8Array || types.isUint8Array(key)) {
-    return;
-  }
-  throw typeError(`a key must be a string, a number, a bigint, a Buffer or a Uint8Array, not ${describe(key)}`);
+// The napi-rs exports report a core error as "CODE\0message" (see src/lib.rs).
+function fromNative(err) {
+  const msg = err && typeof err.message === 'string' ? err.message : '';
+  const nul = msg.indexOf('\0');
+  if (nul < 0) return err;
+  const code = msg.slice(0, nul);
+  const text = msg.slice(nul + 1);
+  if (code === 'KEYLOCK_INVALID_ARGUMENT') return typeError(text.replace(/^invalid argument: /, ''));
+  return new KeylockError(code, text.startsWith('keylock:') ? text : `keylock: ${text}`);
 }
 
-// Guards keep their own copy of a byte key, so changing the caller's buffer later cannot make
-// the release miss (strings, numbers and bigints are immutable and kept as they are).
-function ownKey(key) {
-  return typeof key === 'object' ? Uint8Array.prototype.slice.call(key) : key;
-}
-
-function checkKeys(keys) {
-  if (!Array.isArray(keys)) {
-    throw typeError(`keys must be an array of keys, not ${describe(keys)}`);
-  }
-  const own = new Array(keys.length);
-  for (let i = 0; i < keys.length; i++) {
-    checkKey(keys[i]);
-    own[i] = ownKey(keys[i]);
-  }
-  return own;
-}
-
-function checkFn(fn) {
-  if (typeof fn !== 'function') throw typeError(`fn must be a function, not ${describe(fn)}`);
-}
-
-function checkName(name) {
-  if (typeof name !== 'string' || name.length === 0) {
-    throw typeError(`a shared lock's name must be a non-empty string, not ${describe(name)}`);
+function nativeCall(f, ...args) {
+  try {
+    return f(...args);
+  } catch (err) {
+    throw fromNative(err);
   }
 }
 
@@ -129,30 +113,125 @@ function describe(value) {
   return `a ${typeof value}`;
 }
 
+// ---------------------------------------------------------------------------------------------
+// This thread's state, shared by every copy of this file loaded in the thread (a cleared
+// require cache loads a second one; the addon keeps the first dispatcher it was given).
+//
+// - waiters: pending acquisitions by native waiter id;
+// - requests: this thread's Web Locks requests by id (for stolen notices);
+// - owners: owner values in use, with their numbers (see holdOwner);
+// - out: the buffer the addon writes an acquisition's fence and flags into, records: the one
+//   runReady writes the records of completed waiters into (src/out.rs).
+
+const STATE = Symbol.for('keylock.thread.v2');
+// Records of completed waiters the records buffer holds (more wait for the next runReady).
+const RECORDS_HELD = 256;
+let state = globalThis[STATE];
+if (state === undefined) {
+  state = {
+    waiters: new Map(),
+    requests: new Map(),
+    nextRequest: 1,
+    owners: new Map(),
+    ownersById: new Map(),
+    out: new Uint32Array(new ArrayBuffer(16)),
+    records: new Uint32Array(new ArrayBuffer(4 * native.RECORD_WORDS * RECORDS_HELD)),
+    clientId: randomUUID(),
+    drain: null,
+  };
+  Object.defineProperty(globalThis, STATE, { value: state });
+  state.drain = drain;
+  native.init(() => state.drain(), state.out.buffer, state.records.buffer, state.clientId);
+}
+const OUT = state.out;
+const RECORDS = state.records;
+const waiters = state.waiters;
+
+// ---------------------------------------------------------------------------------------------
+// Owners: the core's owner is a number; a caller's owner is any value (an object, a string, a
+// number...). Each value in use gets a number of its own, unique in the process, for as long as
+// an acquisition or a pending acquire uses it, so different values never share a number and the
+// table holds only the owners in use. Values are compared as a Map compares keys (objects by
+// identity, strings by content), within this thread: the same string in two worker threads is
+// two owners, since no two threads share an execution context.
+
+function holdOwner(value) {
+  let e = state.owners.get(value);
+  if (e === undefined) {
+    e = { id: native.nextOwnerId(), n: 0, value };
+    state.owners.set(value, e);
+    state.ownersById.set(e.id, e);
+  }
+  e.n++;
+  return e.id;
+}
+
+function dropOwner(id) {
+  if (id === 0) return;
+  const e = state.ownersById.get(id);
+  if (e !== undefined && --e.n === 0) {
+    state.owners.delete(e.value);
+    state.ownersById.delete(id);
+  }
+}
+
+// The owner value behind a number, if this thread uses it (null otherwise).
+function ownerValue(id) {
+  if (id === 0) return null;
+  const e = state.ownersById.get(id);
+  return e === undefined ? null : e.value;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Arguments
+
 // The longest delay setTimeout honours; a longer timeout is treated as no timeout.
 const MAX_TIMER = 2 ** 31 - 1;
-const NO_OPTIONS = Object.freeze({ timeout: undefined, signal: undefined });
+const EXCLUSIVE = 0;
+const SHARED = 1;
 
-// Validates `{ timeout, signal }`. Returns NO_OPTIONS for the common case without options.
-function parseOptions(opts, allowSignal = true) {
+// Options of an acquire: { mode, lease, owner, timeout, signal }. `plain` says there is nothing
+// but a timeout or signal (the fast paths apply).
+const NO_OPTIONS = Object.freeze({
+  mode: EXCLUSIVE,
+  lease: undefined,
+  owner: undefined,
+  timeout: undefined,
+  signal: undefined,
+  plain: true,
+});
+
+function parseMode(mode, many = false) {
+  if (mode === undefined || mode === 'exclusive') return EXCLUSIVE;
+  if (mode === 'shared') return SHARED;
+  if (many && Array.isArray(mode)) return mode.map((m) => parseMode(m));
+  throw typeError(`mode must be 'shared' or 'exclusive'${many ? ', or an array of them' : ''}, not ${describe(mode)}`);
+}
+
+function millis(name, v) {
+  if (v === undefined || v === null || v === Infinity) return undefined;
+  if (typeof v !== 'number') throw typeError(`${name} must be a number of milliseconds, not ${describe(v)}`);
+  if (!(v >= 0)) throw rangeError(`${name} must be >= 0, not ${v}`);
+  return v;
+}
+
+// Validates options. `sync`: a blocking call (no signal); `many`: mode may be an array.
+function parseOptions(opts, sync = false, many = false) {
   if (opts === undefined || opts === null) return NO_OPTIONS;
   if (typeof opts !== 'object') throw typeError(`options must be an object, not ${describe(opts)}`);
-  let { timeout, signal } = opts;
-  if (timeout === null || timeout === Infinity) timeout = undefined;
-  if (timeout !== undefined) {
-    if (typeof timeout !== 'number') {
-      throw typeError(`timeout must be a number of milliseconds, not ${describe(timeout)}`);
-    }
-    if (!(timeout >= 0)) throw rangeError(`timeout must be >= 0, not ${timeout}`);
-  }
+  const mode = parseMode(opts.mode, many);
+  const lease = millis('lease', opts.lease);
+  const timeout = millis('timeout', opts.timeout);
+  let { owner, signal } = opts;
+  if (owner === null) owner = undefined;
   if (signal === null) signal = undefined;
   if (signal !== undefined) {
-    if (!allowSignal) throw typeError('signal is not supported by synchronous calls');
-    if (!isAbortSignal(signal)) {
-      throw typeError(`signal must be an AbortSignal, not ${describe(signal)}`);
-    }
+    if (sync) throw typeError('signal is not supported by synchronous calls');
+    if (!isAbortSignal(signal)) throw typeError(`signal must be an AbortSignal, not ${describe(signal)}`);
   }
-  return timeout === undefined && signal === undefined ? NO_OPTIONS : { timeout, signal };
+  const plain = mode === EXCLUSIVE && lease === undefined && owner === undefined;
+  if (plain && timeout === undefined && signal === undefined) return NO_OPTIONS;
+  return { mode, lease, owner, timeout, signal, plain };
 }
 
 function isAbortSignal(signal) {
@@ -165,259 +244,46 @@ function isAbortSignal(signal) {
   );
 }
 
-// ---------------------------------------------------------------------------------------------
-// Waiting: native waiter ids become promises.
-//
-// `lockAsync` and friends poll the core's future once. If that takes the lock they return 0;
-// otherwise they return an id, and the addon calls `dispatch(ids)` on this thread when the
-// waiters with those ids got their locks (see src/reactor.rs). Waiters are kept per thread;
-// the table lives on globalThis so a second copy of this file in the same thread (a cleared
-// require cache) shares the dispatcher the addon already has.
-
-const FAILED_BIT = native.FAILED_BIT;
-const WAITERS = Symbol.for('keylock.waiters.v1');
-let waiters = globalThis[WAITERS];
-if (waiters === undefined) {
-  waiters = new Map();
-  Object.defineProperty(globalThis, WAITERS, { value: waiters });
-  native.init(dispatch);
+function checkFn(fn) {
+  if (typeof fn !== 'function') throw typeError(`fn must be a function, not ${describe(fn)}`);
 }
 
-function dispatch(ids) {
-  if (typeof ids === 'number') {
-    settle(ids);
-  } else {
-    for (let i = 0; i < ids.length; i++) settle(ids[i]);
+function checkName(name) {
+  if (typeof name !== 'string' || name.length === 0) {
+    throw typeError(`a shared lock's name must be a non-empty string, not ${describe(name)}`);
   }
 }
 
-function settle(raw) {
-  const failed = raw >= FAILED_BIT;
-  const id = failed ? raw - FAILED_BIT : raw;
-  const w = waiters.get(id);
-  if (w === undefined) return;
-  waiters.delete(id);
-  if (w.timer !== undefined) clearTimeout(w.timer);
-  if (w.signal !== undefined) w.signal.removeEventListener('abort', w.onAbort);
-  if (failed) {
-    w.reject(new KeylockError('KEYLOCK_INTERNAL', 'keylock: a panic in the addon while waiting'));
-  } else {
-    w.resolve(makeGuard(w.kind, w.h, w.key));
+function checkScope(name) {
+  if (typeof name !== 'string') {
+    throw typeError(
+      `a lock name must be a string such as 'local:', 'shm:NAME' or 'redis://...', not ${describe(name)}`,
+    );
   }
 }
 
-// The status of a release, after serving the waiter of this thread that it woke, if any: the
-// waiter's promise then resolves before the releasing call returns, as with a pure-JavaScript
-// lock, instead of on the event loop's next turn.
-const runReady = native.runReadyFunction();
-function released(status) {
-  if (status < LOCAL_WAKE) return status;
-  dispatch(runReady());
-  return status & (LOCAL_WAKE - 1);
-}
-
-// Cancels waiter `id` (still pending: the addon's table and ours agree) and rejects it.
-function cancelWaiter(id, reason) {
-  const w = waiters.get(id);
-  if (w === undefined) return;
-  waiters.delete(id);
-  native.cancel(id);
-  if (w.timer !== undefined) clearTimeout(w.timer);
-  if (w.signal !== undefined) w.signal.removeEventListener('abort', w.onAbort);
-  w.reject(typeof reason === 'function' ? reason() : reason);
-}
-
-// What an acquisition waits for, and so what its promise resolves to: a guard of `kind` on
-// lock `h` (the lock's object of native functions) for `key` (a key, or an array of keys).
-const KEY = 0;
-const KEYS = 1;
-const READ = 2;
-const WRITE = 3;
-
-function makeGuard(kind, h, key) {
-  switch (kind) {
-    case KEY:
-      return new KeyGuard(h, key);
-    case KEYS:
-      return new KeysGuard(h, key);
-    case READ:
-      return new ReadGuard(h);
-    default:
-      return new WriteGuard(h);
+// `{ reentrant, fifo }` of a constructor (and `stripes` for open/shared of a StripedLock).
+function makeOptions(opts, stripes) {
+  if (opts === undefined || opts === null) opts = {};
+  else if (typeof opts !== 'object') throw typeError(`options must be an object, not ${describe(opts)}`);
+  const out = {};
+  for (const k of ['reentrant', 'fifo']) {
+    const v = opts[k];
+    if (v === undefined) continue;
+    if (typeof v !== 'boolean') throw typeError(`${k} must be a boolean, not ${describe(v)}`);
+    out[k] = v;
   }
-}
-
-function describeWait(kind, key) {
-  switch (kind) {
-    case KEY:
-      return keyWhat(key);
-    case KEYS:
-      return `${key.length} keys`;
-    case READ:
-      return 'the read lock';
-    default:
-      return 'the write lock';
-  }
-}
-
-function tryNow(kind, h, key) {
-  switch (kind) {
-    case KEY:
-      return h.tryLock(key);
-    case KEYS:
-      return h.tryLockMany(key);
-    case READ:
-      return h.tryRead();
-    default:
-      return h.tryWrite();
-  }
-}
-
-function startWait(kind, h, key) {
-  switch (kind) {
-    case KEY:
-      return h.lockAsync(key);
-    case KEYS:
-      return h.lockManyAsync(key);
-    case READ:
-      return h.readAsync();
-    default:
-      return h.writeAsync();
-  }
-}
-
-// Every async acquire: an aborted signal rejects first; a free lock resolves at once (a plain
-// try, cheaper than starting a waiter; several keys go straight to the waiter, whose first poll
-// tries them in order); timeout 0 rejects; otherwise the addon starts a waiter and `waitFor`
-// makes its promise. `tried` says the caller has just tried the lock itself.
-function acquire(kind, h, key, opts, tried = false) {
-  const { timeout, signal } = opts;
-  if (signal !== undefined && signal.aborted) return Promise.reject(signal.reason);
-  if (timeout === 0 || (!tried && kind !== KEYS)) {
-    if (tryNow(kind, h, key)) return Promise.resolve(makeGuard(kind, h, key));
-    if (timeout === 0) return Promise.reject(timeoutError(() => describeWait(kind, key), 0));
-  }
-  const id = startWait(kind, h, key);
-  if (id === 0) return Promise.resolve(makeGuard(kind, h, key));
-  return waitFor(id, kind, h, key, timeout, signal);
-}
-
-// The promise of waiter `id`, with its timeout and abort handling.
-function waitFor(id, kind, h, key, timeout, signal) {
-  return new Promise((resolve, reject) => {
-    const w = { resolve, reject, kind, h, key, timer: undefined, signal: undefined, onAbort: undefined };
-    waiters.set(id, w);
-    if (timeout !== undefined && timeout <= MAX_TIMER) {
-      w.timer = setTimeout(() => cancelWaiter(id, () => timeoutError(() => describeWait(kind, key), timeout)), timeout);
+  if (opts.capacity !== undefined) {
+    const c = opts.capacity;
+    if (typeof c !== 'number' || !Number.isInteger(c)) {
+      throw typeError(`capacity must be an integer, not ${describe(c)}`);
     }
-    if (signal !== undefined) {
-      w.signal = signal;
-      w.onAbort = () => cancelWaiter(id, signal.reason);
-      signal.addEventListener('abort', w.onAbort, { once: true });
-    }
-  });
+    if (c < 1 || c > 0xffffffff) throw rangeError(`capacity must be in 1..2^32-1, not ${c}`);
+    out.capacity = c;
+  }
+  if (stripes !== undefined) out.stripes = checkStripes(stripes);
+  return out;
 }
-
-// ---------------------------------------------------------------------------------------------
-// Guards
-
-/** A held lock. `release()` frees it; a second release does nothing. */
-class Guard {
-  #held = true;
-
-  /** Releases the lock. Throws KEYLOCK_NOT_LOCKED if it was released behind this guard's back. */
-  release() {
-    if (!this.#held) return;
-    this.#held = false;
-    const status = this._unlock();
-    if (status !== OK) throw statusError(status, this._what());
-  }
-
-  /** Whether release() was called. */
-  get released() {
-    return !this.#held;
-  }
-
-  [Symbol.dispose]() {
-    this.release();
-  }
-}
-
-class KeyGuard extends Guard {
-  constructor(h, key) {
-    super();
-    this._h = h;
-    this.key = key;
-  }
-
-  _unlock() {
-    return released(this._h.unlock(this.key));
-  }
-
-  _what() {
-    return `key ${JSON.stringify(String(this.key))}`;
-  }
-}
-
-class KeysGuard extends Guard {
-  constructor(h, keys) {
-    super();
-    this._h = h;
-    this.keys = keys;
-  }
-
-  _unlock() {
-    return released(this._h.unlockMany(this.keys));
-  }
-
-  _what() {
-    return `keys ${this.keys.length}`;
-  }
-}
-
-class ReadGuard extends Guard {
-  constructor(h) {
-    super();
-    this._h = h;
-  }
-
-  _unlock() {
-    return released(this._h.readUnlock());
-  }
-
-  _what() {
-    return 'the read lock';
-  }
-}
-
-class WriteGuard extends Guard {
-  constructor(h) {
-    super();
-    this._h = h;
-  }
-
-  _unlock() {
-    return released(this._h.writeUnlock());
-  }
-
-  _what() {
-    return 'the write lock';
-  }
-}
-
-// Runs `fn` holding `guard`, releasing it whatever `fn` does.
-async function runHolding(guard, fn) {
-  try {
-    return await fn();
-  } finally {
-    guard.release();
-  }
-}
-
-// ---------------------------------------------------------------------------------------------
-// KeyPool and StripedLock: the same keyed API over two native classes.
-
-const INTERNAL = Symbol('keylock.internal');
 
 function keyWhat(key) {
   switch (typeof key) {
@@ -427,11 +293,272 @@ function keyWhat(key) {
     case 'bigint':
       return `key ${key}`;
     default:
-      return `a ${key.length}-byte key`;
+      return key && typeof key.length === 'number' ? `a ${key.length}-byte key` : 'the key';
   }
 }
 
-// The handle behind a KeyPool or StripedLock, for the subclasses' own methods.
+// ---------------------------------------------------------------------------------------------
+// Waiting: native waiter ids become promises.
+//
+// An async start polls the core's future once. If that settles it, the start returns the slot
+// (or minus a status); otherwise it returns 0 and the waiter's id is in OUT[3], and the addon
+// calls `dispatch(records)` on this thread when the waiter completes (see src/reactor.rs).
+
+// Polls this thread's woken waiters and settles those that completed. Settling resolves or
+// rejects promises and queues microtasks, and calls nothing that polls again, so the records
+// buffer stays as runReady wrote it while it is read.
+function drain() {
+  let n;
+  do {
+    n = runReady();
+    dispatch(RECORDS, n);
+  } while (n === RECORDS_HELD);
+}
+
+function dispatch(records, n) {
+  for (let i = 0; i < n * 5; i += 5) {
+    const id = records[i];
+    const slot = records[i + 1];
+    const flags = records[i + 4];
+    if (slot === 0 && flags & FLAG_STOLEN) {
+      const req = state.requests.get(id);
+      if (req !== undefined) req.stolen();
+      continue;
+    }
+    const w = waiters.get(id);
+    if (w === undefined) continue;
+    waiters.delete(id);
+    if (w.timer !== undefined) clearTimeout(w.timer);
+    if (w.signal !== undefined) w.signal.removeEventListener('abort', w.onAbort);
+    if (flags & FLAG_FAILED) {
+      w.fail(new KeylockError('KEYLOCK_INTERNAL', 'keylock: a panic in the addon while waiting'));
+    } else if (slot === 0) {
+      w.fail(statusError(flags >>> STATUS_SHIFT, w.what));
+    } else {
+      w.granted(slot, records[i + 2], records[i + 3], flags);
+    }
+  }
+}
+
+// The status of a release, after serving the waiter of this thread that it woke, if any: the
+// waiter's promise then resolves before the releasing call returns, as with a pure-JavaScript
+// lock, instead of on the event loop's next turn.
+const runReady = native.runReadyFunction();
+function released(status) {
+  if (status < LOCAL_WAKE) return status;
+  state.drain();
+  return status & (LOCAL_WAKE - 1);
+}
+
+// Cancels waiter `id` (still pending: the addon's table and ours agree) and fails it.
+function cancelWaiter(id, reason) {
+  const w = waiters.get(id);
+  if (w === undefined) return;
+  waiters.delete(id);
+  native.cancel(id);
+  if (w.timer !== undefined) clearTimeout(w.timer);
+  if (w.signal !== undefined) w.signal.removeEventListener('abort', w.onAbort);
+  w.fail(typeof reason === 'function' ? reason() : reason);
+}
+
+// The promise of the waiter just started (its id is in OUT[3]). `make(slot, lo, hi, flags)`
+// builds what it resolves to; `onFail()` undoes the caller's bookkeeping (an owner in use).
+function waitFor(make, what, timeout, signal, onFail) {
+  const id = OUT[3];
+  return new Promise((resolve, reject) => {
+    const w = {
+      granted: (slot, lo, hi, flags) => resolve(make(slot, lo, hi, flags)),
+      fail: (e) => {
+        onFail();
+        reject(e);
+      },
+      what,
+      timer: undefined,
+      signal: undefined,
+      onAbort: undefined,
+    };
+    waiters.set(id, w);
+    if (timeout !== undefined && timeout <= MAX_TIMER) {
+      w.timer = setTimeout(() => cancelWaiter(id, () => timeoutError(what, timeout)), timeout);
+    }
+    if (signal !== undefined) {
+      w.signal = signal;
+      w.onAbort = () => cancelWaiter(id, signal.reason);
+      signal.addEventListener('abort', w.onAbort, { once: true });
+    }
+  });
+}
+
+// An acquire's outcome. `r` is what the native call returned: a slot, minus a status, or 0 for
+// a waiter (async starts). The fence and flags of a slot are in OUT now.
+function outcome(r, make, what, o, owner) {
+  if (r > 0) return Promise.resolve(make(r, OUT[0], OUT[1], OUT[2]));
+  if (r < 0) {
+    dropOwner(owner);
+    const status = -r;
+    if (status === WOULD_BLOCK && o.timeout === 0) return Promise.reject(timeoutError(what, 0));
+    return Promise.reject(statusError(status, what));
+  }
+  return waitFor(make, what, o.timeout, o.signal, () => dropOwner(owner));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Guards
+
+const INTERNAL = Symbol('keylock.internal');
+
+// What a guard holds, for its messages and its `key`/`keys` properties.
+const ONE_KEY = 0;
+const KEYS = 1;
+const READ = 2;
+const WRITE = 3;
+
+/**
+ * A held lock: the record of one acquisition. `release()` ends exactly that acquisition; a
+ * second release does nothing. One class for every kind of guard (one key, several keys, a
+ * side of an RwLock), so that making one is cheap.
+ */
+class Guard {
+  #h;
+  #slot;
+  // The fence as a number while it is below 2^53 (always, in practice), else a bigint.
+  #fence;
+  // The acquisition's flags (mode, owner died) and, from bit 8, what the guard holds.
+  #bits;
+  #owner;
+  #of;
+
+  constructor(token, h, slot, lo, hi, flags, owner, kind, of) {
+    if (token !== INTERNAL) throw new TypeError('Illegal constructor');
+    this.#h = h;
+    this.#slot = slot;
+    this.#fence = hi < 0x200000 ? hi * 0x100000000 + lo : (BigInt(hi) << 32n) | BigInt(lo);
+    this.#bits = flags | (kind << 8);
+    this.#owner = owner;
+    this.#of = kind === KEYS ? { keys: of, fences: h.fences(slot) ?? [] } : of;
+  }
+
+  /**
+   * Releases the acquisition. Throws a KeylockError if it is no longer current: code
+   * KEYLOCK_NOT_OWNER after a force-unlock, KEYLOCK_LEASE_EXPIRED after its lease ran out. It
+   * never releases anyone else's.
+   */
+  release() {
+    const slot = this.#slot;
+    if (slot === 0) return;
+    this.#slot = 0;
+    const status = released(this.#h.release(slot));
+    if (this.#owner !== 0) dropOwner(this.#owner);
+    if (status !== OK) throw statusError(status, () => this.#what());
+  }
+
+  /** Whether release() (or dispose) was called. */
+  get released() {
+    return this.#slot === 0;
+  }
+
+  /**
+   * The fencing token (a bigint): greater than that of every earlier exclusive acquisition of
+   * the same key in this lock. Shared holders read the current one.
+   */
+  get fence() {
+    const f = this.#fence;
+    return typeof f === 'bigint' ? f : BigInt(f);
+  }
+
+  /** 'exclusive' or 'shared'. */
+  get mode() {
+    return this.#bits & FLAG_SHARED ? 'shared' : 'exclusive';
+  }
+
+  /** Whether the previous holder died holding the lock (cross-process scopes only). */
+  get ownerDied() {
+    return (this.#bits & FLAG_OWNER_DIED) !== 0;
+  }
+
+  /** The key (a guard of one key). */
+  get key() {
+    return this.#bits >> 8 === ONE_KEY ? this.#of : undefined;
+  }
+
+  /** The keys (a guard of several keys), as they were given. */
+  get keys() {
+    return this.#bits >> 8 === KEYS ? this.#of.keys : undefined;
+  }
+
+  /** The fence of each acquisition (a guard of several keys), in the lock's canonical order. */
+  get fences() {
+    return this.#bits >> 8 === KEYS ? this.#of.fences.slice() : undefined;
+  }
+
+  /** Whether the acquisition is still the lock's current one (false once released). */
+  isCurrent() {
+    if (this.#slot === 0) return false;
+    const r = this.#h.isCurrent(this.#slot);
+    if (typeof r === 'boolean') return r;
+    throw statusError(r, () => this.#what());
+  }
+
+  /** Milliseconds left on the acquisition's lease; null without a lease (or once released). */
+  leaseRemaining() {
+    if (this.#slot === 0) return null;
+    const ms = this.#h.leaseRemaining(this.#slot);
+    return ms < 0 ? null : ms;
+  }
+
+  /** Moves the end of the lease to `ms` from now. Throws if it is no longer current. */
+  extend(ms) {
+    const lease = millis('lease', ms);
+    if (lease === undefined) throw typeError('extend(ms) takes a finite number of milliseconds');
+    if (this.#slot === 0) throw statusError(NOT_OWNER, () => this.#what());
+    const status = this.#h.extend(this.#slot, lease);
+    if (status !== OK) throw statusError(status, () => this.#what());
+  }
+
+  /** Releases like release(), but ignores an acquisition that is no longer current. */
+  [Symbol.dispose]() {
+    try {
+      this.release();
+    } catch (e) {
+      if (!(e instanceof KeylockError && (e.code === 'KEYLOCK_NOT_OWNER' || e.code === 'KEYLOCK_LEASE_EXPIRED'))) {
+        throw e;
+      }
+    }
+  }
+
+  #what() {
+    switch (this.#bits >> 8) {
+      case ONE_KEY:
+        return keyWhat(this.#of);
+      case KEYS:
+        return `${this.#of.keys.length} keys`;
+      case READ:
+        return 'the read lock';
+      default:
+        return 'the write lock';
+    }
+  }
+}
+
+// Runs `fn(guard)` holding `guard`: returns (or rethrows) what `fn` returns (or throws). A
+// release that finds the acquisition no longer current (force-unlocked, or its lease ran out
+// while `fn` ran) rejects, unless `fn` failed first.
+async function runHolding(guard, fn) {
+  let result;
+  try {
+    result = await fn(guard);
+  } catch (err) {
+    guard[Symbol.dispose]();
+    throw err;
+  }
+  guard.release();
+  return result;
+}
+
+// ---------------------------------------------------------------------------------------------
+// KeyPool and StripedLock: the same keyed API over any scope's keyed lock.
+
+// The native handle behind a KeyPool or StripedLock, for the subclasses and the LockManager.
 let handleOf;
 
 class KeyedLock {
@@ -445,24 +572,62 @@ class KeyedLock {
     this.#h = h;
   }
 
-  /** Waits for `key`; resolves to a guard. Options: `{ timeout (ms), signal (AbortSignal) }`. */
+  /**
+   * Waits for `key`; resolves to its guard. Options: `{ mode, lease, owner, timeout (ms),
+   * signal (AbortSignal) }`.
+   */
   lock(key, opts) {
     try {
-      checkKey(key);
-      opts = parseOptions(opts);
-      // The addon checks the key's value (a lone surrogate, an integer out of range) as it
-      // tries the lock: that too rejects the promise rather than throwing.
-      return acquire(KEY, this.#h, ownKey(key), opts);
+      return this.#lock(key, parseOptions(opts), false);
     } catch (err) {
       return Promise.reject(err);
     }
   }
 
-  /** Takes `key` if it is free: a guard, or null. */
-  tryLock(key) {
-    checkKey(key);
-    const own = ownKey(key);
-    return this.#h.tryLock(own) ? new KeyGuard(this.#h, own) : null;
+  #lock(key, o, tried) {
+    if (o.signal !== undefined && o.signal.aborted) return Promise.reject(o.signal.reason);
+    const h = this.#h;
+    let owner = 0;
+    const make = (slot, lo, hi, flags) => new Guard(INTERNAL, h, slot, lo, hi, flags, owner, ONE_KEY, key);
+    const what = () => keyWhat(key);
+    if (o.plain && !tried) {
+      // A free key is taken with a plain try, cheaper than starting a waiter.
+      const r = h.tryLock(key);
+      if (r > 0) return Promise.resolve(make(r, OUT[0], OUT[1], OUT[2]));
+    }
+    if (o.owner !== undefined) owner = holdOwner(o.owner);
+    let r;
+    try {
+      r = o.timeout === 0 ? h.tryLockWith(key, o.mode, o.lease, owner) : h.lockAsync(key, o.mode, o.lease, owner);
+    } catch (err) {
+      dropOwner(owner);
+      throw err;
+    }
+    return outcome(r, make, what, o, owner);
+  }
+
+  /** Takes `key` now if it can be: a guard, or null. Options: `{ mode, lease, owner }`. */
+  tryLock(key, opts) {
+    const h = this.#h;
+    if (opts === undefined) {
+      const r = h.tryLock(key);
+      if (r > 0) return new Guard(INTERNAL, h, r, OUT[0], OUT[1], OUT[2], 0, ONE_KEY, key);
+      if (r === -WOULD_BLOCK) return null;
+      throw statusError(-r, () => keyWhat(key));
+    }
+    const o = parseOptions(opts, true);
+    const owner = o.owner === undefined ? 0 : holdOwner(o.owner);
+    let r;
+    try {
+      r = h.tryLockWith(key, o.mode, o.lease, owner);
+    } catch (err) {
+      dropOwner(owner);
+      throw err;
+    }
+    if (r > 0) return new Guard(INTERNAL, h, r, OUT[0], OUT[1], OUT[2], owner, ONE_KEY, key);
+    dropOwner(owner);
+    if (r === -WOULD_BLOCK) return null;
+    throw statusError(-r, () => keyWhat(key));
   }
 
   /**
@@ -470,109 +635,216 @@ class KeyedLock {
    * threads: on the main thread it stops the event loop while it waits.
    */
   lockSync(key, opts) {
-    checkKey(key);
-    const { timeout } = parseOptions(opts, false);
-    const own = ownKey(key);
-    const status = this.#h.lockSync(own, timeout);
-    if (status !== OK)
-      throw status === TIMED_OUT ? timeoutError(keyWhat(key), timeout) : statusError(status, keyWhat(key));
-    return new KeyGuard(this.#h, own);
+    const o = parseOptions(opts, true);
+    const owner = o.owner === undefined ? 0 : holdOwner(o.owner);
+    let r;
+    try {
+      r = this.#h.lockSync(key, o.mode, o.lease, owner, o.timeout);
+    } catch (err) {
+      dropOwner(owner);
+      throw err;
+    }
+    if (r > 0) return new Guard(INTERNAL, this.#h, r, OUT[0], OUT[1], OUT[2], owner, ONE_KEY, key);
+    dropOwner(owner);
+    if (-r === TIMED_OUT || (-r === WOULD_BLOCK && o.timeout === 0)) throw timeoutError(keyWhat(key), o.timeout);
+    throw statusError(-r, () => keyWhat(key));
   }
 
-  /** Releases `key` without its guard. Throws KEYLOCK_NOT_LOCKED if it is not locked. */
-  unlock(key) {
-    checkKey(key);
-    const status = released(this.#h.unlock(key));
-    if (status !== OK) throw statusError(status, keyWhat(key));
-  }
-
-  /** Holds `key` while `fn` runs; returns (or rethrows) what `fn` returns (or throws). */
+  /**
+   * Holds `key` while `fn(guard)` runs; returns (or rethrows) what `fn` returns (or throws).
+   * Options as for lock().
+   */
   async withLock(key, fn, opts) {
-    checkKey(key);
     checkFn(fn);
     const h = this.#h;
-    const own = ownKey(key);
-    // Fast path: a free key without options is taken and released without a guard object.
-    if (opts === undefined && h.tryLock(own)) {
-      try {
-        return await fn();
-      } finally {
-        const status = released(h.unlock(own));
-        if (status !== OK) throw statusError(status, keyWhat(key));
-      }
+    let guard;
+    if (opts === undefined) {
+      // The fast path: a free key, no options.
+      const r = h.tryLock(key);
+      guard =
+        r > 0
+          ? new Guard(INTERNAL, h, r, OUT[0], OUT[1], OUT[2], 0, ONE_KEY, key)
+          : await this.#lock(key, NO_OPTIONS, r === -WOULD_BLOCK);
+    } else {
+      guard = await this.#lock(key, parseOptions(opts), false);
     }
-    return runHolding(await acquire(KEY, h, own, parseOptions(opts), opts === undefined), fn);
+    let result;
+    try {
+      result = await fn(guard);
+    } catch (err) {
+      guard[Symbol.dispose]();
+      throw err;
+    }
+    guard.release();
+    return result;
   }
 
-  /** Waits for all `keys` at once (deadlock-free); resolves to one guard for all of them. */
+  #many(keys, o) {
+    if (!Array.isArray(keys)) throw typeError(`keys must be an array of keys, not ${describe(keys)}`);
+    if (Array.isArray(o.mode) && o.mode.length !== keys.length) {
+      throw typeError(`mode has ${o.mode.length} entries for ${keys.length} keys`);
+    }
+    return keys.slice();
+  }
+
+  /**
+   * Waits for all `keys` at once (deadlock-free); resolves to one guard for all of them.
+   * `mode` may be one mode for all keys or an array of one per key.
+   */
   lockMany(keys, opts) {
     try {
-      const own = checkKeys(keys);
-      return acquire(KEYS, this.#h, own, parseOptions(opts));
+      const o = parseOptions(opts, false, true);
+      const own = this.#many(keys, o);
+      if (o.signal !== undefined && o.signal.aborted) return Promise.reject(o.signal.reason);
+      const h = this.#h;
+      const owner = o.owner === undefined ? 0 : holdOwner(o.owner);
+      const make = (slot, lo, hi, flags) => new Guard(INTERNAL, h, slot, lo, hi, flags, owner, KEYS, own);
+      const what = () => `${own.length} keys`;
+      let r;
+      try {
+        r = o.timeout === 0 ? h.tryLockMany(own, o.mode, o.lease, owner) : h.lockManyAsync(own, o.mode, o.lease, owner);
+      } catch (err) {
+        dropOwner(owner);
+        throw err;
+      }
+      return outcome(r, make, what, o, owner);
     } catch (err) {
       return Promise.reject(err);
     }
   }
 
-  /** Takes all `keys` if all are free (a guard), or none (null). */
-  tryLockMany(keys) {
-    const own = checkKeys(keys);
-    return this.#h.tryLockMany(own) ? new KeysGuard(this.#h, own) : null;
+  /** Takes all `keys` if all are free now (a guard), or none (null). */
+  tryLockMany(keys, opts) {
+    const o = parseOptions(opts, true, true);
+    const own = this.#many(keys, o);
+    const owner = o.owner === undefined ? 0 : holdOwner(o.owner);
+    let r;
+    try {
+      r = this.#h.tryLockMany(own, o.mode, o.lease, owner);
+    } catch (err) {
+      dropOwner(owner);
+      throw err;
+    }
+    if (r > 0) return new Guard(INTERNAL, this.#h, r, OUT[0], OUT[1], OUT[2], owner, KEYS, own);
+    dropOwner(owner);
+    if (r === -WOULD_BLOCK) return null;
+    throw statusError(-r, `${own.length} keys`);
   }
 
   /** Blocks the calling thread until all `keys` are held (see lockSync). */
   lockManySync(keys, opts) {
-    const own = checkKeys(keys);
-    const { timeout } = parseOptions(opts, false);
-    const status = this.#h.lockManySync(own, timeout);
-    if (status !== OK)
-      throw status === TIMED_OUT
-        ? timeoutError(`${own.length} keys`, timeout)
-        : statusError(status, `${own.length} keys`);
-    return new KeysGuard(this.#h, own);
+    const o = parseOptions(opts, true, true);
+    const own = this.#many(keys, o);
+    const owner = o.owner === undefined ? 0 : holdOwner(o.owner);
+    let r;
+    try {
+      r = this.#h.lockManySync(own, o.mode, o.lease, owner, o.timeout);
+    } catch (err) {
+      dropOwner(owner);
+      throw err;
+    }
+    if (r > 0) return new Guard(INTERNAL, this.#h, r, OUT[0], OUT[1], OUT[2], owner, KEYS, own);
+    dropOwner(owner);
+    if (-r === TIMED_OUT || (-r === WOULD_BLOCK && o.timeout === 0))
+      throw timeoutError(`${own.length} keys`, o.timeout);
+    throw statusError(-r, `${own.length} keys`);
   }
 
-  /** Releases all `keys` without their guard; throws KEYLOCK_NOT_LOCKED (releasing none) if one is free. */
-  unlockMany(keys) {
-    const own = checkKeys(keys);
-    const status = released(this.#h.unlockMany(own));
-    if (status !== OK) throw statusError(status, `${own.length} keys`);
-  }
-
-  /** Holds all `keys` while `fn` runs; returns (or rethrows) what `fn` returns (or throws). */
+  /** Holds all `keys` while `fn(guard)` runs; returns (or rethrows) what `fn` returns (or throws). */
   async withLockMany(keys, fn, opts) {
     checkFn(fn);
     return runHolding(await this.lockMany(keys, opts), fn);
   }
 
-  /** Whether `key` is held now. */
+  /**
+   * Frees `key` whoever holds it (in either mode), advancing its fence: the holders' guards
+   * then release nothing (their release() throws KEYLOCK_NOT_OWNER). For a lock left behind.
+   * Whether it was held.
+   */
+  forceUnlock(key) {
+    const r = this.#h.forceUnlock(key);
+    if (r < 0) throw statusError(-r, () => keyWhat(key));
+    return (released(r) & 1) === 1;
+  }
+
+  /** Whether `key` is held now (a snapshot). */
   isLocked(key) {
-    checkKey(key);
-    return this.#h.isLocked(key);
+    const r = this.#h.isLocked(key);
+    if (typeof r === 'boolean') return r;
+    throw statusError(-r, () => keyWhat(key));
+  }
+
+  /**
+   * Who holds `key` and how, a snapshot: `{ fence, mode, holders, holds, owner, leaseRemaining,
+   * waiters }`, or null when it is free.
+   */
+  info(key) {
+    const r = this.#h.info(key);
+    if (r === null) return null;
+    if (typeof r === 'number') throw statusError(-r, () => keyWhat(key));
+    const [fence, shared, holders, holds, owner, lease, waiting] = r;
+    return {
+      fence,
+      mode: shared ? 'shared' : 'exclusive',
+      holders,
+      holds,
+      owner: ownerValue(owner),
+      leaseRemaining: lease < 0 ? null : lease,
+      waiters: waiting,
+    };
+  }
+
+  /** Whether owners reenter (the lock was made with `reentrant: true`). */
+  get reentrant() {
+    return native.keyedMade(this.#h.handle).reentrant;
+  }
+
+  /** Whether every release hands the key to the next waiter in order (`fifo: true`). */
+  get fifo() {
+    return native.keyedMade(this.#h.handle).fifo;
   }
 }
 
 /**
  * An exact per-key lock: one entry per key held or waited for, freed when the last user leaves.
- * Two different keys never block each other.
+ * Two different keys never block each other. Options: `{ reentrant, fifo }`.
  */
 class KeyPool extends KeyedLock {
   constructor(...args) {
-    super(args[0] === INTERNAL ? args[1] : native.poolNew());
+    if (args[0] === INTERNAL) {
+      super(args[1]);
+      return;
+    }
+    super(nativeCall(native.keyedOpen, 'local:', makeOptions(args[0])));
   }
 
-  /** The pool called `name`, the same in every worker thread of this process. */
-  static shared(name) {
+  /**
+   * The pool called `name`, the same in every worker thread of this process. Options given must
+   * agree with the existing pool's, if there is one (else KEYLOCK_SHARED_MISMATCH).
+   */
+  static shared(name, opts) {
     checkName(name);
-    return new KeyPool(INTERNAL, native.poolShared(name));
+    return new KeyPool(INTERNAL, nativeCall(native.keyedShared, name, false, makeOptions(opts)));
   }
 
-  /** Keys held now. */
+  /**
+   * The pool that the lock name `name` names: 'local:' (or '') for a new in-process pool,
+   * 'shm:NAME' for one in shared memory, 'redis://HOST:PORT/DB' for one in Redis (each where this
+   * build of keylock has the scope: cargo features shm and redis). Options `{ reentrant, fifo,
+   * capacity }`; `capacity` sizes a shared-memory region this open creates.
+   */
+  static open(name, opts) {
+    checkScope(name);
+    return new KeyPool(INTERNAL, nativeCall(native.keyedOpen, name, makeOptions(opts)));
+  }
+
+  /** Keys held now (null for a scope that does not count them). */
   get size() {
-    return native.poolSize(handleOf(this).handle);
+    const s = native.poolStats(handleOf(this).handle);
+    return s === null ? null : s.held;
   }
 
-  /** Counters: held, waiting, entriesInUse, entriesAllocated, peakHeld, acquisitions, contended. */
+  /** Counters: held, waiting, entriesInUse, entriesAllocated, peakInUse, contended (or null). */
   stats() {
     return native.poolStats(handleOf(this).handle);
   }
@@ -588,36 +860,38 @@ class StripedLock extends KeyedLock {
       super(args[1]);
       return;
     }
-    super(native.stripedNew(checkStripes(args[0])));
+    const opts = makeOptions(args[1], args[0] === undefined ? DEFAULT_STRIPES : args[0]);
+    super(nativeCall(native.keyedOpen, 'local:', opts));
   }
 
   /**
    * The striped lock called `name`, the same in every worker thread of this process. `stripes`
-   * must agree with the existing lock's (after rounding up to a power of two) if there is one;
-   * omitted, it takes the existing lock's count, or 1024 for a new lock.
+   * (and the options) must agree with the existing lock's, after rounding up to a power of two,
+   * if there is one; omitted, it takes the existing lock's count, or 1024 for a new lock.
    */
-  static shared(name, stripes) {
+  static shared(name, stripes, opts) {
     checkName(name);
-    const wanted = stripes === undefined ? undefined : checkStripes(stripes);
-    const h = native.stripedShared(name, wanted === undefined ? DEFAULT_STRIPES : wanted);
-    const have = native.stripedStripes(h.handle);
-    if (wanted !== undefined && have !== roundStripes(wanted)) {
-      throw new KeylockError(
-        'KEYLOCK_SHARED_MISMATCH',
-        `keylock: the shared StripedLock ${JSON.stringify(name)} has ${have} stripes, not ${roundStripes(wanted)}`,
-      );
-    }
-    return new StripedLock(INTERNAL, h);
+    const made = makeOptions(opts, stripes);
+    return new StripedLock(INTERNAL, nativeCall(native.keyedShared, name, true, made));
+  }
+
+  /** The striped lock that `name` names (see KeyPool.open); `{ stripes, reentrant, fifo, capacity }`. */
+  static open(name, opts) {
+    checkScope(name);
+    const stripes = opts === undefined || opts === null ? undefined : opts.stripes;
+    const made = makeOptions(opts, stripes === undefined ? DEFAULT_STRIPES : stripes);
+    return new StripedLock(INTERNAL, nativeCall(native.keyedOpen, name, made));
   }
 
   /** The number of stripes (a power of two). */
   get stripes() {
-    return native.stripedStripes(handleOf(this).handle);
+    return native.keyedMade(handleOf(this).handle).stripes;
   }
 
-  /** Stripes held now (keys that share a stripe count once). */
+  /** Stripes held now (keys that share a stripe count once; null if the scope does not say). */
   get size() {
-    return native.stripedSize(handleOf(this).handle);
+    const s = native.stripedStats(handleOf(this).handle);
+    return s === null ? null : s.held;
   }
 
   /** Counters: stripes, held (stripes held now), waiting (stripes with waiters queued). */
@@ -625,9 +899,8 @@ class StripedLock extends KeyedLock {
     return native.stripedStats(handleOf(this).handle);
   }
 
-  /** The stripe `key` maps to (0 <= stripe < stripes). */
+  /** The stripe `key` maps to (0 <= stripe < stripes; null if the scope does not say). */
   stripeOf(key) {
-    checkKey(key);
     return native.stripedStripeOf(handleOf(this).handle, key);
   }
 }
@@ -636,7 +909,6 @@ const DEFAULT_STRIPES = 1024;
 StripedLock.MAX_STRIPES = native.MAX_STRIPES;
 
 function checkStripes(stripes) {
-  if (stripes === undefined) return DEFAULT_STRIPES;
   if (typeof stripes !== 'number') throw typeError(`stripes must be a number, not ${describe(stripes)}`);
   if (!Number.isInteger(stripes) || stripes < 1 || stripes > native.MAX_STRIPES) {
     throw rangeError(`stripes must be an integer from 1 to ${native.MAX_STRIPES}, not ${stripes}`);
@@ -644,14 +916,11 @@ function checkStripes(stripes) {
   return stripes;
 }
 
-function roundStripes(n) {
-  let p = 1;
-  while (p < n) p *= 2;
-  return p;
-}
-
 // ---------------------------------------------------------------------------------------------
 // RwLock
+
+const RW_READ = { what: 'the read lock', mode: SHARED };
+const RW_WRITE = { what: 'the write lock', mode: EXCLUSIVE };
 
 /** A reader-writer lock: many readers or one writer. */
 class RwLock {
@@ -667,76 +936,76 @@ class RwLock {
     return new RwLock(INTERNAL, native.rwShared(name));
   }
 
-  /** Waits for a read lock; resolves to a guard. Options: `{ timeout, signal }`. */
-  read(opts) {
+  #acquire(side, opts) {
     try {
-      opts = parseOptions(opts);
+      const o = parseOptions(opts);
+      if (o.signal !== undefined && o.signal.aborted) return Promise.reject(o.signal.reason);
+      const h = this.#h;
+      const kind = side === RW_READ ? READ : WRITE;
+      const make = (slot, lo, hi, flags) => new Guard(INTERNAL, h, slot, lo, hi, flags, 0, kind, null);
+      const read = side === RW_READ;
+      const r = o.timeout === 0 ? (read ? h.tryRead() : h.tryWrite()) : read ? h.readAsync() : h.writeAsync();
+      return outcome(r, make, side.what, o, 0);
     } catch (err) {
       return Promise.reject(err);
     }
-    return acquire(READ, this.#h, null, opts);
   }
 
-  /** Waits for the write lock; resolves to a guard. Options: `{ timeout, signal }`. */
+  #sync(side, opts) {
+    const o = parseOptions(opts, true);
+    const r = side === RW_READ ? this.#h.readSync(o.timeout) : this.#h.writeSync(o.timeout);
+    if (r > 0) return new Guard(INTERNAL, this.#h, r, OUT[0], OUT[1], OUT[2], 0, side === RW_READ ? READ : WRITE, null);
+    if (-r === TIMED_OUT || (-r === WOULD_BLOCK && o.timeout === 0)) throw timeoutError(side.what, o.timeout);
+    throw statusError(-r, side.what);
+  }
+
+  #try(side) {
+    const r = side === RW_READ ? this.#h.tryRead() : this.#h.tryWrite();
+    if (r > 0) return new Guard(INTERNAL, this.#h, r, OUT[0], OUT[1], OUT[2], 0, side === RW_READ ? READ : WRITE, null);
+    if (r === -WOULD_BLOCK) return null;
+    throw statusError(-r, side.what);
+  }
+
+  /** Waits for a read lock; resolves to a guard. Options: `{ timeout, signal }`. */
+  read(opts) {
+    return this.#acquire(RW_READ, opts);
+  }
+
+  /** Waits for the write lock; resolves to a guard (its `fence` rises with every writer). */
   write(opts) {
-    try {
-      opts = parseOptions(opts);
-    } catch (err) {
-      return Promise.reject(err);
-    }
-    return acquire(WRITE, this.#h, null, opts);
+    return this.#acquire(RW_WRITE, opts);
   }
 
   /** A read guard if no writer holds the lock, else null. */
   tryRead() {
-    return this.#h.tryRead() ? new ReadGuard(this.#h) : null;
+    return this.#try(RW_READ);
   }
 
   /** The write guard if the lock is free, else null. */
   tryWrite() {
-    return this.#h.tryWrite() ? new WriteGuard(this.#h) : null;
+    return this.#try(RW_WRITE);
   }
 
   /** Blocks the calling thread for a read lock (for worker threads, like lockSync). */
   readSync(opts) {
-    const { timeout } = parseOptions(opts, false);
-    const status = this.#h.readSync(timeout);
-    if (status !== OK)
-      throw status === TIMED_OUT ? timeoutError('the read lock', timeout) : statusError(status, 'the read lock');
-    return new ReadGuard(this.#h);
+    return this.#sync(RW_READ, opts);
   }
 
   /** Blocks the calling thread for the write lock (for worker threads, like lockSync). */
   writeSync(opts) {
-    const { timeout } = parseOptions(opts, false);
-    const status = this.#h.writeSync(timeout);
-    if (status !== OK)
-      throw status === TIMED_OUT ? timeoutError('the write lock', timeout) : statusError(status, 'the write lock');
-    return new WriteGuard(this.#h);
+    return this.#sync(RW_WRITE, opts);
   }
 
-  /** Holds a read lock while `fn` runs; returns (or rethrows) its result. */
+  /** Holds a read lock while `fn(guard)` runs; returns (or rethrows) its result. */
   async withRead(fn, opts) {
     checkFn(fn);
     return runHolding(await this.read(opts), fn);
   }
 
-  /** Holds the write lock while `fn` runs; returns (or rethrows) its result. */
+  /** Holds the write lock while `fn(guard)` runs; returns (or rethrows) its result. */
   async withWrite(fn, opts) {
     checkFn(fn);
     return runHolding(await this.write(opts), fn);
-  }
-
-  /** Releases one read lock without its guard; throws KEYLOCK_NOT_LOCKED if none is held. */
-  readUnlock() {
-    const status = released(this.#h.readUnlock());
-    if (status !== OK) throw statusError(status, 'the read lock');
-  }
-
-  /** Releases the write lock without its guard; throws KEYLOCK_NOT_LOCKED if it is free. */
-  writeUnlock() {
-    const status = released(this.#h.writeUnlock());
-    if (status !== OK) throw statusError(status, 'the write lock');
   }
 
   /** Whether a reader or a writer holds the lock. */
@@ -756,8 +1025,25 @@ class RwLock {
  * Uint8Array's contents).
  */
 function keyBytes(key) {
-  checkKey(key);
   return native.keyBytes(key);
 }
 
 module.exports = { KeyPool, StripedLock, RwLock, KeylockError, Guard, keyBytes };
+
+// The Web Locks API (web-locks.js) needs the pieces above.
+const webLocks = require('./web-locks.js')({
+  native,
+  state,
+  waiters,
+  OUT,
+  INTERNAL,
+  KeyedLock,
+  handleOf: (lock) => handleOf(lock),
+  released,
+  statusError,
+  WOULD_BLOCK,
+  FLAG_STOLEN,
+});
+module.exports.LockManager = webLocks.LockManager;
+module.exports.Lock = webLocks.Lock;
+Object.defineProperty(module.exports, 'locks', { enumerable: true, get: webLocks.locks });

@@ -18,6 +18,10 @@
 //! the problem. Booleans, floats and other types are not keys: each binding rejects them with its
 //! own `TypeError` (a boolean would otherwise share a key with 0 or 1).
 //!
+//! Web Locks names are not keys: any JavaScript string is a name, lone surrogates included, so
+//! [`encode_name_utf16`] encodes names as WTF-8 (never failing, one-to-one), and they live in a
+//! key space of their own ([`KeySpace::Names`](crate::KeySpace::Names)).
+//!
 //! Different values with the same bytes are the same key: the text `"a"` and the bytes `b"a"`
 //! name one lock, and so do the integer 1 and the bytes `00 00 00 00 00 00 00 01`.
 //! `core/tests/keys.json` lists keys with their bytes (or their rejection), and the Rust, C,
@@ -244,9 +248,81 @@ pub fn encode_utf16(units: &[u16]) -> Result<Vec<u8>, KeyError> {
     Ok(out)
 }
 
+/// The bytes of a Web Locks name given as UTF-16 code units: its WTF-8 encoding, which
+/// never fails. Valid text encodes as its UTF-8; a lone surrogate (which UTF-8 cannot encode)
+/// becomes the three bytes UTF-8's scheme gives its code point. The encoding is one-to-one, so
+/// two different strings are two different names, as the Web Locks spec compares them (code
+/// unit by code unit). Names live in [`KeySpace::Names`](crate::KeySpace::Names), so the bytes
+/// of a name never meet the bytes of a plain key, which must be valid Unicode.
+///
+/// ```
+/// use keylock_core::keys;
+/// assert_eq!(keys::encode_name_utf16(&[0x61, 0xd83d, 0xde00]), "a😀".as_bytes());
+/// assert_eq!(keys::encode_name_utf16(&[0xd800]), [0xed, 0xa0, 0x80]);
+/// assert_ne!(keys::encode_name_utf16(&[0xd800]), keys::encode_name_utf16(&[0xfffd]));
+/// ```
+pub fn encode_name_utf16(units: &[u16]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(units.len());
+    let mut i = 0;
+    while i < units.len() {
+        let u = units[i];
+        let c = match units.get(i + 1) {
+            Some(&low) if is_high(u) && is_low(low) => {
+                i += 1;
+                0x10000 + ((u32::from(u) - 0xD800) << 10) + (u32::from(low) - 0xDC00)
+            }
+            // Everything else is one code point, lone surrogates included.
+            _ => u32::from(u),
+        };
+        match c {
+            0..=0x7F => out.push(c as u8),
+            0x80..=0x7FF => out.extend([0xC0 | (c >> 6) as u8, 0x80 | (c & 0x3F) as u8]),
+            0x800..=0xFFFF => out.extend([
+                0xE0 | (c >> 12) as u8,
+                0x80 | ((c >> 6) & 0x3F) as u8,
+                0x80 | (c & 0x3F) as u8,
+            ]),
+            _ => out.extend([
+                0xF0 | (c >> 18) as u8,
+                0x80 | ((c >> 12) & 0x3F) as u8,
+                0x80 | ((c >> 6) & 0x3F) as u8,
+                0x80 | (c & 0x3F) as u8,
+            ]),
+        }
+        i += 1;
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// WTF-8 back to UTF-16 code units (for the round-trip property).
+    fn decode_wtf8(bytes: &[u8]) -> Vec<u16> {
+        let mut out = Vec::new();
+        let mut i = 0;
+        while i < bytes.len() {
+            let b = bytes[i];
+            let (len, init) = match b {
+                0..=0x7F => (1, u32::from(b)),
+                0xC0..=0xDF => (2, u32::from(b & 0x1F)),
+                0xE0..=0xEF => (3, u32::from(b & 0x0F)),
+                _ => (4, u32::from(b & 0x07)),
+            };
+            let c = bytes[i + 1..i + len]
+                .iter()
+                .fold(init, |c, &b| (c << 6) | u32::from(b & 0x3F));
+            if c >= 0x10000 {
+                let c = c - 0x10000;
+                out.extend([0xD800 + (c >> 10) as u16, 0xDC00 + (c & 0x3FF) as u16]);
+            } else {
+                out.push(c as u16);
+            }
+            i += len;
+        }
+        out
+    }
 
     fn units(s: &str) -> Vec<u16> {
         s.encode_utf16().collect()
@@ -335,6 +411,22 @@ mod tests {
         );
     }
 
+    #[test]
+    fn names_are_wtf8() {
+        // Valid text: its UTF-8, as for keys.
+        for s in ["", "a", "é", "漢字", "😀", "-x", "\0"] {
+            assert_eq!(encode_name_utf16(&units(s)), s.as_bytes(), "{s:?}");
+        }
+        // Lone surrogates: the generalized UTF-8 of their code point, distinct from U+FFFD.
+        assert_eq!(encode_name_utf16(&[0xDC00]), [0xED, 0xB0, 0x80]);
+        assert_eq!(encode_name_utf16(&[0xD83D, 0x61]), [0xED, 0xA0, 0xBD, 0x61]);
+        // A reversed pair is two lone surrogates, not a character.
+        assert_eq!(
+            encode_name_utf16(&[0xDE00, 0xD83D]),
+            [0xED, 0xB8, 0x80, 0xED, 0xA0, 0xBD]
+        );
+    }
+
     proptest::proptest! {
         /// Agrees with std's UTF-16 decoder on any code units: the same bytes when the text is
         /// valid, a rejection exactly when it is not.
@@ -348,6 +440,20 @@ mod tests {
             let mut out = vec![0; utf16_max_len(units.len())];
             let n = encode_utf16_into(&units, &mut out);
             proptest::prop_assert_eq!(n.map(|n| out[..n].to_vec()), expected);
+        }
+
+        /// Names: the UTF-8 of valid text, and one-to-one on any code units (decoding the
+        /// WTF-8 back gives the same units).
+        #[test]
+        fn names_are_lossless(units in proptest::collection::vec(
+            proptest::prop_oneof![0u16..0x80, 0x80u16..0x800, 0xD7F0u16..0xE010, proptest::num::u16::ANY],
+            0..40,
+        )) {
+            let bytes = encode_name_utf16(&units);
+            if let Ok(text) = String::from_utf16(&units) {
+                proptest::prop_assert_eq!(&bytes, &text.into_bytes());
+            }
+            proptest::prop_assert_eq!(decode_wtf8(&bytes), units);
         }
     }
 }

@@ -1,4 +1,6 @@
-//! Lock handles as JavaScript values: a type-tagged external holding an `Arc<Handle>`.
+//! Lock handles as JavaScript values: a type-tagged external holding an `Rc<Handle>`
+//! (handles stay on their JavaScript thread: the external's finalizer and every waiter that keeps
+//! a reference run there).
 //!
 //! The napi-rs functions of `lib.rs` (statistics, stripes) receive it as an argument; the tag
 //! check makes sure that a value is one of ours before its pointer is used. The per-operation
@@ -9,7 +11,7 @@ use std::ptr;
 
 use napi::{Error, Result, Status, sys};
 
-use std::sync::Arc;
+use std::rc::Rc;
 
 use crate::locks::Handle;
 
@@ -22,8 +24,8 @@ static TAG: sys::napi_type_tag = sys::napi_type_tag {
 /// Drops the external's reference to a handle when the external is collected, and takes the
 /// handle's native memory (carried in `hint`) off V8's account.
 unsafe extern "C" fn finalize(env: sys::napi_env, data: *mut c_void, hint: *mut c_void) {
-    // SAFETY: `data` is the pointer `wrap` made with Arc::into_raw, finalized exactly once.
-    drop(unsafe { Arc::from_raw(data.cast::<Handle>().cast_const()) });
+    // SAFETY: `data` is the pointer `wrap` made with Rc::into_raw, finalized exactly once.
+    drop(unsafe { Rc::from_raw(data.cast::<Handle>().cast_const()) });
     let bytes = hint as usize as i64;
     if bytes != 0 {
         let mut total = 0;
@@ -39,10 +41,10 @@ unsafe extern "C" fn finalize(env: sys::napi_env, data: *mut c_void, hint: *mut 
 /// `env` is the environment of the current call, on its JavaScript thread.
 pub(crate) unsafe fn wrap(
     env: sys::napi_env,
-    handle: Arc<Handle>,
+    handle: Rc<Handle>,
     native_bytes: usize,
 ) -> Result<sys::napi_value> {
-    let data = Arc::into_raw(handle).cast_mut();
+    let data = Rc::into_raw(handle).cast_mut();
     let mut value = ptr::null_mut();
     // SAFETY: `finalize` frees `data` (and takes `native_bytes` back) when the external is
     // collected.
@@ -57,7 +59,7 @@ pub(crate) unsafe fn wrap(
     };
     if status != sys::Status::napi_ok {
         // SAFETY: not adopted by an external; still ours.
-        drop(unsafe { Arc::from_raw(data.cast_const()) });
+        drop(unsafe { Rc::from_raw(data.cast_const()) });
         return Err(Error::new(Status::from(status), "creating a lock handle"));
     }
     if native_bytes != 0 {
@@ -91,7 +93,7 @@ pub(crate) unsafe fn unwrap<'a>(env: sys::napi_env, value: sys::napi_value) -> O
     if status != sys::Status::napi_ok || data.is_null() {
         return None;
     }
-    // SAFETY: `data` points to the handle of the Arc the external owns, alive while `value` is
+    // SAFETY: `data` points to the handle of the Rc the external owns, alive while `value` is
     // (an argument of the current call); handles are only read through `&`.
     Some(unsafe { &*data.cast::<Handle>() })
 }

@@ -7,10 +7,12 @@
 //! | `number` | a safe integer (`Number.isSafeInteger`) as 8 bytes, big-endian two's complement; any other number is a `RangeError` |
 //! | `bigint` | the same 8 bytes, for values from -2^63 to 2^63 - 1; others are a `RangeError` |
 //!
-//! Every other type is a `TypeError`. All of them carry the code `KEYLOCK_INVALID_ARGUMENT`.
-//! The JavaScript layer rejects wrong types before calling in, with a message naming the type;
-//! the checks here keep the addon sound if it is called directly, and apply the rules that
-//! need the value (ranges, surrogates).
+//! Every other type is a `TypeError`. All of them carry the code `KEYLOCK_INVALID_ARGUMENT`,
+//! and the message names what was given. The JavaScript layer passes keys straight through:
+//! these checks are the only ones.
+//!
+//! Web Locks names are not keys: any string is a name ([`Name`]), encoded as WTF-8 by
+//! `keylock_core::keys::encode_name_utf16`, in the core's key space for names.
 //!
 //! A string is read as UTF-16 code units onto the stack and encoded there: keys up to
 //! [`UNITS`] code units allocate nothing.
@@ -87,10 +89,34 @@ fn key_error(e: KeyError) -> KeyFail {
     }
 }
 
-fn bad_type() -> KeyFail {
-    KeyFail::Type(Cow::Borrowed(
-        "a key must be a string, a number, a bigint, a Buffer or a Uint8Array",
-    ))
+fn bad_type(what: &str) -> KeyFail {
+    KeyFail::Type(Cow::Owned(format!(
+        "a key must be a string, a number, a bigint, a Buffer or a Uint8Array, not {what}"
+    )))
+}
+
+/// What `value` is, for a message: "a boolean", "null", "an object", ...
+///
+/// # Safety
+/// `env` is the current environment and `value` a value of it.
+unsafe fn describe(env: sys::napi_env, value: sys::napi_value) -> &'static str {
+    let mut kind = sys::ValueType::napi_undefined;
+    // SAFETY: a plain query on a live value.
+    unsafe { sys::napi_typeof(env, value, &mut kind) };
+    match ValueType::from(kind) {
+        ValueType::Undefined => "undefined",
+        ValueType::Null => "null",
+        ValueType::Boolean => "a boolean",
+        ValueType::Symbol => "a symbol",
+        ValueType::Function => "a function",
+        ValueType::Object => {
+            let mut is_array = false;
+            // SAFETY: as above.
+            unsafe { sys::napi_is_array(env, value, &mut is_array) };
+            if is_array { "an array" } else { "an object" }
+        }
+        _ => "a value of another type",
+    }
 }
 
 fn check(status: sys::napi_status, what: &str) -> Result<()> {
@@ -164,7 +190,8 @@ impl Key {
             ValueType::BigInt => unsafe { self.read_bigint(env, value) },
             // SAFETY: `value` is a live object of `env`.
             ValueType::Object => unsafe { self.read_object(env, value) },
-            _ => Err(bad_type()),
+            // SAFETY: as above.
+            _ => Err(bad_type(unsafe { describe(env, value) })),
         }
     }
 
@@ -303,7 +330,8 @@ impl Key {
         let status = unsafe { sys::napi_is_typedarray(env, value, &mut is_typed) };
         check(status, "inspecting a key")?;
         if !is_typed {
-            return Err(bad_type());
+            // SAFETY: as above.
+            return Err(bad_type(unsafe { describe(env, value) }));
         }
         let mut kind = 0;
         let mut len = 0usize;
@@ -322,7 +350,7 @@ impl Key {
         };
         check(status, "reading a Uint8Array key")?;
         if kind != sys::TypedarrayType::uint8_array {
-            return Err(bad_type());
+            return Err(bad_type("another kind of typed array"));
         }
         let bytes: &[u8] = if len == 0 || data.is_null() {
             &[]
@@ -348,6 +376,51 @@ impl Key {
                 Err(Error::new(Status::PendingException, ""))
             }
         }
+    }
+}
+
+/// A Web Locks name: the string's UTF-16 code units (what `query()` gives back) and its key
+/// bytes (WTF-8).
+#[derive(Debug)]
+pub(crate) struct Name {
+    pub(crate) units: Vec<u16>,
+    pub(crate) bytes: Vec<u8>,
+}
+
+impl Name {
+    /// The name `value` (a string; the JavaScript layer converts other values as WebIDL's
+    /// DOMString does).
+    ///
+    /// # Safety
+    /// `env` is the current environment and `value` a value of it.
+    pub(crate) unsafe fn from_value(
+        env: sys::napi_env,
+        value: sys::napi_value,
+    ) -> std::result::Result<Self, KeyFail> {
+        let mut len = 0usize;
+        // SAFETY: a null buffer asks only for the length in code units.
+        let status =
+            unsafe { sys::napi_get_value_string_utf16(env, value, ptr::null_mut(), 0, &mut len) };
+        if status == sys::Status::napi_string_expected {
+            return Err(KeyFail::Type(Cow::Borrowed("a lock name must be a string")));
+        }
+        check(status, "measuring a lock name")?;
+        let mut units = vec![0u16; len + 1];
+        let mut copied = 0usize;
+        // SAFETY: `units` has room for the `len` code units and the NUL that Node-API appends.
+        let status = unsafe {
+            sys::napi_get_value_string_utf16(
+                env,
+                value,
+                units.as_mut_ptr(),
+                units.len(),
+                &mut copied,
+            )
+        };
+        check(status, "reading a lock name")?;
+        units.truncate(copied);
+        let bytes = keys::encode_name_utf16(&units);
+        Ok(Name { units, bytes })
     }
 }
 

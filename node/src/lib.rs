@@ -1,37 +1,47 @@
 //! The native half of the `keylock` Node.js package.
 //!
-//! This crate translates; it decides nothing about locking. Keys become byte slices by the rules
-//! every front end shares ([`keys`]), outcomes become the core's status numbers (`status.rs`)
-//! that `index.js` turns into `Error`s with a `code`, and async acquisitions run the core's owned futures on this thread's
-//! event loop (`reactor.rs`). Locks of the same name are shared by every worker of the process
-//! (`shared.rs`).
+//! This crate translates; it decides nothing about locking. Every keyed lock is an
+//! `Arc<dyn KeyedLock>` from `keylock_core::open_with`, so a scope the core gains (shared
+//! memory, Redis) works here by its name alone. Keys become byte slices by the rules every front
+//! end shares ([`keys`]), outcomes become the core's status numbers (`status.rs`) that
+//! `index.js` turns into `Error`s with a `code`, acquisitions are kept in their lock's slab
+//! (`locks.rs`, `slab.rs`) so that a guard releases exactly its own, and async acquisitions run
+//! the core's futures on this thread's event loop (`reactor.rs`). Locks of the same name are
+//! shared by every worker of the process (`shared.rs`); Web Locks requests are recorded for
+//! `query()` in `weblocks.rs`.
 //!
-//! JavaScript holds each lock as an opaque handle (`handle.rs`). The operations made once per
-//! acquisition or release are plain Node-API functions (`raw.rs`), the rest are napi-rs exports
-//! below. The public API (classes, guards, `withLock`, options, `AbortSignal`, `using`) is in
-//! `index.js`.
+//! JavaScript holds each lock as an object of plain Node-API functions (`raw.rs`), one per
+//! operation made once per acquisition or release; the rest are napi-rs exports below. The
+//! public API (classes, guards, `withLock`, options, `AbortSignal`, `using`, Web Locks) is in
+//! `index.js`, which loads this addon through `binding.js`.
 
 mod handle;
 pub mod keys;
 mod locks;
+mod out;
 mod raw;
 mod reactor;
 mod shared;
+mod slab;
 mod status;
 mod thread;
+mod weblocks;
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 
-use keylock_core::{RwLock, StripedLock};
-use napi::bindgen_prelude::{Buffer, FromNapiValue, Function, Unknown};
+use keylock_core::{KeyPool, KeyedLock, OpenOptions, RwLock, StripedLock};
+use napi::bindgen_prelude::{FromNapiValue, Function, Unknown};
 use napi::{Env, Error, JsValue, Result, Status};
 use napi_derive::napi;
 
 use crate::keys::Key;
-use crate::locks::{Handle, Held, Pool, SHARED_POOLS, SHARED_RWLOCKS, SHARED_STRIPED};
-use crate::shared::{Presence, Shared};
+use crate::locks::{Core, Handle, Keyed, Made, Rw, SHARED_POOLS, SHARED_RWLOCKS, SHARED_STRIPED};
+use crate::reactor::Liveness;
+use crate::shared::Presence;
 
 /// The largest stripe count a `StripedLock` accepts.
 #[napi]
@@ -48,17 +58,19 @@ fn give(env: &Env, handle: Handle) -> Result<Unknown<'_>> {
 }
 
 /// Memory a lock of this thread's own holds outside the JavaScript heap, as a hint for V8's
-/// collector (shared locks live for the process and are not counted).
+/// collector (locks shared with other threads or processes are not counted).
 ///
-/// The core reports none of these, so they are estimates: a stripe is one cache-padded mutex
-/// (128 bytes on x86-64), and an empty `KeyPool` measured 64 KiB of resident memory with this
-/// core (256 shards). A pool's per-key entries are not counted.
+/// The core reports none of these, so they are estimates: a stripe is one cache-padded lock
+/// (128 bytes on x86-64); a pool's shards are made as keys arrive, and its per-key entries are
+/// not counted.
 fn native_bytes(handle: &Handle) -> usize {
     const STRIPE: usize = 128;
-    const EMPTY_POOL: usize = 64 * 1024;
+    const EMPTY_POOL: usize = 4 * 1024;
     match handle {
-        Handle::Pool(h) if h.presence.is_none() => EMPTY_POOL,
-        Handle::Striped(h) if h.presence.is_none() => h.core.stripes() * STRIPE,
+        Handle::Keyed(k) if matches!(k.live, Liveness::Private) => match k.made.stripes {
+            Some(n) => n * STRIPE,
+            None => EMPTY_POOL,
+        },
         _ => 0,
     }
 }
@@ -70,64 +82,193 @@ fn take<'a>(env: &Env, value: &'a Unknown<'_>) -> Result<&'a Handle> {
         .ok_or_else(|| Error::new(Status::InvalidArg, "not a keylock handle"))
 }
 
-fn held<T>(shared: std::sync::Arc<Shared<T>>) -> Held<T>
-where
-    T: Send + Sync + std::fmt::Debug + 'static,
-{
-    Held {
-        core: shared.core.clone(),
-        presence: Some(Presence::join(&shared)),
+fn keyed<'a>(env: &Env, value: &'a Unknown<'_>) -> Result<&'a Keyed> {
+    match take(env, value)? {
+        Handle::Keyed(k) => Ok(k),
+        Handle::Rw(_) => Err(Error::new(Status::InvalidArg, "not a keyed lock handle")),
     }
 }
 
-fn invalid(e: keylock_core::Error) -> Error {
-    Error::new(Status::InvalidArg, e.to_string())
+/// A core error as a JavaScript error whose `code` is its status's name (`index.js` makes it a
+/// `KeylockError`).
+fn core_error(e: &keylock_core::Error) -> Error {
+    Error::new(
+        Status::GenericFailure,
+        format!("{}\u{0}{}", e.status().name(), e),
+    )
 }
 
-/// A new `KeyPool`.
-#[napi(catch_unwind)]
-pub fn pool_new(env: &Env) -> Result<Unknown<'_>> {
-    give(env, Handle::Pool(Held::new(Pool::new())))
+/// What the JavaScript constructors pass: the options of `new KeyPool({...})`,
+/// `new StripedLock(n, {...})` and their `open` and `shared` forms.
+#[napi(object)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct MakeOptions {
+    /// A `StripedLock` of this many stripes (else a `KeyPool`).
+    pub stripes: Option<u32>,
+    /// Reentrant: owners raise a hold count.
+    pub reentrant: Option<bool>,
+    /// Strict FIFO hand-off per key.
+    pub fifo: Option<bool>,
+    /// Fixed-size scopes (shared memory): the most keys held or awaited at once.
+    pub capacity: Option<u32>,
 }
 
-/// The process-wide `KeyPool` called `name`.
-#[napi(catch_unwind)]
-pub fn pool_shared(env: &Env, name: String) -> Result<Unknown<'_>> {
-    let shared = SHARED_POOLS.get_or_insert(&name, || Ok::<_, Error>(Pool::new()))?;
-    give(env, Handle::Pool(held(shared)))
+impl MakeOptions {
+    fn made(&self) -> Made {
+        Made {
+            stripes: self.stripes.map(|n| n as usize),
+            reentrant: self.reentrant.unwrap_or(false),
+            fifo: self.fifo.unwrap_or(false),
+        }
+    }
+
+    fn open(&self, name: &str) -> Result<(Core, Made)> {
+        let made = self.made();
+        let mut opts = OpenOptions::default();
+        opts.stripes = made.stripes;
+        opts.reentrant = made.reentrant;
+        opts.fifo = made.fifo;
+        opts.capacity = self.capacity.map(|n| n as usize);
+        let core = keylock_core::open_with(name, &opts).map_err(|e| core_error(&e))?;
+        // A striped lock reports the stripe count it has (a power of two).
+        let stripes = made.stripes.map(|asked| {
+            core.as_any()
+                .and_then(|any| any.downcast_ref::<StripedLock>())
+                .map_or(asked.next_power_of_two(), StripedLock::stripes)
+        });
+        Ok((core, Made { stripes, ..made }))
+    }
 }
 
-/// A new `StripedLock` of `stripes` stripes (rounded up to a power of two).
-#[napi(catch_unwind)]
-pub fn striped_new(env: &Env, stripes: u32) -> Result<Unknown<'_>> {
-    let core = StripedLock::new(stripes as usize).map_err(invalid)?;
-    give(env, Handle::Striped(Held::new(core)))
+/// Whether a lock name is an in-process one (`""` or `local:`), which only this thread uses.
+fn is_local(name: &str) -> bool {
+    name.is_empty() || name.starts_with("local:")
 }
 
-/// The process-wide `StripedLock` called `name`, created with `stripes` stripes if new (the
-/// caller compares the stripes of an existing one with what it asked for).
+/// A new keyed lock from `keylock_core::open_with(name, ...)`: `""` or `"local:"` for one of
+/// this thread's own, `"shm:NAME"` or `"redis://..."` for the scopes this build has.
 #[napi(catch_unwind)]
-pub fn striped_shared(env: &Env, name: String, stripes: u32) -> Result<Unknown<'_>> {
-    let shared = SHARED_STRIPED.get_or_insert(&name, || {
-        StripedLock::new(stripes as usize).map_err(invalid)
-    })?;
-    give(env, Handle::Striped(held(shared)))
+pub fn keyed_open<'e>(env: &'e Env, name: String, options: MakeOptions) -> Result<Unknown<'e>> {
+    let (core, made) = options.open(&name)?;
+    let live = if is_local(&name) {
+        Liveness::Private
+    } else {
+        Liveness::External
+    };
+    give(env, Handle::Keyed(Keyed::new(core, made, live)))
+}
+
+/// The process-wide keyed lock called `name` (a `KeyPool`, or a `StripedLock` when `stripes`
+/// is given, each kind with its own names), made with `options` if it is new. Options that
+/// are given must agree with those the existing lock was made with, else
+/// `KEYLOCK_SHARED_MISMATCH` (the stripe count compared after rounding up).
+#[napi(catch_unwind)]
+pub fn keyed_shared<'e>(
+    env: &'e Env,
+    name: String,
+    striped: bool,
+    options: MakeOptions,
+) -> Result<Unknown<'e>> {
+    let registry = if striped {
+        &SHARED_STRIPED
+    } else {
+        &SHARED_POOLS
+    };
+    let fresh = MakeOptions {
+        stripes: striped.then(|| options.stripes.unwrap_or(1024)),
+        ..options
+    };
+    let shared = registry.get_or_insert(&name, || fresh.open("local:"))?;
+    let have = shared.made;
+    let want_stripes = options.stripes.map(|n| (n as usize).next_power_of_two());
+    let mismatch = (striped && want_stripes.is_some_and(|n| Some(n) != have.stripes))
+        || options.reentrant.is_some_and(|r| r != have.reentrant)
+        || options.fifo.is_some_and(|f| f != have.fifo);
+    if mismatch {
+        return Err(Error::new(
+            Status::GenericFailure,
+            format!(
+                "KEYLOCK_SHARED_MISMATCH\u{0}keylock: the shared {} {name:?} was made with {}",
+                if striped { "StripedLock" } else { "KeyPool" },
+                describe_made(&have)
+            ),
+        ));
+    }
+    let live = Liveness::Shared(Presence::join(&shared));
+    give(
+        env,
+        Handle::Keyed(Keyed::new(shared.core.clone(), have, live)),
+    )
+}
+
+fn describe_made(m: &Made) -> String {
+    let mut parts = Vec::new();
+    if let Some(n) = m.stripes {
+        parts.push(format!("{n} stripes"));
+    }
+    parts.push(format!("reentrant: {}", m.reentrant));
+    parts.push(format!("fifo: {}", m.fifo));
+    parts.join(", ")
+}
+
+/// The one strict-FIFO pool behind `keylock.locks`, shared by every thread of the process.
+static WEB_LOCKS: OnceLock<Arc<shared::Shared<dyn KeyedLock, Made>>> = OnceLock::new();
+
+/// `keylock.locks`'s pool, as this thread's handle.
+#[napi(catch_unwind)]
+pub fn web_locks_pool(env: &Env) -> Result<Unknown<'_>> {
+    let shared = match WEB_LOCKS.get() {
+        Some(s) => s.clone(),
+        None => {
+            let options = MakeOptions {
+                fifo: Some(true),
+                ..MakeOptions::default()
+            };
+            let (core, made) = options.open("local:")?;
+            // Two threads may both get here; one pool wins, the other is dropped unused.
+            WEB_LOCKS
+                .get_or_init(|| Arc::new(shared::Shared::new(core, made)))
+                .clone()
+        }
+    };
+    let live = Liveness::Shared(Presence::join(&shared));
+    give(
+        env,
+        Handle::Keyed(Keyed::new(shared.core.clone(), shared.made, live)),
+    )
 }
 
 /// A new `RwLock`.
 #[napi(catch_unwind)]
 pub fn rw_new(env: &Env) -> Result<Unknown<'_>> {
-    give(env, Handle::Rw(Held::new(RwLock::new())))
+    give(
+        env,
+        Handle::Rw(Rw::new(Arc::new(RwLock::new()), Liveness::Private)),
+    )
 }
 
 /// The process-wide `RwLock` called `name`.
 #[napi(catch_unwind)]
 pub fn rw_shared(env: &Env, name: String) -> Result<Unknown<'_>> {
-    let shared = SHARED_RWLOCKS.get_or_insert(&name, || Ok::<_, Error>(RwLock::new()))?;
-    give(env, Handle::Rw(held(shared)))
+    let shared =
+        SHARED_RWLOCKS.get_or_insert(&name, || Ok::<_, Error>((Arc::new(RwLock::new()), ())))?;
+    let live = Liveness::Shared(Presence::join(&shared));
+    give(env, Handle::Rw(Rw::new(shared.core.clone(), live)))
 }
 
-/// `pool.stats()`: counters of the core's `PoolStats` (numbers, exact below 2^53).
+/// How a keyed lock was made: `{ stripes, reentrant, fifo }` (`stripes` undefined for a pool).
+#[napi(catch_unwind)]
+pub fn keyed_made(env: &Env, handle: Unknown<'_>) -> Result<MakeOptions> {
+    let m = keyed(env, &handle)?.made;
+    Ok(MakeOptions {
+        stripes: m.stripes.map(|n| n as u32),
+        reentrant: Some(m.reentrant),
+        fifo: Some(m.fifo),
+        capacity: None,
+    })
+}
+
+/// `pool.stats()`: the core's `PoolStats` (numbers, exact below 2^53).
 #[napi(object)]
 #[derive(Debug, Clone, Copy)]
 pub struct PoolStats {
@@ -139,47 +280,31 @@ pub struct PoolStats {
     pub entries_in_use: f64,
     /// Entries allocated (in use or kept for reuse): the pool's memory, in keys.
     pub entries_allocated: f64,
-    /// An upper bound on the most entries in use at once so far.
-    pub peak_held: f64,
-    /// Acquisitions so far.
-    pub acquisitions: f64,
+    /// The most entries in use at once so far, summed over shards.
+    pub peak_in_use: f64,
     /// Acquisitions that had to wait.
     pub contended: f64,
 }
 
-fn pool<'a>(env: &Env, handle: &'a Unknown<'_>) -> Result<&'a Held<Pool>> {
-    match take(env, handle)? {
-        Handle::Pool(p) => Ok(p),
-        _ => Err(Error::new(Status::InvalidArg, "not a KeyPool handle")),
-    }
-}
-
-fn striped<'a>(env: &Env, handle: &'a Unknown<'_>) -> Result<&'a Held<StripedLock>> {
-    match take(env, handle)? {
-        Handle::Striped(s) => Ok(s),
-        _ => Err(Error::new(Status::InvalidArg, "not a StripedLock handle")),
-    }
-}
-
-/// Keys a pool holds now.
+/// A pool's counters; `null` for a scope that keeps none (only in-process pools do).
 #[napi(catch_unwind)]
-pub fn pool_size(env: &Env, handle: Unknown<'_>) -> Result<u32> {
-    Ok(pool(env, &handle)?.core.len() as u32)
-}
-
-/// A pool's counters.
-#[napi(catch_unwind)]
-pub fn pool_stats(env: &Env, handle: Unknown<'_>) -> Result<PoolStats> {
-    let s = pool(env, &handle)?.core.stats();
-    Ok(PoolStats {
-        held: s.held as f64,
-        waiting: s.waiting as f64,
-        entries_in_use: s.entries_in_use as f64,
-        entries_allocated: s.entries_allocated as f64,
-        peak_held: s.peak_held as f64,
-        acquisitions: s.acquisitions as f64,
-        contended: s.contended as f64,
-    })
+pub fn pool_stats(env: &Env, handle: Unknown<'_>) -> Result<Option<PoolStats>> {
+    let keyed = keyed(env, &handle)?;
+    let pool = keyed
+        .core
+        .as_any()
+        .and_then(|any| any.downcast_ref::<KeyPool>());
+    Ok(pool.map(|p| {
+        let s = p.stats();
+        PoolStats {
+            held: s.held as f64,
+            waiting: s.waiting as f64,
+            entries_in_use: s.entries_in_use as f64,
+            entries_allocated: s.entries_allocated as f64,
+            peak_in_use: s.peak_in_use as f64,
+            contended: s.contended as f64,
+        }
+    }))
 }
 
 /// `striped.stats()`: the core's `StripedStats`.
@@ -194,41 +319,59 @@ pub struct StripedStats {
     pub waiting: u32,
 }
 
-/// Stripes a striped lock holds now.
+/// A striped lock's counters; `null` for a scope that keeps none.
 #[napi(catch_unwind)]
-pub fn striped_size(env: &Env, handle: Unknown<'_>) -> Result<u32> {
-    Ok(striped(env, &handle)?.core.stats().held as u32)
+pub fn striped_stats(env: &Env, handle: Unknown<'_>) -> Result<Option<StripedStats>> {
+    let keyed = keyed(env, &handle)?;
+    let striped = keyed
+        .core
+        .as_any()
+        .and_then(|any| any.downcast_ref::<StripedLock>());
+    Ok(striped.map(|s| {
+        let s = s.stats();
+        StripedStats {
+            stripes: s.stripes as u32,
+            held: s.held as u32,
+            waiting: s.queued as u32,
+        }
+    }))
 }
 
-/// A striped lock's counters.
+/// The stripe `key` maps to; `null` for a scope that does not say.
 #[napi(catch_unwind)]
-pub fn striped_stats(env: &Env, handle: Unknown<'_>) -> Result<StripedStats> {
-    let s = striped(env, &handle)?.core.stats();
-    Ok(StripedStats {
-        stripes: s.stripes as u32,
-        held: s.held as u32,
-        waiting: s.queued as u32,
-    })
-}
-
-/// A striped lock's number of stripes.
-#[napi(catch_unwind)]
-pub fn striped_stripes(env: &Env, handle: Unknown<'_>) -> Result<u32> {
-    Ok(striped(env, &handle)?.core.stripes() as u32)
-}
-
-/// The stripe `key` maps to.
-#[napi(catch_unwind)]
-pub fn striped_stripe_of(env: &Env, handle: Unknown<'_>, key: Unknown<'_>) -> Result<u32> {
+pub fn striped_stripe_of(env: &Env, handle: Unknown<'_>, key: Unknown<'_>) -> Result<Option<u32>> {
     let key = Key::from_arg(env, &key)?;
-    Ok(striped(env, &handle)?.core.stripe_of(key.as_bytes()) as u32)
+    let keyed = keyed(env, &handle)?;
+    let striped = keyed
+        .core
+        .as_any()
+        .and_then(|any| any.downcast_ref::<StripedLock>());
+    Ok(striped.map(|s| s.stripe_of(key.as_bytes()) as u32))
+}
+
+/// Slots this thread's handle holds now (guards not yet released), for tests.
+#[napi(catch_unwind)]
+pub fn held_count(env: &Env, handle: Unknown<'_>) -> Result<u32> {
+    Ok(match take(env, &handle)? {
+        Handle::Keyed(k) => k.held.borrow().len() as u32,
+        Handle::Rw(r) => r.held.borrow().len() as u32,
+    })
 }
 
 /// The bytes `key` stands for (`keyBytes(key)`): what every lock compares, the same in C,
 /// Python and Rust.
 #[napi(catch_unwind)]
-pub fn key_bytes(env: &Env, key: Unknown<'_>) -> Result<Buffer> {
+pub fn key_bytes(env: &Env, key: Unknown<'_>) -> Result<napi::bindgen_prelude::Buffer> {
     Ok(Key::from_arg(env, &key)?.as_bytes().to_vec().into())
+}
+
+/// The key bytes of a Web Locks name (WTF-8), for tests.
+#[napi(catch_unwind)]
+pub fn name_bytes(env: &Env, name: Unknown<'_>) -> Result<napi::bindgen_prelude::Buffer> {
+    // SAFETY: `name` is an argument of the current call.
+    let name = unsafe { keys::Name::from_value(env.raw(), name.raw()) }
+        .map_err(|_| Error::new(Status::InvalidArg, "a lock name must be a string"))?;
+    Ok(name.bytes.into())
 }
 
 /// keylock-core's status table: `[{ code, name, description }]` in number order. `index.js`
@@ -242,19 +385,54 @@ pub fn statuses() -> Vec<status::StatusInfo> {
 #[napi]
 pub const LOCAL_WAKE: u32 = status::LOCAL_WAKE;
 
-/// Set in a waiter id handed to the dispatcher when that waiter failed (a panic while polling).
+/// Flags of an acquisition's record: shared mode.
 #[napi]
-pub const FAILED_BIT: u32 = reactor::FAILED_BIT;
+pub const FLAG_SHARED: u32 = locks::SHARED_FLAG;
+/// Flags of an acquisition's record: the previous holder died holding the lock.
+#[napi]
+pub const FLAG_OWNER_DIED: u32 = locks::OWNER_DIED_FLAG;
+/// Flags of a dispatched record: polling the waiter panicked.
+#[napi]
+pub const FLAG_FAILED: u32 = reactor::FAILED;
+/// Flags of a dispatched record: a Web Locks request lost its lock to a steal.
+#[napi]
+pub const FLAG_STOLEN: u32 = reactor::STOLEN;
+/// A failed record's status sits above this shift in its flags.
+#[napi]
+pub const STATUS_SHIFT: u32 = locks::STATUS_SHIFT;
 
-/// Installs this thread's dispatcher: `dispatch(ids)` receives the ids of waiters that acquired
-/// their lock (ids with bit 31 set failed: a panic while polling them).
+/// Installs this thread's `drain()` (called when another thread woke waiters of this one; it
+/// calls `runReady`), its output buffer (a 16-byte `ArrayBuffer`), its records buffer (an
+/// `ArrayBuffer` of whole records, five 32-bit words each: id, slot, fence low, fence high,
+/// flags) and its Web Locks `clientId`.
 #[napi(catch_unwind)]
-pub fn init(env: Env, dispatch: Function<'_, Vec<u32>, Unknown<'static>>) -> Result<()> {
-    reactor::init(&env, dispatch)
+pub fn init(
+    env: Env,
+    drain: Function<'_, (), Unknown<'static>>,
+    out: Unknown<'_>,
+    records: Unknown<'_>,
+    client_id: String,
+) -> Result<()> {
+    // SAFETY: both buffers are arguments of the current call.
+    unsafe { out::set(env.raw(), out.raw(), records.raw())? };
+    out::set_client_id(&client_id);
+    reactor::init(&env, drain)
 }
 
-/// The function that polls the waiters of this thread that were woken and returns the ids to
-/// dispatch (called after a release that reported a wake-up of this same thread); a plain
+/// Records the records buffer holds at most.
+#[napi]
+pub const RECORD_WORDS: u32 = out::RECORD_WORDS as u32;
+
+/// A number for a new owner value (`index.js` maps owner values to these): unique in the
+/// process, from 1, and below 2^53 so that JavaScript holds it exactly.
+#[napi(catch_unwind)]
+pub fn next_owner_id() -> f64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed) as f64
+}
+
+/// The function that polls the waiters of this thread that were woken and returns the records
+/// to dispatch (called after a release that reported a wake-up of this same thread); a plain
 /// Node-API function, like the per-lock operations.
 #[napi(catch_unwind)]
 pub fn run_ready_function(env: &Env) -> Result<Unknown<'_>> {
@@ -287,7 +465,13 @@ pub fn testing_panic() {
 /// promise must reject, and the process must go on).
 #[napi(catch_unwind)]
 pub fn testing_panic_waiter() -> Result<u32> {
-    reactor::start(Box::pin(PanicOnSecondPoll { polled: false }), None)
+    match reactor::start(
+        Box::pin(PanicOnSecondPoll { polled: false }),
+        Liveness::Private,
+    )? {
+        reactor::Started::Waiting(id) => Ok(id),
+        reactor::Started::Done(_) => Ok(0),
+    }
 }
 
 struct PanicOnSecondPoll {
@@ -295,9 +479,9 @@ struct PanicOnSecondPoll {
 }
 
 impl Future for PanicOnSecondPoll {
-    type Output = ();
+    type Output = reactor::Record;
 
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<reactor::Record> {
         if self.polled {
             panic!("keylock: deliberate panic in a waiter for a test");
         }

@@ -1,210 +1,355 @@
-//! The three locks as this binding holds them: the core object, plus this thread's presence on
-//! it for shared locks. Every operation is one call into the core; the only additions are the
-//! activity counts of shared locks ([`crate::shared`]) and leaking guards, since JavaScript
-//! releases with the explicit unlocks.
+//! The locks as this binding holds them: the core object, this thread's presence on it for
+//! locks other threads use, and the slab of what JavaScript holds through it.
+//!
+//! Every keyed lock is an `Arc<dyn KeyedLock>` from `keylock_core::open_with`, whatever its
+//! scope. Every operation is one call into the core: an acquire stores its
+//! [`Acquisition`] in the handle's [`Slab`] and gives JavaScript the slot's number and the
+//! acquisition's fence; a release takes the record back out and hands it to the core, which
+//! ends exactly that acquisition (or refuses a stale one). Nothing here decides anything about
+//! locking: no state of a lock is kept outside the core.
 
+use std::cell::RefCell;
 use std::sync::Arc;
-use std::time::Duration;
 
-use keylock_core::{KeyPool, RwLock, StripedLock};
+use keylock_core::{
+    Acquisition, Error, KeyedLock, LockOptions, Mode, ReadGuard, RwLock, WriteGuard,
+};
 
-use crate::reactor::{self, Acquire};
-use crate::shared::{Presence, Registry};
+use crate::reactor::{self, Liveness, Record};
+use crate::shared::Registry;
+use crate::slab::Slab;
 use crate::status;
+use crate::weblocks::Ticket;
 
-/// Keys are byte strings: UTF-8 for JavaScript strings, raw bytes for `Uint8Array`s.
-pub(crate) type Pool = KeyPool<Vec<u8>>;
-
-pub(crate) static SHARED_POOLS: Registry<Pool> = Registry::new();
-pub(crate) static SHARED_STRIPED: Registry<StripedLock> = Registry::new();
-pub(crate) static SHARED_RWLOCKS: Registry<RwLock> = Registry::new();
-
-/// One lock as a JavaScript object holds it.
-#[derive(Debug)]
-pub(crate) struct Held<T> {
-    pub(crate) core: Arc<T>,
-    /// This thread's activity record, for shared locks only.
-    pub(crate) presence: Option<Presence>,
+/// How a keyed lock was made: what `shared(name, ...)` compares, and what `stripes` reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Made {
+    pub(crate) stripes: Option<usize>,
+    pub(crate) reentrant: bool,
+    pub(crate) fifo: bool,
 }
 
-impl<T> Held<T> {
-    pub(crate) fn new(core: T) -> Self {
+pub(crate) type Core = Arc<dyn KeyedLock>;
+
+pub(crate) static SHARED_POOLS: Registry<dyn KeyedLock, Made> = Registry::new();
+pub(crate) static SHARED_STRIPED: Registry<dyn KeyedLock, Made> = Registry::new();
+pub(crate) static SHARED_RWLOCKS: Registry<RwLock, ()> = Registry::new();
+
+/// What one slot of a keyed lock's slab holds.
+#[derive(Debug)]
+pub(crate) enum Holding {
+    /// One key's acquisition.
+    One(Acquisition),
+    /// The acquisitions of a multi-key acquire, in the lock's canonical order.
+    Many(Vec<Acquisition>),
+    /// A Web Locks request's acquisition, with its entry in the request registry (removed
+    /// when the holding is dropped).
+    Web { acq: Acquisition, _ticket: Ticket },
+}
+
+impl Holding {
+    fn first(&self) -> Option<&Acquisition> {
+        match self {
+            Holding::One(a) | Holding::Web { acq: a, .. } => Some(a),
+            Holding::Many(v) => v.first(),
+        }
+    }
+}
+
+/// What one slot of an RwLock's slab holds.
+#[derive(Debug)]
+pub(crate) enum RwHolding {
+    // Kept only to be dropped, which releases it.
+    Read(#[allow(dead_code)] ReadGuard<Arc<RwLock>>),
+    Write(WriteGuard<Arc<RwLock>>),
+}
+
+/// The flags of a [`Record`]: shared mode.
+pub(crate) const SHARED_FLAG: u32 = 1;
+/// The flags of a [`Record`]: the previous holder died holding the lock.
+pub(crate) const OWNER_DIED_FLAG: u32 = 1 << 1;
+/// The flags of a [`Record`]: a failure's status sits above this shift.
+pub(crate) const STATUS_SHIFT: u32 = 8;
+
+/// The record of an acquisition stored in `slot`.
+#[inline]
+pub(crate) fn record(slot: u32, acq: Option<&Acquisition>) -> Record {
+    let Some(acq) = acq else {
+        return [slot, 0, 0, 0];
+    };
+    let fence = acq.fence();
+    let mut flags = 0;
+    if acq.mode() == Mode::Shared {
+        flags |= SHARED_FLAG;
+    }
+    if acq.owner_died() {
+        flags |= OWNER_DIED_FLAG;
+    }
+    [slot, fence as u32, (fence >> 32) as u32, flags]
+}
+
+/// The record of a failed acquisition.
+pub(crate) fn failure(e: &Error) -> Record {
+    [0, 0, 0, status::code(e) << STATUS_SHIFT]
+}
+
+/// A keyed lock (a `KeyPool` or a `StripedLock` in JavaScript) as one thread holds it.
+#[derive(Debug)]
+pub(crate) struct Keyed {
+    pub(crate) core: Core,
+    pub(crate) made: Made,
+    pub(crate) live: Liveness,
+    pub(crate) held: RefCell<Slab<Holding>>,
+}
+
+impl Keyed {
+    pub(crate) fn new(core: Core, made: Made, live: Liveness) -> Self {
         Self {
-            core: Arc::new(core),
-            presence: None,
+            core,
+            made,
+            live,
+            held: RefCell::new(Slab::default()),
         }
     }
 
-    /// Counts an acquisition made with status `code` (shared locks only).
-    #[inline]
-    fn acquired(&self, code: u32) -> u32 {
-        if code == status::OK
-            && let Some(p) = &self.presence
-        {
+    /// Counts a hold of this thread's on a lock of other threads.
+    fn entered(&self) {
+        if let Liveness::Shared(p) = &self.live {
             p.enter();
         }
-        code
     }
 
-    /// Counts a release made with status `code` (shared locks only), and flags a waiter of this
-    /// thread that it woke ([`status::LOCAL_WAKE`]).
+    /// Stores what an acquire took; its record. A full slab (millions of holds by one thread)
+    /// gives the holding back to the core and fails with `CapacityExceeded`.
     #[inline]
-    fn released(&self, code: u32) -> u32 {
-        if code == status::OK
-            && let Some(p) = &self.presence
-        {
+    pub(crate) fn store(&self, holding: Holding) -> Record {
+        let record = record(0, holding.first());
+        let inserted = self.held.borrow_mut().insert(holding);
+        match inserted {
+            Ok(slot) => {
+                self.entered();
+                [slot, record[1], record[2], record[3]]
+            }
+            Err(holding) => {
+                let _ = end(&self.core, holding);
+                failure(&Error::CapacityExceeded)
+            }
+        }
+    }
+
+    /// Stores the outcome of an acquire of one key.
+    #[inline]
+    pub(crate) fn stored(&self, got: keylock_core::Result<Acquisition>) -> Record {
+        match got {
+            Ok(acq) => self.store(Holding::One(acq)),
+            Err(e) => failure(&e),
+        }
+    }
+
+    /// Stores the outcome of a multi-key acquire.
+    pub(crate) fn stored_many(&self, got: keylock_core::Result<Vec<Acquisition>>) -> Record {
+        match got {
+            Ok(acqs) => self.store(Holding::Many(acqs)),
+            Err(e) => failure(&e),
+        }
+    }
+
+    /// Releases what `slot` holds: a status, with [`status::LOCAL_WAKE`] added when the release
+    /// woke a waiter of this thread.
+    #[inline]
+    pub(crate) fn release(&self, slot: u32) -> u32 {
+        let taken = self.held.borrow_mut().take(slot);
+        let code = match taken {
+            Some(Holding::One(acq)) => status::of(self.core.release(acq)),
+            Some(holding) => status::of(end(&self.core, holding)),
+            None => return status::NOT_HELD,
+        };
+        if let Liveness::Shared(p) = &self.live {
             p.leave();
             reactor::after_shared_release();
         }
-        if reactor::take_local_wake() {
-            code | status::LOCAL_WAKE
-        } else {
-            code
+        status::with_local_wake(code)
+    }
+
+    /// Runs `f` on the acquisition in `slot` (the first one of a multi-key hold).
+    pub(crate) fn with_acquisition<T>(
+        &self,
+        slot: u32,
+        f: impl FnOnce(&mut Acquisition) -> T,
+    ) -> Option<T> {
+        let mut held = self.held.borrow_mut();
+        match held.get_mut(slot)? {
+            Holding::One(a) | Holding::Web { acq: a, .. } => Some(f(a)),
+            Holding::Many(v) => v.first_mut().map(f),
         }
     }
 
-    fn start(&self, fut: Acquire) -> napi::Result<u32> {
-        reactor::start(fut, self.presence.clone())
+    /// The fences of the acquisitions in `slot`.
+    pub(crate) fn fences(&self, slot: u32) -> Option<Vec<u64>> {
+        let held = self.held.borrow();
+        Some(match held.get(slot)? {
+            Holding::One(a) | Holding::Web { acq: a, .. } => vec![a.fence()],
+            Holding::Many(v) => v.iter().map(Acquisition::fence).collect(),
+        })
+    }
+
+    /// Whether every acquisition in `slot` is still current.
+    pub(crate) fn is_current(&self, slot: u32) -> keylock_core::Result<bool> {
+        let held = self.held.borrow();
+        let Some(holding) = held.get(slot) else {
+            return Ok(false);
+        };
+        match holding {
+            Holding::One(a) | Holding::Web { acq: a, .. } => self.core.is_current(a),
+            Holding::Many(v) => {
+                for a in v {
+                    if !self.core.is_current(a)? {
+                        return Ok(false);
+                    }
+                }
+                Ok(true)
+            }
+        }
+    }
+
+    /// Moves the lease of every acquisition in `slot` to end `lease` from now.
+    pub(crate) fn extend(&self, slot: u32, lease: std::time::Duration) -> u32 {
+        let mut held = self.held.borrow_mut();
+        let Some(holding) = held.get_mut(slot) else {
+            return status::NOT_HELD;
+        };
+        let result = match holding {
+            Holding::One(a) | Holding::Web { acq: a, .. } => self.core.extend(a, lease),
+            Holding::Many(v) => v.iter_mut().try_for_each(|a| self.core.extend(a, lease)),
+        };
+        status::of(result)
+    }
+
+    /// Acquires with `opts` now (blocking as `opts.wait` says) and stores the acquisition.
+    pub(crate) fn acquire(&self, key: &[u8], opts: &LockOptions) -> Record {
+        self.stored(self.core.acquire(keylock_core::LockKey::new(key), opts))
+    }
+}
+
+/// Ends a holding through the core (a Web Locks ticket leaves the registry as it drops).
+fn end(core: &Core, holding: Holding) -> keylock_core::Result<()> {
+    match holding {
+        Holding::One(acq) | Holding::Web { acq, .. } => core.release(acq),
+        Holding::Many(acqs) => {
+            // Newest first, as the core releases a failed multi-key acquire; the first
+            // refusal is reported, and every acquisition is handed back either way.
+            let mut result = Ok(());
+            for acq in acqs.into_iter().rev() {
+                let r = core.release(acq);
+                if result.is_ok() {
+                    result = r;
+                }
+            }
+            result
+        }
+    }
+}
+
+impl Drop for Keyed {
+    /// A lock handle is dropped when no JavaScript object refers to it any more, or when its
+    /// thread ends: what it still holds is released, as dropping a guard releases in Rust.
+    fn drop(&mut self) {
+        for holding in self.held.get_mut().drain() {
+            let _ = end(&self.core, holding);
+            if let Liveness::Shared(p) = &self.live {
+                p.leave();
+            }
+        }
+    }
+}
+
+/// An RwLock as one thread holds it.
+#[derive(Debug)]
+pub(crate) struct Rw {
+    pub(crate) core: Arc<RwLock>,
+    pub(crate) live: Liveness,
+    pub(crate) held: RefCell<Slab<RwHolding>>,
+}
+
+impl Rw {
+    pub(crate) fn new(core: Arc<RwLock>, live: Liveness) -> Self {
+        Self {
+            core,
+            live,
+            held: RefCell::new(Slab::default()),
+        }
+    }
+
+    /// Stores a guard; its record (the writer's fence for a write guard).
+    pub(crate) fn store(&self, holding: RwHolding) -> Record {
+        let fence = match &holding {
+            RwHolding::Write(w) => w.fence(),
+            RwHolding::Read(_) => 0,
+        };
+        let shared = matches!(holding, RwHolding::Read(_));
+        match self.held.borrow_mut().insert(holding) {
+            Ok(slot) => {
+                if let Liveness::Shared(p) = &self.live {
+                    p.enter();
+                }
+                [slot, fence as u32, (fence >> 32) as u32, u32::from(shared)]
+            }
+            // Dropping the guard releases it.
+            Err(_) => failure(&Error::CapacityExceeded),
+        }
+    }
+
+    /// Stores the outcome of a read acquire.
+    pub(crate) fn stored_read(&self, got: keylock_core::Result<ReadGuard<Arc<RwLock>>>) -> Record {
+        match got {
+            Ok(g) => self.store(RwHolding::Read(g)),
+            Err(e) => failure(&e),
+        }
+    }
+
+    /// Stores the outcome of a write acquire.
+    pub(crate) fn stored_write(
+        &self,
+        got: keylock_core::Result<WriteGuard<Arc<RwLock>>>,
+    ) -> Record {
+        match got {
+            Ok(g) => self.store(RwHolding::Write(g)),
+            Err(e) => failure(&e),
+        }
+    }
+
+    /// Releases the guard in `slot`.
+    pub(crate) fn release(&self, slot: u32) -> u32 {
+        let taken = self.held.borrow_mut().take(slot);
+        let code = match taken {
+            Some(guard) => {
+                drop(guard);
+                if let Liveness::Shared(p) = &self.live {
+                    p.leave();
+                    reactor::after_shared_release();
+                }
+                status::OK
+            }
+            None => status::NOT_HELD,
+        };
+        status::with_local_wake(code)
+    }
+}
+
+impl Drop for Rw {
+    fn drop(&mut self) {
+        for guard in self.held.get_mut().drain() {
+            drop(guard);
+            if let Liveness::Shared(p) = &self.live {
+                p.leave();
+            }
+        }
     }
 }
 
 /// A lock handle as JavaScript sees it (one type, so one type tag guards them all).
 #[derive(Debug)]
 pub(crate) enum Handle {
-    Pool(Held<Pool>),
-    Striped(Held<StripedLock>),
-    Rw(Held<RwLock>),
-}
-
-/// The keyed operations, common to `KeyPool` and `StripedLock`. Results are statuses
-/// ([`status`]), or for the async starts the waiter id (0: acquired at once).
-pub(crate) trait Keyed {
-    fn try_lock(&self, key: &[u8]) -> bool;
-    fn unlock(&self, key: &[u8]) -> u32;
-    fn is_locked(&self, key: &[u8]) -> bool;
-    fn lock_async(&self, key: &[u8]) -> napi::Result<u32>;
-    fn lock_sync(&self, key: &[u8], timeout: Option<Duration>) -> u32;
-    fn try_lock_many(&self, keys: &[&[u8]]) -> bool;
-    fn unlock_many(&self, keys: &[&[u8]]) -> u32;
-    fn lock_many_async(&self, keys: &[&[u8]]) -> napi::Result<u32>;
-    fn lock_many_sync(&self, keys: &[&[u8]], timeout: Option<Duration>) -> u32;
-}
-
-/// Implements [`Keyed`] for a core type whose methods share the names and shapes of
-/// `KeyPool`'s and `StripedLock`'s.
-macro_rules! keyed {
-    ($core:ty) => {
-        impl Keyed for Held<$core> {
-            #[inline]
-            fn try_lock(&self, key: &[u8]) -> bool {
-                let code = status::of(self.core.try_lock(key).map(|g| g.leak()));
-                self.acquired(code) == status::OK
-            }
-
-            #[inline]
-            fn unlock(&self, key: &[u8]) -> u32 {
-                self.released(status::of(self.core.unlock(key)))
-            }
-
-            #[inline]
-            fn is_locked(&self, key: &[u8]) -> bool {
-                self.core.is_locked(key)
-            }
-
-            fn lock_async(&self, key: &[u8]) -> napi::Result<u32> {
-                let fut = self.core.lock_async_owned(key);
-                self.start(Box::pin(async move { fut.await.leak() }))
-            }
-
-            fn lock_sync(&self, key: &[u8], timeout: Option<Duration>) -> u32 {
-                self.acquired(match timeout {
-                    Some(d) => status::of(self.core.try_lock_for(key, d).map(|g| g.leak())),
-                    None => {
-                        self.core.lock(key).leak();
-                        status::OK
-                    }
-                })
-            }
-
-            fn try_lock_many(&self, keys: &[&[u8]]) -> bool {
-                let code = status::of(
-                    self.core
-                        .try_lock_many(keys.iter().copied())
-                        .map(|g| g.leak()),
-                );
-                self.acquired(code) == status::OK
-            }
-
-            fn unlock_many(&self, keys: &[&[u8]]) -> u32 {
-                self.released(status::of(self.core.unlock_many(keys.iter().copied())))
-            }
-
-            fn lock_many_async(&self, keys: &[&[u8]]) -> napi::Result<u32> {
-                let fut = self.core.lock_many_async_owned(keys.iter().copied());
-                self.start(Box::pin(async move { fut.await.leak() }))
-            }
-
-            fn lock_many_sync(&self, keys: &[&[u8]], timeout: Option<Duration>) -> u32 {
-                let keys = keys.iter().copied();
-                self.acquired(match timeout {
-                    Some(d) => status::of(self.core.try_lock_many_for(keys, d).map(|g| g.leak())),
-                    None => {
-                        self.core.lock_many(keys).leak();
-                        status::OK
-                    }
-                })
-            }
-        }
-    };
-}
-
-keyed!(Pool);
-keyed!(StripedLock);
-
-impl Held<RwLock> {
-    pub(crate) fn try_read(&self) -> bool {
-        self.acquired(status::of(self.core.try_read().map(|g| g.leak()))) == status::OK
-    }
-
-    pub(crate) fn try_write(&self) -> bool {
-        self.acquired(status::of(self.core.try_write().map(|g| g.leak()))) == status::OK
-    }
-
-    pub(crate) fn read_sync(&self, timeout: Option<Duration>) -> u32 {
-        self.acquired(match timeout {
-            Some(d) => status::of(self.core.try_read_for(d).map(|g| g.leak())),
-            None => {
-                self.core.read().leak();
-                status::OK
-            }
-        })
-    }
-
-    pub(crate) fn write_sync(&self, timeout: Option<Duration>) -> u32 {
-        self.acquired(match timeout {
-            Some(d) => status::of(self.core.try_write_for(d).map(|g| g.leak())),
-            None => {
-                self.core.write().leak();
-                status::OK
-            }
-        })
-    }
-
-    pub(crate) fn read_async(&self) -> napi::Result<u32> {
-        let fut = self.core.read_async_owned();
-        self.start(Box::pin(async move { fut.await.leak() }))
-    }
-
-    pub(crate) fn write_async(&self) -> napi::Result<u32> {
-        let fut = self.core.write_async_owned();
-        self.start(Box::pin(async move { fut.await.leak() }))
-    }
-
-    pub(crate) fn read_unlock(&self) -> u32 {
-        self.released(status::of(self.core.read_unlock()))
-    }
-
-    pub(crate) fn write_unlock(&self) -> u32 {
-        self.released(status::of(self.core.write_unlock()))
-    }
+    Keyed(Keyed),
+    Rw(Rw),
 }

@@ -4,22 +4,33 @@
 //! was measured on, several times the lock operation itself (a bare Node-API function with
 //! one argument: about 35 ns). The calls made once per lock acquisition or release therefore
 //! skip them: each function below reads its arguments with `napi_get_cb_info`, encodes the key
-//! (`crate::keys`), makes one call into the core and returns a boolean or a number. Construction, statistics and the event-loop plumbing stay on napi-rs (see
-//! `lib.rs`). Every entry point catches panics and turns them into JavaScript exceptions.
+//! (`crate::keys`), makes one call into the core and returns a number or a boolean.
+//! Construction, statistics and the event-loop plumbing stay on napi-rs (see `lib.rs`). Every
+//! entry point catches panics and turns them into JavaScript exceptions.
+//!
+//! Acquires return a number `r`: `r > 0` is the slot the acquisition is stored in (its guard's
+//! number), `r < 0` is minus the status of a failure (`-1`: the lock is taken), and `r == 0`
+//! (async starts only) means the acquire waits, under the waiter id written to the output
+//! buffer. A successful acquire writes its fence and flags to the thread's output buffer
+//! (`crate::out`) before it returns, so JavaScript reads them without another call.
 
 use std::ffi::{CStr, CString, c_void};
+use std::future::Future;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::ptr;
+use std::rc::Rc;
 use std::sync::Arc;
+use std::time::Duration;
 
+use keylock_core::{Acquisition, KeySpace, LockKey, LockOptions, Mode, Owner, Wait};
 use napi::sys;
 
 use crate::handle;
-use crate::keys::{Key, KeyFail};
-use keylock_core::RwLock;
-
-use crate::locks::{Handle, Held, Keyed};
+use crate::keys::{Key, KeyFail, Name};
+use crate::locks::{self, Handle, Holding, Keyed, Rw};
+use crate::reactor::{self, Record, Started};
 use crate::status;
+use crate::weblocks::{self, Asking, Began};
 
 /// What an entry point returns to JavaScript.
 enum Ret {
@@ -27,8 +38,12 @@ enum Ret {
     /// A status ([`status`]), with [`status::LOCAL_WAKE`] added by releases that woke a waiter of
     /// this thread.
     Status(u32),
-    /// A waiter id (0: acquired at once).
-    Id(u32),
+    /// An acquire's result (see the module docs).
+    Int(i32),
+    /// A number of milliseconds, or a negative code.
+    Number(f64),
+    /// A value made here.
+    Value(sys::napi_value),
 }
 
 /// Why an entry point throws.
@@ -64,21 +79,43 @@ struct Call<'a, const N: usize> {
     args: &'a [sys::napi_value; N],
 }
 
+/// The result of an acquire that finished now: its slot (the record goes to the output
+/// buffer), or minus its status.
+fn acquired(record: Record) -> Ret {
+    if record[0] != 0 {
+        crate::out::put(&record);
+        Ret::Int(record[0] as i32)
+    } else {
+        Ret::Int(-((record[3] >> locks::STATUS_SHIFT) as i32))
+    }
+}
+
 impl<const N: usize> Call<'_, N> {
     /// The lock, which must be a `KeyPool` or a `StripedLock`.
-    fn keyed(&self) -> Result<&dyn Keyed, Fail> {
+    fn keyed(&self) -> Result<&Keyed, Fail> {
         match self.lock {
-            Handle::Pool(p) => Ok(p),
-            Handle::Striped(s) => Ok(s),
+            Handle::Keyed(k) => Ok(k),
             Handle::Rw(_) => Err(Fail::Type("not a KeyPool or StripedLock")),
         }
     }
 
     /// The lock, which must be an `RwLock`.
-    fn rw(&self) -> Result<&Held<RwLock>, Fail> {
+    fn rw(&self) -> Result<&Rw, Fail> {
         match self.lock {
             Handle::Rw(r) => Ok(r),
-            _ => Err(Fail::Type("not an RwLock")),
+            Handle::Keyed(_) => Err(Fail::Type("not an RwLock")),
+        }
+    }
+
+    /// Another reference to the lock, for a waiter to keep.
+    fn arc(&self) -> Rc<Handle> {
+        let ptr: *const Handle = self.lock;
+        // SAFETY: every entry point's data is the pointer of an `Rc<Handle>` that the lock's
+        // external owns (see `bind`), alive while the function runs, on this thread; this adds
+        // a reference.
+        unsafe {
+            Rc::increment_strong_count(ptr);
+            Rc::from_raw(ptr)
         }
     }
 
@@ -90,43 +127,124 @@ impl<const N: usize> Call<'_, N> {
         Ok(key.as_bytes())
     }
 
+    /// Argument `i` as a Web Locks name.
+    fn name(&self, i: usize) -> Result<Name, Fail> {
+        // SAFETY: a live argument of the current call (see `Call`).
+        Ok(unsafe { Name::from_value(self.env, self.args[i]) }?)
+    }
+
     /// Argument `i` as an array of keys.
     fn keys(&self, i: usize) -> Result<Vec<Key>, Fail> {
         let (env, v) = (self.env, self.args[i]);
-        let mut is_array = false;
-        let mut len = 0u32;
-        // SAFETY: plain queries on a live argument (see `Call`).
-        unsafe {
-            sys::napi_is_array(env, v, &mut is_array);
-            if !is_array {
-                return Err(Fail::Type("keys must be an array"));
-            }
-            sys::napi_get_array_length(env, v, &mut len);
-        }
+        let len = self
+            .array_len(v)
+            .ok_or(Fail::Type("keys must be an array"))?;
         let mut keys = Vec::with_capacity(len as usize);
         for i in 0..len {
-            let mut item = ptr::null_mut();
-            // SAFETY: an element read of a live array; the element is kept alive by the handle
-            // scope of this call.
-            unsafe {
-                if sys::napi_get_element(env, v, i, &mut item) != sys::Status::napi_ok {
-                    return Err(Fail::Error("reading a key of the array failed".into()));
-                }
-                let mut key = Key::new();
-                key.read(env, item)?;
-                keys.push(key);
-            }
+            let item = self.element(v, i)?;
+            let mut key = Key::new();
+            // SAFETY: an element of a live array, kept alive by the handle scope of this call.
+            unsafe { key.read(env, item) }?;
+            keys.push(key);
         }
         Ok(keys)
     }
 
-    /// Argument `i` as a timeout in milliseconds: a finite number >= 0, or anything else for none.
-    fn timeout(&self, i: usize) -> Option<std::time::Duration> {
-        let mut ms = f64::NAN;
-        // SAFETY: a plain read of a live argument; it fails (leaving NaN) for a non-number.
-        unsafe { sys::napi_get_value_double(self.env, self.args[i], &mut ms) };
-        status::timeout(Some(ms))
+    /// The length of `v` if it is an array.
+    fn array_len(&self, v: sys::napi_value) -> Option<u32> {
+        let mut is_array = false;
+        let mut len = 0u32;
+        // SAFETY: plain queries on a live value.
+        unsafe {
+            sys::napi_is_array(self.env, v, &mut is_array);
+            if !is_array {
+                return None;
+            }
+            sys::napi_get_array_length(self.env, v, &mut len);
+        }
+        Some(len)
     }
+
+    fn element(&self, v: sys::napi_value, i: u32) -> Result<sys::napi_value, Fail> {
+        let mut item = ptr::null_mut();
+        // SAFETY: an element read of a live array.
+        if unsafe { sys::napi_get_element(self.env, v, i, &mut item) } != sys::Status::napi_ok {
+            return Err(Fail::Error("reading an element of an array failed".into()));
+        }
+        Ok(item)
+    }
+
+    /// Argument `i` as a number, if it is one.
+    fn number(&self, i: usize) -> Option<f64> {
+        number(self.env, self.args[i])
+    }
+
+    /// Argument `i` as milliseconds: a finite number >= 0, or anything else for none.
+    fn millis(&self, i: usize) -> Option<Duration> {
+        status::timeout(self.number(i))
+    }
+
+    /// Argument `i` as a slot number.
+    fn slot(&self, i: usize) -> u32 {
+        self.number(i)
+            .filter(|n| (1.0..=f64::from(u32::MAX)).contains(n))
+            .map_or(0, |n| n as u32)
+    }
+
+    /// Argument `i` as a mode: 1 for shared, anything else exclusive.
+    fn mode(&self, i: usize) -> Mode {
+        if self.number(i) == Some(1.0) {
+            Mode::Shared
+        } else {
+            Mode::Exclusive
+        }
+    }
+
+    /// Arguments `i..i + 3` as the mode, the lease (ms) and the owner (a safe integer >= 1;
+    /// `index.js` maps owner values to these numbers).
+    fn options(&self, i: usize) -> LockOptions {
+        let mut opts = LockOptions::new().mode(self.mode(i));
+        if let Some(lease) = self.millis(i + 1) {
+            opts = opts.lease(lease);
+        }
+        if let Some(owner) = self
+            .number(i + 2)
+            .filter(|n| n.fract() == 0.0 && (1.0..=9_007_199_254_740_991.0).contains(n))
+            .and_then(|n| Owner::new(n as u64))
+        {
+            opts = opts.owner(owner);
+        }
+        opts
+    }
+
+    /// Argument `i` as the modes of `n` keys: one number for all of them, an array of one per
+    /// key, or anything else for all exclusive.
+    fn modes(&self, i: usize, n: usize) -> Result<Vec<Mode>, Fail> {
+        let v = self.args[i];
+        if let Some(len) = self.array_len(v) {
+            if len as usize != n {
+                return Err(Fail::Type("modes must have one entry per key"));
+            }
+            return (0..len)
+                .map(|j| {
+                    let m = number(self.env, self.element(v, j)?);
+                    Ok(if m == Some(1.0) {
+                        Mode::Shared
+                    } else {
+                        Mode::Exclusive
+                    })
+                })
+                .collect();
+        }
+        Ok(vec![self.mode(i); n])
+    }
+}
+
+fn number(env: sys::napi_env, v: sys::napi_value) -> Option<f64> {
+    let mut n = f64::NAN;
+    // SAFETY: a plain read of a live value; it fails (and we return None) for a non-number.
+    let status = unsafe { sys::napi_get_value_double(env, v, &mut n) };
+    (status == sys::Status::napi_ok).then_some(n)
 }
 
 /// Runs `body` with the call's first `N` arguments (missing ones read as `undefined`) and
@@ -157,8 +275,8 @@ unsafe fn entry<const N: usize>(
         Err(Fail::Error("reading the arguments failed".into()))
     } else {
         // SAFETY: every entry point is created by `bind` with `data` pointing to the handle of an
-        // `Arc<Handle>` that the function itself owns (released by its finalizer), so it is alive
-        // while the function runs.
+        // `Rc<Handle>` that the lock's external owns, and the function keeps the external alive,
+        // so the handle is alive while the function runs.
         let lock = unsafe { &*data.cast::<Handle>() };
         let call = Call {
             env,
@@ -181,9 +299,16 @@ unsafe fn entry<const N: usize>(
             Ok(Ret::Bool(b)) => {
                 sys::napi_get_boolean(env, b, &mut result);
             }
-            Ok(Ret::Status(n) | Ret::Id(n)) => {
+            Ok(Ret::Status(n)) => {
                 sys::napi_create_uint32(env, n, &mut result);
             }
+            Ok(Ret::Int(n)) => {
+                sys::napi_create_int32(env, n, &mut result);
+            }
+            Ok(Ret::Number(n)) => {
+                sys::napi_create_double(env, n, &mut result);
+            }
+            Ok(Ret::Value(v)) => result = v,
             Err(Fail::Type(msg)) => throw(env, true, msg),
             Err(Fail::Key(fail)) => fail.throw(env),
             Err(Fail::Error(msg)) => throw(env, false, &msg),
@@ -219,8 +344,54 @@ unsafe fn throw(env: sys::napi_env, type_error: bool, msg: &str) {
     }
 }
 
-fn slices(keys: &[Key]) -> Vec<&[u8]> {
-    keys.iter().map(Key::as_bytes).collect()
+fn check(status: sys::napi_status) -> Result<(), Fail> {
+    if status == sys::Status::napi_ok {
+        Ok(())
+    } else {
+        Err(Fail::Error(format!("a Node-API call failed ({status})")))
+    }
+}
+
+/// Starts `fut` as a waiter (a future that stores what it acquires and reports its record):
+/// the acquire's result (see the module docs).
+fn start_waiter(live: reactor::Liveness, fut: impl Future<Output = Record> + 'static) -> Outcome {
+    Ok(match reactor::start(Box::pin(fut), live)? {
+        Started::Done(record) => acquired(record),
+        Started::Waiting(id) => {
+            crate::out::put_waiter(id);
+            Ret::Int(0)
+        }
+    })
+}
+
+/// Stores a keyed acquire's outcome in `lock`'s slab.
+fn stored_one(lock: &Handle, got: keylock_core::Result<Acquisition>) -> Record {
+    match lock {
+        Handle::Keyed(k) => k.stored(got),
+        Handle::Rw(_) => locks::failure(&keylock_core::Error::InvalidArgument("not a keyed lock")),
+    }
+}
+
+/// Stores a multi-key acquire's outcome in `lock`'s slab.
+fn stored_many(lock: &Handle, got: keylock_core::Result<Vec<Acquisition>>) -> Record {
+    match lock {
+        Handle::Keyed(k) => k.stored_many(got),
+        Handle::Rw(_) => locks::failure(&keylock_core::Error::InvalidArgument("not a keyed lock")),
+    }
+}
+
+/// The keys and modes of a multi-key acquire: arguments 0 (keys) and 1 (modes).
+fn keys_and_modes<const N: usize>(c: &Call<'_, N>) -> Result<(Vec<Key>, Vec<Mode>), Fail> {
+    let keys = c.keys(0)?;
+    let modes = c.modes(1, keys.len())?;
+    Ok((keys, modes))
+}
+
+fn pairs<'k>(keys: &'k [Key], modes: &[Mode]) -> Vec<(LockKey<'k>, Mode)> {
+    keys.iter()
+        .zip(modes)
+        .map(|(k, &m)| (LockKey::new(k.as_bytes()), m))
+        .collect()
 }
 
 /// Declares entry points: `fn name[N](call) { body }` with `N` arguments.
@@ -232,86 +403,293 @@ macro_rules! entry_points {
                 env: sys::napi_env,
                 info: sys::napi_callback_info,
             ) -> sys::napi_value {
+                let body = |$c: &Call<'_, $n>| -> Outcome { $body };
                 // SAFETY: Node-API calls this with a valid environment and callback info.
-                unsafe { entry::<$n>(env, info, |$c| -> Outcome { $body }) }
+                unsafe { entry::<$n>(env, info, body) }
             }
         )*
     };
 }
 
 entry_points! {
-    /// `tryLock(key)`: whether the key (or its stripe) was taken.
+    /// `tryLock(key)`: an exclusive plain acquire if the key is free now.
     fn try_lock[1](c) {
+        let opts = LockOptions::new().wait(Wait::No);
         let mut key = Key::new();
-        Ok(Ret::Bool(c.keyed()?.try_lock(c.key(0, &mut key)?)))
+        Ok(acquired(c.keyed()?.acquire(c.key(0, &mut key)?, &opts)))
     }
-    /// `unlock(key)`: a status.
-    fn unlock[1](c) {
+    /// `tryLockWith(key, mode, leaseMs, owner)`.
+    fn try_lock_with[4](c) {
+        let opts = c.options(1).wait(Wait::No);
         let mut key = Key::new();
-        Ok(Ret::Status(c.keyed()?.unlock(c.key(0, &mut key)?)))
+        Ok(acquired(c.keyed()?.acquire(c.key(0, &mut key)?, &opts)))
     }
-    /// `isLocked(key)`.
+    /// `lockSync(key, mode, leaseMs, owner, timeoutMs)`: blocks this thread.
+    fn lock_sync[5](c) {
+        let wait = c.millis(4).map_or(Wait::Forever, Wait::For);
+        let opts = c.options(1).wait(wait);
+        let mut key = Key::new();
+        Ok(acquired(c.keyed()?.acquire(c.key(0, &mut key)?, &opts)))
+    }
+    /// `lockAsync(key, mode, leaseMs, owner)`.
+    fn lock_async[4](c) {
+        let k = c.keyed()?;
+        let mut key = Key::new();
+        let key = c.key(0, &mut key)?;
+        let fut = Arc::clone(&k.core).acquire_async(LockKey::new(key), &c.options(1));
+        let lock = c.arc();
+        start_waiter(k.live.clone(), async move { stored_one(&lock, fut.await) })
+    }
+    /// `tryLockMany(keys, modes, leaseMs, owner)`: all now or none.
+    fn try_lock_many[4](c) {
+        let (keys, modes) = keys_and_modes(c)?;
+        let opts = c.options(1).wait(Wait::No);
+        let k = c.keyed()?;
+        Ok(acquired(k.stored_many(k.core.acquire_many(&pairs(&keys, &modes), &opts))))
+    }
+    /// `lockManySync(keys, modes, leaseMs, owner, timeoutMs)`.
+    fn lock_many_sync[5](c) {
+        let (keys, modes) = keys_and_modes(c)?;
+        let wait = c.millis(4).map_or(Wait::Forever, Wait::For);
+        let opts = c.options(1).wait(wait);
+        let k = c.keyed()?;
+        Ok(acquired(k.stored_many(k.core.acquire_many(&pairs(&keys, &modes), &opts))))
+    }
+    /// `lockManyAsync(keys, modes, leaseMs, owner)`.
+    fn lock_many_async[4](c) {
+        let (keys, modes) = keys_and_modes(c)?;
+        let k = c.keyed()?;
+        let fut = Arc::clone(&k.core).acquire_many_async(&pairs(&keys, &modes), &c.options(1));
+        let lock = c.arc();
+        start_waiter(k.live.clone(), async move { stored_many(&lock, fut.await) })
+    }
+    /// `release(slot)`: a status.
+    fn release[1](c) {
+        let slot = c.slot(0);
+        Ok(Ret::Status(match c.lock {
+            Handle::Keyed(k) => k.release(slot),
+            Handle::Rw(r) => r.release(slot),
+        }))
+    }
+    /// `isCurrent(slot)`.
+    fn is_current[1](c) {
+        let k = c.keyed()?;
+        match k.is_current(c.slot(0)) {
+            Ok(b) => Ok(Ret::Bool(b)),
+            Err(e) => Ok(Ret::Status(status::code(&e))),
+        }
+    }
+    /// `leaseRemaining(slot)`: milliseconds, -1 without a lease, -2 for a slot that holds
+    /// nothing.
+    fn lease_remaining[1](c) {
+        let k = c.keyed()?;
+        let left = k.with_acquisition(c.slot(0), |a| {
+            a.lease_deadline().map_or(-1.0, |t| {
+                t.saturating_duration_since(std::time::Instant::now()).as_secs_f64() * 1000.0
+            })
+        });
+        Ok(Ret::Number(left.unwrap_or(-2.0)))
+    }
+    /// `extend(slot, leaseMs)`: a status.
+    fn extend[2](c) {
+        let lease = c.millis(1).ok_or(Fail::Type("a lease is a number of milliseconds >= 0"))?;
+        Ok(Ret::Status(c.keyed()?.extend(c.slot(0), lease)))
+    }
+    /// `fences(slot)`: the slot's fences as bigints, or `undefined` for a slot that holds
+    /// nothing.
+    fn fences[1](c) {
+        let Some(fences) = c.keyed()?.fences(c.slot(0)) else {
+            return Ok(Ret::Value(undefined(c.env)?));
+        };
+        let mut array = ptr::null_mut();
+        // SAFETY: value creation in the current environment.
+        unsafe {
+            check(sys::napi_create_array_with_length(c.env, fences.len(), &mut array))?;
+            for (i, f) in fences.iter().enumerate() {
+                let mut n = ptr::null_mut();
+                check(sys::napi_create_bigint_uint64(c.env, *f, &mut n))?;
+                check(sys::napi_set_element(c.env, array, i as u32, n))?;
+            }
+        }
+        Ok(Ret::Value(array))
+    }
+    /// `forceUnlock(key)`: 1 if the key was held, else 0, with [`status::LOCAL_WAKE`] added
+    /// when that woke a waiter of this thread.
+    fn force_unlock[1](c) {
+        let k = c.keyed()?;
+        let mut key = Key::new();
+        let key = c.key(0, &mut key)?;
+        match k.core.force_unlock(LockKey::new(key)) {
+            Ok(held) => Ok(Ret::Status(status::with_local_wake(u32::from(held)))),
+            Err(e) => Ok(Ret::Int(-(status::code(&e) as i32))),
+        }
+    }
+    /// `isLocked(key)`: a boolean, or minus a status when the scope cannot tell.
     fn is_locked[1](c) {
+        let k = c.keyed()?;
         let mut key = Key::new();
-        Ok(Ret::Bool(c.keyed()?.is_locked(c.key(0, &mut key)?)))
+        let key = c.key(0, &mut key)?;
+        match k.core.is_locked(LockKey::new(key)) {
+            Ok(b) => Ok(Ret::Bool(b)),
+            Err(e) => Ok(Ret::Int(-(status::code(&e) as i32))),
+        }
     }
-    /// `lockAsync(key)`: 0 when taken at once, else the waiter id.
-    fn lock_async[1](c) {
+    /// `info(key)`: `null` when free, else `[fence (bigint), mode, holders, holds, owner,
+    /// leaseRemainingMs, waiters]`, or minus a status when the scope cannot tell.
+    fn info[1](c) {
+        let k = c.keyed()?;
         let mut key = Key::new();
-        Ok(Ret::Id(c.keyed()?.lock_async(c.key(0, &mut key)?)?))
+        let key = c.key(0, &mut key)?;
+        match k.core.info(LockKey::new(key)) {
+            Ok(info) => Ok(Ret::Value(info_value(c.env, info.as_ref())?)),
+            Err(e) => Ok(Ret::Int(-(status::code(&e) as i32))),
+        }
     }
-    /// `lockSync(key, timeoutMs)`: a status.
-    fn lock_sync[2](c) {
-        let mut key = Key::new();
-        Ok(Ret::Status(c.keyed()?.lock_sync(c.key(0, &mut key)?, c.timeout(1))))
+    /// `webRequest(name, mode, flags, request)`: a Web Locks request (`flags`: 1 ifAvailable,
+    /// 2 steal) on this lock's names, recorded for `query()` as this thread's request number
+    /// `request`. The result is an acquire's; `-1` (taken) for an `ifAvailable` request that
+    /// cannot be granted now.
+    fn web_request[4](c) {
+        let k = c.keyed()?;
+        let name = c.name(0)?;
+        let mode = c.mode(1);
+        let flags = c.number(2).unwrap_or(0.0) as u32;
+        let (if_available, steal) = (flags & 1 != 0, flags & 2 != 0);
+        let request = c.number(3).unwrap_or(0.0) as u32;
+        let asking = Asking {
+            core: &k.core,
+            key: &name.bytes,
+            name: name.units.clone(),
+            mode,
+            client: crate::out::client_id(),
+            mailbox: reactor::mailbox()?,
+            request,
+        };
+        let key = LockKey { space: KeySpace::Names, bytes: &name.bytes };
+        let core = &k.core;
+        let (ticket, began) = weblocks::enqueue(asking, steal, || {
+            let now = core.acquire(key, &LockOptions::new().mode(mode).wait(Wait::No));
+            match now {
+                Ok(acq) => Began::Held(WebStart::Now(acq)),
+                Err(keylock_core::Error::WouldBlock) if if_available => {
+                    Began::Declined(WebStart::Declined)
+                }
+                Err(keylock_core::Error::WouldBlock) => {
+                    // Enqueued by the first poll, under the registry's mutex.
+                    let mut fut = Arc::clone(core).acquire_async(key, &LockOptions::new().mode(mode));
+                    match reactor::poll_once(fut.as_mut()) {
+                        Some(Ok(acq)) => Began::Held(WebStart::Now(acq)),
+                        Some(Err(e)) => Began::Declined(WebStart::Failed(e)),
+                        None => Began::Waiting(WebStart::Wait(fut)),
+                    }
+                }
+                Err(e) => Began::Declined(WebStart::Failed(e)),
+            }
+        });
+        match (began, ticket) {
+            (WebStart::Now(acq), Some(ticket)) => Ok(acquired(k.store(Holding::Web { acq, _ticket: ticket }))),
+            (WebStart::Wait(fut), Some(ticket)) => {
+                let lock = c.arc();
+                let core = Arc::clone(&k.core);
+                start_waiter(k.live.clone(), async move {
+                    match fut.await {
+                        Ok(acq) => {
+                            let stolen = weblocks::granted(&ticket, &core, &acq);
+                            let mut record = match &*lock {
+                                Handle::Keyed(k) => k.store(Holding::Web { acq, _ticket: ticket }),
+                                Handle::Rw(_) => unreachable_record(),
+                            };
+                            if stolen {
+                                record[3] |= reactor::STOLEN;
+                            }
+                            record
+                        }
+                        Err(e) => locks::failure(&e),
+                    }
+                })
+            }
+            (WebStart::Declined, _) => Ok(Ret::Int(-(status::WOULD_BLOCK as i32))),
+            (WebStart::Failed(e), _) => Ok(Ret::Int(-(status::code(&e) as i32))),
+            // `enqueue` gives a ticket exactly for held and waiting requests.
+            (_, None) => Err(Fail::Error("keylock: a Web Locks request without a ticket".into())),
+        }
     }
-    /// `tryLockMany(keys)`: whether all were taken (else none is).
-    fn try_lock_many[1](c) {
-        Ok(Ret::Bool(c.keyed()?.try_lock_many(&slices(&c.keys(0)?))))
-    }
-    /// `unlockMany(keys)`: a status.
-    fn unlock_many[1](c) {
-        Ok(Ret::Status(c.keyed()?.unlock_many(&slices(&c.keys(0)?))))
-    }
-    /// `lockManyAsync(keys)`: 0 when taken at once, else the waiter id.
-    fn lock_many_async[1](c) {
-        Ok(Ret::Id(c.keyed()?.lock_many_async(&slices(&c.keys(0)?))?))
-    }
-    /// `lockManySync(keys, timeoutMs)`: a status.
-    fn lock_many_sync[2](c) {
-        Ok(Ret::Status(c.keyed()?.lock_many_sync(&slices(&c.keys(0)?), c.timeout(1))))
+    /// `webQuery()`: the requests on this lock, in request order: `[name, shared, clientId,
+    /// held]` for each.
+    fn web_query[0](c) {
+        let k = c.keyed()?;
+        let snapshot = weblocks::snapshot(&k.core);
+        let env = c.env;
+        let mut array = ptr::null_mut();
+        // SAFETY: value creation in the current environment.
+        unsafe {
+            check(sys::napi_create_array_with_length(env, snapshot.len(), &mut array))?;
+            for (i, r) in snapshot.iter().enumerate() {
+                let mut entry = ptr::null_mut();
+                check(sys::napi_create_array_with_length(env, 4, &mut entry))?;
+                let mut name = ptr::null_mut();
+                check(sys::napi_create_string_utf16(env, r.name.as_ptr(), r.name.len() as isize, &mut name))?;
+                let mut client = ptr::null_mut();
+                check(sys::napi_create_string_utf8(env, r.client.as_ptr().cast(), r.client.len() as isize, &mut client))?;
+                let mut shared = ptr::null_mut();
+                check(sys::napi_get_boolean(env, r.mode == Mode::Shared, &mut shared))?;
+                let mut held = ptr::null_mut();
+                check(sys::napi_get_boolean(env, r.held, &mut held))?;
+                for (j, v) in [name, shared, client, held].into_iter().enumerate() {
+                    check(sys::napi_set_element(env, entry, j as u32, v))?;
+                }
+                check(sys::napi_set_element(env, array, i as u32, entry))?;
+            }
+        }
+        Ok(Ret::Value(array))
     }
     /// `tryRead()`.
     fn try_read[0](c) {
-        Ok(Ret::Bool(c.rw()?.try_read()))
+        let r = c.rw()?;
+        Ok(acquired(r.stored_read(r.core.read_with_owned(Wait::No))))
     }
     /// `tryWrite()`.
     fn try_write[0](c) {
-        Ok(Ret::Bool(c.rw()?.try_write()))
+        let r = c.rw()?;
+        Ok(acquired(r.stored_write(r.core.write_with_owned(Wait::No))))
     }
-    /// `readUnlock()`: a status.
-    fn read_unlock[0](c) {
-        Ok(Ret::Status(c.rw()?.read_unlock()))
-    }
-    /// `writeUnlock()`: a status.
-    fn write_unlock[0](c) {
-        Ok(Ret::Status(c.rw()?.write_unlock()))
-    }
-    /// `readAsync()`: 0 when taken at once, else the waiter id.
-    fn read_async[0](c) {
-        Ok(Ret::Id(c.rw()?.read_async()?))
-    }
-    /// `writeAsync()`: 0 when taken at once, else the waiter id.
-    fn write_async[0](c) {
-        Ok(Ret::Id(c.rw()?.write_async()?))
-    }
-    /// `readSync(timeoutMs)`: a status.
+    /// `readSync(timeoutMs)`.
     fn read_sync[1](c) {
-        Ok(Ret::Status(c.rw()?.read_sync(c.timeout(0))))
+        let r = c.rw()?;
+        let wait = c.millis(0).map_or(Wait::Forever, Wait::For);
+        Ok(acquired(r.stored_read(r.core.read_with_owned(wait))))
     }
-    /// `writeSync(timeoutMs)`: a status.
+    /// `writeSync(timeoutMs)`.
     fn write_sync[1](c) {
-        Ok(Ret::Status(c.rw()?.write_sync(c.timeout(0))))
+        let r = c.rw()?;
+        let wait = c.millis(0).map_or(Wait::Forever, Wait::For);
+        Ok(acquired(r.stored_write(r.core.write_with_owned(wait))))
+    }
+    /// `readAsync()`.
+    fn read_async[0](c) {
+        let r = c.rw()?;
+        let fut = r.core.read_async_owned();
+        let lock = c.arc();
+        start_waiter(r.live.clone(), async move {
+            let guard = fut.await;
+            match &*lock {
+                Handle::Rw(r) => r.stored_read(Ok(guard)),
+                Handle::Keyed(_) => unreachable_record(),
+            }
+        })
+    }
+    /// `writeAsync()`.
+    fn write_async[0](c) {
+        let r = c.rw()?;
+        let fut = r.core.write_async_owned();
+        let lock = c.arc();
+        start_waiter(r.live.clone(), async move {
+            let guard = fut.await;
+            match &*lock {
+                Handle::Rw(r) => r.stored_write(Ok(guard)),
+                Handle::Keyed(_) => unreachable_record(),
+            }
+        })
     }
     /// `rwIsLocked()`.
     fn rw_is_locked[0](c) {
@@ -323,43 +701,126 @@ entry_points! {
     }
 }
 
+/// How a Web Locks request began, inside the registry's mutex.
+enum WebStart {
+    Now(Acquisition),
+    Wait(keylock_core::scope::AcquireFuture),
+    Declined,
+    Failed(keylock_core::Error),
+}
+
+impl std::fmt::Debug for WebStart {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            WebStart::Now(_) => "Now",
+            WebStart::Wait(_) => "Wait",
+            WebStart::Declined => "Declined",
+            WebStart::Failed(_) => "Failed",
+        })
+    }
+}
+
+/// The record of a waiter whose handle is of the other kind (never made).
+fn unreachable_record() -> Record {
+    locks::failure(&keylock_core::Error::InvalidArgument(
+        "a lock of another kind",
+    ))
+}
+
+fn undefined(env: sys::napi_env) -> Result<sys::napi_value, Fail> {
+    let mut v = ptr::null_mut();
+    // SAFETY: value creation in the current environment.
+    check(unsafe { sys::napi_get_undefined(env, &mut v) })?;
+    Ok(v)
+}
+
+/// `info(key)`'s value (see [`info`]).
+fn info_value(
+    env: sys::napi_env,
+    info: Option<&keylock_core::LockInfo>,
+) -> Result<sys::napi_value, Fail> {
+    let mut v = ptr::null_mut();
+    let Some(info) = info else {
+        // SAFETY: value creation in the current environment.
+        check(unsafe { sys::napi_get_null(env, &mut v) })?;
+        return Ok(v);
+    };
+    let lease = info
+        .lease_remaining
+        .map_or(-1.0, |d| d.as_secs_f64() * 1000.0);
+    let owner = info.owner.map_or(0.0, |o| o.get() as f64);
+    let numbers = [
+        f64::from(u8::from(info.mode == Mode::Shared)),
+        f64::from(info.holders),
+        f64::from(info.holds),
+        owner,
+        lease,
+        info.waiters as f64,
+    ];
+    // SAFETY: value creation in the current environment.
+    unsafe {
+        check(sys::napi_create_array_with_length(
+            env,
+            1 + numbers.len(),
+            &mut v,
+        ))?;
+        let mut fence = ptr::null_mut();
+        check(sys::napi_create_bigint_uint64(env, info.fence, &mut fence))?;
+        check(sys::napi_set_element(env, v, 0, fence))?;
+        for (i, n) in numbers.iter().enumerate() {
+            let mut x = ptr::null_mut();
+            check(sys::napi_create_double(env, *n, &mut x))?;
+            check(sys::napi_set_element(env, v, i as u32 + 1, x))?;
+        }
+    }
+    Ok(v)
+}
+
 type RawFn = unsafe extern "C" fn(sys::napi_env, sys::napi_callback_info) -> sys::napi_value;
 
 /// The entry points of a `KeyPool` or `StripedLock`, with their JavaScript names.
 const KEYED: &[(&CStr, RawFn)] = &[
     (c"tryLock", try_lock),
-    (c"unlock", unlock),
-    (c"isLocked", is_locked),
-    (c"lockAsync", lock_async),
+    (c"tryLockWith", try_lock_with),
     (c"lockSync", lock_sync),
+    (c"lockAsync", lock_async),
     (c"tryLockMany", try_lock_many),
-    (c"unlockMany", unlock_many),
-    (c"lockManyAsync", lock_many_async),
     (c"lockManySync", lock_many_sync),
+    (c"lockManyAsync", lock_many_async),
+    (c"release", release),
+    (c"isCurrent", is_current),
+    (c"leaseRemaining", lease_remaining),
+    (c"extend", extend),
+    (c"fences", fences),
+    (c"forceUnlock", force_unlock),
+    (c"isLocked", is_locked),
+    (c"info", info),
+    (c"webRequest", web_request),
+    (c"webQuery", web_query),
 ];
 
 /// The entry points of an `RwLock`.
 const RW: &[(&CStr, RawFn)] = &[
     (c"tryRead", try_read),
     (c"tryWrite", try_write),
-    (c"readUnlock", read_unlock),
-    (c"writeUnlock", write_unlock),
-    (c"readAsync", read_async),
-    (c"writeAsync", write_async),
     (c"readSync", read_sync),
     (c"writeSync", write_sync),
+    (c"readAsync", read_async),
+    (c"writeAsync", write_async),
+    (c"release", release),
     (c"isLocked", rw_is_locked),
     (c"isWriteLocked", rw_is_write_locked),
 ];
 
-/// `runReady()`: polls this thread's woken waiters; returns the ids to dispatch: one number for
-/// one (the common case, which saves making an array), else an array.
+/// `runReady()`: polls this thread's woken waiters and writes the records to dispatch to the
+/// thread's records buffer (`crate::out`); returns how many it wrote. A full buffer means more
+/// may be waiting: call again.
 unsafe extern "C" fn run_ready(
     env: sys::napi_env,
     _info: sys::napi_callback_info,
 ) -> sys::napi_value {
-    let ids = match catch_unwind(crate::reactor::run_ready) {
-        Ok(ids) => ids,
+    let n = match catch_unwind(|| crate::out::deliver(crate::reactor::run_ready())) {
+        Ok(n) => n,
         Err(panic) => {
             // SAFETY: throwing in the current environment.
             unsafe { throw(env, false, &panic_message(panic.as_ref())) };
@@ -367,19 +828,8 @@ unsafe extern "C" fn run_ready(
         }
     };
     let mut result = ptr::null_mut();
-    // SAFETY: array and number creation in the current environment.
-    unsafe {
-        if let [id] = ids[..] {
-            sys::napi_create_uint32(env, id, &mut result);
-            return result;
-        }
-        sys::napi_create_array_with_length(env, ids.len(), &mut result);
-        for (i, id) in ids.iter().enumerate() {
-            let mut n = ptr::null_mut();
-            sys::napi_create_uint32(env, *id, &mut n);
-            sys::napi_set_element(env, result, i as u32, n);
-        }
-    }
+    // SAFETY: number creation in the current environment.
+    unsafe { sys::napi_create_uint32(env, n, &mut result) };
     result
 }
 
@@ -435,14 +885,14 @@ pub(crate) unsafe fn bind(
     };
     let fns = match handle {
         Handle::Rw(_) => RW,
-        _ => KEYED,
+        Handle::Keyed(_) => KEYED,
     };
-    let handle = Arc::new(handle);
-    let data = Arc::as_ptr(&handle).cast_mut().cast::<c_void>();
+    let handle = Rc::new(handle);
+    let data = Rc::as_ptr(&handle).cast_mut().cast::<c_void>();
     let mut object = ptr::null_mut();
     // SAFETY: value creation in the current environment; the names are NUL-terminated statics.
     // `data` stays valid while any function is reachable: each function keeps the external,
-    // which owns the Arc, through a property that cannot be removed or replaced.
+    // which owns the Rc, through a property that cannot be removed or replaced.
     unsafe {
         let external = handle::wrap(env, handle, native_bytes)?;
         check(sys::napi_create_object(env, &mut object))?;

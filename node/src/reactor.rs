@@ -7,8 +7,9 @@
 //!
 //! - Woken from another thread (a worker released a shared lock), the waker also posts one call
 //!   per batch through a Node-API threadsafe function. That call runs on the JavaScript thread:
-//!   it drains the queue, polls each future again, leaks the guard of every future that
-//!   completed and hands their ids to the JavaScript dispatcher, which resolves the promises.
+//!   it drains the queue, polls each future again and hands the [`Record`] of every future that
+//!   completed to the JavaScript dispatcher, which resolves the promises. (A future stores its
+//!   acquisition in its lock's slab itself, see `locks.rs`; the record says where.)
 //! - Woken from the JavaScript thread itself (its own release handed the lock to one of its
 //!   waiters), no call is posted: the release reports it (`status::LOCAL_WAKE`) and `index.js`
 //!   drains the queue at once with `runReady`, so the waiter is served before `release()`
@@ -31,8 +32,13 @@
 //! waiters and references the threadsafe function while the count is above zero. The decision is
 //! made when the waiter starts, again at every poll that leaves it pending, and, for waiters that
 //! do not keep the thread alive, whenever this thread releases a shared lock (after which the
-//! lock may have been handed to another thread). Finally, a wake-up that this thread posted to
-//! itself and that goes by the threadsafe function keeps the loop alive until it is delivered.
+//! lock may have been handed to another thread). A waiter on a lock that other processes can
+//! release (a shared-memory or Redis scope) always keeps its thread alive. Finally, a wake-up
+//! that this thread posted to itself and that goes by the threadsafe function keeps the loop
+//! alive until it is delivered.
+//!
+//! The same queue carries notices that a Web Locks request of this thread lost its lock to a
+//! `steal` made elsewhere ([`Mailbox::post_stolen`]).
 
 use std::cell::{Cell, RefCell};
 use std::future::Future;
@@ -50,15 +56,48 @@ use napi::{Env, Result, Status, sys};
 use crate::shared::Presence;
 use crate::thread::thread_id;
 
-/// Set in an id handed to the dispatcher when polling that waiter panicked: reject it.
-pub(crate) const FAILED_BIT: u32 = 1 << 31;
+/// Flags of a [`Record`]'s last word: polling the waiter panicked (reject it).
+pub(crate) const FAILED: u32 = 1 << 2;
+/// Flags of a [`Record`]'s last word: a notice that Web Locks request `id` lost its lock to a
+/// steal (reject its promise with an `AbortError`).
+pub(crate) const STOLEN: u32 = 1 << 3;
+/// Set in a queued id that is a stolen notice rather than a waiter.
+const STOLEN_ID: u32 = 1 << 30;
 
-/// The acquisition a waiter runs: the core's future, mapped to leak its guard on completion.
-pub(crate) type Acquire = Pin<Box<dyn Future<Output = ()> + Send>>;
+/// What an acquisition reports to JavaScript when it ends: `[slot, fence low 32 bits, fence high
+/// 32 bits, flags]`. `slot` is the acquisition's number in its lock's slab (0: it failed, and
+/// the flags carry its status above bit 8; see `locks.rs`).
+pub(crate) type Record = [u32; 4];
+
+/// The acquisition a waiter runs: the core's future, mapped to store what it acquired and
+/// report where. Polled only on its JavaScript thread, so it need not be `Send`.
+pub(crate) type Acquire = Pin<Box<dyn Future<Output = Record>>>;
+
+/// Who can release the lock a waiter waits for, and so whether the waiter keeps its thread
+/// alive (see the module documentation).
+#[derive(Debug, Clone)]
+pub(crate) enum Liveness {
+    /// Only this thread: a lock of its own.
+    Private,
+    /// Other threads of this process too: a lock of `KeyPool.shared(name)` and friends.
+    Shared(Presence),
+    /// Other processes too (shared memory, Redis): always.
+    External,
+}
+
+impl Liveness {
+    fn presence(&self) -> Option<&Presence> {
+        match self {
+            Liveness::Shared(p) => Some(p),
+            _ => None,
+        }
+    }
+}
 
 /// The threadsafe function: no value per call (ids travel through [`Notifier::queue`]), the
-/// JavaScript dispatcher receives an array of ids, no error-first argument, created weak.
-type Tsfn = ThreadsafeFunction<(), Unknown<'static>, Vec<u32>, Status, false, true>;
+/// JavaScript function takes no argument (it calls `runReady` itself), no error-first
+/// argument, created weak.
+type Tsfn = ThreadsafeFunction<(), Unknown<'static>, (), Status, false, true>;
 
 thread_local! {
     static REACTOR: RefCell<Option<Reactor>> = const { RefCell::new(None) };
@@ -159,6 +198,11 @@ impl Notifier {
         let _ = self.tsfn.call((), ThreadsafeFunctionCallMode::NonBlocking);
     }
 
+    /// Queues a notice that this thread's Web Locks request `request` was stolen from.
+    fn post_stolen(&self, request: u32) {
+        self.post(request | STOLEN_ID);
+    }
+
     /// Takes the queued ids; the next post from another thread schedules a new call.
     fn drain(&self) -> Vec<u32> {
         let mut queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
@@ -178,6 +222,28 @@ impl Notifier {
             self.schedule();
         }
     }
+}
+
+/// Where another thread sends this thread a notice ([`mailbox`]).
+#[derive(Clone)]
+pub(crate) struct Mailbox(Arc<Notifier>);
+
+impl std::fmt::Debug for Mailbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Mailbox").field(&self.0.owner).finish()
+    }
+}
+
+impl Mailbox {
+    /// Tells the thread that its Web Locks request `request` lost its lock to a steal.
+    pub(crate) fn post_stolen(&self, request: u32) {
+        self.0.post_stolen(request & !STOLEN_ID);
+    }
+}
+
+/// This thread's mailbox.
+pub(crate) fn mailbox() -> Result<Mailbox> {
+    with_reactor(|r| Mailbox(r.notifier.clone()))
 }
 
 /// The waker of one waiter.
@@ -256,8 +322,8 @@ impl Slab {
 struct Pending {
     fut: Acquire,
     waker: Waker,
-    /// This thread's presence on the lock, for shared locks only.
-    presence: Option<Presence>,
+    /// Who else can release its lock.
+    live: Liveness,
     /// Whether this waiter currently counts in [`LoopRef::keep_alive`].
     keeps_alive: bool,
 }
@@ -297,33 +363,37 @@ impl Reactor {
     /// Removes a waiter and undoes its bookkeeping. `acquired` tells whether its activity on a
     /// shared lock turns into a hold (kept) or ends (removed).
     fn remove(&mut self, id: u32, acquired: bool) -> Option<Pending> {
-        if self.pending.get(id).is_some_and(|p| p.presence.is_some()) {
+        if self
+            .pending
+            .get(id)
+            .is_some_and(|p| p.keeps_alive || p.live.presence().is_some())
+        {
             self.set_keep_alive(id, false);
         }
         let p = self.pending.remove(id)?;
-        if let Some(presence) = &p.presence {
+        if let Some(presence) = p.live.presence() {
             self.dormant -= 1;
             if !acquired {
                 presence.leave();
             }
+        } else if matches!(p.live, Liveness::External) {
+            // Counted as dormant by `set_keep_alive(false)` above; it is gone, not dormant.
+            self.dormant -= 1;
         }
         Some(p)
     }
 
-    /// Re-decides whether a pending shared waiter keeps the loop alive.
+    /// Re-decides whether a pending waiter on a lock of other threads keeps the loop alive.
     fn review(&mut self, id: u32) {
-        let keep = match self.pending.get(id) {
-            Some(Pending {
-                presence: Some(presence),
-                ..
-            }) => presence.others_active(),
+        let keep = match self.pending.get(id).map(|p| &p.live) {
+            Some(Liveness::Shared(presence)) => presence.others_active(),
             _ => return,
         };
         self.set_keep_alive(id, keep);
     }
 
-    /// Polls waiter `id` once; returns the id to dispatch when it completed (or failed).
-    fn poll(&mut self, id: u32) -> Option<u32> {
+    /// Polls waiter `id` once; returns its record to dispatch when it completed (or failed).
+    fn poll(&mut self, id: u32) -> Option<[u32; 5]> {
         let Pending { fut, waker, .. } = self.pending.get_mut(id)?;
         let outcome = catch_unwind(AssertUnwindSafe(|| {
             fut.as_mut().poll(&mut Context::from_waker(waker))
@@ -333,16 +403,16 @@ impl Reactor {
                 self.review(id);
                 None
             }
-            Ok(Poll::Ready(())) => {
-                let p = self.remove(id, true);
+            Ok(Poll::Ready(record)) => {
+                let p = self.remove(id, record[0] != 0);
                 drop(p);
-                Some(id)
+                Some([id, record[0], record[1], record[2], record[3]])
             }
             Err(_) => {
                 // The future is unusable after a panic; dropping it may panic again.
                 let p = self.remove(id, false);
                 let _ = catch_unwind(AssertUnwindSafe(move || drop(p)));
-                Some(id | FAILED_BIT)
+                Some([id, 0, 0, 0, FAILED])
             }
         }
     }
@@ -358,21 +428,20 @@ fn with_reactor<R>(f: impl FnOnce(&mut Reactor) -> R) -> Result<R> {
     })
 }
 
-/// Creates this thread's reactor. `dispatch(ids)` is called on this thread with the ids of
-/// waiters that acquired their lock (or, with [`FAILED_BIT`] set, failed). A second call on the
-/// same thread keeps the first dispatcher.
-pub(crate) fn init(env: &Env, dispatch: Function<'_, Vec<u32>, Unknown<'static>>) -> Result<()> {
+/// Creates this thread's reactor. `drain()` is called on this thread when waiters were woken
+/// from another thread; it calls `runReady`, which polls them and hands JavaScript the records
+/// of those that completed, five numbers each: the waiter's id and its [`Record`] (or a stolen
+/// notice). A second call on the same thread keeps the first function.
+pub(crate) fn init(env: &Env, drain: Function<'_, (), Unknown<'static>>) -> Result<()> {
     if REACTOR.with(|cell| cell.borrow().is_some()) {
         return Ok(());
     }
-    let tsfn: Tsfn = dispatch
+    let tsfn: Tsfn = drain
         .build_threadsafe_function::<()>()
         .callee_handled::<false>()
         .weak::<true>()
-        // A panic must not unwind into Node-API: the waiters it concerned stay pending.
-        .build_callback(|_ctx: ThreadsafeCallContext<()>| {
-            Ok(catch_unwind(run_ready).unwrap_or_default())
-        })?;
+        // JavaScript's `drain` calls `runReady`, which polls the woken waiters.
+        .build_callback(|_ctx: ThreadsafeCallContext<()>| Ok(()))?;
     LOOP_REF.with(|r| {
         r.env.set(env.raw());
         r.tsfn.set(tsfn.raw());
@@ -433,8 +502,9 @@ pub(crate) fn flush_local() {
     });
 }
 
-/// Polls every woken waiter of this thread and returns the ids to dispatch. Runs for each
-/// threadsafe-function call, and directly when a release woke a waiter of this same thread.
+/// Polls every woken waiter of this thread and returns the records to dispatch (five numbers
+/// each, see [`init`]). Runs for each threadsafe-function call, and directly when a release
+/// woke a waiter of this same thread.
 pub(crate) fn run_ready() -> Vec<u32> {
     REACTOR.with(|cell| {
         let mut guard = cell.borrow_mut();
@@ -452,9 +522,13 @@ pub(crate) fn run_ready() -> Vec<u32> {
                 break;
             }
             for id in woken {
+                if id & STOLEN_ID != 0 {
+                    done.extend([id & !STOLEN_ID, 0, 0, 0, STOLEN]);
+                    continue;
+                }
                 // A cancelled waiter's id may still be queued; `poll` then finds nothing.
                 if let Some(d) = reactor.poll(id) {
-                    done.push(d);
+                    done.extend(d);
                 }
             }
         }
@@ -466,45 +540,79 @@ pub(crate) fn run_ready() -> Vec<u32> {
     })
 }
 
-/// Starts an acquisition. Returns 0 when the lock was acquired at once (the guard is leaked and,
-/// for a shared lock, counted as held), or the id under which the dispatcher will report it.
-pub(crate) fn start(fut: Acquire, presence: Option<Presence>) -> Result<u32> {
-    let started = start_in(fut, presence);
+/// Polls `fut` once with the waker of the next waiter [`start`] will make on this thread: for
+/// an acquire that must be enqueued (its first poll) before its waiter starts, as a Web Locks
+/// request is under the registry's mutex. `start` then polls it again under the same id.
+pub(crate) fn poll_once<T>(fut: Pin<&mut (dyn Future<Output = T> + Send)>) -> Option<T> {
+    let (notifier, id) = with_reactor(|r| (r.notifier.clone(), r.pending.vacant())).ok()?;
+    let waker = Waker::from(Arc::new(WaiterWaker { notifier, id }));
+    match fut.poll(&mut Context::from_waker(&waker)) {
+        Poll::Ready(v) => Some(v),
+        Poll::Pending => None,
+    }
+}
+
+/// How [`start`] went.
+#[derive(Debug)]
+pub(crate) enum Started {
+    /// Done on the first poll (acquired at once, or failed at once): its record. An acquired
+    /// lock of other threads is counted as held.
+    Done(Record),
+    /// Pending: the id under which the dispatcher will report it.
+    Waiting(u32),
+}
+
+/// Starts an acquisition: polls it once, and keeps it as a waiter if it is pending.
+pub(crate) fn start(fut: Acquire, live: Liveness) -> Result<Started> {
+    let started = start_in(fut, live);
     // The first poll may have woken a waiter of this thread (its own, even).
     flush_local();
     started
 }
 
-fn start_in(fut: Acquire, presence: Option<Presence>) -> Result<u32> {
-    with_reactor(|reactor| {
-        let id = reactor.pending.vacant();
-        let waker = Waker::from(Arc::new(WaiterWaker {
-            notifier: reactor.notifier.clone(),
-            id,
-        }));
-        let mut fut = fut;
-        if let Poll::Ready(()) = fut.as_mut().poll(&mut Context::from_waker(&waker)) {
-            if let Some(presence) = &presence {
-                presence.enter();
-            }
-            return 0;
-        }
-        let shared = presence.is_some();
-        if let Some(presence) = &presence {
+fn start_in(fut: Acquire, live: Liveness) -> Result<Started> {
+    // The first poll runs outside the reactor's borrow: it may store into a lock's slab and
+    // call into the core, which is free to wake waiters of this thread.
+    let (notifier, id) = with_reactor(|r| (r.notifier.clone(), r.pending.vacant()))?;
+    let waker = Waker::from(Arc::new(WaiterWaker { notifier, id }));
+    let mut fut = fut;
+    if let Poll::Ready(record) = fut.as_mut().poll(&mut Context::from_waker(&waker)) {
+        if record[0] != 0
+            && let Some(presence) = live.presence()
+        {
             presence.enter();
         }
+        return Ok(Started::Done(record));
+    }
+    with_reactor(move |reactor| {
+        if let Some(presence) = live.presence() {
+            presence.enter();
+        }
+        let mode = match live {
+            Liveness::Private => 0,
+            Liveness::Shared(_) => 1,
+            Liveness::External => 2,
+        };
         let inserted = reactor.pending.insert(Pending {
             fut,
             waker,
-            presence,
+            live,
             keeps_alive: false,
         });
+        // Nothing else starts on this thread between `vacant` and here.
         debug_assert_eq!(inserted, id);
-        if shared {
-            reactor.dormant += 1;
-            reactor.review(id);
+        match mode {
+            1 => {
+                reactor.dormant += 1;
+                reactor.review(inserted);
+            }
+            2 => {
+                reactor.dormant += 1;
+                reactor.set_keep_alive(inserted, true);
+            }
+            _ => {}
         }
-        id
+        Started::Waiting(inserted)
     })
 }
 
@@ -533,7 +641,7 @@ pub(crate) fn after_shared_release() {
         let ids: Vec<u32> = reactor
             .pending
             .ids()
-            .filter(|(_, p)| p.presence.is_some() && !p.keeps_alive)
+            .filter(|(_, p)| p.live.presence().is_some() && !p.keeps_alive)
             .map(|(id, _)| id)
             .collect();
         for id in ids {

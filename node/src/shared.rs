@@ -13,39 +13,51 @@ use std::sync::{Arc, Mutex, Weak};
 
 use crate::thread::thread_id;
 
-/// One lock of the registry with the activity board its users record on.
+/// One lock of the registry with the activity board its users record on, and how it was made
+/// (`C`: what a later `shared(name, ...)` must agree with).
 #[derive(Debug)]
-pub(crate) struct Shared<T> {
+pub(crate) struct Shared<T: ?Sized, C> {
     pub(crate) core: Arc<T>,
+    pub(crate) made: C,
     board: Board,
 }
 
-/// A registry of shared locks of one kind, by name.
-pub(crate) struct Registry<T> {
-    locks: Mutex<BTreeMap<String, Arc<Shared<T>>>>,
+impl<T: ?Sized, C> Shared<T, C> {
+    /// A shared lock outside any registry (one the binding keeps itself).
+    pub(crate) fn new(core: Arc<T>, made: C) -> Self {
+        Self {
+            core,
+            made,
+            board: Board::default(),
+        }
+    }
 }
 
-impl<T> Registry<T> {
+/// A registry of shared locks of one kind, by name.
+pub(crate) struct Registry<T: ?Sized, C> {
+    locks: Mutex<BTreeMap<String, Arc<Shared<T, C>>>>,
+}
+
+impl<T: ?Sized, C> Registry<T, C> {
     pub(crate) const fn new() -> Self {
         Self {
             locks: Mutex::new(BTreeMap::new()),
         }
     }
 
-    /// The lock registered under `name`, created by `make` if there is none yet.
+    /// The lock registered under `name`, created by `make` if there is none yet (`make` gives
+    /// the lock and how it was made).
     pub(crate) fn get_or_insert<E>(
         &self,
         name: &str,
-        make: impl FnOnce() -> Result<T, E>,
-    ) -> Result<Arc<Shared<T>>, E> {
+        make: impl FnOnce() -> Result<(Arc<T>, C), E>,
+    ) -> Result<Arc<Shared<T, C>>, E> {
         let mut locks = self.locks.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(found) = locks.get(name) {
             return Ok(found.clone());
         }
-        let shared = Arc::new(Shared {
-            core: Arc::new(make()?),
-            board: Board::default(),
-        });
+        let (core, made) = make()?;
+        let shared = Arc::new(Shared::new(core, made));
         locks.insert(name.to_owned(), shared.clone());
         Ok(shared)
     }
@@ -62,8 +74,8 @@ struct Board {
 struct Slot {
     thread: u64,
     /// Locks this thread holds through the lock plus waiters it has pending on it. Releases count
-    /// against the thread that performs them, so a lock taken in one worker and released through
-    /// `unlock(key)` in another leaves +1 and -1 behind; negative counts read as zero.
+    /// against the thread that performs them (a guard belongs to the thread that acquired it, so
+    /// the two are the same thread); negative counts read as zero.
     active: AtomicIsize,
 }
 
@@ -79,7 +91,9 @@ trait Activity: Send + Sync + std::fmt::Debug {
     fn board(&self) -> &Board;
 }
 
-impl<T: Send + Sync + std::fmt::Debug> Activity for Shared<T> {
+impl<T: ?Sized + Send + Sync + std::fmt::Debug, C: Send + Sync + std::fmt::Debug> Activity
+    for Shared<T, C>
+{
     fn board(&self) -> &Board {
         &self.board
     }
@@ -87,9 +101,11 @@ impl<T: Send + Sync + std::fmt::Debug> Activity for Shared<T> {
 
 impl Presence {
     /// The current thread's presence on `shared`, reusing its slot if it has one.
-    pub(crate) fn join<T: Send + Sync + std::fmt::Debug + 'static>(
-        shared: &Arc<Shared<T>>,
-    ) -> Self {
+    pub(crate) fn join<T, C>(shared: &Arc<Shared<T, C>>) -> Self
+    where
+        T: ?Sized + Send + Sync + std::fmt::Debug + 'static,
+        C: Send + Sync + std::fmt::Debug + 'static,
+    {
         let me = thread_id();
         let mut slots = shared.board.slots.lock().unwrap_or_else(|e| e.into_inner());
         slots.retain(|w| w.strong_count() > 0);

@@ -13,6 +13,9 @@ use keylock_core::Status;
 /// Done.
 pub(crate) const OK: u32 = Status::Ok.code();
 
+/// The lock is taken (a try).
+pub(crate) const WOULD_BLOCK: u32 = Status::WouldBlock.code();
+
 /// Added to a release's status when it woke a waiter of this same thread: `index.js` then
 /// serves it at once (`runReady`) instead of waiting for the event loop's next turn, as a
 /// pure-JavaScript lock hands over before `release()` returns. Above every status number.
@@ -20,10 +23,30 @@ pub(crate) const LOCAL_WAKE: u32 = 0x100;
 
 const _: () = assert!((Status::ALL.len() as u32) < LOCAL_WAKE);
 
+/// What a release or check of a slot that holds nothing reports (a guard released already):
+/// the acquisition is not current.
+pub(crate) const NOT_HELD: u32 = Status::NotOwner.code();
+
 /// The status of a core result.
 #[inline]
 pub(crate) fn of<T>(result: keylock_core::Result<T>) -> u32 {
     Status::from(&result).code()
+}
+
+/// The status of a core error.
+#[inline]
+pub(crate) fn code(e: &keylock_core::Error) -> u32 {
+    e.status().code()
+}
+
+/// `code`, plus [`LOCAL_WAKE`] when the call that made it woke a waiter of this thread.
+#[inline]
+pub(crate) fn with_local_wake(code: u32) -> u32 {
+    if crate::reactor::take_local_wake() {
+        code | LOCAL_WAKE
+    } else {
+        code
+    }
 }
 
 /// One status of the table: `{ code, name, description }` in JavaScript.

@@ -30,8 +30,9 @@ test('bad keys throw TypeError from every keyed method', T, async () => {
     for (const key of badKeys) {
       assert.throws(() => lock.tryLock(key), isTypeError, String(typeof key));
       assert.throws(() => lock.lockSync(key), isTypeError);
-      assert.throws(() => lock.unlock(key), isTypeError);
+      assert.throws(() => lock.forceUnlock(key), isTypeError);
       assert.throws(() => lock.isLocked(key), isTypeError);
+      assert.throws(() => lock.info(key), isTypeError);
       await assert.rejects(lock.lock(key), isTypeError);
       await assert.rejects(
         lock.withLock(key, () => 1),
@@ -56,8 +57,9 @@ async function everyMethodRejects(key, check) {
   for (const lock of [new KeyPool(), new StripedLock(8)]) {
     assert.throws(() => lock.tryLock(key), check, String(key));
     assert.throws(() => lock.lockSync(key), check);
-    assert.throws(() => lock.unlock(key), check);
+    assert.throws(() => lock.forceUnlock(key), check);
     assert.throws(() => lock.isLocked(key), check);
+    assert.throws(() => lock.info(key), check);
     await assert.rejects(lock.lock(key), check);
     await assert.rejects(lock.lock(key, { timeout: 5 }), check);
     await assert.rejects(
@@ -95,6 +97,13 @@ test('bad options throw or reject with TypeError / RangeError', T, async () => {
   await assert.rejects(pool.lock('a', { signal: 'abort' }), isTypeError);
   assert.throws(() => pool.lockSync('a', { timeout: -5 }), isRangeError);
   assert.throws(() => pool.lockSync('a', { signal: new AbortController().signal }), isTypeError);
+  await assert.rejects(pool.lock('a', { mode: 'read' }), isTypeError);
+  await assert.rejects(pool.lock('a', { mode: ['shared'] }), isTypeError, 'an array of modes is for lockMany');
+  await assert.rejects(pool.lock('a', { lease: -1 }), isRangeError);
+  await assert.rejects(pool.lock('a', { lease: '5' }), isTypeError);
+  assert.throws(() => pool.tryLock('a', { lease: NaN }), isRangeError);
+  assert.throws(() => pool.tryLock('a', 'shared'), isTypeError);
+  await assert.rejects(pool.lockMany(['a', 'b'], { mode: ['shared'] }), isTypeError);
   await assert.rejects(pool.withLock('a', 'not a function'), isTypeError);
   await assert.rejects(pool.withLockMany(['a'], null), isTypeError);
   const rw = new RwLock();
@@ -103,11 +112,37 @@ test('bad options throw or reject with TypeError / RangeError', T, async () => {
   assert.throws(() => rw.writeSync({ timeout: 'x' }), isTypeError);
   assert.equal(pool.size, 0);
   assert.equal(rw.isLocked(), false);
-  // Accepted: no options, null, empty object, Infinity and null timeouts.
-  for (const opts of [undefined, null, {}, { timeout: Infinity }, { timeout: null, signal: null }]) {
+  // Accepted: no options, null, empty object, Infinity and null timeouts, null owner and lease.
+  for (const opts of [
+    undefined,
+    null,
+    {},
+    { timeout: Infinity },
+    { timeout: null, signal: null },
+    { owner: null, lease: null },
+  ]) {
     (await pool.lock('a', opts)).release();
     pool.lockSync('a', opts).release();
   }
+  const g = pool.tryLock('a');
+  assert.throws(() => g.extend(-1), isRangeError);
+  assert.throws(() => g.extend(Infinity), isTypeError);
+  g.release();
+});
+
+test('bad constructor options throw TypeError', T, () => {
+  for (const opts of [5, 'fifo', { reentrant: 1 }, { fifo: 'yes' }]) {
+    assert.throws(() => new KeyPool(opts), isTypeError);
+    assert.throws(() => new StripedLock(8, opts), isTypeError);
+    assert.throws(() => KeyPool.open('local:', opts), isTypeError);
+  }
+  for (const name of [5, null, undefined, {}]) assert.throws(() => KeyPool.open(name), isTypeError);
+  // A lock name the core does not know: the core's own message, as a TypeError.
+  assert.throws(
+    () => KeyPool.open('nowhere:x'),
+    (e) => isTypeError(e) && /scheme/.test(e.message),
+  );
+  assert.throws(() => KeyPool.open('local:named'), isTypeError);
 });
 
 test('bad stripe counts throw RangeError or TypeError', T, () => {
@@ -132,6 +167,29 @@ test('shared(): bad names, mismatched stripes', T, () => {
     () => StripedLock.shared('args-test', 256),
     (e) => e.code === 'KEYLOCK_SHARED_MISMATCH',
   );
+  assert.throws(() => StripedLock.shared('args-test', 128, { fifo: true }), { code: 'KEYLOCK_SHARED_MISMATCH' });
+  assert.throws(
+    () =>
+      KeyPool.shared('args-test-pool', { reentrant: true }) && KeyPool.shared('args-test-pool', { reentrant: false }),
+    {
+      code: 'KEYLOCK_SHARED_MISMATCH',
+    },
+  );
+  assert.equal(KeyPool.shared('args-test-pool').reentrant, true, 'omitted: the existing pool');
   assert.throws(() => StripedLock.shared('args-test', 0), isRangeError);
   assert.equal(StripedLock.shared('args-test-default').stripes, 1024);
+});
+
+test('bad capacities throw TypeError or RangeError', () => {
+  for (const bad of ['64', 1.5, null, 64n]) {
+    assert.throws(() => KeyPool.open('local:', { capacity: bad }), TypeError, String(bad));
+  }
+  for (const bad of [0, -1, 2 ** 32]) {
+    assert.throws(() => KeyPool.open('local:', { capacity: bad }), RangeError, String(bad));
+  }
+  // The core refuses a capacity where it means nothing.
+  assert.throws(
+    () => KeyPool.open('local:', { capacity: 64 }),
+    (e) => e instanceof TypeError && e.code === 'KEYLOCK_INVALID_ARGUMENT' && /shared-memory/.test(e.message),
+  );
 });

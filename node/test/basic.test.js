@@ -1,5 +1,5 @@
 'use strict';
-// Synchronous API: tryLock, unlock, guards, isLocked, size, stats, lockSync, keys.
+// Synchronous API: tryLock, guards, forceUnlock, isLocked, info, size, stats, lockSync, keys.
 
 const test = require('node:test');
 const assert = require('node:assert/strict');
@@ -43,25 +43,34 @@ test('Symbol.dispose releases (what `using` calls)', T, () => {
   assert.equal(rw.isLocked(), false);
 });
 
-test('unlock(key) releases without the guard and throws when not locked', T, () => {
+test('no by-key release is left: forceUnlock is the only way to free a key without its guard', T, () => {
+  for (const lock of [new KeyPool(), new StripedLock(8), new RwLock()]) {
+    for (const name of ['unlock', 'unlockMany', 'readUnlock', 'writeUnlock', 'leak']) {
+      assert.equal(lock[name], undefined, name);
+    }
+  }
   const pool = new KeyPool();
   pool.tryLock('a');
-  pool.unlock('a');
+  assert.equal(pool.forceUnlock('a'), true);
   assert.equal(pool.isLocked('a'), false);
-  assert.throws(
-    () => pool.unlock('a'),
-    (e) => e instanceof KeylockError && e.code === 'KEYLOCK_NOT_LOCKED',
-  );
+  assert.equal(pool.forceUnlock('a'), false, 'a free key: nothing to free');
   const striped = new StripedLock(8);
-  assert.throws(() => striped.unlock('zz'), { code: 'KEYLOCK_NOT_LOCKED' });
+  striped.tryLock('zz', { mode: 'shared' });
+  assert.equal(striped.forceUnlock('zz'), true, 'shared holders are freed too');
+  assert.equal(striped.isLocked('zz'), false);
 });
 
-test('a guard released behind its back reports KEYLOCK_NOT_LOCKED once', T, () => {
+test('a guard force-unlocked behind its back reports KEYLOCK_NOT_OWNER once', T, () => {
   const pool = new KeyPool();
   const g = pool.tryLock('a');
-  pool.unlock('a');
-  assert.throws(() => g.release(), { code: 'KEYLOCK_NOT_LOCKED' });
+  pool.forceUnlock('a');
+  assert.equal(g.isCurrent(), false);
+  assert.throws(
+    () => g.release(),
+    (e) => e instanceof KeylockError && e.code === 'KEYLOCK_NOT_OWNER',
+  );
   g.release(); // already counted as released
+  assert.equal(g.released, true);
 });
 
 test('string keys lock their UTF-8 bytes: the same key as a Buffer', T, () => {
@@ -125,7 +134,7 @@ test('a Uint8Array view locks only the bytes it views', T, () => {
   g.release();
 });
 
-test('tryLockMany takes all or none; unlockMany checks all first', T, () => {
+test('tryLockMany takes all or none, each key in its own mode', T, () => {
   const pool = new KeyPool();
   const b = pool.tryLock('b');
   assert.equal(pool.tryLockMany(['a', 'b', 'c']), null);
@@ -133,13 +142,18 @@ test('tryLockMany takes all or none; unlockMany checks all first', T, () => {
   b.release();
   const all = pool.tryLockMany(['a', 'b', 'c', 'a']);
   assert.equal(pool.size, 3, 'duplicates collapse');
+  assert.equal(all.fences.length, 3);
+  for (const f of all.fences) assert.equal(typeof f, 'bigint');
   all.release();
   assert.equal(pool.size, 0);
-  pool.tryLock('a');
-  assert.throws(() => pool.unlockMany(['a', 'b']), { code: 'KEYLOCK_NOT_LOCKED' });
-  assert.equal(pool.isLocked('a'), true, 'a failed unlockMany releases nothing');
-  pool.unlockMany(['a']);
+  const mixed = pool.tryLockMany(['r', 'w'], { mode: ['shared', 'exclusive'] });
+  const reader = pool.tryLock('r', { mode: 'shared' });
+  assert.ok(reader, 'r is held shared: another reader joins');
+  reader.release();
+  assert.equal(pool.tryLock('w', { mode: 'shared' }), null, 'w is held exclusively');
+  mixed.release();
   assert.equal(pool.size, 0);
+  assert.throws(() => pool.tryLockMany(['a'], { mode: ['shared', 'shared'] }), { code: 'KEYLOCK_INVALID_ARGUMENT' });
 });
 
 test('lockSync takes a free key and times out on a held one', T, () => {
@@ -159,21 +173,53 @@ test('lockSync takes a free key and times out on a held one', T, () => {
   sg.release();
 });
 
-test('stats count acquisitions and entries', T, () => {
+test('stats count holders and entries', T, () => {
   const pool = new KeyPool();
   const g = pool.tryLock('a');
   let st = pool.stats();
   assert.equal(st.held, 1);
   assert.equal(st.entriesInUse, 1);
-  assert.equal(st.acquisitions, 1);
   g.release();
   st = pool.stats();
   assert.equal(st.held, 0);
   assert.equal(st.entriesInUse, 0);
   assert.equal(st.waiting, 0);
-  for (const k of ['held', 'waiting', 'entriesInUse', 'entriesAllocated', 'peakHeld', 'acquisitions', 'contended']) {
-    assert.equal(typeof st[k], 'number', k);
-  }
+  assert.deepEqual(Object.keys(st).sort(), [
+    'contended',
+    'entriesAllocated',
+    'entriesInUse',
+    'held',
+    'peakInUse',
+    'waiting',
+  ]);
+  for (const k of Object.keys(st)) assert.equal(typeof st[k], 'number', k);
+});
+
+test('info(key): null when free, else fence, mode, holders, holds, lease and waiters', T, async () => {
+  const pool = new KeyPool();
+  assert.equal(pool.info('k'), null);
+  const g = pool.tryLock('k', { lease: 60_000 });
+  const info = pool.info('k');
+  assert.equal(info.fence, g.fence);
+  assert.equal(info.mode, 'exclusive');
+  assert.equal(info.holders, 1);
+  assert.equal(info.holds, 1);
+  assert.equal(info.owner, null);
+  assert.ok(info.leaseRemaining > 0 && info.leaseRemaining <= 60_000);
+  assert.equal(info.waiters, 0);
+  const waiting = pool.lock('k');
+  assert.equal(pool.info('k').waiters, 1);
+  g.release();
+  const h = await waiting;
+  assert.equal(pool.info('k').leaseRemaining, null, 'the new holder has no lease');
+  h.release();
+  const r1 = pool.tryLock('s', { mode: 'shared' });
+  const r2 = pool.tryLock('s', { mode: 'shared' });
+  assert.deepEqual([pool.info('s').mode, pool.info('s').holders], ['shared', 2]);
+  assert.equal(r1.fence, r2.fence, 'shared holders read the same fence');
+  r1.release();
+  r2.release();
+  assert.equal(pool.info('s'), null);
 });
 
 test('StripedLock: stripes round up, stripeOf is stable and in range', T, () => {
@@ -209,14 +255,12 @@ test('RwLock: readers share, a writer excludes', T, () => {
   assert.throws(() => rw.readSync({ timeout: 10 }), { code: 'KEYLOCK_TIMEOUT' });
   w.release();
   const r = rw.readSync();
+  assert.equal(r.mode, 'shared');
   assert.throws(() => rw.writeSync({ timeout: 0 }), { code: 'KEYLOCK_TIMEOUT' });
   r.release();
   const w2 = rw.writeSync({ timeout: 100 });
+  assert.ok(w2.fence > w.fence, 'each writer has a higher fence');
   w2.release();
-  assert.throws(() => rw.readUnlock(), { code: 'KEYLOCK_NOT_LOCKED' });
-  assert.throws(() => rw.writeUnlock(), { code: 'KEYLOCK_NOT_LOCKED' });
-  rw.tryRead();
-  rw.readUnlock();
   assert.equal(rw.isLocked(), false);
 });
 

@@ -9,18 +9,20 @@
 // body that an exception legitimately cut short: both leave fewer increments than entries.
 // An entry that finds another holder inside throws an AssertionError there and then.
 // `check()` tells them apart: no entry found another holder the lock should have kept out, the
-// most exclusive holders inside at once was exactly 1 for every key entered, every entry
-// completed or was interrupted, and nobody is inside any more.
+// most exclusive holders inside at once was at most 1 for every key, every entry completed or
+// was interrupted, and nobody is inside any more. `maxShared(key)` measures how many shared
+// holders were inside together.
 
 const assert = require('node:assert/strict');
 
-// Totals, then per key: exclusive holders now, shared holders now, most exclusive at once.
+// Totals, then per key: exclusive holders now, shared holders now, most exclusive at once,
+// most shared at once.
 const OVERLAPS = 0;
 const ENTERED = 1;
 const COMPLETED = 2;
 const INTERRUPTED = 3;
 const TOTALS = 4;
-const PER_KEY = 3;
+const PER_KEY = 4;
 
 class Occupancy {
   constructor(keys, buffer = new SharedArrayBuffer(4 * (TOTALS + PER_KEY * keys))) {
@@ -38,6 +40,16 @@ class Occupancy {
     return TOTALS + key * PER_KEY + field;
   }
 
+  #raise(at, n) {
+    const a = this.a;
+    let max = Atomics.load(a, at);
+    while (n > max) {
+      const seen = Atomics.compareExchange(a, at, max, n);
+      if (seen === max) break;
+      max = seen;
+    }
+  }
+
   // Counts a holder of `key` in. An entry that finds another holder the lock should have kept
   // out throws at once: a broken lock may fail later for other reasons (a release of what
   // another holder released) that would hide the overlap.
@@ -46,17 +58,12 @@ class Occupancy {
     Atomics.add(a, ENTERED, 1);
     let overlap;
     if (shared) {
-      Atomics.add(a, this.#at(key, 1), 1);
+      const n = Atomics.add(a, this.#at(key, 1), 1) + 1;
+      this.#raise(this.#at(key, 3), n);
       if (Atomics.load(a, this.#at(key, 0)) !== 0) overlap = `a reader of key ${key} inside with a writer`;
     } else {
       const n = Atomics.add(a, this.#at(key, 0), 1) + 1;
-      const maxAt = this.#at(key, 2);
-      let max = Atomics.load(a, maxAt);
-      while (n > max) {
-        const seen = Atomics.compareExchange(a, maxAt, max, n);
-        if (seen === max) break;
-        max = seen;
-      }
+      this.#raise(this.#at(key, 2), n);
       if (n > 1) overlap = `${n} holders of key ${key} inside at once`;
       else if (Atomics.load(a, this.#at(key, 1)) !== 0) overlap = `a writer of key ${key} inside with readers`;
     }
@@ -65,6 +72,16 @@ class Occupancy {
       this.leave(key, shared, false);
       throw new assert.AssertionError({ message: `the lock let ${overlap}` });
     }
+  }
+
+  // The most shared holders of `key` inside at once so far.
+  maxShared(key) {
+    return Atomics.load(this.a, this.#at(key, 3));
+  }
+
+  // Shared holders of `key` inside now.
+  sharedInside(key) {
+    return Atomics.load(this.a, this.#at(key, 1));
   }
 
   leave(key, shared, completed) {

@@ -1,65 +1,138 @@
 // Compiled with `tsc -p test` (make test): index.d.ts must type every export and every use below.
-import { KeyPool, StripedLock, RwLock, KeylockError, Guard, keyBytes, type Key, type PoolStats } from 'keylock';
+import {
+  KeyPool,
+  StripedLock,
+  RwLock,
+  KeylockError,
+  Guard,
+  LockManager,
+  Lock,
+  keyBytes,
+  locks,
+  type Key,
+  type KeyGuard,
+  type KeysGuard,
+  type KeyInfo,
+  type PoolStats,
+  type LockManagerSnapshot,
+} from 'keylock';
 import keylock from 'keylock';
 
 async function usage(): Promise<number> {
-  const pool = new KeyPool();
-  const shared: KeyPool = KeyPool.shared('name');
-  const striped = new StripedLock(1024);
+  const pool = new KeyPool({ reentrant: true, fifo: false });
+  const shared: KeyPool = KeyPool.shared('name', { fifo: true });
+  const opened: KeyPool = KeyPool.open('local:', { capacity: 64 });
+  const striped = new StripedLock(1024, { reentrant: true });
   const stripedShared: StripedLock = StripedLock.shared('name', 64);
+  const stripedOpened: StripedLock = StripedLock.open('local:', { stripes: 64, fifo: true });
   const rw: RwLock = RwLock.shared('rw');
   const keys: Key[] = ['a', Buffer.from('b'), new Uint8Array([1, 2]), 42, 42n];
   const bytes: Buffer = keyBytes(keys[3]);
   void bytes;
 
-  const g: Guard = await pool.lock('a', { timeout: 100, signal: AbortSignal.timeout(1000) });
+  const g: KeyGuard = await pool.lock('a', { timeout: 100, signal: AbortSignal.timeout(1000), mode: 'shared' });
+  const fence: bigint = g.fence;
+  const current: boolean = g.isCurrent();
+  const left: number | null = g.leaseRemaining();
+  g.extend(500);
+  const mode: 'shared' | 'exclusive' = g.mode;
+  void [fence, current, left, mode, g.ownerDied, g.key];
   g.release();
   {
-    using held = await striped.lock(keys[1]);
+    using held = await striped.lock(keys[1], { lease: 30_000, owner: { request: 7 } });
     void held.released;
   }
-  const maybe: Guard | null = shared.tryLock('k');
+  const maybe: Guard | null = shared.tryLock('k', { mode: 'exclusive', owner: 'me' });
   maybe?.[Symbol.dispose]();
-  pool.lockSync('k', { timeout: 5 }).release();
-  pool.unlock('k');
-  const n: number = await pool.withLock('k', async () => 1);
-  const s: string = await striped.withLockMany(keys, () => 'x', { timeout: null });
-  (await pool.lockMany(keys)).release();
+  pool.lockSync('k', { timeout: 5, lease: 10 }).release();
+  const freed: boolean = pool.forceUnlock('k');
+  const info: KeyInfo | null = pool.info('k');
+  const n: number = await pool.withLock('k', async (guard) => Number(guard.fence), { owner: 1 });
+  const s: string = await striped.withLockMany(keys, (guard: KeysGuard) => String(guard.fences[0]), {
+    timeout: null,
+    mode: ['shared', 'exclusive', 'shared', 'shared', 'exclusive'],
+  });
+  (await pool.lockMany(keys, { mode: 'shared' })).release();
   pool.tryLockMany(keys)?.release();
   pool.lockManySync(keys).release();
-  pool.unlockMany(keys);
-  const locked: boolean = pool.isLocked('k') && rw.isLocked() && rw.isWriteLocked();
-  const stats: PoolStats = pool.stats();
-  const size: number = pool.size + stats.entriesInUse + stripedShared.stripes + striped.stripeOf('k');
+  const locked: boolean = pool.isLocked('k') && rw.isLocked() && rw.isWriteLocked() && pool.reentrant && pool.fifo;
+  const stats: PoolStats | null = pool.stats();
+  const size: number =
+    (pool.size ?? 0) + (stats?.entriesInUse ?? 0) + stripedShared.stripes + (striped.stripeOf('k') ?? 0);
   (await rw.read()).release();
-  (await rw.write({ timeout: 0 })).release();
+  const w = await rw.write({ timeout: 0 });
+  const wf: bigint = w.fence;
+  w.release();
   rw.tryRead()?.release();
   rw.tryWrite()?.release();
   rw.readSync().release();
   rw.writeSync({ timeout: 1 }).release();
   const r: Date = await rw.withRead(() => new Date());
-  await rw.withWrite(async () => undefined);
-  rw.readUnlock();
-  rw.writeUnlock();
+  await rw.withWrite(async (guard) => guard.fence);
   try {
     await pool.lock('k', { timeout: 0 });
   } catch (e) {
-    if (e instanceof KeylockError && e.code === 'KEYLOCK_TIMEOUT') return -1;
+    if (e instanceof KeylockError && (e.code === 'KEYLOCK_TIMEOUT' || e.code === 'KEYLOCK_NOT_OWNER')) return -1;
   }
-  void [n, s, locked, size, r, StripedLock.MAX_STRIPES, keylock.KeyPool];
+
+  // Web Locks, as browser code writes it.
+  const result: number = await locks.request('resource', async (lock) => {
+    if (lock) void [lock.name, lock.mode];
+    return 1;
+  });
+  await locks.request('resource', { mode: 'shared', signal: new AbortController().signal }, (lock) => lock?.name);
+  await locks.request('resource', { ifAvailable: true }, (lock: Lock | null) => lock === null);
+  await locks.request('resource', { steal: true }, async () => undefined);
+  const snap: LockManagerSnapshot = await locks.query();
+  const firstName: string | undefined = snap.held[0]?.name;
+  const manager = new LockManager(new KeyPool({ fifo: true }));
+  await manager.request('x', () => 'x');
+  void [
+    n,
+    s,
+    locked,
+    size,
+    r,
+    wf,
+    freed,
+    info,
+    opened,
+    stripedOpened,
+    result,
+    firstName,
+    StripedLock.MAX_STRIPES,
+    keylock.KeyPool,
+    keylock.locks,
+  ];
   return 0;
 }
 
 // Misuse that must not type-check.
-function misuse(pool: KeyPool): void {
+function misuse(pool: KeyPool, guard: KeyGuard): void {
   // @ts-expect-error booleans are not keys
   pool.tryLock(true);
   // @ts-expect-error timeout is a number
   void pool.lock('k', { timeout: '5' });
   // @ts-expect-error lockSync takes no signal
   pool.lockSync('k', { signal: new AbortController().signal });
+  // @ts-expect-error tryLock takes no timeout
+  pool.tryLock('k', { timeout: 5 });
+  // @ts-expect-error modes are 'shared' or 'exclusive'
+  void pool.lock('k', { mode: 'read' });
+  // @ts-expect-error one mode for one key
+  void pool.lock('k', { mode: ['shared'] });
   // @ts-expect-error size is read-only
   pool.size = 3;
+  // @ts-expect-error the fence is read-only
+  guard.fence = 1n;
+  // @ts-expect-error there is no by-key release
+  pool.unlock('k');
+  // @ts-expect-error Web Locks names are strings
+  void locks.request(5, () => 1);
+  // @ts-expect-error a callback is required
+  void locks.request('x', { mode: 'shared' });
+  // @ts-expect-error guards are made by locks
+  new Guard();
 }
 
 void usage;

@@ -1,0 +1,121 @@
+'use strict';
+// The same API on a scope beyond this process: KeyPool.open / StripedLock.open of the lock name
+// in KEYLOCK_TEST_SCOPE ('shm:NAME' or 'redis://HOST:PORT/DB'), on a build with that scope.
+// `make test-node-scopes` builds one and runs this file on a fresh shm region and on a
+// redis-server of its own; without KEYLOCK_TEST_SCOPE these tests are skipped (and
+// ownership.test.js checks that a build without the scopes refuses the names).
+//
+// Two opens of one name are two lock objects on one scope, as two processes' opens would be:
+// what one holds, the other must see held.
+
+const test = require('node:test');
+const assert = require('node:assert/strict');
+const { setImmediate: tick } = require('node:timers/promises');
+const { KeyPool, StripedLock } = require('..');
+const { Occupancy } = require('./occupancy.js');
+
+const SCOPE = process.env.KEYLOCK_TEST_SCOPE;
+const T = { timeout: 60_000, skip: SCOPE ? false : 'KEYLOCK_TEST_SCOPE is not set (make test-node-scopes)' };
+// A prefix per run, so that keys left by an earlier run of the same scope cannot meet these.
+const RUN = `t${process.pid}-${Date.now()}-`;
+
+function opens(make) {
+  return [make(), make()];
+}
+
+// A shared-memory region is either a pool or a striped lock (one region for each) and takes a
+// capacity; a Redis scope has exact keys only (the core refuses stripes there).
+const SHM = SCOPE !== undefined && SCOPE.startsWith('shm:');
+const kinds = [['KeyPool', () => KeyPool.open(SHM ? `${SCOPE}-pool` : SCOPE, SHM ? { capacity: 256 } : {})]];
+if (SHM) kinds.push(['StripedLock', () => StripedLock.open(`${SCOPE}-striped`, { stripes: 64 })]);
+
+test('a Redis scope refuses stripes', { ...T, skip: T.skip || (SHM && 'not a Redis scope') }, () => {
+  assert.throws(
+    () => StripedLock.open(SCOPE, { stripes: 64 }),
+    (e) => e.code === 'KEYLOCK_INVALID_ARGUMENT' && /not stripes/.test(e.message),
+  );
+});
+
+for (const [kind, make] of kinds) {
+  test(`${kind}: two opens of one scope exclude each other, with increasing fences`, T, () => {
+    const [a, b] = opens(make);
+    const key = `${RUN}${kind}-x`;
+    const first = a.tryLock(key);
+    assert.ok(first, 'a free key is taken');
+    assert.equal(b.tryLock(key), null, 'the other open sees it held');
+    assert.equal(b.isLocked(key), true);
+    assert.throws(
+      () => b.lockSync(key, { timeout: 0 }),
+      (e) => e.code === 'KEYLOCK_TIMEOUT',
+    );
+    first.release();
+    const second = b.tryLock(key);
+    assert.ok(second, 'free again once released');
+    assert.ok(second.fence > first.fence, 'a later exclusive acquisition has a greater fence');
+    assert.equal(first.isCurrent(), false);
+    second.release();
+    assert.equal(a.isLocked(key), false);
+  });
+
+  test(`${kind}: shared holders share across opens and keep a writer out`, T, () => {
+    const [a, b] = opens(make);
+    const key = `${RUN}${kind}-s`;
+    const r1 = a.tryLock(key, { mode: 'shared' });
+    const r2 = b.tryLock(key, { mode: 'shared' });
+    assert.ok(r1 && r2, 'two readers at once');
+    assert.equal(r1.mode, 'shared');
+    assert.equal(a.tryLock(key), null, 'no writer while they read');
+    r1.release();
+    assert.equal(b.tryLock(key), null, 'nor while one still reads');
+    r2.release();
+    const w = b.tryLock(key);
+    assert.ok(w, 'a writer once both left');
+    w.release();
+  });
+
+  test(`${kind}: a stale guard's release is refused and frees nothing`, T, () => {
+    const [a, b] = opens(make);
+    const key = `${RUN}${kind}-f`;
+    const g = a.tryLock(key);
+    assert.ok(g);
+    assert.equal(b.forceUnlock(key), true);
+    const h = b.tryLock(key);
+    assert.ok(h, 'taken after the force-unlock');
+    assert.throws(
+      () => g.release(),
+      (e) => e.code === 'KEYLOCK_NOT_OWNER',
+    );
+    assert.equal(a.isLocked(key), true, "the stale release left the new holder's hold");
+    h.release();
+  });
+
+  test(`${kind}: async waiters on both opens: exact counts, one holder inside`, T, async () => {
+    const [a, b] = opens(make);
+    const KEYS = 4;
+    const TASKS = 16;
+    const ROUNDS = 25;
+    const counters = new Array(KEYS).fill(0);
+    const occupancy = new Occupancy(KEYS);
+    async function task(t) {
+      const lock = t % 2 === 0 ? a : b;
+      for (let r = 0; r < ROUNDS; r++) {
+        const k = (t + r) % KEYS;
+        await lock.withLock(`${RUN}${kind}-c${k}`, () =>
+          occupancy.run(k, async () => {
+            const before = counters[k];
+            await tick();
+            counters[k] = before + 1;
+          }),
+        );
+      }
+    }
+    await Promise.all(Array.from({ length: TASKS }, (_, t) => task(t)));
+    assert.equal(
+      counters.reduce((x, y) => x + y, 0),
+      TASKS * ROUNDS,
+    );
+    assert.equal(occupancy.completed, TASKS * ROUNDS);
+    occupancy.check();
+    for (let k = 0; k < KEYS; k++) assert.equal(a.isLocked(`${RUN}${kind}-c${k}`), false);
+  });
+}
