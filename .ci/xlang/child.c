@@ -347,9 +347,20 @@ static void cmd_holdmany(const char *prefix, int n) {
     say("heldmany %d", n);
 }
 
+/* release: releases what hold and holdmany kept; answers "released", followed by the status
+ * name of each release that was refused (a stale acquisition: force-unlocked, lease ended). */
 static void cmd_release(void) {
-    while (n_held > 0) give_back(&held[--n_held]);
-    say("released");
+    char refused[512] = "";
+    while (n_held > 0) {
+        keylock_result r = keylock_pool_release(pool, &held[--n_held]);
+        if (r != KEYLOCK_OK) {
+            const char *name = keylock_result_str(r);
+            size_t len = strcspn(name, ":"), at = strlen(refused);
+            if (at + len + 2 < sizeof refused)
+                snprintf(refused + at, sizeof refused - at, " %.*s", (int)len, name);
+        }
+    }
+    say("released%s", refused);
 }
 
 int main(void) {

@@ -187,9 +187,13 @@ def main() -> None:
             else:
                 say(f"heldmany {n}")
         elif cmd == "release":
+            refused = []
             while held:
-                held.pop().release()
-            say("released")
+                try:
+                    held.pop().release()
+                except (keylock.NotOwnerError, keylock.LeaseExpiredError) as e:
+                    refused.append(f" {e.status}")
+            say("released" + "".join(refused))
         elif cmd == "quit":
             break
         else:

@@ -144,7 +144,7 @@ class Run:
         elif lang == "py":
             cmd = [sys.executable, os.path.join(HERE, "child.py")]
         else:
-            env["KEYLOCK_XLANG_NODE_MODULE"] = self.args.node_module
+            env["KEYLOCK_XLANG_NODE_MODULE"] = os.path.abspath(self.args.node_module)
             cmd = ["node", os.path.join(HERE, "child.js")]
         child = Child(lang, cmd, env)
         self.children.append(child)
@@ -311,6 +311,7 @@ class Run:
         waiters = {lang: self.spawn(lang, scope, "file", d).ready() for lang in langs}
         spares = {lang: self.spawn(lang, scope, "file", d) for lang in langs}
         recovery = []
+        slow: dict[str, list[float]] = {}  # per holder -> waiter language pair
         by_lang: dict[str, int] = {}
         for r in range(rounds):
             hl, wl = langs[r % len(langs)], langs[(r + 1) % len(langs)]
@@ -330,6 +331,7 @@ class Run:
             holder.kill9()
             _, f2, died2, t = waiter.expect("got", limit=15).split()
             recovery.append((int(t) - killed) / 1e6)
+            slow.setdefault(f"{hl}->{wl}", []).append(round(recovery[-1], 2))
             check(
                 died2 == "1",
                 f"round {r}: the {wl} acquirer after a killed {hl} holder saw no owner_died",
@@ -351,6 +353,7 @@ class Run:
             "killed": by_lang,
             "recovery_ms": {"p50": p(0.5), "p99": p(0.99), "max": recovery[-1]},
             "over_100ms": over,
+            "worst_by_pair_ms": {k: sorted(v)[-3:] for k, v in slow.items()},
             "count": count,
             "last_fence": last,
         }
@@ -425,6 +428,40 @@ class Run:
         )
         self.figures["shm killed waiters"] = {"killed": len(waiters), "capacity": cap}
 
+    def stale(self, label: str, scope: str, store: str, pool: keylock.KeyPool) -> None:
+        """Fences across a force-unlock and a lease's end, with the holder and the next
+        acquirer in different languages: the next fence is higher, and the old holder's release
+        is refused without touching the new holder."""
+        d = self.workdir(label)
+        kids = {lang: self.spawn(lang, scope, store, d).ready() for lang in self.langs}
+        for i, hl in enumerate(self.langs):
+            holder, other = kids[hl], kids[self.langs[(i + 1) % len(self.langs)]]
+            for key, lease_ms, refused in (
+                ("k1", 0, "KEYLOCK_NOT_OWNER"),
+                ("k2", 300, "KEYLOCK_LEASE_EXPIRED"),
+            ):
+                holder.send(f"hold {key} {lease_ms}")
+                fence = int(holder.expect("held").split()[1])
+                if not lease_ms:
+                    check(pool.force_unlock(key), f"{label}: force_unlock found {key} free")
+                other.send(f"acquire {key} 10000 0")
+                f2 = int(other.expect("got", limit=15).split()[1])
+                check(f2 > fence, f"{label}: {other.lang} got {key} with fence {f2} after {fence}")
+                holder.send("release")
+                said = holder.expect("released")
+                check(said == f"released {refused}", f"{label}: {hl}'s stale release said '{said}'")
+        for c in kids.values():
+            c.quit()
+        for key in ("k1", "k2"):
+            count = self.read_record(store, d, key)[0]
+            check(count == len(self.langs), f"{label}: {key} counted {count}")
+        self.all_free(pool, ["k1", "k2"], label)
+        print(
+            f"{label}: force-unlock and lease end ({'+'.join(self.langs)} holders, the next "
+            "language acquiring): fences rose, the stale releases were refused",
+            flush=True,
+        )
+
     # ---- Redis ------------------------------------------------------------------------------
 
     def redis(self) -> None:
@@ -445,6 +482,8 @@ class Run:
                     f"{fig['max_exclusive_inside']}, shared {fig['max_shared_inside']}",
                     flush=True,
                 )
+            redis_call(port, b"FLUSHALL")
+            self.stale("redis stale", url, store, keylock.KeyPool.open(url))
             self.redis_kill(port)
         finally:
             server.stop()
@@ -571,6 +610,8 @@ def main() -> int:
             run.shm_counts()
             run.shm_kill_holders()
             run.shm_killed_waiters()
+            scope = run.region("stale")
+            run.stale("shm stale", scope, "file", keylock.KeyPool.open(scope, capacity=64))
         if args.only in (None, "redis"):
             run.redis()
     except Failure as e:
