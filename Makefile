@@ -3,7 +3,8 @@
 #   make            build everything in release mode and run every demo
 #   make test       make lint, then every test suite (what CI runs)
 #   make bench      run every benchmark and regenerate BENCHMARKS.md
-#   make fmt / lint formatting (and its check), clippy (-D warnings), declared rust-versions
+#   make fmt / lint formatting (and its check), clippy (-D warnings), declared rust-versions,
+#                   no import cycles between modules
 #   make loom       exhaustive loom models; make tsan: tests under ThreadSanitizer
 #   make dist       the release packages under dist/: wheel and sdist, npm tarballs, C tarball, crate
 #

@@ -141,17 +141,16 @@ test-c-api: build-ffi
 	timeout 60 "$$tmp/bank_static" 4 64 100
 
 # The scope test (ffi-c/tests/c/test_scope.c) through keylock_pool_open on the scopes beyond
-# this process: the library built with the shm and redis features (its own target dir), on a
+# this process: the library as built (its default features are shm and redis), on a
 # fresh shm:NAME region (its file removed afterwards) and on a redis-server of our own (a free
 # loopback port, a temporary directory, stopped by its PID). The same C ABI and the same test as
 # on local:, with only the name changed.
 TEST_TARGETS += test-c-scopes
 .PHONY: test-c-scopes
-test-c-scopes: redis-server
-	$(CARGO) build --locked --release -p keylock-ffi --features shm,redis --target-dir $(TARGET_DIR)/c-scopes
+test-c-scopes: redis-server build-ffi
 	tmp=$$(mktemp -d); pid=; region=keylock-c-test-$$$$; \
 	trap 'test -n "$$pid" && { kill $$pid; wait $$pid; }; rm -rf "$$tmp"; rm -f /dev/shm/keylock.'"$$region" EXIT; \
-	install -m 0755 $(TARGET_DIR)/c-scopes/release/libkeylock.so "$$tmp/libkeylock.so.$(KEYLOCK_MAJOR)"; \
+	install -m 0755 $(TARGET_DIR)/release/libkeylock.so "$$tmp/libkeylock.so.$(KEYLOCK_MAJOR)"; \
 	ln -s libkeylock.so.$(KEYLOCK_MAJOR) "$$tmp/libkeylock.so"; \
 	$(CC) -std=c99 -g -O1 $(C_WARN) $(C_SANITIZE) ffi-c/tests/c/test_scope.c -Iinclude \
 		-o "$$tmp/test_scope" -L"$$tmp" -lkeylock -pthread -Wl,-rpath,"$$tmp"; \

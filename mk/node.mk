@@ -49,16 +49,12 @@ test-node: build-node
 	cd $(NODE_DIR) && npx --no-install tsc -p test/tsconfig.dom.json
 	node examples/node/bank.js
 
-# The same scope tests on the scopes beyond this process: the addon built with the shm and redis
-# features (its own target dir, loaded through KEYLOCK_NODE_ADDON so that ./keylock_node.node
-# stays the plain build), on a fresh shm:NAME region (its file removed afterwards) and on a
+# The same scope tests on the scopes beyond this process (the addon's default features are shm
+# and redis): on a fresh shm:NAME region (its file removed afterwards) and on a
 # redis-server of our own (a free loopback port, a temporary directory, stopped by its PID).
-test-node-scopes: $(NODE_MODULES_STAMP) redis-server
-	$(CARGO) build --locked --release -p keylock-node --features shm,redis --target-dir $(TARGET_DIR)/node-scopes
+test-node-scopes: build-node redis-server
 	set -e; tmp=$$(mktemp -d); pid=; region=keylock-node-test-$$$$; \
 	trap 'test -n "$$pid" && { kill $$pid; wait $$pid; }; rm -rf "$$tmp"; rm -f /dev/shm/keylock.'"$$region"'-*' EXIT; \
-	cp $(TARGET_DIR)/node-scopes/release/libkeylock_node.so "$$tmp/keylock_node.node"; \
-	export KEYLOCK_NODE_ADDON="$$tmp/keylock_node.node"; \
 	cd $(NODE_DIR); \
 	KEYLOCK_TEST_SCOPE="shm:$$region" node --test test/scopes.test.js; \
 	port=$$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'); \

@@ -38,7 +38,9 @@ mod entry;
 mod error;
 mod hash;
 pub mod keys;
+mod local;
 mod lost;
+mod open;
 mod pool;
 #[cfg(feature = "redis")]
 pub mod redis;
@@ -55,7 +57,8 @@ pub mod wait;
 pub use acquisition::{Acquisition, LockInfo, LockOptions, Mode, Owner, Wait};
 pub use error::{Error, Result};
 pub use lost::{Lost, LostSignal};
-pub use scope::{KeySpace, KeyedLock, LockKey, OpenOptions, open, open_with};
+pub use open::{open, open_with};
+pub use scope::{KeySpace, KeyedLock, LockKey, OpenOptions};
 pub use status::Status;
 
 /// The examples of the crate's README, compiled and run as doctests so they cannot go stale.

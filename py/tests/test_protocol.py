@@ -5,10 +5,11 @@ checked against a fresh threading.Lock side by side."""
 from __future__ import annotations
 
 import gc
+import os
 import re
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -469,8 +470,22 @@ def test_open_by_name() -> None:
         keylock.StripedLock.open("local:", 0)
 
 
-@pytest.mark.parametrize("name", ["shm:keylock-py-test", "redis://127.0.0.1:1/0"])
-def test_other_scopes_open_by_name_where_the_build_has_them(name: str) -> None:
+@pytest.fixture
+def shm_region_name() -> Iterator[str]:
+    """A shared-memory region name of this test process, whose files are removed afterwards."""
+    name = f"keylock-py-test-{os.getpid()}"
+    yield name
+    for f in os.listdir("/dev/shm"):
+        if f.startswith(f"keylock.{name}"):
+            os.unlink(os.path.join("/dev/shm", f))
+
+
+@pytest.mark.parametrize("name", ["shm:", "redis://127.0.0.1:1/0"])
+def test_other_scopes_open_by_name_where_the_build_has_them(
+    name: str, shm_region_name: str
+) -> None:
+    if name == "shm:":
+        name += shm_region_name
     # This build may lack the scope (ValueError naming it); where it has it, the same API works
     # (or, for a server that is not there, UnavailableError).
     try:
