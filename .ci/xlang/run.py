@@ -113,10 +113,11 @@ class Child:
 
     def stop(self) -> None:
         if self.proc.poll() is None:
-            try:
-                os.kill(self.pid, signal.SIGKILL) if self.pid else None
-            except ProcessLookupError:
-                pass
+            if self.pid:
+                try:
+                    os.kill(self.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
             self.proc.kill()
             self.proc.wait()
 
@@ -129,7 +130,9 @@ class Run:
         self.langs = ["c", "py"] + (["node"] if args.node_module else [])
         self.regions: list[str] = []
         self.figures: dict[str, object] = {}
-        self.rng = random.Random(int(os.environ.get("KEYLOCK_XLANG_SEED", time.time_ns())))
+        # The kill points are random; KEYLOCK_XLANG_SEED=N replays a run's (printed at the end).
+        self.seed = int(os.environ.get("KEYLOCK_XLANG_SEED", time.time_ns() % 2**32))
+        self.rng = random.Random(self.seed)
 
     # ---- children ----------------------------------------------------------------------------
 
@@ -615,7 +618,7 @@ def main() -> int:
         if args.only in (None, "redis"):
             run.redis()
     except Failure as e:
-        print(f"xlang: FAILED: {e}", file=sys.stderr, flush=True)
+        print(f"xlang: FAILED (KEYLOCK_XLANG_SEED={run.seed}): {e}", file=sys.stderr, flush=True)
         return 1
     finally:
         signal.alarm(0)
@@ -624,7 +627,9 @@ def main() -> int:
         with open(args.json, "w") as f:
             json.dump(run.figures, f, indent=1)
     print(
-        f"xlang: all passed in {time.monotonic() - start:.1f} s ({'+'.join(run.langs)})", flush=True
+        f"xlang: all passed in {time.monotonic() - start:.1f} s "
+        f"({'+'.join(run.langs)}, seed {run.seed})",
+        flush=True,
     )
     return 0
 
