@@ -38,6 +38,8 @@ include mk/py.mk
 include mk/node.mk
 include mk/shm.mk
 include mk/redis.mk
+# Cross-language process tests of the shm and Redis scopes (after redis.mk: it needs redis-server).
+include mk/xlang.mk
 include mk/bench.mk
 # Release artifacts under dist/ (make dist) and their install tests; it needs mk/c.mk's names.
 include mk/dist.mk
