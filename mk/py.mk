@@ -6,15 +6,17 @@
 #   make bench-py        benchmarks -> bench/results/python.json (bench-py-quick: fewer runs)
 #   make bench-py-callgrind  instructions per operation under callgrind (stable on a loaded
 #                        machine) -> bench/results/python-callgrind.json
+#   make bench-py-shm    the host scope (shm:NAME) against fcntl.flock, OFD fcntl, filelock and
+#                        portalocker, uncontended and 4 processes -> bench/results/python-shm.json
 #   make lint-py         clippy for the binding, ruff, and stubtest (the .pyi against the module)
 #   make fmt-py          rustfmt for the binding, ruff format for the Python files
 
-.PHONY: build-py demo-py test-py bench-py bench-py-quick bench-py-callgrind lint-py fmt-py
+.PHONY: build-py demo-py test-py bench-py bench-py-quick bench-py-callgrind bench-py-shm lint-py fmt-py
 
 BUILD_TARGETS += build-py
 DEMO_TARGETS += demo-py
 TEST_TARGETS += test-py
-BENCH_TARGETS += bench-py
+BENCH_TARGETS += bench-py bench-py-shm
 LINT_TARGETS += lint-py
 FMT_TARGETS += fmt-py
 
@@ -41,6 +43,10 @@ bench-py: build-py
 
 bench-py-callgrind: build-py
 	$(PY) py/bench/callgrind_python.py --out bench/results/python-callgrind.json
+
+# The host scope against file locks; it removes the /dev/shm regions and lock files it creates.
+bench-py-shm: build-py
+	$(PY) py/bench/bench_shm.py --out bench/results/python-shm.json
 
 bench-py-quick: build-py
 	$(PY) py/bench/bench_python.py --quick --out $(TARGET_DIR)/bench-python-quick.json
