@@ -12,12 +12,12 @@
 #   make lint-node         clippy for the addon (-D warnings), the TypeScript check, prettier --check
 #   make fmt-node          rustfmt for the addon, prettier for the JavaScript and TypeScript
 
-.PHONY: build-node demo-node test-node test-node-scopes bench-node bench-node-quick lint-node fmt-node
+.PHONY: build-node demo-node test-node test-node-scopes bench-node bench-node-quick bench-node-shm lint-node fmt-node
 
 BUILD_TARGETS += build-node
 DEMO_TARGETS += demo-node
 TEST_TARGETS += test-node test-node-scopes
-BENCH_TARGETS += bench-node
+BENCH_TARGETS += bench-node bench-node-shm
 LINT_TARGETS += lint-node
 FMT_TARGETS += fmt-node
 
@@ -65,6 +65,10 @@ test-node-scopes: build-node redis-server
 
 bench-node: build-node
 	node $(NODE_DIR)/bench/bench.js --out bench/results/node.json
+
+# The host scope against proper-lockfile; it removes the /dev/shm regions and lock files it creates.
+bench-node-shm: build-node
+	node $(NODE_DIR)/bench/shm.js --out bench/results/node-shm.json
 
 bench-node-quick: build-node
 	node $(NODE_DIR)/bench/bench.js --quick --out bench/results/node.json
