@@ -36,6 +36,7 @@ mod acquisition;
 mod adder;
 mod entry;
 mod error;
+mod guard;
 mod hash;
 pub mod keys;
 mod lost;
@@ -54,6 +55,7 @@ pub mod wait;
 
 pub use acquisition::{Acquisition, LockInfo, LockOptions, Mode, Owner, Wait};
 pub use error::{Error, Result};
+pub use guard::KeyedGuard;
 pub use lost::{Lost, LostSignal};
 pub use scope::{KeySpace, KeyedLock, LockKey, OpenOptions, open, open_with};
 pub use status::Status;
