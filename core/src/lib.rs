@@ -51,6 +51,7 @@ mod site;
 mod status;
 mod striped;
 mod sync;
+mod unlink;
 pub mod wait;
 
 pub use acquisition::{Acquisition, LockInfo, LockOptions, Mode, Owner, Wait};
@@ -59,6 +60,7 @@ pub use guard::KeyedGuard;
 pub use lost::{Lost, LostSignal};
 pub use scope::{KeySpace, KeyedLock, LockKey, OpenOptions, open, open_with};
 pub use status::Status;
+pub use unlink::unlink;
 
 /// The examples of the crate's README, compiled and run as doctests so they cannot go stale.
 /// The crate's own README, not the repository's, so that they run in the published crate too;

@@ -37,6 +37,8 @@ pub mod striped;
 
 pub mod rwlock;
 
+pub mod lost;
+
 mod boundary;
 mod keyed;
 
