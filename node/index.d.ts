@@ -127,7 +127,8 @@ export class Guard implements Disposable {
    * in time, or a force-unlock the renewal found), with a `KeylockError` of code
    * `KEYLOCK_NOT_OWNER` as its reason. Never aborts for scopes whose holders cannot lose a lock
    * that way (in-process, shared memory), for RwLock guards, or once released. The same signal
-   * every time.
+   * every time. Like `AbortSignal.timeout`'s, a pending signal does not keep the event loop alive
+   * by itself.
    */
   readonly signal: AbortSignal;
   /** Whether the acquisition is still the lock's current one (false once released). */

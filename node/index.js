@@ -502,7 +502,8 @@ class Guard {
    * KeylockError with code KEYLOCK_NOT_OWNER. Pass it to work done under the lock (fetch,
    * streams, timers) so that the work stops when the lock is gone. A scope whose holders cannot
    * lose a lock that way (in-process, shared memory), an RwLock guard, or a guard released
-   * already, gives a signal that never aborts. The same signal every time.
+   * already, gives a signal that never aborts. The same signal every time. Like
+   * AbortSignal.timeout's, a pending signal does not keep the event loop alive by itself.
    */
   get signal() {
     if (this.#ctl !== undefined) return this.#ctl.signal;

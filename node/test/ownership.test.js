@@ -337,7 +337,11 @@ test('KeyPool.open and StripedLock.open take the core lock names', T, () => {
     unlink(`shm:${region}`);
   }
   for (const bad of ['local:', '', 'redis://127.0.0.1:1/0', 'nope']) {
-    assert.throws(() => unlink(bad), (e) => e.code === 'KEYLOCK_INVALID_ARGUMENT', bad);
+    assert.throws(
+      () => unlink(bad),
+      (e) => e.code === 'KEYLOCK_INVALID_ARGUMENT',
+      bad,
+    );
   }
   assert.throws(() => unlink(7), TypeError);
   assert.throws(
