@@ -3,7 +3,8 @@
 #   make            build everything in release mode and run every demo
 #   make test       make lint, then every test suite (what CI runs)
 #   make bench      run every benchmark and regenerate BENCHMARKS.md
-#   make fmt / lint formatting (and its check), clippy (-D warnings), declared rust-versions
+#   make fmt / lint formatting (and its check), clippy (-D warnings), declared rust-versions,
+#                   no import cycles between modules
 #   make loom       exhaustive loom models; make tsan: tests under ThreadSanitizer
 #   make dist       the release packages under dist/: wheel and sdist, npm tarballs, C tarball, crate
 #
@@ -37,6 +38,8 @@ include mk/py.mk
 include mk/node.mk
 include mk/shm.mk
 include mk/redis.mk
+# Cross-language process tests of the shm and Redis scopes (after redis.mk: it needs redis-server).
+include mk/xlang.mk
 include mk/bench.mk
 # Release artifacts under dist/ (make dist) and their install tests; it needs mk/c.mk's names.
 include mk/dist.mk

@@ -1,6 +1,6 @@
 # Rust: the core crate and the Rust bank demo.
 
-.PHONY: build-rust demo-rust test-rust bench-rust lint-rust fmt-rust msrv loom loom-swap loom-mutants tsan-rust
+.PHONY: build-rust demo-rust test-rust bench-rust lint-rust fmt-rust msrv cycles loom loom-swap loom-mutants tsan-rust
 
 build-rust:
 	$(CARGO) build --locked --release -p keylock-core -p keylock-bank
@@ -55,9 +55,15 @@ loom-mutants:
 bench-rust:
 	$(CARGO) bench --locked -p keylock-core
 
-lint-rust: msrv
+lint-rust: msrv cycles
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --locked --workspace --all-targets -- -D warnings
+
+# A module imports only from the ones below it, never in a circle: fails on any import cycle
+# between the modules (or folders of modules) of each crate, and prints the lines that make it.
+CYCLES_DIRS := core/src py/src ffi-c/src node/src
+cycles:
+	python3 .ci/cycles.py $(CYCLES_DIRS)
 
 # Every crate builds with the rust-version it declares (toolchains installed by rustup).
 msrv:

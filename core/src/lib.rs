@@ -39,7 +39,9 @@ mod error;
 mod guard;
 mod hash;
 pub mod keys;
+mod local;
 mod lost;
+mod open;
 mod pool;
 #[cfg(feature = "redis")]
 pub mod redis;
@@ -58,7 +60,8 @@ pub use acquisition::{Acquisition, LockInfo, LockOptions, Mode, Owner, Wait};
 pub use error::{Error, Result};
 pub use guard::KeyedGuard;
 pub use lost::{Lost, LostSignal};
-pub use scope::{KeySpace, KeyedLock, LockKey, OpenOptions, open, open_with};
+pub use open::{open, open_with};
+pub use scope::{KeySpace, KeyedLock, LockKey, OpenOptions};
 pub use status::Status;
 pub use unlink::unlink;
 

@@ -1,5 +1,6 @@
 //! What every export goes through: panic catching, NULL checks, and the translation of C
-//! arguments (keys, key arrays) and of core errors into `keylock_result`.
+//! arguments (keys, key arrays); a core error becomes a `keylock_result` through
+//! [`Fail`](crate::result::Fail).
 //!
 //! Nothing here decides anything about locking; that is keylock-core's job.
 
@@ -8,25 +9,6 @@ use std::ptr::NonNull;
 
 use crate::contract::*;
 use crate::result::*;
-
-/// A failed call: the code it returns to C. `?` turns core errors into it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Fail(pub(crate) keylock_result);
-
-impl From<keylock_core::Error> for Fail {
-    /// The error's status number, from the core's one table of statuses.
-    #[inline]
-    fn from(e: keylock_core::Error) -> Self {
-        Fail(e.status().code())
-    }
-}
-
-impl From<keylock_core::keys::KeyError> for Fail {
-    #[inline]
-    fn from(e: keylock_core::keys::KeyError) -> Self {
-        Fail::from(keylock_core::Error::from(e))
-    }
-}
 
 /// What the body of an export returns: `Ok(())` becomes `KEYLOCK_OK`.
 pub(crate) type Outcome = Result<(), Fail>;

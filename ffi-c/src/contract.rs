@@ -6,8 +6,18 @@
 
 use std::ffi::CStr;
 
-use crate::options::keylock_mode;
-use crate::result::keylock_result;
+/// The result of every keylock call that can fail: `KEYLOCK_OK` (0) or one of the
+/// `KEYLOCK_*` codes below. A fixed-width integer whose numbers never change and are never
+/// reused, so a program may store them or switch on them. `keylock_result_str` describes any
+/// value, including ones this version does not know.
+#[allow(non_camel_case_types)] // C naming: this is the name C programs see.
+pub type keylock_result = u32;
+
+/// How an acquisition holds its key: `KEYLOCK_EXCLUSIVE` (one holder) or `KEYLOCK_SHARED` (any
+/// number of shared holders, and no exclusive one). A fixed-width integer, like
+/// `keylock_result`; any other value is refused with `KEYLOCK_INVALID_ARGUMENT`.
+#[allow(non_camel_case_types)] // C naming: this is the name C programs see.
+pub type keylock_mode = u32;
 
 /// Success.
 pub const KEYLOCK_OK: keylock_result = 0;

@@ -6,8 +6,10 @@
 //! [`acquisition`] (the record of one hold, in caller memory). [`keyed`] holds the bodies that
 //! the pool and striped exports share, on a lock object from `keylock_core::open_with` (any
 //! scope); [`boundary`] what every export shares: panic catching, NULL checks, and the
-//! translation of keys and errors. [`contract`] is generated from keylock-core (`make header`):
-//! the result codes, modes and key sizes, so that no number is copied.
+//! translation of keys. [`contract`] is generated from keylock-core (`make header`): the result
+//! codes, modes and key sizes and their integer types, so that no number is copied; it is the
+//! bottom layer, with [`result`] (describing results, and turning core errors into them) on it,
+//! then [`options`], then [`boundary`].
 //!
 //! The locking itself is keylock-core's: each export converts its arguments, calls the core,
 //! and converts the answer. Every acquire writes the core's record of the hold into the

@@ -8,14 +8,11 @@ use std::time::Duration;
 
 use keylock_core::{LockInfo, LockOptions, Mode, OpenOptions, Owner, Wait};
 
-use crate::boundary::Fail;
 use crate::contract::*;
-
-/// How an acquisition holds its key: `KEYLOCK_EXCLUSIVE` (one holder) or `KEYLOCK_SHARED` (any
-/// number of shared holders, and no exclusive one). A fixed-width integer, like
-/// `keylock_result`; any other value is refused with `KEYLOCK_INVALID_ARGUMENT`.
-#[allow(non_camel_case_types)] // C naming: this is the name C programs see.
-pub type keylock_mode = u32;
+use crate::result::Fail;
+// The type and its KEYLOCK_EXCLUSIVE / KEYLOCK_SHARED values are generated into `contract.rs`
+// from keylock-core's `Mode` (`make header`).
+pub use crate::contract::keylock_mode;
 
 /// `timeout_ns` value: wait as long as it takes.
 pub const KEYLOCK_WAIT_FOREVER: u64 = u64::MAX;

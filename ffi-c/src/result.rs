@@ -1,4 +1,5 @@
-//! `keylock_result`: the one result type of the C API, and the strings that describe it.
+//! `keylock_result`: the one result type of the C API, the strings that describe it, and
+//! [`Fail`], the code a failed call returns (what core errors turn into).
 //!
 //! The numbers are part of the ABI and come from keylock-core's [`keylock_core::Status`] table,
 //! which every front end shares: the `KEYLOCK_*` constants and the strings of
@@ -8,16 +9,28 @@
 use std::ffi::{CStr, c_char};
 
 use crate::contract::RESULT_STRINGS;
+// The type and the KEYLOCK_* codes themselves are in `contract.rs`, generated from
+// keylock-core's `Status` table (`make header`), so that no number is written down twice.
+pub use crate::contract::keylock_result;
 
-/// The result of every keylock call that can fail: `KEYLOCK_OK` (0) or one of the
-/// `KEYLOCK_*` codes below. A fixed-width integer whose numbers never change and are never
-/// reused, so a program may store them or switch on them. `keylock_result_str` describes any
-/// value, including ones this version does not know.
-#[allow(non_camel_case_types)] // C naming: this is the name C programs see.
-pub type keylock_result = u32;
+/// A failed call: the code it returns to C. `?` turns core errors into it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Fail(pub(crate) keylock_result);
 
-// The KEYLOCK_* codes themselves are in `contract.rs`, generated from keylock-core's `Status`
-// table (`make header`), so that no number is written down twice.
+impl From<keylock_core::Error> for Fail {
+    /// The error's status number, from the core's one table of statuses.
+    #[inline]
+    fn from(e: keylock_core::Error) -> Self {
+        Fail(e.status().code())
+    }
+}
+
+impl From<keylock_core::keys::KeyError> for Fail {
+    #[inline]
+    fn from(e: keylock_core::keys::KeyError) -> Self {
+        Fail::from(keylock_core::Error::from(e))
+    }
+}
 
 /// What `keylock_result_str` returns for a number this version does not know.
 const UNKNOWN: &CStr = c"unknown keylock_result";

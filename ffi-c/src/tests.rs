@@ -73,8 +73,10 @@ fn result_codes_in_header_are_the_core_statuses() {
     );
 }
 
-/// `contract.rs` as keylock-core's tables give it: a constant and a `keylock_result_str` string
-/// per status, and the key sizes. cbindgen turns the constants into the header's macros.
+/// `contract.rs` as keylock-core's tables give it: the two integer types the numbers are, a
+/// constant and a `keylock_result_str` string per status, and the key sizes. cbindgen turns the
+/// constants into the header's macros. The file imports nothing of this crate: it is the bottom
+/// layer, which `result` and `options` build on.
 fn contract_rs() -> String {
     let mut s = String::new();
     let n = Status::ALL.len();
@@ -87,8 +89,18 @@ fn contract_rs() -> String {
          \n\
          use std::ffi::CStr;\n\
          \n\
-         use crate::options::keylock_mode;\n\
-         use crate::result::keylock_result;\n",
+         /// The result of every keylock call that can fail: `KEYLOCK_OK` (0) or one of the\n\
+         /// `KEYLOCK_*` codes below. A fixed-width integer whose numbers never change and are never\n\
+         /// reused, so a program may store them or switch on them. `keylock_result_str` describes any\n\
+         /// value, including ones this version does not know.\n\
+         #[allow(non_camel_case_types)] // C naming: this is the name C programs see.\n\
+         pub type keylock_result = u32;\n\
+         \n\
+         /// How an acquisition holds its key: `KEYLOCK_EXCLUSIVE` (one holder) or `KEYLOCK_SHARED` (any\n\
+         /// number of shared holders, and no exclusive one). A fixed-width integer, like\n\
+         /// `keylock_result`; any other value is refused with `KEYLOCK_INVALID_ARGUMENT`.\n\
+         #[allow(non_camel_case_types)] // C naming: this is the name C programs see.\n\
+         pub type keylock_mode = u32;\n",
     );
     for status in Status::ALL {
         s.push('\n');

@@ -21,10 +21,12 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use keylock_core::{Acquisition, KeySpace, LockKey, Mode};
+use keylock_core::{Acquisition, KeySpace, KeyedLock, LockKey, Mode};
 
-use crate::locks::Core;
 use crate::reactor::Mailbox;
+
+/// The core lock object a request is made on (what a KeyPool or StripedLock holds).
+type Core = Arc<dyn KeyedLock>;
 
 /// One request, as `query()` reports it.
 #[derive(Debug)]

@@ -1,4 +1,7 @@
-//! [`ShmLock`]: a key pool or a striped lock in a region, as a [`KeyedLock`].
+//! [`ShmLock`]: a key pool or a striped lock in a region: the handle (its region, agent thread
+//! and process slot), finding a key's entry, and the fast path on its lock word. The
+//! [`KeyedLock`](crate::KeyedLock) operations, which add waiting ([`super::wait`]), are in
+//! [`super::keyed`].
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -14,11 +17,10 @@ use super::lockword;
 use super::region::{self, Region, TableGuard};
 use super::repair;
 use super::sys::{self, now_ns};
-use super::table::{self, Grant, Req, Wakes};
-use super::wait::{self, AcquireOne};
-use crate::acquisition::{Acquisition, LockInfo, LockOptions, Mode, Owner};
+use super::table::{Grant, Req, Wakes};
+use crate::acquisition::{Acquisition, LockOptions, Mode, Owner};
 use crate::error::{Error, Result};
-use crate::scope::{AcquireFuture, AcquireManyFuture, KeySpace, KeyedLock, LockKey, OpenOptions};
+use crate::scope::{KeySpace, OpenOptions};
 
 /// The default capacity of a new key pool region: the most keys held or awaited at once.
 pub const DEFAULT_CAPACITY: usize = 4096;
@@ -41,18 +43,18 @@ const MAX_HOLDS: u32 = 1 << 16;
 /// ```
 #[derive(Debug)]
 pub struct ShmLock {
-    region: Arc<Region>,
+    pub(super) region: Arc<Region>,
     agent: Arc<Agent>,
     thread: Mutex<Option<JoinHandle<()>>>,
     /// This open's process slot.
-    proc: u32,
+    pub(super) proc: u32,
     /// The process's fork generation at open: a child of a fork must not act as the parent.
-    fork_gen: u64,
+    pub(super) fork_gen: u64,
     /// The low bits of the region id that acquisitions carry.
-    tag: u64,
+    pub(super) tag: u64,
 }
 
-const TAG_SHIFT: u32 = 44;
+pub(super) const TAG_SHIFT: u32 = 44;
 const TAG_MASK: u64 = (1 << (64 - TAG_SHIFT)) - 1;
 
 impl ShmLock {
@@ -161,7 +163,7 @@ impl ShmLock {
     }
 
     /// This open's process slot, checked against fork.
-    fn me(&self) -> Result<u32> {
+    pub(super) fn me(&self) -> Result<u32> {
         if sys::fork_generation() != self.fork_gen {
             return Err(Error::Unavailable(
                 "this shm lock was opened before fork(); open it again in the child".into(),
@@ -183,7 +185,7 @@ impl ShmLock {
     }
 
     #[inline]
-    fn stripe_of(&self, space: KeySpace, key: &[u8]) -> u32 {
+    pub(super) fn stripe_of(&self, space: KeySpace, key: &[u8]) -> u32 {
         (index::hash_key(space as u8, key) as u32) & (self.region.header.capacity - 1)
     }
 
@@ -212,7 +214,12 @@ impl ShmLock {
     }
 
     /// The entry of the key if it has one (under the mutex).
-    fn find_locked(&self, t: &TableGuard<'_>, space: KeySpace, key: &[u8]) -> Result<Option<u32>> {
+    pub(super) fn find_locked(
+        &self,
+        t: &TableGuard<'_>,
+        space: KeySpace,
+        key: &[u8],
+    ) -> Result<Option<u32>> {
         if !self.region.is_pool() {
             return Ok(Some(self.stripe_of(space, key)));
         }
@@ -250,7 +257,7 @@ impl ShmLock {
         })
     }
 
-    fn req(&self, opts: &LockOptions, proc: u32) -> Req {
+    pub(super) fn req(&self, opts: &LockOptions, proc: u32) -> Req {
         Req {
             mode: opts.mode,
             lease: opts.lease.map_or(0, |d| {
@@ -281,7 +288,7 @@ impl ShmLock {
 
     /// The grant an acquisition names, and its process slot + 1; `InvalidArgument` for an
     /// acquisition of another lock object.
-    fn grant_of(&self, acq: &Acquisition) -> Result<(Grant, u32)> {
+    pub(super) fn grant_of(&self, acq: &Acquisition) -> Result<(Grant, u32)> {
         let entry = acq.at as u32;
         let proc = ((acq.at >> 32) & 0xFFF) as u32;
         if (acq.at >> TAG_SHIFT) != self.tag || entry >= self.region.header.capacity {
@@ -300,14 +307,14 @@ impl ShmLock {
         Ok((g, proc))
     }
 
-    fn deadline_of(wait: crate::acquisition::Wait) -> Option<u64> {
+    pub(super) fn deadline_of(wait: crate::acquisition::Wait) -> Option<u64> {
         wait.deadline().map(ns_of)
     }
 }
 
 /// An `Instant` for a monotonic-ns deadline (0: none).
 #[inline]
-fn instant_of(ns: u64) -> Option<Instant> {
+pub(super) fn instant_of(ns: u64) -> Option<Instant> {
     if ns == 0 {
         return None;
     }
@@ -347,294 +354,4 @@ impl Drop for ShmLock {
             }
         }
     }
-}
-
-/// Holds the acquisitions of a multi-key acquire until it completes; releases them if it fails
-/// or is dropped.
-struct Holding<'l> {
-    lock: &'l ShmLock,
-    acqs: Vec<Acquisition>,
-}
-
-impl Holding<'_> {
-    fn take(mut self) -> Vec<Acquisition> {
-        std::mem::take(&mut self.acqs)
-    }
-}
-
-impl Drop for Holding<'_> {
-    fn drop(&mut self) {
-        for acq in self.acqs.drain(..).rev() {
-            let _ = self.lock.release_as(acq, None);
-        }
-    }
-}
-
-/// The keys of a multi-key acquire in the canonical order, duplicates merged (the strongest
-/// mode wins), each with the index of its first occurrence among `keys` (the order the
-/// acquisitions are returned in).
-fn canonical(
-    lock: &ShmLock,
-    keys: &[(LockKey<'_>, Mode)],
-) -> Vec<(KeySpace, Vec<u8>, Mode, usize)> {
-    let mut out: Vec<(KeySpace, Vec<u8>, Mode, usize)> = keys
-        .iter()
-        .enumerate()
-        .map(|(i, (k, m))| (k.space, k.bytes.to_vec(), *m, i))
-        .collect();
-    // Pools: by space and bytes. Stripes: by stripe (two keys on one stripe are one lock).
-    let lock_of = |space: KeySpace, key: &[u8]| -> (u32, KeySpace, Vec<u8>) {
-        if lock.region.is_pool() {
-            (0, space, key.to_vec())
-        } else {
-            (lock.stripe_of(space, key), KeySpace::Keys, Vec::new())
-        }
-    };
-    out.sort_by_key(|a| (lock_of(a.0, &a.1), a.3));
-    out.dedup_by(|b, a| {
-        let same = lock_of(a.0, &a.1) == lock_of(b.0, &b.1);
-        if same && b.2 == Mode::Exclusive {
-            a.2 = Mode::Exclusive;
-        }
-        same
-    });
-    out
-}
-
-/// The acquisitions of a multi-key acquire (made in canonical order) in key order.
-fn in_key_order(mut acqs: Vec<(usize, Acquisition)>) -> Vec<Acquisition> {
-    acqs.sort_by_key(|(first, _)| *first);
-    acqs.into_iter().map(|(_, a)| a).collect()
-}
-
-impl KeyedLock for ShmLock {
-    #[inline]
-    fn acquire(&self, key: LockKey<'_>, opts: &LockOptions) -> Result<Acquisition> {
-        // The fast path, first and inline: a plain exclusive acquire of a free entry.
-        if opts.mode == Mode::Exclusive
-            && opts.lease.is_none()
-            && (opts.owner.is_none() || !self.region.reentrant())
-            && sys::fork_generation() == self.fork_gen
-        {
-            let req = Req {
-                mode: Mode::Exclusive,
-                lease: 0,
-                owner: 0,
-                proc: self.proc,
-            };
-            if let Some(g) = self.try_fast(key.space, key.bytes, &req) {
-                return Ok(self.acquisition(g, opts));
-            }
-        }
-        let proc = self.me()?;
-        let req = self.req(opts, proc);
-        if let Some(g) = self.try_fast(key.space, key.bytes, &req) {
-            return Ok(self.acquisition(g, opts));
-        }
-        let deadline = Self::deadline_of(opts.wait);
-        let g = wait::acquire_blocking(
-            self,
-            key.space,
-            key.bytes,
-            &req,
-            deadline,
-            opts.wait.failure(),
-        )?;
-        Ok(self.acquisition(g, opts))
-    }
-
-    fn acquire_async(self: Arc<Self>, key: LockKey<'_>, opts: &LockOptions) -> AcquireFuture {
-        let proc = match self.me() {
-            Ok(p) => p,
-            Err(e) => return Box::pin(std::future::ready(Err(e))),
-        };
-        let req = self.req(opts, proc);
-        let deadline = Self::deadline_of(opts.wait);
-        Box::pin(AcquireOne::new(
-            self,
-            key.space,
-            key.bytes,
-            req,
-            *opts,
-            deadline,
-            opts.wait.failure(),
-        ))
-    }
-
-    fn acquire_many(
-        &self,
-        keys: &[(LockKey<'_>, Mode)],
-        opts: &LockOptions,
-    ) -> Result<Vec<Acquisition>> {
-        let wait = crate::scope::shared_wait(opts.wait);
-        let mut held = Holding {
-            lock: self,
-            acqs: Vec::with_capacity(keys.len()),
-        };
-        let mut firsts = Vec::with_capacity(keys.len());
-        for (space, bytes, mode, first) in canonical(self, keys) {
-            let o = LockOptions {
-                mode,
-                wait,
-                ..*opts
-            };
-            held.acqs.push(self.acquire(
-                LockKey {
-                    space,
-                    bytes: &bytes,
-                },
-                &o,
-            )?);
-            firsts.push(first);
-        }
-        Ok(in_key_order(firsts.into_iter().zip(held.take()).collect()))
-    }
-
-    fn acquire_many_async(
-        self: Arc<Self>,
-        keys: &[(LockKey<'_>, Mode)],
-        opts: &LockOptions,
-    ) -> AcquireManyFuture {
-        let wait = crate::scope::shared_wait(opts.wait);
-        let keys = canonical(&self, keys);
-        let opts = *opts;
-        Box::pin(async move {
-            let mut held = Holding {
-                lock: &self,
-                acqs: Vec::with_capacity(keys.len()),
-            };
-            let mut firsts = Vec::with_capacity(keys.len());
-            for (space, bytes, mode, first) in keys {
-                let o = LockOptions { mode, wait, ..opts };
-                let fut = Arc::clone(&self).acquire_async(
-                    LockKey {
-                        space,
-                        bytes: &bytes,
-                    },
-                    &o,
-                );
-                held.acqs.push(fut.await?);
-                firsts.push(first);
-            }
-            Ok(in_key_order(firsts.into_iter().zip(held.take()).collect()))
-        })
-    }
-
-    #[inline]
-    fn release(&self, acquisition: Acquisition) -> Result<()> {
-        // The fast path: a plain exclusive hold of this open, nothing queued.
-        let entry = acquisition.at as u32;
-        if acquisition.mode == Mode::Exclusive
-            && acquisition.at >> 32 == (self.tag << (TAG_SHIFT - 32)) | u64::from(self.proc + 1)
-            && sys::fork_generation() == self.fork_gen
-            && let Ok(e) = self.region.entry(entry)
-            && lockword::fast_release(e, acquisition.fence, self.proc)
-        {
-            return Ok(());
-        }
-        self.release_as(acquisition, None)
-    }
-
-    fn release_as(&self, acquisition: Acquisition, owner: Option<Owner>) -> Result<()> {
-        let (g, aproc) = self.grant_of(&acquisition)?;
-        let proc = self.me()?;
-        if aproc != proc + 1 {
-            return Err(Error::NotOwner);
-        }
-        let owner = owner.or(acquisition.owner);
-        if g.mode == Mode::Exclusive
-            && lockword::fast_release(self.region.entry(g.entry)?, g.fence, proc)
-        {
-            return Ok(());
-        }
-        let mut wakes = Wakes::default();
-        let result = (|| {
-            let t = self.table(&mut wakes)?;
-            table::release_locked(&t, &g, proc, owner, &mut wakes)
-        })();
-        wakes.run(&self.region);
-        result.map_err(|e| match e {
-            Error::NotOwner => acquisition.stale_error(),
-            e => e,
-        })
-    }
-
-    fn extend(&self, acquisition: &mut Acquisition, lease: Duration) -> Result<()> {
-        let (g, aproc) = self.grant_of(acquisition)?;
-        let proc = self.me()?;
-        if aproc != proc + 1 {
-            return Err(Error::NotOwner);
-        }
-        let ns = (lease.as_nanos().min(u64::MAX as u128 / 2) as u64).max(1);
-        let mut wakes = Wakes::default();
-        let result = (|| {
-            let t = self.table(&mut wakes)?;
-            table::extend_locked(&t, &g, proc, ns, &mut wakes)
-        })();
-        wakes.run(&self.region);
-        match result {
-            Ok(until) => {
-                acquisition.lease_until = instant_of(until);
-                Ok(())
-            }
-            Err(Error::NotOwner) => Err(acquisition.stale_error()),
-            Err(e) => Err(e),
-        }
-    }
-
-    fn is_current_as(&self, acquisition: &Acquisition, owner: Option<Owner>) -> Result<bool> {
-        let (g, aproc) = self.grant_of(acquisition)?;
-        let proc = self.me()?;
-        if aproc != proc + 1 {
-            return Ok(false);
-        }
-        let owner = owner.or(acquisition.owner);
-        let mut wakes = Wakes::default();
-        let result = (|| {
-            let t = self.table(&mut wakes)?;
-            Ok(table::is_current_locked(&t, &g, proc)?
-                && (g.mode == Mode::Shared
-                    || !self.region.reentrant()
-                    || table::held_by(&t, g.entry, owner)?))
-        })();
-        wakes.run(&self.region);
-        result
-    }
-
-    fn force_unlock(&self, key: LockKey<'_>) -> Result<bool> {
-        self.me()?;
-        let mut wakes = Wakes::default();
-        let result = (|| {
-            let t = self.table(&mut wakes)?;
-            match self.find_locked(&t, key.space, key.bytes)? {
-                Some(entry) => table::force_locked(&t, entry, &mut wakes),
-                None => Ok(false),
-            }
-        })();
-        wakes.run(&self.region);
-        result
-    }
-
-    fn info(&self, key: LockKey<'_>) -> Result<Option<LockInfo>> {
-        self.me()?;
-        let mut wakes = Wakes::default();
-        let result = (|| {
-            let t = self.table(&mut wakes)?;
-            match self.find_locked(&t, key.space, key.bytes)? {
-                Some(entry) => table::info_locked(&t, entry, &mut wakes),
-                None => Ok(None),
-            }
-        })();
-        wakes.run(&self.region);
-        result
-    }
-
-    fn is_reentrant(&self) -> bool {
-        self.region.reentrant()
-    }
-}
-
-/// Opens `shm:NAME` for [`crate::open_with`].
-pub(crate) fn open_scope(name: &str, options: &OpenOptions) -> Result<Arc<dyn KeyedLock>> {
-    Ok(ShmLock::open(name, options)?)
 }

@@ -169,6 +169,7 @@
 
 mod agent;
 mod index;
+mod keyed;
 mod layout;
 mod lock;
 mod lockword;
@@ -184,7 +185,7 @@ mod watch;
 pub use lock::{DEFAULT_CAPACITY, ShmLock};
 pub use wait::LIVENESS_SLICE;
 
-pub(crate) use lock::open_scope;
+pub(crate) use keyed::open_scope;
 
 /// Removes region `name` (the `NAME` of `shm:NAME`); whether it existed. Processes that have
 /// it open keep using it; the next open of the name creates a new region.

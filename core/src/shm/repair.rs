@@ -10,9 +10,9 @@
 use std::sync::atomic::Ordering;
 
 use super::layout::*;
+use super::lockword;
 use super::region::TableGuard;
 use super::table::{self, Wakes};
-use super::{lockword, procs};
 use crate::error::Result;
 
 /// Repairs the table; `dead`: the slot + 1 of the process that held the mutex (0: unknown,
@@ -134,7 +134,7 @@ pub(crate) fn repair(t: &mut TableGuard<'_>, dead: u32, wakes: &mut Wakes) -> Re
     if let Some(p) = dead.checked_sub(1)
         && p < h.procs
     {
-        procs::reclaim(t, p, wakes)?;
+        table::reclaim(t, p, wakes)?;
     }
     for i in 0..h.capacity {
         lockword::fix_slow(r.entry(i)?);

@@ -19,9 +19,8 @@ use super::lockword::{
 use super::nodes::{
     add_shared, alloc_node, drop_shared, free_node, node_of_ticket, ticket_of, unlink,
 };
-use super::procs;
 use super::region::TableGuard;
-use super::sys::{self, now_ns};
+use super::sys::{self, Locked, Tried, now_ns};
 use crate::acquisition::{LockInfo, Mode, Owner};
 use crate::error::{Error, Result};
 use crate::wait::FAIR_AFTER;
@@ -569,7 +568,7 @@ pub(crate) fn dispatch(t: &TableGuard<'_>, entry: u32, wakes: &mut Wakes) -> Res
         }
         let n = r.node(index)?;
         let proc = n.proc.load(Ordering::Relaxed);
-        if !procs::is_alive(t, proc, wakes)? {
+        if !is_alive(t, proc, wakes)? {
             // Reclaiming the dead process removed its waiters (this one included).
             if e.head.load(Ordering::Relaxed) == index + 1 {
                 return Err(r.corrupt("a dead waiter left in its queue"));
@@ -663,14 +662,14 @@ pub(crate) fn reap_holders(t: &TableGuard<'_>, entry: u32, wakes: &mut Wakes) ->
     let r = t.region;
     let e = r.entry(entry)?;
     if let Some(p) = word::xproc(e.word.load(Ordering::Acquire)).checked_sub(1) {
-        procs::is_alive(t, p, wakes)?;
+        is_alive(t, p, wakes)?;
     }
     let mut at = e.holders.load(Ordering::Relaxed);
     let mut steps = 0u32;
     while let Some(i) = at.checked_sub(1) {
         let n = r.node(i)?;
         let proc = n.proc.load(Ordering::Relaxed);
-        if !procs::is_alive(t, proc, wakes)? {
+        if !is_alive(t, proc, wakes)? {
             // The list changed under us: start again.
             at = e.holders.load(Ordering::Relaxed);
         } else {
@@ -692,7 +691,7 @@ pub(crate) fn reap_waiters(t: &TableGuard<'_>, entry: u32, wakes: &mut Wakes) ->
     let mut steps = 0u32;
     while let Some(i) = at.checked_sub(1) {
         let n = r.node(i)?;
-        if !procs::is_alive(t, n.proc.load(Ordering::Relaxed), wakes)? {
+        if !is_alive(t, n.proc.load(Ordering::Relaxed), wakes)? {
             at = e.head.load(Ordering::Relaxed);
         } else {
             at = n.next.load(Ordering::Relaxed);
@@ -790,4 +789,65 @@ pub(crate) fn reclaim_node(t: &TableGuard<'_>, index: u32) -> Result<Option<u32>
     }
     fix_slow(e);
     Ok(Some(entry))
+}
+
+// ---- dead processes ---------------------------------------------------------------------------
+//
+// The liveness test of a process slot (see `super::procs` for how the slot's robust mutex makes
+// one) and the reclaiming of what a dead process held or waited for. They live with the lock
+// rules because the two call each other: a grant skips (and reclaims) dead waiters, and
+// reclaiming grants again the entries it freed.
+
+/// Whether slot `p` belongs to a live process. A dead one's holds and waits are reclaimed
+/// (and its slot freed) before this returns `false`.
+pub(crate) fn is_alive(t: &TableGuard<'_>, p: u32, wakes: &mut Wakes) -> Result<bool> {
+    let proc = t.region.proc(p)?;
+    if proc.state.load(Ordering::Relaxed) != PROC_LIVE {
+        // Records of a slot nobody holds: reclaim them (none, usually).
+        reclaim(t, p, wakes)?;
+        return Ok(false);
+    }
+    let unavailable =
+        |e: std::io::Error| Error::Unavailable(format!("process slot {p}: {e}").into());
+    match proc.alive.try_lock().map_err(unavailable)? {
+        Tried::Busy => Ok(true),
+        Tried::Locked(how) => {
+            if how == Locked::OwnerDied {
+                proc.alive.consistent();
+            }
+            let result = reclaim(t, p, wakes);
+            proc.alive.unlock();
+            result.map(|()| false)
+        }
+    }
+}
+
+/// Reclaims everything slot `p` holds or waits for, and frees the slot. An exclusive hold
+/// ends with the fence advanced and the entry marked `died`, so that its next acquirer is told.
+pub(crate) fn reclaim(t: &TableGuard<'_>, p: u32, wakes: &mut Wakes) -> Result<()> {
+    let r = t.region;
+    let proc = r.proc(p)?;
+    proc.state.store(PROC_FREE, Ordering::Relaxed);
+    proc.pid.store(0, Ordering::Relaxed);
+    let mut touched = Vec::new();
+    for i in 0..r.header.capacity {
+        if reclaim_exclusive(t, i, p)? {
+            touched.push(i);
+        }
+    }
+    for i in 0..r.header.nodes {
+        let n = r.node(i)?;
+        if n.state.load(Ordering::Relaxed) == NODE_FREE || n.proc.load(Ordering::Relaxed) != p {
+            continue;
+        }
+        if let Some(entry) = reclaim_node(t, i)? {
+            touched.push(entry);
+        }
+    }
+    touched.sort_unstable();
+    touched.dedup();
+    for entry in touched {
+        dispatch(t, entry, wakes)?;
+    }
+    Ok(())
 }

@@ -67,7 +67,20 @@ impl Store {
         self.accounts[i].lock().unwrap_or_else(|e| e.into_inner()).0
     }
 
-    /// Writes both balances if both fences are newer than the store's; whether it did.
+    /// Reads a balance for a transaction under `fence`, and claims the row for it: from now on
+    /// the row refuses writes under older fences, so a stalled holder that wakes after the next
+    /// holder has read cannot overwrite what that holder computes from. `None`: a newer fence
+    /// has claimed the row already (this holder's lease ran out).
+    fn read(&self, i: usize, fence: u64) -> Option<i64> {
+        let mut row = self.accounts[i].lock().unwrap_or_else(|e| e.into_inner());
+        if fence < row.1 {
+            return None;
+        }
+        row.1 = fence;
+        Some(row.0)
+    }
+
+    /// Writes both balances if no newer fence has claimed either row; whether it did.
     fn commit(&self, a: (usize, i64, u64), b: (usize, i64, u64)) -> bool {
         let (first, second) = if a.0 < b.0 { (a, b) } else { (b, a) };
         let mut x = self.accounts[first.0]
@@ -76,7 +89,7 @@ impl Store {
         let mut y = self.accounts[second.0]
             .lock()
             .unwrap_or_else(|e| e.into_inner());
-        if first.2 <= x.1 || second.2 <= y.1 {
+        if first.2 < x.1 || second.2 < y.1 {
             return false;
         }
         *x = (first.1, first.2);
@@ -216,15 +229,21 @@ fn run_leased(accounts: usize, workers: usize, length: Duration) -> (u64, u64, i
                     let keys = [(&from, Mode::Exclusive), (&to, Mode::Exclusive)];
                     let both = pool.lock_many_with(keys, lease).expect("untimed");
                     let (fa, fb) = (both.fence_of(&from), both.fence_of(&to));
-                    let (a, b) = (store.balance(from as usize), store.balance(to as usize));
+                    let (fa, fb) = (fa.unwrap_or(0), fb.unwrap_or(0));
+                    let (Some(a), Some(b)) =
+                        (store.read(from as usize, fa), store.read(to as usize, fb))
+                    else {
+                        refused.fetch_add(1, Ordering::Relaxed);
+                        continue;
+                    };
                     if rng.below(200) == 0 {
                         // A stall (a GC pause, a swapped-out page) past the lease: the keys may
                         // pass to another worker meanwhile.
                         thread::sleep(Duration::from_millis(5));
                     }
                     let ok = store.commit(
-                        (from as usize, a - amount, fa.unwrap_or(0)),
-                        (to as usize, b + amount, fb.unwrap_or(0)),
+                        (from as usize, a - amount, fa),
+                        (to as usize, b + amount, fb),
                     );
                     if ok {
                         commits.fetch_add(1, Ordering::Relaxed);

@@ -1,0 +1,381 @@
+//! The in-process scope (`local:`): [`KeyedLock`] for [`KeyPool`] and [`StripedLock`], and the
+//! lock object that [`open`](crate::open) makes for a `local:` name.
+//!
+//! A layer above the two lock types and the trait ([`scope`](crate::scope)), beside the shared
+//! memory and Redis scopes: what each method of the trait means is the trait's, and this file
+//! only maps it onto the types' own methods (a pool's two key spaces, a striped lock's stripes).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::acquisition::{Acquisition, LockInfo, LockOptions, Mode, Owner};
+use crate::error::{Error, Result};
+use crate::pool::{KeyPool, PoolStats};
+use crate::scope::{
+    AcquireFuture, AcquireManyFuture, KeySpace, KeyedLock, LockKey, OpenOptions, shared_wait,
+};
+use crate::striped::StripedLock;
+
+/// An in-process lock object for `options`.
+pub(crate) fn open(options: &OpenOptions) -> Result<Arc<dyn KeyedLock>> {
+    if options.capacity.is_some() || options.mode.is_some() {
+        return Err(Error::InvalidArgument(
+            "capacity and mode apply to shared-memory scopes only",
+        ));
+    }
+    Ok(match options.stripes {
+        Some(stripes) => {
+            let mut builder = StripedLock::builder()
+                .stripes(stripes)
+                .reentrant(options.reentrant)
+                .fifo(options.fifo);
+            if let Some(seed) = options.seed {
+                builder = builder.seed(seed);
+            }
+            Arc::new(builder.build()?)
+        }
+        None if options.seed.is_some() => {
+            return Err(Error::InvalidArgument(
+                "a seed applies to striped lock objects only",
+            ));
+        }
+        None => Arc::new(
+            KeyPool::builder()
+                .reentrant(options.reentrant)
+                .fifo(options.fifo)
+                .build::<Vec<u8>>(),
+        ),
+    })
+}
+/// Puts `acqs` (one per distinct lock, any order) in the order of the keys' first occurrence:
+/// `ats` says where each key's lock is (the `at` of its acquisition), in key order.
+fn in_key_order(ats: &[Option<u64>], acqs: Vec<Acquisition>) -> Vec<Acquisition> {
+    let mut rest: Vec<Option<Acquisition>> = acqs.into_iter().map(Some).collect();
+    let mut out = Vec::with_capacity(rest.len());
+    for &at in ats {
+        let Some(at) = at else { continue };
+        if let Some(slot) = rest
+            .iter_mut()
+            .find(|a| a.as_ref().is_some_and(|a| a.at == at))
+        {
+            out.extend(slot.take());
+        }
+    }
+    // Anything not matched (it cannot happen: every key has a held lock) keeps its place.
+    out.extend(rest.into_iter().flatten());
+    out
+}
+/// Bit of an in-process pool acquisition's `at` that says it belongs to the names pool.
+const NAMES: u64 = 1 << 63;
+
+fn tagged(mut acq: Acquisition, space: KeySpace) -> Acquisition {
+    if space == KeySpace::Names {
+        acq.at |= NAMES;
+    }
+    acq
+}
+
+fn untagged(mut acq: Acquisition) -> (Acquisition, KeySpace) {
+    if acq.at & NAMES != 0 {
+        acq.at &= !NAMES;
+        (acq, KeySpace::Names)
+    } else {
+        (acq, KeySpace::Keys)
+    }
+}
+
+impl<S: std::hash::BuildHasher> KeyPool<Vec<u8>, S> {
+    /// Where `key`'s slot is, as an acquisition's `at`, if it has one.
+    fn at_of(&self, key: LockKey<'_>) -> Option<u64> {
+        match key.space {
+            KeySpace::Keys => self.slot_of(key.bytes).map(|at| at.to_u64()),
+            KeySpace::Names => self
+                .names_if()?
+                .slot_of(key.bytes)
+                .map(|at| at.to_u64() | NAMES),
+        }
+    }
+}
+
+impl<S> KeyedLock for KeyPool<Vec<u8>, S>
+where
+    S: std::hash::BuildHasher + Send + Sync + 'static,
+{
+    #[inline]
+    fn acquire(&self, key: LockKey<'_>, opts: &LockOptions) -> Result<Acquisition> {
+        // The uncontended plain case straight from the lock word: what the front ends pay on
+        // every call.
+        if key.space == KeySpace::Keys
+            && opts.lease.is_none()
+            && (opts.owner.is_none() || !self.is_reentrant())
+            && let Some(acq) = self.acquire_plain_fast(key.bytes, opts.mode)
+        {
+            return Ok(acq);
+        }
+        let acq = match key.space {
+            KeySpace::Keys => self.lock_with(key.bytes, *opts)?.into_acquisition(),
+            KeySpace::Names => self.names().lock_with(key.bytes, *opts)?.into_acquisition(),
+        };
+        Ok(tagged(acq, key.space))
+    }
+
+    fn acquire_async(self: Arc<Self>, key: LockKey<'_>, opts: &LockOptions) -> AcquireFuture {
+        let space = key.space;
+        match space {
+            KeySpace::Keys => {
+                let fut = self.lock_with_async_owned(key.bytes, *opts);
+                Box::pin(async move { Ok(fut.await?.into_acquisition()) })
+            }
+            KeySpace::Names => {
+                let fut = self.names().lock_with_async_owned(key.bytes, *opts);
+                Box::pin(async move { Ok(tagged(fut.await?.into_acquisition(), space)) })
+            }
+        }
+    }
+
+    fn acquire_many(
+        &self,
+        keys: &[(LockKey<'_>, Mode)],
+        opts: &LockOptions,
+    ) -> Result<Vec<Acquisition>> {
+        // Plain keys first, then names: one order for every caller, so no deadlock.
+        let opts = LockOptions {
+            wait: shared_wait(opts.wait),
+            ..*opts
+        };
+        let plain = keys
+            .iter()
+            .filter(|(k, _)| k.space == KeySpace::Keys)
+            .map(|(k, m)| (k.bytes, *m));
+        let mut out = self.lock_many_with(plain, opts)?.into_acquisitions();
+        if keys.iter().any(|(k, _)| k.space == KeySpace::Names) {
+            let names = keys
+                .iter()
+                .filter(|(k, _)| k.space == KeySpace::Names)
+                .map(|(k, m)| (k.bytes, *m));
+            match self.names().lock_many_with(names, opts) {
+                Ok(g) => out.extend(
+                    g.into_acquisitions()
+                        .into_iter()
+                        .map(|a| tagged(a, KeySpace::Names)),
+                ),
+                Err(e) => {
+                    for acq in out {
+                        let _ = self.release_as(acq, None);
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        let ats: Vec<Option<u64>> = keys.iter().map(|(k, _)| self.at_of(*k)).collect();
+        Ok(in_key_order(&ats, out))
+    }
+
+    fn acquire_many_async(
+        self: Arc<Self>,
+        keys: &[(LockKey<'_>, Mode)],
+        opts: &LockOptions,
+    ) -> AcquireManyFuture {
+        let opts = LockOptions {
+            wait: shared_wait(opts.wait),
+            ..*opts
+        };
+        let plain: Vec<(&[u8], Mode)> = keys
+            .iter()
+            .filter(|(k, _)| k.space == KeySpace::Keys)
+            .map(|(k, m)| (k.bytes, *m))
+            .collect();
+        let named: Vec<(&[u8], Mode)> = keys
+            .iter()
+            .filter(|(k, _)| k.space == KeySpace::Names)
+            .map(|(k, m)| (k.bytes, *m))
+            .collect();
+        let first = self.lock_many_with_async_owned(plain, opts);
+        let second = (!named.is_empty()).then(|| {
+            let names = Arc::clone(self.names());
+            // Reserved now, awaited after the plain keys (the canonical order).
+            names.lock_many_with_async_owned(named, opts)
+        });
+        // Every key's slot is reserved now, so where each one is stays put.
+        let ats: Vec<Option<u64>> = keys.iter().map(|(k, _)| self.at_of(*k)).collect();
+        Box::pin(async move {
+            let mut out = first.await?.into_acquisitions();
+            if let Some(second) = second {
+                match second.await {
+                    Ok(g) => out.extend(
+                        g.into_acquisitions()
+                            .into_iter()
+                            .map(|a| tagged(a, KeySpace::Names)),
+                    ),
+                    Err(e) => {
+                        for acq in out {
+                            let _ = self.release_as(acq, None);
+                        }
+                        return Err(e);
+                    }
+                }
+            }
+            Ok(in_key_order(&ats, out))
+        })
+    }
+
+    #[inline]
+    fn release_as(&self, acquisition: Acquisition, owner: Option<Owner>) -> Result<()> {
+        if owner.is_none() && self.release_plain_fast(&acquisition) {
+            return Ok(());
+        }
+        let owner = owner.or(acquisition.owner);
+        match untagged(acquisition) {
+            (acq, KeySpace::Keys) => KeyPool::release_as(self, acq, owner),
+            (acq, KeySpace::Names) => match self.names_if() {
+                Some(names) => names.release_as(acq, owner),
+                None => Err(Error::InvalidArgument(
+                    "the acquisition belongs to another lock",
+                )),
+            },
+        }
+    }
+
+    fn extend(&self, acquisition: &mut Acquisition, lease: Duration) -> Result<()> {
+        if acquisition.at & NAMES == 0 {
+            return KeyPool::extend(self, acquisition, lease);
+        }
+        let names = self.names_if().ok_or(Error::InvalidArgument(
+            "the acquisition belongs to another lock",
+        ))?;
+        acquisition.at &= !NAMES;
+        let result = names.extend(acquisition, lease);
+        acquisition.at |= NAMES;
+        result
+    }
+
+    fn is_current_as(&self, acquisition: &Acquisition, owner: Option<Owner>) -> Result<bool> {
+        let owner = owner.or(acquisition.owner);
+        if acquisition.at & NAMES == 0 {
+            return Ok(KeyPool::is_current_as(self, acquisition, owner));
+        }
+        let Some(names) = self.names_if() else {
+            return Ok(false);
+        };
+        let probe = Acquisition {
+            at: acquisition.at & !NAMES,
+            ..acquisition.duplicate()
+        };
+        Ok(names.is_current_as(&probe, owner))
+    }
+
+    fn force_unlock(&self, key: LockKey<'_>) -> Result<bool> {
+        Ok(match key.space {
+            KeySpace::Keys => KeyPool::force_unlock(self, key.bytes),
+            KeySpace::Names => self.names_if().is_some_and(|n| n.force_unlock(key.bytes)),
+        })
+    }
+
+    fn info(&self, key: LockKey<'_>) -> Result<Option<LockInfo>> {
+        Ok(match key.space {
+            KeySpace::Keys => KeyPool::info(self, key.bytes),
+            KeySpace::Names => self.names_if().and_then(|n| n.info(key.bytes)),
+        })
+    }
+
+    fn is_reentrant(&self) -> bool {
+        KeyPool::is_reentrant(self)
+    }
+
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
+    }
+
+    fn stats(&self) -> Option<PoolStats> {
+        Some(KeyPool::stats(self))
+    }
+}
+
+impl KeyedLock for StripedLock {
+    #[inline]
+    fn acquire(&self, key: LockKey<'_>, opts: &LockOptions) -> Result<Acquisition> {
+        let stripe = self.stripe_of_key(key);
+        if opts.lease.is_none()
+            && (opts.owner.is_none() || !self.is_reentrant())
+            && let Some(acq) = self.acquire_stripe_fast(stripe, opts.mode)
+        {
+            return Ok(acq);
+        }
+        Ok(self.lock_stripe_with(stripe, *opts)?.into_acquisition())
+    }
+
+    fn acquire_async(self: Arc<Self>, key: LockKey<'_>, opts: &LockOptions) -> AcquireFuture {
+        let fut = self.lock_stripe_with_async_owned(self.stripe_of_key(key), *opts);
+        Box::pin(async move { Ok(fut.await?.into_acquisition()) })
+    }
+
+    fn acquire_many(
+        &self,
+        keys: &[(LockKey<'_>, Mode)],
+        opts: &LockOptions,
+    ) -> Result<Vec<Acquisition>> {
+        let stripes: Vec<(usize, Mode)> = keys
+            .iter()
+            .map(|(k, m)| (self.stripe_of_key(*k), *m))
+            .collect();
+        let ats: Vec<Option<u64>> = stripes.iter().map(|&(s, _)| Some(s as u64)).collect();
+        let acqs = self.lock_stripes(stripes, *opts)?.into_acquisitions();
+        Ok(in_key_order(&ats, acqs))
+    }
+
+    fn acquire_many_async(
+        self: Arc<Self>,
+        keys: &[(LockKey<'_>, Mode)],
+        opts: &LockOptions,
+    ) -> AcquireManyFuture {
+        let stripes: Vec<(usize, Mode)> = keys
+            .iter()
+            .map(|(k, m)| (self.stripe_of_key(*k), *m))
+            .collect();
+        let ats: Vec<Option<u64>> = stripes.iter().map(|&(s, _)| Some(s as u64)).collect();
+        let fut = self.lock_stripes_async_owned(stripes, *opts);
+        Box::pin(async move { Ok(in_key_order(&ats, fut.await?.into_acquisitions())) })
+    }
+
+    #[inline]
+    fn release_as(&self, acquisition: Acquisition, owner: Option<Owner>) -> Result<()> {
+        if owner.is_none() && self.release_stripe_fast(&acquisition) {
+            return Ok(());
+        }
+        let owner = owner.or(acquisition.owner);
+        StripedLock::release_as(self, acquisition, owner)
+    }
+
+    fn extend(&self, acquisition: &mut Acquisition, lease: Duration) -> Result<()> {
+        StripedLock::extend(self, acquisition, lease)
+    }
+
+    fn is_current_as(&self, acquisition: &Acquisition, owner: Option<Owner>) -> Result<bool> {
+        let owner = owner.or(acquisition.owner);
+        Ok(StripedLock::is_current_as(self, acquisition, owner))
+    }
+
+    fn force_unlock(&self, key: LockKey<'_>) -> Result<bool> {
+        Ok(self.force_unlock_stripe(self.stripe_of_key(key)))
+    }
+
+    fn info(&self, key: LockKey<'_>) -> Result<Option<LockInfo>> {
+        Ok(self.info_stripe(self.stripe_of_key(key)))
+    }
+
+    fn is_reentrant(&self) -> bool {
+        StripedLock::is_reentrant(self)
+    }
+
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
+    }
+
+    fn stripes(&self) -> Option<usize> {
+        Some(StripedLock::stripes(self))
+    }
+
+    fn stripe_of(&self, key: LockKey<'_>) -> Option<usize> {
+        Some(self.stripe_of_key(key))
+    }
+}

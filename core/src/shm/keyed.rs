@@ -1,0 +1,305 @@
+//! [`KeyedLock`] for [`ShmLock`]: each operation of the trait on a region, from the fast path
+//! of the handle ([`super::lock`]) and, when that is not enough, a wait ([`super::wait`]) or the
+//! lock rules under the table mutex ([`super::table`]).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::lock::{ShmLock, TAG_SHIFT, instant_of};
+use super::lockword;
+use super::sys;
+use super::table::{self, Req, Wakes};
+use super::wait::{self, AcquireOne};
+use crate::acquisition::{Acquisition, LockInfo, LockOptions, Mode, Owner};
+use crate::error::{Error, Result};
+use crate::scope::{AcquireFuture, AcquireManyFuture, KeySpace, KeyedLock, LockKey, OpenOptions};
+
+/// Holds the acquisitions of a multi-key acquire until it completes; releases them if it fails
+/// or is dropped.
+struct Holding<'l> {
+    lock: &'l ShmLock,
+    acqs: Vec<Acquisition>,
+}
+
+impl Holding<'_> {
+    fn take(mut self) -> Vec<Acquisition> {
+        std::mem::take(&mut self.acqs)
+    }
+}
+
+impl Drop for Holding<'_> {
+    fn drop(&mut self) {
+        for acq in self.acqs.drain(..).rev() {
+            let _ = self.lock.release_as(acq, None);
+        }
+    }
+}
+
+/// The keys of a multi-key acquire in the canonical order, duplicates merged (the strongest
+/// mode wins), each with the index of its first occurrence among `keys` (the order the
+/// acquisitions are returned in).
+fn canonical(
+    lock: &ShmLock,
+    keys: &[(LockKey<'_>, Mode)],
+) -> Vec<(KeySpace, Vec<u8>, Mode, usize)> {
+    let mut out: Vec<(KeySpace, Vec<u8>, Mode, usize)> = keys
+        .iter()
+        .enumerate()
+        .map(|(i, (k, m))| (k.space, k.bytes.to_vec(), *m, i))
+        .collect();
+    // Pools: by space and bytes. Stripes: by stripe (two keys on one stripe are one lock).
+    let lock_of = |space: KeySpace, key: &[u8]| -> (u32, KeySpace, Vec<u8>) {
+        if lock.region.is_pool() {
+            (0, space, key.to_vec())
+        } else {
+            (lock.stripe_of(space, key), KeySpace::Keys, Vec::new())
+        }
+    };
+    out.sort_by_key(|a| (lock_of(a.0, &a.1), a.3));
+    out.dedup_by(|b, a| {
+        let same = lock_of(a.0, &a.1) == lock_of(b.0, &b.1);
+        if same && b.2 == Mode::Exclusive {
+            a.2 = Mode::Exclusive;
+        }
+        same
+    });
+    out
+}
+
+/// The acquisitions of a multi-key acquire (made in canonical order) in key order.
+fn in_key_order(mut acqs: Vec<(usize, Acquisition)>) -> Vec<Acquisition> {
+    acqs.sort_by_key(|(first, _)| *first);
+    acqs.into_iter().map(|(_, a)| a).collect()
+}
+
+impl KeyedLock for ShmLock {
+    #[inline]
+    fn acquire(&self, key: LockKey<'_>, opts: &LockOptions) -> Result<Acquisition> {
+        // The fast path, first and inline: a plain exclusive acquire of a free entry.
+        if opts.mode == Mode::Exclusive
+            && opts.lease.is_none()
+            && (opts.owner.is_none() || !self.region.reentrant())
+            && sys::fork_generation() == self.fork_gen
+        {
+            let req = Req {
+                mode: Mode::Exclusive,
+                lease: 0,
+                owner: 0,
+                proc: self.proc,
+            };
+            if let Some(g) = self.try_fast(key.space, key.bytes, &req) {
+                return Ok(self.acquisition(g, opts));
+            }
+        }
+        let proc = self.me()?;
+        let req = self.req(opts, proc);
+        if let Some(g) = self.try_fast(key.space, key.bytes, &req) {
+            return Ok(self.acquisition(g, opts));
+        }
+        let deadline = Self::deadline_of(opts.wait);
+        let g = wait::acquire_blocking(
+            self,
+            key.space,
+            key.bytes,
+            &req,
+            deadline,
+            opts.wait.failure(),
+        )?;
+        Ok(self.acquisition(g, opts))
+    }
+
+    fn acquire_async(self: Arc<Self>, key: LockKey<'_>, opts: &LockOptions) -> AcquireFuture {
+        let proc = match self.me() {
+            Ok(p) => p,
+            Err(e) => return Box::pin(std::future::ready(Err(e))),
+        };
+        let req = self.req(opts, proc);
+        let deadline = Self::deadline_of(opts.wait);
+        Box::pin(AcquireOne::new(
+            self,
+            key.space,
+            key.bytes,
+            req,
+            *opts,
+            deadline,
+            opts.wait.failure(),
+        ))
+    }
+
+    fn acquire_many(
+        &self,
+        keys: &[(LockKey<'_>, Mode)],
+        opts: &LockOptions,
+    ) -> Result<Vec<Acquisition>> {
+        let wait = crate::scope::shared_wait(opts.wait);
+        let mut held = Holding {
+            lock: self,
+            acqs: Vec::with_capacity(keys.len()),
+        };
+        let mut firsts = Vec::with_capacity(keys.len());
+        for (space, bytes, mode, first) in canonical(self, keys) {
+            let o = LockOptions {
+                mode,
+                wait,
+                ..*opts
+            };
+            held.acqs.push(self.acquire(
+                LockKey {
+                    space,
+                    bytes: &bytes,
+                },
+                &o,
+            )?);
+            firsts.push(first);
+        }
+        Ok(in_key_order(firsts.into_iter().zip(held.take()).collect()))
+    }
+
+    fn acquire_many_async(
+        self: Arc<Self>,
+        keys: &[(LockKey<'_>, Mode)],
+        opts: &LockOptions,
+    ) -> AcquireManyFuture {
+        let wait = crate::scope::shared_wait(opts.wait);
+        let keys = canonical(&self, keys);
+        let opts = *opts;
+        Box::pin(async move {
+            let mut held = Holding {
+                lock: &self,
+                acqs: Vec::with_capacity(keys.len()),
+            };
+            let mut firsts = Vec::with_capacity(keys.len());
+            for (space, bytes, mode, first) in keys {
+                let o = LockOptions { mode, wait, ..opts };
+                let fut = Arc::clone(&self).acquire_async(
+                    LockKey {
+                        space,
+                        bytes: &bytes,
+                    },
+                    &o,
+                );
+                held.acqs.push(fut.await?);
+                firsts.push(first);
+            }
+            Ok(in_key_order(firsts.into_iter().zip(held.take()).collect()))
+        })
+    }
+
+    #[inline]
+    fn release(&self, acquisition: Acquisition) -> Result<()> {
+        // The fast path: a plain exclusive hold of this open, nothing queued.
+        let entry = acquisition.at as u32;
+        if acquisition.mode == Mode::Exclusive
+            && acquisition.at >> 32 == (self.tag << (TAG_SHIFT - 32)) | u64::from(self.proc + 1)
+            && sys::fork_generation() == self.fork_gen
+            && let Ok(e) = self.region.entry(entry)
+            && lockword::fast_release(e, acquisition.fence, self.proc)
+        {
+            return Ok(());
+        }
+        self.release_as(acquisition, None)
+    }
+
+    fn release_as(&self, acquisition: Acquisition, owner: Option<Owner>) -> Result<()> {
+        let (g, aproc) = self.grant_of(&acquisition)?;
+        let proc = self.me()?;
+        if aproc != proc + 1 {
+            return Err(Error::NotOwner);
+        }
+        let owner = owner.or(acquisition.owner);
+        if g.mode == Mode::Exclusive
+            && lockword::fast_release(self.region.entry(g.entry)?, g.fence, proc)
+        {
+            return Ok(());
+        }
+        let mut wakes = Wakes::default();
+        let result = (|| {
+            let t = self.table(&mut wakes)?;
+            table::release_locked(&t, &g, proc, owner, &mut wakes)
+        })();
+        wakes.run(&self.region);
+        result.map_err(|e| match e {
+            Error::NotOwner => acquisition.stale_error(),
+            e => e,
+        })
+    }
+
+    fn extend(&self, acquisition: &mut Acquisition, lease: Duration) -> Result<()> {
+        let (g, aproc) = self.grant_of(acquisition)?;
+        let proc = self.me()?;
+        if aproc != proc + 1 {
+            return Err(Error::NotOwner);
+        }
+        let ns = (lease.as_nanos().min(u64::MAX as u128 / 2) as u64).max(1);
+        let mut wakes = Wakes::default();
+        let result = (|| {
+            let t = self.table(&mut wakes)?;
+            table::extend_locked(&t, &g, proc, ns, &mut wakes)
+        })();
+        wakes.run(&self.region);
+        match result {
+            Ok(until) => {
+                acquisition.lease_until = instant_of(until);
+                Ok(())
+            }
+            Err(Error::NotOwner) => Err(acquisition.stale_error()),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn is_current_as(&self, acquisition: &Acquisition, owner: Option<Owner>) -> Result<bool> {
+        let (g, aproc) = self.grant_of(acquisition)?;
+        let proc = self.me()?;
+        if aproc != proc + 1 {
+            return Ok(false);
+        }
+        let owner = owner.or(acquisition.owner);
+        let mut wakes = Wakes::default();
+        let result = (|| {
+            let t = self.table(&mut wakes)?;
+            Ok(table::is_current_locked(&t, &g, proc)?
+                && (g.mode == Mode::Shared
+                    || !self.region.reentrant()
+                    || table::held_by(&t, g.entry, owner)?))
+        })();
+        wakes.run(&self.region);
+        result
+    }
+
+    fn force_unlock(&self, key: LockKey<'_>) -> Result<bool> {
+        self.me()?;
+        let mut wakes = Wakes::default();
+        let result = (|| {
+            let t = self.table(&mut wakes)?;
+            match self.find_locked(&t, key.space, key.bytes)? {
+                Some(entry) => table::force_locked(&t, entry, &mut wakes),
+                None => Ok(false),
+            }
+        })();
+        wakes.run(&self.region);
+        result
+    }
+
+    fn info(&self, key: LockKey<'_>) -> Result<Option<LockInfo>> {
+        self.me()?;
+        let mut wakes = Wakes::default();
+        let result = (|| {
+            let t = self.table(&mut wakes)?;
+            match self.find_locked(&t, key.space, key.bytes)? {
+                Some(entry) => table::info_locked(&t, entry, &mut wakes),
+                None => Ok(None),
+            }
+        })();
+        wakes.run(&self.region);
+        result
+    }
+
+    fn is_reentrant(&self) -> bool {
+        self.region.reentrant()
+    }
+}
+
+/// Opens `shm:NAME` for [`crate::open_with`].
+pub(crate) fn open_scope(name: &str, options: &OpenOptions) -> Result<Arc<dyn KeyedLock>> {
+    Ok(ShmLock::open(name, options)?)
+}
