@@ -5,11 +5,11 @@
 use std::ffi::{CStr, c_char};
 
 use crate::acquisition::{HeldRef, keylock_acquisition};
-use crate::boundary::{Fail, ffi_boundary, handle};
+use crate::boundary::{ffi_boundary, handle};
 use crate::contract::{KEYLOCK_INVALID_ARGUMENT, KEYLOCK_NOT_LOCKED, KEYLOCK_NOT_OWNER};
 use crate::keyed::Handle;
 use crate::pool::keylock_pool;
-use crate::result::keylock_result;
+use crate::result::{Fail, keylock_result};
 use crate::striped::keylock_striped;
 
 /// The body of `_lost`: an empty or released record, or one of a scope whose holders cannot
