@@ -1347,6 +1347,70 @@ keylock_result keylock_rwlock_write_lock_timeout(struct keylock_rwlock *rw,
 keylock_result keylock_rwlock_release(struct keylock_rwlock *rw,
                                       struct keylock_acquisition *acquisition);
 
+/**
+ * Stores in `*out_lost` whether `*acquisition` was lost behind its holder's back: a remote
+ * (Redis) lease that could not be renewed in time, or a force-unlock that the renewal found
+ * (it renews every third of the lease, so the loss shows within about a third of the lease).
+ * Once true it stays true, and releasing the record reports `KEYLOCK_NOT_OWNER` or
+ * `KEYLOCK_LEASE_EXPIRED`. Always false for scopes whose holders cannot lose a lock that way
+ * (in-process, shared memory: they learn of a force-unlock at release, or from
+ * `keylock_pool_is_current`), and for an empty or released record. Cheap: it asks no server
+ * (`keylock_pool_is_current` does).
+ *
+ * Returns:
+ * - `KEYLOCK_OK`: `*out_lost` is set.
+ * - `KEYLOCK_NULL_ARGUMENT`: `pool`, `acquisition` or `out_lost` is NULL.
+ * - `KEYLOCK_INVALID_ARGUMENT`: the record belongs to another lock object, or the struct is
+ *   not an acquisition record.
+ * - `KEYLOCK_PANIC`: internal error.
+ *
+ * # Safety
+ * `pool` is NULL or a live handle; `acquisition` is NULL or readable; `out_lost` is NULL or
+ * points to a writable `bool`.
+ */
+keylock_result keylock_pool_lost(const struct keylock_pool *pool,
+                                 const struct keylock_acquisition *acquisition,
+                                 bool *out_lost);
+
+/**
+ * Stores in `*out_lost` whether `*acquisition` was lost behind its holder's back: as
+ * `keylock_pool_lost` (striped lock objects live in process or in shared memory, so this is
+ * false unless a future scope can lose them).
+ *
+ * Returns:
+ * - `KEYLOCK_OK`: `*out_lost` is set.
+ * - `KEYLOCK_NULL_ARGUMENT`: `striped`, `acquisition` or `out_lost` is NULL.
+ * - `KEYLOCK_INVALID_ARGUMENT`: the record belongs to another lock object, or the struct is
+ *   not an acquisition record.
+ * - `KEYLOCK_PANIC`: internal error.
+ *
+ * # Safety
+ * `striped` is NULL or a live handle; `acquisition` is NULL or readable; `out_lost` is NULL or
+ * points to a writable `bool`.
+ */
+keylock_result keylock_striped_lost(const struct keylock_striped *striped,
+                                    const struct keylock_acquisition *acquisition,
+                                    bool *out_lost);
+
+/**
+ * Removes the shared-memory region that `name` (`"shm:NAME"`, as `keylock_pool_open` takes
+ * it) names, and stores in `*out_removed` (if not NULL) whether it existed. Processes that
+ * have the region open keep using it; the next open of the name makes a new, empty region.
+ *
+ * Returns:
+ * - `KEYLOCK_OK`: done (`*out_removed` false: there was no such region).
+ * - `KEYLOCK_NULL_ARGUMENT`: `name` is NULL.
+ * - `KEYLOCK_INVALID_ARGUMENT`: not a `shm:` name, a malformed one (or not UTF-8), or a build
+ *   without the shared-memory scope.
+ * - `KEYLOCK_PERMISSION_DENIED`, `KEYLOCK_UNAVAILABLE`: the file could not be removed.
+ * - `KEYLOCK_PANIC`: internal error.
+ *
+ * # Safety
+ * `name` is NULL or a NUL-terminated string; `out_removed` is NULL or points to a writable
+ * `bool`.
+ */
+keylock_result keylock_unlink(const char *name, bool *out_removed);
+
 #ifdef __cplusplus
 }  // extern "C"
 #endif  // __cplusplus

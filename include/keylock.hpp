@@ -212,6 +212,7 @@ struct pool_api {
     static keylock_result release_many(handle *h, keylock_acquisition *a, std::size_t n) { return keylock_pool_release_many(h, a, n); }
     static keylock_result extend(handle *h, keylock_acquisition *a, std::uint64_t ns) { return keylock_pool_extend(h, a, ns); }
     static keylock_result is_current(const handle *h, const keylock_acquisition *a, bool *out) { return keylock_pool_is_current(h, a, out); }
+    static keylock_result lost(const handle *h, const keylock_acquisition *a, bool *out) { return keylock_pool_lost(h, a, out); }
     static keylock_result force_unlock(handle *h, const std::uint8_t *k, std::size_t n, bool *was) { return keylock_pool_force_unlock(h, k, n, was); }
     static keylock_result is_locked(const handle *h, const std::uint8_t *k, std::size_t n, bool *out) { return keylock_pool_is_locked(h, k, n, out); }
     static keylock_result info(const handle *h, const std::uint8_t *k, std::size_t n, keylock_lock_info *out) { return keylock_pool_info(h, k, n, out); }
@@ -227,6 +228,7 @@ struct striped_api {
     static keylock_result release_many(handle *h, keylock_acquisition *a, std::size_t n) { return keylock_striped_release_many(h, a, n); }
     static keylock_result extend(handle *h, keylock_acquisition *a, std::uint64_t ns) { return keylock_striped_extend(h, a, ns); }
     static keylock_result is_current(const handle *h, const keylock_acquisition *a, bool *out) { return keylock_striped_is_current(h, a, out); }
+    static keylock_result lost(const handle *h, const keylock_acquisition *a, bool *out) { return keylock_striped_lost(h, a, out); }
     static keylock_result force_unlock(handle *h, const std::uint8_t *k, std::size_t n, bool *was) { return keylock_striped_force_unlock(h, k, n, was); }
     static keylock_result is_locked(const handle *h, const std::uint8_t *k, std::size_t n, bool *out) { return keylock_striped_is_locked(h, k, n, out); }
     static keylock_result info(const handle *h, const std::uint8_t *k, std::size_t n, keylock_lock_info *out) { return keylock_striped_info(h, k, n, out); }
@@ -295,6 +297,14 @@ public:
     bool is_current() const {
         bool out = false;
         if (handle_) detail::check(Api::is_current(handle_, &acq_, &out));
+        return out;
+    }
+    /// Whether the lock was lost behind the holder's back (a Redis lease that could not be
+    /// renewed in time, or a force-unlock the renewal found); always false for in-process and
+    /// shared-memory scopes, and once unlocked. Asks no server.
+    bool lost() const {
+        bool out = false;
+        if (handle_) detail::check(Api::lost(handle_, &acq_, &out));
         return out;
     }
     /// The lease left (zero once run out), or nullopt without a lease; throws
@@ -402,6 +412,15 @@ public:
     std::vector<std::uint64_t> fences() const {
         std::vector<std::uint64_t> out;
         for (const auto &a : acqs_) out.push_back(a.fence);
+        return out;
+    }
+    /// Whether any of the locks held was lost behind the holder's back (see basic_guard::lost).
+    bool lost() const {
+        bool out = false;
+        for (const auto &a : acqs_) {
+            if (handle_) detail::check(Api::lost(handle_, &a, &out));
+            if (out) break;
+        }
         return out;
     }
     /// Releases every acquisition now; throws keylock::error with the first failure (every one
@@ -559,6 +578,14 @@ private:
 };
 
 }  // namespace detail
+
+/// Removes the shared-memory region that `name` ("shm:NAME") names; whether it existed. Throws
+/// keylock::error (KEYLOCK_INVALID_ARGUMENT for any other name).
+inline bool unlink(const std::string &name) {
+    bool removed = false;
+    detail::check(keylock_unlink(name.c_str(), &removed));
+    return removed;
+}
 
 template <class Api>
 basic_guard<Api>::basic_guard(detail::keyed<Api> &lock, std::string_view key, const options &opts)

@@ -33,7 +33,7 @@ build-py: $(VENV)/.stamp
 demo-py: build-py
 	@for ex in $(PY_EXAMPLES); do echo "== $$ex"; $(PY) $$ex; done
 
-test-py: build-py
+test-py: build-py redis-server
 	$(PY) -m pytest py/tests -q
 
 # The benchmark measures every alternative in one run, interleaved; the machine's load average

@@ -14,6 +14,13 @@ export type Key = string | number | bigint | Uint8Array;
 /** The bytes `key` stands for: what every lock compares (a copy; see `Key`). */
 export function keyBytes(key: Key): Buffer;
 
+/**
+ * Removes the shared-memory region that `name` (`'shm:NAME'`) names; whether it existed.
+ * Processes that have it open keep using it; the next open of the name makes a new, empty region.
+ * Any other name throws a `KeylockError` with code `KEYLOCK_INVALID_ARGUMENT`.
+ */
+export function unlink(name: string): boolean;
+
 /** How an acquisition holds its key: alone, or together with other shared holders. */
 export type LockMode = 'exclusive' | 'shared';
 
@@ -115,6 +122,15 @@ export class Guard implements Disposable {
   readonly mode: LockMode;
   /** Whether the previous holder died holding the lock (cross-process scopes only). */
   readonly ownerDied: boolean;
+  /**
+   * Aborts if the lock is lost behind the holder's back (a Redis lease that could not be renewed
+   * in time, or a force-unlock the renewal found), with a `KeylockError` of code
+   * `KEYLOCK_NOT_OWNER` as its reason. Never aborts for scopes whose holders cannot lose a lock
+   * that way (in-process, shared memory), for RwLock guards, or once released. The same signal
+   * every time. Like `AbortSignal.timeout`'s, a pending signal does not keep the event loop alive
+   * by itself.
+   */
+  readonly signal: AbortSignal;
   /** Whether the acquisition is still the lock's current one (false once released). */
   isCurrent(): boolean;
   /** Milliseconds left on its lease; `null` without a lease, or once released. */

@@ -30,6 +30,7 @@ const FLAG_SHARED = native.FLAG_SHARED;
 const FLAG_OWNER_DIED = native.FLAG_OWNER_DIED;
 const FLAG_FAILED = native.FLAG_FAILED;
 const FLAG_STOLEN = native.FLAG_STOLEN;
+const FLAG_LOST = native.FLAG_LOST;
 const STATUS_SHIFT = native.STATUS_SHIFT;
 
 /** An error from keylock; `code` says which (KEYLOCK_TIMEOUT, KEYLOCK_NOT_OWNER, ...). */
@@ -143,6 +144,10 @@ if (state === undefined) {
   state.drain = drain;
   native.init(() => state.drain(), state.out.buffer, state.records.buffer, state.clientId);
 }
+// Guards whose `signal` watches for a lost lock, by watch id (see Guard#signal); added here so
+// that a state made by an older copy of this file gets them too.
+state.watched ??= new Map();
+state.nextWatch ??= 1;
 const OUT = state.out;
 const RECORDS = state.records;
 const waiters = state.waiters;
@@ -325,6 +330,14 @@ function dispatch(records, n) {
       if (req !== undefined) req.stolen();
       continue;
     }
+    if (slot === 0 && flags & FLAG_LOST) {
+      const lost = state.watched.get(id);
+      if (lost !== undefined) {
+        state.watched.delete(id);
+        lost();
+      }
+      continue;
+    }
     const w = waiters.get(id);
     if (w === undefined) continue;
     waiters.delete(id);
@@ -427,6 +440,9 @@ class Guard {
   #bits;
   #owner;
   #of;
+  // The AbortController behind `signal` (made on first use), and its watch id (0: none).
+  #ctl;
+  #watch = 0;
 
   constructor(token, h, slot, lo, hi, flags, owner, kind, of) {
     if (token !== INTERNAL) throw new TypeError('Illegal constructor');
@@ -447,6 +463,10 @@ class Guard {
     const slot = this.#slot;
     if (slot === 0) return;
     this.#slot = 0;
+    if (this.#watch !== 0) {
+      state.watched.delete(this.#watch);
+      this.#watch = 0;
+    }
     const status = released(this.#h.release(slot));
     if (this.#owner !== 0) dropOwner(this.#owner);
     if (status !== OK) throw statusError(status, () => this.#what());
@@ -474,6 +494,43 @@ class Guard {
   /** Whether the previous holder died holding the lock (cross-process scopes only). */
   get ownerDied() {
     return (this.#bits & FLAG_OWNER_DIED) !== 0;
+  }
+
+  /**
+   * An AbortSignal that aborts if the lock is lost behind the holder's back: a Redis lease
+   * that could not be renewed in time, or a force-unlock that the renewal found. Its reason is a
+   * KeylockError with code KEYLOCK_NOT_OWNER. Pass it to work done under the lock (fetch,
+   * streams, timers) so that the work stops when the lock is gone. A scope whose holders cannot
+   * lose a lock that way (in-process, shared memory), an RwLock guard, or a guard released
+   * already, gives a signal that never aborts. The same signal every time. Like
+   * AbortSignal.timeout's, a pending signal does not keep the event loop alive by itself.
+   */
+  get signal() {
+    if (this.#ctl !== undefined) return this.#ctl.signal;
+    const ctl = new AbortController();
+    this.#ctl = ctl;
+    const kind = this.#bits >> 8;
+    if (this.#slot === 0 || (kind !== ONE_KEY && kind !== KEYS)) return ctl.signal;
+    const lost = () => {
+      this.#watch = 0;
+      ctl.abort(
+        new KeylockError(
+          STATUSES.get(NOT_OWNER).name,
+          `keylock: ${this.#what()}: the lock was lost (its lease could not be renewed in time, or it was force-unlocked)`,
+        ),
+      );
+    };
+    let id = state.nextWatch;
+    while (state.watched.has(id)) id = (id % 0x1fffffff) + 1;
+    state.nextWatch = (id % 0x1fffffff) + 1;
+    const r = this.#h.watchLost(this.#slot, id);
+    if (r === 2) {
+      lost();
+    } else if (r === 1) {
+      this.#watch = id;
+      state.watched.set(id, lost);
+    }
+    return ctl.signal;
   }
 
   /** The key (a guard of one key). */
@@ -1028,7 +1085,17 @@ function keyBytes(key) {
   return native.keyBytes(key);
 }
 
-module.exports = { KeyPool, StripedLock, RwLock, KeylockError, Guard, keyBytes };
+/**
+ * Removes the shared-memory region that `name` ('shm:NAME') names; whether it existed.
+ * Processes that have it open keep using it; the next open of the name makes a new, empty
+ * region. Any other name throws a KeylockError with code KEYLOCK_INVALID_ARGUMENT.
+ */
+function unlink(name) {
+  checkScope(name);
+  return nativeCall(native.unlink, name);
+}
+
+module.exports = { KeyPool, StripedLock, RwLock, KeylockError, Guard, keyBytes, unlink };
 
 // The Web Locks API (web-locks.js) needs the pieces above.
 const webLocks = require('./web-locks.js')({

@@ -36,6 +36,7 @@ mod acquisition;
 mod adder;
 mod entry;
 mod error;
+mod guard;
 mod hash;
 pub mod keys;
 mod local;
@@ -52,14 +53,17 @@ mod site;
 mod status;
 mod striped;
 mod sync;
+mod unlink;
 pub mod wait;
 
 pub use acquisition::{Acquisition, LockInfo, LockOptions, Mode, Owner, Wait};
 pub use error::{Error, Result};
+pub use guard::KeyedGuard;
 pub use lost::{Lost, LostSignal};
 pub use open::{open, open_with};
 pub use scope::{KeySpace, KeyedLock, LockKey, OpenOptions};
 pub use status::Status;
+pub use unlink::unlink;
 
 /// The examples of the crate's README, compiled and run as doctests so they cannot go stale.
 /// The crate's own README, not the repository's, so that they run in the published crate too;

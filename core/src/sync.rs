@@ -8,9 +8,12 @@
 //! count that sizes adder tables, and the counter that gives each thread its first adder probe.
 //! Loom's atomics cannot live in statics, and no interleaving of these values matters (a race
 //! computes the same core count twice, or gives two threads the same first probe). They use
-//! std's atomics through [`unmodelled`], and the probe itself is a std thread-local. Two other
-//! places name std directly, for the same reasons: `wait.rs`'s hand-off switch for the loom
-//! models, and `pool.rs`'s shard count.
+//! std's atomics through [`unmodelled`], and the probe itself is a std thread-local. Other places
+//! name std directly, each for a reason of its own: `wait/mod.rs`'s hand-off switch for the loom
+//! models (a static); the `shm` scope, whose atomics live in memory shared with other processes
+//! and follow its region's layout, and the `redis` scope and `lost.rs`, which talk to a server
+//! and a runtime that loom does not model. None of those is model-checked; the shared-memory
+//! table is covered by its TSan and multi-process tests instead.
 
 #[cfg(keylock_loom)]
 pub(crate) use loom::sync::atomic::{AtomicPtr, AtomicU8, AtomicU32, AtomicU64, AtomicUsize};

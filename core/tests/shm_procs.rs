@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use keylock_core::shm;
-use keylock_core::{Error, KeyedLock, LockKey, LockOptions, Mode, Wait};
+use keylock_core::{Error, KeyedGuard, KeyedLock, LockKey, LockOptions, Mode, Wait};
 
 /// Data shared by the processes of a test: a mapped file of atomics. The counters are read and
 /// written with separate loads and stores, so only the lock under test keeps them exact.
@@ -468,6 +468,27 @@ fn killed_holders_are_recovered_with_owner_died() {
         "recovery after kill -9: p50 {:?}, p99 {:?}, max {:?}",
         recovery[49], recovery[98], recovery[99]
     );
+}
+
+/// `KeyedGuard::owner_died` reads the acquisition's flag: true for the guard that takes a key
+/// from a holder killed with it, false for the next one.
+#[test]
+fn a_guard_after_a_killed_holder_says_owner_died() {
+    let names = Names::new("kill-guard");
+    let _data = Data::open(&names.data);
+    let lock = parent_open(&names);
+    let mut child = spawn("hold", &names, &[]);
+    let fence: u64 = expect_line(&mut child, "held ").parse().unwrap();
+    kill9(&mut child);
+    let opts = LockOptions::new().wait(Wait::For(Duration::from_secs(10)));
+    let guard = KeyedGuard::acquire(&lock, LockKey::new(b"k"), &opts).unwrap();
+    assert!(guard.owner_died());
+    assert!(guard.fence() > fence + 1);
+    guard.release().unwrap();
+    let guard = KeyedGuard::acquire(&lock, LockKey::new(b"k"), &opts).unwrap();
+    assert!(!guard.owner_died(), "owner_died is reported once");
+    drop(guard);
+    assert!(!lock.is_locked(LockKey::new(b"k")).unwrap());
 }
 
 /// 100 kills at random points of children that cycle through acquire-write-release on a few

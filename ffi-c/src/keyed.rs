@@ -19,8 +19,8 @@ use crate::result::*;
 /// A lock object and the id its acquisition records carry.
 #[derive(Debug)]
 pub(crate) struct Keyed {
-    locks: Arc<dyn KeyedLock>,
-    id: u64,
+    pub(crate) locks: Arc<dyn KeyedLock>,
+    pub(crate) id: u64,
     direct: Direct,
 }
 

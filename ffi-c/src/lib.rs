@@ -39,6 +39,8 @@ pub mod striped;
 
 pub mod rwlock;
 
+pub mod lost;
+
 mod boundary;
 mod keyed;
 

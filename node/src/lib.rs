@@ -358,6 +358,13 @@ pub fn held_count(env: &Env, handle: Unknown<'_>) -> Result<u32> {
     })
 }
 
+/// Removes the shared-memory region that `name` (`'shm:NAME'`) names (`unlink(name)`);
+/// whether it existed. Any other name is `KEYLOCK_INVALID_ARGUMENT` (see `keylock_core::unlink`).
+#[napi(catch_unwind)]
+pub fn unlink(name: String) -> Result<bool> {
+    keylock_core::unlink(&name).map_err(|e| core_error(&e))
+}
+
 /// The bytes `key` stands for (`keyBytes(key)`): what every lock compares, the same in C,
 /// Python and Rust.
 #[napi(catch_unwind)]
@@ -397,6 +404,9 @@ pub const FLAG_FAILED: u32 = reactor::FAILED;
 /// Flags of a dispatched record: a Web Locks request lost its lock to a steal.
 #[napi]
 pub const FLAG_STOLEN: u32 = reactor::STOLEN;
+/// Flags of a dispatched record: a watched guard lost its lock (its `signal` aborts).
+#[napi]
+pub const FLAG_LOST: u32 = reactor::LOST;
 /// A failed record's status sits above this shift in its flags.
 #[napi]
 pub const STATUS_SHIFT: u32 = locks::STATUS_SHIFT;

@@ -12,7 +12,7 @@ use std::cell::RefCell;
 use std::sync::Arc;
 
 use keylock_core::{
-    Acquisition, Error, KeyedLock, LockOptions, Mode, ReadGuard, RwLock, WriteGuard,
+    Acquisition, Error, KeyedLock, LockOptions, LostSignal, Mode, ReadGuard, RwLock, WriteGuard,
 };
 
 use crate::reactor::{self, Liveness, Record};
@@ -182,6 +182,21 @@ impl Keyed {
             Holding::One(a) | Holding::Web { acq: a, .. } => Some(f(a)),
             Holding::Many(v) => v.first_mut().map(f),
         }
+    }
+
+    /// The lost signals of the acquisitions in `slot`: none for a scope whose holders cannot
+    /// lose a lock behind their backs (in-process, shared memory), or a slot that holds
+    /// nothing.
+    pub(crate) fn lost_signals(&self, slot: u32) -> Vec<LostSignal> {
+        let held = self.held.borrow();
+        let acqs: &[Acquisition] = match held.get(slot) {
+            None => &[],
+            Some(Holding::One(a) | Holding::Web { acq: a, .. }) => std::slice::from_ref(a),
+            Some(Holding::Many(v)) => v,
+        };
+        acqs.iter()
+            .filter_map(|a| self.core.lost_signal(a))
+            .collect()
     }
 
     /// The fences of the acquisitions in `slot`.

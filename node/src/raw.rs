@@ -495,6 +495,26 @@ entry_points! {
         let lease = c.millis(1).ok_or(Fail::Type("a lease is a number of milliseconds >= 0"))?;
         Ok(Ret::Status(c.keyed()?.extend(c.slot(0), lease)))
     }
+    /// `watchLost(slot, id)`: 0 if the slot's lock cannot be lost behind its holder's back (an
+    /// in-process or shared-memory scope, or a slot that holds nothing), 2 if it is lost
+    /// already, else 1: a lost notice for `id` comes to this thread if it is lost later.
+    fn watch_lost[2](c) {
+        let signals = c.keyed()?.lost_signals(c.slot(0));
+        if signals.is_empty() {
+            return Ok(Ret::Int(0));
+        }
+        if signals.iter().any(keylock_core::LostSignal::is_lost) {
+            return Ok(Ret::Int(2));
+        }
+        let (id, mailbox) = (c.slot(1), reactor::mailbox()?);
+        for signal in signals {
+            let mailbox = mailbox.clone();
+            signal.on_lost(move || mailbox.post_lost(id));
+        }
+        // A loss between the look above and the registration posted from this thread.
+        reactor::flush_local();
+        Ok(Ret::Int(1))
+    }
     /// `fences(slot)`: the slot's fences as bigints, or `undefined` for a slot that holds
     /// nothing.
     fn fences[1](c) {
@@ -789,6 +809,7 @@ const KEYED: &[(&CStr, RawFn)] = &[
     (c"lockManyAsync", lock_many_async),
     (c"release", release),
     (c"isCurrent", is_current),
+    (c"watchLost", watch_lost),
     (c"leaseRemaining", lease_remaining),
     (c"extend", extend),
     (c"fences", fences),

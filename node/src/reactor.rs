@@ -38,7 +38,8 @@
 //! alive until it is delivered.
 //!
 //! The same queue carries notices that a Web Locks request of this thread lost its lock to a
-//! `steal` made elsewhere ([`Mailbox::post_stolen`]).
+//! `steal` made elsewhere ([`Mailbox::post_stolen`]), and notices that a guard lost its lock
+//! behind its back ([`Mailbox::post_lost`]: a Redis lease that could not be renewed).
 
 use std::cell::{Cell, RefCell};
 use std::future::Future;
@@ -63,6 +64,11 @@ pub(crate) const FAILED: u32 = 1 << 2;
 pub(crate) const STOLEN: u32 = 1 << 3;
 /// Set in a queued id that is a stolen notice rather than a waiter.
 const STOLEN_ID: u32 = 1 << 30;
+/// Flags of a [`Record`]'s last word: a notice that the guard watched under `id` lost its lock
+/// (a remote lease that could not be renewed, or a force-unlock seen at renewal).
+pub(crate) const LOST: u32 = 1 << 4;
+/// Set in a queued id that is a lost notice rather than a waiter.
+const LOST_ID: u32 = 1 << 29;
 
 /// What an acquisition reports to JavaScript when it ends: `[slot, fence low 32 bits, fence high
 /// 32 bits, flags]`. `slot` is the acquisition's number in its lock's slab (0: it failed, and
@@ -203,6 +209,11 @@ impl Notifier {
         self.post(request | STOLEN_ID);
     }
 
+    /// Queues a notice that the guard this thread watches under `watch` lost its lock.
+    fn post_lost(&self, watch: u32) {
+        self.post(watch | LOST_ID);
+    }
+
     /// Takes the queued ids; the next post from another thread schedules a new call.
     fn drain(&self) -> Vec<u32> {
         let mut queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
@@ -238,6 +249,12 @@ impl Mailbox {
     /// Tells the thread that its Web Locks request `request` lost its lock to a steal.
     pub(crate) fn post_stolen(&self, request: u32) {
         self.0.post_stolen(request & !STOLEN_ID);
+    }
+
+    /// Tells the thread that the guard it watches under `watch` lost its lock. Called from
+    /// whichever thread finds out (the Redis scope's renewal task).
+    pub(crate) fn post_lost(&self, watch: u32) {
+        self.0.post_lost(watch & !(STOLEN_ID | LOST_ID));
     }
 }
 
@@ -524,6 +541,10 @@ pub(crate) fn run_ready() -> Vec<u32> {
             for id in woken {
                 if id & STOLEN_ID != 0 {
                     done.extend([id & !STOLEN_ID, 0, 0, 0, STOLEN]);
+                    continue;
+                }
+                if id & LOST_ID != 0 {
+                    done.extend([id & !LOST_ID, 0, 0, 0, LOST]);
                     continue;
                 }
                 // A cancelled waiter's id may still be queued; `poll` then finds nothing.

@@ -7,7 +7,8 @@ const assert = require('node:assert/strict');
 const path = require('node:path');
 const { Worker } = require('node:worker_threads');
 const { setTimeout: sleep, setImmediate: tick } = require('node:timers/promises');
-const { KeyPool, StripedLock, KeylockError } = require('..');
+const fs = require('node:fs');
+const { KeyPool, StripedLock, KeylockError, unlink } = require('..');
 const native = require('../binding.js').load();
 
 const T = { timeout: 60_000 };
@@ -317,11 +318,32 @@ test('KeyPool.open and StripedLock.open take the core lock names', T, () => {
     assert.ok(g && shm.isLocked('k'));
     g.release();
     assert.equal(shm.isLocked('k'), false);
+    // unlink removes the region's file; the old open keeps its region, and a new open of the
+    // name makes a fresh one.
+    const file = `/dev/shm/keylock.${region}`;
+    assert.ok(fs.existsSync(file));
+    const held = shm.tryLock('k');
+    assert.equal(unlink(`shm:${region}`), true);
+    assert.equal(fs.existsSync(file), false);
+    assert.equal(unlink(`shm:${region}`), false, 'nothing left to remove');
+    const fresh = KeyPool.open(`shm:${region}`, { capacity: 64 });
+    assert.ok(fs.existsSync(file));
+    assert.equal(fresh.isLocked('k'), false, 'a new region, not the old one');
+    const again = fresh.tryLock('k');
+    assert.ok(again && again.fence < held.fence, 'its fences start again');
+    again.release();
+    held.release();
   } finally {
-    for (const f of require('node:fs').readdirSync('/dev/shm')) {
-      if (f.startsWith(`keylock.${region}`)) require('node:fs').rmSync(`/dev/shm/${f}`);
-    }
+    unlink(`shm:${region}`);
   }
+  for (const bad of ['local:', '', 'redis://127.0.0.1:1/0', 'nope']) {
+    assert.throws(
+      () => unlink(bad),
+      (e) => e.code === 'KEYLOCK_INVALID_ARGUMENT',
+      bad,
+    );
+  }
+  assert.throws(() => unlink(7), TypeError);
   assert.throws(
     () => KeyPool.open('redis://127.0.0.1:1/0'),
     (e) => e.code === 'KEYLOCK_UNAVAILABLE',

@@ -119,3 +119,91 @@ for (const [kind, make] of kinds) {
     for (let k = 0; k < KEYS; k++) assert.equal(a.isLocked(`${RUN}${kind}-c${k}`), false);
   });
 }
+
+// Awaits `signal`'s abort. A pending signal, like AbortSignal.timeout's, does not keep the event
+// loop alive by itself (real work under the lock does): a timer keeps it alive meanwhile.
+function abortOf(signal) {
+  const keep = setInterval(() => {}, 1000);
+  return new Promise((resolve) => signal.addEventListener('abort', resolve, { once: true })).finally(() =>
+    clearInterval(keep),
+  );
+}
+
+// A Redis scope with a short lease (renewed every third of it), for the lost-signal tests.
+const SHORT = SCOPE !== undefined && !SHM ? `${SCOPE}?lease=600ms&prefix=${RUN}lost` : undefined;
+
+test(
+  'a guard whose Redis lock is force-unlocked elsewhere has its signal aborted',
+  { ...T, skip: T.skip || (SHM && 'not a Redis scope') },
+  async () => {
+    const holder = KeyPool.open(SHORT);
+    const other = KeyPool.open(SHORT);
+    const g = holder.tryLock('k');
+    assert.ok(g);
+    const signal = g.signal;
+    assert.equal(signal.aborted, false);
+    assert.equal(g.signal, signal, 'the same signal every time');
+    const aborted = abortOf(signal);
+    assert.equal(other.forceUnlock('k'), true);
+    // The holder's renewal (every 200 ms here) finds the token gone; the test's timeout bounds it.
+    await aborted;
+    assert.equal(signal.aborted, true);
+    assert.equal(signal.reason.code, 'KEYLOCK_NOT_OWNER');
+    assert.match(signal.reason.message, /lost/);
+    assert.equal(g.isCurrent(), false);
+    assert.throws(
+      () => g.release(),
+      (e) => e.code === 'KEYLOCK_NOT_OWNER',
+    );
+    // A lock-many guard's signal aborts when any of its keys is lost.
+    const many = holder.tryLockMany(['m1', 'm2']);
+    assert.ok(many);
+    const manySignal = many.signal;
+    const manyAborted = abortOf(manySignal);
+    other.forceUnlock('m2');
+    await manyAborted;
+    assert.equal(manySignal.reason.code, 'KEYLOCK_NOT_OWNER');
+    assert.throws(
+      () => many.release(),
+      (e) => e.code === 'KEYLOCK_NOT_OWNER',
+    );
+    assert.equal(holder.isLocked('m1'), false, 'the other key is released all the same');
+  },
+);
+
+test(
+  'a guard held normally on a Redis scope keeps its signal unaborted past several leases',
+  { ...T, skip: T.skip || (SHM && 'not a Redis scope') },
+  async () => {
+    const pool = KeyPool.open(SHORT);
+    const g = await pool.lock('held');
+    const signal = g.signal;
+    let fired = false;
+    signal.addEventListener('abort', () => (fired = true));
+    // Three leases' time: renewals keep it held.
+    await new Promise((resolve) => setTimeout(resolve, 1800));
+    assert.equal(fired, false);
+    assert.equal(g.isCurrent(), true);
+    g.release();
+    assert.equal(signal.aborted, false, 'a release is not a loss');
+    assert.equal(pool.isLocked('held'), false);
+  },
+);
+
+test(
+  'a shared-memory guard has a signal that never aborts, even when force-unlocked',
+  { ...T, skip: T.skip || (!SHM && 'not a shared-memory scope') },
+  async () => {
+    const [a, b] = opens(kinds[0][1]);
+    const g = a.tryLock(`${RUN}lost`);
+    assert.ok(g);
+    const signal = g.signal;
+    assert.equal(b.forceUnlock(`${RUN}lost`), true);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    assert.equal(signal.aborted, false, 'shared-memory holders learn of a force-unlock at release');
+    assert.throws(
+      () => g.release(),
+      (e) => e.code === 'KEYLOCK_NOT_OWNER',
+    );
+  },
+);

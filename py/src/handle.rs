@@ -190,6 +190,41 @@ impl LockHandle {
         .unwrap_or(false)
     }
 
+    /// Whether the newest acquisition was lost behind the holder's back: a Redis lease that
+    /// could not be renewed in time, or a force-unlock that the renewal found (the renewal runs
+    /// every third of the lease). Once True it stays True, and `release()` raises
+    /// NotOwnerError or LeaseExpiredError. Always False for scopes whose holders cannot lose a
+    /// lock that way (in-process, shared memory), for an RwLock, and if the handle holds
+    /// nothing. Asks no server (`is_current()` does).
+    #[getter]
+    fn lost(&self, py: Python<'_>) -> bool {
+        crate::lost::signals(py, self).is_some_and(|s| s.iter().any(|s| s.is_lost()))
+    }
+
+    /// Block until the newest acquisition is lost (see `lost`) or `timeout` seconds (None: no
+    /// limit) pass; return whether it was lost. The GIL is released while waiting, and a signal
+    /// handler that raises (Ctrl-C) interrupts the wait. For scopes whose holders cannot lose a
+    /// lock this waits out the timeout and returns False. NotLockedError if the handle holds
+    /// nothing.
+    #[pyo3(
+        signature = (timeout = OptTimeout(None)),
+        text_signature = "($self, /, timeout=None)"
+    )]
+    fn wait_lost(&self, py: Python<'_>, timeout: OptTimeout) -> PyResult<bool> {
+        let signals = crate::lost::signals(py, self).ok_or_else(|| Self::holds_nothing(py))?;
+        crate::lost::wait(py, signals, timeout.0)
+    }
+
+    /// Return an asyncio future of the running loop that is done (result None) once the newest
+    /// acquisition is lost (see `lost`): await it, or race it against the work done under the
+    /// lock (`asyncio.wait(..., return_when=FIRST_COMPLETED)`, `asyncio.wait_for`). Each call
+    /// makes a new future; cancelling one is harmless. It never completes for scopes whose
+    /// holders cannot lose a lock. NotLockedError if the handle holds nothing.
+    fn lost_future(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        let signals = crate::lost::signals(py, self).ok_or_else(|| Self::holds_nothing(py))?;
+        crate::lost::future(py, signals)
+    }
+
     /// Acquire (within the handle's timeout, else raise keylock.LockTimeout); return True.
     fn __enter__(&self, py: Python<'_>) -> PyResult<bool> {
         if wait::acquire_blocking(

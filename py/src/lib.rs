@@ -7,7 +7,8 @@
 //!   the rules every front end shares (`keylock_core::keys`);
 //! - lock objects ([`locks`], [`rwlock`]) and handles: what a handle locks and the acquisitions
 //!   it holds ([`lock`]), and their `threading.Lock` / `threading.RLock` protocol ([`handle`]);
-//!   owners of reentrant locks are threads and asyncio tasks ([`owner`]);
+//!   owners of reentrant locks are threads and asyncio tasks ([`owner`]); a lock lost behind
+//!   its holder's back is told by flag, blocking wait or asyncio future ([`lost`]);
 //! - waiting styles ([`wait`]): a blocking acquire waits in the core with the GIL released and
 //!   checks for signals between slices; an asyncio acquire polls the core's future from the event
 //!   loop with a waker that resolves an asyncio future;
@@ -23,6 +24,7 @@ mod handle;
 mod key;
 mod lock;
 mod locks;
+mod lost;
 mod owner;
 mod ready;
 mod rwlock;
@@ -53,5 +55,6 @@ fn _keylock(m: &Bound<'_, PyModule>) -> PyResult<()> {
     ready::register(m)?;
     m.add_function(wrap_pyfunction!(wait::_resolve, m)?)?;
     m.add_function(wrap_pyfunction!(key::key_bytes, m)?)?;
+    m.add_function(wrap_pyfunction!(locks::unlink, m)?)?;
     Ok(())
 }

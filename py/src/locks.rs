@@ -432,3 +432,15 @@ impl StripedLock {
         )
     }
 }
+
+/// Remove the shared-memory region that `name` ("shm:NAME") names; return whether it existed.
+///
+/// Processes that have the region open keep using it; the next open of the name makes a new,
+/// empty region. ValueError for any other name (only shared-memory regions can be removed) or
+/// in a build without the shared-memory scope; keylock.PermissionDeniedError /
+/// keylock.UnavailableError when the file cannot be removed.
+#[pyfunction]
+#[pyo3(signature = (name, /))]
+pub(crate) fn unlink(py: Python<'_>, name: &str) -> PyResult<bool> {
+    core::unlink(name).map_err(|e| errors::to_py(py, e))
+}

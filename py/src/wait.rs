@@ -35,7 +35,7 @@ use crate::errors;
 use crate::lock::{HoldFuture, LockHandle};
 
 /// How long a blocking wait stays in the core before looking for signals.
-const SLICE: Duration = Duration::from_millis(50);
+pub(crate) const SLICE: Duration = Duration::from_millis(50);
 
 /// Locks a mutex of ours (detached from the interpreter while it waits); none of them is held
 /// across a call that could panic halfway through an update, so a poisoned one is still
@@ -106,7 +106,7 @@ pub(crate) fn acquire_blocking(
 }
 
 /// `asyncio.get_running_loop`, looked up once.
-fn running_loop(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
+pub(crate) fn running_loop(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
     static GET: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
     GET.get_or_try_init(py, || {
         py.import("asyncio")?
@@ -118,7 +118,7 @@ fn running_loop(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
 }
 
 /// `_resolve(fut)`, looked up once (it is passed to `call_soon_threadsafe`).
-fn resolve_fn(py: Python<'_>) -> PyResult<&Py<PyAny>> {
+pub(crate) fn resolve_fn(py: Python<'_>) -> PyResult<&Py<PyAny>> {
     static RESOLVE: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
     RESOLVE.get_or_try_init(py, || {
         Ok(wrap_pyfunction!(_resolve, py)?.into_any().unbind())

@@ -172,3 +172,55 @@ class Occupancy:
         )
         still = {k: n for k, n in (self._exclusive + self._shared).items() if n}
         assert still == {}, f"still inside: {still}"
+
+
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A redis-server of this test session: on a free loopback port, in a temporary directory,
+    without persistence, stopped by its PID afterwards. Skips when there is no redis-server
+    (`make test-py` installs it) or this build lacks the Redis scope."""
+    import shutil
+    import socket
+
+    import keylock
+
+    server = shutil.which("redis-server")
+    if server is None:
+        pytest.skip("no redis-server on PATH (make test-py installs it)")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    workdir = tmp_path_factory.mktemp("redis")
+    log = open(workdir / "redis.log", "wb")  # closed in the finally below
+    proc = subprocess.Popen(
+        [server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+        cwd=workdir,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    url = f"redis://127.0.0.1:{port}/0"
+    try:
+        end = time.monotonic() + DEADLOCK
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1):
+                    break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > end:
+                    pytest.fail(
+                        f"redis-server did not start: {(workdir / 'redis.log').read_text()}"
+                    )
+                time.sleep(0.05)
+        try:
+            keylock.KeyPool.open(url)
+        except ValueError as e:
+            pytest.skip(f"this build has no Redis scope: {e}")
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=DEADLOCK)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()

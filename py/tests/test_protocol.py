@@ -475,9 +475,10 @@ def shm_region_name() -> Iterator[str]:
     """A shared-memory region name of this test process, whose files are removed afterwards."""
     name = f"keylock-py-test-{os.getpid()}"
     yield name
-    for f in os.listdir("/dev/shm"):
-        if f.startswith(f"keylock.{name}"):
-            os.unlink(os.path.join("/dev/shm", f))
+    try:
+        keylock.unlink(f"shm:{name}")
+    except ValueError:
+        pass  # a build without the shared-memory scope made no region
 
 
 @pytest.mark.parametrize("name", ["shm:", "redis://127.0.0.1:1/0"])
@@ -507,3 +508,28 @@ def test_other_scopes_open_by_name_where_the_build_has_them(
             )
             assert run_script(probe).stdout.strip() == "False"
     assert not pool.is_locked("k")
+    if name.startswith("shm"):
+        path = f"/dev/shm/keylock.{shm_region_name}"
+        assert os.path.exists(path)
+        assert keylock.unlink(name) is True
+        assert not os.path.exists(path)
+        assert keylock.unlink(name) is False
+        # The old open keeps its region; a new open of the name makes a fresh one.
+        fresh = keylock.KeyPool.open(name, capacity=64)
+        assert os.path.exists(path)
+        old = pool.lock("k")
+        with old:
+            assert not fresh.is_locked("k"), "the new region is not the old one"
+            new = fresh.lock("k")
+            with new:
+                assert new.fence is not None and old.fence is not None
+                # The fences of the fresh region start again (the old one has seen two).
+                assert new.fence < old.fence
+
+
+def test_unlink_takes_only_shm_names() -> None:
+    for bad in ("local:", "", "redis://127.0.0.1:1/0", "nope"):
+        with pytest.raises(ValueError):
+            keylock.unlink(bad)
+    with pytest.raises(TypeError):
+        keylock.unlink(b"shm:x")  # type: ignore[arg-type]

@@ -105,6 +105,14 @@ impl<P: PoolRef> PoolGuard<P> {
         self.rec.mode
     }
 
+    /// Whether the previous holder died holding the lock (see [`Acquisition::owner_died`]).
+    /// Always `false` here: this lock object lives in one process, where a holder cannot die
+    /// and leave its key held. (The cross-process scopes' guard is
+    /// [`KeyedGuard`](crate::KeyedGuard).)
+    pub fn owner_died(&self) -> bool {
+        self.acquisition().owner_died()
+    }
+
     /// Whether this acquisition is still the key's current one (not force-unlocked, lease not
     /// ended).
     pub fn is_current(&self) -> bool {
@@ -265,6 +273,14 @@ impl<P: PoolRef> PoolManyGuard<P> {
             .iter()
             .find(|(held, _, _)| *held == at)
             .map(|(_, hold, _)| hold.fence)
+    }
+
+    /// Whether the previous holder of any of the locks held died holding it (see
+    /// [`Acquisition::owner_died`]); always `false` in one process, as for the one-lock guard.
+    pub fn owner_died(&self) -> bool {
+        self.held
+            .iter()
+            .any(|(x, hold, lease)| acquisition(*x, hold, *lease).owner_died())
     }
 
     /// Releases every key now; the first stale acquisition's error, if any (the others are

@@ -261,10 +261,125 @@ static void test_mixed(keylock_pool *pool) {
     CHECK(!locked(pool, key("mixed")));
 }
 
+static keylock_pool *open_named(const char *name) {
+    keylock_pool *pool = NULL;
+    OK(keylock_pool_open(name, NULL, &pool));
+    return pool;
+}
+
+static void sleep_ms(long ms) {
+    struct timespec t = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&t, NULL);
+}
+
+/*
+ * keylock_pool_lost: a Redis holder whose key is force-unlocked through another lock object
+ * learns of it at its next renewal (every third of the lease: 200 ms here); a normal hold stays
+ * unlost past several leases. Other scopes never report a loss (their holders learn of a
+ * force-unlock at release).
+ */
+static void test_lost(keylock_pool *pool) {
+    bool redis = strncmp(scope_name, "redis", 5) == 0;
+    bool shm = strncmp(scope_name, "shm:", 4) == 0;
+    char name[256];
+    keylock_pool *holder = pool, *other = pool;
+    key_t_ k = key("lost");
+    keylock_acquisition a;
+    bool lost = true, was = false;
+    if (redis) {
+        snprintf(name, sizeof name, "%s?lease=600ms&prefix=%s-lost", scope_name, tag);
+        holder = open_named(name);
+        other = open_named(name);
+    } else if (shm) {
+        other = open_scope();
+    }
+    if (!holder || !other) return;
+    OK(keylock_pool_lock(holder, KB(k), &a));
+    OK(keylock_pool_lost(holder, &a, &lost));
+    CHECK(!lost);
+    if (redis) {
+        sleep_ms(1800); /* three leases: renewals keep it held */
+        OK(keylock_pool_lost(holder, &a, &lost));
+        CHECK(!lost && current(holder, &a));
+    }
+    OK(keylock_pool_force_unlock(other, KB(k), &was));
+    CHECK(was);
+    if (redis) {
+        /* Bounded by the watchdog as well: the loss must show at a renewal. */
+        uint64_t until = now_ns() + MS(10000);
+        do {
+            OK(keylock_pool_lost(holder, &a, &lost));
+            if (!lost) sleep_ms(10);
+        } while (!lost && now_ns() < until);
+        CHECK(lost);
+    } else {
+        sleep_ms(50);
+        OK(keylock_pool_lost(holder, &a, &lost));
+        CHECK(!lost);
+    }
+    CHECK(!current(holder, &a));
+    CHECK_RESULT(keylock_pool_release(holder, &a), KEYLOCK_NOT_OWNER);
+    /* A released record is not lost; NULLs are refused. */
+    OK(keylock_pool_lost(holder, &a, &lost));
+    CHECK(!lost);
+    CHECK_RESULT(keylock_pool_lost(NULL, &a, &lost), KEYLOCK_NULL_ARGUMENT);
+    CHECK_RESULT(keylock_pool_lost(holder, NULL, &lost), KEYLOCK_NULL_ARGUMENT);
+    CHECK_RESULT(keylock_pool_lost(holder, &a, NULL), KEYLOCK_NULL_ARGUMENT);
+    if (holder != pool) keylock_pool_free(holder);
+    if (other != pool) keylock_pool_free(other);
+}
+
+/*
+ * keylock_unlink: on a shm scope, a region of its own is removed (its file goes), and a new open
+ * of the name makes a fresh region; other names are refused.
+ */
+static void test_unlink(keylock_pool *pool) {
+    bool removed = true;
+    (void)pool;
+    CHECK_RESULT(keylock_unlink(NULL, &removed), KEYLOCK_NULL_ARGUMENT);
+    CHECK_RESULT(keylock_unlink("local:", &removed), KEYLOCK_INVALID_ARGUMENT);
+    if (strncmp(scope_name, "shm:", 4) != 0) {
+        CHECK_RESULT(keylock_unlink(scope_name, &removed), KEYLOCK_INVALID_ARGUMENT);
+        return;
+    }
+    {
+        char name[256], file[300];
+        keylock_pool *old, *fresh;
+        keylock_acquisition held, again;
+        key_t_ k = key("unlink");
+        snprintf(name, sizeof name, "%s-unlink", scope_name);
+        snprintf(file, sizeof file, "/dev/shm/keylock.%s", name + 4);
+        old = open_named(name);
+        if (!old) return;
+        OK(keylock_pool_lock(old, KB(k), &held));
+        CHECK(access(file, F_OK) == 0);
+        OK(keylock_unlink(name, &removed));
+        CHECK(removed && access(file, F_OK) != 0);
+        OK(keylock_unlink(name, &removed));
+        CHECK(!removed);
+        OK(keylock_unlink(name, NULL));
+        fresh = open_named(name);
+        if (fresh) {
+            CHECK(access(file, F_OK) == 0);
+            CHECK(!locked(fresh, k)); /* a new region, not the old one */
+            OK(keylock_pool_try_lock(fresh, KB(k), &again));
+            OK(keylock_pool_release(fresh, &again));
+            keylock_pool_free(fresh);
+        }
+        CHECK(locked(old, k));
+        OK(keylock_pool_release(old, &held));
+        keylock_pool_free(old);
+        OK(keylock_unlink(name, &removed));
+        CHECK(removed);
+    }
+}
+
 int main(int argc, char **argv) {
     static void (*const tests[])(keylock_pool *) = {test_basics, test_shared, test_stale,
-                                                    test_lease,  test_many,   test_mixed};
-    static const char *const names[] = {"basics", "shared", "stale", "lease", "many", "mixed"};
+                                                    test_lease,  test_many,   test_mixed,
+                                                    test_lost,   test_unlink};
+    static const char *const names[] = {"basics", "shared", "stale", "lease",
+                                        "many",   "mixed",  "lost",  "unlink"};
     int passed = 0, failed = 0;
     keylock_pool *pool;
     if (argc != 2) {

@@ -73,6 +73,7 @@ void keyed_guards(Keyed &keyed) {
         CHECK(g.mode() == keylock::mode::exclusive);
         CHECK(g.fence() >= 1 && !g.owner_died());
         CHECK(g.is_current());
+        CHECK(!g.lost()); // an in-process holder cannot lose its lock behind its back
         CHECK(!g.lease_remaining());
         CHECK(keyed.is_locked("a"));
         CHECK(!keyed.try_lock("a"));
@@ -107,6 +108,7 @@ void keyed_guards(Keyed &keyed) {
         g->unlock();
         CHECK(!g->owns_lock());
         CHECK_THROWS(g->unlock(), KEYLOCK_NOT_LOCKED);
+        CHECK_THROWS(keylock::unlink("local:"), KEYLOCK_INVALID_ARGUMENT);
         // the std::unique_lock interface: take the same key again through the same guard
         g->lock();
         CHECK(g->owns_lock() && keyed.is_locked("b"));

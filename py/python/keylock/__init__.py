@@ -108,6 +108,7 @@ from ._keylock import (
     WriteLock,
     __version__,
     key_bytes,
+    unlink,
 )
 
 __all__ = [
@@ -135,4 +136,5 @@ __all__ = [
     "WriteLock",
     "__version__",
     "key_bytes",
+    "unlink",
 ]

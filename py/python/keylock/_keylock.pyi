@@ -1,5 +1,6 @@
 """Type stubs for keylock._keylock, the native half of the keylock package."""
 
+import asyncio
 from collections.abc import Generator, Iterable
 from types import TracebackType
 from typing import Any, ClassVar, Final, Generic, Literal, TypedDict, TypeVar, final
@@ -103,6 +104,16 @@ def key_bytes(key: Key, /) -> bytes:
     TypeError.
     """
 
+def unlink(name: str, /) -> bool:
+    """Remove the shared-memory region that `name` ("shm:NAME") names; return whether it
+    existed.
+
+    Processes that have the region open keep using it; the next open of the name makes a new,
+    empty region. ValueError for any other name (only shared-memory regions can be removed) or
+    in a build without the shared-memory scope; keylock.PermissionDeniedError /
+    keylock.UnavailableError when the file cannot be removed.
+    """
+
 def _resolve(fut: Any) -> None:
     """Wake-up callback run on the event loop: resolve `fut` unless the task gave up on it."""
 
@@ -166,6 +177,26 @@ class LockHandle:
     def owner_died(self) -> bool:
         """Whether the previous holder of the lock died holding it (cross-process scopes only):
         the data it protected may be half-changed. False if the handle holds nothing."""
+
+    @property
+    def lost(self) -> bool:
+        """Whether the newest acquisition was lost behind the holder's back: a Redis lease that
+        could not be renewed in time, or a force-unlock that the renewal found (it renews every
+        third of the lease). Once True it stays True, and release() raises NotOwnerError or
+        LeaseExpiredError. Always False for in-process and shared-memory scopes, for an RwLock,
+        and if the handle holds nothing. Asks no server (is_current() does)."""
+
+    def wait_lost(self, timeout: float | None = None) -> bool:
+        """Block until the newest acquisition is lost (see `lost`) or `timeout` seconds pass;
+        return whether it was lost. The GIL is released; Ctrl-C interrupts the wait. For scopes
+        whose holders cannot lose a lock this waits out the timeout and returns False.
+        NotLockedError if the handle holds nothing."""
+
+    def lost_future(self) -> asyncio.Future[None]:
+        """An asyncio future of the running loop, done (result None) once the newest acquisition
+        is lost: await it, or race it against the work done under the lock. Each call makes a
+        new future; cancelling one is harmless. It never completes for scopes whose holders
+        cannot lose a lock. NotLockedError if the handle holds nothing."""
 
     def acquire(
         self, blocking: bool = True, timeout: float = -1, *, lease: float | None = None

@@ -1,0 +1,93 @@
+//! Lost locks: how a handle tells its holder that the lock was lost behind its back (a Redis
+//! lease that could not be renewed in time, or a force-unlock the renewal found). The core's
+//! `LostSignal` of each acquisition, turned into Python's waiting styles: a flag
+//! (`handle.lost`), a blocking wait (`handle.wait_lost(timeout)`, GIL released, in slices with
+//! `check_signals` between them) and an asyncio future (`handle.lost_future()`, resolved on the
+//! event loop through `call_soon_threadsafe`). Nothing here decides anything about the lock.
+
+use std::time::{Duration, Instant};
+
+use keylock_core::LostSignal;
+use pyo3::intern;
+use pyo3::prelude::*;
+
+use crate::lock::LockHandle;
+use crate::wait::{SLICE, resolve_fn, running_loop};
+
+/// The lost signals of the handle's newest acquisition (none for scopes whose holders cannot
+/// lose a lock that way, or an RwLock); `None` if the handle holds nothing.
+pub(crate) fn signals(py: Python<'_>, handle: &LockHandle) -> Option<Vec<LostSignal>> {
+    let lock = handle.target.keyed();
+    handle.with_newest(py, None, |r| match lock {
+        Some(lock) => r
+            .held
+            .acquisitions()
+            .iter()
+            .filter_map(|a| lock.lost_signal(a))
+            .collect(),
+        None => Vec::new(),
+    })
+}
+
+/// One signal that fires when any of `signals` does (one that never fires for none).
+fn any_of(signals: Vec<LostSignal>) -> LostSignal {
+    if signals.len() == 1 {
+        return signals.into_iter().next().expect("one signal");
+    }
+    let any = LostSignal::new();
+    for s in signals {
+        let any = any.clone();
+        s.on_lost(move || any.fire());
+    }
+    any
+}
+
+/// Blocks until `signals` fire or `timeout` (seconds; `None`: no limit) passes; whether they
+/// fired. A raising signal handler (Ctrl-C) interrupts the wait.
+pub(crate) fn wait(
+    py: Python<'_>,
+    signals: Vec<LostSignal>,
+    timeout: Option<f64>,
+) -> PyResult<bool> {
+    let signal = any_of(signals);
+    let deadline = timeout.and_then(|t| Instant::now().checked_add(Duration::from_secs_f64(t)));
+    loop {
+        let slice = match deadline {
+            Some(d) => d.saturating_duration_since(Instant::now()).min(SLICE),
+            None => SLICE,
+        };
+        if py.detach(|| signal.wait_timeout(slice)) {
+            return Ok(true);
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            return Ok(false);
+        }
+        py.check_signals()?;
+    }
+}
+
+/// An asyncio future of the running loop that is resolved (with None) once `signals` fire.
+pub(crate) fn future(py: Python<'_>, signals: Vec<LostSignal>) -> PyResult<Py<PyAny>> {
+    let event_loop = running_loop(py)?;
+    let fut = event_loop
+        .call_method0(intern!(py, "create_future"))?
+        .unbind();
+    if signals.iter().any(LostSignal::is_lost) {
+        fut.call_method1(py, intern!(py, "set_result"), (py.None(),))?;
+        return Ok(fut);
+    }
+    let resolve = resolve_fn(py)?.clone_ref(py);
+    let (event_loop, target) = (event_loop.unbind(), fut.clone_ref(py));
+    // Fired on the scope's own thread: attach there and hand the result to the loop.
+    any_of(signals).on_lost(move || {
+        Python::try_attach(|py| {
+            let posted =
+                event_loop.call_method1(py, intern!(py, "call_soon_threadsafe"), (resolve, target));
+            if let Err(e) = posted {
+                // Only a closed loop refuses; nobody can await the future any more.
+                e.write_unraisable(py, None);
+            }
+        });
+    });
+    Ok(fut)
+}

@@ -1,0 +1,105 @@
+"""A lock lost behind its holder's back: handle.lost, wait_lost() and lost_future().
+
+On a real redis-server (the `redis_url` fixture): a holder with a short lease whose key is
+force-unlocked through another lock object learns of it at its next renewal (every third of the
+lease); a normal hold stays unlost past several leases. In-process and shared-memory holders
+never report a loss.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+
+import pytest
+
+import keylock
+from conftest import DEADLOCK
+
+
+def short(url: str, tag: str) -> str:
+    """The scope with a 600 ms lease (renewed every 200 ms) and keys of this test only."""
+    return f"{url}?lease=600ms&prefix=py-{os.getpid()}-{tag}-{time.monotonic_ns()}"
+
+
+def test_a_force_unlocked_redis_holder_learns_it_lost(redis_url: str) -> None:
+    name = short(redis_url, "force")
+    holder, other = keylock.KeyPool.open(name), keylock.KeyPool.open(name)
+    h = holder.lock("k")
+    assert h.acquire(blocking=False)
+    assert h.lost is False
+    assert h.wait_lost(timeout=0.0) is False
+    assert other.force_unlock("k") is True
+    assert h.wait_lost(timeout=DEADLOCK) is True, "the renewal must find the loss"
+    assert h.lost is True
+    assert h.is_current() is False
+    with pytest.raises(keylock.NotOwnerError):
+        h.release()
+    assert h.lost is False, "a handle that holds nothing has lost nothing"
+    with pytest.raises(keylock.NotLockedError):
+        h.wait_lost(timeout=0.0)
+
+
+def test_a_normal_redis_hold_is_not_lost(redis_url: str) -> None:
+    pool = keylock.KeyPool.open(short(redis_url, "normal"))
+    h = pool.lock("k")
+    with h:
+        # Three leases' time: the renewals keep it held.
+        assert h.wait_lost(timeout=1.8) is False
+        assert h.lost is False and h.is_current()
+    assert not pool.is_locked("k")
+
+
+def test_lost_future_resolves_on_the_loop(redis_url: str) -> None:
+    name = short(redis_url, "async")
+    holder, other = keylock.KeyPool.open(name), keylock.KeyPool.open(name)
+
+    async def main() -> None:
+        many = holder.lock_many(["a", "b"])
+        assert await many.acquire_async(timeout=DEADLOCK)
+        fut = many.lost_future()
+        assert isinstance(fut, asyncio.Future) and not fut.done()
+        cancelled = many.lost_future()
+        cancelled.cancel()  # harmless: the late result is refused quietly
+        # Losing either key loses the many-keys hold.
+        assert other.force_unlock("b") is True
+        await asyncio.wait_for(fut, DEADLOCK)
+        assert many.lost is True
+        assert many.lost_future().done(), "asked after the loss, it is done at once"
+        with pytest.raises(keylock.NotOwnerError):
+            many.release()
+
+    asyncio.run(main())
+    assert not holder.is_locked("a"), "the key that was not lost is released all the same"
+
+
+@pytest.mark.parametrize("scope", ["local:", "shm:"])
+def test_other_scopes_never_report_a_loss(scope: str) -> None:
+    name = scope
+    if scope == "shm:":
+        name += f"keylock-py-lost-{os.getpid()}"
+    try:
+        a = keylock.KeyPool.open(name)
+    except ValueError:
+        pytest.skip("this build has no shared-memory scope")
+    b = keylock.KeyPool.open(name) if scope == "shm:" else a
+    try:
+        h = a.lock("k")
+        assert h.acquire(blocking=False)
+        assert b.force_unlock("k") is True
+        assert h.wait_lost(timeout=0.05) is False
+        assert h.lost is False
+
+        async def main() -> None:
+            fut = h.lost_future()
+            await asyncio.sleep(0.05)
+            assert not fut.done()
+            fut.cancel()
+
+        asyncio.run(main())
+        with pytest.raises(keylock.NotOwnerError):
+            h.release()
+    finally:
+        if scope == "shm:":
+            keylock.unlink(name)
