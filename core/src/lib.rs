@@ -60,7 +60,7 @@ pub use acquisition::{Acquisition, LockInfo, LockOptions, Mode, Owner, Wait};
 pub use error::{Error, Result};
 pub use guard::KeyedGuard;
 pub use lost::{Lost, LostSignal};
-pub use open::{open, open_with};
+pub use open::{open, open_with, redact_scope_name};
 pub use scope::{KeySpace, KeyedLock, LockKey, OpenOptions};
 pub use status::Status;
 pub use unlink::unlink;
