@@ -51,8 +51,11 @@ TEST_TARGETS += tsan
 all: build demo
 build: $(BUILD_TARGETS)
 demo: $(DEMO_TARGETS)
-# Formatting and lints first: they fail in seconds, before any long suite runs.
-test: lint $(TEST_TARGETS)
+# Formatting and lints first: they fail in seconds, before any long suite runs. Each suite runs
+# in turn through .ci/suites.sh, which prints its duration as it ends and a table of them all at
+# the end, so the cost of every suite can be seen.
+test:
+	@MAKE="$(MAKE)" bash .ci/suites.sh lint $(TEST_TARGETS)
 bench: $(BENCH_TARGETS)
 lint: $(LINT_TARGETS)
 fmt: $(FMT_TARGETS)

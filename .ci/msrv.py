@@ -4,8 +4,11 @@
 Reads the workspace's crates from `cargo metadata`, groups them by rust-version, installs each
 of those toolchains with rustup (minimal profile; a no-op once installed; a warning, not a
 failure, where none can be downloaded) and runs
-`cargo +VERSION check --locked --all-targets` on the crates that declare it, in a target
-directory of its own. A crate that uses something newer than it declares fails here.
+`cargo +VERSION check --locked --lib --bins` on the crates that declare it, in a target
+directory of its own. A crate that uses something newer than it declares fails here. The
+rust-version is what a user's build of the crate needs, so the check covers what a user builds
+(libraries and programs); the tests and benchmarks, and their dev-dependencies, are built with
+the current toolchain by every other suite.
 
 Usage: msrv.py CARGO TARGET_DIR
 """
@@ -49,7 +52,7 @@ def main() -> int:
             continue
         packages = [arg for name in sorted(crates) for arg in ("-p", name)]
         subprocess.run(
-            [cargo, f"+{version}", "check", "--locked", "--all-targets", "--quiet",
+            [cargo, f"+{version}", "check", "--locked", "--lib", "--bins", "--quiet",
              "--target-dir", f"{target_dir}/msrv-{version}", *packages],
             check=True,
         )

@@ -10,7 +10,6 @@
 
 .PHONY: redis-server test-redis lint-redis bench-redis
 
-TEST_TARGETS += test-redis
 LINT_TARGETS += lint-redis
 BENCH_TARGETS += bench-redis
 
@@ -23,9 +22,10 @@ redis-server:
 		apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y redis-server openssl; \
 	fi
 
+# test-rust runs these too, in its one build of the core's tests (the same features).
 test-redis: redis-server
-	$(CARGO) test $(REDIS_CARGO_FLAGS) --lib redis::
-	$(CARGO) test $(REDIS_CARGO_FLAGS) --test redis
+	$(CARGO) test --locked -p keylock-core $(CORE_TEST_FEATURES) --lib redis::
+	$(CARGO) test --locked -p keylock-core $(CORE_TEST_FEATURES) --test redis
 
 lint-redis:
 	$(CARGO) clippy $(REDIS_CARGO_FLAGS) --lib --test redis --bench redis -- -D warnings

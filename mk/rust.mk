@@ -8,8 +8,12 @@ build-rust:
 demo-rust: build-rust
 	$(TARGET_DIR)/release/keylock-bank
 
-test-rust:
-	$(CARGO) test --locked -p keylock-core -p keylock-bank
+# One build of the core's tests with every scope (features shm and redis) runs them all: the
+# in-process suites, the host scope's and the Redis scope's (which start their own redis-server),
+# and the doc tests. `make test-shm` and `make test-redis` run their parts of the same build.
+CORE_TEST_FEATURES := --features keylock-core/shm,keylock-core/redis
+test-rust: redis-server
+	$(CARGO) test --locked -p keylock-core -p keylock-bank $(CORE_TEST_FEATURES)
 	$(CARGO) run --locked -q -p keylock-bank -- 8 64 200
 	$(MAKE) loom LOOM_MAX_PREEMPTIONS=3
 	$(MAKE) loom-swap
@@ -24,10 +28,13 @@ loom:
 		-- --test-threads=1
 
 # The RwLock's writer must read egress before ingress. Built with the two reads swapped, the
-# model must find a reader inside with the writer: this target fails if it does not.
+# model must find a reader inside with the writer: this target fails if it does not. The broken
+# variants are named by KEYLOCK_LOOM_VARIANT (core/build.rs), which rebuilds keylock-core alone,
+# so they share the loom target directory and its dependencies with `make loom`.
+LOOM_CARGO := RUSTFLAGS="--cfg keylock_loom" LOOM_MAX_PREEMPTIONS=3 \
+	$(CARGO) test --locked --release -p keylock-core --test loom --target-dir $(TARGET_DIR)/loom
 loom-swap:
-	@if RUSTFLAGS="--cfg keylock_loom --cfg keylock_swap_rw_order" LOOM_MAX_PREEMPTIONS=3 \
-		$(CARGO) test --locked --release -p keylock-core --test loom --target-dir $(TARGET_DIR)/loom-swap \
+	@if KEYLOCK_LOOM_VARIANT=keylock_swap_rw_order $(LOOM_CARGO) \
 		-- --test-threads=1 rw_writer_excludes_readers >$(TARGET_DIR)/loom-swap.log 2>&1; then \
 		echo "loom-swap: the swapped RwLock passed its model; the model cannot see the bug" >&2; exit 1; \
 	elif grep -q "a reader is inside with the writer" $(TARGET_DIR)/loom-swap.log; then \
@@ -43,9 +50,7 @@ loom-mutants:
 	@for m in $(LOOM_MUTANTS); do \
 		cfg=$${m%%:*}; rest=$${m#*:}; filter=$${rest%%:*}; want=$${rest#*:}; \
 		log=$(TARGET_DIR)/loom-$$cfg.log; \
-		if RUSTFLAGS="--cfg keylock_loom --cfg $$cfg" LOOM_MAX_PREEMPTIONS=3 \
-			$(CARGO) test --locked --release -p keylock-core --test loom --target-dir $(TARGET_DIR)/loom-mutant \
-			-- --test-threads=1 $$filter >$$log 2>&1; then \
+		if KEYLOCK_LOOM_VARIANT=$$cfg $(LOOM_CARGO) -- --test-threads=1 $$filter >$$log 2>&1; then \
 			echo "loom-mutants: $$cfg passed its models ($$filter); they cannot see the bug" >&2; exit 1; \
 		elif grep -Eq "$$want" $$log; then \
 			echo "loom-mutants: ok, the $$filter models catch $$cfg"; \
@@ -86,9 +91,13 @@ TSAN_TARGET := x86_64-unknown-linux-gnu
 # futures' executor and plain threads; the tokio tests run natively in test-rust.
 TSAN_SKIP := --skip pool_tasks_and_threads_exact_counts --skip striped_tasks_and_threads_exact_counts \
 	--skip cancellation_storm_leaves_nothing_behind --skip lock_many_async_overlapping_sets_finish
+# One build with the host scope (feature shm) runs the in-process suites and the host scope's
+# one-process suite (tsan-shm's, which then reuses it). Not shm_procs: TSan cannot see into
+# other processes. Not loom: it is a model, not threads.
+TSAN_CORE_TESTS := $(patsubst %,--test %,$(filter-out shm_procs loom,$(basename $(notdir $(wildcard core/tests/*.rs)))))
 tsan-rust:
-	KEYLOCK_TSAN=1 $(TSAN_CARGO) test --locked -p keylock-core --target $(TSAN_TARGET) --target-dir $(TARGET_DIR)/tsan \
-		--lib --tests -- --test-threads=1 $(TSAN_SKIP)
+	KEYLOCK_TSAN=1 $(TSAN_CARGO) test --locked -p keylock-core --features shm --target $(TSAN_TARGET) \
+		--target-dir $(TARGET_DIR)/tsan --lib $(TSAN_CORE_TESTS) -- --test-threads=1 $(TSAN_SKIP) --skip tokio_
 
 # Soak: every language's bank stress at once for SOAK_SECONDS (default 10 minutes), reporting
 # transfers, errors and peak memory, and failing if memory grows after warm-up.

@@ -7,25 +7,27 @@
 
 .PHONY: test-shm tsan-shm bench-shm
 
-SHM_CARGO_TEST := $(CARGO) test --locked -p keylock-core --features shm
+# The same features as test-rust (which runs these tests as part of its one build of the core's
+# tests), so that running this alone reuses that build.
+SHM_CARGO_TEST := $(CARGO) test --locked -p keylock-core $(CORE_TEST_FEATURES)
 
 test-shm:
-	$(SHM_CARGO_TEST) --lib --test shm --test shm_procs --test scope
+	$(SHM_CARGO_TEST) --lib shm::
+	$(SHM_CARGO_TEST) --test shm --test shm_procs --test scope
 	$(SHM_CARGO_TEST) --doc shm
 
-# The tokio test is skipped under TSan for the reason given at TSAN_SKIP in rust.mk; the same
-# async path runs here through the futures-executor test. The multi-process tests are not run
-# under TSan: it cannot see into other processes.
+# tsan-rust runs this suite in its build (the same features), so `make tsan` does not list it
+# again. The tokio test is skipped under TSan for the reason given at TSAN_SKIP in rust.mk; the
+# same async path runs here through the futures-executor test. The multi-process tests are not
+# run under TSan: it cannot see into other processes.
 tsan-shm:
-	$(TSAN_CARGO) test --locked -p keylock-core --features shm --target $(TSAN_TARGET) \
+	KEYLOCK_TSAN=1 $(TSAN_CARGO) test --locked -p keylock-core --features shm --target $(TSAN_TARGET) \
 		--target-dir $(TARGET_DIR)/tsan --test shm -- --test-threads=1 --skip tokio_
 
 bench-shm:
 	@mkdir -p $(BENCH_RESULTS)
 	KEYLOCK_BENCH_DIR=$(BENCH_RESULTS) $(CARGO) bench --locked -p keylock-core --features shm --bench shm
 
-TEST_TARGETS += test-shm
-TSAN_TARGETS += tsan-shm
 BENCH_TARGETS += bench-shm
 
 # Instructions per uncontended lock+unlock pair, counted by callgrind (stable on a loaded

@@ -7,7 +7,7 @@ source "$(dirname "$0")/common.sh"
 crate=$(dist_file "keylock-core-$KEYLOCK_VERSION.crate")
 top="keylock-core-$KEYLOCK_VERSION"
 files=$(tar -tzf "$crate" | sed "s|^$top/||" | sort)
-unexpected=$(grep -vE '^(src/.*\.rs|README\.md|Cargo\.toml|Cargo\.toml\.orig|Cargo\.lock|\.cargo_vcs_info\.json)$' <<<"$files" || true)
+unexpected=$(grep -vE '^(src/.*\.rs|build\.rs|README\.md|Cargo\.toml|Cargo\.toml\.orig|Cargo\.lock|\.cargo_vcs_info\.json)$' <<<"$files" || true)
 [[ -z $unexpected ]] || fail "$(basename "$crate") carries $(tr '\n' ' ' <<<"$unexpected")"
 grep -qx 'README.md' <<<"$files" || fail "$(basename "$crate") has no README.md"
 

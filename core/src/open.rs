@@ -114,9 +114,18 @@ mod tests {
     #[test]
     fn redact_scope_name_hides_only_the_password() {
         let cases = [
-            ("redis://:s3cret@127.0.0.1:6379/0", "redis://:***@127.0.0.1:6379/0"),
-            ("rediss://bob:s3cret@h/1?lease=5s", "rediss://bob:***@h/1?lease=5s"),
-            ("postgres://u:p@ss:w@db:5432/x", "postgres://u:***@db:5432/x"),
+            (
+                "redis://:s3cret@127.0.0.1:6379/0",
+                "redis://:***@127.0.0.1:6379/0",
+            ),
+            (
+                "rediss://bob:s3cret@h/1?lease=5s",
+                "rediss://bob:***@h/1?lease=5s",
+            ),
+            (
+                "postgres://u:p@ss:w@db:5432/x",
+                "postgres://u:***@db:5432/x",
+            ),
             ("redis://bob@h/0", "redis://bob@h/0"),
             ("redis://h:6379/0?prefix=a@b", "redis://h:6379/0?prefix=a@b"),
             ("shm:name", "shm:name"),
