@@ -302,7 +302,16 @@ fn run_on<T: Send + 'static>(
     handle.spawn(async move {
         let _ = tx.send(fut.await);
     });
-    rx.recv().unwrap_or_else(|_| Err(closed()))
+    let wait = || rx.recv().unwrap_or_else(|_| Err(closed()));
+    // On a worker of a multi-threaded runtime (the scope's own, when a lost signal's callback
+    // releases its acquisition there), the worker hands its tasks to another thread while this
+    // one waits, so the future can run; anywhere else, waiting blocks nothing it needs.
+    match Handle::try_current() {
+        Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(wait)
+        }
+        _ => wait(),
+    }
 }
 
 fn closed() -> Error {
