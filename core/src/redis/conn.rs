@@ -1,14 +1,20 @@
-//! Connections: one multiplexed, self-reconnecting connection for commands, and a small pool of
-//! dedicated connections for waiters blocked in `BLPOP` (a blocked command holds its connection,
-//! so waiters must not share the command connection). Every step is bounded by the URL's
-//! timeouts, and every error names the redacted URL, never the password.
+//! Connections: one multiplexed connection for commands, and a small pool of dedicated
+//! connections for waiters blocked in `BLPOP` (a blocked command holds its connection, so
+//! waiters must not share the command connection).
+//!
+//! Every command has a cutoff, an instant by which its whole reply must have arrived (not a
+//! limit on each read), and every error names the redacted URL, never the password. A
+//! connection that failed, was abandoned mid-reply, or gave a reply that does not answer its
+//! request is discarded, never reused: a connection one reply behind would hand each command
+//! the previous command's reply.
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
+use redis::aio::MultiplexedConnection;
 use redis::{
     AsyncConnectionConfig, Client, ConnectionAddr, IntoConnectionInfo, RedisConnectionInfo,
 };
@@ -19,59 +25,91 @@ use crate::error::{Error, Result};
 /// Idle blocking connections kept for reuse.
 const IDLE_BLOCKERS: usize = 16;
 
+/// The command connection, and which one it is (so that a caller that saw it fail discards
+/// that one, never a newer one another caller made meanwhile).
+#[derive(Clone)]
+pub(crate) struct CmdConn {
+    pub(crate) generation: u64,
+    pub(crate) conn: MultiplexedConnection,
+}
+
 pub(crate) struct Conns {
     pub(crate) url: RedisUrl,
     client: Client,
-    pub(crate) manager: ConnectionManager,
+    /// The command connection; `None` after it was discarded (the next command makes one).
+    cmd: Mutex<Option<CmdConn>>,
+    /// Held while a command connection is being made, so that callers make one between them.
+    connecting: tokio::sync::Mutex<()>,
+    generations: AtomicU64,
     idle: Mutex<Vec<MultiplexedConnection>>,
-    /// Idle plain (blocking) connections, for calls made on a caller's own thread.
-    plain: Mutex<Vec<redis::Connection>>,
 }
 
 impl Conns {
-    /// Connects (the first connection is made now, so a bad address or password fails here).
-    pub(crate) async fn connect(url: RedisUrl) -> Result<Arc<Conns>> {
+    /// Connects by `cutoff` (the first connection is made now, so a bad address or password
+    /// fails here).
+    pub(crate) async fn connect(url: RedisUrl, cutoff: Instant) -> Result<Arc<Conns>> {
         let client = client(&url)?;
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(url.connect_timeout))
-            .set_response_timeout(Some(url.timeout))
-            .set_number_of_retries(1)
-            .set_max_delay(Duration::from_millis(500));
-        let manager = bounded(&url, url.connect_timeout + url.timeout, async {
-            ConnectionManager::new_with_config(client.clone(), config).await
-        })
-        .await?;
-        Ok(Arc::new(Conns {
+        let conns = Arc::new(Conns {
             url,
             client,
-            manager,
+            cmd: Mutex::new(None),
+            connecting: tokio::sync::Mutex::new(()),
+            generations: AtomicU64::new(1),
             idle: Mutex::new(Vec::new()),
-            plain: Mutex::new(Vec::new()),
-        }))
+        });
+        conns.cmd(cutoff).await?;
+        Ok(conns)
     }
 
-    /// The command connection (cheap to clone; commands on clones are pipelined together).
-    pub(crate) fn cmd(&self) -> ConnectionManager {
-        self.manager.clone()
+    /// The command connection (cheap to clone; commands on clones are pipelined together),
+    /// made now if there is none, by `cutoff` at the latest.
+    pub(crate) async fn cmd(&self, cutoff: Instant) -> Result<CmdConn> {
+        if let Some(c) = self.cmd.lock().clone() {
+            return Ok(c);
+        }
+        let limit = cutoff.min(Instant::now() + self.url.connect_timeout);
+        self.by(limit, async {
+            let _one = self.connecting.lock().await;
+            if let Some(c) = self.cmd.lock().clone() {
+                return Ok(c);
+            }
+            let conn = self
+                .client
+                .get_multiplexed_async_connection_with_config(&self.config())
+                .await?;
+            let c = CmdConn {
+                generation: self.generations.fetch_add(1, Ordering::Relaxed),
+                conn,
+            };
+            *self.cmd.lock() = Some(c.clone());
+            Ok(c)
+        })
+        .await
+    }
+
+    /// Stops handing out command connection `generation` (if it is still the current one).
+    pub(crate) fn discard(&self, generation: u64) {
+        let mut cmd = self.cmd.lock();
+        if cmd.as_ref().is_some_and(|c| c.generation == generation) {
+            *cmd = None;
+        }
     }
 
     /// A connection of its own for one blocked waiter.
-    pub(crate) async fn blocker(&self) -> Result<MultiplexedConnection> {
+    pub(crate) async fn blocker(&self, cutoff: Instant) -> Result<MultiplexedConnection> {
         if let Some(c) = self.idle.lock().pop() {
             return Ok(c);
         }
-        let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(self.url.connect_timeout))
-            .set_response_timeout(None);
-        bounded(&self.url, self.url.connect_timeout, async {
+        let limit = cutoff.min(Instant::now() + self.url.connect_timeout);
+        self.by(limit, async {
             self.client
-                .get_multiplexed_async_connection_with_config(&config)
+                .get_multiplexed_async_connection_with_config(&self.config())
                 .await
         })
         .await
     }
 
-    /// Gives a blocking connection back after a clean reply.
+    /// Gives a blocking connection back after a reply that answered its request.
     pub(crate) fn idle(&self, conn: MultiplexedConnection) {
         let mut idle = self.idle.lock();
         if idle.len() < IDLE_BLOCKERS {
@@ -79,55 +117,52 @@ impl Conns {
         }
     }
 
-    /// Runs `f` on a plain connection on this thread (no hop to the scope's runtime: what a
-    /// blocking acquire's first attempt and a release use). The connection goes back to the
-    /// pool only after a clean reply; one that failed or timed out is dropped. A pooled
-    /// connection found torn (the server restarted since it was last used) is replaced once.
-    pub(crate) fn on_this_thread<T>(
+    /// Connections bound only by the cutoffs of the commands on them (the client's own
+    /// response timeout would be one more limit, per command, that no caller chose).
+    fn config(&self) -> AsyncConnectionConfig {
+        AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(self.url.connect_timeout))
+            .set_response_timeout(None)
+    }
+
+    /// Runs `fut` until `cutoff`: its result, or `Unavailable` if it did not finish by then.
+    pub(crate) async fn by<T>(
         &self,
-        mut f: impl FnMut(&mut redis::Connection) -> redis::RedisResult<T>,
+        cutoff: Instant,
+        fut: impl Future<Output = redis::RedisResult<T>>,
     ) -> Result<T> {
-        let mut pooled = self.plain.lock().pop();
-        loop {
-            let was_pooled = pooled.is_some();
-            let mut con = match pooled.take() {
-                Some(c) => c,
-                None => self.plain_connection()?,
-            };
-            match f(&mut con) {
-                Ok(v) => {
-                    let mut plain = self.plain.lock();
-                    if plain.len() < IDLE_BLOCKERS {
-                        plain.push(con);
-                    }
-                    return Ok(v);
-                }
-                Err(e) if was_pooled && (e.is_io_error() || e.is_connection_dropped()) => {
-                    // Every idle one is as old: drop them all and start afresh.
-                    self.plain.lock().clear();
-                }
-                Err(e) => return Err(self.error(&e)),
-            }
+        let started = Instant::now();
+        match tokio::time::timeout_at(cutoff.into(), fut).await {
+            Ok(Ok(v)) => Ok(v),
+            // The client's own connection timeout: the same words as ours.
+            Ok(Err(e)) if e.is_timeout() => Err(self.timed_out(started.elapsed())),
+            Ok(Err(e)) => Err(self.error(&e)),
+            Err(_) => Err(self.timed_out(started.elapsed())),
         }
     }
 
-    fn plain_connection(&self) -> Result<redis::Connection> {
-        let c = self
-            .client
-            .get_connection_with_timeout(self.url.connect_timeout)
-            .map_err(|e| self.error(&e))?;
-        c.set_read_timeout(Some(self.url.timeout))
-            .and_then(|()| c.set_write_timeout(Some(self.url.timeout)))
-            .map_err(|e| self.error(&e))?;
-        Ok(c)
+    /// The error for a command that got no (whole) reply within `waited`.
+    pub(crate) fn timed_out(&self, waited: Duration) -> Error {
+        Error::Unavailable(
+            format!(
+                "{}: timed out waiting for Redis (after {} ms)",
+                self.url.redacted(),
+                waited.as_millis()
+            )
+            .into(),
+        )
     }
 
-    /// Runs one command future within the URL's command timeout.
-    pub(crate) async fn run<T>(
-        &self,
-        fut: impl Future<Output = redis::RedisResult<T>>,
-    ) -> Result<T> {
-        bounded(&self.url, self.url.timeout, fut).await
+    /// The error for a reply that is not the answer to the request it came for (a stale reply
+    /// on a connection one behind, or not the shape the command returns).
+    pub(crate) fn unexpected_reply(&self) -> Error {
+        Error::Unavailable(
+            format!(
+                "{}: a reply from Redis did not answer its request (the connection was dropped)",
+                self.url.redacted()
+            )
+            .into(),
+        )
     }
 
     /// The error for a failed command or connection.
@@ -166,23 +201,9 @@ fn client(url: &RedisUrl) -> Result<Client> {
     Client::open(info).map_err(|e| error(url, &e))
 }
 
-async fn bounded<T>(
-    url: &RedisUrl,
-    limit: Duration,
-    fut: impl Future<Output = redis::RedisResult<T>>,
-) -> Result<T> {
-    match tokio::time::timeout(limit, fut).await {
-        Ok(Ok(v)) => Ok(v),
-        Ok(Err(e)) => Err(error(url, &e)),
-        Err(_) => Err(Error::Unavailable(
-            format!("{}: no answer within {limit:?}", url.redacted()).into(),
-        )),
-    }
-}
-
 /// Maps a client error to keylock's: refused credentials are `PermissionDenied`, everything
-/// else (refused or lost connections, timeouts, server errors) `Unavailable`. The text names
-/// the redacted URL and is scrubbed of the password in case the client quoted it.
+/// else (refused or lost connections, server errors) `Unavailable`. The text names the
+/// redacted URL and is scrubbed of the password in case the client quoted it.
 pub(crate) fn error(url: &RedisUrl, e: &redis::RedisError) -> Error {
     let text = url.scrub(&e.to_string());
     let auth = matches!(e.kind(), redis::ErrorKind::AuthenticationFailed)

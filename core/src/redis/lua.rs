@@ -14,6 +14,8 @@ pub(crate) const PRELUDE: &str = r#"-- keylock's Redis scope: the helpers every 
 --   e  zset   the same waiters -> when their registration lapses (server ms)
 -- A waiter blocks (BLPOP) on its own list ARGV[1] .. waiter id, which wake() pushes to.
 -- Time is the server's (TIME), so every client agrees on deadlines.
+-- Every script also takes the request's id as its last ARGV, and its reply is {id, result}
+-- (scripts.rs wraps each script's body), so that the client matches each reply to its request.
 
 local function now_ms()
   local t = redis.call('TIME')

@@ -84,9 +84,22 @@
 //! # Failures, and what Redis can guarantee
 //!
 //! - Redis unreachable at acquire: `Error::Unavailable` naming the redacted URL, never a false
-//!   success. Connecting is bounded by `connect_timeout`, each command by `timeout`.
-//!   A command cut off by its timeout may still have run; an acquire cut off that way holds the
-//!   key on the server until the lease ends (it is never reported as acquired).
+//!   success. Opening (connecting, the handshake, loading the scripts) takes at most
+//!   `connect_timeout`. Every command must have its whole reply within `timeout` (a deadline
+//!   for the reply, not a limit on each read), and an acquire's own timeout bounds the acquire,
+//!   its commands included: a command its deadline cuts off ends it with `TimedOut`, one that
+//!   `timeout` cuts off with `Unavailable` ("timed out waiting for Redis (after N ms)").
+//! - Each script's reply carries the id of its request, and a reply without it (a stale reply
+//!   on a connection one behind, or a reply of the wrong shape) is never read as an answer:
+//!   the connection is discarded and the call fails with `Unavailable`. A connection that
+//!   failed or was cut off mid-reply is discarded too, never reused.
+//! - An acquire whose reply was lost may still have run on the server. If the connection was
+//!   torn, the script is sent once more with the same token on a fresh connection (an acquire
+//!   by the same token gives the same grant); if that fails too, or the reply was cut off or
+//!   unreadable, the token is released (and the waiter taken out of the queues) in the
+//!   background, on the same connection so that Redis runs it after the lost attempt. The key
+//!   is not left held by an acquisition nobody has (unless Redis cannot be reached for that
+//!   release either: then its lease ends it).
 //! - A wrong password: `Error::PermissionDenied`. A password never appears in an error, in
 //!   `Debug`, or in a log line: every message names the URL with the password as `***`.
 //! - Redis restarted while a lock is held: the holder's renewals fail; once its lease has run
@@ -214,10 +227,13 @@ impl RedisLock {
                 Error::Unavailable(format!("cannot start the Redis runtime: {e}").into())
             })?;
         let handle = runtime.handle().clone();
+        // `connect_timeout` bounds the whole of opening: connecting, the handshake and loading
+        // the scripts.
+        let cutoff = Instant::now() + url.connect_timeout;
         let remote = match run_on(&handle, async move {
-            let conns = Conns::connect(url).await?;
+            let conns = Conns::connect(url, cutoff).await?;
             let remote = Remote::new(conns)?;
-            remote.load().await?;
+            remote.load(cutoff).await?;
             Ok(Arc::new(remote))
         }) {
             Ok(remote) => remote,
@@ -286,7 +302,16 @@ fn run_on<T: Send + 'static>(
     handle.spawn(async move {
         let _ = tx.send(fut.await);
     });
-    rx.recv().unwrap_or_else(|_| Err(closed()))
+    let wait = || rx.recv().unwrap_or_else(|_| Err(closed()));
+    // On a worker of a multi-threaded runtime (the scope's own, when a lost signal's callback
+    // releases its acquisition there), the worker hands its tasks to another thread while this
+    // one waits, so the future can run; anywhere else, waiting blocks nothing it needs.
+    match Handle::try_current() {
+        Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(wait)
+        }
+        _ => wait(),
+    }
 }
 
 fn closed() -> Error {
@@ -431,38 +456,13 @@ impl Inner {
     /// Takes fresh remote holds of `keys` (all or none), on the scope's runtime; dropping the
     /// future cancels the wait and releases anything granted meanwhile.
     ///
-    /// `here`: the caller blocks its own thread anyway, so the first attempt runs on it (no
-    /// hop to the runtime); only a wait goes to the runtime.
-    async fn remote_acquire(
-        &self,
-        keys: Vec<RemoteKey>,
-        plan: Plan,
-        here: bool,
-    ) -> Result<Vec<Arc<Hold>>> {
+    /// Every call to Redis runs on the runtime, even a blocking caller's first attempt: only
+    /// there can a command have a deadline for its whole reply (a blocking socket can bound
+    /// each read, not the reply).
+    async fn remote_acquire(&self, keys: Vec<RemoteKey>, plan: Plan) -> Result<Vec<Arc<Hold>>> {
         let remote = Arc::clone(&self.remote);
         let handle = self.handle.clone();
         let lease = plan.lease(&remote);
-        if here {
-            let token = remote.fresh_id();
-            let sent = Instant::now();
-            match remote.try_here(&keys, &token, lease)? {
-                Some(grants) => {
-                    let granted = Granted {
-                        remote,
-                        handle,
-                        keys,
-                        token,
-                        grants,
-                        sent,
-                        lease,
-                        armed: true,
-                    };
-                    return Ok(granted.into_holds(plan.opts.owner));
-                }
-                None if plan.try_only => return Err(Error::WouldBlock),
-                None => {}
-            }
-        }
         let (mut tx, rx) = oneshot::channel::<Result<Granted>>();
         self.handle.spawn(async move {
             let token = remote.fresh_id();
@@ -538,14 +538,12 @@ impl Inner {
         acq
     }
 
-    /// One key: local queue, then the key's shared hold or a fresh remote one (`here`: see
-    /// [`remote_acquire`](Self::remote_acquire)).
+    /// One key: local queue, then the key's shared hold or a fresh remote one.
     async fn acquire_one(
         self: Arc<Self>,
         space: KeySpace,
         key: Vec<u8>,
         opts: LockOptions,
-        here: bool,
     ) -> Result<Acquisition> {
         let plan = Plan::new(&opts);
         let lkey = local_key(space, &key);
@@ -574,7 +572,7 @@ impl Inner {
                         key: key.clone(),
                         mode: plan.opts.mode,
                     }];
-                    let hold = self.remote_acquire(keys, plan, here).await?.remove(0);
+                    let hold = self.remote_acquire(keys, plan).await?.remove(0);
                     self.install(&lkey, &hold, id, &plan);
                     break hold;
                 }
@@ -588,7 +586,6 @@ impl Inner {
         self: Arc<Self>,
         keys: Vec<(KeySpace, Vec<u8>, Mode)>,
         opts: LockOptions,
-        here: bool,
     ) -> Result<Vec<Acquisition>> {
         let plan = Plan::new(&opts);
         // The caller's order of first occurrence, for the answer.
@@ -668,7 +665,7 @@ impl Inner {
         let mut got = if fresh.is_empty() {
             Vec::new()
         } else {
-            match self.remote_acquire(fresh, plan, here).await {
+            match self.remote_acquire(fresh, plan).await {
                 Ok(h) => h,
                 Err(e) => {
                     unjoin(&joined);
@@ -741,9 +738,11 @@ impl Inner {
             None => Ok(()),
             Some(done) => {
                 hold.halt();
-                // Release is only ever called blocking (the trait's is synchronous): on this
-                // thread, with no hop to the runtime.
-                let r = self.remote.release_here(&hold.key, &hold.token);
+                let remote = Arc::clone(&self.remote);
+                let h = Arc::clone(&hold);
+                let r = run_on(&self.handle, async move {
+                    remote.release(&h.key, &h.token).await
+                });
                 {
                     let mut slots = self.slots.lock();
                     if matches!(slots.get(&lkey), Some(Slot::Releasing(d)) if Arc::ptr_eq(d, &done))
@@ -781,11 +780,11 @@ fn plan_deadline(plan: &Plan) -> Option<Instant> {
 
 impl KeyedLock for RedisLock {
     fn acquire(&self, key: LockKey<'_>, opts: &LockOptions) -> Result<Acquisition> {
-        block_on(Arc::clone(&self.inner).acquire_one(key.space, key.bytes.to_vec(), *opts, true))
+        block_on(Arc::clone(&self.inner).acquire_one(key.space, key.bytes.to_vec(), *opts))
     }
 
     fn acquire_async(self: Arc<Self>, key: LockKey<'_>, opts: &LockOptions) -> AcquireFuture {
-        let fut = Arc::clone(&self.inner).acquire_one(key.space, key.bytes.to_vec(), *opts, false);
+        let fut = Arc::clone(&self.inner).acquire_one(key.space, key.bytes.to_vec(), *opts);
         // The future keeps the scope (and its runtime) alive.
         Box::pin(async move {
             let out = fut.await;
@@ -799,7 +798,7 @@ impl KeyedLock for RedisLock {
         keys: &[(LockKey<'_>, Mode)],
         opts: &LockOptions,
     ) -> Result<Vec<Acquisition>> {
-        block_on(Arc::clone(&self.inner).acquire_many(owned_keys(keys), *opts, true))
+        block_on(Arc::clone(&self.inner).acquire_many(owned_keys(keys), *opts))
     }
 
     fn acquire_many_async(
@@ -807,7 +806,7 @@ impl KeyedLock for RedisLock {
         keys: &[(LockKey<'_>, Mode)],
         opts: &LockOptions,
     ) -> AcquireManyFuture {
-        let fut = Arc::clone(&self.inner).acquire_many(owned_keys(keys), *opts, false);
+        let fut = Arc::clone(&self.inner).acquire_many(owned_keys(keys), *opts);
         Box::pin(async move {
             let out = fut.await;
             drop(self);

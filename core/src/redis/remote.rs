@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use redis::Value;
 
-use super::conn::Conns;
+use super::conn::{CmdConn, Conns};
 use super::scripts::{Names, Scripts, mode_char};
 use crate::acquisition::Mode;
 use crate::error::{Error, Result};
@@ -70,11 +70,22 @@ impl Remote {
         })
     }
 
-    /// Loads the scripts, so that the first acquire is one round trip too.
-    pub(crate) async fn load(&self) -> Result<()> {
+    /// Loads the scripts by `cutoff`, so that the first acquire is one round trip too.
+    pub(crate) async fn load(&self, cutoff: Instant) -> Result<()> {
         for script in self.scripts.all() {
-            let mut con = self.conns.cmd();
-            self.conns.run(script.load_async(&mut con)).await?;
+            let c = self.conns.cmd(cutoff).await?;
+            let mut con = c.conn.clone();
+            match self.conns.by(cutoff, script.load_async(&mut con)).await {
+                Ok(sha) if sha == script.get_hash() => {}
+                Ok(_) => {
+                    self.conns.discard(c.generation);
+                    return Err(self.conns.unexpected_reply());
+                }
+                Err(e) => {
+                    self.conns.discard(c.generation);
+                    return Err(e);
+                }
+            }
         }
         Ok(())
     }
@@ -90,82 +101,100 @@ impl Remote {
             .collect()
     }
 
+    /// When a command started now must have its whole reply: `timeout` from now, or the
+    /// caller's deadline if sooner.
+    fn cutoff(&self, deadline: Option<Instant>) -> Instant {
+        let own = Instant::now() + self.conns.url.timeout;
+        deadline.map_or(own, |d| own.min(d))
+    }
+
+    /// Runs a script that takes the notify prefix as its first ARGV (all but `check`).
     async fn eval(
         &self,
         script: &redis::Script,
-        keys: Vec<Vec<u8>>,
-        args: Vec<Vec<u8>>,
-    ) -> Result<Value> {
+        keys: &[Vec<u8>],
+        args: &[Vec<u8>],
+        cutoff: Instant,
+        on: Option<CmdConn>,
+    ) -> std::result::Result<Value, Failed> {
+        let mut all = Vec::with_capacity(args.len() + 1);
+        all.push(self.notify.clone());
+        all.extend_from_slice(args);
+        self.call(script, keys, &all, cutoff, on).await
+    }
+
+    /// Runs `script` with `keys` and `args` (and a fresh request id, which the reply must
+    /// carry), on connection `on` if given, else the command connection; its whole reply must
+    /// come by `cutoff`.
+    ///
+    /// A connection that fails, is cut off, or gives a reply that is not the answer to this
+    /// request is discarded. A connection found torn (a server restart since its last use, or
+    /// a reply lost on the way) is replaced and the script sent once more: every script is
+    /// safe to repeat (an acquire by the same token gives the same grant).
+    async fn call(
+        &self,
+        script: &redis::Script,
+        keys: &[Vec<u8>],
+        args: &[Vec<u8>],
+        cutoff: Instant,
+        mut on: Option<CmdConn>,
+    ) -> std::result::Result<Value, Failed> {
+        let id = self.fresh_id();
         let mut inv = script.prepare_invoke();
         for k in keys {
-            inv.key(k);
+            inv.key(&k[..]);
         }
-        inv.arg(&self.notify[..]);
         for a in args {
-            inv.arg(a);
+            inv.arg(&a[..]);
         }
-        let mut con = self.conns.cmd();
-        match tokio::time::timeout(self.conns.url.timeout, inv.invoke_async(&mut con)).await {
-            // A connection torn since its last use (a server restart): the manager reconnects,
-            // and the script runs again (every script is safe to repeat: acquire by the same
-            // token gives the same grant).
-            Ok(Err(e)) if e.is_io_error() || e.is_connection_dropped() => {
-                self.conns.run(inv.invoke_async(&mut con)).await
-            }
-            Ok(r) => r.map_err(|e| self.conns.error(&e)),
-            Err(_) => Err(Error::Unavailable(
-                format!(
-                    "{}: no answer within {:?}",
-                    self.conns.url.redacted(),
-                    self.conns.url.timeout
-                )
-                .into(),
-            )),
+        inv.arg(id.as_bytes());
+        let mut retried = false;
+        loop {
+            let c = match on.take() {
+                Some(c) => c,
+                None => self.conns.cmd(cutoff).await.map_err(|error| Failed {
+                    cut: Instant::now() >= cutoff,
+                    error,
+                    conn: None,
+                })?,
+            };
+            let started = Instant::now();
+            let mut con = c.conn.clone();
+            let reply =
+                tokio::time::timeout_at(cutoff.into(), inv.invoke_async::<Value>(&mut con)).await;
+            let (error, cut) = match reply {
+                Ok(Ok(v)) => match answer(v, &id) {
+                    Some(v) => return Ok(v),
+                    None => (self.conns.unexpected_reply(), false),
+                },
+                Ok(Err(e)) if !retried && (e.is_io_error() || e.is_connection_dropped()) => {
+                    self.conns.discard(c.generation);
+                    retried = true;
+                    continue;
+                }
+                Ok(Err(e)) => (self.conns.error(&e), false),
+                Err(_) => (self.conns.timed_out(started.elapsed()), true),
+            };
+            self.conns.discard(c.generation);
+            return Err(Failed {
+                error,
+                cut,
+                conn: Some(c),
+            });
         }
-    }
-
-    /// One attempt at every key of `keys` (or none), on this thread, without queueing: the
-    /// grants, or `None` if a key is taken (or others wait for it first).
-    pub(crate) fn try_here(
-        &self,
-        keys: &[RemoteKey],
-        token: &str,
-        lease: Duration,
-    ) -> Result<Option<Vec<Grant>>> {
-        let waiter = self.fresh_id();
-        let mut inv = self.scripts.acquire.prepare_invoke();
-        for k in self.keys_of(keys) {
-            inv.key(k);
-        }
-        inv.arg(&self.notify[..])
-            .arg(token)
-            .arg(&waiter)
-            .arg(millis(lease))
-            .arg(0);
-        for k in keys {
-            inv.arg(mode_char(k.mode));
-        }
-        let reply: Value = self.conns.on_this_thread(|con| inv.invoke(con))?;
-        Ok(parse_acquire(&reply, keys.len())?.ok())
-    }
-
-    /// [`release`](Self::release) on this thread.
-    pub(crate) fn release_here(&self, key: &RemoteKey, token: &str) -> Result<bool> {
-        let mut inv = self.scripts.release.prepare_invoke();
-        for k in self.keys_of([key]) {
-            inv.key(k);
-        }
-        inv.arg(&self.notify[..])
-            .arg(token)
-            .arg(mode_char(key.mode));
-        let reply: Value = self.conns.on_this_thread(|con| inv.invoke(con))?;
-        int(&reply).map(|n| n == 1)
     }
 
     /// Takes every key of `keys` or none, waiting (by push) until `deadline`; `try_only`
     /// neither waits nor queues. Stops waiting, leaving the queue, once `cancelled` resolves.
+    ///
+    /// The deadline bounds everything, the commands included: a command it cuts off ends the
+    /// acquire with `TimedOut` (one cut off by the URL's `timeout` with `Unavailable`). An
+    /// attempt whose outcome is unknown (its reply lost, cut off, or not an answer) may have
+    /// taken the keys on the server: its token is released and its waiter taken out of the
+    /// queues in the background, on the same connection (so Redis runs that after the
+    /// attempt), and the key is never left held by a token nobody has.
     pub(crate) async fn acquire(
-        &self,
+        self: &Arc<Self>,
         keys: &[RemoteKey],
         token: &str,
         lease: Duration,
@@ -174,12 +203,18 @@ impl Remote {
         cancelled: impl Future<Output = ()>,
     ) -> Result<Vec<Grant>> {
         let waiter = self.fresh_id();
+        // A try is bounded by the URL's timeout alone.
+        let deadline = deadline.filter(|_| !try_only);
         let mut cancelled = std::pin::pin!(cancelled);
         let mut queued = false;
+        let names = self.keys_of(keys);
         let result = async {
             loop {
                 let now = Instant::now();
                 let remaining = deadline.map(|d| d.saturating_duration_since(now));
+                if queued && remaining.is_some_and(|r| r.is_zero()) {
+                    return Err(Error::TimedOut);
+                }
                 let block = remaining.map_or(MAX_BLOCK, |r| r.min(MAX_BLOCK));
                 let registration = if try_only {
                     0
@@ -193,12 +228,32 @@ impl Remote {
                     registration.to_string().into_bytes(),
                 ];
                 args.extend(keys.iter().map(|k| mode_char(k.mode).as_bytes().to_vec()));
+                let cutoff = self.cutoff(deadline);
+                let by_deadline = deadline.is_some_and(|d| d <= cutoff);
                 let reply = self
-                    .eval(&self.scripts.acquire, self.keys_of(keys), args)
-                    .await?;
-                let hint = match parse_acquire(&reply, keys.len())? {
-                    Ok(grants) => return Ok(grants),
-                    Err(hint) => hint,
+                    .eval(&self.scripts.acquire, &names, &args, cutoff, None)
+                    .await;
+                let parsed = match reply {
+                    Ok(v) => parse_acquire(&v, keys.len()).ok_or_else(|| Failed {
+                        error: self.conns.unexpected_reply(),
+                        cut: false,
+                        conn: None,
+                    }),
+                    Err(f) => Err(f),
+                };
+                let hint = match parsed {
+                    Ok(Ok(grants)) => return Ok(grants),
+                    Ok(Err(hint)) => hint,
+                    Err(f) => {
+                        let cut = f.cut && by_deadline;
+                        tokio::spawn(Arc::clone(self).forget(
+                            f.conn,
+                            keys.to_vec(),
+                            token.to_owned(),
+                            waiter.clone(),
+                        ));
+                        return Err(if cut { Error::TimedOut } else { f.error });
+                    }
                 };
                 if try_only {
                     return Err(Error::WouldBlock);
@@ -211,82 +266,116 @@ impl Remote {
                     .max(MIN_BLOCK)
                     .min(block.max(MIN_BLOCK));
                 tokio::select! {
-                    r = self.block(&waiter, wait) => r?,
+                    r = self.block(&waiter, wait, deadline) => r?,
                     () = &mut cancelled => return Err(Error::TimedOut),
-                }
-                if deadline.is_some_and(|d| Instant::now() >= d) {
-                    // One last look, so that a wake-up at the deadline is not wasted.
-                    let reply = self.eval(&self.scripts.acquire, self.keys_of(keys), {
-                        let mut a = vec![
-                            token.as_bytes().to_vec(),
-                            waiter.as_bytes().to_vec(),
-                            millis(lease).to_string().into_bytes(),
-                            b"0".to_vec(),
-                        ];
-                        a.extend(keys.iter().map(|k| mode_char(k.mode).as_bytes().to_vec()));
-                        a
-                    });
-                    return match parse_acquire(&reply.await?, keys.len())? {
-                        Ok(grants) => Ok(grants),
-                        Err(_) => Err(Error::TimedOut),
-                    };
                 }
             }
         }
         .await;
         if result.is_err() && queued {
-            let _ = self.leave(keys, &waiter).await;
+            // In the background: the acquire's deadline bounds the acquire.
+            let (remote, keys, waiter) = (Arc::clone(self), keys.to_vec(), waiter.clone());
+            tokio::spawn(async move {
+                let _ = remote.leave(&keys, &waiter, None).await;
+            });
         }
         result
     }
 
-    /// Blocks on the waiter's own list for at most `wait`.
-    async fn block(&self, waiter: &str, wait: Duration) -> Result<()> {
-        let mut con = self.conns.blocker().await?;
-        let list = self.names.notify_list(waiter);
-        let cmd = redis::cmd("BLPOP")
-            .arg(list)
-            .arg(format!("{:.3}", wait.as_secs_f64()))
-            .clone();
-        let limit = wait + self.conns.url.timeout;
-        match tokio::time::timeout(limit, cmd.query_async::<Value>(&mut con)).await {
-            Ok(Ok(_)) => {
-                self.conns.idle(con);
-                Ok(())
+    /// Undoes an attempt whose outcome is unknown: releases `token` on every key and takes
+    /// `waiter` out of the queues, first on `conn` (the connection the attempt went on, so
+    /// that Redis runs this after it), then, for a release that got no answer there, on the
+    /// command connection. Both are safe to repeat.
+    async fn forget(
+        self: Arc<Self>,
+        conn: Option<CmdConn>,
+        keys: Vec<RemoteKey>,
+        token: String,
+        waiter: String,
+    ) {
+        for k in &keys {
+            if self.release_on(k, &token, conn.clone()).await.is_err() && conn.is_some() {
+                let _ = self.release_on(k, &token, None).await;
             }
-            // A connection torn since it was last used (a server restart): dropped here, and
-            // the next attempt's script, on the self-healing command connection, says whether
-            // Redis is really gone.
-            Ok(Err(e)) if e.is_io_error() || e.is_connection_dropped() => Ok(()),
-            Ok(Err(e)) => Err(self.conns.error(&e)),
-            Err(_) => Err(Error::Unavailable(
-                format!(
-                    "{}: a blocked wait got no answer",
-                    self.conns.url.redacted()
-                )
-                .into(),
-            )),
+        }
+        if self.leave(&keys, &waiter, conn.clone()).await.is_err() && conn.is_some() {
+            let _ = self.leave(&keys, &waiter, None).await;
         }
     }
 
-    async fn leave(&self, keys: &[RemoteKey], waiter: &str) -> Result<()> {
+    /// Blocks on the waiter's own list for at most `wait` (and not past `deadline`).
+    async fn block(&self, waiter: &str, wait: Duration, deadline: Option<Instant>) -> Result<()> {
+        let own = Instant::now() + wait + self.conns.url.timeout;
+        let cutoff = deadline.map_or(own, |d| own.min(d));
+        let mut con = match self.conns.blocker(cutoff).await {
+            Ok(con) => con,
+            // The deadline came first: the loop's next turn says so.
+            Err(_) if deadline.is_some_and(|d| Instant::now() >= d) => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        let list = self.names.notify_list(waiter);
+        let cmd = redis::cmd("BLPOP")
+            .arg(&list[..])
+            .arg(format!("{:.3}", wait.as_secs_f64()))
+            .clone();
+        match tokio::time::timeout_at(cutoff.into(), cmd.query_async::<Value>(&mut con)).await {
+            // Nothing pushed in time, or a push to this waiter's own list: the answer to this
+            // request (a BLPOP reply names its list), so the connection may serve again.
+            Ok(Ok(Value::Nil)) => {
+                self.conns.idle(con);
+                Ok(())
+            }
+            Ok(Ok(Value::Array(items)))
+                if items.len() == 2 && matches!(&items[0], Value::BulkString(l) if *l == list) =>
+            {
+                self.conns.idle(con);
+                Ok(())
+            }
+            // Any other reply does not answer this request: the connection is dropped.
+            Ok(Ok(_)) => Err(self.conns.unexpected_reply()),
+            // A connection torn since it was last used (a server restart): dropped here, and
+            // the next attempt's script, on a fresh command connection, says whether Redis is
+            // really gone.
+            Ok(Err(e)) if e.is_io_error() || e.is_connection_dropped() => Ok(()),
+            Ok(Err(e)) => Err(self.conns.error(&e)),
+            // Cut off by the deadline: the loop's next turn ends the acquire.
+            Err(_) if deadline.is_some_and(|d| Instant::now() >= d) => Ok(()),
+            Err(_) => Err(self.conns.timed_out(wait + self.conns.url.timeout)),
+        }
+    }
+
+    async fn leave(&self, keys: &[RemoteKey], waiter: &str, on: Option<CmdConn>) -> Result<()> {
         let mut args = vec![waiter.as_bytes().to_vec()];
         args.extend(keys.iter().map(|k| mode_char(k.mode).as_bytes().to_vec()));
-        self.eval(&self.scripts.leave, self.keys_of(keys), args)
+        let cutoff = self.cutoff(None);
+        self.eval(&self.scripts.leave, &self.keys_of(keys), &args, cutoff, on)
             .await
             .map(drop)
+            .map_err(|f| f.error)
     }
 
     /// Releases one key's hold; `false` if it was not the token's any more.
     pub(crate) async fn release(&self, key: &RemoteKey, token: &str) -> Result<bool> {
-        let args = vec![
+        self.release_on(key, token, None).await
+    }
+
+    async fn release_on(&self, key: &RemoteKey, token: &str, on: Option<CmdConn>) -> Result<bool> {
+        let args = [
             token.as_bytes().to_vec(),
             mode_char(key.mode).as_bytes().to_vec(),
         ];
-        int(&self
-            .eval(&self.scripts.release, self.keys_of([key]), args)
-            .await?)
-        .map(|n| n == 1)
+        let cutoff = self.cutoff(None);
+        let v = self
+            .eval(
+                &self.scripts.release,
+                &self.keys_of([key]),
+                &args,
+                cutoff,
+                on,
+            )
+            .await
+            .map_err(|f| f.error)?;
+        self.flag(&v)
     }
 
     /// Moves the hold's lease end to `lease` from now; `false` if it is lost.
@@ -296,27 +385,38 @@ impl Remote {
         token: &str,
         lease: Duration,
     ) -> Result<bool> {
-        let args = vec![
+        let args = [
             token.as_bytes().to_vec(),
             mode_char(key.mode).as_bytes().to_vec(),
             millis(lease).to_string().into_bytes(),
         ];
-        int(&self
-            .eval(&self.scripts.renew, self.keys_of([key]), args)
-            .await?)
-        .map(|n| n == 1)
+        let cutoff = self.cutoff(None);
+        let v = self
+            .eval(
+                &self.scripts.renew,
+                &self.keys_of([key]),
+                &args,
+                cutoff,
+                None,
+            )
+            .await
+            .map_err(|f| f.error)?;
+        self.flag(&v)
     }
 
     /// Whether the hold is current.
     pub(crate) async fn check(&self, key: &RemoteKey, token: &str) -> Result<bool> {
-        let mut inv = self.scripts.check.prepare_invoke();
-        for k in self.keys_of([key]).into_iter().take(2) {
-            inv.key(k);
-        }
-        inv.arg(token).arg(mode_char(key.mode));
-        let mut con = self.conns.cmd();
-        let v: Value = self.conns.run(inv.invoke_async(&mut con)).await?;
-        int(&v).map(|n| n == 1)
+        let keys: Vec<Vec<u8>> = self.keys_of([key]).into_iter().take(2).collect();
+        let args = [
+            token.as_bytes().to_vec(),
+            mode_char(key.mode).as_bytes().to_vec(),
+        ];
+        let cutoff = self.cutoff(None);
+        let v = self
+            .call(&self.scripts.check, &keys, &args, cutoff, None)
+            .await
+            .map_err(|f| f.error)?;
+        self.flag(&v)
     }
 
     /// Frees the key whoever holds it; whether it was held.
@@ -326,10 +426,12 @@ impl Remote {
             key: key.to_vec(),
             mode: Mode::Exclusive,
         };
-        int(&self
-            .eval(&self.scripts.force, self.keys_of([&k]), vec![])
-            .await?)
-        .map(|n| n == 1)
+        let cutoff = self.cutoff(None);
+        let v = self
+            .eval(&self.scripts.force, &self.keys_of([&k]), &[], cutoff, None)
+            .await
+            .map_err(|f| f.error)?;
+        self.flag(&v)
     }
 
     /// A snapshot of the key: `None` when free.
@@ -339,10 +441,12 @@ impl Remote {
             key: key.to_vec(),
             mode: Mode::Exclusive,
         };
+        let cutoff = self.cutoff(None);
         let v = self
-            .eval(&self.scripts.info, self.keys_of([&k]), vec![])
-            .await?;
-        let f = ints(&v, 6)?;
+            .eval(&self.scripts.info, &self.keys_of([&k]), &[], cutoff, None)
+            .await
+            .map_err(|f| f.error)?;
+        let f = ints(&v, 6).ok_or_else(|| self.conns.unexpected_reply())?;
         let (exclusive, fence, x_left, shared, s_left, waiters) =
             (f[0], f[1], f[2], f[3], f[4], f[5]);
         if exclusive == 0 && shared == 0 {
@@ -365,6 +469,37 @@ impl Remote {
             waiters: waiters.max(0) as usize,
         }))
     }
+
+    /// A script's 0-or-1 answer.
+    fn flag(&self, v: &Value) -> Result<bool> {
+        match int(v) {
+            Some(0) => Ok(false),
+            Some(1) => Ok(true),
+            _ => Err(self.conns.unexpected_reply()),
+        }
+    }
+}
+
+/// A script call that gave no answer.
+pub(crate) struct Failed {
+    pub(crate) error: Error,
+    /// Cut off by its cutoff (rather than failed).
+    cut: bool,
+    /// The connection it was sent on, if it was sent (the script may have run).
+    conn: Option<CmdConn>,
+}
+
+/// The result in a script's reply `{id, result}`, if `id` is this request's.
+fn answer(v: Value, id: &str) -> Option<Value> {
+    match v {
+        Value::Array(mut items)
+            if items.len() == 2
+                && matches!(&items[0], Value::BulkString(got) if got == id.as_bytes()) =>
+        {
+            items.pop()
+        }
+        _ => None,
+    }
 }
 
 /// What [`Remote::info`] found.
@@ -381,41 +516,38 @@ fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
 }
 
-fn bad_reply() -> Error {
-    Error::Unavailable("unexpected reply from Redis (is it Redis 7 or later?)".into())
-}
-
-fn int(v: &Value) -> Result<i64> {
+fn int(v: &Value) -> Option<i64> {
     match v {
-        Value::Int(n) => Ok(*n),
-        _ => Err(bad_reply()),
+        Value::Int(n) => Some(*n),
+        _ => None,
     }
 }
 
-fn ints(v: &Value, n: usize) -> Result<Vec<i64>> {
+fn ints(v: &Value, n: usize) -> Option<Vec<i64>> {
     match v {
         Value::Array(items) if items.len() >= n => items.iter().map(int).collect(),
-        _ => Err(bad_reply()),
+        _ => None,
     }
 }
 
-/// The acquire script's reply: the grants, or how long to wait before looking again (ms).
-fn parse_acquire(v: &Value, keys: usize) -> Result<std::result::Result<Vec<Grant>, i64>> {
+/// The acquire script's reply: the grants, or how long to wait before looking again (ms);
+/// `None` if it is not an acquire's reply for `keys` keys.
+fn parse_acquire(v: &Value, keys: usize) -> Option<std::result::Result<Vec<Grant>, i64>> {
     let items = match v {
         Value::Array(items) if !items.is_empty() => items,
-        _ => return Err(bad_reply()),
+        _ => return None,
     };
     match int(&items[0])? {
-        1 if items.len() == 1 + 2 * keys => Ok(Ok(items[1..]
+        1 if items.len() == 1 + 2 * keys => Some(Ok(items[1..]
             .chunks(2)
             .map(|c| {
-                Ok(Grant {
-                    fence: u64::try_from(int(&c[0])?).map_err(|_| bad_reply())?,
+                Some(Grant {
+                    fence: u64::try_from(int(&c[0])?).ok()?,
                     died: int(&c[1])? != 0,
                 })
             })
-            .collect::<Result<_>>()?)),
-        0 if items.len() == 2 => Ok(Err(int(&items[1])?)),
-        _ => Err(bad_reply()),
+            .collect::<Option<_>>()?)),
+        0 if items.len() == 2 => Some(Err(int(&items[1])?)),
+        _ => None,
     }
 }

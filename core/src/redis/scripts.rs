@@ -12,6 +12,9 @@
 //! | `leave` | a waiter gives up its place |
 //! | `info` | a snapshot of a key |
 //!
+//! Every script takes one more ARGV, last: an id fresh for each request, which it returns with
+//! its result (`{id, result}`), so that each reply is matched to its request.
+//!
 //! [`lua::PRELUDE`](super::lua::PRELUDE) (prepended to each) documents the data model: per lock key a hash (fence,
 //! exclusive token and deadline), a sorted set of shared holders, and the waiter queue; per
 //! waiter a list it blocks on. All names start with `{PREFIX}`, one hash tag, so that a
@@ -36,8 +39,14 @@ pub(crate) struct Scripts {
     pub(crate) info: Script,
 }
 
+/// A script: the prelude, then `body` as a function whose result is returned after the
+/// request's own id (the last ARGV), as `{id, result}`. The client checks the id, so that a
+/// reply is never taken for the answer to another request (a connection one reply behind).
 fn script(body: &str) -> Script {
-    Script::new(&format!("{}{body}", lua::PRELUDE))
+    Script::new(&format!(
+        "{}local function run()\n{body}\nend\nreturn {{ARGV[#ARGV], run()}}\n",
+        lua::PRELUDE
+    ))
 }
 
 impl Scripts {

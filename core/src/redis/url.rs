@@ -7,8 +7,8 @@
 //! |---|---|---|
 //! | `prefix` | `keylock` | the namespace of every Redis key this scope uses (and their hash tag); no `{`, `}` |
 //! | `lease` | `30s` | every remote acquisition's lease, renewed while the acquisition lives |
-//! | `connect_timeout` | `5s` | the most a connection (or a reconnection) may take |
-//! | `timeout` | `5s` | the most one command may take before the scope reports `Unavailable` |
+//! | `connect_timeout` | `5s` | the most opening the scope (connecting, the handshake, loading the scripts), or one reconnection, may take |
+//! | `timeout` | `5s` | the most one command may take, its whole reply included, before the scope reports `Unavailable` |
 //!
 //! Durations are a number with a unit (`ms`, `s`), e.g. `lease=2s`, `timeout=500ms`.
 //!
@@ -20,6 +20,7 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
+use crate::open::redact_scope_name;
 
 /// A parsed Redis scope URL. See the [module docs](self).
 #[derive(Clone, PartialEq, Eq)]
@@ -34,6 +35,8 @@ pub(crate) struct RedisUrl {
     pub(crate) lease: Duration,
     pub(crate) connect_timeout: Duration,
     pub(crate) timeout: Duration,
+    /// The URL as given, with its password as `***` ([`redact_scope_name`]).
+    redacted: String,
 }
 
 /// The lease every remote acquisition gets unless the URL says otherwise.
@@ -105,6 +108,7 @@ impl RedisUrl {
             lease: DEFAULT_LEASE,
             connect_timeout: DEFAULT_TIMEOUT,
             timeout: DEFAULT_TIMEOUT,
+            redacted: redact_scope_name(url),
         };
         for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
             let (name, value) = pair.split_once('=').ok_or(Error::InvalidArgument(
@@ -142,21 +146,10 @@ impl RedisUrl {
         self.password.as_deref()
     }
 
-    /// The URL without its password (what errors and `Debug` show).
-    pub(crate) fn redacted(&self) -> String {
-        let scheme = if self.tls { "rediss" } else { "redis" };
-        let user = match (&self.username, &self.password) {
-            (Some(u), Some(_)) => format!("{u}:***@"),
-            (None, Some(_)) => ":***@".to_owned(),
-            (Some(u), None) => format!("{u}@"),
-            (None, None) => String::new(),
-        };
-        let host = if self.host.contains(':') {
-            format!("[{}]", self.host)
-        } else {
-            self.host.clone()
-        };
-        format!("{scheme}://{user}{host}:{}/{}", self.port, self.db)
+    /// The URL without its password (what errors and `Debug` show): the core's one rule for
+    /// names, [`redact_scope_name`], so that it reads the same here as in every front end.
+    pub(crate) fn redacted(&self) -> &str {
+        &self.redacted
     }
 
     /// Removes the password from any text that might quote it (a client error, say).
@@ -171,7 +164,7 @@ impl RedisUrl {
 impl fmt::Debug for RedisUrl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisUrl")
-            .field("url", &self.redacted())
+            .field("url", &self.redacted)
             .field("prefix", &self.prefix)
             .field("lease", &self.lease)
             .field("connect_timeout", &self.connect_timeout)
@@ -260,7 +253,10 @@ mod tests {
         assert_eq!(u.prefix, "app");
         assert_eq!(u.lease, Duration::from_secs(2));
         assert_eq!(u.timeout, Duration::from_millis(250));
-        assert_eq!(u.redacted(), "rediss://bob:***@db.example:6380/3");
+        assert_eq!(
+            u.redacted(),
+            "rediss://bob:***@db.example:6380/3?prefix=app&lease=2s&timeout=250ms"
+        );
         assert!(!format!("{u:?}").contains("cret"));
         assert_eq!(u.scrub("auth s@cret failed"), "auth *** failed");
         let d = RedisUrl::parse("redis://[::1]").unwrap();
@@ -270,7 +266,7 @@ mod tests {
         );
         assert_eq!(
             RedisUrl::parse("redis://:pw@h").unwrap().redacted(),
-            "redis://:***@h:6379/0"
+            "redis://:***@h"
         );
     }
 

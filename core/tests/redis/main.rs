@@ -7,7 +7,9 @@
 
 mod children;
 mod failures;
+mod hostile;
 mod processes;
+mod proxy;
 mod semantics;
 mod server;
 mod tls;

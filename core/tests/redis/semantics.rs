@@ -422,3 +422,27 @@ fn mixed_modes_with_timeouts_and_async_never_overlap_wrongly() {
         assert_eq!(s.info(key("mixed")).unwrap(), None, "nothing left behind");
     }
 }
+
+#[test]
+fn a_lost_callback_may_release_its_acquisition() {
+    let server = Server::start();
+    let a = open(&server, "prefix=cb&lease=600ms");
+    let b = open(&server, "prefix=cb");
+    let acq = a.acquire(key("k"), &LockOptions::new()).unwrap();
+    let lost = a.lost_signal(&acq).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let locks = Arc::clone(&a);
+    // The callback runs on the thread that finds the hold lost (the scope's own, for a
+    // renewal that Redis refuses); releasing from there must not wait on that thread.
+    lost.on_lost(move || {
+        let _ = tx.send(locks.release(acq));
+    });
+    assert!(b.force_unlock(key("k")).unwrap());
+    let released = within(Duration::from_secs(20), move || rx.recv().unwrap());
+    assert!(
+        matches!(released, Err(Error::NotOwner) | Err(Error::LeaseExpired)),
+        "{released:?}"
+    );
+    let next = b.acquire(key("k"), &NO).unwrap();
+    b.release(next).unwrap();
+}
