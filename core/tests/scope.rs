@@ -196,3 +196,60 @@ fn names_of_scopes_are_checked() {
         Err(Error::InvalidArgument(_))
     ));
 }
+
+/// A steal frees the key and takes it ahead of the waiters already queued (the Web Locks
+/// order); the queue's head is served when the stealer releases. In-process scopes, both key
+/// spaces, fair and strict-FIFO lock objects.
+#[test]
+fn steal_goes_ahead_of_queued_waiters() {
+    use std::pin::pin;
+    use std::task::{Context, Poll};
+
+    let in_process: Vec<Arc<dyn KeyedLock>> = vec![
+        Arc::new(KeyPool::<Vec<u8>>::new()),
+        Arc::new(StripedLock::new(1024).unwrap()),
+        open_with("local:", &OpenOptions::new().fifo(true)).unwrap(),
+        open_with("local:", &OpenOptions::new().stripes(64).fifo(true)).unwrap(),
+    ];
+    let waker = futures::task::noop_waker();
+    let mut cx = Context::from_waker(&waker);
+    for locks in in_process {
+        for k in [LockKey::new(b"s"), LockKey::name(b"s")] {
+            let holder = locks.acquire(k, &LockOptions::new()).unwrap();
+            let mut waiting = pin!(locks.clone().acquire_async(k, &LockOptions::new()));
+            assert!(
+                waiting.as_mut().poll(&mut cx).is_pending(),
+                "queued behind the holder"
+            );
+
+            let stealer = locks
+                .steal(k, &TRY)
+                .expect("a steal never waits for the queue");
+            assert!(stealer.fence() > holder.fence());
+            assert!(!locks.is_current(&holder).unwrap());
+            assert!(locks.is_current(&stealer).unwrap());
+            assert!(
+                waiting.as_mut().poll(&mut cx).is_pending(),
+                "the waiter already queued comes after the stealer"
+            );
+            assert_eq!(locks.release(holder), Err(Error::NotOwner));
+
+            locks.release(stealer).unwrap();
+            let Poll::Ready(next) = waiting.as_mut().poll(&mut cx) else {
+                panic!("the stealer's release serves the queue's head");
+            };
+            let next = next.unwrap();
+            assert!(locks.is_current(&next).unwrap());
+            locks.release(next).unwrap();
+            assert!(!locks.is_locked(k).unwrap());
+        }
+        // Only an exclusive request may steal; a free key is simply taken.
+        let shared = LockOptions::new().mode(Mode::Shared).wait(Wait::No);
+        assert!(matches!(
+            locks.steal(LockKey::new(b"f"), &shared),
+            Err(Error::InvalidArgument(_))
+        ));
+        let free = locks.steal(LockKey::new(b"f"), &TRY).unwrap();
+        locks.release(free).unwrap();
+    }
+}
