@@ -146,8 +146,8 @@ pub trait KeyedLock: Send + Sync + fmt::Debug {
     /// stale, and the queue's head is served when the new holder releases. `opts.mode` must be
     /// exclusive (else `InvalidArgument`).
     ///
-    /// The in-process lock objects do it in one step. The default, for a scope that has no such
-    /// step yet, is [`force_unlock`](Self::force_unlock) and then [`acquire`](Self::acquire) as
+    /// The in-process and shared-memory lock objects do it in one step. The default, for a
+    /// scope that has no such step yet (Redis), is [`force_unlock`](Self::force_unlock) and then [`acquire`](Self::acquire) as
     /// `opts.wait` says: a waiter may be served in between, and with `Wait::No` the steal then
     /// fails with `WouldBlock`.
     ///

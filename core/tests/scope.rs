@@ -198,22 +198,28 @@ fn names_of_scopes_are_checked() {
 }
 
 /// A steal frees the key and takes it ahead of the waiters already queued (the Web Locks
-/// order); the queue's head is served when the stealer releases. In-process scopes, both key
-/// spaces, fair and strict-FIFO lock objects.
+/// order); the queue's head is served when the stealer releases. Every scope but Redis (which
+/// has no one-step steal), both key spaces, fair and strict-FIFO lock objects.
 #[test]
 fn steal_goes_ahead_of_queued_waiters() {
     use std::pin::pin;
     use std::task::{Context, Poll};
 
-    let in_process: Vec<Arc<dyn KeyedLock>> = vec![
-        Arc::new(KeyPool::<Vec<u8>>::new()),
-        Arc::new(StripedLock::new(1024).unwrap()),
-        open_with("local:", &OpenOptions::new().fifo(true)).unwrap(),
-        open_with("local:", &OpenOptions::new().stripes(64).fifo(true)).unwrap(),
-    ];
+    let mut scopes = scopes();
+    scopes.push(open_with("local:", &OpenOptions::new().fifo(true)).unwrap());
+    scopes.push(open_with("local:", &OpenOptions::new().stripes(64).fifo(true)).unwrap());
+    #[cfg(all(feature = "shm", target_os = "linux"))]
+    for (i, options) in [OpenOptions::new(), OpenOptions::new().stripes(64)]
+        .into_iter()
+        .enumerate()
+    {
+        let name = format!("scope-steal-{}-{i}", std::process::id());
+        scopes.push(open_with(&format!("shm:{name}"), &options.fifo(true)).unwrap());
+        keylock_core::shm::unlink(&name).unwrap();
+    }
     let waker = futures::task::noop_waker();
     let mut cx = Context::from_waker(&waker);
-    for locks in in_process {
+    for locks in scopes {
         for k in [LockKey::new(b"s"), LockKey::name(b"s")] {
             let holder = locks.acquire(k, &LockOptions::new()).unwrap();
             let mut waiting = pin!(locks.clone().acquire_async(k, &LockOptions::new()));

@@ -164,6 +164,10 @@ test("steal goes ahead of waiting requests: the holder's AbortError, the stealer
     ['a LockManager over a KeyPool', new LockManager(new KeyPool())],
     ['a LockManager over a StripedLock', new LockManager(new StripedLock(64))],
   ];
+  // A strict-FIFO pool in shared memory (the region's file is removed at once; the open stays).
+  const region = `keylock-node-steal-${process.pid}`;
+  managers.push(['a LockManager over an shm: KeyPool', new LockManager(KeyPool.open(`shm:${region}`, { fifo: true }))]);
+  keylock.unlink(`shm:${region}`);
   for (const [label, manager] of managers) {
     const name = fresh();
     const events = [];
