@@ -2,8 +2,9 @@
 #
 #   make build-node        npm ci in node/ (its install script builds the addon, release mode)
 #   make demo-node         run examples/node/bank.js (one thread, then 4 worker_threads)
-#   make test-node         node --test node/test/*.test.js, the TypeScript checks of index.d.ts (alone,
-#                          and against lib.dom's Web Locks types), the demo
+#   make test-node         node --test node/test/*.test.js (each test within 120 s; redis.test.js
+#                          starts a redis-server of its own), the TypeScript checks of index.d.ts
+#                          (alone, and against lib.dom's Web Locks types), the demo
 #   make bench-node        withLock vs async-lock vs async-mutex, locks.request vs async-lock
 #                          -> bench/results/node.json
 #                          (bench-node-quick: fewer runs)
@@ -24,6 +25,9 @@ FMT_TARGETS += fmt-node
 NODE_DIR := $(ROOT)/node
 NODE_MODULES_STAMP := $(NODE_DIR)/node_modules/.keylock-stamp
 NPM_FLAGS := --no-audit --no-fund --loglevel=error
+# A hang fails its test within this bound (ms) instead of holding CI until its job times out.
+# Generous: no test comes near it (each sets its own, mostly 60 s, for what it awaits).
+NODE_TEST_FLAGS := --test-timeout=120000
 # The JavaScript and TypeScript that prettier formats (pinned in package.json, configured by the
 # repository's .prettierrc.json), relative to node/.
 NODE_FORMATTED := index.js index.mjs index.d.ts binding.js web-locks.js build.js test bench ../examples/node
@@ -43,8 +47,8 @@ build-node: $(NODE_MODULES_STAMP)
 demo-node: build-node
 	node examples/node/bank.js
 
-test-node: build-node
-	cd $(NODE_DIR) && node --test test/*.test.js
+test-node: build-node redis-server
+	cd $(NODE_DIR) && KEYLOCK_REQUIRE_REDIS=1 node --test $(NODE_TEST_FLAGS) test/*.test.js
 	cd $(NODE_DIR) && npx --no-install tsc -p test
 	cd $(NODE_DIR) && npx --no-install tsc -p test/tsconfig.dom.json
 	node examples/node/bank.js
@@ -56,12 +60,12 @@ test-node-scopes: build-node redis-server
 	set -e; tmp=$$(mktemp -d); pid=; region=keylock-node-test-$$$$; \
 	trap 'test -n "$$pid" && { kill $$pid; wait $$pid; }; rm -rf "$$tmp"; rm -f /dev/shm/keylock.'"$$region"'-*' EXIT; \
 	cd $(NODE_DIR); \
-	KEYLOCK_TEST_SCOPE="shm:$$region" node --test test/scopes.test.js; \
+	KEYLOCK_TEST_SCOPE="shm:$$region" node --test $(NODE_TEST_FLAGS) test/scopes.test.js; \
 	port=$$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'); \
 	redis-server --port $$port --bind 127.0.0.1 --save '' --appendonly no --dir "$$tmp" \
 		>"$$tmp/redis.log" 2>&1 & pid=$$!; \
 	for i in $$(seq 100); do redis-cli -p $$port ping >/dev/null 2>&1 && break; sleep 0.1; done; \
-	KEYLOCK_TEST_SCOPE="redis://127.0.0.1:$$port/0" node --test test/scopes.test.js
+	KEYLOCK_TEST_SCOPE="redis://127.0.0.1:$$port/0" node --test $(NODE_TEST_FLAGS) test/scopes.test.js
 
 bench-node: build-node
 	node $(NODE_DIR)/bench/bench.js --out bench/results/node.json

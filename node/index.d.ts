@@ -1,5 +1,7 @@
 // Type declarations for keylock (hand-written and committed; the addon's own generated
-// declarations in native.d.ts describe the private native layer only).
+// declarations in native.d.ts describe the private native layer only). They use Node's types
+// (Buffer, Disposable, AbortSignal): install @types/node, an optional peer dependency.
+/// <reference types="node" />
 
 /**
  * A key, locked by the bytes it stands for (`keyBytes`), the same bytes every keylock front end
@@ -217,6 +219,11 @@ export interface MakeOptions {
 
 /** The keyed API shared by `KeyPool` and `StripedLock`. */
 declare abstract class KeyedLock {
+  /**
+   * The name it was opened with (`'local:'` for one made in this process; the name given to
+   * `shared`), a URL's password replaced by `***`. `util.inspect` shows it too.
+   */
+  readonly name: string;
   /**
    * Waits for `key` without blocking the event loop or any thread; resolves to its guard.
    * Rejects with `KEYLOCK_TIMEOUT` after `timeout` ms, or with `signal.reason` when aborted;

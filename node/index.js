@@ -10,6 +10,7 @@
 // its acquisition's record in the addon, so a release ends exactly that acquisition.
 
 const { randomUUID } = require('node:crypto');
+const { inspect } = require('node:util');
 const native = require('./binding.js').load();
 
 // ---------------------------------------------------------------------------------------------
@@ -55,7 +56,18 @@ function timeoutError(what, timeout) {
   return new KeylockError('KEYLOCK_TIMEOUT', `keylock: timed out after ${timeout} ms waiting for ${whatOf(what)}`);
 }
 
-function statusError(status, what) {
+// Statuses whose failures carry the core's own text (what was refused, why a scope could not
+// be reached), which the error's message keeps after the status's description.
+const WITH_TEXT = new Set([
+  CODE.KEYLOCK_INVALID_ARGUMENT,
+  CODE.KEYLOCK_INCOMPATIBLE,
+  CODE.KEYLOCK_PERMISSION_DENIED,
+  CODE.KEYLOCK_UNAVAILABLE,
+]);
+
+// The error for a native status. `textId` names the failure's kept text (a waiter's record
+// carries it); 0 means the failure of the native call that just returned.
+function statusError(status, what, textId = 0) {
   what = whatOf(what);
   const s = STATUSES.get(status);
   if (s === undefined) return new KeylockError('KEYLOCK_INTERNAL', `keylock: unexpected status ${status} for ${what}`);
@@ -71,8 +83,11 @@ function statusError(status, what) {
       );
     case LEASE_EXPIRED:
       return new KeylockError(s.name, `keylock: ${what}: the acquisition's lease ran out`);
-    default:
-      return new KeylockError(s.name, `keylock: ${s.description} (${what})`);
+    default: {
+      const text = WITH_TEXT.has(status) ? native.failureText(status, textId) : null;
+      const cause = text == null ? '' : `: ${text}`;
+      return new KeylockError(s.name, `keylock: ${s.description} (${what})${cause}`);
+    }
   }
 }
 
@@ -346,7 +361,7 @@ function dispatch(records, n) {
     if (flags & FLAG_FAILED) {
       w.fail(new KeylockError('KEYLOCK_INTERNAL', 'keylock: a panic in the addon while waiting'));
     } else if (slot === 0) {
-      w.fail(statusError(flags >>> STATUS_SHIFT, w.what));
+      w.fail(statusError(flags >>> STATUS_SHIFT, w.what, records[i + 2]));
     } else {
       w.granted(slot, records[i + 2], records[i + 3], flags);
     }
@@ -625,8 +640,24 @@ class KeyedLock {
     handleOf = (lock) => lock.#h;
   }
 
-  constructor(h) {
+  #name;
+
+  constructor(h, name) {
     this.#h = h;
+    // Kept as printed: a URL's password is never stored here.
+    this.#name = native.redactScopeName(name);
+  }
+
+  /**
+   * The name it was opened with ('local:' for one made in this process), a URL's password
+   * replaced by `***`.
+   */
+  get name() {
+    return this.#name;
+  }
+
+  [inspect.custom](depth, options, inspect) {
+    return `${this.constructor.name} ${inspect({ name: this.#name }, options)}`;
   }
 
   /**
@@ -869,10 +900,10 @@ class KeyedLock {
 class KeyPool extends KeyedLock {
   constructor(...args) {
     if (args[0] === INTERNAL) {
-      super(args[1]);
+      super(args[1], args[2]);
       return;
     }
-    super(nativeCall(native.keyedOpen, 'local:', makeOptions(args[0])));
+    super(nativeCall(native.keyedOpen, 'local:', makeOptions(args[0])), 'local:');
   }
 
   /**
@@ -881,7 +912,7 @@ class KeyPool extends KeyedLock {
    */
   static shared(name, opts) {
     checkName(name);
-    return new KeyPool(INTERNAL, nativeCall(native.keyedShared, name, false, makeOptions(opts)));
+    return new KeyPool(INTERNAL, nativeCall(native.keyedShared, name, false, makeOptions(opts)), name);
   }
 
   /**
@@ -892,7 +923,7 @@ class KeyPool extends KeyedLock {
    */
   static open(name, opts) {
     checkScope(name);
-    return new KeyPool(INTERNAL, nativeCall(native.keyedOpen, name, makeOptions(opts)));
+    return new KeyPool(INTERNAL, nativeCall(native.keyedOpen, name, makeOptions(opts)), name);
   }
 
   /** Keys held now (null for a scope that does not count them). */
@@ -914,11 +945,11 @@ class KeyPool extends KeyedLock {
 class StripedLock extends KeyedLock {
   constructor(...args) {
     if (args[0] === INTERNAL) {
-      super(args[1]);
+      super(args[1], args[2]);
       return;
     }
     const opts = makeOptions(args[1], args[0] === undefined ? DEFAULT_STRIPES : args[0]);
-    super(nativeCall(native.keyedOpen, 'local:', opts));
+    super(nativeCall(native.keyedOpen, 'local:', opts), 'local:');
   }
 
   /**
@@ -929,7 +960,7 @@ class StripedLock extends KeyedLock {
   static shared(name, stripes, opts) {
     checkName(name);
     const made = makeOptions(opts, stripes);
-    return new StripedLock(INTERNAL, nativeCall(native.keyedShared, name, true, made));
+    return new StripedLock(INTERNAL, nativeCall(native.keyedShared, name, true, made), name);
   }
 
   /** The striped lock that `name` names (see KeyPool.open); `{ stripes, reentrant, fifo, capacity }`. */
@@ -937,7 +968,7 @@ class StripedLock extends KeyedLock {
     checkScope(name);
     const stripes = opts === undefined || opts === null ? undefined : opts.stripes;
     const made = makeOptions(opts, stripes === undefined ? DEFAULT_STRIPES : stripes);
-    return new StripedLock(INTERNAL, nativeCall(native.keyedOpen, name, made));
+    return new StripedLock(INTERNAL, nativeCall(native.keyedOpen, name, made), name);
   }
 
   /** The number of stripes (a power of two). */

@@ -247,10 +247,15 @@ module.exports = function webLocks(k) {
         state.requests.delete(req.id);
         throw err;
       }
+      const grantFlags = OUT[2];
+      const waiterId = OUT[3];
+      // A steal took the name from its holders first: those of this thread are told now, so
+      // that their promises reject before the stealer's callback runs, as the spec orders it.
+      if (o.steal) state.drain();
       if (r > 0) {
-        granted(req, r, OUT[2]);
+        granted(req, r, grantFlags);
       } else if (r === 0) {
-        const id = OUT[3];
+        const id = waiterId;
         req.waiter = id;
         waiters.set(id, {
           granted: (slot, lo, hi, f) => granted(req, slot, f),

@@ -936,6 +936,26 @@ impl Entry {
         true
     }
 
+    /// Frees the entry whoever holds it and takes it exclusively for `want` in the same
+    /// compare-and-swap, ahead of every queued waiter (the Web Locks `steal`). The fence
+    /// advances once, so every previous holder's acquisition is stale. The queue is left as it
+    /// was: its head is served when this holder releases. Returns the grant.
+    pub(crate) fn steal_locked(&self, side: &mut Side, want: &Want) -> Grant {
+        debug_assert_eq!(want.mode, Mode::Exclusive);
+        let (_, new) = self
+            .update_advancing(|w| Some((w & !(EXCL | READERS)) | EXCL | REF))
+            .expect("the change always applies");
+        side.ext = None;
+        let (ticket, lease_until) = Self::add_holder(side, want);
+        self.fix_flags(side);
+        Grant {
+            fence: self.fence_of(new),
+            ticket,
+            lease_until,
+            reentered: false,
+        }
+    }
+
     /// A snapshot of the holders, after ending what has expired; `None` when free.
     pub(crate) fn info_locked(
         &self,

@@ -271,6 +271,18 @@ where
         })
     }
 
+    fn steal(&self, key: LockKey<'_>, opts: &LockOptions) -> Result<Acquisition> {
+        Ok(match key.space {
+            KeySpace::Keys => self.steal_with(key.bytes, *opts)?.into_acquisition(),
+            KeySpace::Names => tagged(
+                self.names()
+                    .steal_with(key.bytes, *opts)?
+                    .into_acquisition(),
+                KeySpace::Names,
+            ),
+        })
+    }
+
     fn info(&self, key: LockKey<'_>) -> Result<Option<LockInfo>> {
         Ok(match key.space {
             KeySpace::Keys => KeyPool::info(self, key.bytes),
@@ -357,6 +369,12 @@ impl KeyedLock for StripedLock {
 
     fn force_unlock(&self, key: LockKey<'_>) -> Result<bool> {
         Ok(self.force_unlock_stripe(self.stripe_of_key(key)))
+    }
+
+    fn steal(&self, key: LockKey<'_>, opts: &LockOptions) -> Result<Acquisition> {
+        Ok(self
+            .steal_stripe(self.stripe_of_key(key), *opts)?
+            .into_acquisition())
     }
 
     fn info(&self, key: LockKey<'_>) -> Result<Option<LockInfo>> {

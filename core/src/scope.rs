@@ -141,6 +141,35 @@ pub trait KeyedLock: Send + Sync + fmt::Debug {
     /// Frees `key` whoever holds it, advancing its fence; whether it was held.
     fn force_unlock(&self, key: LockKey<'_>) -> Result<bool>;
 
+    /// Frees `key` whoever holds it and takes it exclusively for this request, ahead of every
+    /// waiter already queued (the Web Locks `steal`): the previous holders' acquisitions are
+    /// stale, and the queue's head is served when the new holder releases. `opts.mode` must be
+    /// exclusive (else `InvalidArgument`).
+    ///
+    /// The in-process and shared-memory lock objects do it in one step. The default, for a
+    /// scope that has no such step yet (Redis), is [`force_unlock`](Self::force_unlock) and then [`acquire`](Self::acquire) as
+    /// `opts.wait` says: a waiter may be served in between, and with `Wait::No` the steal then
+    /// fails with `WouldBlock`.
+    ///
+    /// ```
+    /// use keylock_core::{KeyPool, KeyedLock, LockKey, LockOptions, Wait};
+    /// let pool: KeyPool = KeyPool::new();
+    /// let locks: &dyn KeyedLock = &pool;
+    /// let old = locks.acquire(LockKey::new(b"k"), &LockOptions::new()).unwrap();
+    /// let new = locks.steal(LockKey::new(b"k"), &LockOptions::new().wait(Wait::No)).unwrap();
+    /// assert!(new.fence() > old.fence());
+    /// assert!(!locks.is_current(&old).unwrap());
+    /// ```
+    fn steal(&self, key: LockKey<'_>, opts: &LockOptions) -> Result<Acquisition> {
+        if opts.mode != Mode::Exclusive {
+            return Err(crate::Error::InvalidArgument(
+                "only an exclusive request may steal",
+            ));
+        }
+        self.force_unlock(key)?;
+        self.acquire(key, opts)
+    }
+
     /// Whether `key` is held (a snapshot).
     fn is_locked(&self, key: LockKey<'_>) -> Result<bool> {
         Ok(self.info(key)?.is_some())

@@ -253,6 +253,20 @@ pub(crate) fn force_unlock<S: Site + ?Sized>(site: &S) -> bool {
     with_locked(site, |e, side, p, w| e.force_unlock_locked(side, p, w))
 }
 
+/// Frees the site whoever holds it and takes it exclusively for `want`, ahead of every queued
+/// waiter ([`Entry::steal_locked`]). `InvalidArgument` for a shared `want`: only an exclusive
+/// request may steal.
+pub(crate) fn steal<S: Site + ?Sized>(site: &S, want: &Want) -> Result<Grant> {
+    if want.mode != Mode::Exclusive {
+        return Err(Error::InvalidArgument(
+            "only an exclusive request may steal",
+        ));
+    }
+    Ok(with_locked(site, |e, side, _, _| {
+        e.steal_locked(side, want)
+    }))
+}
+
 /// A snapshot of the site's holders.
 pub(crate) fn info<S: Site + ?Sized>(site: &S) -> Option<LockInfo> {
     with_locked(site, |e, side, p, w| e.info_locked(side, p, w))

@@ -196,3 +196,66 @@ fn names_of_scopes_are_checked() {
         Err(Error::InvalidArgument(_))
     ));
 }
+
+/// A steal frees the key and takes it ahead of the waiters already queued (the Web Locks
+/// order); the queue's head is served when the stealer releases. Every scope but Redis (which
+/// has no one-step steal), both key spaces, fair and strict-FIFO lock objects.
+#[test]
+fn steal_goes_ahead_of_queued_waiters() {
+    use std::pin::pin;
+    use std::task::{Context, Poll};
+
+    let mut scopes = scopes();
+    scopes.push(open_with("local:", &OpenOptions::new().fifo(true)).unwrap());
+    scopes.push(open_with("local:", &OpenOptions::new().stripes(64).fifo(true)).unwrap());
+    #[cfg(all(feature = "shm", target_os = "linux"))]
+    for (i, options) in [OpenOptions::new(), OpenOptions::new().stripes(64)]
+        .into_iter()
+        .enumerate()
+    {
+        let name = format!("scope-steal-{}-{i}", std::process::id());
+        scopes.push(open_with(&format!("shm:{name}"), &options.fifo(true)).unwrap());
+        keylock_core::shm::unlink(&name).unwrap();
+    }
+    let waker = futures::task::noop_waker();
+    let mut cx = Context::from_waker(&waker);
+    for locks in scopes {
+        for k in [LockKey::new(b"s"), LockKey::name(b"s")] {
+            let holder = locks.acquire(k, &LockOptions::new()).unwrap();
+            let mut waiting = pin!(locks.clone().acquire_async(k, &LockOptions::new()));
+            assert!(
+                waiting.as_mut().poll(&mut cx).is_pending(),
+                "queued behind the holder"
+            );
+
+            let stealer = locks
+                .steal(k, &TRY)
+                .expect("a steal never waits for the queue");
+            assert!(stealer.fence() > holder.fence());
+            assert!(!locks.is_current(&holder).unwrap());
+            assert!(locks.is_current(&stealer).unwrap());
+            assert!(
+                waiting.as_mut().poll(&mut cx).is_pending(),
+                "the waiter already queued comes after the stealer"
+            );
+            assert_eq!(locks.release(holder), Err(Error::NotOwner));
+
+            locks.release(stealer).unwrap();
+            let Poll::Ready(next) = waiting.as_mut().poll(&mut cx) else {
+                panic!("the stealer's release serves the queue's head");
+            };
+            let next = next.unwrap();
+            assert!(locks.is_current(&next).unwrap());
+            locks.release(next).unwrap();
+            assert!(!locks.is_locked(k).unwrap());
+        }
+        // Only an exclusive request may steal; a free key is simply taken.
+        let shared = LockOptions::new().mode(Mode::Shared).wait(Wait::No);
+        assert!(matches!(
+            locks.steal(LockKey::new(b"f"), &shared),
+            Err(Error::InvalidArgument(_))
+        ));
+        let free = locks.steal(LockKey::new(b"f"), &TRY).unwrap();
+        locks.release(free).unwrap();
+    }
+}

@@ -94,7 +94,11 @@ fn keyed<'a>(env: &Env, value: &'a Unknown<'_>) -> Result<&'a Keyed> {
 fn core_error(e: &keylock_core::Error) -> Error {
     Error::new(
         Status::GenericFailure,
-        format!("{}\u{0}{}", e.status().name(), e),
+        format!(
+            "{}\u{0}{}",
+            e.status().name(),
+            keylock_core::redact_scope_name(&e.to_string())
+        ),
     )
 }
 
@@ -386,6 +390,20 @@ pub fn name_bytes(env: &Env, name: Unknown<'_>) -> Result<napi::bindgen_prelude:
 #[napi(catch_unwind)]
 pub fn statuses() -> Vec<status::StatusInfo> {
     status::statuses()
+}
+
+/// The text of a failure that a native call reported as minus `code` (`id` 0), or that a
+/// waiter's record names (`id`): the core's message, cause and all, with any password hidden;
+/// `undefined` when there is none. Each text is taken once.
+#[napi(catch_unwind)]
+pub fn failure_text(code: u32, id: u32) -> Option<String> {
+    status::take_text(code, id)
+}
+
+/// A lock name as keylock prints it: a URL's password replaced by `***` (the core's one rule).
+#[napi(catch_unwind)]
+pub fn redact_scope_name(name: String) -> String {
+    keylock_core::redact_scope_name(&name)
 }
 
 /// Added to a release's status when it woke a waiter of the calling thread (see `index.js`).

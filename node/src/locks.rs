@@ -88,9 +88,11 @@ pub(crate) fn record(slot: u32, acq: Option<&Acquisition>) -> Record {
     [slot, fence as u32, (fence >> 32) as u32, flags]
 }
 
-/// The record of a failed acquisition.
+/// The record of a failed acquisition: its status in the flags, and the number its text is
+/// kept under (see [`status::code_and_text`]) where a granted one has its fence's low half.
 pub(crate) fn failure(e: &Error) -> Record {
-    [0, 0, 0, status::code(e) << STATUS_SHIFT]
+    let (code, text) = status::code_and_text(e);
+    [0, text, 0, code << STATUS_SHIFT]
 }
 
 /// A keyed lock (a `KeyPool` or a `StripedLock` in JavaScript) as one thread holds it.

@@ -588,7 +588,14 @@ entry_points! {
         let key = LockKey { space: KeySpace::Names, bytes: &name.bytes };
         let core = &k.core;
         let (ticket, began) = weblocks::enqueue(asking, steal, || {
-            let now = core.acquire(key, &LockOptions::new().mode(mode).wait(Wait::No));
+            let now_opts = LockOptions::new().mode(mode).wait(Wait::No);
+            // A steal goes ahead of every queued request (the core's steal); a scope without
+            // that step frees the name and then asks for it like any request.
+            let now = if steal {
+                core.steal(key, &now_opts)
+            } else {
+                core.acquire(key, &now_opts)
+            };
             match now {
                 Ok(acq) => Began::Held(WebStart::Now(acq)),
                 Err(keylock_core::Error::WouldBlock) if if_available => {

@@ -6,6 +6,8 @@
 //! are returned, not thrown: creating and catching an exception costs far more than the lock
 //! operation itself.
 
+use std::cell::RefCell;
+use std::collections::VecDeque;
 use std::time::Duration;
 
 use keylock_core::Status;
@@ -27,16 +29,79 @@ const _: () = assert!((Status::ALL.len() as u32) < LOCAL_WAKE);
 /// the acquisition is not current.
 pub(crate) const NOT_HELD: u32 = Status::NotOwner.code();
 
-/// The status of a core result.
+/// The status of a core result (a failure's text is kept, see [`code`]).
 #[inline]
 pub(crate) fn of<T>(result: keylock_core::Result<T>) -> u32 {
-    Status::from(&result).code()
+    match &result {
+        Ok(_) => OK,
+        Err(e) => code(e),
+    }
 }
 
-/// The status of a core error.
+/// The status of a core error. A failure that says more than its status (why a Redis server
+/// could not be reached, which permission was refused) has its text kept for `index.js`,
+/// which puts it in the error it makes from the status ([`take_text`]).
 #[inline]
 pub(crate) fn code(e: &keylock_core::Error) -> u32 {
-    e.status().code()
+    code_and_text(e).0
+}
+
+/// The status of a core error, and the number its text is kept under (0: it has none).
+pub(crate) fn code_and_text(e: &keylock_core::Error) -> (u32, u32) {
+    use keylock_core::Error;
+    let code = e.status().code();
+    let has_text = matches!(
+        e,
+        Error::InvalidArgument(_)
+            | Error::Incompatible(_)
+            | Error::PermissionDenied(_)
+            | Error::Unavailable(_)
+    );
+    if !has_text {
+        return (code, 0);
+    }
+    let text = keylock_core::redact_scope_name(&e.to_string());
+    let id = TEXTS.with(|t| t.borrow_mut().keep(code, text));
+    (code, id)
+}
+
+/// The most failure texts a thread keeps; older ones nobody asked for are dropped.
+const TEXTS_KEPT: usize = 64;
+
+/// This thread's recent failure texts: (number, status, text), oldest first.
+#[derive(Debug, Default)]
+struct Texts {
+    last: u32,
+    kept: VecDeque<(u32, u32, String)>,
+}
+
+impl Texts {
+    fn keep(&mut self, code: u32, text: String) -> u32 {
+        self.last = self.last.wrapping_add(1).max(1);
+        if self.kept.len() == TEXTS_KEPT {
+            self.kept.pop_front();
+        }
+        self.kept.push_back((self.last, code, text));
+        self.last
+    }
+}
+
+thread_local! {
+    static TEXTS: RefCell<Texts> = RefCell::new(Texts::default());
+}
+
+/// Takes the failure text kept under `id` or, for `id` 0, the one this thread's latest failure
+/// kept if its status is `code` (what a call that just returned minus `code` failed with).
+pub(crate) fn take_text(code: u32, id: u32) -> Option<String> {
+    TEXTS.with(|t| {
+        let mut texts = t.borrow_mut();
+        let id = if id == 0 { texts.last } else { id };
+        let at = texts
+            .kept
+            .iter()
+            .rposition(|&(i, c, _)| i == id && c == code)?;
+        texts.kept.remove(at).map(|(_, _, text)| text)
+    })
 }
 
 /// `code`, plus [`LOCAL_WAKE`] when the call that made it woke a waiter of this thread.

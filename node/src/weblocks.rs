@@ -2,7 +2,7 @@
 //! `steal` rejects.
 //!
 //! The locks themselves are the core's: a Web Locks name is a key in the core's
-//! [`KeySpace::Names`], held and queued (strict FIFO for `keylock.locks`) by the core alone.
+//! [`KeySpace::Names`](keylock_core::KeySpace::Names), held and queued (strict FIFO for `keylock.locks`) by the core alone.
 //! What the core does not keep, and the spec asks for, is *who* asked: each request's name (as
 //! the JavaScript string it was, lone surrogates and all), mode and `clientId`, in the order
 //! the requests were made. Every request of every thread of the process is recorded here, under
@@ -12,7 +12,7 @@
 //! Consistency with the core comes from two rules:
 //! - a request is recorded and enqueued in the core under the registry's mutex, so the
 //!   registry's order is the core's queue order;
-//! - a steal reads the holders of a name and force-unlocks it under the same mutex, and a
+//! - a steal reads the holders of a name and takes it from them under the same mutex, and a
 //!   granted waiter checks under it that its acquisition is still current before it records
 //!   itself as a holder: a waiter granted just before a steal finds its acquisition
 //!   force-unlocked and counts as stolen from.
@@ -21,7 +21,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use keylock_core::{Acquisition, KeySpace, KeyedLock, LockKey, Mode};
+use keylock_core::{Acquisition, KeyedLock, Mode};
 
 use crate::reactor::Mailbox;
 
@@ -92,9 +92,10 @@ pub(crate) enum Began<T> {
     Declined(T),
 }
 
-/// Records `asking` and runs `start` under the registry's mutex (see the module docs): after
-/// a `steal`, the name's recorded holders are told they lost it (their requests are removed)
-/// and the name is force-unlocked first. Returns the ticket of a recorded request.
+/// Records `asking` and runs `start` under the registry's mutex (see the module docs). For a
+/// `steal`, the name's recorded holders are first told they lost it (their requests are
+/// removed); `start` then takes the name with the core's steal, which frees it and grants it
+/// to this request ahead of every queued one. Returns the ticket of a recorded request.
 pub(crate) fn enqueue<T>(
     asking: Asking<'_>,
     steal: bool,
@@ -113,10 +114,6 @@ pub(crate) fn enqueue<T>(
                 r.mailbox.post_stolen(r.request);
             }
         }
-        let _ = asking.core.force_unlock(LockKey {
-            space: KeySpace::Names,
-            bytes: asking.key,
-        });
     }
     let (held, out) = match start() {
         Began::Held(t) => (true, t),

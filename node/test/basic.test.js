@@ -282,3 +282,18 @@ test('StripedLock: size and stats count held stripes', T, () => {
   assert.equal(s.size, 0);
   assert.equal(s.stats().held, 0);
 });
+
+test('name: what a lock was opened with, shown by util.inspect, a password never', T, () => {
+  const { inspect } = require('node:util');
+  assert.equal(new KeyPool().name, 'local:');
+  assert.equal(new StripedLock(8).name, 'local:');
+  assert.equal(KeyPool.open('').name, '');
+  const shared = StripedLock.shared(`basic-name-${process.pid}`, 8);
+  assert.equal(shared.name, `basic-name-${process.pid}`);
+  assert.equal(inspect(new KeyPool()), "KeyPool { name: 'local:' }");
+  assert.equal(inspect(shared), `StripedLock { name: 'basic-name-${process.pid}' }`);
+  // A shared lock's name is any string; one shaped like a URL is printed as every name is.
+  const url = KeyPool.shared('redis://u:hunter2@h/0');
+  assert.equal(url.name, 'redis://u:***@h/0');
+  assert.ok(!inspect(url).includes('hunter2'));
+});

@@ -22,6 +22,8 @@ async function usage(): Promise<number> {
   const pool = new KeyPool({ reentrant: true, fifo: false });
   const shared: KeyPool = KeyPool.shared('name', { fifo: true });
   const opened: KeyPool = KeyPool.open('local:', { capacity: 64 });
+  const openedName: string = opened.name;
+  void openedName;
   const striped = new StripedLock(1024, { reentrant: true });
   const stripedShared: StripedLock = StripedLock.shared('name', 64);
   const stripedOpened: StripedLock = StripedLock.open('local:', { stripes: 64, fifo: true });

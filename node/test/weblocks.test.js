@@ -158,6 +158,35 @@ test("steal: the previous holder's request rejects with AbortError; the stealer 
   await after;
 });
 
+test("steal goes ahead of waiting requests: the holder's AbortError, the stealer, then the queue", T, async () => {
+  const managers = [
+    ['keylock.locks', locks],
+    ['a LockManager over a KeyPool', new LockManager(new KeyPool())],
+    ['a LockManager over a StripedLock', new LockManager(new StripedLock(64))],
+  ];
+  // A strict-FIFO pool in shared memory (the region's file is removed at once; the open stays).
+  const region = `keylock-node-steal-${process.pid}`;
+  managers.push(['a LockManager over an shm: KeyPool', new LockManager(KeyPool.open(`shm:${region}`, { fifo: true }))]);
+  keylock.unlink(`shm:${region}`);
+  for (const [label, manager] of managers) {
+    const name = fresh();
+    const events = [];
+    const stuck = deferred();
+    const holder = manager.request(name, () => stuck.promise);
+    const holderDone = holder.then(
+      () => events.push('holder resolved'),
+      (e) => events.push(`holder rejected ${e.name}`),
+    );
+    await tick();
+    const pending = manager.request(name, () => events.push('pending granted'));
+    await tick();
+    const stealer = manager.request(name, { steal: true }, () => events.push('steal granted'));
+    await Promise.all([holderDone, stealer, pending]);
+    assert.deepEqual(events, ['holder rejected AbortError', 'steal granted', 'pending granted'], label);
+    stuck.resolve();
+  }
+});
+
 test('steal preempts nothing that is not held: a free name is simply granted', T, async () => {
   const name = fresh();
   assert.equal(await locks.request(name, { steal: true }, (l) => l.mode), 'exclusive');

@@ -820,6 +820,47 @@ impl<K: Hash + Eq, S: BuildHasher> KeyPool<K, S> {
         .unwrap_or(false)
     }
 
+    /// Frees `key` whoever holds it and takes it exclusively as `opts` says (its lease and
+    /// owner; it never waits), ahead of every queued waiter: what a force-unlock followed by an
+    /// acquire would do, except that no waiter is served in between. The previous holders'
+    /// acquisitions are stale, and the queue's head is served when this holder releases.
+    /// `InvalidArgument` for a shared request.
+    ///
+    /// ```
+    /// use keylock_core::{KeyPool, LockOptions};
+    /// let pool: KeyPool<String> = KeyPool::new();
+    /// let old = pool.lock("k").into_acquisition();
+    /// let new = pool.steal_with("k", LockOptions::new()).unwrap();
+    /// assert!(new.fence() > old.fence());
+    /// assert!(pool.release(old).is_err()); // stale
+    /// ```
+    pub fn steal_with<Q>(&self, key: &Q, opts: LockOptions) -> Result<PoolGuard<&Self>>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let want = self.want(&opts);
+        if want.mode != Mode::Exclusive {
+            return Err(Error::InvalidArgument(
+                "only an exclusive request may steal",
+            ));
+        }
+        let hash = self.hash(key);
+        let shard_no = self.shard_no(hash);
+        let shard = self.shard_or_init(shard_no);
+        let mut locked = shard.lock();
+        let n = locked.find_or_insert(hash, key, self.retain);
+        let slot = shard.slot(n);
+        let grant = slot.entry.steal_locked(locked.side(n), &want);
+        drop(locked);
+        Ok(PoolGuard::from_ptr(
+            self,
+            std::ptr::NonNull::from(slot),
+            want,
+            grant,
+        ))
+    }
+
     /// Whether `key` is held (a snapshot; an ended lease does not count).
     pub fn is_locked<Q>(&self, key: &Q) -> bool
     where

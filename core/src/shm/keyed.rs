@@ -280,6 +280,24 @@ impl KeyedLock for ShmLock {
         result
     }
 
+    fn steal(&self, key: LockKey<'_>, opts: &LockOptions) -> Result<Acquisition> {
+        if opts.mode != Mode::Exclusive {
+            return Err(Error::InvalidArgument(
+                "only an exclusive request may steal",
+            ));
+        }
+        let proc = self.me()?;
+        let req = self.req(opts, proc);
+        let mut wakes = Wakes::default();
+        let result = (|| {
+            let t = self.table(&mut wakes)?;
+            let entry = self.entry_locked(&t, key.space, key.bytes)?;
+            table::steal_locked(&t, entry, &req)
+        })();
+        wakes.run(&self.region);
+        Ok(self.acquisition(result?, opts))
+    }
+
     fn info(&self, key: LockKey<'_>) -> Result<Option<LockInfo>> {
         self.me()?;
         let mut wakes = Wakes::default();

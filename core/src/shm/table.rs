@@ -657,6 +657,39 @@ pub(crate) fn force_locked(t: &TableGuard<'_>, entry: u32, wakes: &mut Wakes) ->
     Ok(true)
 }
 
+/// Frees `entry` whoever holds it and takes it exclusively for `req` in the same
+/// compare-and-swap, ahead of every queued waiter (the Web Locks `steal`). The fence advances
+/// once, so every previous holder's acquisition is stale; the queue is left as it was, and its
+/// head is served when this holder releases. `req` is exclusive.
+pub(crate) fn steal_locked(t: &TableGuard<'_>, entry: u32, req: &Req) -> Result<Grant> {
+    debug_assert_eq!(req.mode, Mode::Exclusive);
+    let r = t.region;
+    let e = r.entry(entry)?;
+    clear_exclusive(e);
+    while let Some(i) = e.holders.load(Ordering::Relaxed).checked_sub(1) {
+        drop_shared(t, entry, i)?;
+    }
+    let (_, new) = update(e, |w| {
+        let a = advanced(e, w);
+        Some(word::make(word::lo(a), true, req.proc + 1))
+    })
+    .expect("the change always applies");
+    e.owner.store(req.owner, Ordering::Relaxed);
+    e.holds.store(1, Ordering::Relaxed);
+    let until = lease_end(req.lease);
+    e.lease.store(until, Ordering::Relaxed);
+    let died = take_died(e);
+    fix_slow(e);
+    Ok(Grant {
+        entry,
+        fence: word::fence(new, e.fence_hi.load(Ordering::Relaxed)),
+        mode: Mode::Exclusive,
+        ticket: 0,
+        lease_until: until,
+        died,
+    })
+}
+
 /// Reclaims the holds of dead processes on `entry` (exclusive holder, shared holders).
 pub(crate) fn reap_holders(t: &TableGuard<'_>, entry: u32, wakes: &mut Wakes) -> Result<()> {
     let r = t.region;

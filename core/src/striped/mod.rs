@@ -425,6 +425,20 @@ impl StripedLock {
         site::force_unlock(&self.site(stripe))
     }
 
+    /// Frees stripe `stripe` whoever holds it and takes it exclusively as `opts` says (its
+    /// lease and owner; it never waits), ahead of every queued waiter: the previous holders'
+    /// acquisitions are stale, and the queue's head is served when this holder releases.
+    /// `InvalidArgument` for a shared request.
+    pub(crate) fn steal_stripe(
+        &self,
+        stripe: usize,
+        opts: LockOptions,
+    ) -> Result<StripeGuard<&Self>> {
+        let want = self.want(&opts);
+        let grant = site::steal(&self.site(stripe), &want)?;
+        Ok(StripeGuard::new(self, stripe, want, grant))
+    }
+
     /// The holders of stripe `stripe`.
     pub(crate) fn info_stripe(&self, stripe: usize) -> Option<LockInfo> {
         site::info(&self.site(stripe))
