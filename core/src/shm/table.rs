@@ -807,9 +807,8 @@ pub(crate) fn is_alive(t: &TableGuard<'_>, p: u32, wakes: &mut Wakes) -> Result<
         reclaim(t, p, wakes)?;
         return Ok(false);
     }
-    let unavailable =
-        |e: std::io::Error| Error::Unavailable(format!("process slot {p}: {e}").into());
-    match proc.alive.try_lock().map_err(unavailable)? {
+    let tried = proc.alive.try_lock();
+    match tried.map_err(|f| t.region.mutex_error(&format!("process slot {p}"), &f))? {
         Tried::Busy => Ok(true),
         Tried::Locked(how) => {
             if how == Locked::OwnerDied {
