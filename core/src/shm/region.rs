@@ -13,7 +13,8 @@ use super::sys::{Locked, MutexFault};
 use crate::error::{Error, Result};
 
 /// How long a process waits for a region's table mutex before it reports the region
-/// unavailable (plus 200 ns per record of the region, see [`Region::table_wait`]).
+/// unavailable, plus 200 ns per record of the region (entries, waiter and holder records,
+/// process slots).
 ///
 /// The table mutex is held for a handful of record updates, or, to reclaim a dead process or
 /// repair the table after a death inside it, one pass over the records. A holder that keeps
