@@ -94,7 +94,7 @@ TSAN_SKIP := --skip pool_tasks_and_threads_exact_counts --skip striped_tasks_and
 # One build with the host scope (feature shm) runs the in-process suites and the host scope's
 # one-process suite (tsan-shm's, which then reuses it). Not shm_procs: TSan cannot see into
 # other processes. Not loom: it is a model, not threads.
-TSAN_CORE_TESTS := $(patsubst %,--test %,$(filter-out shm_procs loom,$(basename $(notdir $(wildcard core/tests/*.rs)))))
+TSAN_CORE_TESTS := $(patsubst %,--test %,$(filter-out shm_procs shm_hostile loom,$(basename $(notdir $(wildcard core/tests/*.rs)))))
 tsan-rust:
 	KEYLOCK_TSAN=1 $(TSAN_CARGO) test --locked -p keylock-core --features shm --target $(TSAN_TARGET) \
 		--target-dir $(TARGET_DIR)/tsan --lib $(TSAN_CORE_TESTS) -- --test-threads=1 $(TSAN_SKIP) --skip tokio_

@@ -2,10 +2,15 @@
 #
 #   make test-shm    its tests: semantics across two opens of one region, and real processes
 #                    (exact counts, shared overlap, kill -9 of holders and waiters, permissions)
-#   make tsan-shm    the one-process tests under ThreadSanitizer (part of make tsan)
+#                    and hostile regions (bad mutex kinds, a table mutex never freed, and a
+#                    seeded fuzz test of a few hundred corrupted regions, each in a child
+#                    process with a time limit)
+#   make fuzz-shm    the same fuzz test, longer: FUZZ_SHM_TRIALS (5000) trials; replay a
+#                    failure with KEYLOCK_FUZZ_SEED=SEED (and KEYLOCK_FUZZ_ONLY=TRIAL)
+#   make tsan-shm    the one-process tests under ThreadSanitizer (make tsan runs them in tsan-rust)
 #   make bench-shm   against flock, OFD fcntl and robust pthread mutexes, into bench/results
 
-.PHONY: test-shm tsan-shm bench-shm
+.PHONY: test-shm fuzz-shm tsan-shm bench-shm
 
 # The same features as test-rust (which runs these tests as part of its one build of the core's
 # tests), so that running this alone reuses that build.
@@ -13,8 +18,13 @@ SHM_CARGO_TEST := $(CARGO) test --locked -p keylock-core $(CORE_TEST_FEATURES)
 
 test-shm:
 	$(SHM_CARGO_TEST) --lib shm::
-	$(SHM_CARGO_TEST) --test shm --test shm_procs --test scope
+	$(SHM_CARGO_TEST) --test shm --test shm_procs --test shm_hostile --test scope
 	$(SHM_CARGO_TEST) --doc shm
+
+FUZZ_SHM_TRIALS ?= 5000
+fuzz-shm:
+	KEYLOCK_FUZZ_TRIALS=$(FUZZ_SHM_TRIALS) $(SHM_CARGO_TEST) --test shm_hostile \
+		fuzzed_regions_neither_crash_nor_hang -- --nocapture
 
 # tsan-rust runs this suite in its build (the same features), so `make tsan` does not list it
 # again. The tokio test is skipped under TSan for the reason given at TSAN_SKIP in rust.mk; the

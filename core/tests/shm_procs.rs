@@ -35,6 +35,9 @@ const INSIDE: usize = 128;
 const MAX_INSIDE: usize = 192;
 const DONE: usize = 256;
 const BARRIER: usize = 400;
+/// Set to 1 to end the "keep-using" child's loop; its completed rounds go to `ROUNDS`.
+const STOP: usize = 402;
+const ROUNDS: usize = 403;
 
 impl Data {
     fn open(path: &str) -> Data {
@@ -319,6 +322,23 @@ fn child() {
             raw.hold_table_mutex_until_killed();
             println!("holding {} {}", x.fence(), s.fence());
             std::thread::sleep(Duration::from_secs(60));
+        }
+        // Holds key "mine" and keeps using the region (acquire, release, info on other keys)
+        // until told to stop; then checks that its hold is still there.
+        "keep-using" => {
+            let mine = lock.acquire(LockKey::new(b"mine"), &x).unwrap();
+            println!("ready {}", mine.fence());
+            let mut rounds = 0u64;
+            while data.at(STOP).load(Ordering::SeqCst) == 0 {
+                let key = (rounds % 8).to_be_bytes();
+                let acq = lock.acquire(LockKey::new(&key), &x).unwrap();
+                assert!(lock.info(LockKey::new(&key)).unwrap().is_some());
+                lock.release(acq).unwrap();
+                rounds += 1;
+                data.at(ROUNDS).store(rounds, Ordering::SeqCst);
+            }
+            assert!(lock.is_current(&mine).unwrap(), "the hold was lost");
+            lock.release(mine).unwrap();
         }
         other => panic!("unknown child role {other}"),
     }
@@ -766,4 +786,40 @@ fn killed_holders_are_recovered_for_async_waiters() {
         "async recovery after kill -9: p50 {:?}, max {:?}",
         recovery[10], recovery[19]
     );
+}
+
+/// keylock's own `unlink` and re-create never pull a region from under a process that has it
+/// open: `unlink` only removes the name (the file lives on while mapped), and a new region is
+/// a new file, sized before it is linked in. (Were either to truncate the file, the process
+/// using it would die of SIGBUS at its next access.)
+#[test]
+fn unlink_and_recreate_leave_a_running_process_alone() {
+    let names = Names::new("recreate");
+    let data = Data::open(&names.data);
+    let mut child = spawn("keep-using", &names, &[]);
+    expect_line(&mut child, "ready ");
+    for round in 0..20u64 {
+        assert!(shm::unlink(&names.region).unwrap(), "round {round}");
+        let fresh = parent_open(&names);
+        // A new region: the child's hold on "mine" is not in it.
+        let acq = fresh
+            .acquire(LockKey::new(b"mine"), &LockOptions::new().wait(Wait::No))
+            .unwrap_or_else(|e| panic!("round {round}: {e}"));
+        fresh.release(acq).unwrap();
+        // Let the child use its region a little in between.
+        let seen = data.at(ROUNDS).load(Ordering::SeqCst);
+        let t0 = Instant::now();
+        while data.at(ROUNDS).load(Ordering::SeqCst) < seen + 10 {
+            if let Some(status) = child.try_wait().unwrap() {
+                panic!("round {round}: the child ended, {status}");
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(30),
+                "round {round}: the child stopped using its region"
+            );
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+    data.at(STOP).store(1, Ordering::SeqCst);
+    wait_ok(child, Duration::from_secs(60));
 }

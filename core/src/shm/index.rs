@@ -37,7 +37,10 @@ fn key_word(key: &[u8], i: usize) -> u64 {
 /// Whether entry `e` holds (`space`, `key`), by relaxed reads (callers validate).
 #[inline(always)]
 fn holds_key(e: &Entry, h: u64, space: u8, key: &[u8]) -> bool {
-    if e.hash.load(Ordering::Relaxed) != h
+    // (No entry holds a longer key; the check also keeps a corrupt `key_len` from sending
+    // the comparison past the entry's key space.)
+    if key.len() > KEY_MAX
+        || e.hash.load(Ordering::Relaxed) != h
         || e.key_len.load(Ordering::Relaxed) as usize != key.len()
         || e.space.load(Ordering::Relaxed) != u32::from(space)
     {

@@ -163,9 +163,27 @@
 //!
 //! # Trust
 //!
-//! Every process that can open the region is trusted (it can write anything there). Still,
-//! every index and length read from the region is validated, so that a garbage region gives
-//! an error, not a crash.
+//! Every process that the region's permissions let write it is trusted: it can write anything
+//! there, and the table has no checksum, so a region corrupted on purpose may give wrong
+//! answers. What holds for any bytes is that a process opening or using the region neither
+//! crashes nor hangs:
+//!
+//! - every index and length read from the region is range-checked (`Incompatible`);
+//! - before any pthread call on a mutex in the region (the table mutex, the process slots'
+//!   liveness mutexes; there are no other pthread objects), its kind words are compared with
+//!   those of a mutex this process initialized the same way, since glibc picks its code path
+//!   by the kind alone and some kinds kill the process (lock elision: SIGILL; priority
+//!   protection: an assertion). Another kind is `Incompatible`;
+//! - the table mutex is waited for at most [`TABLE_MUTEX_WAIT`] plus 200 ns per record (the
+//!   longest legitimate hold is one pass over the records), in `pthread_mutex_timedlock`
+//!   slices; past it the caller gets `Unavailable` naming the holder's thread id, so a lock
+//!   word that no live thread owns (or a stopped holder) does not freeze every process on the
+//!   host. The liveness mutexes are only ever tried (`trylock`), never waited for.
+//!
+//! Writes to a mutex while this process holds it are outside the promise (the C library keeps
+//! its robust-list links there), as is truncating the file under processes that map it (they
+//! die of SIGBUS); keylock itself never truncates a region: [`unlink`] removes the name, and a
+//! new region is a new file.
 
 mod agent;
 mod index;
@@ -183,6 +201,7 @@ mod wait;
 mod watch;
 
 pub use lock::{DEFAULT_CAPACITY, ShmLock};
+pub use region::TABLE_MUTEX_WAIT;
 pub use wait::LIVENESS_SLICE;
 
 pub(crate) use keyed::open_scope;

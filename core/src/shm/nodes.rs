@@ -107,8 +107,10 @@ pub(crate) fn add_shared(t: &TableGuard<'_>, entry: u32, index: u32, lease: u64)
     n.next
         .store(e.holders.load(Ordering::Relaxed), Ordering::Relaxed);
     e.holders.store(index + 1, Ordering::Relaxed);
-    e.shared
-        .store(e.shared.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+    e.shared.store(
+        e.shared.load(Ordering::Relaxed).saturating_add(1),
+        Ordering::Relaxed,
+    );
     n.state.store(NODE_HELD, Ordering::Release);
     Ok(())
 }

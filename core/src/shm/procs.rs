@@ -32,7 +32,7 @@ pub(crate) fn claim(t: &TableGuard<'_>, pid: u32, wakes: &mut Wakes) -> Result<u
             let tried = proc
                 .alive
                 .try_lock()
-                .map_err(|e| Error::Unavailable(format!("process slot {p}: {e}").into()))?;
+                .map_err(|f| r.mutex_error(&format!("process slot {p}"), &f))?;
             if let Tried::Locked(how) = tried {
                 if how == Locked::OwnerDied {
                     proc.alive.consistent();

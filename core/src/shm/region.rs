@@ -9,8 +9,20 @@ use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::sync::Arc;
 
 use super::layout::*;
-use super::sys::Locked;
+use super::sys::{Locked, MutexFault};
 use crate::error::{Error, Result};
+
+/// How long a process waits for a region's table mutex before it reports the region
+/// unavailable, plus 200 ns per record of the region (entries, waiter and holder records,
+/// process slots).
+///
+/// The table mutex is held for a handful of record updates, or, to reclaim a dead process or
+/// repair the table after a death inside it, one pass over the records. A holder that keeps
+/// it longer is stopped (`SIGSTOP`, a debugger) or hung, or is no holder at all: a lock word
+/// that corruption or a stray write left nonzero, or an owner whose death the kernel never
+/// reports. Waiting for it without a bound would freeze every process of the host that uses
+/// or opens the region; with the bound each gets [`Error::Unavailable`] naming the holder.
+pub const TABLE_MUTEX_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Where region files live.
 pub(crate) const DIR: &str = "/dev/shm";
@@ -392,21 +404,35 @@ impl Region {
         self.header.flags & FLAG_FIFO != 0
     }
 
-    /// The table mutex's guard. `repair` runs when the previous holder died inside.
+    /// The bound on waiting for the table mutex: [`TABLE_MUTEX_WAIT`] plus 200 ns for each
+    /// record (entry, node, process slot), the time of the longest legitimate hold (a pass
+    /// over every record) on a slow machine. 5 s for a region of the default capacity.
+    pub(crate) fn table_wait(&self) -> std::time::Duration {
+        let h = &self.header;
+        let records = u64::from(h.capacity) + u64::from(h.nodes) + u64::from(h.procs);
+        TABLE_MUTEX_WAIT + std::time::Duration::from_nanos(records.saturating_mul(200))
+    }
+
+    /// The error for `what`, a mutex of this region, that could not be used.
+    #[cold]
+    pub(crate) fn mutex_error(&self, what: &str, fault: &MutexFault) -> Error {
+        let text: Arc<str> = format!("region {}: {what}: {fault}", self.name).into();
+        match fault {
+            MutexFault::Kind { .. } => Error::Incompatible(text),
+            MutexFault::TimedOut { .. } | MutexFault::Os(_) => Error::Unavailable(text),
+        }
+    }
+
+    /// The table mutex's guard. `repair` runs when the previous holder died inside. Waits at
+    /// most [`Region::table_wait`].
     pub(crate) fn lock_table(&self) -> Result<TableGuard<'_>> {
         let rt = self.runtime();
-        match rt.mutex.lock() {
-            Ok(Locked::Yes) => Ok(TableGuard {
+        match rt.mutex.lock_within(self.table_wait()) {
+            Ok(how) => Ok(TableGuard {
                 region: self,
-                died: false,
+                died: how == Locked::OwnerDied,
             }),
-            Ok(Locked::OwnerDied) => Ok(TableGuard {
-                region: self,
-                died: true,
-            }),
-            Err(e) => Err(Error::Unavailable(
-                format!("region {}: table mutex: {e}", self.name).into(),
-            )),
+            Err(fault) => Err(self.mutex_error("the table mutex", &fault)),
         }
     }
 }

@@ -27,8 +27,10 @@ pub(crate) fn repair(t: &mut TableGuard<'_>, dead: u32, wakes: &mut Wakes) -> Re
             let n = r.node(g)?;
             let w = e.word.load(Ordering::Acquire);
             let state = n.state.load(Ordering::Relaxed);
+            let proc = n.proc.load(Ordering::Relaxed);
             if (state == NODE_WAITING || state == NODE_NOTIFIED)
-                && word::xproc(w) == n.proc.load(Ordering::Relaxed) + 1
+                && proc < h.procs
+                && word::xproc(w) == proc + 1
             {
                 e.owner
                     .store(n.owner.load(Ordering::Relaxed), Ordering::Relaxed);

@@ -103,14 +103,18 @@ unsafe impl Sync for ShmMutex {}
 // SAFETY: as above: the mutex is plain memory used only through the pthread functions.
 unsafe impl Send for ShmMutex {}
 
+fn os_error(rc: libc::c_int, what: &str) -> io::Error {
+    io::Error::new(
+        io::Error::from_raw_os_error(rc).kind(),
+        format!("{what}: {}", io::Error::from_raw_os_error(rc)),
+    )
+}
+
 fn check(rc: libc::c_int, what: &str) -> io::Result<()> {
     if rc == 0 {
         Ok(())
     } else {
-        Err(io::Error::new(
-            io::Error::from_raw_os_error(rc).kind(),
-            format!("{what}: {}", io::Error::from_raw_os_error(rc)),
-        ))
+        Err(os_error(rc, what))
     }
 }
 
@@ -156,41 +160,192 @@ impl ShmMutex {
         }
     }
 
-    /// Locks the mutex, waiting as long as it takes.
-    pub(crate) fn lock(&self) -> io::Result<Locked> {
-        // SAFETY: the mutex was initialized by `init` when the region was made (the header's
-        // checksum vouches for the region), and lives as long as `self`.
-        let rc = unsafe { libc::pthread_mutex_lock(self.0.get()) };
-        match rc {
-            0 => Ok(Locked::Yes),
-            libc::EOWNERDEAD => Ok(Locked::OwnerDied),
-            rc => check(rc, "pthread_mutex_lock").map(|()| Locked::Yes),
+    /// Locks the mutex, waiting at most `bound` for a holder to let go.
+    ///
+    /// The wait is a series of `pthread_mutex_timedlock` calls of at most [`LOCK_SLICE`] each
+    /// (its deadline is on `CLOCK_REALTIME`, so a slice keeps a clock step from stretching the
+    /// bound), counted against `CLOCK_MONOTONIC`.
+    pub(crate) fn lock_within(&self, bound: Duration) -> Result<Locked, MutexFault> {
+        self.check_kind()?;
+        let end = now_ns().saturating_add(bound.as_nanos().min(u64::MAX as u128) as u64);
+        loop {
+            let slice = end
+                .saturating_sub(now_ns())
+                .min(LOCK_SLICE.as_nanos() as u64);
+            let at = realtime_ns().saturating_add(slice);
+            let ts = libc::timespec {
+                tv_sec: (at / 1_000_000_000) as libc::time_t,
+                tv_nsec: (at % 1_000_000_000) as libc::c_long,
+            };
+            // SAFETY: the mutex was initialized by `init` when the region was made, and its
+            // kind was just checked against the one `init` writes, so the C library takes its
+            // robust path (which only compares and swaps the lock word, and sleeps on it); it
+            // lives as long as `self`; `ts` is alive for the call.
+            let rc = unsafe { libc::pthread_mutex_timedlock(self.0.get(), &ts) };
+            match rc {
+                0 => return Ok(Locked::Yes),
+                libc::EOWNERDEAD => return Ok(Locked::OwnerDied),
+                libc::ETIMEDOUT if now_ns() < end => {}
+                libc::ETIMEDOUT => {
+                    return Err(MutexFault::TimedOut {
+                        word: self.first_word().load(std::sync::atomic::Ordering::Relaxed),
+                        bound,
+                    });
+                }
+                rc => return Err(MutexFault::Os(os_error(rc, "pthread_mutex_timedlock"))),
+            }
         }
     }
 
     /// Locks the mutex if no live thread holds it.
-    pub(crate) fn try_lock(&self) -> io::Result<Tried> {
-        // SAFETY: as in `lock`.
+    pub(crate) fn try_lock(&self) -> Result<Tried, MutexFault> {
+        self.check_kind()?;
+        // SAFETY: as in `lock_within`.
         let rc = unsafe { libc::pthread_mutex_trylock(self.0.get()) };
         match rc {
             0 => Ok(Tried::Locked(Locked::Yes)),
             libc::EOWNERDEAD => Ok(Tried::Locked(Locked::OwnerDied)),
             libc::EBUSY => Ok(Tried::Busy),
-            rc => check(rc, "pthread_mutex_trylock").map(|()| Tried::Busy),
+            rc => Err(MutexFault::Os(os_error(rc, "pthread_mutex_trylock"))),
         }
     }
 
-    /// Marks a mutex locked with [`Locked::OwnerDied`] as usable again.
+    /// Marks a mutex locked with [`Locked::OwnerDied`] as usable again. (Nothing, if its kind
+    /// was changed since it was locked: see [`ShmMutex::unlock`].)
     pub(crate) fn consistent(&self) {
-        // SAFETY: as in `lock`; the caller holds the mutex after EOWNERDEAD, which is what
-        // pthread_mutex_consistent requires (it returns EINVAL otherwise, harmlessly).
+        if self.check_kind().is_err() {
+            return;
+        }
+        // SAFETY: as in `lock_within`; the caller holds the mutex after EOWNERDEAD, which is
+        // what pthread_mutex_consistent requires (it returns EINVAL otherwise, harmlessly).
         unsafe { libc::pthread_mutex_consistent(self.0.get()) };
     }
 
-    /// Unlocks the mutex, which the calling thread holds.
+    /// Unlocks the mutex, which the calling thread holds. If another process changed its kind
+    /// while it was held, the C library is not called (that could crash it); the mutex stays
+    /// locked, and everyone else's bounded wait reports the region.
     pub(crate) fn unlock(&self) {
-        // SAFETY: as in `lock`; callers unlock only what they locked on this thread.
+        if self.check_kind().is_err() {
+            return;
+        }
+        // SAFETY: as in `lock_within`; callers unlock only what they locked on this thread.
         unsafe { libc::pthread_mutex_unlock(self.0.get()) };
+    }
+
+    /// The mutex's first word (glibc's `__lock`, the futex word), viewed as an atomic.
+    fn first_word(&self) -> &AtomicU32 {
+        // SAFETY: pthread_mutex_t is at least 4-byte aligned and larger than 4 bytes; its first
+        // word is an int that the C library and the kernel change only atomically, so viewing
+        // it as an AtomicU32 is sound. It lives as long as `self`.
+        unsafe { &*self.0.get().cast::<AtomicU32>() }
+    }
+
+    /// Checks the words of the mutex that `init` writes and nothing changes afterwards
+    /// against those of a mutex this process initialized the same way. glibc chooses its
+    /// code path by `__kind` alone: a kind with the elision bit (0x100) runs transactional
+    /// instructions that kill the process with SIGILL where the CPU lacks them, and a
+    /// priority-protect kind (0x40) trips an assertion (SIGABRT). So no pthread call is made
+    /// on a region mutex before this check passes.
+    fn check_kind(&self) -> Result<(), MutexFault> {
+        let found = self.kind_words();
+        let expected = pristine_kind_words();
+        if found == expected {
+            Ok(())
+        } else {
+            Err(MutexFault::Kind { found, expected })
+        }
+    }
+
+    /// The kind words: glibc's `__kind`, and the word after it (`__spins` and `__elision` on
+    /// x86-64, `__spins` on aarch64; zero for a robust mutex, which neither spins nor elides).
+    #[cfg(target_env = "gnu")]
+    fn kind_words(&self) -> [u32; 2] {
+        const _: () = assert!(GLIBC_KIND_OFFSET + 8 <= size_of::<libc::pthread_mutex_t>());
+        let word = |offset: usize| {
+            // SAFETY: `offset` + 4 is within the mutex (asserted above) and 4-aligned in a
+            // mutex that is 8-aligned; these words are ints that only pthread_mutex_init
+            // writes, and reading them through an atomic view is sound for any bytes.
+            let w = unsafe { &*self.0.get().cast::<u8>().add(offset).cast::<AtomicU32>() };
+            w.load(std::sync::atomic::Ordering::Relaxed)
+        };
+        [word(GLIBC_KIND_OFFSET), word(GLIBC_KIND_OFFSET + 4)]
+    }
+
+    /// Other C libraries lay their mutex out otherwise; the host scope is made for glibc,
+    /// and elsewhere the kind is not checked.
+    #[cfg(not(target_env = "gnu"))]
+    fn kind_words(&self) -> [u32; 2] {
+        [0, 0]
+    }
+}
+
+/// Where glibc's `pthread_mutex_t` keeps `__kind`, on x86-64 and aarch64 alike: after
+/// `__lock`, `__count`, `__owner` and `__nusers`, four 32-bit words.
+#[cfg(target_env = "gnu")]
+const GLIBC_KIND_OFFSET: usize = 16;
+
+/// The kind words of a mutex initialized by [`ShmMutex::init`] in this process.
+fn pristine_kind_words() -> [u32; 2] {
+    static PRISTINE: std::sync::OnceLock<[u32; 2]> = std::sync::OnceLock::new();
+    *PRISTINE.get_or_init(|| {
+        // SAFETY: an all-zero pthread_mutex_t is a valid value to overwrite; the mutex is
+        // this function's own, so nobody else uses it during `init`.
+        let m = ShmMutex(UnsafeCell::new(unsafe { std::mem::zeroed() }));
+        // SAFETY: as above; the mutex is not locked. (A failure leaves it zeroed, and then
+        // every region mutex fails the check, which is reported, not hidden.)
+        let _ = unsafe { m.init() };
+        let words = m.kind_words();
+        // SAFETY: an initialized, unlocked mutex that nobody else can see.
+        unsafe { libc::pthread_mutex_destroy(m.0.get()) };
+        words
+    })
+}
+
+/// The longest single `pthread_mutex_timedlock` call of [`ShmMutex::lock_within`].
+const LOCK_SLICE: Duration = Duration::from_millis(250);
+
+/// Nanoseconds on `CLOCK_REALTIME`, the clock of `pthread_mutex_timedlock`'s deadline.
+fn realtime_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec for the call; CLOCK_REALTIME always exists.
+    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
+    (ts.tv_sec.max(0) as u64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(ts.tv_nsec as u64)
+}
+
+/// Why a mutex in the region could not be used.
+#[derive(Debug)]
+pub(crate) enum MutexFault {
+    /// Its kind words differ from those `init` writes: a corrupt region.
+    Kind { found: [u32; 2], expected: [u32; 2] },
+    /// It was not free within `bound`; `word` is its lock word as last seen.
+    TimedOut { word: u32, bound: Duration },
+    /// The C library refused it (`ENOTRECOVERABLE`, for one).
+    Os(io::Error),
+}
+
+impl std::fmt::Display for MutexFault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            MutexFault::Kind { found, expected } => write!(
+                f,
+                "its kind words are {:#x} {:#x}, where keylock makes {:#x} {:#x} (not a mutex \
+                 keylock made: the C library could crash on it)",
+                found[0], found[1], expected[0], expected[1]
+            ),
+            MutexFault::TimedOut { word, bound } => write!(
+                f,
+                "not free within {bound:?}: its lock word {word:#x} names thread {} as holder, \
+                 which never let go (a stopped or hung process, or no holder at all in a \
+                 corrupt region)",
+                word & FUTEX_TID_MASK
+            ),
+            MutexFault::Os(e) => write!(f, "{e}"),
+        }
     }
 }
 
@@ -239,20 +394,14 @@ static LOCK_WORD_FIRST: std::sync::atomic::AtomicBool = std::sync::atomic::Atomi
 impl ShmMutex {
     /// The mutex's futex word, if this C library keeps it first (see [`LOCK_WORD_FIRST`]).
     pub(crate) fn lock_word(&self) -> Option<&AtomicU32> {
-        if !LOCK_WORD_FIRST.load(std::sync::atomic::Ordering::Relaxed) {
-            return None;
-        }
-        // SAFETY: pthread_mutex_t is at least 4-byte aligned and larger than 4 bytes; its first
-        // word is the futex word the kernel and the C library change atomically (checked by
-        // `check_lock_word`), so viewing it as an AtomicU32 is sound. It lives as long as
-        // `self`.
-        Some(unsafe { &*self.0.get().cast::<AtomicU32>() })
+        LOCK_WORD_FIRST
+            .load(std::sync::atomic::Ordering::Relaxed)
+            .then(|| self.first_word())
     }
 
     /// Called by a thread that holds this mutex: checks that its first word names the thread.
     pub(crate) fn check_lock_word(&self) {
-        // SAFETY: as in `lock_word`; here only read, to check the layout.
-        let first = unsafe { &*self.0.get().cast::<AtomicU32>() };
+        let first = self.first_word();
         // SAFETY: gettid has no preconditions.
         let tid = unsafe { libc::gettid() } as u32;
         let ok = first.load(std::sync::atomic::Ordering::Relaxed) & FUTEX_TID_MASK == tid;

@@ -228,7 +228,8 @@ pub(crate) fn enqueue(
     n.owner.store(req.owner, Ordering::Relaxed);
     n.lease.store(req.lease, Ordering::Relaxed);
     let rt = r.runtime();
-    let seq = rt.next_seq.load(Ordering::Relaxed) + 1;
+    // Counters read from the region wrap or saturate: a corrupt one must not panic.
+    let seq = rt.next_seq.load(Ordering::Relaxed).wrapping_add(1);
     rt.next_seq.store(seq, Ordering::Relaxed);
     n.seq.store(seq, Ordering::Relaxed);
     n.fence.store(now_ns(), Ordering::Relaxed);
@@ -238,8 +239,10 @@ pub(crate) fn enqueue(
         None => e.head.store(index + 1, Ordering::Relaxed),
     }
     e.tail.store(index + 1, Ordering::Relaxed);
-    e.waiters
-        .store(e.waiters.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+    e.waiters.store(
+        e.waiters.load(Ordering::Relaxed).saturating_add(1),
+        Ordering::Relaxed,
+    );
     fix_slow(e);
     Ok((index, n.epoch.load(Ordering::Relaxed)))
 }
@@ -298,6 +301,7 @@ pub(crate) fn acquire_front(t: &TableGuard<'_>, index: u32, epoch: u32) -> Resul
     let entry = n.entry.load(Ordering::Relaxed);
     let e = r.entry(entry)?;
     let proc = n.proc.load(Ordering::Relaxed);
+    r.proc(proc)?; // in range, so that `proc + 1` is a slot
     let free = e.head.load(Ordering::Relaxed) == index + 1
         && e.shared.load(Ordering::Relaxed) == 0
         && word::xproc(e.word.load(Ordering::Acquire)) == 0;
@@ -359,7 +363,7 @@ pub(crate) fn cancel(t: &TableGuard<'_>, index: u32, epoch: u32, wakes: &mut Wak
             let proc = n.proc.load(Ordering::Relaxed);
             free_node(t, index)?;
             let w = e.word.load(Ordering::Acquire);
-            if word::xproc(w) == proc + 1 && word::lo(w) == fence & word::LO_MAX {
+            if word::xproc(w) == proc.wrapping_add(1) && word::lo(w) == fence & word::LO_MAX {
                 clear_exclusive(e);
                 let _ = update(e, |w| Some(w & !word::XPROC));
             }
@@ -840,9 +844,8 @@ pub(crate) fn is_alive(t: &TableGuard<'_>, p: u32, wakes: &mut Wakes) -> Result<
         reclaim(t, p, wakes)?;
         return Ok(false);
     }
-    let unavailable =
-        |e: std::io::Error| Error::Unavailable(format!("process slot {p}: {e}").into());
-    match proc.alive.try_lock().map_err(unavailable)? {
+    let tried = proc.alive.try_lock();
+    match tried.map_err(|f| t.region.mutex_error(&format!("process slot {p}"), &f))? {
         Tried::Busy => Ok(true),
         Tried::Locked(how) => {
             if how == Locked::OwnerDied {
