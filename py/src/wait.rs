@@ -22,7 +22,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
-use keylock_core::wait::block_on_until;
+use keylock_core::wait::{block_on_until, poll_once};
 use keylock_core::{Error, Owner};
 use pyo3::exceptions::{PyRuntimeError, PyStopIteration};
 use pyo3::intern;
@@ -32,6 +32,8 @@ use pyo3::types::{PyBool, PyType};
 
 use crate::args::Wait;
 use crate::errors;
+use crate::gil::with_gil_released;
+use crate::handoff::run_in_python;
 use crate::lock::{HoldFuture, LockHandle};
 
 /// How long a blocking wait stays in the core before looking for signals.
@@ -57,7 +59,11 @@ pub(crate) fn try_acquire(
     lease: Option<Duration>,
     owner: Option<Owner>,
 ) -> PyResult<bool> {
-    match handle.target.try_now(handle.target.options(lease, owner)) {
+    let opts = handle.target.options(lease, owner);
+    let tried = with_gil_released(py, handle.target.may_block(), || {
+        handle.target.try_now(opts)
+    });
+    match tried {
         Ok(held) => {
             handle.push(py, held, owner);
             Ok(true)
@@ -85,6 +91,19 @@ pub(crate) fn acquire_blocking(
         Wait::For(d) => Instant::now().checked_add(d),
     };
     let mut fut = handle.target.future(handle.target.options(lease, owner));
+    // Queue the waiter before the GIL goes: from then on every other thread may run, and a
+    // request made after this one must find it in the queue (a reader behind a waiting writer
+    // waits). A poll never waits, whatever the scope (a remote one sends its request and
+    // returns), so it runs with the GIL held.
+    match poll_once(Pin::new(&mut fut)) {
+        Poll::Ready(Ok(held)) => {
+            handle.push(py, held, owner);
+            return Ok(true);
+        }
+        Poll::Ready(Err(e)) => return Err(errors::to_py(py, e)),
+        Poll::Pending => {}
+    }
+    py.detach(crate::stall::after_release);
     loop {
         let slice_end = Instant::now() + SLICE;
         let until = deadline.map_or(slice_end, |d| d.min(slice_end));
@@ -158,17 +177,20 @@ impl Wake for LoopWaker {
         let Some(fut) = lock_detached(&self.target).take() else {
             return; // already woken, and not polled since
         };
-        // Called by whichever thread released the lock (or the core's lease timer), with or
-        // without the GIL, and never with a core queue lock held (the core wakes after
-        // unlocking). On the loop's own thread (a task released the key) the future is resolved
-        // at once: that schedules the waiting task without a trip through the loop's self-pipe.
-        let here = crate::owner::thread_number() == self.loop_thread;
-        Python::try_attach(|py| {
+        // Called by whichever thread released the lock (or the core's lease timer, or a remote
+        // scope's runtime thread), with or without the GIL, and never with a core queue lock
+        // held (the core wakes after unlocking). A thread that is not Python's hands the
+        // wake-up to the hand-off thread rather than wait for the GIL. On the loop's own thread
+        // (a task released the key) the future is resolved at once: that schedules the waiting
+        // task without a trip through the loop's self-pipe.
+        let this = Arc::clone(self);
+        run_in_python(move |py| {
+            let here = crate::owner::thread_number() == this.loop_thread;
             let done = if here {
                 _resolve(fut.bind(py))
             } else {
                 resolve_fn(py).and_then(|f| {
-                    self.event_loop
+                    this.event_loop
                         .call_method1(py, intern!(py, "call_soon_threadsafe"), (f, fut))
                         .map(drop)
                 })
