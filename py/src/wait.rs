@@ -2,16 +2,19 @@
 //! keep the acquisition the core hands out in the handle; neither decides anything about the
 //! lock.
 //!
-//! **Blocking.** Try first with the GIL held (the uncontended path never drops the GIL). If that
-//! fails, create the core's future and wait for it with [`block_on_until`] with the GIL released,
-//! in slices of [`SLICE`], calling `check_signals` between slices so that Ctrl-C interrupts the
+//! **Blocking.** Try first with the GIL held (the uncontended path of an in-process lock object
+//! never drops the GIL; a scope that may block is tried with it released). If that fails, create
+//! the core's future and poll it once with the GIL held ([`poll_once`]), so that it stands in the
+//! key's queue before any other thread can run; then wait for it with [`block_on_until`] with the
+//! GIL released, in slices of [`SLICE`], calling `check_signals` between slices so that Ctrl-C interrupts the
 //! wait promptly. The future keeps its place in the queue between slices; dropping it (timeout,
 //! signal) cancels the wait exactly: if the lock had just been handed to it, the core passes it on.
 //!
 //! **asyncio.** [`Acquire`] is an awaitable that polls the core's future on the event loop's
 //! thread. While pending it yields an asyncio future to the task; the waker it gave the core
 //! ([`LoopWaker`]) resolves that asyncio future (directly when the wake-up comes from the loop's
-//! own thread, through `loop.call_soon_threadsafe` from any other), and the task polls again. No
+//! own thread, through `loop.call_soon_threadsafe` from any other, by way of
+//! [`crate::handoff`] from a thread that is not Python's), and the task polls again. No
 //! thread waits: a pending acquire costs a few hundred bytes. A cancelled task throws into the
 //! awaitable, which drops the core future (an exact cancel). An acquire or release that is
 //! already done returns [`crate::ready`]'s awaitable instead.
