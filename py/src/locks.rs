@@ -191,7 +191,8 @@ impl Keyed {
         }))
     }
 
-    /// The name the lock object was opened with ("local:" for one made in this process).
+    /// The name the lock object was opened with ("local:" for one made in this process), with
+    /// a URL's password shown as `***`.
     #[getter]
     fn name(&self) -> &str {
         &self.name

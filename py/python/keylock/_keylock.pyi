@@ -437,7 +437,8 @@ class KeyedLock:
 
     @property
     def name(self) -> str:
-        """The name the lock object was opened with ("local:" for one made in this process)."""
+        """The name the lock object was opened with ("local:" for one made in this process), with
+        a URL's password shown as `***`."""
 
     @property
     def reentrant(self) -> bool:
