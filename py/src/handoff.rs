@@ -9,9 +9,17 @@
 //! the queue but not the thread), attaches and runs the jobs in order. Nothing ever waits for
 //! that thread. A Python thread (one the interpreter has a thread state for) runs the work at
 //! once: attaching there is free when it holds the GIL, and nobody waits for it when it does not.
+//!
+//! At exit the thread must be done with Python before the interpreter finalizes: a thread that
+//! is not Python's and takes the GIL back after that is ended by the interpreter in a way that
+//! aborts the process (`pthread_exit`, which cannot unwind through Rust). So an `atexit` hook
+//! ([`stop`]) runs while the interpreter is still whole: it stops the thread from attaching
+//! again, and waits (GIL released) for a job that is running to end. Jobs that come later are
+//! dropped unrun; no event loop runs any more to await what they would resolve.
 
-use std::sync::Mutex;
 use std::sync::mpsc::{Sender, channel};
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use pyo3::ffi;
 use pyo3::prelude::*;
@@ -26,6 +34,27 @@ struct Runner {
 }
 
 static RUNNER: Mutex<Option<Runner>> = Mutex::new(None);
+
+/// What the runner thread is doing, for [`stop`].
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Waiting for a job, or dropping one.
+    Idle,
+    /// Attached to the interpreter (or waiting to be), running a job.
+    Running,
+    /// Stopped at exit: no job attaches any more.
+    Stopped,
+}
+
+static PHASE: Mutex<Phase> = Mutex::new(Phase::Idle);
+static IDLE: Condvar = Condvar::new();
+
+/// The longest [`stop`] waits for a running job (one that hangs must not hang the exit).
+const STOP_WAIT: Duration = Duration::from_secs(5);
+
+fn phase() -> MutexGuard<'static, Phase> {
+    PHASE.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 /// Runs `job` attached to the interpreter: at once on a Python thread, else on this module's
 /// thread (see the module docs). A job is dropped unrun once the interpreter is shutting down.
@@ -55,7 +84,7 @@ fn post(job: Job) {
             .name("keylock-py-handoff".into())
             .spawn(move || {
                 for job in queue {
-                    Python::try_attach(job);
+                    run_job(job);
                 }
             });
         if started.is_err() {
@@ -65,10 +94,62 @@ fn post(job: Job) {
             Python::try_attach(job);
             return;
         }
+        // A runner inherited over fork was caught mid-job at most; this process has none.
+        let mut p = phase();
+        if *p == Phase::Running {
+            *p = Phase::Idle;
+        }
+        drop(p);
         *runner = Some(Runner { pid, jobs });
     }
     if let Some(r) = runner.as_ref() {
         // A send fails only if the runner is gone (the interpreter shut down under it).
         let _ = r.jobs.send(job);
     }
+}
+
+/// Runs one job on the runner thread, unless the interpreter is stopping.
+fn run_job(job: Job) {
+    {
+        let mut p = phase();
+        if *p == Phase::Stopped {
+            return; // dropped unrun (its Python references are released later, or never)
+        }
+        *p = Phase::Running;
+    }
+    Python::try_attach(job);
+    let mut p = phase();
+    if *p == Phase::Running {
+        *p = Phase::Idle;
+    }
+    drop(p);
+    IDLE.notify_all();
+}
+
+/// The `atexit` hook (see the module docs): stops the runner thread from attaching again, and
+/// waits, with the GIL released, for a job it is running to end.
+#[pyfunction]
+pub(crate) fn stop(py: Python<'_>) {
+    py.detach(|| {
+        let end = Instant::now() + STOP_WAIT;
+        let mut p = phase();
+        while *p == Phase::Running {
+            let left = end.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            p = IDLE
+                .wait_timeout(p, left)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        *p = Phase::Stopped;
+    });
+}
+
+/// Registers [`stop`] with `atexit`.
+pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let hook = wrap_pyfunction!(stop, m)?;
+    m.py().import("atexit")?.call_method1("register", (hook,))?;
+    Ok(())
 }

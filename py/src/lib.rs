@@ -55,6 +55,7 @@ fn _keylock(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<handle::WriteLock>()?;
     m.add_class::<wait::Acquire>()?;
     ready::register(m)?;
+    handoff::register(m)?;
     m.add_function(wrap_pyfunction!(wait::_resolve, m)?)?;
     m.add_function(wrap_pyfunction!(stall::_set_waiter_stall, m)?)?;
     m.add_function(wrap_pyfunction!(stall::_stalled_waiters, m)?)?;
