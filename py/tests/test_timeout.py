@@ -10,7 +10,9 @@ import pathlib
 import subprocess
 import sys
 
-from conftest import DEADLOCK
+import pytest
+
+from conftest import DEADLOCK, timeout_of
 
 TESTS = pathlib.Path(__file__).resolve().parent
 PYPROJECT = TESTS.parent / "pyproject.toml"
@@ -48,3 +50,9 @@ def test_a_hang_that_holds_the_gil_ends_the_run_with_every_stack(tmp_path: pathl
     assert proc.returncode != 0, out
     assert "Timeout (0:00:02)!" in out, out
     assert 'test_hang.py", line 6 in test_hang' in out, out
+
+
+def test_every_test_here_has_a_timeout(request: pytest.FixtureRequest) -> None:
+    assert request.config.pluginmanager.hasplugin("timeout"), "pytest-timeout is not installed"
+    assert request.config.getini("timeout_method") == "signal"
+    assert timeout_of(request.node) == 120.0
