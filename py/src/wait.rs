@@ -6,9 +6,10 @@
 //! never drops the GIL; a scope that may block is tried with it released). If that fails, create
 //! the core's future and poll it once with the GIL held ([`poll_once`]), so that it stands in the
 //! key's queue before any other thread can run; then wait for it with [`block_on_until`] with the
-//! GIL released, in slices of [`SLICE`], calling `check_signals` between slices so that Ctrl-C interrupts the
-//! wait promptly. The future keeps its place in the queue between slices; dropping it (timeout,
-//! signal) cancels the wait exactly: if the lock had just been handed to it, the core passes it on.
+//! GIL released, in slices of [`SLICE`], calling `check_signals` between slices so that Ctrl-C
+//! interrupts the wait promptly. The future keeps its place in the queue between slices; dropping
+//! it (timeout, signal) cancels the wait exactly: if the lock had just been handed to it, the core
+//! passes it on.
 //!
 //! **asyncio.** [`Acquire`] is an awaitable that polls the core's future on the event loop's
 //! thread. While pending it yields an asyncio future to the task; the waker it gave the core
@@ -106,11 +107,17 @@ pub(crate) fn acquire_blocking(
         Poll::Ready(Err(e)) => return Err(errors::to_py(py, e)),
         Poll::Pending => {}
     }
-    py.detach(crate::stall::after_release);
+    let mut first = true;
     loop {
         let slice_end = Instant::now() + SLICE;
         let until = deadline.map_or(slice_end, |d| d.min(slice_end));
-        match py.detach(|| block_on_until(Pin::new(&mut fut), Some(until))) {
+        let waited = py.detach(|| {
+            if mem::take(&mut first) {
+                crate::stall::after_release();
+            }
+            block_on_until(Pin::new(&mut fut), Some(until))
+        });
+        match waited {
             Poll::Ready(Ok(held)) => {
                 handle.push(py, held, owner);
                 return Ok(true);
