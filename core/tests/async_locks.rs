@@ -405,3 +405,50 @@ fn unpolled_ready_futures_release_on_drop() {
     assert!(!pool.is_locked(&1) && !striped.is_locked(&1u64));
     assert_eq!(pool.stats().entries_in_use, 0);
 }
+
+/// `wait::poll_once` queues a future's waiter before it returns, on this thread, without
+/// parking: a shared request made after it finds an exclusive waiter ahead and waits, as FIFO per
+/// key says. A future that was made but never polled is not queued yet, so the same request
+/// passes it. The waiter keeps its place for a later `block_on_until`.
+#[test]
+fn poll_once_queues_the_waiter_before_it_returns() {
+    use keylock_core::wait::{block_on_until, poll_once};
+    use std::pin::pin;
+    use std::task::Poll;
+    within(Duration::from_secs(30), || {
+        let pool: KeyPool<u64> = KeyPool::new();
+        let striped = StripedLock::new(1).unwrap();
+        let reader = pool.lock_shared(&1);
+        let reader_s = striped.lock_shared(&1u64);
+        let mut writer = pin!(pool.lock_async(&1));
+        let mut writer_s = pin!(striped.lock_async(&1u64));
+        // Made, not polled: not in the queue, so a reader still gets in.
+        drop(pool.try_lock_shared(&1).expect("nobody is queued yet"));
+        drop(
+            striped
+                .try_lock_shared(&1u64)
+                .expect("nobody is queued yet"),
+        );
+        assert!(poll_once(writer.as_mut()).is_pending());
+        assert!(poll_once(writer_s.as_mut()).is_pending());
+        assert!(
+            pool.try_lock_shared(&1).is_err(),
+            "a reader passed a queued writer"
+        );
+        assert!(
+            striped.try_lock_shared(&1u64).is_err(),
+            "a reader passed a queued writer"
+        );
+        assert_eq!(pool.info(&1).map(|i| i.waiters), Some(1));
+        drop((reader, reader_s));
+        let Poll::Ready(w) = block_on_until(writer.as_mut(), None) else {
+            unreachable!("no deadline")
+        };
+        let Poll::Ready(ws) = block_on_until(writer_s.as_mut(), None) else {
+            unreachable!("no deadline")
+        };
+        assert!(pool.try_lock_shared(&1).is_err() && striped.try_lock_shared(&1u64).is_err());
+        drop((w, ws));
+        assert!(!pool.is_locked(&1) && !striped.is_locked(&1u64));
+    });
+}

@@ -79,3 +79,18 @@ impl<T> GilCell<T> {
         self.0.get_mut().unwrap_or_else(|e| e.into_inner())
     }
 }
+
+/// Runs `f` with the GIL released when `may_block`, attached otherwise.
+///
+/// Every call from Python that can block lets the GIL go, so that the threads it waits for
+/// (a remote scope's runtime, which may hand a result to Python) can run. A call into an
+/// in-process lock object answers at once, and keeps the GIL: letting it go and taking it back
+/// would cost more than the call.
+#[inline]
+pub(crate) fn with_gil_released<T, F>(py: Python<'_>, may_block: bool, f: F) -> T
+where
+    F: pyo3::marker::Ungil + FnOnce() -> T,
+    T: pyo3::marker::Ungil,
+{
+    if may_block { py.detach(f) } else { f() }
+}

@@ -49,7 +49,7 @@ impl LockHandle {
                 errors::not_locked(py)
             });
         };
-        match self.target.release(record.held, record.owner) {
+        match self.target.release(py, record.held, record.owner) {
             Ok(()) => Ok(()),
             Err(_) if in_flight => Ok(()),
             Err(e) => Err(errors::to_py(py, e)),
@@ -112,7 +112,7 @@ impl LockHandle {
     /// Return True if the lock is held (by anyone) so that a non-blocking acquire through this
     /// handle would fail: for a shared handle, while an exclusive holder holds it.
     fn locked(&self, py: Python<'_>) -> PyResult<bool> {
-        self.target.locked().map_err(|e| errors::to_py(py, e))
+        self.target.locked(py).map_err(|e| errors::to_py(py, e))
     }
 
     /// Acquire without blocking the event loop; return True once taken, False if `timeout`
@@ -149,7 +149,7 @@ impl LockHandle {
     /// Whether the newest acquisition still holds the lock: False once it was released,
     /// force-unlocked or its lease ran out (or if the handle holds nothing).
     fn is_current(&self, py: Python<'_>) -> PyResult<bool> {
-        match self.with_newest(py, None, |r| self.target.is_current(&r.held)) {
+        match self.with_newest(py, None, |r| self.target.is_current(py, &r.held)) {
             Some(r) => r.map_err(|e| errors::to_py(py, e)),
             None => Ok(false),
         }
@@ -175,7 +175,7 @@ impl LockHandle {
     /// ValueError if the acquisition has no lease.
     fn extend(&self, py: Python<'_>, seconds: Extension) -> PyResult<()> {
         let target = &self.target;
-        self.with_newest(py, None, |r| target.extend(&mut r.held, seconds.0))
+        self.with_newest(py, None, |r| target.extend(py, &mut r.held, seconds.0))
             .ok_or_else(|| Self::holds_nothing(py))?
             .map_err(|e| errors::to_py(py, e))
     }
@@ -280,7 +280,7 @@ impl LockHandle {
     fn __repr__(slf: &Bound<'_, Self>) -> PyResult<String> {
         let py = slf.py();
         let this = slf.get();
-        let state = if this.target.locked().unwrap_or(false) {
+        let state = if this.target.locked(py).unwrap_or(false) {
             "locked"
         } else {
             "unlocked"
@@ -390,7 +390,7 @@ impl ReentrantKeyLock {
         let py = slf.py();
         let this = slf.as_super().get();
         let owner = this.owner(py)?;
-        match this.with_newest(py, owner, |r| this.target.is_current(&r.held)) {
+        match this.with_newest(py, owner, |r| this.target.is_current(py, &r.held)) {
             Some(r) => r.map_err(|e| errors::to_py(py, e)),
             None => Ok(false),
         }
@@ -416,7 +416,7 @@ impl ReentrantKeyLock {
         let count = records.len();
         let mut result = Ok(());
         for record in records.into_iter().rev() {
-            let r = this.target.release(record.held, record.owner);
+            let r = this.target.release(py, record.held, record.owner);
             if result.is_ok() {
                 result = r;
             }

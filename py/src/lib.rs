@@ -21,6 +21,7 @@ mod args;
 mod errors;
 mod gil;
 mod handle;
+mod handoff;
 mod key;
 mod lock;
 mod locks;
@@ -28,6 +29,7 @@ mod lost;
 mod owner;
 mod ready;
 mod rwlock;
+mod stall;
 mod wait;
 
 use pyo3::prelude::*;
@@ -53,7 +55,10 @@ fn _keylock(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<handle::WriteLock>()?;
     m.add_class::<wait::Acquire>()?;
     ready::register(m)?;
+    handoff::register(m)?;
     m.add_function(wrap_pyfunction!(wait::_resolve, m)?)?;
+    m.add_function(wrap_pyfunction!(stall::_set_waiter_stall, m)?)?;
+    m.add_function(wrap_pyfunction!(stall::_stalled_waiters, m)?)?;
     m.add_function(wrap_pyfunction!(key::key_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(locks::unlink, m)?)?;
     Ok(())

@@ -21,7 +21,7 @@ use keylock_core::{
 };
 use pyo3::prelude::*;
 
-use crate::gil::GilCell;
+use crate::gil::{GilCell, with_gil_released};
 use crate::key::OwnedKey;
 
 /// Base class of KeyPool and StripedLock: a lock object with a lock per key (or per stripe),
@@ -32,7 +32,12 @@ use crate::key::OwnedKey;
 #[pyclass(module = "keylock", name = "KeyedLock", subclass, frozen)]
 pub(crate) struct Keyed {
     pub(crate) inner: Arc<dyn KeyedLock>,
+    /// The name it was opened with, its password (if any) redacted: all that is ever shown.
     pub(crate) name: String,
+    /// Whether a call into it may wait on something outside this process (a network round
+    /// trip, another process's mutex), so that it must be made with the GIL released. The
+    /// in-process lock objects (those that give the core's `as_any`) answer at once.
+    pub(crate) may_block: bool,
     pub(crate) reentrant: bool,
     pub(crate) fifo: bool,
 }
@@ -113,6 +118,16 @@ impl Future for HoldFuture {
 }
 
 impl Target {
+    /// Whether a call into the core for this target may block (see [`Keyed::may_block`]); an
+    /// RwLock's never does.
+    #[inline]
+    pub(crate) fn may_block(&self) -> bool {
+        match self {
+            Target::Key { lock, .. } | Target::Many { lock, .. } => lock.get().may_block,
+            Target::Read(_) | Target::Write(_) => false,
+        }
+    }
+
     /// The lock object, for keyed targets.
     pub(crate) fn keyed(&self) -> Option<&Arc<dyn KeyedLock>> {
         match self {
@@ -174,12 +189,20 @@ impl Target {
     }
 
     /// Releases one hold, on behalf of `owner` in a reentrant lock object. Every acquisition of
-    /// a many-keys hold is released; the first refusal is the result.
+    /// a many-keys hold is released; the first refusal is the result. The GIL is released
+    /// meanwhile when the scope may block.
     #[inline]
-    pub(crate) fn release(&self, held: Held, owner: Option<Owner>) -> Result<(), Error> {
+    pub(crate) fn release(
+        &self,
+        py: Python<'_>,
+        held: Held,
+        owner: Option<Owner>,
+    ) -> Result<(), Error> {
         match (self.keyed(), held) {
-            (Some(lock), Held::One(acq)) => lock.release_as(acq, owner),
-            (Some(lock), Held::Many(acqs)) => {
+            (Some(lock), Held::One(acq)) => {
+                with_gil_released(py, self.may_block(), || lock.release_as(acq, owner))
+            }
+            (Some(lock), Held::Many(acqs)) => with_gil_released(py, self.may_block(), || {
                 let mut result = Ok(());
                 for acq in acqs.into_iter().rev() {
                     let r = lock.release_as(acq, owner);
@@ -188,7 +211,7 @@ impl Target {
                     }
                 }
                 result
-            }
+            }),
             // RwLock guards release on drop, exactly once.
             (_, held) => {
                 drop(held);
@@ -198,32 +221,43 @@ impl Target {
     }
 
     /// Whether every acquisition of `held` is still current (an RwLock guard always is).
-    pub(crate) fn is_current(&self, held: &Held) -> Result<bool, Error> {
+    pub(crate) fn is_current(&self, py: Python<'_>, held: &Held) -> Result<bool, Error> {
         let Some(lock) = self.keyed() else {
             return Ok(true);
         };
-        for acq in held.acquisitions() {
-            if !lock.is_current(acq)? {
-                return Ok(false);
+        let acqs = held.acquisitions();
+        with_gil_released(py, self.may_block(), || {
+            for acq in acqs {
+                if !lock.is_current(acq)? {
+                    return Ok(false);
+                }
             }
-        }
-        Ok(true)
+            Ok(true)
+        })
     }
 
     /// Moves the end of every lease in `held` to `lease` from now.
-    pub(crate) fn extend(&self, held: &mut Held, lease: Duration) -> Result<(), Error> {
+    pub(crate) fn extend(
+        &self,
+        py: Python<'_>,
+        held: &mut Held,
+        lease: Duration,
+    ) -> Result<(), Error> {
         let Some(lock) = self.keyed() else {
             return Err(Error::InvalidArgument("an RwLock acquisition has no lease"));
         };
-        for acq in held.acquisitions_mut() {
-            lock.extend(acq, lease)?;
-        }
-        Ok(())
+        let acqs = held.acquisitions_mut();
+        with_gil_released(py, self.may_block(), || {
+            for acq in acqs {
+                lock.extend(acq, lease)?;
+            }
+            Ok(())
+        })
     }
 
     /// Whether a non-blocking acquire would fail now (`threading.Lock.locked()`): the key is
     /// held (exclusively, for a shared handle).
-    pub(crate) fn locked(&self) -> Result<bool, Error> {
+    pub(crate) fn locked(&self, py: Python<'_>) -> Result<bool, Error> {
         let blocks = |lock: &Arc<dyn KeyedLock>, key: &OwnedKey, mode: Mode| {
             Ok::<_, Error>(match lock.info(LockKey::new(key))? {
                 None => false,
@@ -231,14 +265,20 @@ impl Target {
             })
         };
         match self {
-            Target::Key { lock, key, mode } => blocks(&lock.get().inner, key, *mode),
+            Target::Key { lock, key, mode } => {
+                let lock = &lock.get().inner;
+                with_gil_released(py, self.may_block(), || blocks(lock, key, *mode))
+            }
             Target::Many { lock, keys } => {
-                for (key, mode) in keys {
-                    if blocks(&lock.get().inner, key, *mode)? {
-                        return Ok(true);
+                let lock = &lock.get().inner;
+                with_gil_released(py, self.may_block(), || {
+                    for (key, mode) in keys {
+                        if blocks(lock, key, *mode)? {
+                            return Ok(true);
+                        }
                     }
-                }
-                Ok(false)
+                    Ok(false)
+                })
             }
             Target::Read(rw) => Ok(rw.is_write_locked()),
             Target::Write(rw) => Ok(rw.is_locked()),
@@ -440,7 +480,8 @@ impl Drop for LockHandle {
         let mut released = 0usize;
         for record in records.first.into_iter().chain(records.more) {
             // Ok: it was still held (an RwLock guard always is), and now it is not.
-            if self.target.release(record.held, None).is_ok() {
+            let outcome = Python::attach(|py| self.target.release(py, record.held, None));
+            if outcome.is_ok() {
                 released += 1;
             }
         }

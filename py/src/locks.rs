@@ -11,19 +11,31 @@ use pyo3::types::{PyDict, PyType};
 
 use crate::args::{Lease, OptTimeout};
 use crate::errors;
+use crate::gil::with_gil_released;
 use crate::handle::{self, KeyLock, ManyLock, ReentrantKeyLock};
 use crate::key::{to_key, to_owned_entries, to_owned_key};
 use crate::lock::{Keyed, LockHandle, Target};
 
 impl Keyed {
     fn open(py: Python<'_>, name: &str, options: &OpenOptions) -> PyResult<Self> {
-        let inner = core::open_with(name, options).map_err(|e| errors::to_py(py, e))?;
+        // Opening a remote scope connects to it: wait with the GIL released.
+        let inner = py
+            .detach(|| core::open_with(name, options))
+            .map_err(|e| errors::to_py(py, e))?;
         Ok(Self {
             reentrant: inner.is_reentrant(),
+            may_block: inner.as_any().is_none(),
             inner,
-            name: name.to_owned(),
+            name: core::redact_scope_name(name),
             fifo: options.fifo,
         })
+    }
+
+    /// Runs `f` on the core's lock object, with the GIL released if it may block.
+    #[inline]
+    fn call<T: Send>(&self, py: Python<'_>, f: impl FnOnce(&dyn core::KeyedLock) -> T + Send) -> T {
+        let inner = &*self.inner;
+        with_gil_released(py, self.may_block, || f(inner))
     }
 
     /// The handle of one key in `mode`.
@@ -145,8 +157,8 @@ impl Keyed {
     fn force_unlock(&self, key: &Bound<'_, PyAny>) -> PyResult<bool> {
         let py = key.py();
         let key = to_key(key)?;
-        self.inner
-            .force_unlock(LockKey::new(&key))
+        let k = LockKey::new(&key);
+        self.call(py, |l| l.force_unlock(k))
             .map_err(|e| errors::to_py(py, e))
     }
 
@@ -155,8 +167,8 @@ impl Keyed {
     fn is_locked(&self, key: &Bound<'_, PyAny>) -> PyResult<bool> {
         let py = key.py();
         let key = to_key(key)?;
-        self.inner
-            .is_locked(LockKey::new(&key))
+        let k = LockKey::new(&key);
+        self.call(py, |l| l.is_locked(k))
             .map_err(|e| errors::to_py(py, e))
     }
 
@@ -164,9 +176,9 @@ impl Keyed {
     fn info(&self, key: &Bound<'_, PyAny>) -> PyResult<Option<LockInfo>> {
         let py = key.py();
         let key = to_key(key)?;
+        let k = LockKey::new(&key);
         let info = self
-            .inner
-            .info(LockKey::new(&key))
+            .call(py, |l| l.info(k))
             .map_err(|e| errors::to_py(py, e))?;
         Ok(info.map(|i| LockInfo {
             fence: i.fence,
@@ -179,7 +191,8 @@ impl Keyed {
         }))
     }
 
-    /// The name the lock object was opened with ("local:" for one made in this process).
+    /// The name the lock object was opened with ("local:" for one made in this process), with
+    /// a URL's password shown as `***`.
     #[getter]
     fn name(&self) -> &str {
         &self.name
@@ -260,8 +273,7 @@ impl KeyPool {
     fn stats_of(slf: &Bound<'_, Self>) -> PyResult<core::PoolStats> {
         slf.as_super()
             .get()
-            .inner
-            .stats()
+            .call(slf.py(), |l| l.stats())
             .ok_or_else(|| PyNotImplementedError::new_err("this lock object keeps no counters"))
     }
 }
@@ -317,8 +329,7 @@ impl KeyPool {
     fn __repr__(slf: &Bound<'_, Self>) -> String {
         let base = slf.as_super().get();
         let held = base
-            .inner
-            .stats()
+            .call(slf.py(), |l| l.stats())
             .map_or_else(|| "?".to_owned(), |s| s.held.to_string());
         format!(
             "<keylock.KeyPool name={:?} held={held}{} at {:#x}>",

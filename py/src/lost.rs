@@ -3,7 +3,8 @@
 //! `LostSignal` of each acquisition, turned into Python's waiting styles: a flag
 //! (`handle.lost`), a blocking wait (`handle.wait_lost(timeout)`, GIL released, in slices with
 //! `check_signals` between them) and an asyncio future (`handle.lost_future()`, resolved on the
-//! event loop through `call_soon_threadsafe`). Nothing here decides anything about the lock.
+//! event loop through `call_soon_threadsafe`, from the hand-off thread of [`crate::handoff`], never
+//! from the scope's own thread). Nothing here decides anything about the lock.
 
 use std::time::{Duration, Instant};
 
@@ -11,6 +12,7 @@ use keylock_core::LostSignal;
 use pyo3::intern;
 use pyo3::prelude::*;
 
+use crate::handoff::run_in_python;
 use crate::lock::LockHandle;
 use crate::wait::{SLICE, resolve_fn, running_loop};
 
@@ -78,9 +80,10 @@ pub(crate) fn future(py: Python<'_>, signals: Vec<LostSignal>) -> PyResult<Py<Py
     }
     let resolve = resolve_fn(py)?.clone_ref(py);
     let (event_loop, target) = (event_loop.unbind(), fut.clone_ref(py));
-    // Fired on the scope's own thread: attach there and hand the result to the loop.
+    // Fired on the scope's own thread, which must never wait for the GIL: the result goes to
+    // the loop by way of the hand-off thread.
     any_of(signals).on_lost(move || {
-        Python::try_attach(|py| {
+        run_in_python(move |py| {
             let posted =
                 event_loop.call_method1(py, intern!(py, "call_soon_threadsafe"), (resolve, target));
             if let Err(e) = posted {

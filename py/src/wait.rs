@@ -2,16 +2,20 @@
 //! keep the acquisition the core hands out in the handle; neither decides anything about the
 //! lock.
 //!
-//! **Blocking.** Try first with the GIL held (the uncontended path never drops the GIL). If that
-//! fails, create the core's future and wait for it with [`block_on_until`] with the GIL released,
-//! in slices of [`SLICE`], calling `check_signals` between slices so that Ctrl-C interrupts the
-//! wait promptly. The future keeps its place in the queue between slices; dropping it (timeout,
-//! signal) cancels the wait exactly: if the lock had just been handed to it, the core passes it on.
+//! **Blocking.** Try first with the GIL held (the uncontended path of an in-process lock object
+//! never drops the GIL; a scope that may block is tried with it released). If that fails, create
+//! the core's future and poll it once with the GIL held ([`poll_once`]), so that it stands in the
+//! key's queue before any other thread can run; then wait for it with [`block_on_until`] with the
+//! GIL released, in slices of [`SLICE`], calling `check_signals` between slices so that Ctrl-C
+//! interrupts the wait promptly. The future keeps its place in the queue between slices; dropping
+//! it (timeout, signal) cancels the wait exactly: if the lock had just been handed to it, the core
+//! passes it on.
 //!
 //! **asyncio.** [`Acquire`] is an awaitable that polls the core's future on the event loop's
 //! thread. While pending it yields an asyncio future to the task; the waker it gave the core
 //! ([`LoopWaker`]) resolves that asyncio future (directly when the wake-up comes from the loop's
-//! own thread, through `loop.call_soon_threadsafe` from any other), and the task polls again. No
+//! own thread, through `loop.call_soon_threadsafe` from any other, by way of
+//! [`crate::handoff`] from a thread that is not Python's), and the task polls again. No
 //! thread waits: a pending acquire costs a few hundred bytes. A cancelled task throws into the
 //! awaitable, which drops the core future (an exact cancel). An acquire or release that is
 //! already done returns [`crate::ready`]'s awaitable instead.
@@ -22,7 +26,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
-use keylock_core::wait::block_on_until;
+use keylock_core::wait::{block_on_until, poll_once};
 use keylock_core::{Error, Owner};
 use pyo3::exceptions::{PyRuntimeError, PyStopIteration};
 use pyo3::intern;
@@ -32,6 +36,8 @@ use pyo3::types::{PyBool, PyType};
 
 use crate::args::Wait;
 use crate::errors;
+use crate::gil::with_gil_released;
+use crate::handoff::run_in_python;
 use crate::lock::{HoldFuture, LockHandle};
 
 /// How long a blocking wait stays in the core before looking for signals.
@@ -57,7 +63,11 @@ pub(crate) fn try_acquire(
     lease: Option<Duration>,
     owner: Option<Owner>,
 ) -> PyResult<bool> {
-    match handle.target.try_now(handle.target.options(lease, owner)) {
+    let opts = handle.target.options(lease, owner);
+    let tried = with_gil_released(py, handle.target.may_block(), || {
+        handle.target.try_now(opts)
+    });
+    match tried {
         Ok(held) => {
             handle.push(py, held, owner);
             Ok(true)
@@ -85,10 +95,29 @@ pub(crate) fn acquire_blocking(
         Wait::For(d) => Instant::now().checked_add(d),
     };
     let mut fut = handle.target.future(handle.target.options(lease, owner));
+    // Queue the waiter before the GIL goes: from then on every other thread may run, and a
+    // request made after this one must find it in the queue (a reader behind a waiting writer
+    // waits). A poll never waits, whatever the scope (a remote one sends its request and
+    // returns), so it runs with the GIL held.
+    match poll_once(Pin::new(&mut fut)) {
+        Poll::Ready(Ok(held)) => {
+            handle.push(py, held, owner);
+            return Ok(true);
+        }
+        Poll::Ready(Err(e)) => return Err(errors::to_py(py, e)),
+        Poll::Pending => {}
+    }
+    let mut first = true;
     loop {
         let slice_end = Instant::now() + SLICE;
         let until = deadline.map_or(slice_end, |d| d.min(slice_end));
-        match py.detach(|| block_on_until(Pin::new(&mut fut), Some(until))) {
+        let waited = py.detach(|| {
+            if mem::take(&mut first) {
+                crate::stall::after_release();
+            }
+            block_on_until(Pin::new(&mut fut), Some(until))
+        });
+        match waited {
             Poll::Ready(Ok(held)) => {
                 handle.push(py, held, owner);
                 return Ok(true);
@@ -158,17 +187,20 @@ impl Wake for LoopWaker {
         let Some(fut) = lock_detached(&self.target).take() else {
             return; // already woken, and not polled since
         };
-        // Called by whichever thread released the lock (or the core's lease timer), with or
-        // without the GIL, and never with a core queue lock held (the core wakes after
-        // unlocking). On the loop's own thread (a task released the key) the future is resolved
-        // at once: that schedules the waiting task without a trip through the loop's self-pipe.
-        let here = crate::owner::thread_number() == self.loop_thread;
-        Python::try_attach(|py| {
+        // Called by whichever thread released the lock (or the core's lease timer, or a remote
+        // scope's runtime thread), with or without the GIL, and never with a core queue lock
+        // held (the core wakes after unlocking). A thread that is not Python's hands the
+        // wake-up to the hand-off thread rather than wait for the GIL. On the loop's own thread
+        // (a task released the key) the future is resolved at once: that schedules the waiting
+        // task without a trip through the loop's self-pipe.
+        let this = Arc::clone(self);
+        run_in_python(move |py| {
+            let here = crate::owner::thread_number() == this.loop_thread;
             let done = if here {
                 _resolve(fut.bind(py))
             } else {
                 resolve_fn(py).and_then(|f| {
-                    self.event_loop
+                    this.event_loop
                         .call_method1(py, intern!(py, "call_soon_threadsafe"), (f, fut))
                         .map(drop)
                 })

@@ -1,26 +1,81 @@
 """Shared helpers: every wait in these tests is bounded, so a deadlock fails instead of hanging.
 
 pytest-timeout (configured in py/pyproject.toml) is the last guard; these helpers fail sooner
-and say what hung.
+and say what hung. Behind pytest-timeout stands faulthandler's watchdog (armed around every test
+below), for a hang that holds the GIL and so never lets pytest-timeout's handler run.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import faulthandler
 import os
 import subprocess
 import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Coroutine, Hashable, Iterator
-from typing import Any
+from collections.abc import Callable, Coroutine, Generator, Hashable, Iterator
+from typing import IO, Any
 
 import pytest
 
 #: Upper bound for any single wait in a test (a hang is a deadlock).
 DEADLOCK = 30.0
+
+#: How long past its pytest-timeout a test may run before faulthandler ends the whole run (at
+#: most as long again as the timeout itself).
+WATCHDOG_GRACE = 30.0
+
+#: The terminal's stderr, kept from before output capture, for the watchdog's stack dump.
+_watchdog_out: IO[str] | None = None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    global _watchdog_out
+    capman = config.pluginmanager.getplugin("capturemanager")
+    if capman is not None:
+        capman.suspend_global_capture()
+    try:
+        _watchdog_out = os.fdopen(os.dup(sys.stderr.fileno()), "w")
+    finally:
+        if capman is not None:
+            capman.resume_global_capture()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    global _watchdog_out
+    if _watchdog_out is not None:
+        faulthandler.cancel_dump_traceback_later()
+        _watchdog_out.close()
+        _watchdog_out = None
+
+
+def timeout_of(item: pytest.Item) -> float:
+    """The item's pytest-timeout: its `timeout` mark, else the configured one (0: none)."""
+    mark = item.get_closest_marker("timeout")
+    if mark is not None and mark.args:
+        return float(mark.args[0] or 0)
+    return float(item.config.getini("timeout") or 0)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(
+    item: pytest.Item, nextitem: pytest.Item | None
+) -> Generator[None, None, None]:
+    """Arms faulthandler's watchdog for the test: past its timeout plus a grace, it dumps every
+    thread's stack and exits, whatever holds the GIL."""
+    limit, out = timeout_of(item), _watchdog_out
+    armed = limit > 0 and out is not None
+    if out is not None and armed:
+        grace = min(WATCHDOG_GRACE, limit)
+        faulthandler.dump_traceback_later(limit + grace, exit=True, file=out)
+    try:
+        yield
+    finally:
+        if armed:
+            faulthandler.cancel_dump_traceback_later()
 
 
 def run_threads(targets: list[Callable[[], Any]], timeout: float = DEADLOCK) -> None:

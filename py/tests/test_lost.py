@@ -15,7 +15,7 @@ import time
 import pytest
 
 import keylock
-from conftest import DEADLOCK
+from conftest import DEADLOCK, run_script
 
 
 def short(url: str, tag: str) -> str:
@@ -103,3 +103,46 @@ def test_other_scopes_never_report_a_loss(scope: str) -> None:
     finally:
         if scope == "shm:":
             keylock.unlink(name)
+
+
+def test_a_loss_found_while_python_waits_on_the_scope_does_not_deadlock(redis_url: str) -> None:
+    """The renewal that finds a loss runs on the scope's one runtime thread, and the lost
+    future is resolved from there. Meanwhile the main thread keeps calling into the scope
+    (`is_locked` waits for that same runtime thread). If either side kept the GIL while it
+    waited for the other, this would hang; it runs in a child interpreter so that a hang fails
+    the test at the timeout instead of hanging pytest."""
+    name = short(redis_url, "gil")
+    run_script(
+        f"""
+import asyncio, time
+import keylock
+
+name = {name!r}
+holder, other = keylock.KeyPool.open(name), keylock.KeyPool.open(name)
+
+async def main():
+    h = holder.lock("k")
+    assert await h.acquire_async(timeout=30)
+    fut = h.lost_future()
+    assert other.force_unlock("k") is True
+    # Several renewals' time, spent inside blocking calls into the scope: the loss is found
+    # and handed to the loop meanwhile.
+    end = time.monotonic() + 2.0
+    calls = 0
+    while time.monotonic() < end:
+        assert holder.is_locked("elsewhere") is False
+        calls += 1
+    await asyncio.wait_for(fut, 30)
+    assert h.lost is True and calls > 0
+    try:
+        h.release()
+    except keylock.NotOwnerError:
+        pass
+    else:
+        raise AssertionError("a lost hold released")
+
+asyncio.run(main())
+print("ok")
+""",
+        timeout=DEADLOCK,
+    )

@@ -553,6 +553,21 @@ impl StdWake for ThreadWaker {
     }
 }
 
+/// Polls `fut` once on the current thread, with a waker that unparks this thread, and never
+/// parks: a lock that is free is taken (`Poll::Ready`), and a lock that is taken has `fut`'s
+/// waiter standing in its queue when this returns (`Poll::Pending`), so that every request made
+/// after it queues behind it.
+///
+/// A keylock future joins its lock's queue on its first poll. A front end that hands the wait to
+/// another context before polling (Python lets go of the GIL, then waits) would otherwise leave a
+/// window in which the waiter is counted but not queued, and a newcomer could pass it. Calling
+/// this first, before letting go, closes that window; [`block_on_until`] then waits in the queue
+/// place it kept.
+pub fn poll_once<F: Future + ?Sized>(fut: Pin<&mut F>) -> Poll<F::Output> {
+    let waker = Waker::from(Arc::new(ThreadWaker(current_thread())));
+    fut.poll(&mut Context::from_waker(&waker))
+}
+
 /// Polls `fut` on the current thread, parking between polls, until it is ready or `until`
 /// passes (`None`: no limit). Returns `Poll::Pending` when `until` passed first.
 ///

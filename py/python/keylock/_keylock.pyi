@@ -117,6 +117,13 @@ def unlink(name: str, /) -> bool:
 def _resolve(fut: Any) -> None:
     """Wake-up callback run on the event loop: resolve `fut` unless the task gave up on it."""
 
+def _set_waiter_stall(on: bool, /) -> None:
+    """Tests only: `True` makes every blocking waiter stop (GIL released) between joining its
+    lock's queue and waiting, until `_set_waiter_stall(False)` lets them all go."""
+
+def _stalled_waiters() -> int:
+    """Tests only: how many blocking waiters stand stalled now."""
+
 @final
 class _Acquire(Generic[_T]):
     """Awaitable returned by `acquire_async()` (result: bool) and, when the lock is taken,
@@ -430,7 +437,8 @@ class KeyedLock:
 
     @property
     def name(self) -> str:
-        """The name the lock object was opened with ("local:" for one made in this process)."""
+        """The name the lock object was opened with ("local:" for one made in this process), with
+        a URL's password shown as `***`."""
 
     @property
     def reentrant(self) -> bool:
