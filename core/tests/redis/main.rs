@@ -10,6 +10,7 @@ mod failures;
 mod processes;
 mod semantics;
 mod server;
+mod stats;
 mod tls;
 
 use std::sync::Arc;
