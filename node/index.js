@@ -895,15 +895,18 @@ class KeyPool extends KeyedLock {
     return new KeyPool(INTERNAL, nativeCall(native.keyedOpen, name, makeOptions(opts)));
   }
 
-  /** Keys held now (null for a scope that does not count them). */
+  /** Keys held now: by anyone in the scope, or by this process where the scope cannot tell (Redis). */
   get size() {
-    const s = native.poolStats(handleOf(this).handle);
-    return s === null ? null : s.held;
+    return nativeCall(native.keyedLen, handleOf(this).handle);
   }
 
-  /** Counters: held, waiting, entriesInUse, entriesAllocated, peakInUse, contended (or null). */
+  /**
+   * Counts, the same fields on every scope (null where the scope cannot tell): held, waiting,
+   * sharedHolds, heldHere, waitingHere, capacity, entriesInUse, entriesAllocated, peakInUse,
+   * contended.
+   */
   stats() {
-    return native.poolStats(handleOf(this).handle);
+    return nativeCall(native.keyedStats, handleOf(this).handle);
   }
 }
 
