@@ -172,16 +172,6 @@ export interface KeyInfo {
   waiters: number;
 }
 
-/** Counters of a `StripedLock`. */
-export interface StripedStats {
-  /** The number of stripes. */
-  stripes: number;
-  /** Stripes held now. */
-  held: number;
-  /** Stripes with waiters queued now. */
-  waiting: number;
-}
-
 /**
  * The counts of a `KeyPool`, the same fields on every scope; `null` for a figure the scope cannot
  * tell (a Redis pool sees only this process, so `held`, `waiting` and `sharedHolds` are `null`
@@ -208,6 +198,16 @@ export interface PoolStats {
   peakInUse: number | null;
   /** An in-process pool's acquisitions that had to wait; `null` elsewhere. */
   contended: number | null;
+}
+
+/** The counts of a `StripedLock`: `PoolStats` with stripes for keys, and the number of stripes. */
+export interface StripedStats extends PoolStats {
+  /** The number of stripes. */
+  stripes: number;
+  /** Stripes held now (keys that share a stripe count once). */
+  held: number;
+  /** Waiters queued now. */
+  waiting: number;
 }
 
 /** How a lock object serves its keys. */
@@ -323,10 +323,10 @@ export class StripedLock extends KeyedLock {
   readonly stripes: number;
   /** The stripe `key` maps to, from 0 to `stripes - 1` (`null` if the scope does not say). */
   stripeOf(key: Key): number | null;
-  /** Stripes held now (keys that share a stripe count once; `null` if the scope does not say). */
-  readonly size: number | null;
-  /** Counters of the stripes (`null` for a scope that keeps none). */
-  stats(): StripedStats | null;
+  /** Stripes held now (keys that share a stripe count once). */
+  readonly size: number;
+  /** The counts of the stripes, on every scope (see `StripedStats`). */
+  stats(): StripedStats;
 }
 
 /** A reader-writer lock: many readers or one writer. */

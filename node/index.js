@@ -948,15 +948,18 @@ class StripedLock extends KeyedLock {
     return native.keyedMade(handleOf(this).handle).stripes;
   }
 
-  /** Stripes held now (keys that share a stripe count once; null if the scope does not say). */
+  /** Stripes held now (keys that share a stripe count once). */
   get size() {
-    const s = native.stripedStats(handleOf(this).handle);
-    return s === null ? null : s.held;
+    return nativeCall(native.keyedLen, handleOf(this).handle);
   }
 
-  /** Counters: stripes, held (stripes held now), waiting (stripes with waiters queued). */
+  /**
+   * Counts, on every scope: stripes, and the fields of KeyPool's stats() with stripes for keys
+   * (held: stripes held now; waiting: waiters queued).
+   */
   stats() {
-    return native.stripedStats(handleOf(this).handle);
+    const s = nativeCall(native.keyedStats, handleOf(this).handle);
+    return { stripes: s.capacity, ...s };
   }
 
   /** The stripe `key` maps to (0 <= stripe < stripes; null if the scope does not say). */

@@ -325,36 +325,6 @@ pub fn keyed_len(env: &Env, handle: Unknown<'_>) -> Result<f64> {
     Ok(s.keys_held() as f64)
 }
 
-/// `striped.stats()`: the core's `StripedStats`.
-#[napi(object)]
-#[derive(Debug, Clone, Copy)]
-pub struct StripedStats {
-    /// The number of stripes.
-    pub stripes: u32,
-    /// Stripes held now.
-    pub held: u32,
-    /// Stripes with waiters queued now.
-    pub waiting: u32,
-}
-
-/// A striped lock's counters; `null` for a scope that keeps none.
-#[napi(catch_unwind)]
-pub fn striped_stats(env: &Env, handle: Unknown<'_>) -> Result<Option<StripedStats>> {
-    let keyed = keyed(env, &handle)?;
-    let striped = keyed
-        .core
-        .as_any()
-        .and_then(|any| any.downcast_ref::<StripedLock>());
-    Ok(striped.map(|s| {
-        let s = s.stats();
-        StripedStats {
-            stripes: s.stripes as u32,
-            held: s.held as u32,
-            waiting: s.queued as u32,
-        }
-    }))
-}
-
 /// The stripe `key` maps to; `null` for a scope that does not say.
 #[napi(catch_unwind)]
 pub fn striped_stripe_of(env: &Env, handle: Unknown<'_>, key: Unknown<'_>) -> Result<Option<u32>> {

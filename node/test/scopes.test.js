@@ -248,3 +248,25 @@ test('KeyPool stats on this scope: the same fields, null where the scope cannot 
   await until('every key to be free', () => a.size === 0 && b.size === 0);
   assert.equal(a.stats().heldHere, 0);
 });
+
+test(
+  'StripedLock stats on a shared-memory region: stripes, held and queued waiters',
+  { ...T, skip: T.skip || (!SHM && 'not a shared-memory scope') },
+  async () => {
+    const [a, b] = opens(() => StripedLock.open(`${SCOPE}-striped-stats`, { stripes: 16 }));
+    const g = a.tryLock('k');
+    assert.ok(g);
+    const waiter = b.lock('k');
+    const end = Date.now() + 20_000;
+    while (a.stats().waiting !== 1) {
+      assert.ok(Date.now() < end, 'the waiter did not queue within 20 s');
+      await new Promise((resolve) => setTimeout(resolve, 2));
+    }
+    const s = a.stats();
+    assert.deepEqual([s.stripes, s.held, s.heldHere, s.waitingHere, a.size], [16, 1, 1, 0, 1]);
+    assert.equal(b.stats().waitingHere, 1);
+    g.release();
+    (await waiter).release();
+    assert.equal(a.size, 0);
+  },
+);
