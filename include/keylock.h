@@ -81,6 +81,12 @@
 #define KEYLOCK_NO_LEASE UINT64_MAX
 
 /**
+ * A `keylock_stats` field's value when the scope cannot tell it (a Redis scope sees only this
+ * process's acquisitions; an in-process pool has no capacity).
+ */
+#define KEYLOCK_STATS_UNKNOWN UINT64_MAX
+
+/**
  * The 64-bit words of private storage in a `keylock_acquisition` (part of the ABI: the
  * struct is 128 bytes).
  */
@@ -310,6 +316,58 @@ typedef struct keylock_lock_info {
      */
     bool held;
 } keylock_lock_info;
+
+/**
+ * The counts of a pool or striped lock, the same fields at every scope: what
+ * `keylock_pool_stats` and `keylock_striped_stats` report. A snapshot, which other threads
+ * (and processes) may change at once; for monitoring and tests. Fields the scope cannot tell
+ * are `KEYLOCK_STATS_UNKNOWN`. A waiter counts once it is queued for its key. Keys are stripes
+ * for a striped lock.
+ */
+typedef struct keylock_stats {
+    /**
+     * Keys held now, by anyone in the scope (unknown for Redis).
+     */
+    uint64_t held;
+    /**
+     * Waiters queued for a key now, by anyone in the scope (unknown for Redis).
+     */
+    uint64_t waiting;
+    /**
+     * Shared holds now, each holder counted (unknown for Redis).
+     */
+    uint64_t shared_holds;
+    /**
+     * Keys held now by this handle: every holder's in this process; this open's of a `shm:`
+     * region; this process's for Redis.
+     */
+    uint64_t held_here;
+    /**
+     * Waiters of this handle queued now (as `held_here`).
+     */
+    uint64_t waiting_here;
+    /**
+     * The most keys held or awaited at once (a `shm:` region's entries, a striped lock's
+     * stripes); unknown where the object grows as it needs (an in-process pool, Redis).
+     */
+    uint64_t capacity;
+    /**
+     * Keys held or awaited now (unknown for Redis).
+     */
+    uint64_t entries_in_use;
+    /**
+     * An in-process pool's memory, in keys; unknown for other objects.
+     */
+    uint64_t entries_allocated;
+    /**
+     * An in-process pool's most entries in use at once, summed over shards; unknown elsewhere.
+     */
+    uint64_t peak_in_use;
+    /**
+     * An in-process pool's acquisitions that had to wait; unknown elsewhere.
+     */
+    uint64_t contended;
+} keylock_stats;
 
 /**
  * Success.
@@ -861,6 +919,26 @@ keylock_result keylock_pool_info(const struct keylock_pool *pool,
                                  struct keylock_lock_info *out);
 
 /**
+ * Stores in `*out` the counts of the pool, the same fields at every scope:
+ * keys held, waiters queued, shared holds, this handle's own holds and waits, capacity and
+ * entries in use (see `keylock_stats`). A figure the scope cannot tell, such as the holders of
+ * other processes on a Redis scope, is `KEYLOCK_STATS_UNKNOWN`. A snapshot for monitoring and
+ * tests: a scan of the object's keys or entries.
+ *
+ * Returns:
+ * - `KEYLOCK_OK`: `*out` is set.
+ * - `KEYLOCK_NULL_ARGUMENT`: `pool` or `out` is NULL.
+ * - `KEYLOCK_UNAVAILABLE`: (shared-memory scopes) the region cannot be read from this process
+ *   (it was opened before `fork()`, or its table mutex failed); `*out` is unchanged.
+ * - `KEYLOCK_INCOMPATIBLE`: (shared-memory scopes) the region's records are corrupt.
+ * - `KEYLOCK_PANIC`: internal error; `*out` is unchanged.
+ *
+ * # Safety
+ * `pool` is NULL or a live handle; `out` is NULL or points to a writable `keylock_stats`.
+ */
+keylock_result keylock_pool_stats(const struct keylock_pool *pool, struct keylock_stats *out);
+
+/**
  * Creates a striped lock in this process with `stripes` stripes, rounded up to a power of two
  * (as `keylock_striped_open("local:", ...)`). Each handle hashes keys with its own random seed.
  * A few times the number of threads is plenty; `KEYLOCK_DEFAULT_STRIPES` (1024) is a good
@@ -1224,6 +1302,27 @@ keylock_result keylock_striped_info(const struct keylock_striped *striped,
                                     const uint8_t *key,
                                     size_t len,
                                     struct keylock_lock_info *out);
+
+/**
+ * Stores in `*out` the counts of the striped lock, the same fields at every scope (keys are
+ * stripes): keys held, waiters queued, shared holds, this handle's own holds and waits, capacity and
+ * entries in use (see `keylock_stats`). A figure the scope cannot tell, such as the holders of
+ * other processes on a Redis scope, is `KEYLOCK_STATS_UNKNOWN`. A snapshot for monitoring and
+ * tests: a scan of the object's keys or entries.
+ *
+ * Returns:
+ * - `KEYLOCK_OK`: `*out` is set.
+ * - `KEYLOCK_NULL_ARGUMENT`: `striped` or `out` is NULL.
+ * - `KEYLOCK_UNAVAILABLE`: (shared-memory scopes) the region cannot be read from this process
+ *   (it was opened before `fork()`, or its table mutex failed); `*out` is unchanged.
+ * - `KEYLOCK_INCOMPATIBLE`: (shared-memory scopes) the region's records are corrupt.
+ * - `KEYLOCK_PANIC`: internal error; `*out` is unchanged.
+ *
+ * # Safety
+ * `striped` is NULL or a live handle; `out` is NULL or points to a writable `keylock_stats`.
+ */
+keylock_result keylock_striped_stats(const struct keylock_striped *striped,
+                                     struct keylock_stats *out);
 
 /**
  * Creates an unlocked reader-writer lock.

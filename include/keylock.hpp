@@ -190,7 +190,29 @@ struct lock_info {
     std::size_t waiters;
 };
 
+/// The counts of a pool or striped lock, the same fields at every scope (a snapshot):
+/// KeyPool::stats / StripedLock::stats. std::nullopt for a figure the scope cannot tell (a
+/// Redis scope counts only this process: its `*_here` figures). See keylock_stats.
+struct stats {
+    std::optional<std::uint64_t> held;
+    std::optional<std::uint64_t> waiting;
+    std::optional<std::uint64_t> shared_holds;
+    std::uint64_t held_here;
+    std::uint64_t waiting_here;
+    std::optional<std::uint64_t> capacity;
+    std::optional<std::uint64_t> entries_in_use;
+    std::optional<std::uint64_t> entries_allocated;
+    std::optional<std::uint64_t> peak_in_use;
+    std::optional<std::uint64_t> contended;
+};
+
 namespace detail {
+
+/// A keylock_stats field as an optional.
+inline std::optional<std::uint64_t> known(std::uint64_t n) {
+    if (n == KEYLOCK_STATS_UNKNOWN) return std::nullopt;
+    return n;
+}
 
 /// The lease left in a record, or nullopt for none.
 inline std::optional<std::chrono::nanoseconds> lease_left(const keylock_acquisition &a) {
@@ -216,6 +238,7 @@ struct pool_api {
     static keylock_result force_unlock(handle *h, const std::uint8_t *k, std::size_t n, bool *was) { return keylock_pool_force_unlock(h, k, n, was); }
     static keylock_result is_locked(const handle *h, const std::uint8_t *k, std::size_t n, bool *out) { return keylock_pool_is_locked(h, k, n, out); }
     static keylock_result info(const handle *h, const std::uint8_t *k, std::size_t n, keylock_lock_info *out) { return keylock_pool_info(h, k, n, out); }
+    static keylock_result stats(const handle *h, keylock_stats *out) { return keylock_pool_stats(h, out); }
 };
 
 struct striped_api {
@@ -232,6 +255,7 @@ struct striped_api {
     static keylock_result force_unlock(handle *h, const std::uint8_t *k, std::size_t n, bool *was) { return keylock_striped_force_unlock(h, k, n, was); }
     static keylock_result is_locked(const handle *h, const std::uint8_t *k, std::size_t n, bool *out) { return keylock_striped_is_locked(h, k, n, out); }
     static keylock_result info(const handle *h, const std::uint8_t *k, std::size_t n, keylock_lock_info *out) { return keylock_striped_info(h, k, n, out); }
+    static keylock_result stats(const handle *h, keylock_stats *out) { return keylock_striped_stats(h, out); }
 };
 
 template <class> class keyed;
@@ -551,6 +575,16 @@ public:
         if (raw.lease_remaining_ns != KEYLOCK_NO_LEASE)
             out.lease_remaining = std::chrono::nanoseconds(static_cast<std::chrono::nanoseconds::rep>(raw.lease_remaining_ns));
         return out;
+    }
+
+    /// The counts of the lock object (a snapshot; see keylock::stats).
+    keylock::stats stats() const {
+        keylock_stats raw{};
+        check(Api::stats(handle_, &raw));
+        return keylock::stats{known(raw.held),         known(raw.waiting),        known(raw.shared_holds),
+                              raw.held_here,           raw.waiting_here,          known(raw.capacity),
+                              known(raw.entries_in_use), known(raw.entries_allocated), known(raw.peak_in_use),
+                              known(raw.contended)};
     }
 
     /// The C handle, still owned by this object (NULL after a move).

@@ -174,30 +174,42 @@ export interface KeyInfo {
   waiters: number;
 }
 
-/** Counters of a `StripedLock`. */
-export interface StripedStats {
-  /** The number of stripes. */
-  stripes: number;
-  /** Stripes held now. */
-  held: number;
-  /** Stripes with waiters queued now. */
-  waiting: number;
+/**
+ * The counts of a `KeyPool`, the same fields on every scope; `null` for a figure the scope cannot
+ * tell (a Redis pool sees only this process, so `held`, `waiting` and `sharedHolds` are `null`
+ * there, and `heldHere` / `waitingHere` say what this process does).
+ */
+export interface PoolStats {
+  /** Keys held now, by anyone in the scope (`null`: Redis). */
+  held: number | null;
+  /** Waiters queued for a key now, by anyone in the scope (`null`: Redis). */
+  waiting: number | null;
+  /** Shared holds now, each reader counted (`null`: Redis). */
+  sharedHolds: number | null;
+  /** Keys held now by this pool object: this open of a `shm:` region; this process, for Redis. */
+  heldHere: number;
+  /** Waiters of this pool object queued now. */
+  waitingHere: number;
+  /** The most keys held or awaited at once (a `shm:` region's entries); `null` where the pool grows. */
+  capacity: number | null;
+  /** Keys held or awaited now; 0 once everything is released (`null`: Redis). */
+  entriesInUse: number | null;
+  /** An in-process pool's entries allocated (in use or kept for reuse), in keys; `null` elsewhere. */
+  entriesAllocated: number | null;
+  /** An in-process pool's most entries in use at once so far, summed over shards; `null` elsewhere. */
+  peakInUse: number | null;
+  /** An in-process pool's acquisitions that had to wait; `null` elsewhere. */
+  contended: number | null;
 }
 
-/** Counters of a `KeyPool`. */
-export interface PoolStats {
-  /** Keys held now. */
+/** The counts of a `StripedLock`: `PoolStats` with stripes for keys, and the number of stripes. */
+export interface StripedStats extends PoolStats {
+  /** The number of stripes. */
+  stripes: number;
+  /** Stripes held now (keys that share a stripe count once). */
   held: number;
   /** Waiters queued now. */
   waiting: number;
-  /** Keys that have an entry now (held, or awaited by someone); 0 once everything is released. */
-  entriesInUse: number;
-  /** Entries allocated (in use or kept for reuse): the pool's memory, in keys. */
-  entriesAllocated: number;
-  /** The most entries in use at once so far, summed over shards. */
-  peakInUse: number;
-  /** Acquisitions that had to wait. */
-  contended: number;
 }
 
 /** How a lock object serves its keys. */
@@ -291,10 +303,10 @@ export class KeyPool extends KeyedLock {
    * build of keylock has the scope (otherwise a `TypeError` says so).
    */
   static open(name: string, options?: MakeOptions): KeyPool;
-  /** Keys held now (`null` for a scope that does not count them). */
-  readonly size: number | null;
-  /** The pool's counters (`null` for a scope that keeps none). */
-  stats(): PoolStats | null;
+  /** Keys held now: by anyone in the scope, or by this process where the scope cannot tell (Redis). */
+  readonly size: number;
+  /** The pool's counts, on every scope (see `PoolStats`). */
+  stats(): PoolStats;
 }
 
 /**
@@ -318,10 +330,10 @@ export class StripedLock extends KeyedLock {
   readonly stripes: number;
   /** The stripe `key` maps to, from 0 to `stripes - 1` (`null` if the scope does not say). */
   stripeOf(key: Key): number | null;
-  /** Stripes held now (keys that share a stripe count once; `null` if the scope does not say). */
-  readonly size: number | null;
-  /** Counters of the stripes (`null` for a scope that keeps none). */
-  stats(): StripedStats | null;
+  /** Stripes held now (keys that share a stripe count once). */
+  readonly size: number;
+  /** The counts of the stripes, on every scope (see `StripedStats`). */
+  stats(): StripedStats;
 }
 
 /** A reader-writer lock: many readers or one writer. */

@@ -926,15 +926,18 @@ class KeyPool extends KeyedLock {
     return new KeyPool(INTERNAL, nativeCall(native.keyedOpen, name, makeOptions(opts)), name);
   }
 
-  /** Keys held now (null for a scope that does not count them). */
+  /** Keys held now: by anyone in the scope, or by this process where the scope cannot tell (Redis). */
   get size() {
-    const s = native.poolStats(handleOf(this).handle);
-    return s === null ? null : s.held;
+    return nativeCall(native.keyedLen, handleOf(this).handle);
   }
 
-  /** Counters: held, waiting, entriesInUse, entriesAllocated, peakInUse, contended (or null). */
+  /**
+   * Counts, the same fields on every scope (null where the scope cannot tell): held, waiting,
+   * sharedHolds, heldHere, waitingHere, capacity, entriesInUse, entriesAllocated, peakInUse,
+   * contended.
+   */
   stats() {
-    return native.poolStats(handleOf(this).handle);
+    return nativeCall(native.keyedStats, handleOf(this).handle);
   }
 }
 
@@ -976,15 +979,18 @@ class StripedLock extends KeyedLock {
     return native.keyedMade(handleOf(this).handle).stripes;
   }
 
-  /** Stripes held now (keys that share a stripe count once; null if the scope does not say). */
+  /** Stripes held now (keys that share a stripe count once). */
   get size() {
-    const s = native.stripedStats(handleOf(this).handle);
-    return s === null ? null : s.held;
+    return nativeCall(native.keyedLen, handleOf(this).handle);
   }
 
-  /** Counters: stripes, held (stripes held now), waiting (stripes with waiters queued). */
+  /**
+   * Counts, on every scope: stripes, and the fields of KeyPool's stats() with stripes for keys
+   * (held: stripes held now; waiting: waiters queued).
+   */
   stats() {
-    return native.stripedStats(handleOf(this).handle);
+    const s = nativeCall(native.keyedStats, handleOf(this).handle);
+    return { stripes: s.capacity, ...s };
   }
 
   /** The stripe `key` maps to (0 <= stripe < stripes; null if the scope does not say). */

@@ -351,6 +351,12 @@ impl Entry {
         self.word.load(Ordering::Relaxed) & (EXCL | READERS) != 0
     }
 
+    /// The number of shared holders (a snapshot, as [`is_held`](Self::is_held)).
+    #[inline]
+    pub(crate) fn shared_holders(&self) -> usize {
+        readers(self.word.load(Ordering::Relaxed)) as usize
+    }
+
     /// Whether waiters may be queued (a snapshot).
     #[inline]
     pub(crate) fn is_queued(&self) -> bool {

@@ -50,6 +50,7 @@ pub mod scope;
 #[cfg(all(feature = "shm", target_os = "linux"))]
 pub mod shm;
 mod site;
+mod stats;
 mod status;
 mod striped;
 mod sync;
@@ -62,6 +63,7 @@ pub use guard::KeyedGuard;
 pub use lost::{Lost, LostSignal};
 pub use open::{open, open_with, redact_scope_name};
 pub use scope::{KeySpace, KeyedLock, LockKey, OpenOptions};
+pub use stats::ScopeStats;
 pub use status::Status;
 pub use unlink::unlink;
 

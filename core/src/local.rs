@@ -14,6 +14,7 @@ use crate::pool::{KeyPool, PoolStats};
 use crate::scope::{
     AcquireFuture, AcquireManyFuture, KeySpace, KeyedLock, LockKey, OpenOptions, shared_wait,
 };
+use crate::stats::ScopeStats;
 use crate::striped::StripedLock;
 
 /// An in-process lock object for `options`.
@@ -298,8 +299,37 @@ where
         Some(self)
     }
 
-    fn stats(&self) -> Option<PoolStats> {
-        Some(KeyPool::stats(self))
+    fn stats(&self) -> Result<ScopeStats> {
+        let mut s = KeyPool::stats(self);
+        if let Some(names) = self.names_if() {
+            s = sum(s, names.stats());
+        }
+        Ok(ScopeStats {
+            held: Some(s.held),
+            waiting: Some(s.queued),
+            shared_holds: Some(s.shared_holds),
+            held_here: s.held,
+            waiting_here: s.queued,
+            capacity: None,
+            entries_in_use: Some(s.entries_in_use),
+            entries_allocated: Some(s.entries_allocated),
+            peak_in_use: Some(s.peak_in_use),
+            contended: Some(s.contended),
+        })
+    }
+}
+
+/// The counters of a pool's two key spaces together.
+fn sum(a: PoolStats, b: PoolStats) -> PoolStats {
+    PoolStats {
+        held: a.held + b.held,
+        waiting: a.waiting + b.waiting,
+        queued: a.queued + b.queued,
+        shared_holds: a.shared_holds + b.shared_holds,
+        entries_in_use: a.entries_in_use + b.entries_in_use,
+        entries_allocated: a.entries_allocated + b.entries_allocated,
+        peak_in_use: a.peak_in_use + b.peak_in_use,
+        contended: a.contended + b.contended,
     }
 }
 
@@ -387,6 +417,28 @@ impl KeyedLock for StripedLock {
 
     fn as_any(&self) -> Option<&dyn std::any::Any> {
         Some(self)
+    }
+
+    fn stats(&self) -> Result<ScopeStats> {
+        // Stripe by stripe, each under its queue lock.
+        let (mut held, mut shared, mut queued, mut in_use) = (0, 0, 0, 0);
+        for stripe in 0..StripedLock::stripes(self) {
+            let (h, s, q) = self.stripe_counts(stripe);
+            held += usize::from(h);
+            shared += s;
+            queued += q;
+            in_use += usize::from(h || q > 0);
+        }
+        Ok(ScopeStats {
+            held: Some(held),
+            waiting: Some(queued),
+            shared_holds: Some(shared),
+            held_here: held,
+            waiting_here: queued,
+            capacity: Some(StripedLock::stripes(self)),
+            entries_in_use: Some(in_use),
+            ..ScopeStats::default()
+        })
     }
 
     fn stripes(&self) -> Option<usize> {

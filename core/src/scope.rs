@@ -32,7 +32,7 @@ use std::time::Duration;
 
 use crate::acquisition::{Acquisition, LockInfo, LockOptions, Mode, Owner, Wait};
 use crate::error::Result;
-use crate::pool::PoolStats;
+use crate::stats::ScopeStats;
 
 /// The namespace of a key. Two keys in different spaces never name the same lock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
@@ -199,11 +199,12 @@ pub trait KeyedLock: Send + Sync + fmt::Debug {
         None
     }
 
-    /// Counters of the plain keys, for monitoring and tests (a scan: O(slots)); `None` for a
-    /// lock object that keeps none (a striped one).
-    fn stats(&self) -> Option<PoolStats> {
-        None
-    }
+    /// The counts of the lock object, the same record at every scope (keys of both spaces
+    /// count): what each scope can tell is filled in, and what it cannot is `None` (see
+    /// [`ScopeStats`]). A scan, for monitoring and tests: O(keys or entries) under the scope's
+    /// locks. Fails only where reading the counts needs the scope itself (a shared-memory
+    /// region that cannot be locked, a process that forked: `Unavailable`).
+    fn stats(&self) -> Result<ScopeStats>;
 
     /// The number of stripes of a striped lock object; `None` for one with a lock per key.
     fn stripes(&self) -> Option<usize> {

@@ -259,3 +259,77 @@ fn steal_goes_ahead_of_queued_waiters() {
         locks.release(free).unwrap();
     }
 }
+
+/// Polls `cond` every millisecond; fails the test if it does not hold within 20 s.
+fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
+    let until = std::time::Instant::now() + Duration::from_secs(20);
+    while !cond() {
+        assert!(std::time::Instant::now() < until, "{what}: not within 20 s");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+#[test]
+fn stats_count_holders_shared_holds_and_queued_waiters_on_every_scope() {
+    for locks in scopes() {
+        let a = LockKey::new(b"a");
+        // A second key on another stripe, so that a striped object counts two locks too.
+        let other = (0u32..)
+            .map(|i| format!("b{i}").into_bytes())
+            .find(|b| {
+                locks.stripe_of(LockKey::new(b)) != locks.stripe_of(a) || locks.stripes().is_none()
+            })
+            .unwrap();
+        let b = LockKey::new(&other);
+        let s = locks.stats().unwrap();
+        assert_eq!(
+            (s.held, s.waiting, s.shared_holds),
+            (Some(0), Some(0), Some(0)),
+            "{locks:?}"
+        );
+        let x = locks.acquire(a, &LockOptions::new()).unwrap();
+        let r1 = locks.acquire(b, &LockOptions::new().shared()).unwrap();
+        let r2 = locks.acquire(b, &LockOptions::new().shared()).unwrap();
+        let waiter = {
+            let locks = Arc::clone(&locks);
+            std::thread::spawn(move || locks.acquire(LockKey::new(b"a"), &LockOptions::new()))
+        };
+        wait_until("the waiter to queue", || {
+            locks.stats().unwrap().waiting == Some(1)
+        });
+        let s = locks.stats().unwrap();
+        assert_eq!((s.held, s.held_here), (Some(2), 2), "{locks:?}");
+        assert_eq!((s.waiting, s.waiting_here), (Some(1), 1), "{locks:?}");
+        assert_eq!(s.shared_holds, Some(2), "{locks:?}");
+        assert_eq!(s.entries_in_use, Some(2), "{locks:?}");
+        assert_eq!(s.keys_held(), 2);
+        // Capacity: the stripes of a striped object, the entries of a region; an in-process
+        // pool grows as it needs.
+        if let Some(stripes) = locks.stripes() {
+            assert_eq!(s.capacity, Some(stripes), "{locks:?}");
+        }
+        assert!(s.capacity.is_none_or(|c| c >= 2), "{locks:?}");
+        locks.release(x).unwrap();
+        let got = common::within(Duration::from_secs(20), move || waiter.join().unwrap()).unwrap();
+        locks.release(r1).unwrap();
+        let s = locks.stats().unwrap();
+        assert_eq!(
+            (s.held, s.waiting, s.shared_holds),
+            (Some(2), Some(0), Some(1)),
+            "{locks:?}"
+        );
+        locks.release(r2).unwrap();
+        locks.release(got).unwrap();
+        let s = locks.stats().unwrap();
+        assert_eq!(
+            (s.held, s.held_here, s.waiting, s.waiting_here),
+            (Some(0), 0, Some(0), 0),
+            "{locks:?}"
+        );
+        assert_eq!(
+            (s.shared_holds, s.entries_in_use),
+            (Some(0), Some(0)),
+            "{locks:?}"
+        );
+    }
+}

@@ -775,3 +775,45 @@ fn barging_does_not_starve_a_waiter() {
         assert!(rounds > 0);
     });
 }
+
+#[test]
+fn stats_are_region_wide_and_here_is_this_open() {
+    for (opts, capacity) in [
+        (OpenOptions::default(), shm::DEFAULT_CAPACITY),
+        (striped_opts(16), 16),
+    ] {
+        let name = Name::new("stats");
+        let a = opts_with(&name, opts.clone());
+        let b = opts_with(&name, opts);
+        let held = a.acquire(k(b"job"), &X).unwrap();
+        let waiter = {
+            let b = Arc::clone(&b);
+            std::thread::spawn(move || b.acquire(LockKey::new(b"job"), &X))
+        };
+        within(LIMIT, {
+            let a = Arc::clone(&a);
+            move || {
+                while a.stats().unwrap().waiting != Some(1) {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
+        });
+        let (sa, sb) = (a.stats().unwrap(), b.stats().unwrap());
+        assert_eq!((sa.held, sa.waiting), (Some(1), Some(1)));
+        assert_eq!((sb.held, sb.waiting), (Some(1), Some(1)));
+        assert_eq!((sa.held_here, sa.waiting_here), (1, 0));
+        assert_eq!((sb.held_here, sb.waiting_here), (0, 1));
+        assert_eq!(sa.capacity, Some(capacity));
+        assert_eq!(sa.entries_in_use, Some(1));
+        a.release(held).unwrap();
+        let got = within(LIMIT, move || waiter.join().unwrap()).unwrap();
+        let (sa, sb) = (a.stats().unwrap(), b.stats().unwrap());
+        assert_eq!((sa.held_here, sb.held_here, sb.waiting), (0, 1, Some(0)));
+        b.release(got).unwrap();
+        let s = a.stats().unwrap();
+        assert_eq!(
+            (s.held, s.waiting, s.entries_in_use),
+            (Some(0), Some(0), Some(0))
+        );
+    }
+}

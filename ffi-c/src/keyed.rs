@@ -15,6 +15,7 @@ use crate::boundary::*;
 use crate::contract::*;
 use crate::options::*;
 use crate::result::*;
+use crate::stats::keylock_stats;
 
 /// A lock object and the id its acquisition records carry.
 #[derive(Debug)]
@@ -500,6 +501,22 @@ pub(crate) unsafe fn info<H: Handle>(
         let info = keylock_lock_info::of(h.locks.info(LockKey::new(key))?);
         // SAFETY: out is non-NULL and writable (caller).
         unsafe { out.write(info) };
+        Ok(())
+    })
+}
+
+/// The body of `_stats`.
+///
+/// # Safety
+/// `h` is NULL or a live handle; `out` is NULL or points to a writable `keylock_stats`.
+pub(crate) unsafe fn stats<H: Handle>(h: *const H, out: *mut keylock_stats) -> keylock_result {
+    ffi_boundary(|| {
+        // SAFETY: the caller's contract above.
+        let h = unsafe { handle(h)? }.keyed();
+        let out = crate::boundary::out(out)?;
+        let stats = keylock_stats::of(&h.locks.stats()?);
+        // SAFETY: out is non-NULL and writable (caller).
+        unsafe { out.write(stats) };
         Ok(())
     })
 }

@@ -3,7 +3,7 @@
 //!
 //! One module per handle type ([`pool`], [`striped`], [`rwlock`]), plus [`keys`], the key
 //! encoders every front end shares, [`options`] (what an acquire and an open take) and
-//! [`acquisition`] (the record of one hold, in caller memory). [`keyed`] holds the bodies that
+//! [`acquisition`] (the record of one hold, in caller memory), [`stats`] (what `_stats` reports). [`keyed`] holds the bodies that
 //! the pool and striped exports share, on a lock object from `keylock_core::open_with` (any
 //! scope); [`boundary`] what every export shares: panic catching, NULL checks, and the
 //! translation of keys. [`contract`] is generated from keylock-core (`make header`): the result
@@ -31,6 +31,8 @@ pub mod contract;
 pub mod keys;
 
 pub mod options;
+
+pub mod stats;
 
 pub mod acquisition;
 

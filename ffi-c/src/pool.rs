@@ -11,6 +11,7 @@ use crate::boundary::*;
 use crate::keyed::{self, Handle, Keyed};
 use crate::options::*;
 use crate::result::*;
+use crate::stats::keylock_stats;
 
 /// A pool of per-key locks: each distinct key (a byte string) has its own lock, made when first
 /// locked and recycled when released, so memory follows the number of keys held or awaited,
@@ -478,4 +479,29 @@ pub unsafe extern "C" fn keylock_pool_info(
 ) -> keylock_result {
     // SAFETY: forwarded from our caller.
     unsafe { keyed::info(pool, key, len, out) }
+}
+
+/// Stores in `*out` the counts of the pool, the same fields at every scope:
+/// keys held, waiters queued, shared holds, this handle's own holds and waits, capacity and
+/// entries in use (see `keylock_stats`). A figure the scope cannot tell, such as the holders of
+/// other processes on a Redis scope, is `KEYLOCK_STATS_UNKNOWN`. A snapshot for monitoring and
+/// tests: a scan of the object's keys or entries.
+///
+/// Returns:
+/// - `KEYLOCK_OK`: `*out` is set.
+/// - `KEYLOCK_NULL_ARGUMENT`: `pool` or `out` is NULL.
+/// - `KEYLOCK_UNAVAILABLE`: (shared-memory scopes) the region cannot be read from this process
+///   (it was opened before `fork()`, or its table mutex failed); `*out` is unchanged.
+/// - `KEYLOCK_INCOMPATIBLE`: (shared-memory scopes) the region's records are corrupt.
+/// - `KEYLOCK_PANIC`: internal error; `*out` is unchanged.
+///
+/// # Safety
+/// `pool` is NULL or a live handle; `out` is NULL or points to a writable `keylock_stats`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn keylock_pool_stats(
+    pool: *const keylock_pool,
+    out: *mut keylock_stats,
+) -> keylock_result {
+    // SAFETY: forwarded from our caller.
+    unsafe { keyed::stats(pool, out) }
 }

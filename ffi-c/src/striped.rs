@@ -11,6 +11,7 @@ use crate::boundary::*;
 use crate::keyed::{self, Handle, Keyed};
 use crate::options::*;
 use crate::result::*;
+use crate::stats::keylock_stats;
 
 /// A striped lock: a fixed number of locks ("stripes"), each key (a byte string) hashed to one.
 /// The fastest per-key lock and fixed in size, at the price that two keys hashed to the same
@@ -493,4 +494,29 @@ pub unsafe extern "C" fn keylock_striped_info(
 ) -> keylock_result {
     // SAFETY: forwarded from our caller.
     unsafe { keyed::info(striped, key, len, out) }
+}
+
+/// Stores in `*out` the counts of the striped lock, the same fields at every scope (keys are
+/// stripes): keys held, waiters queued, shared holds, this handle's own holds and waits, capacity and
+/// entries in use (see `keylock_stats`). A figure the scope cannot tell, such as the holders of
+/// other processes on a Redis scope, is `KEYLOCK_STATS_UNKNOWN`. A snapshot for monitoring and
+/// tests: a scan of the object's keys or entries.
+///
+/// Returns:
+/// - `KEYLOCK_OK`: `*out` is set.
+/// - `KEYLOCK_NULL_ARGUMENT`: `striped` or `out` is NULL.
+/// - `KEYLOCK_UNAVAILABLE`: (shared-memory scopes) the region cannot be read from this process
+///   (it was opened before `fork()`, or its table mutex failed); `*out` is unchanged.
+/// - `KEYLOCK_INCOMPATIBLE`: (shared-memory scopes) the region's records are corrupt.
+/// - `KEYLOCK_PANIC`: internal error; `*out` is unchanged.
+///
+/// # Safety
+/// `striped` is NULL or a live handle; `out` is NULL or points to a writable `keylock_stats`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn keylock_striped_stats(
+    striped: *const keylock_striped,
+    out: *mut keylock_stats,
+) -> keylock_result {
+    // SAFETY: forwarded from our caller.
+    unsafe { keyed::stats(striped, out) }
 }

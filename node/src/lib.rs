@@ -33,7 +33,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 
-use keylock_core::{KeyPool, KeyedLock, OpenOptions, RwLock, StripedLock};
+use keylock_core::{KeyedLock, OpenOptions, RwLock, StripedLock};
 use napi::bindgen_prelude::{FromNapiValue, Function, Unknown};
 use napi::{Env, Error, JsValue, Result, Status};
 use napi_derive::napi;
@@ -272,73 +272,61 @@ pub fn keyed_made(env: &Env, handle: Unknown<'_>) -> Result<MakeOptions> {
     })
 }
 
-/// `pool.stats()`: the core's `PoolStats` (numbers, exact below 2^53).
-#[napi(object)]
+/// `pool.stats()`: the core's `ScopeStats`, the same fields on every scope (numbers, exact
+/// below 2^53; `null` where the scope cannot tell).
+#[napi(object, use_nullable = true)]
 #[derive(Debug, Clone, Copy)]
-pub struct PoolStats {
-    /// Keys held now.
-    pub held: f64,
-    /// Waiters queued now.
-    pub waiting: f64,
-    /// Keys that have an entry now (held, or awaited by someone); 0 once everything is released.
-    pub entries_in_use: f64,
-    /// Entries allocated (in use or kept for reuse): the pool's memory, in keys.
-    pub entries_allocated: f64,
-    /// The most entries in use at once so far, summed over shards.
-    pub peak_in_use: f64,
-    /// Acquisitions that had to wait.
-    pub contended: f64,
+pub struct ScopeStats {
+    /// Keys held now, by anyone in the scope (`null`: Redis, which sees only this process).
+    pub held: Option<f64>,
+    /// Waiters queued for a key now, by anyone in the scope (`null`: Redis).
+    pub waiting: Option<f64>,
+    /// Shared holds now, each reader counted (`null`: Redis).
+    pub shared_holds: Option<f64>,
+    /// Keys held now by this lock object (this open of a region; this process, for Redis).
+    pub held_here: f64,
+    /// Waiters of this lock object queued now.
+    pub waiting_here: f64,
+    /// The most keys held or awaited at once (a region's entries); `null` where the pool grows.
+    pub capacity: Option<f64>,
+    /// Keys held or awaited now (`null`: Redis).
+    pub entries_in_use: Option<f64>,
+    /// An in-process pool's memory, in keys (`null` elsewhere).
+    pub entries_allocated: Option<f64>,
+    /// An in-process pool's most entries in use at once so far, summed over shards.
+    pub peak_in_use: Option<f64>,
+    /// An in-process pool's acquisitions that had to wait.
+    pub contended: Option<f64>,
 }
 
-/// A pool's counters; `null` for a scope that keeps none (only in-process pools do).
+/// A keyed lock's counts, at any scope; throws (a `KeylockError`) only where counting needs
+/// the scope itself and cannot have it.
 #[napi(catch_unwind)]
-pub fn pool_stats(env: &Env, handle: Unknown<'_>) -> Result<Option<PoolStats>> {
+pub fn keyed_stats(env: &Env, handle: Unknown<'_>) -> Result<ScopeStats> {
     let keyed = keyed(env, &handle)?;
-    let pool = keyed
-        .core
-        .as_any()
-        .and_then(|any| any.downcast_ref::<KeyPool>());
-    Ok(pool.map(|p| {
-        let s = p.stats();
-        PoolStats {
-            held: s.held as f64,
-            waiting: s.waiting as f64,
-            entries_in_use: s.entries_in_use as f64,
-            entries_allocated: s.entries_allocated as f64,
-            peak_in_use: s.peak_in_use as f64,
-            contended: s.contended as f64,
-        }
-    }))
+    let s = keyed.core.stats().map_err(|e| core_error(&e))?;
+    let num = |n: Option<usize>| n.map(|n| n as f64);
+    Ok(ScopeStats {
+        held: num(s.held),
+        waiting: num(s.waiting),
+        shared_holds: num(s.shared_holds),
+        held_here: s.held_here as f64,
+        waiting_here: s.waiting_here as f64,
+        capacity: num(s.capacity),
+        entries_in_use: num(s.entries_in_use),
+        entries_allocated: num(s.entries_allocated),
+        peak_in_use: num(s.peak_in_use),
+        contended: s.contended.map(|n| n as f64),
+    })
 }
 
-/// `striped.stats()`: the core's `StripedStats`.
-#[napi(object)]
-#[derive(Debug, Clone, Copy)]
-pub struct StripedStats {
-    /// The number of stripes.
-    pub stripes: u32,
-    /// Stripes held now.
-    pub held: u32,
-    /// Stripes with waiters queued now.
-    pub waiting: u32,
-}
-
-/// A striped lock's counters; `null` for a scope that keeps none.
+/// `pool.size`: the keys held now as far as the lock object can tell (the core's
+/// `ScopeStats::keys_held`: by anyone in the scope, or by this process for Redis).
 #[napi(catch_unwind)]
-pub fn striped_stats(env: &Env, handle: Unknown<'_>) -> Result<Option<StripedStats>> {
+pub fn keyed_len(env: &Env, handle: Unknown<'_>) -> Result<f64> {
     let keyed = keyed(env, &handle)?;
-    let striped = keyed
-        .core
-        .as_any()
-        .and_then(|any| any.downcast_ref::<StripedLock>());
-    Ok(striped.map(|s| {
-        let s = s.stats();
-        StripedStats {
-            stripes: s.stripes as u32,
-            held: s.held as u32,
-            waiting: s.queued as u32,
-        }
-    }))
+    let s = keyed.core.stats().map_err(|e| core_error(&e))?;
+    Ok(s.keys_held() as f64)
 }
 
 /// The stripe `key` maps to; `null` for a scope that does not say.

@@ -207,3 +207,66 @@ test(
     );
   },
 );
+
+test('KeyPool stats on this scope: the same fields, null where the scope cannot tell', T, async () => {
+  // A scope of its own, so that the scope-wide counts are this test's alone.
+  const name = SHM ? `${SCOPE}-stats` : `${SCOPE}?prefix=${RUN}stats`;
+  const [a, b] = opens(() => KeyPool.open(name, SHM ? { capacity: 64 } : {}));
+  const until = async (what, cond) => {
+    const end = Date.now() + 20_000;
+    while (!cond()) {
+      assert.ok(Date.now() < end, `${what}: not within 20 s`);
+      await new Promise((resolve) => setTimeout(resolve, 2));
+    }
+  };
+  const held = a.tryLock('k');
+  const readers = [a.tryLock('r', { mode: 'shared' }), a.tryLock('r', { mode: 'shared' })];
+  assert.ok(held && readers[0] && readers[1]);
+  const waiter = b.lock('k');
+  await until('the waiter to queue', () => b.stats().waitingHere === 1);
+  const sa = a.stats();
+  assert.equal(sa.heldHere, 2);
+  assert.equal(sa.waitingHere, 0);
+  assert.equal(b.stats().heldHere, 0);
+  assert.equal(a.size, 2);
+  if (SHM) {
+    assert.deepEqual([sa.held, sa.waiting, sa.sharedHolds, sa.capacity, sa.entriesInUse], [2, 1, 2, 64, 2]);
+  } else {
+    // Redis: only this process's figures; the rest is null, not a guess.
+    assert.deepEqual(
+      [sa.held, sa.waiting, sa.sharedHolds, sa.capacity, sa.entriesInUse],
+      [null, null, null, null, null],
+    );
+  }
+  assert.equal(sa.entriesAllocated, null);
+  held.release();
+  const got = await waiter;
+  for (const r of readers) r.release();
+  assert.equal(b.stats().heldHere, 1);
+  assert.equal(b.stats().waitingHere, 0);
+  got.release();
+  await until('every key to be free', () => a.size === 0 && b.size === 0);
+  assert.equal(a.stats().heldHere, 0);
+});
+
+test(
+  'StripedLock stats on a shared-memory region: stripes, held and queued waiters',
+  { ...T, skip: T.skip || (!SHM && 'not a shared-memory scope') },
+  async () => {
+    const [a, b] = opens(() => StripedLock.open(`${SCOPE}-striped-stats`, { stripes: 16 }));
+    const g = a.tryLock('k');
+    assert.ok(g);
+    const waiter = b.lock('k');
+    const end = Date.now() + 20_000;
+    while (a.stats().waiting !== 1) {
+      assert.ok(Date.now() < end, 'the waiter did not queue within 20 s');
+      await new Promise((resolve) => setTimeout(resolve, 2));
+    }
+    const s = a.stats();
+    assert.deepEqual([s.stripes, s.held, s.heldHere, s.waitingHere, a.size], [16, 1, 1, 0, 1]);
+    assert.equal(b.stats().waitingHere, 1);
+    g.release();
+    (await waiter).release();
+    assert.equal(a.size, 0);
+  },
+);

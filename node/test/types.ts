@@ -14,6 +14,7 @@ import {
   type KeysGuard,
   type KeyInfo,
   type PoolStats,
+  type StripedStats,
   type LockManagerSnapshot,
 } from 'keylock';
 import keylock from 'keylock';
@@ -58,9 +59,11 @@ async function usage(): Promise<number> {
   pool.tryLockMany(keys)?.release();
   pool.lockManySync(keys).release();
   const locked: boolean = pool.isLocked('k') && rw.isLocked() && rw.isWriteLocked() && pool.reentrant && pool.fifo;
-  const stats: PoolStats | null = pool.stats();
+  const stats: PoolStats = pool.stats();
+  const stripedStats: StripedStats = striped.stats();
+  const here: number = stats.heldHere + stats.waitingHere + stripedStats.stripes + striped.size;
   const size: number =
-    (pool.size ?? 0) + (stats?.entriesInUse ?? 0) + stripedShared.stripes + (striped.stripeOf('k') ?? 0);
+    pool.size + here + (stats.entriesInUse ?? 0) + stripedShared.stripes + (striped.stripeOf('k') ?? 0);
   (await rw.read()).release();
   const w = await rw.write({ timeout: 0 });
   const wf: bigint = w.fence;

@@ -5,7 +5,7 @@
 //! knows is reached the same way and this module knows nothing about any of them.
 
 use keylock_core::{self as core, LockKey, Mode, OpenOptions};
-use pyo3::exceptions::{PyNotImplementedError, PyValueError};
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyType};
 
@@ -270,11 +270,15 @@ impl KeyPool {
         Ok(PyClassInitializer::from(Keyed::open(py, name, options)?).add_subclass(KeyPool))
     }
 
-    fn stats_of(slf: &Bound<'_, Self>) -> PyResult<core::PoolStats> {
+    /// The core's counts, read with the GIL released where the lock object may block (a
+    /// shared-memory region counts under its table mutex, which another process may hold for a
+    /// moment; a Redis scope asks its runtime).
+    fn stats_of(slf: &Bound<'_, Self>) -> PyResult<core::ScopeStats> {
+        let py = slf.py();
         slf.as_super()
             .get()
-            .call(slf.py(), |l| l.stats())
-            .ok_or_else(|| PyNotImplementedError::new_err("this lock object keeps no counters"))
+            .call(py, |l| l.stats())
+            .map_err(|e| errors::to_py(py, e))
     }
 }
 
@@ -306,19 +310,24 @@ impl KeyPool {
         Py::new(py, init)
     }
 
-    /// The number of keys held now.
+    /// The number of keys held now: by anyone in the scope, or, where the scope cannot tell
+    /// (Redis), by this process.
     fn __len__(slf: &Bound<'_, Self>) -> PyResult<usize> {
-        Ok(Self::stats_of(slf)?.held)
+        Ok(Self::stats_of(slf)?.keys_held())
     }
 
-    /// Return counters as a dict: held (keys held now), waiting (callers waiting now),
-    /// entries_in_use (keys held or awaited), entries_allocated (the pool's memory, in keys),
-    /// peak_in_use, contended (acquisitions that had to wait).
+    /// Return the counts as a dict, the same keys on every scope, None where the scope cannot
+    /// tell: held, waiting (queued), shared_holds, held_here, waiting_here, capacity,
+    /// entries_in_use, entries_allocated, peak_in_use, contended.
     fn stats<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyDict>> {
         let s = Self::stats_of(slf)?;
         let d = PyDict::new(slf.py());
         d.set_item("held", s.held)?;
         d.set_item("waiting", s.waiting)?;
+        d.set_item("shared_holds", s.shared_holds)?;
+        d.set_item("held_here", s.held_here)?;
+        d.set_item("waiting_here", s.waiting_here)?;
+        d.set_item("capacity", s.capacity)?;
         d.set_item("entries_in_use", s.entries_in_use)?;
         d.set_item("entries_allocated", s.entries_allocated)?;
         d.set_item("peak_in_use", s.peak_in_use)?;
@@ -330,7 +339,7 @@ impl KeyPool {
         let base = slf.as_super().get();
         let held = base
             .call(slf.py(), |l| l.stats())
-            .map_or_else(|| "?".to_owned(), |s| s.held.to_string());
+            .map_or_else(|_| "?".to_owned(), |s| s.keys_held().to_string());
         format!(
             "<keylock.KeyPool name={:?} held={held}{} at {:#x}>",
             base.name,

@@ -415,11 +415,16 @@ def test_pool_len_and_stats() -> None:
     assert set(st) == {
         "held",
         "waiting",
+        "shared_holds",
+        "held_here",
+        "waiting_here",
+        "capacity",
         "entries_in_use",
         "entries_allocated",
         "peak_in_use",
         "contended",
     }
+    assert st["capacity"] is None  # an in-process pool grows as it needs
     assert st["entries_in_use"] == 5
     assert st["held"] == 5 and st["waiting"] == 0 and st["peak_in_use"] >= 5
     for h in hs:

@@ -60,8 +60,15 @@ use shard::{Shard, Slot, SlotRef, SlotSite};
 pub struct PoolStats {
     /// Keys held now (in either mode).
     pub held: usize,
-    /// Waiters now: callers queued for a key, or about to queue or retry for one.
+    /// Waiters now: callers queued for a key, or about to queue or retry for one (a key's
+    /// slot is kept for each of them).
     pub waiting: usize,
+    /// Waiters queued for a key now (in its wait list, to be granted or woken by a release);
+    /// unlike `waiting`, a caller on its way to the queue, or woken and trying again, is not
+    /// counted.
+    pub queued: usize,
+    /// Shared acquisitions held now (a key held by three readers counts three).
+    pub shared_holds: usize,
     /// Keys that need a slot now (held, or awaited by someone). 0 once everything is released.
     pub entries_in_use: usize,
     /// Slots allocated (in use, or kept for keys released recently): the pool's memory, in keys.
@@ -909,6 +916,8 @@ impl<K: Hash + Eq, S: BuildHasher> KeyPool<K, S> {
                 let s = shard.stats();
                 stats.held += s.held;
                 stats.waiting += s.waiting;
+                stats.queued += s.queued;
+                stats.shared_holds += s.shared_holds;
                 stats.entries_in_use += s.in_use;
                 stats.entries_allocated += s.allocated;
                 stats.peak_in_use += s.peak_in_use;

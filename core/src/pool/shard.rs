@@ -306,6 +306,8 @@ pub(crate) struct ShardLocked<'a, K> {
 pub(crate) struct ShardStats {
     pub(crate) held: usize,
     pub(crate) waiting: usize,
+    pub(crate) queued: usize,
+    pub(crate) shared_holds: usize,
     pub(crate) in_use: usize,
     pub(crate) allocated: usize,
     pub(crate) peak_in_use: usize,
@@ -404,6 +406,9 @@ impl<K> Shard<K> {
                 stats.held += 1;
             }
             stats.waiting += slot.reservations.load(Ordering::Acquire) as usize;
+            stats.shared_holds += slot.entry.shared_holders();
+            // SAFETY: we hold the shard mutex, under which the wait list changes.
+            stats.queued += unsafe { (*slot.side.get()).side.waiters.len() };
             if locked.in_use(slot) {
                 stats.in_use += 1;
             }

@@ -159,6 +159,7 @@ use crate::pool::KeyPool;
 use crate::scope::{
     AcquireFuture, AcquireManyFuture, KeySpace, KeyedLock, LockKey, OpenOptions, shared_wait,
 };
+use crate::stats::ScopeStats;
 
 /// Opens the Redis scope that `url` names, as a [`KeyedLock`] (what [`open_with`](crate::open_with)
 /// does for `redis://` and `rediss://`).
@@ -917,6 +918,30 @@ impl KeyedLock for RedisLock {
 
     fn is_reentrant(&self) -> bool {
         self.inner.reentrant
+    }
+
+    /// This process's counts only: what the server could tell (keys held, waiters queued,
+    /// across processes) needs a scan of the prefix's keys, which costs the server O(keys), so
+    /// the scope-wide figures are `None`. `held_here`: the keys this process holds on the
+    /// server (its local holders share one remote hold per key); `waiting_here`: its acquires
+    /// queued behind another acquirer of the same key in this process (for the key, or for the
+    /// making of its shared remote hold), plus those queued in Redis. Reads no network, so it never fails.
+    fn stats(&self) -> Result<ScopeStats> {
+        let inner = &self.inner;
+        let held_here = inner
+            .slots
+            .lock()
+            .values()
+            .filter(|s| matches!(s, Slot::Live(_)))
+            .count();
+        let waiting_here = inner.local.stats().queued
+            + inner.gate.stats().queued
+            + inner.remote.queued_here.load(Ordering::Relaxed);
+        Ok(ScopeStats {
+            held_here,
+            waiting_here,
+            ..ScopeStats::default()
+        })
     }
 
     fn lost_signal(&self, acquisition: &Acquisition) -> Option<LostSignal> {

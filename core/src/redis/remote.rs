@@ -3,7 +3,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use redis::Value;
@@ -50,6 +50,25 @@ pub(crate) struct Remote {
     next: AtomicU64,
     /// The lease of every remote acquisition (renewed while it lives).
     pub(crate) lease: Duration,
+    /// This process's acquires that are queued in Redis now (from the script that queued them
+    /// to the end of their wait), for [`stats`](crate::KeyedLock::stats).
+    pub(crate) queued_here: AtomicUsize,
+}
+
+/// One acquire counted in [`Remote::queued_here`] while this lives.
+struct QueuedHere<'a>(&'a AtomicUsize);
+
+impl<'a> QueuedHere<'a> {
+    fn new(count: &'a AtomicUsize) -> Self {
+        count.fetch_add(1, Ordering::Relaxed);
+        Self(count)
+    }
+}
+
+impl Drop for QueuedHere<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl Remote {
@@ -67,6 +86,7 @@ impl Remote {
             scripts: Scripts::new(),
             id,
             next: AtomicU64::new(1),
+            queued_here: AtomicUsize::new(0),
         })
     }
 
@@ -209,6 +229,7 @@ impl Remote {
         let mut queued = false;
         let names = self.keys_of(keys);
         let result = async {
+            let mut counted = None;
             loop {
                 let now = Instant::now();
                 let remaining = deadline.map(|d| d.saturating_duration_since(now));
@@ -259,6 +280,9 @@ impl Remote {
                     return Err(Error::WouldBlock);
                 }
                 queued = true;
+                if counted.is_none() {
+                    counted = Some(QueuedHere::new(&self.queued_here));
+                }
                 if remaining.is_some_and(|r| r.is_zero()) {
                     return Err(Error::TimedOut);
                 }

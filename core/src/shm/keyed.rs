@@ -13,6 +13,7 @@ use super::wait::{self, AcquireOne};
 use crate::acquisition::{Acquisition, LockInfo, LockOptions, Mode, Owner};
 use crate::error::{Error, Result};
 use crate::scope::{AcquireFuture, AcquireManyFuture, KeySpace, KeyedLock, LockKey, OpenOptions};
+use crate::stats::ScopeStats;
 
 /// Holds the acquisitions of a multi-key acquire until it completes; releases them if it fails
 /// or is dropped.
@@ -314,6 +315,17 @@ impl KeyedLock for ShmLock {
 
     fn is_reentrant(&self) -> bool {
         self.region.reentrant()
+    }
+
+    fn stats(&self) -> Result<ScopeStats> {
+        let proc = self.me()?;
+        let mut wakes = Wakes::default();
+        let result = (|| {
+            let t = self.table(&mut wakes)?;
+            super::stats::stats_locked(&t, proc, &mut wakes)
+        })();
+        wakes.run(&self.region);
+        result
     }
 }
 

@@ -195,6 +195,7 @@ mod nodes;
 mod procs;
 mod region;
 mod repair;
+mod stats;
 mod sys;
 mod table;
 mod wait;

@@ -444,6 +444,14 @@ impl StripedLock {
         site::info(&self.site(stripe))
     }
 
+    /// Stripe `stripe` now, under its queue lock: (held in either mode, shared holders,
+    /// waiters queued).
+    pub(crate) fn stripe_counts(&self, stripe: usize) -> (bool, usize, usize) {
+        site::with_locked(&self.site(stripe), |e, side, _, _| {
+            (e.is_held(), e.shared_holders(), side.waiters.len())
+        })
+    }
+
     /// Whether the lock is reentrant.
     pub fn is_reentrant(&self) -> bool {
         self.policy.reentrant

@@ -12,6 +12,7 @@ mod processes;
 mod proxy;
 mod semantics;
 mod server;
+mod stats;
 mod tls;
 
 use std::sync::Arc;

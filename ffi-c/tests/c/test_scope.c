@@ -374,12 +374,105 @@ static void test_unlink(keylock_pool *pool) {
     }
 }
 
+/*
+ * keylock_pool_stats: the same counts on every scope. On a scope of its own (a fresh pool, a
+ * region or a Redis prefix of this test), one handle holds one key exclusively and another
+ * shared twice while a thread of a second handle queues for the first key. Scope-wide figures
+ * are exact where the scope can tell them and KEYLOCK_STATS_UNKNOWN on Redis, which counts only
+ * this process.
+ */
+typedef struct {
+    keylock_pool *pool;
+    key_t_ k;
+    keylock_acquisition got;
+    keylock_result result;
+} stats_waiter;
+
+static void *stats_wait(void *p) {
+    stats_waiter *w = p;
+    w->result = keylock_pool_lock(w->pool, KB(w->k), &w->got);
+    return NULL;
+}
+
+static keylock_stats stats_of(keylock_pool *pool) {
+    keylock_stats s;
+    memset(&s, 0xab, sizeof s);
+    OK(keylock_pool_stats(pool, &s));
+    return s;
+}
+
+static void test_stats(keylock_pool *pool) {
+    bool redis = strncmp(scope_name, "redis", 5) == 0;
+    bool shm = strncmp(scope_name, "shm:", 4) == 0;
+    const uint64_t unknown = KEYLOCK_STATS_UNKNOWN;
+    char name[256];
+    keylock_pool *a, *b;
+    keylock_acquisition x, r1, r2;
+    keylock_stats s;
+    stats_waiter w;
+    pthread_t t;
+    uint64_t until;
+    (void)pool;
+    if (redis) snprintf(name, sizeof name, "%s?prefix=%s-stats", scope_name, tag);
+    else if (shm) snprintf(name, sizeof name, "%s-stats", scope_name);
+    else snprintf(name, sizeof name, "%s", scope_name);
+    a = open_named(name);
+    b = (redis || shm) ? open_named(name) : a; /* local: one pool, one "here" */
+    if (!a || !b) return;
+    CHECK_RESULT(keylock_pool_stats(NULL, &s), KEYLOCK_NULL_ARGUMENT);
+    CHECK_RESULT(keylock_pool_stats(a, NULL), KEYLOCK_NULL_ARGUMENT);
+    s = stats_of(a);
+    CHECK(s.held_here == 0 && s.waiting_here == 0);
+    CHECK(s.held == (redis ? unknown : 0) && s.waiting == (redis ? unknown : 0));
+    w.pool = b;
+    w.k = key("stats-x");
+    w.result = KEYLOCK_PANIC;
+    OK(keylock_pool_lock(a, KB(w.k), &x));
+    {
+        key_t_ r = key("stats-r");
+        OK(keylock_pool_lock_shared(a, KB(r), &r1));
+        OK(keylock_pool_lock_shared(a, KB(r), &r2));
+    }
+    CHECK(pthread_create(&t, NULL, stats_wait, &w) == 0);
+    until = now_ns() + MS(20000);
+    while (stats_of(b).waiting_here != 1 && now_ns() < until) sleep_ms(1);
+    s = stats_of(a);
+    CHECK(s.held_here == 2);
+    if (redis) {
+        CHECK(s.held == unknown && s.waiting == unknown && s.shared_holds == unknown);
+        CHECK(s.capacity == unknown && s.entries_in_use == unknown);
+        CHECK(s.waiting_here == 0 && stats_of(b).waiting_here == 1 && stats_of(b).held_here == 0);
+    } else {
+        CHECK(s.held == 2 && s.waiting == 1 && s.shared_holds == 2 && s.entries_in_use == 2);
+        /* A region has a fixed number of entries; an in-process pool grows as it needs, and
+         * alone counts its memory. */
+        CHECK(shm ? s.capacity != unknown && s.capacity >= 2 : s.capacity == unknown);
+        CHECK(shm ? s.entries_allocated == unknown : s.entries_allocated >= 2);
+        if (shm) CHECK(s.waiting_here == 0 && stats_of(b).waiting_here == 1);
+        else CHECK(s.waiting_here == 1);
+    }
+    OK(keylock_pool_release(a, &x));
+    CHECK(pthread_join(t, NULL) == 0);
+    OK(w.result);
+    OK(keylock_pool_release(a, &r1));
+    OK(keylock_pool_release(a, &r2));
+    s = stats_of(b);
+    CHECK(s.held_here == 1 && s.waiting_here == 0);
+    OK(keylock_pool_release(b, &w.got));
+    s = stats_of(a);
+    CHECK(s.held_here == 0 && s.waiting_here == 0);
+    if (!redis) CHECK(s.held == 0 && s.waiting == 0 && s.shared_holds == 0 && s.entries_in_use == 0);
+    if (b != a) keylock_pool_free(b);
+    keylock_pool_free(a);
+    if (shm) OK(keylock_unlink(name, NULL));
+}
+
 int main(int argc, char **argv) {
     static void (*const tests[])(keylock_pool *) = {test_basics, test_shared, test_stale,
                                                     test_lease,  test_many,   test_mixed,
-                                                    test_lost,   test_unlink};
-    static const char *const names[] = {"basics", "shared", "stale", "lease",
-                                        "many",   "mixed",  "lost",  "unlink"};
+                                                    test_lost,   test_unlink, test_stats};
+    static const char *const names[] = {"basics", "shared", "stale",  "lease", "many",
+                                        "mixed",  "lost",   "unlink", "stats"};
     int passed = 0, failed = 0;
     keylock_pool *pool;
     if (argc != 2) {

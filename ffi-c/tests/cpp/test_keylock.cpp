@@ -599,6 +599,27 @@ void run(const char *name, void (*test)()) {
     (checks_failed ? failed : passed)++;
 }
 
+// stats(): exact counts where the object can tell them, std::nullopt where it cannot.
+void test_stats() {
+    keylock::KeyPool pool;
+    auto x = pool.lock("x");
+    auto r1 = pool.lock_shared("r");
+    auto r2 = pool.lock_shared("r");
+    keylock::stats s = pool.stats();
+    CHECK(s.held == 2u && s.held_here == 2u && s.shared_holds == 2u);
+    CHECK(s.waiting == 0u && s.waiting_here == 0u && s.entries_in_use == 2u);
+    CHECK(!s.capacity && s.entries_allocated.has_value());  // a pool grows as it needs
+    x.unlock();
+    r1.unlock();
+    r2.unlock();
+    s = pool.stats();
+    CHECK(s.held == 0u && s.shared_holds == 0u && s.entries_in_use == 0u);
+    keylock::StripedLock striped(8);
+    auto g = striped.lock("k");
+    s = striped.stats();
+    CHECK(s.capacity == 8u && s.held == 1u && s.held_here == 1u && !s.entries_allocated);
+}
+
 void watchdog(int) {
     static const char msg[] = "test_keylock_cpp: watchdog fired: a deadlock or hang (FAILED)\n";
     if (write(STDERR_FILENO, msg, sizeof msg - 1) < 0) _exit(3);
@@ -617,6 +638,7 @@ int main() {
     run("rwlock_guards", test_rwlock);
     run("shared_overlap", test_shared_overlap);
     run("threads_exact_counts_and_exceptions", test_threads);
+    run("stats", test_stats);
     std::printf("test_keylock_cpp: %d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
 }

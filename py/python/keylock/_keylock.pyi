@@ -414,20 +414,35 @@ class LockInfo:
         """Callers waiting for the key."""
 
 class PoolStats(TypedDict):
-    """Counters of a KeyPool."""
+    """The counts of a KeyPool, the same keys on every scope. A figure the scope cannot tell is
+    None: a Redis pool sees only this process's acquisitions, so held, waiting and shared_holds
+    are None there and held_here / waiting_here say what this process does."""
 
-    held: int
-    """Keys held now."""
-    waiting: int
-    """Callers waiting now."""
-    entries_in_use: int
-    """Keys held or awaited now."""
-    entries_allocated: int
-    """The pool's memory, in keys (slots in use or kept for reuse)."""
-    peak_in_use: int
-    """The sum over shards of the most slots in use that each counted (bounds the memory)."""
-    contended: int
-    """Acquisitions that found the key held and had to wait."""
+    held: int | None
+    """Keys held now, by anyone in the scope (None: Redis)."""
+    waiting: int | None
+    """Callers queued for a key now, by anyone in the scope (None: Redis). A caller counts once
+    it is in the key's queue, not while it is on its way there."""
+    shared_holds: int | None
+    """Shared holds now (a key held by three readers counts three); None: Redis."""
+    held_here: int
+    """Keys held now by this pool object: the same as held in one process; this open's for
+    "shm:"; this process's for Redis."""
+    waiting_here: int
+    """Callers of this pool object queued now (as held_here)."""
+    capacity: int | None
+    """The most keys held or awaited at once ("shm:" pools); None where the pool grows as it
+    needs (in-process, Redis)."""
+    entries_in_use: int | None
+    """Keys held or awaited now (None: Redis)."""
+    entries_allocated: int | None
+    """An in-process pool's memory, in keys (slots in use or kept for reuse); None elsewhere."""
+    peak_in_use: int | None
+    """An in-process pool's sum over shards of the most slots in use that each counted (bounds
+    the memory); None elsewhere."""
+    contended: int | None
+    """An in-process pool's count of acquisitions that found the key held and had to wait;
+    None elsewhere."""
 
 @disjoint_base
 class KeyedLock:
@@ -520,12 +535,13 @@ class KeyPool(KeyedLock):
         to fixed-size scopes only."""
 
     def __len__(self) -> int:
-        """The number of keys held now."""
+        """The number of keys held now: by anyone in the scope, or, for a Redis pool (which
+        cannot tell), by this process."""
 
     def stats(self) -> PoolStats:
-        """Return counters as a dict: held (keys held now), waiting (callers waiting now),
-        entries_in_use (keys held or awaited), entries_allocated (the pool's memory, in keys),
-        peak_in_use, contended (acquisitions that had to wait)."""
+        """Return the counts as a dict with the same keys on every scope (see PoolStats), None
+        where the scope cannot tell. Raises UnavailableError only where counting needs the
+        scope itself and cannot have it (a shared-memory pool opened before fork())."""
 
 @final
 class StripedLock(KeyedLock):
