@@ -472,3 +472,44 @@ pub(crate) fn unlink(name: &str) -> Result<bool> {
         Err(e) => Err(io_error("unlink", &path, &e)),
     }
 }
+
+/// Regions for unit tests, made in-process.
+#[cfg(test)]
+pub(crate) mod scratch {
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    use super::{Region, Want};
+    use crate::shm::layout::{FLAG_FIFO, FLAG_REENTRANT};
+
+    /// A unique region name for this test process.
+    pub(crate) fn name(what: &str) -> String {
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        format!("unit-{what}-{}-{n}", std::process::id())
+    }
+
+    /// What an open of a region of `kind`, `capacity` and `flags` asks for.
+    pub(crate) fn want(kind: u32, capacity: u32, flags: u32) -> Want {
+        Want {
+            kind,
+            capacity: Some(capacity),
+            create_capacity: capacity,
+            reentrant: flags & FLAG_REENTRANT != 0,
+            fifo: flags & FLAG_FIFO != 0,
+            mode: 0o600,
+            max_holds: 65_536,
+        }
+    }
+
+    /// A new region whose name is removed at once: the mapping stays until the `Region` is
+    /// dropped, and nothing is left in `/dev/shm` even when the test fails.
+    pub(crate) fn region(kind: u32, capacity: u32, flags: u32) -> Region {
+        let name = name("region");
+        let region = Region::open(&name, &want(kind, capacity, flags)).expect("create a region");
+        assert!(
+            super::unlink(&name).expect("unlink"),
+            "the region had a name"
+        );
+        region
+    }
+}
