@@ -397,6 +397,66 @@ mod tests {
     }
 
     #[test]
+    fn a_repair_keeps_live_holds_and_rebuilds_queues_in_arrival_order() {
+        let r = Arc::new(scratch::region(KIND_STRIPED, 2, FLAG_FIFO));
+        let doomed = Process::attach(&r, 0);
+        let live: Vec<Process> = (1..4).map(|p| Process::attach(&r, p)).collect();
+        let held = acquire(&r, 0, &exclusive(1));
+        let reader = acquire(&r, 1, &shared(2));
+        let (first, first_epoch) = wait(&r, 0, &exclusive(2));
+        let (second, second_epoch) = wait(&r, 0, &exclusive(3));
+        // Slot 0 dies inside the table having reversed entry 0's queue and miscounted
+        // entry 1's readers.
+        doomed.die_after(move |r| {
+            died_inside_the_table(r, 0, |r| {
+                let e0 = r.entry(0).unwrap();
+                e0.head.store(second + 1, Ordering::Relaxed);
+                e0.tail.store(first + 1, Ordering::Relaxed);
+                r.node(second)
+                    .unwrap()
+                    .next
+                    .store(first + 1, Ordering::Relaxed);
+                r.node(first).unwrap().next.store(0, Ordering::Relaxed);
+                e0.waiters.store(7, Ordering::Relaxed);
+                let e1 = r.entry(1).unwrap();
+                e1.shared.store(5, Ordering::Relaxed);
+                e1.holders.store(0, Ordering::Relaxed);
+            })
+        });
+        lock_and_repair(&r);
+
+        let t = r.lock_table().unwrap();
+        let (e0, e1) = (r.entry(0).unwrap(), r.entry(1).unwrap());
+        assert_eq!(
+            word::xproc(e0.word.load(Ordering::Relaxed)),
+            2,
+            "a live hold was lost"
+        );
+        assert_eq!(
+            lockword::fence_of(e0),
+            held.fence,
+            "a live hold's fence moved"
+        );
+        assert_eq!(e0.head.load(Ordering::Relaxed), first + 1);
+        assert_eq!(e0.tail.load(Ordering::Relaxed), second + 1);
+        assert_eq!(e0.waiters.load(Ordering::Relaxed), 2);
+        assert_eq!(e1.shared.load(Ordering::Relaxed), 1);
+        assert_eq!(e1.holders.load(Ordering::Relaxed), (reader.ticket as u32));
+        let mut wakes = Wakes::default();
+        release_locked(&t, &reader, 2, None, &mut wakes).unwrap();
+        release_locked(&t, &held, 1, None, &mut wakes).unwrap();
+        let next = take_grant(&t, first, first_epoch)
+            .unwrap()
+            .expect("the first arrival");
+        assert!(!next.died, "nobody holding entry 0 died");
+        assert_eq!(take_grant(&t, second, second_epoch).unwrap(), None);
+        drop(t);
+        for p in live {
+            p.detach();
+        }
+    }
+
+    #[test]
     fn a_grant_left_half_made_is_completed() {
         let r = Arc::new(scratch::region(KIND_STRIPED, 2, FLAG_FIFO));
         let doomed = Process::attach(&r, 0);
