@@ -1,4 +1,5 @@
-//! The adder reader-writer lock (seed 001, C-RW-WP with LongAdder reader counts).
+//! The adder reader-writer lock: writer-preferring, with readers counted in two striped
+//! increment-only counters (entries and exits) instead of one shared reader count.
 //!
 //! Readers announce themselves on `ingress` and leave on `egress`, two striped increment-only
 //! counters ([`Adder`]), so readers on different cores touch different cache lines. A writer

@@ -1,4 +1,5 @@
-//! `KeyPool`: exact per-key locks whose memory follows the keys held or awaited (seed 002).
+//! `KeyPool`: exact per-key locks (no two keys share one); a key has a slot only while it is
+//! held or awaited, so memory follows the keys in use, not every key ever seen.
 //!
 //! The pool is split into shards by key hash (`shard`: slots, index, recycling). Each key held
 //! or awaited has a slot, whose lock word is an [`Entry`](crate::entry): the same lock a stripe

@@ -219,3 +219,253 @@ fn unchain(t: &TableGuard<'_>, index: u32) -> Result<()> {
     }
     Err(r.corrupt("an entry missing from its bucket chain"))
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::Ordering;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::shm::lockword::{fast_acquire, fast_release, fence_of};
+    use crate::shm::region::scratch;
+
+    fn pool(capacity: u32) -> Region {
+        scratch::region(KIND_POOL, capacity, 0)
+    }
+
+    fn bucket_of(r: &Region, key: &[u8]) -> u32 {
+        (hash_key(0, key) as u32) & (r.header.buckets - 1)
+    }
+
+    /// `n` keys (of space 0) that all hash to one bucket of `r`.
+    fn colliding(r: &Region, n: usize) -> Vec<Vec<u8>> {
+        let target = bucket_of(r, b"c0");
+        let keys: Vec<Vec<u8>> = (0..)
+            .map(|i| format!("c{i}").into_bytes())
+            .filter(|k| bucket_of(r, k) == target)
+            .take(n)
+            .collect();
+        assert!(keys.iter().all(|k| bucket_of(r, k) == target));
+        keys
+    }
+
+    /// The entries on `bucket`'s chain, first to last.
+    fn chain(r: &Region, bucket: u32) -> Vec<u32> {
+        let mut out = Vec::new();
+        let mut at = r.bucket(bucket).unwrap().load(Ordering::Relaxed);
+        while let Some(i) = at.checked_sub(1) {
+            assert!(out.len() <= r.header.capacity as usize, "a cycle");
+            out.push(i);
+            at = r.entry(i).unwrap().next.load(Ordering::Relaxed);
+        }
+        out
+    }
+
+    fn bind(r: &Region, space: u8, key: &[u8]) -> Result<u32> {
+        bind_locked(&r.lock_table()?, hash_key(space, key), space, key)
+    }
+
+    fn find(r: &Region, space: u8, key: &[u8]) -> Option<u32> {
+        let h = hash_key(space, key);
+        let locked = find_locked(&r.lock_table().unwrap(), h, space, key).unwrap();
+        let fast = find_fast(r, h, space, key).map(|(index, _)| index);
+        assert_eq!(locked, fast, "the two lookups disagree on {key:?}");
+        locked
+    }
+
+    #[test]
+    fn keys_are_stored_as_zero_padded_little_endian_words() {
+        assert_eq!(key_word(b"abc", 0), 0x63_62_61);
+        assert_eq!(key_word(b"abcdefgh", 0), u64::from_le_bytes(*b"abcdefgh"));
+        assert_eq!(key_word(b"abcdefghi", 1), u64::from(b'i'));
+        assert_ne!(
+            hash_key(0, b"k"),
+            hash_key(1, b"k"),
+            "the space is in the hash"
+        );
+    }
+
+    #[test]
+    fn bound_keys_are_found_by_both_lookups_and_others_are_not() {
+        let r = pool(8);
+        let keys: [(u8, &[u8]); 5] = [
+            (0, b"a"),
+            (1, b"a"),
+            (0, b"abcdefgh"),
+            (0, b"abcdefgh\0"),
+            (0, &[7u8; KEY_MAX]),
+        ];
+        let mut entries = Vec::new();
+        for (space, key) in keys {
+            let index = bind(&r, space, key).unwrap();
+            assert_eq!(bind(&r, space, key).unwrap(), index, "bound twice");
+            entries.push(index);
+        }
+        let mut distinct = entries.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        assert_eq!(
+            distinct.len(),
+            keys.len(),
+            "two keys share an entry: {entries:?}"
+        );
+        for ((space, key), index) in keys.into_iter().zip(entries) {
+            assert_eq!(find(&r, space, key), Some(index), "{space} {key:?}");
+        }
+        assert_eq!(find(&r, 0, b"b"), None);
+        assert_eq!(find(&r, 2, b"a"), None);
+        assert_eq!(find(&r, 0, b"abcdefg"), None);
+    }
+
+    #[test]
+    fn an_entry_matches_only_its_own_key_even_when_hashes_collide() {
+        let r = pool(2);
+        let key = b"abcdefgh";
+        let e = r.entry(bind(&r, 0, key).unwrap()).unwrap();
+        let h = hash_key(0, key);
+        assert!(holds_key(e, h, 0, key));
+        // The same hash with another key: the zero padding makes the words equal, the
+        // length tells them apart; then the bytes, then the space.
+        assert!(!holds_key(e, h, 0, b"abcdefgh\0"));
+        assert!(!holds_key(e, h, 0, b"abcdefgi"));
+        assert!(!holds_key(e, h, 0, b"abcdefg"));
+        assert!(!holds_key(e, h, 1, key));
+        assert!(!holds_key(e, h ^ 1, 0, key));
+    }
+
+    #[test]
+    fn a_key_longer_than_an_entry_holds_is_refused() {
+        let r = pool(2);
+        let long = [1u8; KEY_MAX + 1];
+        assert!(matches!(bind(&r, 0, &long), Err(Error::InvalidArgument(_))));
+        assert_eq!(find(&r, 0, &long), None);
+        // Nothing was taken from the free list.
+        assert_ne!(bind(&r, 0, b"x").unwrap(), bind(&r, 0, b"y").unwrap());
+    }
+
+    #[test]
+    fn colliding_keys_share_one_chain_and_each_is_found() {
+        let r = pool(4);
+        let keys = colliding(&r, 3);
+        let entries: Vec<u32> = keys.iter().map(|k| bind(&r, 0, k).unwrap()).collect();
+        let mut newest_first = entries.clone();
+        newest_first.reverse();
+        assert_eq!(chain(&r, bucket_of(&r, &keys[0])), newest_first);
+        for (key, index) in keys.iter().zip(&entries) {
+            assert_eq!(find(&r, 0, key), Some(*index));
+        }
+    }
+
+    #[test]
+    fn evicting_an_entry_in_the_middle_of_a_chain_keeps_the_others() {
+        let r = pool(4);
+        let keys = colliding(&r, 3);
+        let entries: Vec<u32> = keys.iter().map(|k| bind(&r, 0, k).unwrap()).collect();
+        let other = bind(&r, 0, b"elsewhere").unwrap();
+        // The table is full; the clock hand points at the middle of the three-entry chain.
+        let middle = entries[1];
+        r.runtime().hand.store(middle, Ordering::Relaxed);
+        let newcomer = b"newcomer";
+        assert_eq!(bind(&r, 0, newcomer).unwrap(), middle);
+        assert_eq!(
+            find(&r, 0, &keys[1]),
+            None,
+            "the evicted key is still found"
+        );
+        assert_eq!(find(&r, 0, &keys[0]), Some(entries[0]));
+        assert_eq!(find(&r, 0, &keys[2]), Some(entries[2]));
+        assert_eq!(find(&r, 0, b"elsewhere"), Some(other));
+        assert_eq!(find(&r, 0, newcomer), Some(middle));
+        let mut expected = vec![entries[2], entries[0]];
+        if bucket_of(&r, newcomer) == bucket_of(&r, &keys[0]) {
+            expected.insert(0, middle);
+        }
+        assert_eq!(chain(&r, bucket_of(&r, &keys[0])), expected);
+    }
+
+    #[test]
+    fn held_entries_are_never_evicted_and_a_full_table_says_so() {
+        let r = pool(3);
+        let keys: [&[u8]; 3] = [b"k0", b"k1", b"k2"];
+        let mut fences = Vec::new();
+        for key in keys {
+            let index = bind(&r, 0, key).unwrap();
+            let e = r.entry(index).unwrap();
+            let fence = fast_acquire(e, e.word.load(Ordering::Acquire), 0).expect("free");
+            fences.push((index, fence));
+        }
+        assert!(matches!(bind(&r, 0, b"k3"), Err(Error::CapacityExceeded)));
+        for key in keys {
+            assert!(find(&r, 0, key).is_some(), "a held key lost its entry");
+        }
+        // Releasing one makes exactly that entry the one to take.
+        let (index, fence) = fences[1];
+        assert!(fast_release(r.entry(index).unwrap(), fence, 0));
+        assert_eq!(bind(&r, 0, b"k3").unwrap(), index);
+        assert_eq!(find(&r, 0, b"k1"), None);
+        let e = r.entry(index).unwrap();
+        fast_acquire(e, e.word.load(Ordering::Acquire), 0).expect("k3 is free");
+        assert!(matches!(bind(&r, 0, b"k4"), Err(Error::CapacityExceeded)));
+    }
+
+    #[test]
+    fn a_key_that_comes_back_after_eviction_gets_a_higher_fence() {
+        let r = pool(1);
+        let index = bind(&r, 0, b"k").unwrap();
+        let e = r.entry(index).unwrap();
+        let mut last = 0;
+        for _ in 0..5 {
+            last = fast_acquire(e, e.word.load(Ordering::Acquire), 0).expect("free");
+            assert!(fast_release(e, last, 0));
+        }
+        assert_eq!(bind(&r, 0, b"other").unwrap(), index, "evicts k");
+        assert_eq!(bind(&r, 0, b"k").unwrap(), index, "evicts other");
+        let again = fast_acquire(e, e.word.load(Ordering::Acquire), 0).expect("free");
+        assert!(again > last, "fence {again} after eviction, {last} before");
+        assert!(fence_of(e) > last);
+    }
+
+    #[test]
+    fn an_entry_missing_from_its_chain_is_reported_as_corruption() {
+        let r = pool(1);
+        let index = bind(&r, 0, b"k").unwrap();
+        r.bucket(bucket_of(&r, b"k"))
+            .unwrap()
+            .store(0, Ordering::Relaxed);
+        let err = bind(&r, 0, b"other").unwrap_err();
+        assert!(matches!(err, Error::Incompatible(_)), "{err:?}");
+        let _ = index;
+    }
+
+    #[test]
+    fn a_cycle_in_a_chain_is_reported_not_walked_forever() {
+        let r = Arc::new(pool(4));
+        let keys = colliding(&r, 2);
+        let first = bind(&r, 0, &keys[0]).unwrap();
+        bind(&r, 0, &keys[1]).unwrap();
+        // The first entry (the chain's end) points back at the head.
+        let head = r
+            .bucket(bucket_of(&r, &keys[0]))
+            .unwrap()
+            .load(Ordering::Relaxed);
+        r.entry(first).unwrap().next.store(head, Ordering::Relaxed);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let region = Arc::clone(&r);
+        std::thread::spawn(move || {
+            let missing = b"not bound";
+            let h = (hash_key(0, &keys[0]) & !u64::from(u32::MAX))
+                | u64::from(bucket_of(&region, &keys[0]));
+            let fast = find_fast(&region, h, 0, missing);
+            let t = region.lock_table().unwrap();
+            let locked = find_locked(&t, h, 0, missing).map_err(|e| e.to_string());
+            tx.send((fast, locked)).unwrap();
+        });
+        let (fast, locked) = rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("a lookup walked the cycle without end");
+        assert_eq!(fast, None);
+        let err = locked.expect_err("a cycle is corruption");
+        assert!(err.contains("cycle"), "{err}");
+    }
+}

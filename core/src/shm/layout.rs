@@ -339,3 +339,209 @@ const _: () = assert!(size_of::<ShmMutex>() <= 48);
 const _: () = assert!(RUNTIME_OFFSET + size_of::<Runtime>() <= HEADER_LEN);
 const _: () = assert!(size_of::<Header>() <= RUNTIME_OFFSET);
 const _: () = assert!(MAX_PROCS as u64 <= word::XPROC);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PAGE: u64 = 4096;
+
+    /// The end of each section: process slots, entries, buckets, nodes.
+    fn ends(h: &Header) -> [u64; 4] {
+        [
+            h.off_procs + u64::from(h.procs) * u64::from(h.proc_size),
+            h.off_entries + u64::from(h.capacity) * u64::from(h.entry_size),
+            h.off_buckets + u64::from(h.buckets) * 4,
+            h.off_nodes + u64::from(h.nodes) * u64::from(h.node_size),
+        ]
+    }
+
+    #[test]
+    fn record_sizes_are_the_documented_ones() {
+        // Another implementation joining a region relies on these; changing one is a new
+        // layout version.
+        assert_eq!(size_of::<Entry>(), 384);
+        assert_eq!(size_of::<Node>(), 64);
+        assert_eq!(size_of::<Proc>(), 64);
+        assert_eq!(VERSION, 1);
+        assert_eq!(MAGIC.to_le_bytes(), *b"keylock\x01");
+        assert_eq!(HASH_SEED, 0x6b65796c6f636b00);
+    }
+
+    #[test]
+    fn offsets_of_small_regions_match_the_arithmetic_by_hand() {
+        // (kind, capacity) -> (off_entries, off_buckets, off_nodes, buckets, nodes, total_len),
+        // worked out by hand from: 4096-byte header, 256 slots of 64 bytes, entries of 384
+        // bytes, u32 buckets, nodes of 64 bytes, each section 64-aligned, the total a whole
+        // number of pages.
+        let cases = [
+            ((KIND_POOL, 1), (20480, 20864, 20928, 1, 64, 28672)),
+            ((KIND_STRIPED, 1), (20480, 20864, 20864, 0, 64, 28672)),
+            ((KIND_POOL, 3), (20480, 21632, 21696, 4, 64, 28672)),
+            (
+                (KIND_POOL, 1000),
+                (20480, 404480, 408576, 1024, 4000, 667648),
+            ),
+            ((KIND_STRIPED, 64), (20480, 45056, 45056, 0, 256, 61440)),
+        ];
+        for ((kind, capacity), (entries, buckets_at, nodes_at, buckets, nodes, total)) in cases {
+            let h = Header::new(kind, capacity, 0, 65_536, 9);
+            let got = (
+                h.off_entries,
+                h.off_buckets,
+                h.off_nodes,
+                h.buckets,
+                h.nodes,
+                h.total_len,
+            );
+            assert_eq!(
+                got,
+                (entries, buckets_at, nodes_at, buckets, nodes, total),
+                "kind {kind}, capacity {capacity}"
+            );
+            assert_eq!(h.off_procs, HEADER_LEN as u64);
+        }
+    }
+
+    #[test]
+    fn sections_are_aligned_in_order_and_fit_the_region_for_every_size() {
+        let capacities = [
+            1,
+            2,
+            3,
+            7,
+            15,
+            16,
+            17,
+            63,
+            64,
+            65,
+            1000,
+            1 << 20,
+            MAX_CAPACITY - 1,
+        ];
+        for kind in [KIND_POOL, KIND_STRIPED] {
+            for capacity in capacities.into_iter().chain([MAX_CAPACITY]) {
+                let h = Header::new(kind, capacity, 0, 65_536, 1);
+                let what = format!("kind {kind}, capacity {capacity}");
+                let starts = [h.off_procs, h.off_entries, h.off_buckets, h.off_nodes];
+                let ends = ends(&h);
+                for start in starts {
+                    assert_eq!(start % 64, 0, "{what}: a section is not 64-aligned");
+                }
+                for i in 0..3 {
+                    assert!(
+                        ends[i] <= starts[i + 1],
+                        "{what}: section {i} overlaps the next"
+                    );
+                    assert!(
+                        starts[i + 1] - ends[i] < 64,
+                        "{what}: more than alignment between"
+                    );
+                }
+                assert_eq!(h.total_len % PAGE, 0, "{what}: not whole pages");
+                assert!(ends[3] <= h.total_len, "{what}: the nodes run past the end");
+                assert!(
+                    h.total_len - ends[3] < PAGE,
+                    "{what}: a spare page at the end"
+                );
+                if kind == KIND_POOL {
+                    assert!(
+                        h.buckets.is_power_of_two() && h.buckets >= capacity,
+                        "{what}"
+                    );
+                    assert!(h.buckets / 2 < capacity, "{what}: more buckets than needed");
+                } else {
+                    assert_eq!(h.buckets, 0, "{what}");
+                }
+                assert_eq!(h.nodes, (capacity * NODES_PER_ENTRY).max(64), "{what}");
+                assert_eq!(h.problem(h.total_len), None, "{what}");
+            }
+        }
+    }
+
+    #[test]
+    fn capacity_out_of_range_is_refused() {
+        for capacity in [0, MAX_CAPACITY + 1] {
+            let h = Header::new(KIND_POOL, capacity, 0, 65_536, 1);
+            let problem = h.problem(h.total_len).expect("refused");
+            assert!(problem.contains("out of range"), "{capacity}: {problem}");
+        }
+        // A header read from a region may say anything: it is refused before its capacity
+        // goes into any arithmetic.
+        let mut h = Header::new(KIND_POOL, 1, 0, 65_536, 1);
+        h.capacity = u32::MAX;
+        h.checksum = h.compute_checksum();
+        let problem = h.problem(h.total_len).expect("refused");
+        assert!(problem.contains("out of range"), "{problem}");
+    }
+
+    #[test]
+    fn every_header_fault_is_named() {
+        let good = Header::new(KIND_POOL, 100, FLAG_FIFO, 65_536, 42);
+        assert_eq!(good.problem(good.total_len), None);
+        let sealed = |f: &dyn Fn(&mut Header)| {
+            let mut h = good;
+            f(&mut h);
+            h.checksum = h.compute_checksum();
+            h
+        };
+        let cases: [(Header, &str); 7] = [
+            (sealed(&|h| h.magic ^= 1), "bad magic"),
+            (sealed(&|h| h.version = 2), "layout version 2"),
+            (sealed(&|h| h.hash_spec = 2), "hash spec 2"),
+            (sealed(&|h| h.kind = 3), "unknown region kind 3"),
+            (sealed(&|h| h.entry_size = 320), "layout differs"),
+            (sealed(&|h| h.off_nodes += 64), "layout differs"),
+            (
+                Header {
+                    region_id: 43,
+                    ..good
+                },
+                "checksum mismatch",
+            ),
+        ];
+        for (h, expected) in cases {
+            let problem = h.problem(h.total_len).expect("refused");
+            assert!(problem.contains(expected), "{problem:?} lacks {expected:?}");
+        }
+        let problem = good.problem(good.total_len + PAGE).expect("refused");
+        assert!(problem.contains("its header says"), "{problem}");
+    }
+
+    #[test]
+    fn the_checksum_covers_every_field_before_it() {
+        let good = Header::new(KIND_STRIPED, 8, 0, 65_536, 7);
+        let len = std::mem::offset_of!(Header, checksum);
+        for byte in 0..len {
+            let mut h = good;
+            // SAFETY: `byte` is within the header's plain-integer fields before `checksum`,
+            // and any bytes are a valid `Header`.
+            unsafe { *(&mut h as *mut Header).cast::<u8>().add(byte) ^= 0x10 };
+            assert_ne!(
+                h.compute_checksum(),
+                good.checksum,
+                "byte {byte} is not covered"
+            );
+        }
+    }
+
+    #[test]
+    fn the_lock_word_packs_fence_slow_and_holder_apart() {
+        for (lo, slow, xproc) in [(0, false, 0), (1, true, 1), (word::LO_MAX, true, 256)] {
+            let w = word::make(lo, slow, xproc);
+            assert_eq!(word::lo(w), lo);
+            assert_eq!(w & word::SLOW != 0, slow);
+            assert_eq!(word::xproc(w), xproc);
+            assert_eq!(word::fence(w, 0), lo);
+            assert_eq!(word::fence(w, 3), (3 << word::LO_BITS) | lo);
+        }
+        assert_eq!(word::XPROC & word::SLOW, 0);
+        assert_eq!(
+            word::make(word::LO_MAX, false, 0) & (word::XPROC | word::SLOW),
+            0
+        );
+        // A slot number past XPROC cannot spill into SLOW.
+        assert_eq!(word::make(0, false, 1 << 12) & word::SLOW, 0);
+    }
+}

@@ -116,3 +116,108 @@ pub(crate) fn lease_end(lease: u64) -> u64 {
 pub(crate) fn take_died(e: &Entry) -> bool {
     e.died.swap(0, Ordering::Relaxed) != 0
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::shm::region::scratch;
+
+    fn stripe() -> crate::shm::region::Region {
+        scratch::region(KIND_STRIPED, 1, 0)
+    }
+
+    #[test]
+    fn the_fast_paths_take_and_give_back_exactly_one_word() {
+        let r = stripe();
+        let e = r.entry(0).unwrap();
+        let free = e.word.load(Ordering::Relaxed);
+        let fence = fast_acquire(e, free, 4).expect("free");
+        assert_eq!(fence, fence_of(e));
+        assert_eq!(word::lo(e.word.load(Ordering::Relaxed)), word::lo(free) + 1);
+        assert_eq!(word::xproc(e.word.load(Ordering::Relaxed)), 5);
+        assert_eq!(
+            fast_acquire(e, e.word.load(Ordering::Relaxed), 6),
+            None,
+            "taken twice"
+        );
+        assert_eq!(fast_acquire(e, free, 6), None, "a stale word was accepted");
+        let held = e.word.load(Ordering::Relaxed);
+        assert!(!fast_release(e, fence, 5), "released by another slot");
+        assert!(
+            !fast_release(e, fence - 1, 4),
+            "released with a stale fence"
+        );
+        assert_eq!(e.word.load(Ordering::Relaxed), held);
+        assert!(fast_release(e, fence, 4));
+        assert!(!fast_release(e, fence, 4), "released twice");
+        assert_eq!(fence_of(e), fence, "a release keeps the fence");
+    }
+
+    #[test]
+    fn the_fast_path_leaves_slow_words_and_the_fence_carry_to_the_mutex() {
+        let r = stripe();
+        let e = r.entry(0).unwrap();
+        let slow = word::make(3, true, 0);
+        e.word.store(slow, Ordering::Relaxed);
+        assert_eq!(fast_acquire(e, slow, 0), None);
+        let full = word::make(word::LO_MAX, false, 0);
+        e.word.store(full, Ordering::Relaxed);
+        assert_eq!(
+            fast_acquire(e, full, 0),
+            None,
+            "the low bits would overflow"
+        );
+        assert_eq!(e.word.load(Ordering::Relaxed), full);
+    }
+
+    #[test]
+    fn advancing_past_the_low_bits_carries_into_the_high_ones() {
+        let r = stripe();
+        let e = r.entry(0).unwrap();
+        e.fence_hi.store(2, Ordering::Relaxed);
+        let w = word::make(word::LO_MAX, true, 9);
+        e.word.store(w, Ordering::Relaxed);
+        let before = fence_of(e);
+        let a = advanced(e, w);
+        e.word.store(a, Ordering::Relaxed);
+        assert_eq!(fence_of(e), before + 1);
+        assert_eq!(e.fence_hi.load(Ordering::Relaxed), 3);
+        assert_eq!((word::xproc(a), a & word::SLOW != 0), (9, true));
+        let b = advanced(e, a);
+        assert_eq!(word::fence(b, 3), before + 2);
+        assert_eq!((word::xproc(b), b & word::SLOW != 0), (9, true));
+    }
+
+    #[test]
+    fn slow_is_set_exactly_while_the_entry_has_state_beside_the_word() {
+        let r = stripe();
+        let e = r.entry(0).unwrap();
+        let slow = |e: &Entry| e.word.load(Ordering::Relaxed) & word::SLOW != 0;
+        fix_slow(e);
+        assert!(!slow(e), "a plain free stripe needs no mutex");
+        let fields: [(&std::sync::atomic::AtomicU32, u32); 4] =
+            [(&e.head, 1), (&e.shared, 1), (&e.holds, 2), (&e.died, 1)];
+        for (field, value) in fields {
+            field.store(value, Ordering::Relaxed);
+            fix_slow(e);
+            assert!(slow(e));
+            field.store(0, Ordering::Relaxed);
+            fix_slow(e);
+            assert!(!slow(e));
+        }
+        for field in [&e.lease, &e.owner] {
+            field.store(1, Ordering::Relaxed);
+            fix_slow(e);
+            assert!(slow(e));
+            field.store(0, Ordering::Relaxed);
+            fix_slow(e);
+            assert!(!slow(e));
+        }
+        e.bind.store(BIND_BUSY, Ordering::Relaxed);
+        fix_slow(e);
+        assert!(
+            slow(e),
+            "an entry being rebound must be shut to the fast path"
+        );
+    }
+}

@@ -126,3 +126,126 @@ pub(crate) fn drop_shared(t: &TableGuard<'_>, entry: u32, index: u32) -> Result<
     }
     free_node(t, index)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicU32;
+
+    use super::*;
+    use crate::shm::region::scratch;
+
+    /// The nodes on the list at `head`, first to last.
+    fn walk(t: &TableGuard<'_>, head: &AtomicU32) -> Vec<u32> {
+        let mut out = Vec::new();
+        let mut at = head.load(Ordering::Relaxed);
+        while let Some(i) = at.checked_sub(1) {
+            assert!(out.len() <= t.region.header.nodes as usize, "a cycle");
+            out.push(i);
+            at = t.region.node(i).unwrap().next.load(Ordering::Relaxed);
+        }
+        out
+    }
+
+    /// A list of `nodes` linked in order at (`head`, `tail`).
+    fn link(t: &TableGuard<'_>, head: &AtomicU32, tail: &AtomicU32, nodes: &[u32]) {
+        head.store(0, Ordering::Relaxed);
+        tail.store(0, Ordering::Relaxed);
+        for &i in nodes.iter().rev() {
+            t.region
+                .node(i)
+                .unwrap()
+                .next
+                .store(head.load(Ordering::Relaxed), Ordering::Relaxed);
+            head.store(i + 1, Ordering::Relaxed);
+        }
+        tail.store(nodes.last().map_or(0, |i| i + 1), Ordering::Relaxed);
+    }
+
+    #[test]
+    fn every_node_can_be_allocated_once_then_the_table_is_full() {
+        let r = scratch::region(KIND_STRIPED, 1, 0);
+        let t = r.lock_table().unwrap();
+        let mut taken: Vec<u32> = (0..r.header.nodes)
+            .map(|_| {
+                let i = alloc_node(&t).unwrap();
+                r.node(i)
+                    .unwrap()
+                    .state
+                    .store(NODE_WAITING, Ordering::Relaxed);
+                i
+            })
+            .collect();
+        assert!(matches!(alloc_node(&t), Err(Error::CapacityExceeded)));
+        taken.sort_unstable();
+        assert_eq!(taken, (0..r.header.nodes).collect::<Vec<_>>());
+        free_node(&t, 17).unwrap();
+        assert_eq!(alloc_node(&t).unwrap(), 17);
+    }
+
+    #[test]
+    fn a_busy_node_on_the_free_list_is_corruption_not_a_second_owner() {
+        let r = scratch::region(KIND_STRIPED, 1, 0);
+        let t = r.lock_table().unwrap();
+        let head = r.runtime().free_nodes.load(Ordering::Relaxed) - 1;
+        r.node(head)
+            .unwrap()
+            .state
+            .store(NODE_HELD, Ordering::Relaxed);
+        assert!(matches!(alloc_node(&t), Err(Error::Incompatible(_))));
+    }
+
+    #[test]
+    fn unlinking_keeps_the_rest_of_the_list_and_its_tail() {
+        let r = scratch::region(KIND_STRIPED, 1, 0);
+        let t = r.lock_table().unwrap();
+        let (head, tail) = (AtomicU32::new(0), AtomicU32::new(0));
+        // (list, node to take out, the list after, the tail after)
+        let cases: [(&[u32], u32, &[u32], u32); 5] = [
+            (&[3, 5, 9], 5, &[3, 9], 10),
+            (&[3, 5, 9], 3, &[5, 9], 10),
+            (&[3, 5, 9], 9, &[3, 5], 6),
+            (&[4], 4, &[], 0),
+            (&[3, 5, 9], 7, &[3, 5, 9], 10),
+        ];
+        for (list, out, after, tail_after) in cases {
+            link(&t, &head, &tail, list);
+            let found = unlink(&t, &head, Some(&tail), out).unwrap();
+            assert_eq!(found, list.contains(&out), "{list:?} less {out}");
+            assert_eq!(walk(&t, &head), after, "{list:?} less {out}");
+            assert_eq!(
+                tail.load(Ordering::Relaxed),
+                tail_after,
+                "{list:?} less {out}"
+            );
+        }
+        // A cycle is reported, not walked forever.
+        link(&t, &head, &tail, &[1, 2]);
+        r.node(2).unwrap().next.store(1 + 1, Ordering::Relaxed);
+        assert!(matches!(
+            unlink(&t, &head, Some(&tail), 7),
+            Err(Error::Incompatible(_))
+        ));
+    }
+
+    #[test]
+    fn a_ticket_names_one_allocation_of_a_node() {
+        let r = scratch::region(KIND_STRIPED, 1, 0);
+        let t = r.lock_table().unwrap();
+        let i = alloc_node(&t).unwrap();
+        let ticket = ticket_of(&t, i).unwrap();
+        assert_eq!(node_of_ticket(&t, ticket).unwrap(), Some(i));
+        free_node(&t, i).unwrap();
+        assert_eq!(alloc_node(&t).unwrap(), i, "the same node again");
+        assert_eq!(
+            node_of_ticket(&t, ticket).unwrap(),
+            None,
+            "a stale ticket matched"
+        );
+        let now = ticket_of(&t, i).unwrap();
+        assert_ne!(now, ticket);
+        assert_eq!(node_of_ticket(&t, now).unwrap(), Some(i));
+        assert_eq!(node_of_ticket(&t, 0).unwrap(), None);
+        let past_the_end = u64::from(r.header.nodes + 1) | (now & !u64::from(u32::MAX));
+        assert_eq!(node_of_ticket(&t, past_the_end).unwrap(), None);
+    }
+}

@@ -472,3 +472,224 @@ pub(crate) fn unlink(name: &str) -> Result<bool> {
         Err(e) => Err(io_error("unlink", &path, &e)),
     }
 }
+
+/// Regions for unit tests, made in-process.
+#[cfg(test)]
+pub(crate) mod scratch {
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    use super::{Region, Want};
+    use crate::shm::layout::{FLAG_FIFO, FLAG_REENTRANT};
+
+    /// A unique region name for this test process.
+    pub(crate) fn name(what: &str) -> String {
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        format!("unit-{what}-{}-{n}", std::process::id())
+    }
+
+    /// What an open of a region of `kind`, `capacity` and `flags` asks for.
+    pub(crate) fn want(kind: u32, capacity: u32, flags: u32) -> Want {
+        Want {
+            kind,
+            capacity: Some(capacity),
+            create_capacity: capacity,
+            reentrant: flags & FLAG_REENTRANT != 0,
+            fifo: flags & FLAG_FIFO != 0,
+            mode: 0o600,
+            max_holds: 65_536,
+        }
+    }
+
+    /// Removes region name `.0` when dropped, so a failing test leaves no file behind.
+    pub(crate) struct UnlinkOnDrop(pub(crate) String);
+
+    impl Drop for UnlinkOnDrop {
+        fn drop(&mut self) {
+            let _ = super::unlink(&self.0);
+        }
+    }
+
+    /// A new region whose name is removed at once: the mapping stays until the `Region` is
+    /// dropped, and nothing is left in `/dev/shm` even when the test fails.
+    pub(crate) fn region(kind: u32, capacity: u32, flags: u32) -> Region {
+        let name = name("region");
+        let region = Region::open(&name, &want(kind, capacity, flags)).expect("create a region");
+        assert!(
+            super::unlink(&name).expect("unlink"),
+            "the region had a name"
+        );
+        region
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+    use std::sync::atomic::Ordering;
+
+    use super::*;
+
+    /// Opens `name` as `want` says, then removes the name.
+    fn open_once(name: &str, want: &Want) -> Result<Region> {
+        let result = Region::open(name, want);
+        let _ = unlink(name);
+        result
+    }
+
+    /// Writes `bytes` as region `name`'s file.
+    fn plant(name: &str, bytes: &[u8]) {
+        let mut file = std::fs::File::create(path_of(name).unwrap()).unwrap();
+        file.write_all(bytes).unwrap();
+    }
+
+    fn incompatible(result: Result<Region>) -> String {
+        match result {
+            Err(Error::Incompatible(text)) => text.to_string(),
+            other => panic!("expected Incompatible, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn names_are_checked() {
+        assert_eq!(path_of("a-b_c.9").unwrap(), "/dev/shm/keylock.a-b_c.9");
+        assert!(path_of(&"n".repeat(200)).is_ok());
+        for bad in ["", ".hidden", "a/b", "a b", "é", &"n".repeat(201)] {
+            assert!(
+                matches!(path_of(bad), Err(Error::InvalidArgument(_))),
+                "{bad:?} accepted"
+            );
+        }
+    }
+
+    #[test]
+    fn a_capacity_out_of_range_is_refused_before_anything_is_made() {
+        for capacity in [0, MAX_CAPACITY + 1] {
+            let name = scratch::name("capacity");
+            let result = open_once(&name, &scratch::want(KIND_POOL, capacity, 0));
+            assert!(
+                matches!(result, Err(Error::InvalidArgument(_))),
+                "capacity {capacity}: {result:?}"
+            );
+            assert!(!unlink(&name).unwrap(), "a file was left behind");
+        }
+    }
+
+    #[test]
+    fn a_new_region_has_every_record_on_its_free_list() {
+        for kind in [KIND_POOL, KIND_STRIPED] {
+            let r = scratch::region(kind, 5, 0);
+            let h = r.header;
+            let rt = r.runtime();
+            let list = |mut at: u32, next: &dyn Fn(u32) -> u32| {
+                let mut seen = Vec::new();
+                while let Some(i) = at.checked_sub(1) {
+                    assert!(seen.len() < 1 << 16, "a cycle");
+                    seen.push(i);
+                    at = next(i);
+                }
+                seen
+            };
+            let nodes = list(rt.free_nodes.load(Ordering::Relaxed), &|i| {
+                r.node(i).unwrap().next.load(Ordering::Relaxed)
+            });
+            assert_eq!(nodes, (0..h.nodes).collect::<Vec<_>>());
+            let entries = list(rt.free_entries.load(Ordering::Relaxed), &|i| {
+                r.entry(i).unwrap().next.load(Ordering::Relaxed)
+            });
+            if kind == KIND_POOL {
+                assert_eq!(entries, (0..5).collect::<Vec<_>>());
+            } else {
+                // Stripes are bound for good and never on a free list.
+                assert!(entries.is_empty());
+                for i in 0..5 {
+                    assert_eq!(r.entry(i).unwrap().bind.load(Ordering::Relaxed), BIND_BOUND);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn records_out_of_range_are_errors_not_reads() {
+        let r = scratch::region(KIND_POOL, 3, 0);
+        let h = r.header;
+        assert!(r.entry(h.capacity - 1).is_ok() && r.node(h.nodes - 1).is_ok());
+        assert!(r.proc(h.procs - 1).is_ok() && r.bucket(h.buckets - 1).is_ok());
+        assert!(matches!(r.entry(h.capacity), Err(Error::Incompatible(_))));
+        assert!(matches!(r.node(h.nodes), Err(Error::Incompatible(_))));
+        assert!(matches!(r.proc(h.procs), Err(Error::Incompatible(_))));
+        assert!(matches!(r.bucket(h.buckets), Err(Error::Incompatible(_))));
+        assert!(matches!(r.entry(u32::MAX), Err(Error::Incompatible(_))));
+    }
+
+    #[test]
+    fn a_file_of_the_wrong_size_or_header_is_refused() {
+        let want = scratch::want(KIND_POOL, 4, 0);
+        let name = scratch::name("short");
+        plant(&name, &[0; 100]);
+        assert!(incompatible(open_once(&name, &want)).contains("not the size"));
+
+        let header = Header::new(KIND_POOL, 4, 0, want.max_holds, 1);
+        // SAFETY: `Header` is plain integers without padding before its last field, so it
+        // can be read as bytes.
+        let bytes = unsafe {
+            std::slice::from_raw_parts((&header as *const Header).cast::<u8>(), size_of::<Header>())
+        };
+        let mut file = vec![0; header.total_len as usize];
+        file[..bytes.len()].copy_from_slice(bytes);
+        let name = scratch::name("long");
+        file.extend_from_slice(&[0; 4096]);
+        plant(&name, &file);
+        assert!(incompatible(open_once(&name, &want)).contains("its header says"));
+
+        let name = scratch::name("magic");
+        file[0] ^= 0xff;
+        plant(&name, &file[..header.total_len as usize]);
+        assert!(incompatible(open_once(&name, &want)).contains("bad magic"));
+    }
+
+    #[test]
+    fn an_open_that_asks_for_another_region_is_refused() {
+        let name = scratch::name("mismatch");
+        let _cleanup = scratch::UnlinkOnDrop(name.clone());
+        let made = Region::open(&name, &scratch::want(KIND_POOL, 8, FLAG_FIFO)).unwrap();
+        let cases = [
+            (
+                scratch::want(KIND_STRIPED, 8, FLAG_FIFO),
+                "not a striped lock",
+            ),
+            (
+                scratch::want(KIND_POOL, 16, FLAG_FIFO),
+                "capacity 8 (asked for 16)",
+            ),
+            (
+                scratch::want(KIND_POOL, 8, FLAG_FIFO | FLAG_REENTRANT),
+                "not reentrant",
+            ),
+            (scratch::want(KIND_POOL, 8, 0), "strict FIFO order"),
+            (
+                Want {
+                    max_holds: 3,
+                    ..scratch::want(KIND_POOL, 8, FLAG_FIFO)
+                },
+                "hold-count limit",
+            ),
+        ];
+        for (want, expected) in cases {
+            let text = incompatible(Region::open(&name, &want));
+            assert!(text.contains(expected), "{text:?} lacks {expected:?}");
+        }
+        let again = Region::open(
+            &name,
+            &Want {
+                capacity: None,
+                ..scratch::want(KIND_POOL, 1, FLAG_FIFO)
+            },
+        );
+        assert_eq!(
+            again.unwrap().header,
+            made.header,
+            "the same region, opened again"
+        );
+    }
+}

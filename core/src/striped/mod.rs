@@ -1,4 +1,5 @@
-//! `StripedLock`: a fixed array of padded locks indexed by `hash(key) & mask` (seed 000).
+//! `StripedLock`: a fixed array of cache-padded locks; a key's lock is stripe
+//! `hash(key) & (stripes - 1)`, so memory is fixed and distinct keys may share a stripe.
 //!
 //! Each stripe is one [`Entry`](crate::entry) with a queue mutex of its own, so a stripe has
 //! everything a pool key has: both modes, fences, leases, owners, force-unlock. This module
