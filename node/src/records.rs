@@ -9,8 +9,6 @@
 
 use napi_derive::napi;
 
-use crate::reactor::Record;
-
 /// The JavaScript type of a field.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Type {
@@ -126,8 +124,9 @@ pub(crate) mod completion {
     pub(crate) const WORDS: usize = COMPLETION.len();
 }
 
-/// A completion of waiter `id` from the acquisition's [`Record`].
-pub(crate) fn completion_of(id: u32, record: &Record) -> [u32; completion::WORDS] {
+/// A completion of waiter `id` from its acquisition's record, `[slot, fence low 32 bits, fence
+/// high 32 bits, flags]` (the reactor's `Record`).
+pub(crate) fn completion_of(id: u32, record: &[u32; 4]) -> [u32; completion::WORDS] {
     let mut c = [0; completion::WORDS];
     c[completion::ID] = id;
     c[completion::SLOT] = record[0];
