@@ -4,7 +4,7 @@
 //! `Arc<dyn KeyedLock>` from `keylock_core::open_with`, so a scope the core gains (shared
 //! memory, Redis) works here by its name alone. Keys become byte slices by the rules every front
 //! end shares ([`keys`]), outcomes become the core's status numbers (`status.rs`) that
-//! `index.js` turns into `Error`s with a `code`, acquisitions are kept in their lock's slab
+//! `lib/errors.js` turns into `Error`s with a `code`, acquisitions are kept in their lock's slab
 //! (`locks.rs`, `slab.rs`) so that a guard releases exactly its own, and async acquisitions run
 //! the core's futures on this thread's event loop (`reactor.rs`). Locks of the same name are
 //! shared by every worker of the process (`shared.rs`); Web Locks requests are recorded for
@@ -13,7 +13,7 @@
 //! JavaScript holds each lock as an object of plain Node-API functions (`raw.rs`), one per
 //! operation made once per acquisition or release; the rest are napi-rs exports below. The
 //! public API (classes, guards, `withLock`, options, `AbortSignal`, `using`, Web Locks) is in
-//! `index.js`, which loads this addon through `binding.js`.
+//! `lib/` (gathered by `index.js`), which loads this addon through `binding.js`.
 
 mod handle;
 pub mod keys;
@@ -21,6 +21,7 @@ mod locks;
 mod out;
 mod raw;
 mod reactor;
+mod records;
 mod shared;
 mod slab;
 mod status;
@@ -89,7 +90,7 @@ fn keyed<'a>(env: &Env, value: &'a Unknown<'_>) -> Result<&'a Keyed> {
     }
 }
 
-/// A core error as a JavaScript error whose `code` is its status's name (`index.js` makes it a
+/// A core error as a JavaScript error whose `code` is its status's name (`lib/errors.js` makes it a
 /// `KeylockError`).
 fn core_error(e: &keylock_core::Error) -> Error {
     Error::new(
@@ -373,7 +374,7 @@ pub fn name_bytes(env: &Env, name: Unknown<'_>) -> Result<napi::bindgen_prelude:
     Ok(name.bytes.into())
 }
 
-/// keylock-core's status table: `[{ code, name, description }]` in number order. `index.js`
+/// keylock-core's status table: `[{ code, name, description }]` in number order. `lib/errors.js`
 /// takes its status numbers and error codes from it.
 #[napi(catch_unwind)]
 pub fn statuses() -> Vec<status::StatusInfo> {
@@ -394,7 +395,7 @@ pub fn redact_scope_name(name: String) -> String {
     keylock_core::redact_scope_name(&name)
 }
 
-/// Added to a release's status when it woke a waiter of the calling thread (see `index.js`).
+/// Added to a release's status when it woke a waiter of the calling thread (see `lib/waiting.js`).
 #[napi]
 pub const LOCAL_WAKE: u32 = status::LOCAL_WAKE;
 
@@ -418,9 +419,9 @@ pub const FLAG_LOST: u32 = reactor::LOST;
 pub const STATUS_SHIFT: u32 = locks::STATUS_SHIFT;
 
 /// Installs this thread's `drain()` (called when another thread woke waiters of this one; it
-/// calls `runReady`), its output buffer (a 16-byte `ArrayBuffer`), its records buffer (an
-/// `ArrayBuffer` of whole records, five 32-bit words each: id, slot, fence low, fence high,
-/// flags) and its Web Locks `clientId`.
+/// calls `runReady`), its output buffer (an `ArrayBuffer` of `recordSchema()`'s `output`), its
+/// records buffer (an `ArrayBuffer` of whole `completion` records) and its Web Locks
+/// `clientId`.
 #[napi(catch_unwind)]
 pub fn init(
     env: Env,
@@ -435,11 +436,19 @@ pub fn init(
     reactor::init(&env, drain)
 }
 
-/// Records the records buffer holds at most.
+/// Words of one completion in the records buffer (`recordSchema()`'s `completion`).
 #[napi]
 pub const RECORD_WORDS: u32 = out::RECORD_WORDS as u32;
 
-/// A number for a new owner value (`index.js` maps owner values to these): unique in the
+/// The records that cross between this addon and JavaScript: `[{ name, fields: [{ name,
+/// position, type }] }]`, from the one table the addon's writers use (`records.rs`).
+/// JavaScript builds its readers from it.
+#[napi(catch_unwind)]
+pub fn record_schema() -> Vec<records::RecordSchema> {
+    records::schema()
+}
+
+/// A number for a new owner value (`lib/owners.js` maps owner values to these): unique in the
 /// process, from 1, and below 2^53 so that JavaScript holds it exactly.
 #[napi(catch_unwind)]
 pub fn next_owner_id() -> f64 {

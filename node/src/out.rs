@@ -2,10 +2,10 @@
 //! write their fence and flags to, the records buffer that `runReady` fills, and this thread's
 //! Web Locks `clientId`.
 //!
-//! The output buffer is a 16-byte `ArrayBuffer` that `index.js` makes at load and hands to
-//! `init`; it reads it as a `Uint32Array`: `[fence low 32 bits, fence high 32 bits, flags, waiter
-//! id]`. The records buffer holds the records of completed waiters, five words each (see
-//! `reactor::init`); records that do not fit wait for the next `runReady`. An `ArrayBuffer`'s
+//! The output buffer is an `ArrayBuffer` that JavaScript makes at load and hands to `init`; it
+//! reads it as a `Uint32Array` laid out as `records::OUTPUT` declares. The records buffer holds
+//! the completions of waiters (`records::COMPLETION`, see `reactor::init`); completions that do
+//! not fit wait for the next `runReady`. An `ArrayBuffer`'s
 //! memory never moves, and a reference made here keeps each alive for the thread's life.
 
 use std::cell::{Cell, RefCell};
@@ -15,6 +15,7 @@ use std::sync::Arc;
 use napi::sys;
 
 use crate::reactor::Record;
+use crate::records::{completion, output};
 
 thread_local! {
     static OUT: Cell<*mut u32> = const { Cell::new(ptr::null_mut()) };
@@ -23,11 +24,11 @@ thread_local! {
     static CLIENT: RefCell<Arc<str>> = RefCell::new(Arc::from(""));
 }
 
-/// Words of one record in the records buffer.
-pub(crate) const RECORD_WORDS: usize = 5;
+/// Words of one completion in the records buffer.
+pub(crate) const RECORD_WORDS: usize = completion::WORDS;
 
-/// Words of the buffer.
-const WORDS: usize = 4;
+/// Words of the output buffer.
+const WORDS: usize = output::WORDS;
 
 /// The memory of `buffer`, an `ArrayBuffer` of at least `min` bytes, kept alive from now on:
 /// its words and their number.
@@ -67,7 +68,7 @@ unsafe fn adopt(
     Ok((data.cast(), len / 4))
 }
 
-/// Adopts `out` (16 bytes at least) and `records` (one record at least) as this thread's
+/// Adopts `out` (`output::WORDS` words at least) and `records` (one record at least) as this thread's
 /// buffers.
 ///
 /// # Safety
@@ -129,13 +130,17 @@ fn write(words: &[(usize, u32)]) {
 /// Writes an acquisition's fence and flags.
 #[inline]
 pub(crate) fn put(record: &Record) {
-    write(&[(0, record[1]), (1, record[2]), (2, record[3])]);
+    write(&[
+        (output::FENCE_LOW, record[1]),
+        (output::FENCE_HIGH, record[2]),
+        (output::FLAGS, record[3]),
+    ]);
 }
 
 /// Writes the id of a waiter just started.
 #[inline]
 pub(crate) fn put_waiter(id: u32) {
-    write(&[(3, id)]);
+    write(&[(output::WAITER, id)]);
 }
 
 /// Sets this thread's Web Locks `clientId`.

@@ -201,7 +201,7 @@ impl<const N: usize> Call<'_, N> {
     }
 
     /// Arguments `i..i + 3` as the mode, the lease (ms) and the owner (a safe integer >= 1;
-    /// `index.js` maps owner values to these numbers).
+    /// `lib/owners.js` maps owner values to these numbers).
     fn options(&self, i: usize) -> LockOptions {
         let mut opts = LockOptions::new().mode(self.mode(i));
         if let Some(lease) = self.millis(i + 1) {
@@ -554,8 +554,8 @@ entry_points! {
             Err(e) => Ok(Ret::Int(-(status::code(&e) as i32))),
         }
     }
-    /// `info(key)`: `null` when free, else `[fence (bigint), mode, holders, holds, owner,
-    /// leaseRemainingMs, waiters]`, or minus a status when the scope cannot tell.
+    /// `info(key)`: `null` when free, else the array `records::INFO` declares, or minus a
+    /// status when the scope cannot tell.
     fn info[1](c) {
         let k = c.keyed()?;
         let mut key = Key::new();
@@ -641,10 +641,11 @@ entry_points! {
             (_, None) => Err(Fail::Error("keylock: a Web Locks request without a ticket".into())),
         }
     }
-    /// `webQuery()`: the requests on this lock, in request order: `[name, shared, clientId,
-    /// held]` for each.
+    /// `webQuery()`: the requests on this lock, in request order, each an array laid out as
+    /// `records::WEB_REQUEST` declares.
     fn web_query[0](c) {
         let k = c.keyed()?;
+        use crate::records::web_request;
         let snapshot = weblocks::snapshot(&k.core);
         let env = c.env;
         let mut array = ptr::null_mut();
@@ -653,7 +654,7 @@ entry_points! {
             check(sys::napi_create_array_with_length(env, snapshot.len(), &mut array))?;
             for (i, r) in snapshot.iter().enumerate() {
                 let mut entry = ptr::null_mut();
-                check(sys::napi_create_array_with_length(env, 4, &mut entry))?;
+                check(sys::napi_create_array_with_length(env, web_request::LEN, &mut entry))?;
                 let mut name = ptr::null_mut();
                 check(sys::napi_create_string_utf16(env, r.name.as_ptr(), r.name.len() as isize, &mut name))?;
                 let mut client = ptr::null_mut();
@@ -662,7 +663,13 @@ entry_points! {
                 check(sys::napi_get_boolean(env, r.mode == Mode::Shared, &mut shared))?;
                 let mut held = ptr::null_mut();
                 check(sys::napi_get_boolean(env, r.held, &mut held))?;
-                for (j, v) in [name, shared, client, held].into_iter().enumerate() {
+                let fields = [
+                    (web_request::NAME, name),
+                    (web_request::SHARED, shared),
+                    (web_request::CLIENT_ID, client),
+                    (web_request::HELD, held),
+                ];
+                for (j, v) in fields {
                     check(sys::napi_set_element(env, entry, j as u32, v))?;
                 }
                 check(sys::napi_set_element(env, array, i as u32, entry))?;
@@ -761,11 +768,12 @@ fn undefined(env: sys::napi_env) -> Result<sys::napi_value, Fail> {
     Ok(v)
 }
 
-/// `info(key)`'s value (see [`info`]).
+/// `info(key)`'s value (see [`info`]): `null`, or an array laid out as `records::INFO`.
 fn info_value(
     env: sys::napi_env,
     info: Option<&keylock_core::LockInfo>,
 ) -> Result<sys::napi_value, Fail> {
+    use crate::records::info as field;
     let mut v = ptr::null_mut();
     let Some(info) = info else {
         // SAFETY: value creation in the current environment.
@@ -777,27 +785,29 @@ fn info_value(
         .map_or(-1.0, |d| d.as_secs_f64() * 1000.0);
     let owner = info.owner.map_or(0.0, |o| o.get() as f64);
     let numbers = [
-        f64::from(u8::from(info.mode == Mode::Shared)),
-        f64::from(info.holders),
-        f64::from(info.holds),
-        owner,
-        lease,
-        info.waiters as f64,
+        (field::HOLDERS, f64::from(info.holders)),
+        (field::HOLDS, f64::from(info.holds)),
+        (field::OWNER, owner),
+        (field::LEASE_REMAINING, lease),
+        (field::WAITERS, info.waiters as f64),
     ];
     // SAFETY: value creation in the current environment.
     unsafe {
-        check(sys::napi_create_array_with_length(
-            env,
-            1 + numbers.len(),
-            &mut v,
-        ))?;
+        check(sys::napi_create_array_with_length(env, field::LEN, &mut v))?;
         let mut fence = ptr::null_mut();
         check(sys::napi_create_bigint_uint64(env, info.fence, &mut fence))?;
-        check(sys::napi_set_element(env, v, 0, fence))?;
-        for (i, n) in numbers.iter().enumerate() {
+        check(sys::napi_set_element(env, v, field::FENCE as u32, fence))?;
+        let mut shared = ptr::null_mut();
+        check(sys::napi_get_boolean(
+            env,
+            info.mode == Mode::Shared,
+            &mut shared,
+        ))?;
+        check(sys::napi_set_element(env, v, field::SHARED as u32, shared))?;
+        for (i, n) in numbers {
             let mut x = ptr::null_mut();
-            check(sys::napi_create_double(env, *n, &mut x))?;
-            check(sys::napi_set_element(env, v, i as u32 + 1, x))?;
+            check(sys::napi_create_double(env, n, &mut x))?;
+            check(sys::napi_set_element(env, v, i as u32, x))?;
         }
     }
     Ok(v)
@@ -861,7 +871,7 @@ unsafe extern "C" fn run_ready(
     result
 }
 
-/// The `runReady` function (see [`run_ready`]): one per thread, made by `index.js` at load.
+/// The `runReady` function (see [`run_ready`]): one per thread, made by `lib/waiting.js` at load.
 ///
 /// # Safety
 /// `env` is the environment of the current call, on its JavaScript thread.

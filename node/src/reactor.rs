@@ -11,7 +11,7 @@
 //!   completed to the JavaScript dispatcher, which resolves the promises. (A future stores its
 //!   acquisition in its lock's slab itself, see `locks.rs`; the record says where.)
 //! - Woken from the JavaScript thread itself (its own release handed the lock to one of its
-//!   waiters), no call is posted: the release reports it (`status::LOCAL_WAKE`) and `index.js`
+//!   waiters), no call is posted: the release reports it (`status::LOCAL_WAKE`) and `lib/waiting.js`
 //!   drains the queue at once with `runReady`, so the waiter is served before `release()`
 //!   returns, as with a pure-JavaScript lock. An entry point that cannot report such a wake-up
 //!   posts the call instead ([`flush_local`]).
@@ -54,6 +54,7 @@ use napi::threadsafe_function::{
 };
 use napi::{Env, Result, Status, sys};
 
+use crate::records;
 use crate::shared::Presence;
 use crate::thread::thread_id;
 
@@ -181,7 +182,7 @@ impl Notifier {
     /// Queues a wake-up. From another thread, a threadsafe-function call carries it to the
     /// JavaScript thread (one call per batch). From the JavaScript thread itself (a release that
     /// handed the lock to a waiter of the same thread), no call is made: the entry point that
-    /// caused it reports it ([`take_local_wake`]) and `index.js` drains it before that call
+    /// caused it reports it ([`take_local_wake`]) and `lib/waiting.js` drains it before that call
     /// returns, or, where an entry point cannot report it, [`flush_local`] schedules the call.
     fn post(&self, id: u32) {
         let local = thread_id() == self.owner;
@@ -410,7 +411,7 @@ impl Reactor {
     }
 
     /// Polls waiter `id` once; returns its record to dispatch when it completed (or failed).
-    fn poll(&mut self, id: u32) -> Option<[u32; 5]> {
+    fn poll(&mut self, id: u32) -> Option<[u32; records::completion::WORDS]> {
         let Pending { fut, waker, .. } = self.pending.get_mut(id)?;
         let outcome = catch_unwind(AssertUnwindSafe(|| {
             fut.as_mut().poll(&mut Context::from_waker(waker))
@@ -423,13 +424,13 @@ impl Reactor {
             Ok(Poll::Ready(record)) => {
                 let p = self.remove(id, record[0] != 0);
                 drop(p);
-                Some([id, record[0], record[1], record[2], record[3]])
+                Some(records::completion_of(id, &record))
             }
             Err(_) => {
                 // The future is unusable after a panic; dropping it may panic again.
                 let p = self.remove(id, false);
                 let _ = catch_unwind(AssertUnwindSafe(move || drop(p)));
-                Some([id, 0, 0, 0, FAILED])
+                Some(records::notice(id, FAILED))
             }
         }
     }
@@ -495,7 +496,7 @@ pub(crate) fn init(env: &Env, drain: Function<'_, (), Unknown<'static>>) -> Resu
 }
 
 /// Whether this thread posted a wake-up to itself that is not delivered yet; the caller then
-/// reports it to `index.js`, which drains it at once with `runReady`.
+/// reports it to `lib/waiting.js`, which drains it at once with `runReady`.
 #[inline]
 pub(crate) fn take_local_wake() -> bool {
     LOOP_REF.with(|r| r.delivery.get())
@@ -540,11 +541,11 @@ pub(crate) fn run_ready() -> Vec<u32> {
             }
             for id in woken {
                 if id & STOLEN_ID != 0 {
-                    done.extend([id & !STOLEN_ID, 0, 0, 0, STOLEN]);
+                    done.extend(records::notice(id & !STOLEN_ID, STOLEN));
                     continue;
                 }
                 if id & LOST_ID != 0 {
-                    done.extend([id & !LOST_ID, 0, 0, 0, LOST]);
+                    done.extend(records::notice(id & !LOST_ID, LOST));
                     continue;
                 }
                 // A cancelled waiter's id may still be queued; `poll` then finds nothing.

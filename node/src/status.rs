@@ -1,7 +1,7 @@
-//! Outcomes of native calls as small numbers; `index.js` turns them into `Error`s with a `code`.
+//! Outcomes of native calls as small numbers; `lib/errors.js` turns them into `Error`s with a `code`.
 //!
 //! The numbers and names are keylock-core's [`Status`] table, the one every front end shares
-//! (C returns the same numbers); `index.js` reads the table from the addon ([`statuses`]) rather
+//! (C returns the same numbers); `lib/errors.js` reads the table from the addon ([`statuses`]) rather
 //! than copying it. Expected outcomes (a lock that is taken, a timeout, an unlock of a free key)
 //! are returned, not thrown: creating and catching an exception costs far more than the lock
 //! operation itself.
@@ -18,7 +18,7 @@ pub(crate) const OK: u32 = Status::Ok.code();
 /// The lock is taken (a try).
 pub(crate) const WOULD_BLOCK: u32 = Status::WouldBlock.code();
 
-/// Added to a release's status when it woke a waiter of this same thread: `index.js` then
+/// Added to a release's status when it woke a waiter of this same thread: `lib/waiting.js` then
 /// serves it at once (`runReady`) instead of waiting for the event loop's next turn, as a
 /// pure-JavaScript lock hands over before `release()` returns. Above every status number.
 pub(crate) const LOCAL_WAKE: u32 = 0x100;
@@ -39,7 +39,7 @@ pub(crate) fn of<T>(result: keylock_core::Result<T>) -> u32 {
 }
 
 /// The status of a core error. A failure that says more than its status (why a Redis server
-/// could not be reached, which permission was refused) has its text kept for `index.js`,
+/// could not be reached, which permission was refused) has its text kept for `lib/errors.js`,
 /// which puts it in the error it makes from the status ([`take_text`]).
 #[inline]
 pub(crate) fn code(e: &keylock_core::Error) -> u32 {
@@ -138,7 +138,7 @@ pub(crate) fn statuses() -> Vec<StatusInfo> {
         .collect()
 }
 
-/// A JavaScript timeout in milliseconds (validated finite and non-negative by `index.js`) as a
+/// A JavaScript timeout in milliseconds (validated finite and non-negative by `lib/options.js`) as a
 /// `Duration`; `None` (no timeout) for anything else.
 pub(crate) fn timeout(ms: Option<f64>) -> Option<Duration> {
     ms.filter(|ms| ms.is_finite() && *ms >= 0.0)

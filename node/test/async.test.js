@@ -293,12 +293,22 @@ test('cancelling a waiter that was handed the lock but not yet polled passes it 
   // a cancel in between must pass the lock to the next waiter, not leak it.
   const h = native.keyedOpen('local:', {});
   const out = new Uint32Array(globalThis[Symbol.for('keylock.thread.v2')].out.buffer);
+  // Positions of the output record's and a completion's fields, from the addon's schema.
+  const at = (record) =>
+    Object.fromEntries(
+      native
+        .recordSchema()
+        .find((r) => r.name === record)
+        .fields.map((f) => [f.name, f.position]),
+    );
+  const OUT = at('output');
+  const DONE = at('completion');
   const held = h.tryLock('a');
   assert.ok(held > 0, 'a slot');
   assert.equal(h.lockAsync('a'), 0, 'waits');
-  const first = out[3];
+  const first = out[OUT.waiter];
   assert.equal(h.lockAsync('a'), 0, 'waits');
-  const second = out[3];
+  const second = out[OUT.waiter];
   assert.ok(first > 0 && second > 0 && first !== second);
   const status = h.release(held);
   assert.equal(status & 0xff, 0);
@@ -307,10 +317,10 @@ test('cancelling a waiter that was handed the lock but not yet polled passes it 
   const n = native.runReadyFunction()();
   assert.equal(n, 1, 'one record');
   const records = globalThis[Symbol.for('keylock.thread.v2')].records;
-  assert.equal(records[0], second, 'for the second waiter');
-  const slot = records[1];
+  assert.equal(records[DONE.id], second, 'for the second waiter');
+  const slot = records[DONE.slot];
   assert.ok(slot > 0, 'which holds a slot');
-  assert.ok(records[2] + records[3] * 2 ** 32 > 1, "with a fence above the first holder's");
+  assert.ok(records[DONE.fenceLow] + records[DONE.fenceHigh] * 2 ** 32 > 1, "with a fence above the first holder's");
   assert.equal(h.isLocked('a'), true, 'held by the second waiter');
   assert.equal(h.release(slot) & 0xff, 0);
   assert.equal(h.isLocked('a'), false);

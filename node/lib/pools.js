@@ -1,0 +1,394 @@
+'use strict';
+// KeyPool and StripedLock: the same keyed API over any scope's keyed lock (in-process, shared
+// memory, Redis), and unlink() for a shared-memory region.
+
+const { inspect } = require('node:util');
+const native = require('./native.js');
+const { INFO } = require('./records.js');
+const { WOULD_BLOCK, TIMED_OUT, statusError, timeoutError, typeError, nativeCall, describe } = require('./errors.js');
+const { keyWhat } = require('./keys.js');
+const { NO_OPTIONS, parseOptions, makeOptions, checkFn, checkName, checkScope } = require('./options.js');
+const { holdOwner, dropOwner, ownerValue } = require('./owners.js');
+const { released, outcome } = require('./waiting.js');
+const { INTERNAL, ONE_KEY, KEYS, Guard, guardNow, runHolding } = require('./guard.js');
+
+// The native handle behind a KeyPool or StripedLock, for the subclasses and the LockManager.
+let handleOf;
+
+class KeyedLock {
+  #h;
+
+  static {
+    handleOf = (lock) => lock.#h;
+  }
+
+  #name;
+
+  constructor(h, name) {
+    this.#h = h;
+    // Kept as printed: a URL's password is never stored here.
+    this.#name = native.redactScopeName(name);
+  }
+
+  /**
+   * The name it was opened with ('local:' for one made in this process), a URL's password
+   * replaced by `***`.
+   */
+  get name() {
+    return this.#name;
+  }
+
+  [inspect.custom](depth, options, inspect) {
+    return `${this.constructor.name} ${inspect({ name: this.#name }, options)}`;
+  }
+
+  /**
+   * Waits for `key`; resolves to its guard. Options: `{ mode, lease, owner, timeout (ms),
+   * signal (AbortSignal) }`.
+   */
+  lock(key, opts) {
+    try {
+      return this.#lock(key, parseOptions(opts), false);
+    } catch (err) {
+      return Promise.reject(err);
+    }
+  }
+
+  #lock(key, o, tried) {
+    if (o.signal !== undefined && o.signal.aborted) return Promise.reject(o.signal.reason);
+    const h = this.#h;
+    let owner = 0;
+    const make = (slot, lo, hi, flags) => new Guard(INTERNAL, h, slot, lo, hi, flags, owner, ONE_KEY, key);
+    const what = () => keyWhat(key);
+    if (o.plain && !tried) {
+      // A free key is taken with a plain try, cheaper than starting a waiter.
+      const r = h.tryLock(key);
+      if (r > 0) return Promise.resolve(guardNow(h, r, 0, ONE_KEY, key));
+    }
+    if (o.owner !== undefined) owner = holdOwner(o.owner);
+    let r;
+    try {
+      r = o.timeout === 0 ? h.tryLockWith(key, o.mode, o.lease, owner) : h.lockAsync(key, o.mode, o.lease, owner);
+    } catch (err) {
+      dropOwner(owner);
+      throw err;
+    }
+    return outcome(r, make, what, o, owner);
+  }
+
+  /** Takes `key` now if it can be: a guard, or null. Options: `{ mode, lease, owner }`. */
+  tryLock(key, opts) {
+    const h = this.#h;
+    if (opts === undefined) {
+      const r = h.tryLock(key);
+      if (r > 0) return guardNow(h, r, 0, ONE_KEY, key);
+      if (r === -WOULD_BLOCK) return null;
+      throw statusError(-r, () => keyWhat(key));
+    }
+    const o = parseOptions(opts, true);
+    const owner = o.owner === undefined ? 0 : holdOwner(o.owner);
+    let r;
+    try {
+      r = h.tryLockWith(key, o.mode, o.lease, owner);
+    } catch (err) {
+      dropOwner(owner);
+      throw err;
+    }
+    if (r > 0) return guardNow(h, r, owner, ONE_KEY, key);
+    dropOwner(owner);
+    if (r === -WOULD_BLOCK) return null;
+    throw statusError(-r, () => keyWhat(key));
+  }
+
+  /**
+   * Blocks the calling thread until `key` is held (or `timeout` ms passed). Meant for worker
+   * threads: on the main thread it stops the event loop while it waits.
+   */
+  lockSync(key, opts) {
+    const o = parseOptions(opts, true);
+    const owner = o.owner === undefined ? 0 : holdOwner(o.owner);
+    let r;
+    try {
+      r = this.#h.lockSync(key, o.mode, o.lease, owner, o.timeout);
+    } catch (err) {
+      dropOwner(owner);
+      throw err;
+    }
+    if (r > 0) return guardNow(this.#h, r, owner, ONE_KEY, key);
+    dropOwner(owner);
+    if (-r === TIMED_OUT || (-r === WOULD_BLOCK && o.timeout === 0)) throw timeoutError(keyWhat(key), o.timeout);
+    throw statusError(-r, () => keyWhat(key));
+  }
+
+  /**
+   * Holds `key` while `fn(guard)` runs; returns (or rethrows) what `fn` returns (or throws).
+   * Options as for lock().
+   */
+  async withLock(key, fn, opts) {
+    checkFn(fn);
+    const h = this.#h;
+    let guard;
+    if (opts === undefined) {
+      // The fast path: a free key, no options.
+      const r = h.tryLock(key);
+      guard = r > 0 ? guardNow(h, r, 0, ONE_KEY, key) : await this.#lock(key, NO_OPTIONS, r === -WOULD_BLOCK);
+    } else {
+      guard = await this.#lock(key, parseOptions(opts), false);
+    }
+    let result;
+    try {
+      result = await fn(guard);
+    } catch (err) {
+      guard[Symbol.dispose]();
+      throw err;
+    }
+    guard.release();
+    return result;
+  }
+
+  #many(keys, o) {
+    if (!Array.isArray(keys)) throw typeError(`keys must be an array of keys, not ${describe(keys)}`);
+    if (Array.isArray(o.mode) && o.mode.length !== keys.length) {
+      throw typeError(`mode has ${o.mode.length} entries for ${keys.length} keys`);
+    }
+    return keys.slice();
+  }
+
+  /**
+   * Waits for all `keys` at once (deadlock-free); resolves to one guard for all of them.
+   * `mode` may be one mode for all keys or an array of one per key.
+   */
+  lockMany(keys, opts) {
+    try {
+      const o = parseOptions(opts, false, true);
+      const own = this.#many(keys, o);
+      if (o.signal !== undefined && o.signal.aborted) return Promise.reject(o.signal.reason);
+      const h = this.#h;
+      const owner = o.owner === undefined ? 0 : holdOwner(o.owner);
+      const make = (slot, lo, hi, flags) => new Guard(INTERNAL, h, slot, lo, hi, flags, owner, KEYS, own);
+      const what = () => `${own.length} keys`;
+      let r;
+      try {
+        r = o.timeout === 0 ? h.tryLockMany(own, o.mode, o.lease, owner) : h.lockManyAsync(own, o.mode, o.lease, owner);
+      } catch (err) {
+        dropOwner(owner);
+        throw err;
+      }
+      return outcome(r, make, what, o, owner);
+    } catch (err) {
+      return Promise.reject(err);
+    }
+  }
+
+  /** Takes all `keys` if all are free now (a guard), or none (null). */
+  tryLockMany(keys, opts) {
+    const o = parseOptions(opts, true, true);
+    const own = this.#many(keys, o);
+    const owner = o.owner === undefined ? 0 : holdOwner(o.owner);
+    let r;
+    try {
+      r = this.#h.tryLockMany(own, o.mode, o.lease, owner);
+    } catch (err) {
+      dropOwner(owner);
+      throw err;
+    }
+    if (r > 0) return guardNow(this.#h, r, owner, KEYS, own);
+    dropOwner(owner);
+    if (r === -WOULD_BLOCK) return null;
+    throw statusError(-r, `${own.length} keys`);
+  }
+
+  /** Blocks the calling thread until all `keys` are held (see lockSync). */
+  lockManySync(keys, opts) {
+    const o = parseOptions(opts, true, true);
+    const own = this.#many(keys, o);
+    const owner = o.owner === undefined ? 0 : holdOwner(o.owner);
+    let r;
+    try {
+      r = this.#h.lockManySync(own, o.mode, o.lease, owner, o.timeout);
+    } catch (err) {
+      dropOwner(owner);
+      throw err;
+    }
+    if (r > 0) return guardNow(this.#h, r, owner, KEYS, own);
+    dropOwner(owner);
+    if (-r === TIMED_OUT || (-r === WOULD_BLOCK && o.timeout === 0))
+      throw timeoutError(`${own.length} keys`, o.timeout);
+    throw statusError(-r, `${own.length} keys`);
+  }
+
+  /** Holds all `keys` while `fn(guard)` runs; returns (or rethrows) what `fn` returns (or throws). */
+  async withLockMany(keys, fn, opts) {
+    checkFn(fn);
+    return runHolding(await this.lockMany(keys, opts), fn);
+  }
+
+  /**
+   * Frees `key` whoever holds it (in either mode), advancing its fence: the holders' guards
+   * then release nothing (their release() throws KEYLOCK_NOT_OWNER). For a lock left behind.
+   * Whether it was held.
+   */
+  forceUnlock(key) {
+    const r = this.#h.forceUnlock(key);
+    if (r < 0) throw statusError(-r, () => keyWhat(key));
+    return (released(r) & 1) === 1;
+  }
+
+  /** Whether `key` is held now (a snapshot). */
+  isLocked(key) {
+    const r = this.#h.isLocked(key);
+    if (typeof r === 'boolean') return r;
+    throw statusError(-r, () => keyWhat(key));
+  }
+
+  /**
+   * Who holds `key` and how, a snapshot: `{ fence, mode, holders, holds, owner, leaseRemaining,
+   * waiters }`, or null when it is free.
+   */
+  info(key) {
+    const r = this.#h.info(key);
+    if (r === null) return null;
+    if (typeof r === 'number') throw statusError(-r, () => keyWhat(key));
+    const lease = r[INFO.leaseRemaining];
+    return {
+      fence: r[INFO.fence],
+      mode: r[INFO.shared] ? 'shared' : 'exclusive',
+      holders: r[INFO.holders],
+      holds: r[INFO.holds],
+      owner: ownerValue(r[INFO.owner]),
+      leaseRemaining: lease < 0 ? null : lease,
+      waiters: r[INFO.waiters],
+    };
+  }
+
+  /** Whether owners reenter (the lock was made with `reentrant: true`). */
+  get reentrant() {
+    return native.keyedMade(this.#h.handle).reentrant;
+  }
+
+  /** Whether every release hands the key to the next waiter in order (`fifo: true`). */
+  get fifo() {
+    return native.keyedMade(this.#h.handle).fifo;
+  }
+}
+
+/**
+ * An exact per-key lock: one entry per key held or waited for, freed when the last user leaves.
+ * Two different keys never block each other. Options: `{ reentrant, fifo }`.
+ */
+class KeyPool extends KeyedLock {
+  constructor(...args) {
+    if (args[0] === INTERNAL) {
+      super(args[1], args[2]);
+      return;
+    }
+    super(nativeCall(native.keyedOpen, 'local:', makeOptions(args[0])), 'local:');
+  }
+
+  /**
+   * The pool called `name`, the same in every worker thread of this process. Options given must
+   * agree with the existing pool's, if there is one (else KEYLOCK_SHARED_MISMATCH).
+   */
+  static shared(name, opts) {
+    checkName(name);
+    return new KeyPool(INTERNAL, nativeCall(native.keyedShared, name, false, makeOptions(opts)), name);
+  }
+
+  /**
+   * The pool that the lock name `name` names: 'local:' (or '') for a new in-process pool,
+   * 'shm:NAME' for one in shared memory, 'redis://HOST:PORT/DB' for one in Redis (each where this
+   * build of keylock has the scope: cargo features shm and redis). Options `{ reentrant, fifo,
+   * capacity }`; `capacity` sizes a shared-memory region this open creates.
+   */
+  static open(name, opts) {
+    checkScope(name);
+    return new KeyPool(INTERNAL, nativeCall(native.keyedOpen, name, makeOptions(opts)), name);
+  }
+
+  /** Keys held now: by anyone in the scope, or by this process where the scope cannot tell (Redis). */
+  get size() {
+    return nativeCall(native.keyedLen, handleOf(this).handle);
+  }
+
+  /**
+   * Counts, the same fields on every scope (null where the scope cannot tell): held, waiting,
+   * sharedHolds, heldHere, waitingHere, capacity, entriesInUse, entriesAllocated, peakInUse,
+   * contended.
+   */
+  stats() {
+    return nativeCall(native.keyedStats, handleOf(this).handle);
+  }
+}
+
+/**
+ * A fixed array of locks (stripes); each key maps to one. Fixed memory and one hash per lock,
+ * but two keys on the same stripe exclude each other.
+ */
+class StripedLock extends KeyedLock {
+  constructor(...args) {
+    if (args[0] === INTERNAL) {
+      super(args[1], args[2]);
+      return;
+    }
+    const opts = makeOptions(args[1], args[0] === undefined ? DEFAULT_STRIPES : args[0]);
+    super(nativeCall(native.keyedOpen, 'local:', opts), 'local:');
+  }
+
+  /**
+   * The striped lock called `name`, the same in every worker thread of this process. `stripes`
+   * (and the options) must agree with the existing lock's, after rounding up to a power of two,
+   * if there is one; omitted, it takes the existing lock's count, or 1024 for a new lock.
+   */
+  static shared(name, stripes, opts) {
+    checkName(name);
+    const made = makeOptions(opts, stripes);
+    return new StripedLock(INTERNAL, nativeCall(native.keyedShared, name, true, made), name);
+  }
+
+  /** The striped lock that `name` names (see KeyPool.open); `{ stripes, reentrant, fifo, capacity }`. */
+  static open(name, opts) {
+    checkScope(name);
+    const stripes = opts === undefined || opts === null ? undefined : opts.stripes;
+    const made = makeOptions(opts, stripes === undefined ? DEFAULT_STRIPES : stripes);
+    return new StripedLock(INTERNAL, nativeCall(native.keyedOpen, name, made), name);
+  }
+
+  /** The number of stripes (a power of two). */
+  get stripes() {
+    return native.keyedMade(handleOf(this).handle).stripes;
+  }
+
+  /** Stripes held now (keys that share a stripe count once). */
+  get size() {
+    return nativeCall(native.keyedLen, handleOf(this).handle);
+  }
+
+  /**
+   * Counts, on every scope: stripes, and the fields of KeyPool's stats() with stripes for keys
+   * (held: stripes held now; waiting: waiters queued).
+   */
+  stats() {
+    const s = nativeCall(native.keyedStats, handleOf(this).handle);
+    return { stripes: s.capacity, ...s };
+  }
+
+  /** The stripe `key` maps to (0 <= stripe < stripes; null if the scope does not say). */
+  stripeOf(key) {
+    return native.stripedStripeOf(handleOf(this).handle, key);
+  }
+}
+
+const DEFAULT_STRIPES = 1024;
+StripedLock.MAX_STRIPES = native.MAX_STRIPES;
+
+/**
+ * Removes the shared-memory region that `name` ('shm:NAME') names; whether it existed.
+ * Processes that have it open keep using it; the next open of the name makes a new, empty
+ * region. Any other name throws a KeylockError with code KEYLOCK_INVALID_ARGUMENT.
+ */
+function unlink(name) {
+  checkScope(name);
+  return nativeCall(native.unlink, name);
+}
+
+module.exports = { KeyedLock, KeyPool, StripedLock, handleOf, unlink };

@@ -1,0 +1,164 @@
+'use strict';
+// Waiting: native waiter ids become promises (timeouts, AbortSignal), and the completions the
+// addon reports settle them.
+//
+// An async start polls the core's future once. If that settles it, the start returns the slot
+// (or minus a status); otherwise it returns 0 with the waiter's id in the output buffer, and the
+// addon calls `drain()` on this thread when the waiter completes (see src/reactor.rs), which
+// reads the completions runReady wrote.
+
+const native = require('./native.js');
+const { OUTPUT, COMPLETION, COMPLETION_WORDS } = require('./records.js');
+const { KeylockError, WOULD_BLOCK, statusError, timeoutError } = require('./errors.js');
+const { MAX_TIMER } = require('./options.js');
+const { state, RECORDS_HELD } = require('./thread.js');
+const { dropOwner } = require('./owners.js');
+
+const { FLAG_FAILED, FLAG_STOLEN, FLAG_LOST, STATUS_SHIFT } = native;
+// Added to a release's status when it woke a waiter of this thread (served at once, below).
+const LOCAL_WAKE = native.LOCAL_WAKE;
+const OUT = state.out;
+const RECORDS = state.records;
+const waiters = state.waiters;
+
+const OUT_FENCE_LOW = OUTPUT.fenceLow;
+const OUT_FENCE_HIGH = OUTPUT.fenceHigh;
+const OUT_FLAGS = OUTPUT.flags;
+const OUT_WAITER = OUTPUT.waiter;
+const C_ID = COMPLETION.id;
+const C_SLOT = COMPLETION.slot;
+const C_FENCE_LOW = COMPLETION.fenceLow;
+const C_FENCE_HIGH = COMPLETION.fenceHigh;
+const C_FLAGS = COMPLETION.flags;
+
+// Polls this thread's woken waiters and settles those that completed. Settling resolves or
+// rejects promises and queues microtasks, and calls nothing that polls again, so the records
+// buffer stays as runReady wrote it while it is read.
+function drain() {
+  let n;
+  do {
+    n = runReady();
+    dispatch(RECORDS, n);
+  } while (n === RECORDS_HELD);
+}
+if (state.drain === null) state.drain = drain;
+
+function dispatch(records, n) {
+  for (let i = 0; i < n * COMPLETION_WORDS; i += COMPLETION_WORDS) {
+    const id = records[i + C_ID];
+    const slot = records[i + C_SLOT];
+    const flags = records[i + C_FLAGS];
+    if (slot === 0 && flags & FLAG_STOLEN) {
+      const req = state.requests.get(id);
+      if (req !== undefined) req.stolen();
+      continue;
+    }
+    if (slot === 0 && flags & FLAG_LOST) {
+      const lost = state.watched.get(id);
+      if (lost !== undefined) {
+        state.watched.delete(id);
+        lost();
+      }
+      continue;
+    }
+    const w = waiters.get(id);
+    if (w === undefined) continue;
+    waiters.delete(id);
+    if (w.timer !== undefined) clearTimeout(w.timer);
+    if (w.signal !== undefined) w.signal.removeEventListener('abort', w.onAbort);
+    if (flags & FLAG_FAILED) {
+      w.fail(new KeylockError('KEYLOCK_INTERNAL', 'keylock: a panic in the addon while waiting'));
+    } else if (slot === 0) {
+      // A failure's `fenceLow` word names its kept text.
+      w.fail(statusError(flags >>> STATUS_SHIFT, w.what, records[i + C_FENCE_LOW]));
+    } else {
+      w.granted(slot, records[i + C_FENCE_LOW], records[i + C_FENCE_HIGH], flags);
+    }
+  }
+}
+
+// The status of a release, after serving the waiter of this thread that it woke, if any: the
+// waiter's promise then resolves before the releasing call returns, as with a pure-JavaScript
+// lock, instead of on the event loop's next turn.
+const runReady = native.runReadyFunction();
+function released(status) {
+  if (status < LOCAL_WAKE) return status;
+  state.drain();
+  return status & (LOCAL_WAKE - 1);
+}
+
+// Cancels waiter `id` (still pending: the addon's table and ours agree) and fails it.
+function cancelWaiter(id, reason) {
+  const w = waiters.get(id);
+  if (w === undefined) return;
+  waiters.delete(id);
+  native.cancel(id);
+  if (w.timer !== undefined) clearTimeout(w.timer);
+  if (w.signal !== undefined) w.signal.removeEventListener('abort', w.onAbort);
+  w.fail(typeof reason === 'function' ? reason() : reason);
+}
+
+// The id of the waiter an async start just began (its result was 0).
+function startedWaiter() {
+  return OUT[OUT_WAITER];
+}
+
+// The flags of the acquisition a call just made (its result was a slot).
+function acquiredFlags() {
+  return OUT[OUT_FLAGS];
+}
+
+// Waits for waiter `id`: `w` is `{ granted(slot, lo, hi, flags), fail(err), what, timer,
+// signal, onAbort }`, settled by its completion.
+function track(id, w) {
+  waiters.set(id, w);
+}
+
+// Stops waiting for waiter `id`, which the addon then cancels; `w.fail` is not called.
+function untrack(id) {
+  waiters.delete(id);
+  native.cancel(id);
+}
+
+// The promise of the waiter just started. `make(slot, lo, hi, flags)` builds what it resolves
+// to; `onFail()` undoes the caller's bookkeeping (an owner in use).
+function waitFor(make, what, timeout, signal, onFail) {
+  const id = OUT[OUT_WAITER];
+  return new Promise((resolve, reject) => {
+    const w = {
+      granted: (slot, lo, hi, flags) => resolve(make(slot, lo, hi, flags)),
+      fail: (e) => {
+        onFail();
+        reject(e);
+      },
+      what,
+      timer: undefined,
+      signal: undefined,
+      onAbort: undefined,
+    };
+    waiters.set(id, w);
+    if (timeout !== undefined && timeout <= MAX_TIMER) {
+      w.timer = setTimeout(() => cancelWaiter(id, () => timeoutError(what, timeout)), timeout);
+    }
+    if (signal !== undefined) {
+      w.signal = signal;
+      w.onAbort = () => cancelWaiter(id, signal.reason);
+      signal.addEventListener('abort', w.onAbort, { once: true });
+    }
+  });
+}
+
+// An acquire's outcome. `r` is what the native call returned: a slot, minus a status, or 0 for
+// a waiter (async starts). The fence and flags of a slot are in the output buffer now.
+function outcome(r, make, what, o, owner) {
+  if (r > 0) return Promise.resolve(make(r, OUT[OUT_FENCE_LOW], OUT[OUT_FENCE_HIGH], OUT[OUT_FLAGS]));
+  if (r < 0) {
+    dropOwner(owner);
+    const status = -r;
+    if (status === WOULD_BLOCK && o.timeout === 0) return Promise.reject(timeoutError(what, 0));
+    return Promise.reject(statusError(status, what));
+  }
+  return waitFor(make, what, o.timeout, o.signal, () => dropOwner(owner));
+}
+
+module.exports = { released, outcome, startedWaiter, acquiredFlags, track, untrack };
