@@ -43,6 +43,7 @@ mod local;
 mod lost;
 mod open;
 mod pool;
+mod redact;
 #[cfg(feature = "redis")]
 pub mod redis;
 mod rwlock;
@@ -61,7 +62,8 @@ pub use acquisition::{Acquisition, LockInfo, LockOptions, Mode, Owner, Wait};
 pub use error::{Error, Result};
 pub use guard::KeyedGuard;
 pub use lost::{Lost, LostSignal};
-pub use open::{open, open_with, redact_scope_name};
+pub use open::{open, open_with};
+pub use redact::redact_scope_name;
 pub use scope::{KeySpace, KeyedLock, LockKey, OpenOptions};
 pub use stats::ScopeStats;
 pub use status::Status;

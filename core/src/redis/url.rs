@@ -20,7 +20,7 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
-use crate::open::redact_scope_name;
+use crate::redact::redact_scope_name;
 
 /// A parsed Redis scope URL. See the [module docs](self).
 #[derive(Clone, PartialEq, Eq)]
