@@ -6,10 +6,16 @@
 #                    sources for a build on platforms without a binary) and
 #                    @keylock/keylock-linux-x64-gnu (the binary)
 #   make dist-c      keylock-V-linux-x86_64.tar.gz: lib/ (libkeylock.so.V, its SONAME and dev
-#                    links, libkeylock.a), include/, lib/pkgconfig/keylock.pc (relocatable)
+#                    links, libkeylock.a), include/, lib/pkgconfig/keylock.pc (relocatable),
+#                    README.md and the license files
 #   make dist-rust   keylock-core-V.crate (cargo package --locked, which builds it)
 #   make test-dist   installs each from dist/ into a fresh venv, npm project and C build, with
 #                    no cargo or rustc on PATH (part of make test)
+#
+# Every artifact carries LICENSE-MIT, LICENSE-APACHE and THIRD-PARTY-NOTICES: the licenses of the
+# third-party crates it builds from, which its binaries link statically. A pinned cargo-about
+# writes the notices on each make dist (dist-notices), one per artifact's crate, from the crates'
+# own license files in cargo's registry (.ci/dist/about.toml, .ci/dist/notices.hbs).
 #
 # Every binary is linked by zig against glibc 2.17's symbols (cargo-zigbuild; maturin --zig), so
 # it loads on any x86-64 Linux with glibc 2.17 or later (manylinux2014), whatever glibc the
@@ -17,7 +23,7 @@
 # wheel, the crate, the .so and keylock_version() take it from cargo, and stage-node.js and the
 # tests fail when a package.json under node/ says otherwise.
 
-.PHONY: dist dist-py dist-node dist-c dist-rust dist-tools test-dist
+.PHONY: dist dist-py dist-node dist-c dist-rust dist-tools dist-notices test-dist
 
 TEST_TARGETS += test-dist
 
@@ -49,10 +55,51 @@ $(DIST_TOOLS_STAMP): requirements-dist.txt $(VENV)/.stamp
 dist: dist-py dist-node dist-c dist-rust
 	@echo "dist: $(DIST_DIR)"; ls -1 $(DIST_DIR)
 
+# ---- third-party notices -----------------------------------------------------------------------
+
+# cargo-about, pinned as cbindgen is (mk/c.mk), into the same folder. Its release profile asks for
+# LTO, turned off here: it only lengthens the one-time build of a tool that runs for seconds.
+CARGO_ABOUT_VERSION := 0.8.4
+CARGO_ABOUT_ROOT := $(ROOT)/build/tools
+CARGO_ABOUT := $(CARGO_ABOUT_ROOT)/bin/cargo-about
+CARGO_ABOUT_STAMP := $(CARGO_ABOUT_ROOT)/.cargo-about-$(CARGO_ABOUT_VERSION)
+$(CARGO_ABOUT_STAMP):
+	CARGO_PROFILE_RELEASE_LTO=false $(CARGO) install --locked --force --version $(CARGO_ABOUT_VERSION) \
+		--root $(CARGO_ABOUT_ROOT) cargo-about
+	touch $@
+
+# Where each artifact's notices go: the crate's and the wheel's into their crate folders (cargo
+# package and maturin take only files from there; both are ignored by git), the npm packages' and
+# the C tarball's under build/dist/.
+NOTICES := THIRD-PARTY-NOTICES
+CORE_NOTICES := $(ROOT)/core/$(NOTICES)
+PY_NOTICES := $(ROOT)/py/$(NOTICES)
+NODE_NOTICES := $(DIST_STAGE)/notices/node/$(NOTICES)
+C_NOTICES := $(DIST_STAGE)/notices/c/$(NOTICES)
+
+# $(call third_party_notices,Cargo.toml,output[,cargo-about options]): the notices for the crates
+# that one package builds from, with the features its artifact is built with. --frozen: from
+# Cargo.lock as it is, and from local files only (the crates' sources, which dist-notices fetches
+# first), so that the same tree makes the same notices. --fail: a crate whose license cannot be
+# determined, or is not accepted, fails the build. The output is written whole or not at all.
+define third_party_notices
+	@mkdir -p $(dir $(2))
+	$(CARGO_ABOUT) generate --frozen --fail -c .ci/dist/about.toml -m $(1) $(3) -o $(2).tmp \
+		.ci/dist/notices.hbs
+	mv $(2).tmp $(2)
+endef
+
+dist-notices: $(CARGO_ABOUT_STAMP)
+	$(CARGO) fetch --locked --quiet --target $(DIST_TRIPLE)
+	$(call third_party_notices,core/Cargo.toml,$(CORE_NOTICES),--all-features)
+	$(call third_party_notices,py/Cargo.toml,$(PY_NOTICES))
+	$(call third_party_notices,node/Cargo.toml,$(NODE_NOTICES))
+	$(call third_party_notices,ffi-c/Cargo.toml,$(C_NOTICES))
+
 # ---- Python ------------------------------------------------------------------------------------
 
 # --auditwheel check: the build fails unless the wheel meets the policy it is tagged with.
-dist-py: $(DIST_TOOLS_STAMP)
+dist-py: $(DIST_TOOLS_STAMP) dist-notices
 	@mkdir -p $(DIST_DIR)
 	rm -f $(DIST_DIR)/keylock_py-*
 	$(DIST_ENV) $(VENV)/bin/maturin build --locked --quiet --profile dist --target $(DIST_TRIPLE) \
@@ -64,14 +111,14 @@ dist-py: $(DIST_TOOLS_STAMP)
 # cargo package makes the sources the main package carries for its build from source (the
 # keylock-node crate, and keylock-core for vendor/); it builds nothing, and packs into a folder of
 # its own so that it never races dist-rust.
-dist-node: $(DIST_TOOLS_STAMP)
+dist-node: $(DIST_TOOLS_STAMP) dist-notices
 	@mkdir -p $(DIST_DIR)
 	$(ZIGBUILD) -p keylock-node
 	$(CARGO) package --locked --allow-dirty --no-verify --quiet -p keylock-core -p keylock-node \
 		--target-dir $(DIST_STAGE)/cargo
 	rm -f $(DIST_DIR)/keylock-keylock-*.tgz
 	node .ci/dist/stage-node.js --version $(DIST_VERSION) --crates $(DIST_STAGE)/cargo/package \
-		--stage $(DIST_STAGE)/node --out $(DIST_DIR) \
+		--notices $(NODE_NOTICES) --stage $(DIST_STAGE)/node --out $(DIST_DIR) \
 		--binary linux-x64-gnu=$(DIST_BIN)/libkeylock_node.so
 
 # ---- C -----------------------------------------------------------------------------------------
@@ -81,7 +128,7 @@ dist-node: $(DIST_TOOLS_STAMP)
 # debug sections stripped from the archive (the .so is stripped by the dist profile).
 dist-c: FFI_LIB := $(DIST_BIN)/libkeylock
 dist-c: DESTDIR :=
-dist-c: $(DIST_TOOLS_STAMP)
+dist-c: $(DIST_TOOLS_STAMP) dist-notices
 	@mkdir -p $(DIST_DIR)
 	$(ZIGBUILD) -p keylock-ffi
 	rm -rf $(DIST_STAGE)/c && mkdir -p $(C_DIST_STAGE)
@@ -91,6 +138,7 @@ dist-c: $(DIST_TOOLS_STAMP)
 		ffi-c/keylock.pc.in > $(C_DIST_STAGE)/lib/pkgconfig/keylock.pc
 	strip --strip-debug $(C_DIST_STAGE)/lib/libkeylock.a
 	install -m 0644 ffi-c/README.dist.md $(C_DIST_STAGE)/README.md
+	install -m 0644 LICENSE-MIT LICENSE-APACHE $(C_NOTICES) $(C_DIST_STAGE)/
 	rm -f $(DIST_DIR)/keylock-*-linux-x86_64.tar.gz
 	tar --sort=name --owner=0 --group=0 --numeric-owner --mtime=@$(DIST_EPOCH) \
 		-C $(DIST_STAGE)/c -cf - $(C_DIST_NAME) | gzip -9n > $(DIST_DIR)/$(C_DIST_NAME).tar.gz
@@ -99,7 +147,7 @@ dist-c: $(DIST_TOOLS_STAMP)
 
 # --allow-dirty: make dist and make test run in a working tree with edits; `cargo publish`
 # checks for a clean tree itself.
-dist-rust:
+dist-rust: dist-notices
 	@mkdir -p $(DIST_DIR)
 	$(CARGO) package --locked --allow-dirty -p keylock-core
 	rm -f $(DIST_DIR)/keylock-core-*.crate

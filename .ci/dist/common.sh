@@ -50,3 +50,32 @@ check_glibc() {
 		fail "$1 needs glibc $newest, newer than $DIST_GLIBC"
 	say "$(basename "$1"): newest glibc symbol $newest (at most $DIST_GLIBC)"
 }
+
+# The version of crate NAME that Cargo.lock pins (the first, if it pins several).
+locked_version() {
+	awk -v want="\"$1\"" '$1 == "name" && $3 == want { getline; gsub(/"/, "", $3); print $3; exit }' "$ROOT/Cargo.lock"
+}
+
+# The license files every artifact carries, in FOLDER (where the artifact's files were unpacked
+# or installed): LICENSE-MIT and LICENSE-APACHE equal to the repository's, and THIRD-PARTY-NOTICES
+# naming each LINKED crate at the version Cargo.lock pins (crates the artifact's binary links, or
+# would link when built from it) and no crate the build only uses for tests or benchmarks.
+check_licenses() { # folder artifact-name linked-crate...
+	local dir=$1 what=$2 name version
+	shift 2
+	for name in LICENSE-MIT LICENSE-APACHE; do
+		[[ -f $dir/$name ]] || fail "$what has no $name"
+		cmp -s "$dir/$name" "$ROOT/$name" || fail "$what's $name is not the repository's"
+	done
+	local notices=$dir/THIRD-PARTY-NOTICES
+	[[ -f $notices ]] || fail "$what has no THIRD-PARTY-NOTICES"
+	for name in "$@"; do
+		version=$(locked_version "$name")
+		[[ -n $version ]] || fail "Cargo.lock pins no $name"
+		grep -qE "^  $name $version( |\$)" "$notices" || fail "$what's THIRD-PARTY-NOTICES does not name $name $version"
+	done
+	for name in criterion proptest; do
+		if grep -qE "^  $name " "$notices"; then fail "$what's THIRD-PARTY-NOTICES names $name, a test-only crate"; fi
+	done
+	say "$what: LICENSE-MIT, LICENSE-APACHE, THIRD-PARTY-NOTICES (names $*)"
+}

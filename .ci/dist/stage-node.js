@@ -13,16 +13,25 @@
 // The published name is napi.packageName; in the repository the package is `keylock`, the name
 // its tests import it by.
 //
-//   node stage-node.js --version V --crates DIR --stage DIR --out DIR --binary PLATFORM=FILE...
+//   node stage-node.js --version V --crates DIR --notices FILE --stage DIR --out DIR \
+//     --binary PLATFORM=FILE...
 //
 // --crates holds keylock-core-V.crate and keylock-node-V.crate. Every package gets version V
-// (the workspace version): a package.json under node/ that says otherwise is an error.
+// (the workspace version): a package.json under node/ that says otherwise is an error. Every
+// package carries the repository's LICENSE-MIT and LICENSE-APACHE, and --notices (cargo-about's
+// THIRD-PARTY-NOTICES for the keylock-node crate) as THIRD-PARTY-NOTICES: each must be in its
+// package.json's "files".
 
 const { spawnSync } = require('node:child_process');
 const fs = require('node:fs');
 const path = require('node:path');
 
-const NODE_DIR = path.resolve(__dirname, '..', '..', 'node');
+const ROOT = path.resolve(__dirname, '..', '..');
+const NODE_DIR = path.join(ROOT, 'node');
+// The files every package carries beside its own, and where each comes from (--notices is read
+// in main()).
+const LICENSE_FILES = ['LICENSE-MIT', 'LICENSE-APACHE'];
+const NOTICES_FILE = 'THIRD-PARTY-NOTICES';
 
 // napi-rs's platform names for the Rust targets one would ship.
 const PLATFORMS = {
@@ -52,13 +61,13 @@ function parseArgs(argv) {
       const eq = value.indexOf('=');
       if (eq < 0) fail(`--binary takes PLATFORM=FILE, not ${value}`);
       args.binary[value.slice(0, eq)] = path.resolve(value.slice(eq + 1));
-    } else if (['--version', '--crates', '--stage', '--out'].includes(flag)) {
+    } else if (['--version', '--crates', '--notices', '--stage', '--out'].includes(flag)) {
       args[flag.slice(2)] = flag === '--version' ? value : path.resolve(value);
     } else {
       fail(`unknown option ${flag}`);
     }
   }
-  for (const need of ['version', 'crates', 'stage', 'out']) if (!args[need]) fail(`--${need} is required`);
+  for (const need of ['version', 'crates', 'notices', 'stage', 'out']) if (!args[need]) fail(`--${need} is required`);
   return args;
 }
 
@@ -90,6 +99,16 @@ function unpackCrate(crates, name, version, into) {
   return path.join(into, `${name}-${version}`);
 }
 
+// Copies the license texts and the third-party notices into a staged package, and fails unless
+// its package.json's "files" lists them (npm packs only what "files" names).
+function addLicenses(dir, notices, files, where) {
+  for (const name of LICENSE_FILES) fs.copyFileSync(path.join(ROOT, name), path.join(dir, name));
+  fs.copyFileSync(notices, path.join(dir, NOTICES_FILE));
+  for (const name of [...LICENSE_FILES, NOTICES_FILE]) {
+    if (!files.includes(name)) fail(`${where} does not list ${name} in "files"`);
+  }
+}
+
 // npm pack DIR into OUT; returns the tarball's name and its file list.
 function pack(dir, out) {
   const json = run('npm', ['pack', '--json', '--pack-destination', out], { cwd: dir });
@@ -104,6 +123,7 @@ function main() {
   if (manifest.version !== version) {
     fail(`node/package.json has version ${manifest.version}, the workspace ${version}: make them agree`);
   }
+  if (!fs.existsSync(args.notices)) fail(`${args.notices} is missing (cargo-about makes it)`);
   const napi = manifest.napi || {};
   const targets = napi.targets || [];
   if (targets.length === 0) fail('node/package.json lists no napi.targets');
@@ -134,8 +154,11 @@ function main() {
     copy(src, dir);
     fs.copyFileSync(binary, path.join(dir, file));
     fs.chmodSync(path.join(dir, file), 0o755);
+    addLicenses(dir, args.notices, pkg.files, `node/npm/${platform}/package.json`);
     const packed = pack(dir, args.out);
-    if (!packed.files.includes(file)) fail(`${packed.file} lacks ${file}`);
+    for (const need of [file, ...LICENSE_FILES, NOTICES_FILE]) {
+      if (!packed.files.includes(need)) fail(`${packed.file} lacks ${need}`);
+    }
     optional[name] = version;
     console.log(`stage-node: ${packed.file} (${target})`);
   }
@@ -149,9 +172,11 @@ function main() {
   const dir = path.join(args.stage, 'main');
   fs.mkdirSync(dir);
   const fromCrates = new Set(['Cargo.toml', 'Cargo.lock', 'build.rs', 'src/', 'vendor/']);
+  const fromRoot = new Set([...LICENSE_FILES, NOTICES_FILE]);
   for (const entry of [...manifest.files, 'README.md']) {
-    if (!fromCrates.has(entry)) copy(path.join(NODE_DIR, entry), path.join(dir, entry));
+    if (!fromCrates.has(entry) && !fromRoot.has(entry)) copy(path.join(NODE_DIR, entry), path.join(dir, entry));
   }
+  addLicenses(dir, args.notices, manifest.files, 'node/package.json');
   const unpacked = path.join(args.stage, 'crates');
   const nodeCrate = unpackCrate(args.crates, 'keylock-node', version, unpacked);
   const coreCrate = unpackCrate(args.crates, 'keylock-core', version, unpacked);
@@ -183,7 +208,16 @@ function main() {
   delete pkg.private;
   writeJson(path.join(dir, 'package.json'), pkg);
   const packed = pack(dir, args.out);
-  for (const need of ['package.json', 'index.js', 'binding.js', 'install.js', 'Cargo.toml', 'vendor/keylock-core/src/lib.rs']) {
+  for (const need of [
+    'package.json',
+    'index.js',
+    'binding.js',
+    'install.js',
+    'Cargo.toml',
+    'vendor/keylock-core/src/lib.rs',
+    ...LICENSE_FILES,
+    NOTICES_FILE,
+  ]) {
     if (!packed.files.includes(need)) fail(`${packed.file} lacks ${need}`);
   }
   if (packed.files.some((f) => f.endsWith('.node'))) fail(`${packed.file} carries a binary`);

@@ -1,5 +1,5 @@
 # The C tarball in dist/: its layout (versioned .so with SONAME, SONAME and dev links, .a,
-# headers, keylock.pc), then, unpacked and moved elsewhere (keylock.pc must follow), with no Rust
+# headers, keylock.pc, the license texts and the third-party notices), then, unpacked and moved elsewhere (keylock.pc must follow), with no Rust
 # on PATH: C and C++ programs built with pkg-config's flags only, run, shared and static.
 source "$(dirname "$0")/common.sh"
 
@@ -11,7 +11,7 @@ listing=$(tar -tvzf "$tarball")
 for want in "$name/lib/$so" "$name/lib/libkeylock.so.$KEYLOCK_MAJOR -> $so" \
 	"$name/lib/libkeylock.so -> libkeylock.so.$KEYLOCK_MAJOR" "$name/lib/libkeylock.a" \
 	"$name/include/keylock.h" "$name/include/keylock.hpp" "$name/lib/pkgconfig/keylock.pc" \
-	"$name/README.md"; do
+	"$name/README.md" "$name/LICENSE-MIT" "$name/LICENSE-APACHE" "$name/THIRD-PARTY-NOTICES"; do
 	grep -qF -- " $want" <<<"$listing" || fail "$(basename "$tarball") lacks $want"
 done
 if grep -v " $name/" <<<"$listing"; then fail "entries outside $name/"; fi
@@ -21,6 +21,7 @@ tar -xzf "$tarball" -C "$WORK/unpacked"
 mv "$WORK/unpacked/$name" "$WORK/elsewhere/"
 prefix="$WORK/elsewhere/$name"
 lib="$prefix/lib"
+check_licenses "$prefix" "$(basename "$tarball")" parking_lot lock_api redis ring
 
 readelf -d "$lib/$so" | grep -q "SONAME.*\[libkeylock\.so\.$KEYLOCK_MAJOR\]" || fail "$so has no SONAME libkeylock.so.$KEYLOCK_MAJOR"
 check_glibc "$lib/$so"

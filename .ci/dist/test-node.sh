@@ -2,15 +2,22 @@
 # linux-x64-gnu package with no Rust on PATH, loads the prebuilt binary (nothing is built), and
 # locks, from CommonJS, ESM and a worker thread (also with install scripts off). Without the per-platform package (as on a
 # platform that has none) the install says it builds from source and fails clearly when cargo is
-# missing, and with cargo it builds from the sources the main package carries, and works.
+# missing, and with cargo it builds from the sources the main package carries, and works. Both
+# packages carry the license texts and the third-party notices.
 source "$(dirname "$0")/common.sh"
 
 main=$(dist_file "keylock-keylock-$KEYLOCK_VERSION.tgz")
 platform=$(dist_file "keylock-keylock-linux-x64-gnu-$KEYLOCK_VERSION.tgz")
 NPM=(npm --no-audit --no-fund --no-update-notifier)
 
-tar -xzf "$platform" -C "$WORK" package/keylock_node.linux-x64-gnu.node
-check_glibc "$WORK/package/keylock_node.linux-x64-gnu.node"
+# Both packages carry the license texts and the notices of the crates the binary links (the main
+# package's build from source links the same).
+mkdir "$WORK/platform-package" "$WORK/main-package"
+tar -xzf "$platform" -C "$WORK/platform-package"
+tar -xzf "$main" -C "$WORK/main-package"
+check_glibc "$WORK/platform-package/package/keylock_node.linux-x64-gnu.node"
+check_licenses "$WORK/platform-package/package" "$(basename "$platform")" parking_lot lock_api napi redis ring
+check_licenses "$WORK/main-package/package" "$(basename "$main")" parking_lot lock_api napi redis ring
 
 new_project() { # folder
 	mkdir -p "$1"

@@ -1,6 +1,8 @@
 # The Python wheel and sdist in dist/: the wheel meets manylinux_2_17 (auditwheel), installs
 # into a fresh venv with no Rust on PATH and no index (so nothing can be built), imports, locks
-# and runs both bank demos; the sdist builds a working wheel from source, as pip does it.
+# and runs both bank demos; the sdist builds a working wheel from source, as pip does it. The
+# wheel (in .dist-info/licenses/), the sdist and the wheel built from it carry the license texts
+# and the third-party notices.
 source "$(dirname "$0")/common.sh"
 
 wheel=$(dist_file "keylock_py-$KEYLOCK_VERSION-cp310-abi3-manylinux*_x86_64.whl")
@@ -15,6 +17,12 @@ grep -q 'is consistent with the following platform tag: "manylinux_2_17_x86_64"'
 mkdir "$WORK/unzipped"
 python3 -m zipfile -e "$wheel" "$WORK/unzipped"
 check_glibc "$WORK/unzipped/keylock/_keylock.abi3.so"
+LINKED=(parking_lot lock_api pyo3 redis ring)
+check_licenses "$WORK/unzipped/keylock_py-$KEYLOCK_VERSION.dist-info/licenses" "$(basename "$wheel")" "${LINKED[@]}"
+mkdir "$WORK/sdist-unpacked"
+tar -xzf "$sdist" -C "$WORK/sdist-unpacked"
+# Beside the sdist's PKG-INFO, where its License-File fields point.
+check_licenses "$WORK/sdist-unpacked/keylock_py-$KEYLOCK_VERSION" "$(basename "$sdist")" "${LINKED[@]}"
 
 # The smoke test, run from a folder outside the repository so that only the installed package
 # can be imported.
@@ -64,6 +72,10 @@ python3 -m venv "$WORK/sdist-venv"
 CARGO_TARGET_DIR="$TARGET_DIR/dist-sdist" "$WORK/sdist-venv/bin/pip" wheel --quiet --no-deps \
 	-w "$WORK/sdist-wheel" "$sdist"
 "$WORK/sdist-venv/bin/pip" install --quiet --no-index "$WORK"/sdist-wheel/*.whl
+mkdir "$WORK/sdist-wheel-unzipped"
+python3 -m zipfile -e "$WORK"/sdist-wheel/*.whl "$WORK/sdist-wheel-unzipped"
+check_licenses "$WORK/sdist-wheel-unzipped/keylock_py-$KEYLOCK_VERSION.dist-info/licenses" \
+	"the wheel built from $(basename "$sdist")" "${LINKED[@]}"
 install_and_run "$WORK/sdist-venv"
 
 no_rust

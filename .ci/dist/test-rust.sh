@@ -1,5 +1,5 @@
-# The crate in dist/: only the library's sources and its README (no tests, benchmarks or
-# workspace files), and its doc tests (the README's examples) pass in the unpacked crate, built
+# The crate in dist/: only the library's sources, its README, the license texts and the
+# third-party notices (no tests, benchmarks or workspace files), and its doc tests (the README's examples) pass in the unpacked crate, built
 # on its own with its own lock file. The repository README's Rust examples must be the crate
 # README's, so that the doc tests cover them too.
 source "$(dirname "$0")/common.sh"
@@ -7,7 +7,7 @@ source "$(dirname "$0")/common.sh"
 crate=$(dist_file "keylock-core-$KEYLOCK_VERSION.crate")
 top="keylock-core-$KEYLOCK_VERSION"
 files=$(tar -tzf "$crate" | sed "s|^$top/||" | sort)
-unexpected=$(grep -vE '^(src/.*\.rs|build\.rs|README\.md|Cargo\.toml|Cargo\.toml\.orig|Cargo\.lock|\.cargo_vcs_info\.json)$' <<<"$files" || true)
+unexpected=$(grep -vE '^(src/.*\.rs|build\.rs|README\.md|LICENSE-MIT|LICENSE-APACHE|THIRD-PARTY-NOTICES|Cargo\.toml|Cargo\.toml\.orig|Cargo\.lock|\.cargo_vcs_info\.json)$' <<<"$files" || true)
 [[ -z $unexpected ]] || fail "$(basename "$crate") carries $(tr '\n' ' ' <<<"$unexpected")"
 grep -qx 'README.md' <<<"$files" || fail "$(basename "$crate") has no README.md"
 
@@ -16,6 +16,8 @@ diff -u <(sed -n '/^## Rust$/,/^## /p' "$ROOT/README.md" | rust_blocks /dev/stdi
 	fail "README.md's Rust examples differ from core/README.md's (the doc-tested ones): make them agree"
 
 tar -xzf "$crate" -C "$WORK"
+# With every feature: the notices name the optional dependencies too.
+check_licenses "$WORK/$top" "$(basename "$crate")" parking_lot lock_api redis ring
 say "doc tests of the unpacked crate"
 (cd "$WORK/$top" && CARGO_TARGET_DIR="$TARGET_DIR/dist-crate" cargo test --locked --doc -q)
-say "ok: $(basename "$crate") holds the library and its README, and its doc tests pass"
+say "ok: $(basename "$crate") holds the library, its README and licenses, and its doc tests pass"
