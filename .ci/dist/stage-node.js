@@ -211,6 +211,8 @@ function main() {
   for (const need of [
     'package.json',
     'index.js',
+    'lib/pools.js',
+    'lib/web-locks.js',
     'binding.js',
     'install.js',
     'Cargo.toml',
