@@ -18,6 +18,7 @@ use crate::acquisition::{Acquisition, LockInfo, LockOptions, Mode, Owner, Wait, 
 use crate::entry::{Hold, Policy, lease_end};
 use crate::error::{Error, Result};
 use crate::hash::{DefaultHashBuilder, hash_of, random, seeded};
+use crate::many;
 use crate::site::{self, RawLock, RawSite, plain};
 
 pub use future::{StripeAcquireFuture, StripeLockFuture, StripesAcquireFuture, StripesLockFuture};
@@ -599,26 +600,16 @@ impl StripedLock {
         base: Want,
         wait: Wait,
     ) -> Result<Vec<(usize, Hold, Option<Instant>)>> {
-        let wait = match wait {
-            Wait::For(d) => Wait::Until(
-                Instant::now()
-                    .checked_add(d)
-                    .unwrap_or_else(|| Instant::now() + Duration::from_secs(1 << 40)),
-            ),
-            w => w,
-        };
-        let mut held = Vec::with_capacity(stripes.len());
-        for (stripe, mode) in stripes {
+        let wait = many::one_deadline(wait);
+        let take = |&(stripe, mode): &(usize, Mode)| {
             let want = Want { mode, ..base };
-            match site::acquire(&self.site(stripe), &want, wait) {
-                Ok(grant) => held.push((stripe, Hold::of(&want, grant), grant.lease_until)),
-                Err(e) => {
-                    self.release_holds(&held);
-                    return Err(e);
-                }
-            }
-        }
-        Ok(held)
+            let grant = site::acquire(&self.site(stripe), &want, wait)?;
+            Ok((stripe, Hold::of(&want, grant), grant.lease_until))
+        };
+        let give_back = |(stripe, hold, _): (usize, Hold, Option<Instant>)| {
+            let _ = site::release(&self.site(stripe), &hold);
+        };
+        many::take_all(&stripes, take, give_back).map_err(|failed| failed.error)
     }
 
     /// Releases stripes taken by this caller, newest first; one whose acquisition is no longer
@@ -802,12 +793,12 @@ impl StripedLock {
     }
 }
 
-/// Stripes sorted and deduplicated: the one order every multi-key acquire uses. Exclusive
-/// sorts before Shared, so the dedup keeps the strongest mode of each stripe.
-fn canonical(mut stripes: Vec<(usize, Mode)>) -> Vec<(usize, Mode)> {
-    stripes.sort_unstable();
-    stripes.dedup_by_key(|&mut (s, _)| s);
-    stripes
+/// Stripes in the canonical plan: ascending, each once with the strongest mode asked of it.
+fn canonical(stripes: Vec<(usize, Mode)>) -> Vec<(usize, Mode)> {
+    many::plan(stripes.into_iter().map(|(s, m)| (s, (), m)))
+        .into_iter()
+        .map(|step| (step.lock, step.mode))
+        .collect()
 }
 
 /// The entry's view of an acquisition record, released on behalf of `owner`.
