@@ -314,6 +314,18 @@ fn sum(a: PoolStats, b: PoolStats) -> PoolStats {
     }
 }
 
+/// The plan of a multi-key acquire on a striped lock: its stripes in the canonical order (each
+/// once, in the strongest mode asked of it), and for each the position of the first key on it.
+fn stripe_plan(
+    locks: &StripedLock,
+    keys: &[(LockKey<'_>, Mode)],
+) -> (Vec<(usize, Mode)>, Vec<usize>) {
+    many::plan(keys.iter().map(|(k, m)| (locks.stripe_of_key(*k), (), *m)))
+        .into_iter()
+        .map(|step| ((step.lock, step.mode), step.first))
+        .unzip()
+}
+
 impl KeyedLock for StripedLock {
     #[inline]
     fn acquire(&self, key: LockKey<'_>, opts: &LockOptions) -> Result<Acquisition> {
@@ -337,13 +349,9 @@ impl KeyedLock for StripedLock {
         keys: &[(LockKey<'_>, Mode)],
         opts: &LockOptions,
     ) -> Result<Vec<Acquisition>> {
-        let stripes: Vec<(usize, Mode)> = keys
-            .iter()
-            .map(|(k, m)| (self.stripe_of_key(*k), *m))
-            .collect();
-        let ats: Vec<Option<u64>> = stripes.iter().map(|&(s, _)| Some(s as u64)).collect();
+        let (stripes, firsts) = stripe_plan(self, keys);
         let acqs = self.lock_stripes(stripes, *opts)?.into_acquisitions();
-        Ok(many::in_key_order_of_places(&ats, acqs))
+        Ok(many::in_key_order(firsts.into_iter().zip(acqs).collect()))
     }
 
     fn acquire_many_async(
@@ -351,17 +359,11 @@ impl KeyedLock for StripedLock {
         keys: &[(LockKey<'_>, Mode)],
         opts: &LockOptions,
     ) -> AcquireManyFuture {
-        let stripes: Vec<(usize, Mode)> = keys
-            .iter()
-            .map(|(k, m)| (self.stripe_of_key(*k), *m))
-            .collect();
-        let ats: Vec<Option<u64>> = stripes.iter().map(|&(s, _)| Some(s as u64)).collect();
+        let (stripes, firsts) = stripe_plan(&self, keys);
         let fut = self.lock_stripes_async_owned(stripes, *opts);
         Box::pin(async move {
-            Ok(many::in_key_order_of_places(
-                &ats,
-                fut.await?.into_acquisitions(),
-            ))
+            let acqs = fut.await?.into_acquisitions();
+            Ok(many::in_key_order(firsts.into_iter().zip(acqs).collect()))
         })
     }
 

@@ -16,12 +16,17 @@ use crate::many;
 use crate::scope::{AcquireFuture, AcquireManyFuture, KeySpace, KeyedLock, LockKey, OpenOptions};
 use crate::stats::ScopeStats;
 
-/// The plan of a multi-key acquire: a pool's lock is its key (space, then bytes); a striped
-/// region's lock is its stripe (two keys on one stripe are one lock, taken by the first key).
-fn plan(
-    lock: &ShmLock,
-    keys: &[(LockKey<'_>, Mode)],
-) -> Vec<many::Step<(u32, KeySpace, Vec<u8>), (KeySpace, Vec<u8>)>> {
+/// Where a lock of a region sits in the canonical order: a pool's is its key (0, space, bytes);
+/// a striped region's is its stripe (stripe, `Keys`, empty).
+type Place = (u32, KeySpace, Vec<u8>);
+
+/// One lock of a multi-key acquire on a region, taken by the key (space, bytes) that named it
+/// first.
+type Step = many::Step<Place, (KeySpace, Vec<u8>)>;
+
+/// The plan of a multi-key acquire: a pool's lock is its key; a striped region's lock is its
+/// stripe (two keys on one stripe are one lock, taken by the first key).
+fn plan(lock: &ShmLock, keys: &[(LockKey<'_>, Mode)]) -> Vec<Step> {
     many::plan(keys.iter().map(|(k, m)| {
         let place = if lock.region.is_pool() {
             (0, k.space, k.bytes.to_vec())
@@ -93,7 +98,7 @@ impl KeyedLock for ShmLock {
     ) -> Result<Vec<Acquisition>> {
         let wait = many::one_deadline(opts.wait);
         let steps = plan(self, keys);
-        let take = |step: &many::Step<_, (KeySpace, Vec<u8>)>| {
+        let take = |step: &Step| {
             let (space, bytes) = &step.what;
             let o = LockOptions {
                 mode: step.mode,
