@@ -69,6 +69,14 @@ pub(crate) fn plan_with<L: Ord, T>(
     steps
 }
 
+/// [`plan`] in place and without allocating, for a scope that needs no positions (its answer
+/// is its guard, in canonical order): sorted by lock, each lock once in its strongest mode.
+pub(crate) fn plan_in_place<L: Ord + Copy>(locks: &mut Vec<(L, Mode)>) {
+    // Exclusive orders before Shared, so the first of each lock carries its strongest mode.
+    locks.sort_unstable();
+    locks.dedup_by_key(|&mut (lock, _)| lock);
+}
+
 /// The wait of a multi-key acquire as one deadline for all its keys.
 pub(crate) fn one_deadline(wait: Wait) -> Wait {
     match wait {
@@ -205,6 +213,24 @@ mod tests {
                 (3, 'a', Mode::Exclusive, 0),
             ]
         );
+    }
+
+    #[test]
+    fn plan_in_place_agrees_with_plan() {
+        let keys = [
+            (3, Mode::Shared),
+            (1, Mode::Shared),
+            (3, Mode::Exclusive),
+            (1, Mode::Shared),
+        ];
+        let mut in_place = keys.to_vec();
+        plan_in_place(&mut in_place);
+        let planned: Vec<(i32, Mode)> = plan(keys.iter().map(|&(l, m)| (l, (), m)))
+            .iter()
+            .map(|s| (s.lock, s.mode))
+            .collect();
+        assert_eq!(in_place, planned);
+        assert_eq!(in_place, vec![(1, Mode::Shared), (3, Mode::Exclusive)]);
     }
 
     #[test]

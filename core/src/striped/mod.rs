@@ -794,11 +794,9 @@ impl StripedLock {
 }
 
 /// Stripes in the canonical plan: ascending, each once with the strongest mode asked of it.
-fn canonical(stripes: Vec<(usize, Mode)>) -> Vec<(usize, Mode)> {
-    many::plan(stripes.into_iter().map(|(s, m)| (s, (), m)))
-        .into_iter()
-        .map(|step| (step.lock, step.mode))
-        .collect()
+fn canonical(mut stripes: Vec<(usize, Mode)>) -> Vec<(usize, Mode)> {
+    many::plan_in_place(&mut stripes);
+    stripes
 }
 
 /// The entry's view of an acquisition record, released on behalf of `owner`.
