@@ -41,6 +41,7 @@ mod hash;
 pub mod keys;
 mod local;
 mod lost;
+mod many;
 mod open;
 mod pool;
 mod redact;

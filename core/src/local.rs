@@ -10,10 +10,9 @@ use std::time::Duration;
 
 use crate::acquisition::{Acquisition, LockInfo, LockOptions, Mode, Owner};
 use crate::error::{Error, Result};
+use crate::many;
 use crate::pool::{KeyPool, PoolStats};
-use crate::scope::{
-    AcquireFuture, AcquireManyFuture, KeySpace, KeyedLock, LockKey, OpenOptions, shared_wait,
-};
+use crate::scope::{AcquireFuture, AcquireManyFuture, KeySpace, KeyedLock, LockKey, OpenOptions};
 use crate::stats::ScopeStats;
 use crate::striped::StripedLock;
 
@@ -47,24 +46,6 @@ pub(crate) fn open(options: &OpenOptions) -> Result<Arc<dyn KeyedLock>> {
                 .build::<Vec<u8>>(),
         ),
     })
-}
-/// Puts `acqs` (one per distinct lock, any order) in the order of the keys' first occurrence:
-/// `ats` says where each key's lock is (the `at` of its acquisition), in key order.
-fn in_key_order(ats: &[Option<u64>], acqs: Vec<Acquisition>) -> Vec<Acquisition> {
-    let mut rest: Vec<Option<Acquisition>> = acqs.into_iter().map(Some).collect();
-    let mut out = Vec::with_capacity(rest.len());
-    for &at in ats {
-        let Some(at) = at else { continue };
-        if let Some(slot) = rest
-            .iter_mut()
-            .find(|a| a.as_ref().is_some_and(|a| a.at == at))
-        {
-            out.extend(slot.take());
-        }
-    }
-    // Anything not matched (it cannot happen: every key has a held lock) keeps its place.
-    out.extend(rest.into_iter().flatten());
-    out
 }
 /// Bit of an in-process pool acquisition's `at` that says it belongs to the names pool.
 const NAMES: u64 = 1 << 63;
@@ -141,7 +122,7 @@ where
     ) -> Result<Vec<Acquisition>> {
         // Plain keys first, then names: one order for every caller, so no deadlock.
         let opts = LockOptions {
-            wait: shared_wait(opts.wait),
+            wait: many::one_deadline(opts.wait),
             ..*opts
         };
         let plain = keys
@@ -169,7 +150,7 @@ where
             }
         }
         let ats: Vec<Option<u64>> = keys.iter().map(|(k, _)| self.at_of(*k)).collect();
-        Ok(in_key_order(&ats, out))
+        Ok(many::in_key_order_of_places(&ats, out))
     }
 
     fn acquire_many_async(
@@ -178,7 +159,7 @@ where
         opts: &LockOptions,
     ) -> AcquireManyFuture {
         let opts = LockOptions {
-            wait: shared_wait(opts.wait),
+            wait: many::one_deadline(opts.wait),
             ..*opts
         };
         let plain: Vec<(&[u8], Mode)> = keys
@@ -216,7 +197,7 @@ where
                     }
                 }
             }
-            Ok(in_key_order(&ats, out))
+            Ok(many::in_key_order_of_places(&ats, out))
         })
     }
 
@@ -333,6 +314,18 @@ fn sum(a: PoolStats, b: PoolStats) -> PoolStats {
     }
 }
 
+/// The plan of a multi-key acquire on a striped lock: its stripes in the canonical order (each
+/// once, in the strongest mode asked of it), and for each the position of the first key on it.
+fn stripe_plan(
+    locks: &StripedLock,
+    keys: &[(LockKey<'_>, Mode)],
+) -> (Vec<(usize, Mode)>, Vec<usize>) {
+    many::plan(keys.iter().map(|(k, m)| (locks.stripe_of_key(*k), (), *m)))
+        .into_iter()
+        .map(|step| ((step.lock, step.mode), step.first))
+        .unzip()
+}
+
 impl KeyedLock for StripedLock {
     #[inline]
     fn acquire(&self, key: LockKey<'_>, opts: &LockOptions) -> Result<Acquisition> {
@@ -356,13 +349,9 @@ impl KeyedLock for StripedLock {
         keys: &[(LockKey<'_>, Mode)],
         opts: &LockOptions,
     ) -> Result<Vec<Acquisition>> {
-        let stripes: Vec<(usize, Mode)> = keys
-            .iter()
-            .map(|(k, m)| (self.stripe_of_key(*k), *m))
-            .collect();
-        let ats: Vec<Option<u64>> = stripes.iter().map(|&(s, _)| Some(s as u64)).collect();
+        let (stripes, firsts) = stripe_plan(self, keys);
         let acqs = self.lock_stripes(stripes, *opts)?.into_acquisitions();
-        Ok(in_key_order(&ats, acqs))
+        Ok(many::in_key_order(firsts.into_iter().zip(acqs).collect()))
     }
 
     fn acquire_many_async(
@@ -370,13 +359,12 @@ impl KeyedLock for StripedLock {
         keys: &[(LockKey<'_>, Mode)],
         opts: &LockOptions,
     ) -> AcquireManyFuture {
-        let stripes: Vec<(usize, Mode)> = keys
-            .iter()
-            .map(|(k, m)| (self.stripe_of_key(*k), *m))
-            .collect();
-        let ats: Vec<Option<u64>> = stripes.iter().map(|&(s, _)| Some(s as u64)).collect();
+        let (stripes, firsts) = stripe_plan(&self, keys);
         let fut = self.lock_stripes_async_owned(stripes, *opts);
-        Box::pin(async move { Ok(in_key_order(&ats, fut.await?.into_acquisitions())) })
+        Box::pin(async move {
+            let acqs = fut.await?.into_acquisitions();
+            Ok(many::in_key_order(firsts.into_iter().zip(acqs).collect()))
+        })
     }
 
     #[inline]

@@ -30,7 +30,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::acquisition::{Acquisition, LockInfo, LockOptions, Mode, Owner, Wait};
+use crate::acquisition::{Acquisition, LockInfo, LockOptions, Mode, Owner};
 use crate::error::Result;
 use crate::stats::ScopeStats;
 
@@ -299,16 +299,5 @@ impl OpenOptions {
     pub const fn seed(mut self, seed: u64) -> Self {
         self.seed = Some(seed);
         self
-    }
-}
-
-/// The wait of a multi-key acquire as one deadline for all keys.
-pub(crate) fn shared_wait(wait: Wait) -> Wait {
-    match wait {
-        Wait::For(d) => match std::time::Instant::now().checked_add(d) {
-            Some(t) => Wait::Until(t),
-            None => Wait::Forever,
-        },
-        w => w,
     }
 }

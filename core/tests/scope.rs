@@ -138,6 +138,83 @@ fn many_keys_come_back_in_key_order() {
     }
 }
 
+/// The multi-key rules on every pool scope (where two keys are never one lock): one
+/// acquisition per key in the caller's order, the strongest mode of a key given twice even
+/// when the stronger comes second, all or nothing around a key held elsewhere, and one
+/// deadline for the whole set; the async acquire answers the same.
+#[test]
+fn many_keys_follow_the_multi_key_rules() {
+    use Mode::{Exclusive as X, Shared as S};
+    #[allow(unused_mut)] // without the shm feature nothing is added
+    let mut pools: Vec<Arc<dyn KeyedLock>> =
+        vec![Arc::new(KeyPool::<Vec<u8>>::new()), open("").unwrap()];
+    #[cfg(all(feature = "shm", target_os = "linux"))]
+    {
+        let name = format!("scope-rules-{}", std::process::id());
+        pools.push(open(&format!("shm:{name}")).unwrap());
+        keylock_core::shm::unlink(&name).unwrap();
+    }
+    let (a, b, c) = (
+        LockKey::new(b"rule-a"),
+        LockKey::new(b"rule-b"),
+        LockKey::new(b"rule-c"),
+    );
+    let keys = [(c, S), (a, S), (c, X), (b, S)];
+    for locks in pools {
+        // Distinct fences, to tell the acquisitions apart.
+        for (k, times) in [(a, 1), (b, 3), (c, 5)] {
+            for _ in 0..times {
+                let acq = locks.acquire(k, &TRY).unwrap();
+                locks.release(acq).unwrap();
+            }
+        }
+        let check = |acqs: Vec<keylock_core::Acquisition>| {
+            let fence = |k| locks.info(k).unwrap().unwrap().fence;
+            let want = vec![(fence(c), X), (fence(a), S), (fence(b), S)];
+            assert!(want[0].0 != want[1].0 && want[1].0 != want[2].0);
+            let got: Vec<(u64, Mode)> = acqs.iter().map(|x| (x.fence(), x.mode())).collect();
+            assert_eq!(got, want, "key order, each key once in its strongest mode");
+            for acq in acqs {
+                locks.release(acq).unwrap();
+            }
+        };
+        check(locks.acquire_many(&keys, &TRY).unwrap());
+        let later = futures::executor::block_on(locks.clone().acquire_many_async(&keys, &TRY));
+        check(later.unwrap_or_else(|e| panic!("{locks:?}: {e}")));
+
+        let blocker = locks.acquire(b, &TRY).unwrap();
+        let timed = LockOptions::new().wait(Wait::For(Duration::from_millis(20)));
+        assert_eq!(
+            locks.acquire_many(&keys, &TRY).unwrap_err(),
+            Error::WouldBlock
+        );
+        assert_eq!(
+            locks.acquire_many(&keys, &timed).unwrap_err(),
+            Error::TimedOut
+        );
+        let late = futures::executor::block_on(locks.clone().acquire_many_async(&keys, &timed));
+        assert_eq!(late.unwrap_err(), Error::TimedOut);
+        assert!(
+            !locks.is_locked(a).unwrap() && !locks.is_locked(c).unwrap(),
+            "all or nothing: what was taken is given back"
+        );
+        locks.release(blocker).unwrap();
+    }
+    // A try of free keys succeeds, blocking or async, on every scope (striped ones too).
+    for locks in scopes() {
+        let free = [(a, X), (b, S)];
+        let got = locks.acquire_many(&free, &TRY).unwrap();
+        for acq in got {
+            locks.release(acq).unwrap();
+        }
+        let later = futures::executor::block_on(locks.clone().acquire_many_async(&free, &TRY));
+        for acq in later.unwrap_or_else(|e| panic!("{locks:?}: {e}")) {
+            locks.release(acq).unwrap();
+        }
+        assert!(!locks.is_locked(a).unwrap() && !locks.is_locked(b).unwrap());
+    }
+}
+
 #[test]
 fn async_acquires_wait_and_cancel() {
     for locks in scopes() {

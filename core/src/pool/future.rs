@@ -16,7 +16,7 @@ use crate::acquisition::{Mode, Wait, Want};
 use crate::entry::Hold;
 use crate::error::{Error, Result};
 use crate::site::SiteQueue;
-use crate::wait::{Grant, LazyWaiter, timer};
+use crate::wait::{Attempt, Grant, LazyWaiter, timer};
 
 /// An async acquire of one key: ready at once (the key was free when the future was made),
 /// failed at once, or waiting on its reserved slot. A ready future is just its guard, so the
@@ -273,8 +273,17 @@ impl<P: PoolRef> Many<P> {
                 let grant = if self.polled {
                     self.waiter.abandon(&queue, true)
                 } else {
-                    site.slot.unreserve();
-                    None
+                    // The time is up before this key's wait began (a try, or a deadline
+                    // reached on the keys before it): one attempt without waiting, as a
+                    // blocking acquire makes.
+                    match pool.attempt_reserved(at, &want) {
+                        Attempt::Acquired(grant) => Some(grant),
+                        Attempt::Failed(e) => return self.give_up(&pool, e),
+                        Attempt::Blocked { .. } => {
+                            site.slot.unreserve();
+                            None
+                        }
+                    }
                 };
                 grant.ok_or_else(|| ran_out(self.wait))
             } else {

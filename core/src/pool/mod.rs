@@ -36,6 +36,7 @@ use crate::acquisition::{Acquisition, LockInfo, LockOptions, Mode, Owner, Wait, 
 use crate::entry::{Hold, Policy, lease_end};
 use crate::error::{Error, Result};
 use crate::hash::{DefaultHashBuilder, hash_of, random};
+use crate::many;
 use crate::site::{self, Site, SiteQueue};
 use crate::sync::{AtomicPtr, Ordering, Spin};
 use crate::wait::{Attempt, Grant, Queue, Wakes};
@@ -971,30 +972,19 @@ impl<K: Hash + Eq, S: BuildHasher> KeyPool<K, S> {
         })
     }
 
-    /// Reserves the slots of `keys`, deduplicated and sorted in the canonical order, each with
-    /// the strongest mode asked of it.
+    /// Reserves the slots of `keys` and plans them (canonical order, each slot once with the
+    /// strongest mode asked of it); a duplicate's extra reservation is given back.
     fn reserve_many<'k, Q, I>(&self, keys: I) -> Vec<(SlotRef, Mode)>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized + 'k,
         I: IntoIterator<Item = (&'k Q, Mode)>,
     {
-        let mut slots: Vec<(SlotRef, Mode)> = keys
+        let reserved = keys.into_iter().map(|(k, m)| (self.reserve(k), (), m));
+        many::plan_with(reserved, |dup| self.unreserve(dup.lock))
             .into_iter()
-            .map(|(k, m)| (self.reserve(k), m))
-            .collect();
-        // Exclusive sorts before Shared: dedup keeps the strongest mode; drop the extra
-        // reservations of duplicates.
-        slots.sort_unstable();
-        let mut out: Vec<(SlotRef, Mode)> = Vec::with_capacity(slots.len());
-        for (at, mode) in slots {
-            if out.last().is_some_and(|&(last, _)| last == at) {
-                self.unreserve(at);
-            } else {
-                out.push((at, mode));
-            }
-        }
-        out
+            .map(|step| (step.lock, step.mode))
+            .collect()
     }
 
     /// Acquires the reserved `slots` in order; all or none (every reservation is used up).
@@ -1004,16 +994,11 @@ impl<K: Hash + Eq, S: BuildHasher> KeyPool<K, S> {
         base: Want,
         wait: Wait,
     ) -> Result<Vec<(SlotRef, Hold, Option<Instant>)>> {
+        let wait = many::one_deadline(wait);
         let deadline = wait.deadline();
-        let wait = match (wait, deadline) {
-            (Wait::For(_), Some(d)) => Wait::Until(d),
-            (Wait::For(_), None) => Wait::Forever,
-            (w, _) => w,
-        };
-        let mut held = Vec::with_capacity(slots.len());
-        for (i, &(at, mode)) in slots.iter().enumerate() {
+        let take = |&(at, mode): &(SlotRef, Mode)| {
             let want = Want { mode, ..base };
-            let got = match self.attempt_reserved(at, &want) {
+            let grant = match self.attempt_reserved(at, &want) {
                 Attempt::Acquired(grant) => Ok(grant),
                 Attempt::Failed(e) => Err(e),
                 Attempt::Blocked { .. } if wait == Wait::No => {
@@ -1024,19 +1009,19 @@ impl<K: Hash + Eq, S: BuildHasher> KeyPool<K, S> {
                     Ok(site) => self.wait_reserved(&site, &want, wait, deadline),
                     Err(e) => Err(e),
                 },
-            };
-            match got {
-                Ok(grant) => held.push((at, Hold::of(&want, grant), grant.lease_until)),
-                Err(e) => {
-                    for &(rest, _) in &slots[i + 1..] {
-                        self.unreserve(rest);
-                    }
-                    self.release_holds(&held);
-                    return Err(e);
-                }
+            }?;
+            Ok((at, Hold::of(&want, grant), grant.lease_until))
+        };
+        let give_back = |(at, hold, _): (SlotRef, Hold, Option<Instant>)| {
+            let _ = self.release_hold(at, &hold);
+        };
+        many::take_all(slots, take, give_back).map_err(|failed| {
+            // The slots after the failed one were reserved and never tried.
+            for &(rest, _) in &slots[failed.at + 1..] {
+                self.unreserve(rest);
             }
-        }
-        Ok(held)
+            failed.error
+        })
     }
 
     /// Releases holds taken by this caller, newest first; stale ones are left alone.

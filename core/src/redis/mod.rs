@@ -155,10 +155,9 @@ use self::url::RedisUrl;
 use crate::acquisition::{Acquisition, LockInfo, LockOptions, Mode, Owner, Wait};
 use crate::error::{Error, Result};
 use crate::lost::LostSignal;
+use crate::many;
 use crate::pool::KeyPool;
-use crate::scope::{
-    AcquireFuture, AcquireManyFuture, KeySpace, KeyedLock, LockKey, OpenOptions, shared_wait,
-};
+use crate::scope::{AcquireFuture, AcquireManyFuture, KeySpace, KeyedLock, LockKey, OpenOptions};
 use crate::stats::ScopeStats;
 
 /// Opens the Redis scope that `url` names, as a [`KeyedLock`] (what [`open_with`](crate::open_with)
@@ -433,7 +432,7 @@ struct Plan {
 
 impl Plan {
     fn new(opts: &LockOptions) -> Self {
-        let wait = shared_wait(opts.wait);
+        let wait = many::one_deadline(opts.wait);
         Self {
             opts: LockOptions { wait, ..*opts },
             deadline: wait.deadline(),
@@ -589,22 +588,17 @@ impl Inner {
         opts: LockOptions,
     ) -> Result<Vec<Acquisition>> {
         let plan = Plan::new(&opts);
-        // The caller's order of first occurrence, for the answer.
-        let mut order: Vec<Vec<u8>> = Vec::with_capacity(keys.len());
-        for (s, k, _) in &keys {
-            let lkey = local_key(*s, k);
-            if !order.contains(&lkey) {
-                order.push(lkey);
-            }
-        }
-        // One canonical order (space, then bytes) to take them in, duplicates collapsed
-        // (exclusive wins).
-        let mut keys: Vec<(Vec<u8>, KeySpace, Vec<u8>, Mode)> = keys
+        // One canonical order (space, then bytes) to take them in, duplicates collapsed to
+        // the strongest mode; each remembers its first position among the caller's keys.
+        let steps = many::plan(
+            keys.into_iter()
+                .map(|(s, k, m)| (local_key(s, &k), (s, k), m)),
+        );
+        let firsts: Vec<usize> = steps.iter().map(|step| step.first).collect();
+        let keys: Vec<(Vec<u8>, KeySpace, Vec<u8>, Mode)> = steps
             .into_iter()
-            .map(|(s, k, m)| (local_key(s, &k), s, k, m))
+            .map(|step| (step.lock, step.what.0, step.what.1, step.mode))
             .collect();
-        keys.sort_by(|a, b| a.0.cmp(&b.0).then(a.3.cmp(&b.3)));
-        keys.dedup_by(|later, first| later.0 == first.0);
         let mut locals = Vec::with_capacity(keys.len());
         for (lkey, _, _, mode) in &keys {
             let o = LockOptions {
@@ -676,8 +670,9 @@ impl Inner {
         }
         .into_iter();
         let mut out = Vec::with_capacity(keys.len());
-        for (((lkey, _, _, mode), id), (local, h)) in
-            keys.into_iter().zip(ids).zip(locals.into_iter().zip(holds))
+        let placed = keys.into_iter().zip(ids).zip(firsts);
+        for ((((lkey, _, _, mode), id), first), (local, h)) in
+            placed.zip(locals.into_iter().zip(holds))
         {
             let hold = match h {
                 Some(h) => h,
@@ -691,19 +686,10 @@ impl Inner {
                     h
                 }
             };
-            out.push((lkey.clone(), self.record(id, local.take(), &hold, lkey)));
+            out.push((first, self.record(id, local.take(), &hold, lkey)));
         }
         drop(gates);
-        let mut out: Vec<Option<(Vec<u8>, Acquisition)>> = out.into_iter().map(Some).collect();
-        Ok(order
-            .iter()
-            .filter_map(|k| {
-                out.iter_mut()
-                    .find(|a| a.as_ref().is_some_and(|(l, _)| l == k))
-                    .and_then(Option::take)
-                    .map(|(_, acq)| acq)
-            })
-            .collect())
+        Ok(many::in_key_order(out))
     }
 
     /// Ends one acquisition: the remote hold if it was its last user, then the local one.

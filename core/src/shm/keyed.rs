@@ -12,65 +12,29 @@ use super::table::{self, Req, Wakes};
 use super::wait::{self, AcquireOne};
 use crate::acquisition::{Acquisition, LockInfo, LockOptions, Mode, Owner};
 use crate::error::{Error, Result};
+use crate::many;
 use crate::scope::{AcquireFuture, AcquireManyFuture, KeySpace, KeyedLock, LockKey, OpenOptions};
 use crate::stats::ScopeStats;
 
-/// Holds the acquisitions of a multi-key acquire until it completes; releases them if it fails
-/// or is dropped.
-struct Holding<'l> {
-    lock: &'l ShmLock,
-    acqs: Vec<Acquisition>,
-}
+/// Where a lock of a region sits in the canonical order: a pool's is its key (0, space, bytes);
+/// a striped region's is its stripe (stripe, `Keys`, empty).
+type Place = (u32, KeySpace, Vec<u8>);
 
-impl Holding<'_> {
-    fn take(mut self) -> Vec<Acquisition> {
-        std::mem::take(&mut self.acqs)
-    }
-}
+/// One lock of a multi-key acquire on a region, taken by the key (space, bytes) that named it
+/// first.
+type Step = many::Step<Place, (KeySpace, Vec<u8>)>;
 
-impl Drop for Holding<'_> {
-    fn drop(&mut self) {
-        for acq in self.acqs.drain(..).rev() {
-            let _ = self.lock.release_as(acq, None);
-        }
-    }
-}
-
-/// The keys of a multi-key acquire in the canonical order, duplicates merged (the strongest
-/// mode wins), each with the index of its first occurrence among `keys` (the order the
-/// acquisitions are returned in).
-fn canonical(
-    lock: &ShmLock,
-    keys: &[(LockKey<'_>, Mode)],
-) -> Vec<(KeySpace, Vec<u8>, Mode, usize)> {
-    let mut out: Vec<(KeySpace, Vec<u8>, Mode, usize)> = keys
-        .iter()
-        .enumerate()
-        .map(|(i, (k, m))| (k.space, k.bytes.to_vec(), *m, i))
-        .collect();
-    // Pools: by space and bytes. Stripes: by stripe (two keys on one stripe are one lock).
-    let lock_of = |space: KeySpace, key: &[u8]| -> (u32, KeySpace, Vec<u8>) {
-        if lock.region.is_pool() {
-            (0, space, key.to_vec())
+/// The plan of a multi-key acquire: a pool's lock is its key; a striped region's lock is its
+/// stripe (two keys on one stripe are one lock, taken by the first key).
+fn plan(lock: &ShmLock, keys: &[(LockKey<'_>, Mode)]) -> Vec<Step> {
+    many::plan(keys.iter().map(|(k, m)| {
+        let place = if lock.region.is_pool() {
+            (0, k.space, k.bytes.to_vec())
         } else {
-            (lock.stripe_of(space, key), KeySpace::Keys, Vec::new())
-        }
-    };
-    out.sort_by_key(|a| (lock_of(a.0, &a.1), a.3));
-    out.dedup_by(|b, a| {
-        let same = lock_of(a.0, &a.1) == lock_of(b.0, &b.1);
-        if same && b.2 == Mode::Exclusive {
-            a.2 = Mode::Exclusive;
-        }
-        same
-    });
-    out
-}
-
-/// The acquisitions of a multi-key acquire (made in canonical order) in key order.
-fn in_key_order(mut acqs: Vec<(usize, Acquisition)>) -> Vec<Acquisition> {
-    acqs.sort_by_key(|(first, _)| *first);
-    acqs.into_iter().map(|(_, a)| a).collect()
+            (lock.stripe_of(k.space, k.bytes), KeySpace::Keys, Vec::new())
+        };
+        (place, (k.space, k.bytes.to_vec()), *m)
+    }))
 }
 
 impl KeyedLock for ShmLock {
@@ -132,28 +96,29 @@ impl KeyedLock for ShmLock {
         keys: &[(LockKey<'_>, Mode)],
         opts: &LockOptions,
     ) -> Result<Vec<Acquisition>> {
-        let wait = crate::scope::shared_wait(opts.wait);
-        let mut held = Holding {
-            lock: self,
-            acqs: Vec::with_capacity(keys.len()),
-        };
-        let mut firsts = Vec::with_capacity(keys.len());
-        for (space, bytes, mode, first) in canonical(self, keys) {
+        let wait = many::one_deadline(opts.wait);
+        let steps = plan(self, keys);
+        let take = |step: &Step| {
+            let (space, bytes) = &step.what;
             let o = LockOptions {
-                mode,
+                mode: step.mode,
                 wait,
                 ..*opts
             };
-            held.acqs.push(self.acquire(
+            let acq = self.acquire(
                 LockKey {
-                    space,
-                    bytes: &bytes,
+                    space: *space,
+                    bytes,
                 },
                 &o,
-            )?);
-            firsts.push(first);
-        }
-        Ok(in_key_order(firsts.into_iter().zip(held.take()).collect()))
+            )?;
+            Ok((step.first, acq))
+        };
+        let give_back = |(_, acq)| {
+            let _ = self.release_as(acq, None);
+        };
+        let got = many::take_all(&steps, take, give_back).map_err(|f| f.error)?;
+        Ok(many::in_key_order(got))
     }
 
     fn acquire_many_async(
@@ -161,28 +126,30 @@ impl KeyedLock for ShmLock {
         keys: &[(LockKey<'_>, Mode)],
         opts: &LockOptions,
     ) -> AcquireManyFuture {
-        let wait = crate::scope::shared_wait(opts.wait);
-        let keys = canonical(&self, keys);
+        let wait = many::one_deadline(opts.wait);
+        let steps = plan(&self, keys);
         let opts = *opts;
         Box::pin(async move {
-            let mut held = Holding {
-                lock: &self,
-                acqs: Vec::with_capacity(keys.len()),
-            };
-            let mut firsts = Vec::with_capacity(keys.len());
-            for (space, bytes, mode, first) in keys {
-                let o = LockOptions { mode, wait, ..opts };
-                let fut = Arc::clone(&self).acquire_async(
-                    LockKey {
-                        space,
-                        bytes: &bytes,
-                    },
-                    &o,
-                );
-                held.acqs.push(fut.await?);
-                firsts.push(first);
+            let lock = &self;
+            // Dropped mid-acquire, or on a failure, it gives back what was taken.
+            let mut held = many::Taking::new(steps.len(), |(_, acq)| {
+                let _ = lock.release_as(acq, None);
+            });
+            for step in &steps {
+                let (space, bytes) = &step.what;
+                let o = LockOptions {
+                    mode: step.mode,
+                    wait,
+                    ..opts
+                };
+                let key = LockKey {
+                    space: *space,
+                    bytes,
+                };
+                let acq = Arc::clone(lock).acquire_async(key, &o).await?;
+                held.push((step.first, acq));
             }
-            Ok(in_key_order(firsts.into_iter().zip(held.take()).collect()))
+            Ok(many::in_key_order(held.finish()))
         })
     }
 

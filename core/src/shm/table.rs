@@ -6,8 +6,8 @@
 //! the lock to the first of them (and to every shared waiter right behind a shared grant), and
 //! a newcomer never passes a waiter. Eventual fairness (the default, as in one process): a
 //! release wakes the first waiter (`NODE_NOTIFIED`) to try for the lock, and an exclusive
-//! newcomer may take it first; a waiter that has waited [`FAIR_AFTER`] is granted the lock
-//! directly. Shared waiters are always granted in order, and a shared request never passes a
+//! newcomer may take it first; a waiter that has waited [`FAIR_AFTER`], and an async waiter
+//! always, is granted the lock directly. Shared waiters are always granted in order, and a shared request never passes a
 //! queued waiter, so neither readers nor writers starve.
 
 use std::sync::atomic::Ordering;
@@ -587,7 +587,10 @@ pub(crate) fn dispatch(t: &TableGuard<'_>, entry: u32, wakes: &mut Wakes) -> Res
         if !shared && e.shared.load(Ordering::Relaxed) != 0 {
             break;
         }
-        if !shared && !r.fifo() {
+        // An async task is always handed the lock, as in one process: woken to compete, it
+        // would only come back for one more poll.
+        let is_async = n.flags.load(Ordering::Relaxed) & NODE_ASYNC != 0;
+        if !shared && !r.fifo() && !is_async {
             let waited = now_ns().saturating_sub(n.fence.load(Ordering::Relaxed));
             if waited < FAIR_AFTER.as_nanos() as u64 {
                 // Eventual fairness: wake it to try; a running newcomer may get there first.

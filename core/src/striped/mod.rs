@@ -19,6 +19,7 @@ use crate::acquisition::{Acquisition, LockInfo, LockOptions, Mode, Owner, Wait, 
 use crate::entry::{Hold, Policy, lease_end};
 use crate::error::{Error, Result};
 use crate::hash::{DefaultHashBuilder, hash_of, random, seeded};
+use crate::many;
 use crate::site::{self, RawLock, RawSite, plain};
 
 pub use future::{StripeAcquireFuture, StripeLockFuture, StripesAcquireFuture, StripesLockFuture};
@@ -600,26 +601,16 @@ impl StripedLock {
         base: Want,
         wait: Wait,
     ) -> Result<Vec<(usize, Hold, Option<Instant>)>> {
-        let wait = match wait {
-            Wait::For(d) => Wait::Until(
-                Instant::now()
-                    .checked_add(d)
-                    .unwrap_or_else(|| Instant::now() + Duration::from_secs(1 << 40)),
-            ),
-            w => w,
-        };
-        let mut held = Vec::with_capacity(stripes.len());
-        for (stripe, mode) in stripes {
+        let wait = many::one_deadline(wait);
+        let take = |&(stripe, mode): &(usize, Mode)| {
             let want = Want { mode, ..base };
-            match site::acquire(&self.site(stripe), &want, wait) {
-                Ok(grant) => held.push((stripe, Hold::of(&want, grant), grant.lease_until)),
-                Err(e) => {
-                    self.release_holds(&held);
-                    return Err(e);
-                }
-            }
-        }
-        Ok(held)
+            let grant = site::acquire(&self.site(stripe), &want, wait)?;
+            Ok((stripe, Hold::of(&want, grant), grant.lease_until))
+        };
+        let give_back = |(stripe, hold, _): (usize, Hold, Option<Instant>)| {
+            let _ = site::release(&self.site(stripe), &hold);
+        };
+        many::take_all(&stripes, take, give_back).map_err(|failed| failed.error)
     }
 
     /// Releases stripes taken by this caller, newest first; one whose acquisition is no longer
@@ -803,11 +794,9 @@ impl StripedLock {
     }
 }
 
-/// Stripes sorted and deduplicated: the one order every multi-key acquire uses. Exclusive
-/// sorts before Shared, so the dedup keeps the strongest mode of each stripe.
+/// Stripes in the canonical plan: ascending, each once with the strongest mode asked of it.
 fn canonical(mut stripes: Vec<(usize, Mode)>) -> Vec<(usize, Mode)> {
-    stripes.sort_unstable();
-    stripes.dedup_by_key(|&mut (s, _)| s);
+    many::plan_in_place(&mut stripes);
     stripes
 }
 

@@ -7,6 +7,9 @@
 
 mod children;
 mod failures;
+mod grant_policy;
+#[path = "../common/grant_policy.rs"]
+mod grant_table;
 mod hostile;
 mod processes;
 mod proxy;
