@@ -85,6 +85,11 @@ TSAN_RUSTFLAGS := -Zsanitizer=thread -Cunsafe-allow-abi-mismatch=sanitizer
 TSAN_ENV := TSAN_OPTIONS="suppressions=$(ROOT)/.ci/tsan.supp halt_on_error=1" RUSTFLAGS="$(TSAN_RUSTFLAGS)"
 TSAN_CARGO := $(TSAN_ENV) $(CARGO) +nightly
 TSAN_TARGET := x86_64-unknown-linux-gnu
+# The host scope's repair tests stand in for a dead process with a thread that ends while it holds
+# a robust mutex; the next locker gets EOWNERDEAD and then owns it. TSan does not model that
+# hand-over and reports the new owner's unlock as "unlock of an unlocked mutex". They run
+# natively in test-rust; the real deaths are in shm_procs (other processes, also not under TSan).
+TSAN_SKIP_DEATHS := --skip shm::repair::tests
 # The tests that run on tokio's multi-thread runtime are skipped here: tokio's thread-local
 # state lives in the uninstrumented std, and TSan reports false races inside tokio itself (seen:
 # tokio::util::rand::FastRand). The same async paths run under TSan through the tests on
@@ -92,11 +97,6 @@ TSAN_TARGET := x86_64-unknown-linux-gnu
 TSAN_SKIP := --skip pool_tasks_and_threads_exact_counts --skip striped_tasks_and_threads_exact_counts \
 	--skip cancellation_storm_leaves_nothing_behind --skip lock_many_async_overlapping_sets_finish \
 	$(TSAN_SKIP_DEATHS)
-# The host scope's repair tests stand in for a dead process with a thread that ends while it holds
-# a robust mutex; the next locker gets EOWNERDEAD and then owns it. TSan does not model that
-# hand-over and reports the new owner's unlock as "unlock of an unlocked mutex". They run
-# natively in test-rust; the real deaths are in shm_procs (other processes, also not under TSan).
-TSAN_SKIP_DEATHS := --skip shm::repair::tests
 # One build with the host scope (feature shm) runs the in-process suites and the host scope's
 # one-process suite (tsan-shm's, which then reuses it). Not shm_procs: TSan cannot see into
 # other processes. Not loom: it is a model, not threads.
