@@ -36,6 +36,7 @@ mod acquisition;
 mod adder;
 mod entry;
 mod error;
+mod front;
 mod guard;
 mod hash;
 pub mod keys;
@@ -76,6 +77,10 @@ pub use unlink::unlink;
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
+pub use front::{
+    AcquireFuture, FindKey, LockFuture, LockGuard, LockTable, ManyAcquireFuture, ManyGuard,
+    ManyLockFuture,
+};
 pub use hash::DefaultHashBuilder;
 pub use pool::{
     KeyPool, PoolAcquireFuture, PoolBuilder, PoolGuard, PoolLockFuture, PoolManyAcquireFuture,

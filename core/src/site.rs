@@ -294,11 +294,6 @@ impl SiteFuture {
         }
     }
 
-    /// Whether the future is queued (so `cancel` has something to do).
-    pub(crate) fn is_registered(&self) -> bool {
-        self.waiter.is_registered()
-    }
-
     /// Polls for `site`. `deadline`: give up then, with `Err(TimedOut)`; the front end's own
     /// timer must poll again at that time (or a timer is set here for a lease's end).
     #[inline]
@@ -347,7 +342,8 @@ impl SiteFuture {
 
 /// A stripe, and the RwLock's writer side: an entry whose side has a mutex of its own.
 #[derive(Debug, Default)]
-pub(crate) struct RawLock {
+#[allow(unreachable_pub)] // named by the front's sealed table trait, unreachable outside
+pub struct RawLock {
     pub(crate) entry: Entry,
     side: Mutex<Side>,
 }
@@ -372,7 +368,8 @@ impl RawLock {
 
 /// A [`RawLock`] with the policy of the lock object it belongs to.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct RawSite<'a> {
+#[allow(unreachable_pub)] // named by the front's sealed table trait, unreachable outside
+pub struct RawSite<'a> {
     pub(crate) lock: &'a RawLock,
     pub(crate) policy: Policy,
 }

@@ -21,8 +21,6 @@
 //! - *An entry leaked by a waiter that timed out*: leaving a queue drops the reservation.
 //! - *Memory growing with distinct keys*: see `shard` on recycling.
 
-mod future;
-mod guard;
 mod shard;
 
 use std::borrow::Borrow;
@@ -41,8 +39,10 @@ use crate::site::{self, Site, SiteQueue};
 use crate::sync::{AtomicPtr, Ordering, Spin};
 use crate::wait::{Attempt, Grant, Queue, Wakes};
 
-pub use future::{PoolAcquireFuture, PoolLockFuture, PoolManyAcquireFuture, PoolManyLockFuture};
-pub use guard::{PoolGuard, PoolManyGuard};
+use crate::front::{self, Held, LockTable, Plan, table::Table};
+use crate::front::{
+    AcquireFuture, LockFuture, LockGuard, ManyAcquireFuture, ManyGuard, ManyLockFuture,
+};
 use shard::{Shard, Slot, SlotRef, SlotSite};
 
 /// Counters of a [`KeyPool`], read by [`KeyPool::stats`]: a scan of every shard (O(slots)),
@@ -595,7 +595,7 @@ impl<K: Hash + Eq, S: BuildHasher> KeyPool<K, S> {
 
     /// Blocks until `key` is held exclusively.
     #[inline]
-    pub fn lock<Q>(&self, key: &Q) -> PoolGuard<&Self>
+    pub fn lock<Q>(&self, key: &Q) -> LockGuard<&Self>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
@@ -610,14 +610,14 @@ impl<K: Hash + Eq, S: BuildHasher> KeyPool<K, S> {
         pool: P,
         key: &Q,
         mode: Mode,
-    ) -> PoolGuard<P>
+    ) -> LockGuard<P>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         let hash = self.hash(key);
         if let Some((slot, fence)) = self.acquire_fast(hash, key, mode) {
-            return PoolGuard::plain(pool, slot, mode, fence);
+            return LockGuard::plain(pool, slot, mode, fence);
         }
         self.lock_plain_slow(pool, hash, key, mode)
     }
@@ -629,14 +629,14 @@ impl<K: Hash + Eq, S: BuildHasher> KeyPool<K, S> {
         hash: u64,
         key: &Q,
         mode: Mode,
-    ) -> PoolGuard<P>
+    ) -> LockGuard<P>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         let want = site::plain(mode);
         match self.acquire_slow(hash, key, &want, Wait::Forever) {
-            Ok((at, grant)) => PoolGuard::new(pool, self.own_slot(at), want, grant),
+            Ok((at, grant)) => LockGuard::new(pool, self.own_slot(at), &want, grant),
             // A plain untimed acquire has no way to fail.
             Err(e) => unreachable!("an untimed plain acquire failed: {e}"),
         }
@@ -644,7 +644,7 @@ impl<K: Hash + Eq, S: BuildHasher> KeyPool<K, S> {
 
     /// Takes `key` exclusively if it is free; `Err(WouldBlock)` otherwise.
     #[inline]
-    pub fn try_lock<Q>(&self, key: &Q) -> Result<PoolGuard<&Self>>
+    pub fn try_lock<Q>(&self, key: &Q) -> Result<LockGuard<&Self>>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
@@ -653,7 +653,7 @@ impl<K: Hash + Eq, S: BuildHasher> KeyPool<K, S> {
     }
 
     /// Waits at most `timeout` for `key`; `Err(TimedOut)` when it runs out.
-    pub fn try_lock_for<Q>(&self, key: &Q, timeout: Duration) -> Result<PoolGuard<&Self>>
+    pub fn try_lock_for<Q>(&self, key: &Q, timeout: Duration) -> Result<LockGuard<&Self>>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
@@ -675,7 +675,7 @@ impl<K: Hash + Eq, S: BuildHasher> KeyPool<K, S> {
     /// assert_eq!(a.fence(), b.fence());
     /// ```
     #[inline]
-    pub fn lock_shared<Q>(&self, key: &Q) -> PoolGuard<&Self>
+    pub fn lock_shared<Q>(&self, key: &Q) -> LockGuard<&Self>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
@@ -684,7 +684,7 @@ impl<K: Hash + Eq, S: BuildHasher> KeyPool<K, S> {
     }
 
     /// Takes `key` in shared mode if nothing is in the way; `Err(WouldBlock)` otherwise.
-    pub fn try_lock_shared<Q>(&self, key: &Q) -> Result<PoolGuard<&Self>>
+    pub fn try_lock_shared<Q>(&self, key: &Q) -> Result<LockGuard<&Self>>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
@@ -693,7 +693,7 @@ impl<K: Hash + Eq, S: BuildHasher> KeyPool<K, S> {
     }
 
     /// Waits at most `timeout` for `key` in shared mode.
-    pub fn try_lock_shared_for<Q>(&self, key: &Q, timeout: Duration) -> Result<PoolGuard<&Self>>
+    pub fn try_lock_shared_for<Q>(&self, key: &Q, timeout: Duration) -> Result<LockGuard<&Self>>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
@@ -715,7 +715,7 @@ impl<K: Hash + Eq, S: BuildHasher> KeyPool<K, S> {
     /// assert!(next.fence() > g.fence());
     /// assert_eq!(g.release().unwrap_err(), Error::LeaseExpired);
     /// ```
-    pub fn lock_with<Q>(&self, key: &Q, opts: LockOptions) -> Result<PoolGuard<&Self>>
+    pub fn lock_with<Q>(&self, key: &Q, opts: LockOptions) -> Result<LockGuard<&Self>>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
@@ -723,7 +723,7 @@ impl<K: Hash + Eq, S: BuildHasher> KeyPool<K, S> {
         let want = self.want(&opts);
         let (slot, grant) = self.acquire(key, &want, opts.wait)?;
         let slot = std::ptr::NonNull::from(slot);
-        Ok(PoolGuard::from_ptr(self, slot, want, grant))
+        Ok(LockGuard::from_ptr(self, slot, &want, grant))
     }
 
     /// Like [`lock_with`](Self::lock_with), for an `Arc`: the guard is `'static`.
@@ -731,7 +731,7 @@ impl<K: Hash + Eq, S: BuildHasher> KeyPool<K, S> {
         self: &Arc<Self>,
         key: &Q,
         opts: LockOptions,
-    ) -> Result<PoolGuard<Arc<Self>>>
+    ) -> Result<LockGuard<Arc<Self>>>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
@@ -739,12 +739,12 @@ impl<K: Hash + Eq, S: BuildHasher> KeyPool<K, S> {
         let want = self.want(&opts);
         let (slot, grant) = self.acquire(key, &want, opts.wait)?;
         let slot = std::ptr::NonNull::from(slot);
-        Ok(PoolGuard::from_ptr(Arc::clone(self), slot, want, grant))
+        Ok(LockGuard::from_ptr(Arc::clone(self), slot, &want, grant))
     }
 
     // ---- acquisitions ----
 
-    /// Releases an acquisition handed out by [`PoolGuard::into_acquisition`]. Refused with
+    /// Releases an acquisition handed out by [`LockGuard::into_acquisition`]. Refused with
     /// `NotOwner` (or `LeaseExpired`) when it is no longer current: released already,
     /// force-unlocked, or its lease ran out. Never touches another acquisition.
     pub fn release(&self, acquisition: Acquisition) -> Result<()> {
@@ -843,7 +843,7 @@ impl<K: Hash + Eq, S: BuildHasher> KeyPool<K, S> {
     /// assert!(new.fence() > old.fence());
     /// assert!(pool.release(old).is_err()); // stale
     /// ```
-    pub fn steal_with<Q>(&self, key: &Q, opts: LockOptions) -> Result<PoolGuard<&Self>>
+    pub fn steal_with<Q>(&self, key: &Q, opts: LockOptions) -> Result<LockGuard<&Self>>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
@@ -862,10 +862,10 @@ impl<K: Hash + Eq, S: BuildHasher> KeyPool<K, S> {
         let slot = shard.slot(n);
         let grant = slot.entry.steal_locked(locked.side(n), &want);
         drop(locked);
-        Ok(PoolGuard::from_ptr(
+        Ok(LockGuard::from_ptr(
             self,
             std::ptr::NonNull::from(slot),
-            want,
+            &want,
             grant,
         ))
     }
@@ -974,7 +974,7 @@ impl<K: Hash + Eq, S: BuildHasher> KeyPool<K, S> {
 
     /// Reserves the slots of `keys` and plans them (canonical order, each slot once with the
     /// strongest mode asked of it); a duplicate's extra reservation is given back.
-    fn reserve_many<'k, Q, I>(&self, keys: I) -> Vec<(SlotRef, Mode)>
+    fn reserve_many<'k, Q, I>(&self, keys: I) -> Plan
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized + 'k,
@@ -983,20 +983,16 @@ impl<K: Hash + Eq, S: BuildHasher> KeyPool<K, S> {
         let reserved = keys.into_iter().map(|(k, m)| (self.reserve(k), (), m));
         many::plan_with(reserved, |dup| self.unreserve(dup.lock))
             .into_iter()
-            .map(|step| (step.lock, step.mode))
+            .map(|step| (step.lock.to_u64(), step.mode))
             .collect()
     }
 
     /// Acquires the reserved `slots` in order; all or none (every reservation is used up).
-    fn take_reserved(
-        &self,
-        slots: &[(SlotRef, Mode)],
-        base: Want,
-        wait: Wait,
-    ) -> Result<Vec<(SlotRef, Hold, Option<Instant>)>> {
+    fn take_reserved(&self, slots: &[(u64, Mode)], base: Want, wait: Wait) -> Result<Vec<Held>> {
         let wait = many::one_deadline(wait);
         let deadline = wait.deadline();
-        let take = |&(at, mode): &(SlotRef, Mode)| {
+        let take = |&(place, mode): &(u64, Mode)| {
+            let at = SlotRef::from_u64(place);
             let want = Want { mode, ..base };
             let grant = match self.attempt_reserved(at, &want) {
                 Attempt::Acquired(grant) => Ok(grant),
@@ -1010,30 +1006,23 @@ impl<K: Hash + Eq, S: BuildHasher> KeyPool<K, S> {
                     Err(e) => Err(e),
                 },
             }?;
-            Ok((at, Hold::of(&want, grant), grant.lease_until))
+            Ok((place, Hold::of(&want, grant), grant.lease_until))
         };
-        let give_back = |(at, hold, _): (SlotRef, Hold, Option<Instant>)| {
-            let _ = self.release_hold(at, &hold);
+        let give_back = |(place, hold, _): Held| {
+            let _ = self.release_hold(SlotRef::from_u64(place), &hold);
         };
         many::take_all(slots, take, give_back).map_err(|failed| {
             // The slots after the failed one were reserved and never tried.
             for &(rest, _) in &slots[failed.at + 1..] {
-                self.unreserve(rest);
+                self.unreserve(SlotRef::from_u64(rest));
             }
             failed.error
         })
     }
 
-    /// Releases holds taken by this caller, newest first; stale ones are left alone.
-    fn release_holds(&self, held: &[(SlotRef, Hold, Option<Instant>)]) {
-        for (at, hold, _) in held.iter().rev() {
-            let _ = self.release_hold(*at, hold);
-        }
-    }
-
     /// Blocks until every one of `keys` is held exclusively. Deadlock-free: keys are taken in
     /// one canonical order, each once even if given twice.
-    pub fn lock_many<'k, Q, I>(&self, keys: I) -> PoolManyGuard<&Self>
+    pub fn lock_many<'k, Q, I>(&self, keys: I) -> ManyGuard<&Self>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized + 'k,
@@ -1041,14 +1030,14 @@ impl<K: Hash + Eq, S: BuildHasher> KeyPool<K, S> {
     {
         let slots = self.reserve_many(keys.into_iter().map(|k| (k, Mode::Exclusive)));
         match self.take_reserved(&slots, Want::EXCLUSIVE, Wait::Forever) {
-            Ok(held) => PoolManyGuard::new(self, held),
+            Ok(held) => ManyGuard::new(self, held),
             Err(e) => unreachable!("an untimed plain acquire failed: {e}"),
         }
     }
 
     /// Takes every one of `keys` exclusively if all are free, or none; `Err(WouldBlock)`
     /// otherwise.
-    pub fn try_lock_many<'k, Q, I>(&self, keys: I) -> Result<PoolManyGuard<&Self>>
+    pub fn try_lock_many<'k, Q, I>(&self, keys: I) -> Result<ManyGuard<&Self>>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized + 'k,
@@ -1063,7 +1052,7 @@ impl<K: Hash + Eq, S: BuildHasher> KeyPool<K, S> {
         &self,
         keys: I,
         timeout: Duration,
-    ) -> Result<PoolManyGuard<&Self>>
+    ) -> Result<ManyGuard<&Self>>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized + 'k,
@@ -1084,11 +1073,7 @@ impl<K: Hash + Eq, S: BuildHasher> KeyPool<K, S> {
     /// assert!(pool.try_lock_shared("src").is_ok());
     /// assert!(pool.try_lock_shared("dst").is_err());
     /// ```
-    pub fn lock_many_with<'k, Q, I>(
-        &self,
-        keys: I,
-        opts: LockOptions,
-    ) -> Result<PoolManyGuard<&Self>>
+    pub fn lock_many_with<'k, Q, I>(&self, keys: I, opts: LockOptions) -> Result<ManyGuard<&Self>>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized + 'k,
@@ -1096,7 +1081,7 @@ impl<K: Hash + Eq, S: BuildHasher> KeyPool<K, S> {
     {
         let slots = self.reserve_many(keys);
         let held = self.take_reserved(&slots, self.want(&opts), opts.wait)?;
-        Ok(PoolManyGuard::new(self, held))
+        Ok(ManyGuard::new(self, held))
     }
 
     /// Like [`lock_many_with`](Self::lock_many_with), for an `Arc`: the guard is `'static`.
@@ -1104,7 +1089,7 @@ impl<K: Hash + Eq, S: BuildHasher> KeyPool<K, S> {
         self: &Arc<Self>,
         keys: I,
         opts: LockOptions,
-    ) -> Result<PoolManyGuard<Arc<Self>>>
+    ) -> Result<ManyGuard<Arc<Self>>>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized + 'k,
@@ -1112,7 +1097,7 @@ impl<K: Hash + Eq, S: BuildHasher> KeyPool<K, S> {
     {
         let slots = self.reserve_many(keys);
         let held = self.take_reserved(&slots, self.want(&opts), opts.wait)?;
-        Ok(PoolManyGuard::new(Arc::clone(self), held))
+        Ok(ManyGuard::new(Arc::clone(self), held))
     }
 
     // ---- futures ----
@@ -1120,7 +1105,7 @@ impl<K: Hash + Eq, S: BuildHasher> KeyPool<K, S> {
     /// The start of an async acquire: the key is taken now if it can be, else its slot is
     /// reserved for the future's wait.
     #[inline]
-    fn start<P, Q>(&self, pool: P, key: &Q, want: Want, wait: Wait) -> future::One<P>
+    fn start<P, Q>(&self, pool: P, key: &Q, want: Want, wait: Wait) -> front::One<P>
     where
         P: PoolRef<Key = K, Hasher = S>,
         K: Borrow<Q>,
@@ -1130,33 +1115,10 @@ impl<K: Hash + Eq, S: BuildHasher> KeyPool<K, S> {
         if want.is_plain()
             && let Some((slot, fence)) = self.acquire_fast(hash, key, want.mode)
         {
-            return future::One::Ready(PoolGuard::plain(pool, slot, want.mode, fence));
+            return front::One::Ready(LockGuard::plain(pool, slot, want.mode, fence));
         }
-        self.start_slow(pool, key, want, wait)
-    }
-
-    #[cold]
-    fn start_slow<P, Q>(&self, pool: P, key: &Q, want: Want, wait: Wait) -> future::One<P>
-    where
-        P: PoolRef<Key = K, Hasher = S>,
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
         let at = self.reserve(key);
-        match self.attempt_reserved(at, &want) {
-            Attempt::Acquired(grant) => {
-                future::One::Ready(PoolGuard::new(pool, self.own_slot(at), want, grant))
-            }
-            Attempt::Failed(e) => future::One::Failed(e),
-            Attempt::Blocked { .. } if wait == Wait::No => {
-                self.unreserve(at);
-                future::One::Failed(Error::WouldBlock)
-            }
-            // `attempt_reserved` keeps the reservation when blocked; the future uses it.
-            Attempt::Blocked { .. } => {
-                future::One::Waiting(Box::new(future::Waiting::new(pool, at, want, wait)))
-            }
-        }
+        front::One::after_fast_path(pool, at.to_u64(), want, wait)
     }
 
     /// A future that resolves to `key`'s exclusive guard, waiting in the same queue as blocking
@@ -1166,54 +1128,54 @@ impl<K: Hash + Eq, S: BuildHasher> KeyPool<K, S> {
     /// then ready on its first poll), and a held one gets a reservation, so the future owns no
     /// copy of the key. Dropping the future releases whichever it holds.
     #[inline]
-    pub fn lock_async<Q>(&self, key: &Q) -> PoolLockFuture<&Self>
+    pub fn lock_async<Q>(&self, key: &Q) -> LockFuture<&Self>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        PoolLockFuture::new(self.start(self, key, Want::EXCLUSIVE, Wait::Forever))
+        LockFuture::new(self.start(self, key, Want::EXCLUSIVE, Wait::Forever))
     }
 
     /// Like [`lock_async`](Self::lock_async), for an `Arc`: the future is `'static`.
     #[inline]
-    pub fn lock_async_owned<Q>(self: &Arc<Self>, key: &Q) -> PoolLockFuture<Arc<Self>>
+    pub fn lock_async_owned<Q>(self: &Arc<Self>, key: &Q) -> LockFuture<Arc<Self>>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        PoolLockFuture::new(self.start(Arc::clone(self), key, Want::EXCLUSIVE, Wait::Forever))
+        LockFuture::new(self.start(Arc::clone(self), key, Want::EXCLUSIVE, Wait::Forever))
     }
 
     /// A future that resolves to a shared guard of `key`.
     #[inline]
-    pub fn lock_shared_async<Q>(&self, key: &Q) -> PoolLockFuture<&Self>
+    pub fn lock_shared_async<Q>(&self, key: &Q) -> LockFuture<&Self>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        PoolLockFuture::new(self.start(self, key, Want::SHARED, Wait::Forever))
+        LockFuture::new(self.start(self, key, Want::SHARED, Wait::Forever))
     }
 
     /// Like [`lock_shared_async`](Self::lock_shared_async), for an `Arc`.
     #[inline]
-    pub fn lock_shared_async_owned<Q>(self: &Arc<Self>, key: &Q) -> PoolLockFuture<Arc<Self>>
+    pub fn lock_shared_async_owned<Q>(self: &Arc<Self>, key: &Q) -> LockFuture<Arc<Self>>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        PoolLockFuture::new(self.start(Arc::clone(self), key, Want::SHARED, Wait::Forever))
+        LockFuture::new(self.start(Arc::clone(self), key, Want::SHARED, Wait::Forever))
     }
 
     /// A future for `key` as `opts` says; it resolves to `Err(TimedOut)` when its wait runs
     /// out (keylock wakes it at that time).
     #[inline]
-    pub fn lock_with_async<Q>(&self, key: &Q, opts: LockOptions) -> PoolAcquireFuture<&Self>
+    pub fn lock_with_async<Q>(&self, key: &Q, opts: LockOptions) -> AcquireFuture<&Self>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         let want = self.want(&opts);
-        PoolAcquireFuture::new(self.start(self, key, want, opts.wait))
+        AcquireFuture::new(self.start(self, key, want, opts.wait))
     }
 
     /// Like [`lock_with_async`](Self::lock_with_async), for an `Arc`: the future is `'static`.
@@ -1222,38 +1184,35 @@ impl<K: Hash + Eq, S: BuildHasher> KeyPool<K, S> {
         self: &Arc<Self>,
         key: &Q,
         opts: LockOptions,
-    ) -> PoolAcquireFuture<Arc<Self>>
+    ) -> AcquireFuture<Arc<Self>>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         let want = self.want(&opts);
-        PoolAcquireFuture::new(self.start(Arc::clone(self), key, want, opts.wait))
+        AcquireFuture::new(self.start(Arc::clone(self), key, want, opts.wait))
     }
 
     /// A future that resolves once all `keys` are held exclusively, in the canonical order.
-    pub fn lock_many_async<'k, Q, I>(&self, keys: I) -> PoolManyLockFuture<&Self>
+    pub fn lock_many_async<'k, Q, I>(&self, keys: I) -> ManyLockFuture<&Self>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized + 'k,
         I: IntoIterator<Item = &'k Q>,
     {
         let slots = self.reserve_many(keys.into_iter().map(|k| (k, Mode::Exclusive)));
-        PoolManyLockFuture::new(self, slots)
+        ManyLockFuture::new(self, slots)
     }
 
     /// Like [`lock_many_async`](Self::lock_many_async), for an `Arc`: the future is `'static`.
-    pub fn lock_many_async_owned<'k, Q, I>(
-        self: &Arc<Self>,
-        keys: I,
-    ) -> PoolManyLockFuture<Arc<Self>>
+    pub fn lock_many_async_owned<'k, Q, I>(self: &Arc<Self>, keys: I) -> ManyLockFuture<Arc<Self>>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized + 'k,
         I: IntoIterator<Item = &'k Q>,
     {
         let slots = self.reserve_many(keys.into_iter().map(|k| (k, Mode::Exclusive)));
-        PoolManyLockFuture::new(Arc::clone(self), slots)
+        ManyLockFuture::new(Arc::clone(self), slots)
     }
 
     /// A future for all `keys`, each in its own mode, as `opts` says.
@@ -1261,14 +1220,14 @@ impl<K: Hash + Eq, S: BuildHasher> KeyPool<K, S> {
         &self,
         keys: I,
         opts: LockOptions,
-    ) -> PoolManyAcquireFuture<&Self>
+    ) -> ManyAcquireFuture<&Self>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized + 'k,
         I: IntoIterator<Item = (&'k Q, Mode)>,
     {
         let slots = self.reserve_many(keys);
-        PoolManyAcquireFuture::new(self, slots, self.want(&opts), opts.wait)
+        ManyAcquireFuture::new(self, slots, self.want(&opts), opts.wait)
     }
 
     /// Like [`lock_many_with_async`](Self::lock_many_with_async), for an `Arc`.
@@ -1276,7 +1235,7 @@ impl<K: Hash + Eq, S: BuildHasher> KeyPool<K, S> {
         self: &Arc<Self>,
         keys: I,
         opts: LockOptions,
-    ) -> PoolManyAcquireFuture<Arc<Self>>
+    ) -> ManyAcquireFuture<Arc<Self>>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized + 'k,
@@ -1284,7 +1243,7 @@ impl<K: Hash + Eq, S: BuildHasher> KeyPool<K, S> {
     {
         let slots = self.reserve_many(keys);
         let want = self.want(&opts);
-        PoolManyAcquireFuture::new(Arc::clone(self), slots, want, opts.wait)
+        ManyAcquireFuture::new(Arc::clone(self), slots, want, opts.wait)
     }
 }
 
@@ -1297,6 +1256,68 @@ fn hold_of(acq: &Acquisition, owner: Option<Owner>) -> Hold {
         owner,
     }
 }
+
+// The table's types are the crate's own (see `front::table::Table`).
+#[allow(private_interfaces)]
+impl<K: Hash + Eq, S: BuildHasher> Table for KeyPool<K, S> {
+    type Word = Slot<K>;
+    type Site<'a>
+        = SlotSite<'a, K>
+    where
+        Self: 'a;
+    const NAME: &'static str = "PoolGuard";
+
+    #[inline]
+    fn entry(slot: &Slot<K>) -> &crate::entry::Entry {
+        &slot.entry
+    }
+
+    #[inline]
+    fn site<'a>(&'a self, slot: &'a Slot<K>) -> SlotSite<'a, K> {
+        slot.site(self.policy)
+    }
+
+    #[inline]
+    fn place(&self, slot: &Slot<K>) -> u64 {
+        slot.at.to_u64()
+    }
+
+    #[inline]
+    fn word(&self, place: u64) -> Result<&Slot<K>> {
+        self.site_at(SlotRef::from_u64(place)).map(|site| site.slot)
+    }
+
+    #[inline]
+    fn unreserve(&self, slot: &Slot<K>) {
+        slot.unreserve();
+    }
+}
+
+impl<K: Hash + Eq, S: BuildHasher> LockTable for KeyPool<K, S> {}
+
+impl<K, S, Q> front::FindKey<Q> for KeyPool<K, S>
+where
+    K: Hash + Eq + Borrow<Q>,
+    S: BuildHasher,
+    Q: Hash + Eq + ?Sized,
+{
+    fn place_of(&self, key: &Q) -> Option<u64> {
+        self.slot_of(key).map(SlotRef::to_u64)
+    }
+}
+
+/// A held key of a [`KeyPool`]: the front's [`LockGuard`], under the pool's name.
+pub type PoolGuard<P> = LockGuard<P>;
+/// Several held keys of a [`KeyPool`]: the front's [`ManyGuard`].
+pub type PoolManyGuard<P> = ManyGuard<P>;
+/// A [`KeyPool`]'s future of one key: the front's [`LockFuture`].
+pub type PoolLockFuture<P> = LockFuture<P>;
+/// A [`KeyPool`]'s future of one key with options: the front's [`AcquireFuture`].
+pub type PoolAcquireFuture<P> = AcquireFuture<P>;
+/// A [`KeyPool`]'s future of several keys: the front's [`ManyLockFuture`].
+pub type PoolManyLockFuture<P> = ManyLockFuture<P>;
+/// A [`KeyPool`]'s future of several keys with options: the front's [`ManyAcquireFuture`].
+pub type PoolManyAcquireFuture<P> = ManyAcquireFuture<P>;
 
 mod sealed {
     pub trait Sealed {}

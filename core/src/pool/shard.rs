@@ -109,7 +109,8 @@ impl SlotRef {
 }
 
 /// The lock of one key.
-pub(crate) struct Slot<K> {
+#[allow(unreachable_pub, missing_debug_implementations)] // named by the front's sealed table trait
+pub struct Slot<K> {
     pub(crate) entry: Entry,
     /// The shard the slot belongs to (shards never move), and the slot's own place.
     home: *const Shard<K>,
@@ -259,7 +260,8 @@ impl<K> DerefMut for SlotLocked<'_, K> {
 }
 
 /// A slot of a shard as a [`Site`].
-pub(crate) struct SlotSite<'a, K> {
+#[allow(unreachable_pub, missing_debug_implementations)] // named by the front's sealed table trait
+pub struct SlotSite<'a, K> {
     pub(crate) shard: &'a Shard<K>,
     pub(crate) slot: &'a Slot<K>,
     pub(crate) policy: Policy,

@@ -5,13 +5,10 @@
 //! everything a pool key has: both modes, fences, leases, owners, force-unlock. This module
 //! finds stripes; `guard` and `future` hold and await them.
 
-mod future;
-mod guard;
-
 use std::fmt;
 use std::hash::Hash;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
 
@@ -22,8 +19,10 @@ use crate::hash::{DefaultHashBuilder, hash_of, random, seeded};
 use crate::many;
 use crate::site::{self, RawLock, RawSite, plain};
 
-pub use future::{StripeAcquireFuture, StripeLockFuture, StripesAcquireFuture, StripesLockFuture};
-pub use guard::{StripeGuard, StripesGuard};
+use crate::front::{
+    self, AcquireFuture, FindKey, Held, LockFuture, LockGuard, LockTable, ManyAcquireFuture,
+    ManyGuard, ManyLockFuture, Plan, table::Table,
+};
 
 /// Counters of a [`StripedLock`], read by [`StripedLock::stats`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -48,7 +47,7 @@ pub struct StripedStats {
 /// keys must never block each other.
 ///
 /// Every stripe has both modes ([`lock_shared`](Self::lock_shared)), a fence that rises with
-/// each exclusive acquisition ([`StripeGuard::fence`]), leases, force-unlock and, when built
+/// each exclusive acquisition ([`LockGuard::fence`]), leases, force-unlock and, when built
 /// [`reentrant`](StripedLockBuilder::reentrant), owners with hold counts.
 ///
 /// ```
@@ -272,16 +271,16 @@ impl StripedLock {
         stripe: usize,
         want: Want,
         wait: Wait,
-    ) -> Result<StripeGuard<P>> {
+    ) -> Result<LockGuard<P>> {
         let grant = site::acquire(&self.site(stripe), &want, wait)?;
-        Ok(StripeGuard::new(lock, stripe, want, grant))
+        Ok(LockGuard::new(lock, self.stripe_at(stripe), &want, grant))
     }
 
     // ---- exclusive ----
 
     /// Blocks until `key`'s stripe is held exclusively.
     #[inline]
-    pub fn lock<K: Hash + ?Sized>(&self, key: &K) -> StripeGuard<&Self> {
+    pub fn lock<K: Hash + ?Sized>(&self, key: &K) -> LockGuard<&Self> {
         let stripe = self.stripe_of(key);
         let fence = match self
             .stripe_at(stripe)
@@ -291,7 +290,7 @@ impl StripedLock {
             Some(fence) => fence,
             None => self.lock_slow(stripe, Mode::Exclusive),
         };
-        StripeGuard::plain(self, stripe, Mode::Exclusive, fence)
+        LockGuard::plain(self, self.stripe_at(stripe), Mode::Exclusive, fence)
     }
 
     #[cold]
@@ -305,7 +304,7 @@ impl StripedLock {
 
     /// Takes `key`'s stripe exclusively if it is free; `Err(WouldBlock)` otherwise.
     #[inline]
-    pub fn try_lock<K: Hash + ?Sized>(&self, key: &K) -> Result<StripeGuard<&Self>> {
+    pub fn try_lock<K: Hash + ?Sized>(&self, key: &K) -> Result<LockGuard<&Self>> {
         let stripe = self.stripe_of(key);
         self.acquire(self, stripe, Want::EXCLUSIVE, Wait::No)
     }
@@ -315,7 +314,7 @@ impl StripedLock {
         &self,
         key: &K,
         timeout: Duration,
-    ) -> Result<StripeGuard<&Self>> {
+    ) -> Result<LockGuard<&Self>> {
         let stripe = self.stripe_of(key);
         self.acquire(self, stripe, Want::EXCLUSIVE, Wait::For(timeout))
     }
@@ -334,18 +333,18 @@ impl StripedLock {
     /// assert!(locks.try_lock("doc").is_ok());
     /// ```
     #[inline]
-    pub fn lock_shared<K: Hash + ?Sized>(&self, key: &K) -> StripeGuard<&Self> {
+    pub fn lock_shared<K: Hash + ?Sized>(&self, key: &K) -> LockGuard<&Self> {
         let stripe = self.stripe_of(key);
         let fence = match self.stripe_at(stripe).entry.try_fast(Mode::Shared, false) {
             Some(fence) => fence,
             None => self.lock_slow(stripe, Mode::Shared),
         };
-        StripeGuard::plain(self, stripe, Mode::Shared, fence)
+        LockGuard::plain(self, self.stripe_at(stripe), Mode::Shared, fence)
     }
 
     /// Takes `key`'s stripe in shared mode if no exclusive holder or queued request is in the
     /// way; `Err(WouldBlock)` otherwise.
-    pub fn try_lock_shared<K: Hash + ?Sized>(&self, key: &K) -> Result<StripeGuard<&Self>> {
+    pub fn try_lock_shared<K: Hash + ?Sized>(&self, key: &K) -> Result<LockGuard<&Self>> {
         let stripe = self.stripe_of(key);
         self.acquire(self, stripe, Want::SHARED, Wait::No)
     }
@@ -355,7 +354,7 @@ impl StripedLock {
         &self,
         key: &K,
         timeout: Duration,
-    ) -> Result<StripeGuard<&Self>> {
+    ) -> Result<LockGuard<&Self>> {
         let stripe = self.stripe_of(key);
         self.acquire(self, stripe, Want::SHARED, Wait::For(timeout))
     }
@@ -378,7 +377,7 @@ impl StripedLock {
         &self,
         key: &K,
         opts: LockOptions,
-    ) -> Result<StripeGuard<&Self>> {
+    ) -> Result<LockGuard<&Self>> {
         let stripe = self.stripe_of(key);
         self.acquire(self, stripe, self.want(&opts), opts.wait)
     }
@@ -409,7 +408,7 @@ impl StripedLock {
         &self,
         stripe: usize,
         opts: LockOptions,
-    ) -> Result<StripeGuard<&Self>> {
+    ) -> Result<LockGuard<&Self>> {
         self.acquire(self, stripe, self.want(&opts), opts.wait)
     }
 
@@ -418,8 +417,13 @@ impl StripedLock {
         self: &Arc<Self>,
         stripe: usize,
         opts: LockOptions,
-    ) -> StripeAcquireFuture<Arc<Self>> {
-        StripeAcquireFuture::new(Arc::clone(self), stripe, self.want(&opts), opts.wait)
+    ) -> AcquireFuture<Arc<Self>> {
+        AcquireFuture::new(Self::start(
+            Arc::clone(self),
+            stripe,
+            self.want(&opts),
+            opts.wait,
+        ))
     }
 
     /// Force-unlocks stripe `stripe`.
@@ -435,10 +439,10 @@ impl StripedLock {
         &self,
         stripe: usize,
         opts: LockOptions,
-    ) -> Result<StripeGuard<&Self>> {
+    ) -> Result<LockGuard<&Self>> {
         let want = self.want(&opts);
         let grant = site::steal(&self.site(stripe), &want)?;
-        Ok(StripeGuard::new(self, stripe, want, grant))
+        Ok(LockGuard::new(self, self.stripe_at(stripe), &want, grant))
     }
 
     /// The holders of stripe `stripe`.
@@ -464,14 +468,14 @@ impl StripedLock {
         self: &Arc<Self>,
         key: &K,
         opts: LockOptions,
-    ) -> Result<StripeGuard<Arc<Self>>> {
+    ) -> Result<LockGuard<Arc<Self>>> {
         let stripe = self.stripe_of(key);
         self.acquire(Arc::clone(self), stripe, self.want(&opts), opts.wait)
     }
 
     // ---- acquisitions ----
 
-    /// Releases an acquisition handed out by [`StripeGuard::into_acquisition`]. Refused with
+    /// Releases an acquisition handed out by [`LockGuard::into_acquisition`]. Refused with
     /// `NotOwner` (or `LeaseExpired`) when it is no longer current: released already,
     /// force-unlocked, or its lease ran out. Never touches another acquisition.
     pub fn release(&self, acquisition: Acquisition) -> Result<()> {
@@ -553,14 +557,14 @@ impl StripedLock {
 
     /// The distinct stripes of `keys`, ascending, each with the strongest mode asked of it:
     /// the one order every multi-key acquire uses.
-    fn stripes_of<'k, K, I>(&self, keys: I) -> Vec<(usize, Mode)>
+    fn stripes_of<'k, K, I>(&self, keys: I) -> Plan
     where
         K: Hash + ?Sized + 'k,
         I: IntoIterator<Item = (&'k K, Mode)>,
     {
-        let stripes: Vec<(usize, Mode)> = keys
+        let stripes: Plan = keys
             .into_iter()
-            .map(|(k, m)| (self.stripe_of(k), m))
+            .map(|(k, m)| (self.stripe_of(k) as u64, m))
             .collect();
         canonical(stripes)
     }
@@ -579,9 +583,9 @@ impl StripedLock {
         &self,
         stripes: Vec<(usize, Mode)>,
         opts: LockOptions,
-    ) -> Result<StripesGuard<&Self>> {
-        let held = self.take_all(canonical(stripes), self.want(&opts), opts.wait)?;
-        Ok(StripesGuard::new(self, held))
+    ) -> Result<ManyGuard<&Self>> {
+        let held = self.take_all(plan_of(stripes), self.want(&opts), opts.wait)?;
+        Ok(ManyGuard::new(self, held))
     }
 
     /// [`lock_stripes`](Self::lock_stripes) as a future.
@@ -589,55 +593,42 @@ impl StripedLock {
         self: &Arc<Self>,
         stripes: Vec<(usize, Mode)>,
         opts: LockOptions,
-    ) -> StripesAcquireFuture<Arc<Self>> {
+    ) -> ManyAcquireFuture<Arc<Self>> {
         let want = self.want(&opts);
-        StripesAcquireFuture::new(Arc::clone(self), canonical(stripes), want, opts.wait)
+        ManyAcquireFuture::new(Arc::clone(self), plan_of(stripes), want, opts.wait)
     }
 
     /// Takes `stripes` in order; all or none.
-    fn take_all(
-        &self,
-        stripes: Vec<(usize, Mode)>,
-        base: Want,
-        wait: Wait,
-    ) -> Result<Vec<(usize, Hold, Option<Instant>)>> {
+    fn take_all(&self, stripes: Plan, base: Want, wait: Wait) -> Result<Vec<Held>> {
         let wait = many::one_deadline(wait);
-        let take = |&(stripe, mode): &(usize, Mode)| {
+        let take = |&(place, mode): &(u64, Mode)| {
             let want = Want { mode, ..base };
-            let grant = site::acquire(&self.site(stripe), &want, wait)?;
-            Ok((stripe, Hold::of(&want, grant), grant.lease_until))
+            let grant = site::acquire(&self.site(place as usize), &want, wait)?;
+            Ok((place, Hold::of(&want, grant), grant.lease_until))
         };
-        let give_back = |(stripe, hold, _): (usize, Hold, Option<Instant>)| {
-            let _ = site::release(&self.site(stripe), &hold);
+        let give_back = |(place, hold, _): Held| {
+            let _ = site::release(&self.site(place as usize), &hold);
         };
         many::take_all(&stripes, take, give_back).map_err(|failed| failed.error)
     }
 
-    /// Releases stripes taken by this caller, newest first; one whose acquisition is no longer
-    /// current is left alone.
-    fn release_holds(&self, held: &[(usize, Hold, Option<Instant>)]) {
-        for (stripe, hold, _) in held.iter().rev() {
-            let _ = site::release(&self.site(*stripe), hold);
-        }
-    }
-
     /// Blocks until the stripes of all `keys` are held exclusively. Deadlock-free: distinct
     /// stripes are taken in ascending order, each once even when several keys share it.
-    pub fn lock_many<'k, K, I>(&self, keys: I) -> StripesGuard<&Self>
+    pub fn lock_many<'k, K, I>(&self, keys: I) -> ManyGuard<&Self>
     where
         K: Hash + ?Sized + 'k,
         I: IntoIterator<Item = &'k K>,
     {
         let stripes = self.stripes_of(keys.into_iter().map(|k| (k, Mode::Exclusive)));
         match self.take_all(stripes, Want::EXCLUSIVE, Wait::Forever) {
-            Ok(held) => StripesGuard::new(self, held),
+            Ok(held) => ManyGuard::new(self, held),
             Err(e) => unreachable!("an untimed plain acquire failed: {e}"),
         }
     }
 
     /// Takes the stripes of all `keys` exclusively if all are free, or none;
     /// `Err(WouldBlock)` otherwise.
-    pub fn try_lock_many<'k, K, I>(&self, keys: I) -> Result<StripesGuard<&Self>>
+    pub fn try_lock_many<'k, K, I>(&self, keys: I) -> Result<ManyGuard<&Self>>
     where
         K: Hash + ?Sized + 'k,
         I: IntoIterator<Item = &'k K>,
@@ -651,7 +642,7 @@ impl StripedLock {
         &self,
         keys: I,
         timeout: Duration,
-    ) -> Result<StripesGuard<&Self>>
+    ) -> Result<ManyGuard<&Self>>
     where
         K: Hash + ?Sized + 'k,
         I: IntoIterator<Item = &'k K>,
@@ -669,11 +660,7 @@ impl StripedLock {
     /// let g = locks.lock_many_with([("src", Mode::Shared), ("dst", Mode::Exclusive)], LockOptions::new()).unwrap();
     /// assert_eq!(g.len(), locks.lock_many_with([("x", Mode::Shared)], LockOptions::new()).unwrap().len() + 1);
     /// ```
-    pub fn lock_many_with<'k, K, I>(
-        &self,
-        keys: I,
-        opts: LockOptions,
-    ) -> Result<StripesGuard<&Self>>
+    pub fn lock_many_with<'k, K, I>(&self, keys: I, opts: LockOptions) -> Result<ManyGuard<&Self>>
     where
         K: Hash + ?Sized + 'k,
         I: IntoIterator<Item = (&'k K, Mode)>,
@@ -681,7 +668,7 @@ impl StripedLock {
         let stripes = self.stripes_of(keys);
         let base = self.want(&opts);
         let held = self.take_all(stripes, base, opts.wait)?;
-        Ok(StripesGuard::new(self, held))
+        Ok(ManyGuard::new(self, held))
     }
 
     // ---- futures ----
@@ -689,23 +676,35 @@ impl StripedLock {
     /// A future that resolves to the guard of `key`'s stripe (exclusive), waiting in the same
     /// queue as blocking callers.
     #[inline]
-    pub fn lock_async<K: Hash + ?Sized>(&self, key: &K) -> StripeLockFuture<&Self> {
-        StripeLockFuture::new(self, self.stripe_of(key), Want::EXCLUSIVE)
+    pub fn lock_async<K: Hash + ?Sized>(&self, key: &K) -> LockFuture<&Self> {
+        LockFuture::new(Self::start(
+            self,
+            self.stripe_of(key),
+            Want::EXCLUSIVE,
+            Wait::Forever,
+        ))
     }
 
     /// Like [`lock_async`](Self::lock_async), for an `Arc`: the future is `'static`.
     #[inline]
-    pub fn lock_async_owned<K: Hash + ?Sized>(
-        self: &Arc<Self>,
-        key: &K,
-    ) -> StripeLockFuture<Arc<Self>> {
-        StripeLockFuture::new(Arc::clone(self), self.stripe_of(key), Want::EXCLUSIVE)
+    pub fn lock_async_owned<K: Hash + ?Sized>(self: &Arc<Self>, key: &K) -> LockFuture<Arc<Self>> {
+        LockFuture::new(Self::start(
+            Arc::clone(self),
+            self.stripe_of(key),
+            Want::EXCLUSIVE,
+            Wait::Forever,
+        ))
     }
 
     /// A future that resolves to a shared guard of `key`'s stripe.
     #[inline]
-    pub fn lock_shared_async<K: Hash + ?Sized>(&self, key: &K) -> StripeLockFuture<&Self> {
-        StripeLockFuture::new(self, self.stripe_of(key), Want::SHARED)
+    pub fn lock_shared_async<K: Hash + ?Sized>(&self, key: &K) -> LockFuture<&Self> {
+        LockFuture::new(Self::start(
+            self,
+            self.stripe_of(key),
+            Want::SHARED,
+            Wait::Forever,
+        ))
     }
 
     /// Like [`lock_shared_async`](Self::lock_shared_async), for an `Arc`.
@@ -713,8 +712,13 @@ impl StripedLock {
     pub fn lock_shared_async_owned<K: Hash + ?Sized>(
         self: &Arc<Self>,
         key: &K,
-    ) -> StripeLockFuture<Arc<Self>> {
-        StripeLockFuture::new(Arc::clone(self), self.stripe_of(key), Want::SHARED)
+    ) -> LockFuture<Arc<Self>> {
+        LockFuture::new(Self::start(
+            Arc::clone(self),
+            self.stripe_of(key),
+            Want::SHARED,
+            Wait::Forever,
+        ))
     }
 
     /// A future for `key`'s stripe as `opts` says; it resolves to `Err(TimedOut)` when its
@@ -725,8 +729,13 @@ impl StripedLock {
         &self,
         key: &K,
         opts: LockOptions,
-    ) -> StripeAcquireFuture<&Self> {
-        StripeAcquireFuture::new(self, self.stripe_of(key), self.want(&opts), opts.wait)
+    ) -> AcquireFuture<&Self> {
+        AcquireFuture::new(Self::start(
+            self,
+            self.stripe_of(key),
+            self.want(&opts),
+            opts.wait,
+        ))
     }
 
     /// Like [`lock_with_async`](Self::lock_with_async), for an `Arc`.
@@ -735,33 +744,30 @@ impl StripedLock {
         self: &Arc<Self>,
         key: &K,
         opts: LockOptions,
-    ) -> StripeAcquireFuture<Arc<Self>> {
+    ) -> AcquireFuture<Arc<Self>> {
         let (stripe, want) = (self.stripe_of(key), self.want(&opts));
-        StripeAcquireFuture::new(Arc::clone(self), stripe, want, opts.wait)
+        AcquireFuture::new(Self::start(Arc::clone(self), stripe, want, opts.wait))
     }
 
     /// A future that resolves once the stripes of all `keys` are held exclusively (ascending
     /// order).
-    pub fn lock_many_async<'k, K, I>(&self, keys: I) -> StripesLockFuture<&Self>
+    pub fn lock_many_async<'k, K, I>(&self, keys: I) -> ManyLockFuture<&Self>
     where
         K: Hash + ?Sized + 'k,
         I: IntoIterator<Item = &'k K>,
     {
         let stripes = self.stripes_of(keys.into_iter().map(|k| (k, Mode::Exclusive)));
-        StripesLockFuture::new(self, stripes)
+        ManyLockFuture::new(self, stripes)
     }
 
     /// Like [`lock_many_async`](Self::lock_many_async), for an `Arc`: the future is `'static`.
-    pub fn lock_many_async_owned<'k, K, I>(
-        self: &Arc<Self>,
-        keys: I,
-    ) -> StripesLockFuture<Arc<Self>>
+    pub fn lock_many_async_owned<'k, K, I>(self: &Arc<Self>, keys: I) -> ManyLockFuture<Arc<Self>>
     where
         K: Hash + ?Sized + 'k,
         I: IntoIterator<Item = &'k K>,
     {
         let stripes = self.stripes_of(keys.into_iter().map(|k| (k, Mode::Exclusive)));
-        StripesLockFuture::new(Arc::clone(self), stripes)
+        ManyLockFuture::new(Arc::clone(self), stripes)
     }
 
     /// A future for the stripes of all `keys`, each in its own mode, as `opts` says.
@@ -769,13 +775,13 @@ impl StripedLock {
         &self,
         keys: I,
         opts: LockOptions,
-    ) -> StripesAcquireFuture<&Self>
+    ) -> ManyAcquireFuture<&Self>
     where
         K: Hash + ?Sized + 'k,
         I: IntoIterator<Item = (&'k K, Mode)>,
     {
         let stripes = self.stripes_of(keys);
-        StripesAcquireFuture::new(self, stripes, self.want(&opts), opts.wait)
+        ManyAcquireFuture::new(self, stripes, self.want(&opts), opts.wait)
     }
 
     /// Like [`lock_many_with_async`](Self::lock_many_with_async), for an `Arc`.
@@ -783,22 +789,131 @@ impl StripedLock {
         self: &Arc<Self>,
         keys: I,
         opts: LockOptions,
-    ) -> StripesAcquireFuture<Arc<Self>>
+    ) -> ManyAcquireFuture<Arc<Self>>
     where
         K: Hash + ?Sized + 'k,
         I: IntoIterator<Item = (&'k K, Mode)>,
     {
         let stripes = self.stripes_of(keys);
         let want = self.want(&opts);
-        StripesAcquireFuture::new(Arc::clone(self), stripes, want, opts.wait)
+        ManyAcquireFuture::new(Arc::clone(self), stripes, want, opts.wait)
     }
 }
 
 /// Stripes in the canonical plan: ascending, each once with the strongest mode asked of it.
-fn canonical(mut stripes: Vec<(usize, Mode)>) -> Vec<(usize, Mode)> {
+fn canonical(mut stripes: Plan) -> Plan {
     many::plan_in_place(&mut stripes);
     stripes
 }
+
+/// Stripe numbers (any order, duplicates allowed) as a canonical plan.
+fn plan_of(stripes: Vec<(usize, Mode)>) -> Plan {
+    canonical(stripes.into_iter().map(|(s, m)| (s as u64, m)).collect())
+}
+
+impl StripedLock {
+    /// The start of an async acquire: the stripe is taken now if it is free on the fast path,
+    /// else the future tries once more under its lock and then waits.
+    #[inline]
+    fn start<P>(lock: P, stripe: usize, want: Want, wait: Wait) -> front::One<P>
+    where
+        P: std::ops::Deref<Target = StripedLock>,
+    {
+        let word = lock.stripe_at(stripe);
+        if want.is_plain()
+            && let Some(fence) = word.entry.try_fast(want.mode, lock.policy.fifo)
+        {
+            let word = std::ptr::NonNull::from(word);
+            // SAFETY: the stripe lives as long as the lock object, which `lock` keeps.
+            return front::One::Ready(LockGuard::plain(
+                lock,
+                unsafe { word.as_ref() },
+                want.mode,
+                fence,
+            ));
+        }
+        front::One::after_fast_path(lock, stripe as u64, want, wait)
+    }
+}
+
+// The table's types are the crate's own (see `front::table::Table`).
+#[allow(private_interfaces)]
+impl Table for StripedLock {
+    type Word = RawLock;
+    type Site<'a>
+        = RawSite<'a>
+    where
+        Self: 'a;
+    const NAME: &'static str = "StripeGuard";
+
+    #[inline]
+    fn entry(stripe: &RawLock) -> &crate::entry::Entry {
+        &stripe.entry
+    }
+
+    #[inline]
+    fn site<'a>(&'a self, stripe: &'a RawLock) -> RawSite<'a> {
+        RawSite {
+            lock: stripe,
+            policy: self.policy,
+        }
+    }
+
+    #[inline]
+    fn place(&self, stripe: &RawLock) -> u64 {
+        // Stripes are one array of padded locks, each lock at the start of its padding.
+        let base = self.stripes.as_ptr() as usize;
+        ((stripe as *const RawLock as usize - base) / std::mem::size_of::<CachePadded<RawLock>>())
+            as u64
+    }
+
+    #[inline]
+    fn word(&self, place: u64) -> Result<&RawLock> {
+        usize::try_from(place)
+            .ok()
+            .and_then(|s| self.stripes.get(s))
+            .map(|padded| &**padded)
+            .ok_or(Error::InvalidArgument(
+                "the acquisition belongs to another lock",
+            ))
+    }
+}
+
+impl LockTable for StripedLock {}
+
+impl<Q: Hash + ?Sized> FindKey<Q> for StripedLock {
+    fn place_of(&self, key: &Q) -> Option<u64> {
+        Some(self.stripe_of(key) as u64)
+    }
+}
+
+impl<P: std::ops::Deref<Target = StripedLock>> LockGuard<P> {
+    /// The stripe held.
+    pub fn stripe(&self) -> usize {
+        self.place() as usize
+    }
+}
+
+impl<P: std::ops::Deref<Target = StripedLock>> ManyGuard<P> {
+    /// The distinct stripes held, ascending.
+    pub fn stripes(&self) -> impl ExactSizeIterator<Item = usize> + '_ {
+        self.places().map(|place| place as usize)
+    }
+}
+
+/// A held stripe of a [`StripedLock`]: the front's [`LockGuard`], under the stripes' name.
+pub type StripeGuard<P> = LockGuard<P>;
+/// Several held stripes of a [`StripedLock`]: the front's [`ManyGuard`].
+pub type StripesGuard<P> = ManyGuard<P>;
+/// A [`StripedLock`]'s future of one stripe: the front's [`LockFuture`].
+pub type StripeLockFuture<P> = LockFuture<P>;
+/// A [`StripedLock`]'s future of one stripe with options: the front's [`AcquireFuture`].
+pub type StripeAcquireFuture<P> = AcquireFuture<P>;
+/// A [`StripedLock`]'s future of several stripes: the front's [`ManyLockFuture`].
+pub type StripesLockFuture<P> = ManyLockFuture<P>;
+/// A [`StripedLock`]'s future of several stripes with options: the front's
+/// [`ManyAcquireFuture`].
+pub type StripesAcquireFuture<P> = ManyAcquireFuture<P>;
 
 /// The entry's view of an acquisition record, released on behalf of `owner`.
 fn hold_of(acq: &Acquisition, owner: Option<Owner>) -> Hold {

@@ -1,0 +1,543 @@
+//! Futures that acquire lock words, waiting in the same queues as blocked threads.
+//!
+//! A future looks its word up when it is made: a free one is taken at once, a held one is
+//! waited for (a pool's slot is reserved for the wait, so the future owns no copy of the key and
+//! the slot is not recycled under it). Dropping a future cancels exactly: a waiter leaves the
+//! queue and drops its reservation, a lock already granted to it passes on, a lock it holds is
+//! released.
+
+use std::fmt;
+use std::future::Future;
+use std::ops::Deref;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use super::table::Table;
+use super::{Held, LockGuard, LockTable, ManyGuard, Plan, attempt, ran_out, release_all};
+use crate::acquisition::{Wait, Want};
+use crate::entry::Hold;
+use crate::error::{Error, Result};
+use crate::site::SiteQueue;
+use crate::wait::{Attempt, Grant, LazyWaiter, timer};
+
+/// An async acquire of one word: ready at once (the word was free when the future was made),
+/// failed at once, or waiting. A ready future is just its guard, so the uncontended async path
+/// costs what the blocking one does.
+pub(crate) enum One<P>
+where
+    P: Deref,
+    P::Target: LockTable,
+{
+    Ready(LockGuard<P>),
+    Failed(Error),
+    /// Boxed: a waiting future allocates anyway (its queue node), and the ready one stays small.
+    Waiting(Box<Waiting<P>>),
+    Done,
+}
+
+impl<P> One<P>
+where
+    P: Deref,
+    P::Target: LockTable,
+{
+    /// The rest of an async acquire once the word's fast path failed: one attempt with its site
+    /// locked, then a wait. The caller holds a reservation on the word if its table has them;
+    /// it is used up or handed to the wait.
+    #[cold]
+    pub(crate) fn after_fast_path(table: P, place: u64, want: Want, wait: Wait) -> Self {
+        let word = match table.word(place) {
+            Ok(word) => word,
+            Err(e) => return One::Failed(e),
+        };
+        match attempt(&*table, word, &want) {
+            Attempt::Acquired(grant) => {
+                let word = std::ptr::NonNull::from(word);
+                // SAFETY: the word lives as long as the table, which `table` keeps.
+                One::Ready(LockGuard::new(
+                    table,
+                    unsafe { word.as_ref() },
+                    &want,
+                    grant,
+                ))
+            }
+            Attempt::Failed(e) => One::Failed(e),
+            Attempt::Blocked { .. } if wait == Wait::No => {
+                table.unreserve(word);
+                One::Failed(Error::WouldBlock)
+            }
+            // The reservation (if any) is kept for the wait.
+            Attempt::Blocked { .. } => One::Waiting(Box::new(Waiting {
+                deadline: wait.deadline(),
+                table: Some(table),
+                place,
+                want,
+                wait,
+                polled: false,
+                waiter: LazyWaiter::new(),
+            })),
+        }
+    }
+
+    #[inline]
+    fn poll_one(&mut self, cx: &mut Context<'_>) -> Poll<Result<LockGuard<P>>> {
+        if let One::Waiting(w) = self {
+            let (table, result) = match w.poll(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(done) => done,
+            };
+            let (place, want) = (w.place, w.want);
+            *self = One::Done;
+            return Poll::Ready(result.and_then(|grant| {
+                let word = std::ptr::NonNull::from(table.word(place)?);
+                // SAFETY: the word lives as long as the table, which `table` keeps.
+                Ok(LockGuard::new(
+                    table,
+                    unsafe { word.as_ref() },
+                    &want,
+                    grant,
+                ))
+            }));
+        }
+        match std::mem::replace(self, One::Done) {
+            One::Ready(guard) => Poll::Ready(Ok(guard)),
+            One::Failed(e) => Poll::Ready(Err(e)),
+            One::Waiting(_) | One::Done => panic!("lock future polled after completion"),
+        }
+    }
+
+    fn is_ready(&self) -> bool {
+        matches!(self, One::Ready(_))
+    }
+}
+
+/// A future waiting for its word.
+pub(crate) struct Waiting<P>
+where
+    P: Deref,
+    P::Target: LockTable,
+{
+    /// `None` once finished (the reservation is then used up or dropped).
+    table: Option<P>,
+    place: u64,
+    want: Want,
+    wait: Wait,
+    deadline: Option<Instant>,
+    /// The waiter has been polled, so the reservation is its to use up.
+    polled: bool,
+    waiter: LazyWaiter,
+}
+
+impl<P> Waiting<P>
+where
+    P: Deref,
+    P::Target: LockTable,
+{
+    /// Polls the wait; when it ends, the table handle is handed back with the outcome.
+    fn poll(&mut self, cx: &mut Context<'_>) -> Poll<(P, Result<Grant>)> {
+        let table = self.table.as_ref().expect("a waiting future has its table");
+        let word = match table.word(self.place) {
+            Ok(word) => word,
+            Err(e) => return Poll::Ready((self.table.take().expect("checked"), Err(e))),
+        };
+        let result = {
+            let site = table.site(word);
+            let queue = SiteQueue(&site);
+            if self.deadline.is_some_and(|d| Instant::now() >= d) {
+                if self.polled {
+                    self.waiter
+                        .abandon(&queue, true)
+                        .ok_or_else(|| ran_out(self.wait))
+                } else {
+                    table.unreserve(word);
+                    Err(ran_out(self.wait))
+                }
+            } else {
+                self.polled = true;
+                match self.waiter.poll(&queue, &self.want, cx) {
+                    Poll::Ready(result) => result,
+                    Poll::Pending => {
+                        if let Some(d) = self.deadline {
+                            timer::wake_at(d, cx.waker().clone());
+                        }
+                        return Poll::Pending;
+                    }
+                }
+            }
+        };
+        Poll::Ready((self.table.take().expect("checked above"), result))
+    }
+}
+
+impl<P> Drop for Waiting<P>
+where
+    P: Deref,
+    P::Target: LockTable,
+{
+    fn drop(&mut self) {
+        let Some(table) = &self.table else { return };
+        let Ok(word) = table.word(self.place) else {
+            return;
+        };
+        if !self.polled {
+            table.unreserve(word);
+        } else {
+            let _ = self.waiter.abandon(&SiteQueue(&table.site(word)), false);
+        }
+    }
+}
+
+/// Resolves to a [`LockGuard`]. Dropping it before then cancels the wait exactly: the waiter
+/// leaves the queue, its reservation is dropped, and a lock already handed to it passes on.
+///
+/// ```
+/// use keylock_core::KeyPool;
+/// let pool: KeyPool<String> = KeyPool::new();
+/// futures::executor::block_on(async {
+///     let guard = pool.lock_async("user:1").await;
+///     assert!(pool.is_locked("user:1"));
+///     drop(guard);
+/// });
+/// ```
+#[must_use = "futures do nothing unless polled"]
+pub struct LockFuture<P>(One<P>)
+where
+    P: Deref,
+    P::Target: LockTable;
+
+impl<P> LockFuture<P>
+where
+    P: Deref,
+    P::Target: LockTable,
+{
+    pub(crate) fn new(one: One<P>) -> Self {
+        Self(one)
+    }
+}
+
+impl<P> Future for LockFuture<P>
+where
+    P: Deref,
+    P::Target: LockTable,
+{
+    type Output = LockGuard<P>;
+
+    #[inline]
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<LockGuard<P>> {
+        self.get_mut().0.poll_one(cx).map(|r| match r {
+            Ok(guard) => guard,
+            // A plain untimed acquire has no way to fail.
+            Err(e) => unreachable!("an untimed plain acquire failed: {e}"),
+        })
+    }
+}
+
+/// Resolves to `Ok(`[`LockGuard`]`)`, or to the error that ended the wait (`TimedOut`,
+/// `ReentrancyLimit`, ...). Dropping it cancels the wait exactly.
+///
+/// ```
+/// use std::time::Duration;
+/// use keylock_core::{Error, KeyPool, LockOptions, Wait};
+/// let pool: KeyPool<String> = KeyPool::new();
+/// let _held = pool.lock("k");
+/// let opts = LockOptions::new().wait(Wait::For(Duration::from_millis(5)));
+/// let late = futures::executor::block_on(pool.lock_with_async("k", opts));
+/// assert_eq!(late.unwrap_err(), Error::TimedOut);
+/// assert_eq!(pool.stats().waiting, 0);
+/// ```
+#[must_use = "futures do nothing unless polled"]
+pub struct AcquireFuture<P>(One<P>)
+where
+    P: Deref,
+    P::Target: LockTable;
+
+impl<P> AcquireFuture<P>
+where
+    P: Deref,
+    P::Target: LockTable,
+{
+    pub(crate) fn new(one: One<P>) -> Self {
+        Self(one)
+    }
+}
+
+impl<P> Future for AcquireFuture<P>
+where
+    P: Deref,
+    P::Target: LockTable,
+{
+    type Output = Result<LockGuard<P>>;
+
+    #[inline]
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.get_mut().0.poll_one(cx)
+    }
+}
+
+/// Several words, awaited one after another in the canonical order.
+pub(crate) struct Many<P>
+where
+    P: Deref,
+    P::Target: LockTable,
+{
+    table: Option<P>,
+    /// The plan (reserved words, if the table has reservations); `held.len()` of them are held.
+    plan: Plan,
+    base: Want,
+    wait: Wait,
+    deadline: Option<Instant>,
+    held: Vec<Held>,
+    waiter: LazyWaiter,
+    /// The waiter has been polled for the current word (its reservation is the waiter's).
+    polled: bool,
+}
+
+impl<P> Many<P>
+where
+    P: Deref,
+    P::Target: LockTable,
+{
+    /// A future for `plan`, whose words the caller has reserved (if its table has
+    /// reservations).
+    pub(crate) fn new(table: P, plan: Plan, base: Want, wait: Wait) -> Self {
+        let held = Vec::with_capacity(plan.len());
+        Self {
+            table: Some(table),
+            plan,
+            base,
+            wait,
+            deadline: wait.deadline(),
+            held,
+            waiter: LazyWaiter::new(),
+            polled: false,
+        }
+    }
+
+    /// Drops the reservations of the plan's words from `from` on.
+    fn unreserve_from(table: &P::Target, plan: &Plan, from: usize) {
+        for &(rest, _) in plan.iter().skip(from) {
+            if let Ok(word) = table.word(rest) {
+                table.unreserve(word);
+            }
+        }
+    }
+
+    /// Gives up: drops the reservations not used yet (after the current one) and what is held.
+    fn give_up(&mut self, table: &P, error: Error) -> Poll<Result<ManyGuard<P>>> {
+        Self::unreserve_from(table, &self.plan, self.held.len() + 1);
+        release_all(&**table, &self.held);
+        self.held.clear();
+        self.plan.clear();
+        self.table = None;
+        Poll::Ready(Err(error))
+    }
+
+    fn poll_many(&mut self, cx: &mut Context<'_>) -> Poll<Result<ManyGuard<P>>> {
+        let table = self
+            .table
+            .take()
+            .expect("lock future polled after completion");
+        while self.held.len() < self.plan.len() {
+            let (place, mode) = self.plan[self.held.len()];
+            let want = Want { mode, ..self.base };
+            // `None`: still waiting. (The site borrows the table, so the table is put back
+            // only once the site is gone.)
+            let got = match table.word(place) {
+                Ok(word) => self.poll_word(&*table, word, &want, cx),
+                Err(e) => Some(Err(e)),
+            };
+            let Some(got) = got else {
+                self.table = Some(table);
+                return Poll::Pending;
+            };
+            self.polled = false;
+            match got {
+                Ok(grant) => self
+                    .held
+                    .push((place, Hold::of(&want, grant), grant.lease_until)),
+                Err(e) => return self.give_up(&table, e),
+            }
+        }
+        Poll::Ready(Ok(ManyGuard::new(table, std::mem::take(&mut self.held))))
+    }
+
+    /// Polls for `word`, the plan's next; `None` while it waits.
+    fn poll_word(
+        &mut self,
+        table: &P::Target,
+        word: &<P::Target as Table>::Word,
+        want: &Want,
+        cx: &mut Context<'_>,
+    ) -> Option<Result<Grant>> {
+        let site = table.site(word);
+        let queue = SiteQueue(&site);
+        if self.deadline.is_some_and(|d| Instant::now() >= d) {
+            let grant = if self.polled {
+                self.waiter.abandon(&queue, true)
+            } else {
+                // The time is up before this word's wait began (a try, or a deadline reached
+                // on the words before it): one attempt without waiting, as a blocking acquire
+                // makes.
+                match attempt(table, word, want) {
+                    Attempt::Acquired(grant) => Some(grant),
+                    Attempt::Failed(e) => return Some(Err(e)),
+                    Attempt::Blocked { .. } => {
+                        table.unreserve(word);
+                        None
+                    }
+                }
+            };
+            return Some(grant.ok_or_else(|| ran_out(self.wait)));
+        }
+        self.polled = true;
+        match self.waiter.poll(&queue, want, cx) {
+            Poll::Ready(result) => Some(result),
+            Poll::Pending => {
+                if let Some(d) = self.deadline {
+                    timer::wake_at(d, cx.waker().clone());
+                }
+                None
+            }
+        }
+    }
+}
+
+impl<P> Drop for Many<P>
+where
+    P: Deref,
+    P::Target: LockTable,
+{
+    fn drop(&mut self) {
+        let Some(table) = &self.table else { return };
+        let next = self.held.len();
+        if next < self.plan.len() {
+            let (place, _) = self.plan[next];
+            if self.polled {
+                if let Ok(word) = table.word(place) {
+                    let _ = self.waiter.abandon(&SiteQueue(&table.site(word)), false);
+                }
+                Self::unreserve_from(table, &self.plan, next + 1);
+            } else {
+                Self::unreserve_from(table, &self.plan, next);
+            }
+        }
+        release_all(&**table, &self.held);
+    }
+}
+
+/// Resolves to a [`ManyGuard`]. Dropping it before then releases what it took, drops its
+/// reservations and cancels the wait exactly.
+///
+/// ```
+/// use keylock_core::KeyPool;
+/// let pool: KeyPool<String> = KeyPool::new();
+/// futures::executor::block_on(async {
+///     let both = pool.lock_many_async(["from", "to"]).await;
+///     assert_eq!(both.len(), 2);
+/// });
+/// ```
+#[must_use = "futures do nothing unless polled"]
+pub struct ManyLockFuture<P>(Many<P>)
+where
+    P: Deref,
+    P::Target: LockTable;
+
+impl<P> ManyLockFuture<P>
+where
+    P: Deref,
+    P::Target: LockTable,
+{
+    pub(crate) fn new(table: P, plan: Plan) -> Self {
+        Self(Many::new(table, plan, Want::EXCLUSIVE, Wait::Forever))
+    }
+}
+
+impl<P> Future for ManyLockFuture<P>
+where
+    P: Deref,
+    P::Target: LockTable,
+{
+    type Output = ManyGuard<P>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<ManyGuard<P>> {
+        self.get_mut().0.poll_many(cx).map(|r| match r {
+            Ok(guard) => guard,
+            // Plain untimed acquires have no way to fail.
+            Err(e) => unreachable!("an untimed plain acquire failed: {e}"),
+        })
+    }
+}
+
+/// Resolves to `Ok(`[`ManyGuard`]`)` once every key is held in its mode, or to the error that
+/// ended the wait, holding nothing. Dropping it cancels exactly.
+#[must_use = "futures do nothing unless polled"]
+pub struct ManyAcquireFuture<P>(Many<P>)
+where
+    P: Deref,
+    P::Target: LockTable;
+
+impl<P> ManyAcquireFuture<P>
+where
+    P: Deref,
+    P::Target: LockTable,
+{
+    pub(crate) fn new(table: P, plan: Plan, base: Want, wait: Wait) -> Self {
+        Self(Many::new(table, plan, base, wait))
+    }
+}
+
+impl<P> Future for ManyAcquireFuture<P>
+where
+    P: Deref,
+    P::Target: LockTable,
+{
+    type Output = Result<ManyGuard<P>>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.get_mut().0.poll_many(cx)
+    }
+}
+
+/// `Debug` for the one-lock futures: the table's name and whether it is ready.
+macro_rules! debug_one {
+    ($($ty:ident),*) => {$(
+        impl<P> fmt::Debug for $ty<P>
+        where
+            P: Deref,
+            P::Target: LockTable,
+        {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.debug_struct(stringify!($ty))
+                    .field("ready", &self.0.is_ready())
+                    .finish_non_exhaustive()
+            }
+        }
+    )*};
+}
+debug_one!(LockFuture, AcquireFuture);
+
+/// `Debug` for the multi-lock futures: how many locks, how many held.
+macro_rules! debug_many {
+    ($($ty:ident),*) => {$(
+        impl<P> fmt::Debug for $ty<P>
+        where
+            P: Deref,
+            P::Target: LockTable,
+        {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.debug_struct(stringify!($ty))
+                    .field("locks", &self.0.plan.len())
+                    .field("held", &self.0.held.len())
+                    .finish_non_exhaustive()
+            }
+        }
+    )*};
+}
+debug_many!(ManyLockFuture, ManyAcquireFuture);
+
+// The futures pin nothing: their queue nodes are boxed (`LazyWaiter`), so moving one is
+// harmless whatever `P` is.
+impl<P: Deref> Unpin for LockFuture<P> where P::Target: LockTable {}
+impl<P: Deref> Unpin for AcquireFuture<P> where P::Target: LockTable {}
+impl<P: Deref> Unpin for ManyLockFuture<P> where P::Target: LockTable {}
+impl<P: Deref> Unpin for ManyAcquireFuture<P> where P::Target: LockTable {}

@@ -1,0 +1,134 @@
+//! The one front of the in-process keyed primitives: the guards and futures that
+//! [`KeyPool`](crate::KeyPool) and [`StripedLock`](crate::StripedLock) hand out, written once over
+//! a table of lock words.
+//!
+//! A *table* is where a keyed primitive keeps its lock words: a pool's slots (one per key held or
+//! awaited, recycled when free) or a striped lock's fixed stripes. The front asks a table for
+//! three things: the lock word a guard points at, the [`Site`] (the word plus the lock over its
+//! waiters) where a slow path runs, and the place number an [`Acquisition`](crate::Acquisition)
+//! records. Everything else (fast and slow release, leases, staleness, waiting and cancelling
+//! futures, several keys at once) is here, once.
+//!
+//! A new keyed primitive is a new table: implement [`table::Table`] for it and [`LockTable`],
+//! and its guards and futures are these.
+
+mod future;
+mod guard;
+
+use std::time::Instant;
+
+pub(crate) use future::One;
+pub use future::{AcquireFuture, LockFuture, ManyAcquireFuture, ManyLockFuture};
+pub use guard::{LockGuard, ManyGuard};
+
+use crate::acquisition::{Mode, Wait, Want};
+use crate::entry::{Entry, Hold};
+use crate::error::{Error, Result};
+use crate::site::{Site, SiteQueue};
+use crate::wait::{Attempt, Queue, Wakes};
+
+pub(crate) mod table {
+    use super::{Entry, Result, Site};
+
+    /// What the front needs of a table (sealed: only this crate's primitives are tables).
+    ///
+    /// Its types are the crate's own (declared `pub` in private modules, so that a public
+    /// guard may name them in its bounds): nobody outside can name or implement it.
+    ///
+    /// A place is a `u64` that names one lock word of the table, as
+    /// [`Acquisition::at`](crate::Acquisition) records it. The canonical order of a multi-key
+    /// acquire is the order of places.
+    #[allow(private_interfaces, private_bounds)]
+    pub trait Table {
+        /// One lock word of the table with what surrounds it (a slot, a stripe). Words never
+        /// move while the table lives.
+        type Word;
+        /// A word seen as a site: the word plus the lock that guards its waiters.
+        type Site<'a>: Site
+        where
+            Self: 'a;
+
+        /// The word's lock word.
+        fn entry(word: &Self::Word) -> &Entry;
+        /// The word as a site.
+        fn site<'a>(&'a self, word: &'a Self::Word) -> Self::Site<'a>;
+        /// The word's place.
+        fn place(&self, word: &Self::Word) -> u64;
+        /// The word at `place`; `InvalidArgument` when this table has none there.
+        fn word(&self, place: u64) -> Result<&Self::Word>;
+        /// Drops a waiter's reservation on `word`, which it will not use after all. A table
+        /// whose words are never recycled has none.
+        fn unreserve(&self, _word: &Self::Word) {}
+        /// The name guards and futures of this table show in `Debug`.
+        const NAME: &'static str;
+    }
+}
+
+/// A table of lock words that the front's guards and futures work over: a [`KeyPool`]'s slots
+/// or a [`StripedLock`]'s stripes. Sealed: its methods are this crate's.
+///
+/// [`KeyPool`]: crate::KeyPool
+/// [`StripedLock`]: crate::StripedLock
+pub trait LockTable: table::Table {}
+
+/// The error a wait that ran out reports: `WouldBlock` for a try, `TimedOut` otherwise.
+pub(crate) fn ran_out(wait: Wait) -> Error {
+    match wait {
+        Wait::No => Error::WouldBlock,
+        _ => Error::TimedOut,
+    }
+}
+
+/// The site at `place`.
+fn site_at<T: LockTable + ?Sized>(table: &T, place: u64) -> Result<T::Site<'_>> {
+    Ok(table.site(table.word(place)?))
+}
+
+/// One attempt on `word` with its site locked. `Blocked` leaves no trace, and keeps the
+/// caller's reservation (if the table has them) for its wait; any other outcome uses it up.
+pub(crate) fn attempt<T: LockTable + ?Sized>(table: &T, word: &T::Word, want: &Want) -> Attempt {
+    let site = table.site(word);
+    let queue = SiteQueue(&site);
+    let mut locked = site.lock();
+    let mut wakes = Wakes::default();
+    let attempt = queue.acquire_locked(&mut locked, want, false, &mut wakes);
+    if matches!(attempt, Attempt::Blocked { .. }) {
+        site.entry().settle_locked(&locked);
+    }
+    drop(locked);
+    wakes.run();
+    attempt
+}
+
+/// Releases `hold` at `place`; `Err(())` when it is not current (the caller names the error).
+pub(crate) fn release_at<T: LockTable + ?Sized>(
+    table: &T,
+    place: u64,
+    hold: &Hold,
+) -> std::result::Result<(), ()> {
+    match site_at(table, place) {
+        Ok(site) => crate::site::release(&site, hold),
+        Err(_) => Err(()),
+    }
+}
+
+/// Releases holds of one caller, newest first; a stale one is left alone.
+pub(crate) fn release_all<T: LockTable + ?Sized>(table: &T, held: &[Held]) {
+    for (place, hold, _) in held.iter().rev() {
+        let _ = release_at(table, *place, hold);
+    }
+}
+
+/// One lock word held by a multi-key acquire: its place, the hold, and the lease's end.
+pub(crate) type Held = (u64, Hold, Option<Instant>);
+
+/// A multi-key plan: places in canonical order, each once with the strongest mode asked of it.
+pub(crate) type Plan = Vec<(u64, Mode)>;
+
+/// A table that finds the lock word of a key of type `Q`: a pool finds the key's slot (if it
+/// has one), a striped lock its stripe. Sealed, like [`LockTable`].
+pub trait FindKey<Q: ?Sized>: LockTable {
+    /// The place of `key`'s lock word, if the table has one for it now.
+    #[doc(hidden)]
+    fn place_of(&self, key: &Q) -> Option<u64>;
+}
