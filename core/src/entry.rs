@@ -4,7 +4,7 @@
 //! An entry is a 64-bit lock word plus the high half of its fence. The word alone decides the
 //! uncontended cases, with one compare-and-swap to acquire and one to release (the fast path).
 //! Everything else (waiters, leases, owners and hold counts, force-unlock, the fence wrapping
-//! round) happens in the slow path, under the lock that guards the entry's [`Side`]: the stripe's
+//! round) happens in the slow path, under the lock that guards the entry's [`SlowState`]: the stripe's
 //! queue mutex, or the pool shard's mutex.
 //!
 //! # The lock word
@@ -24,7 +24,7 @@
 //!   the entry is being changed under the queue lock (a pool slot given to another key, the
 //!   fence wrapping). Every acquire and release then takes the slow path. Set and cleared only
 //!   under the queue lock; outside those transient changes, `SLOW` is set exactly when
-//!   [`Side`] has holder state.
+//!   [`SlowState`] has holder state.
 //! - `REF`: set by every acquire; the pool's eviction clears it (second chance), so that
 //!   recently used keys keep their entries.
 //! - shared holders: 15 bits, so at most [`MAX_SHARED`] at once; further shared requests wait.
@@ -126,7 +126,7 @@ impl Default for Policy {
 
 /// Holder state that does not fit in the word; present exactly while the word has `SLOW`.
 #[derive(Debug, Default)]
-struct Ext {
+struct HolderDetail {
     /// The exclusive holder's owner (reentrant locks).
     owner: Option<Owner>,
     /// The exclusive holder's hold count (1 unless reentered).
@@ -137,7 +137,7 @@ struct Ext {
     shared: Vec<(u64, Instant)>,
 }
 
-impl Ext {
+impl HolderDetail {
     fn is_empty(&self) -> bool {
         self.owner.is_none() && self.lease.is_none() && self.shared.is_empty()
     }
@@ -153,18 +153,18 @@ impl Ext {
 
 /// What lives beside an entry under its queue lock: its waiters and its holders' extra state.
 #[derive(Debug, Default)]
-pub(crate) struct Side {
+pub(crate) struct SlowState {
     pub(crate) waiters: WaitList,
     /// Exclusive waiters that were notified (unlinked, the lock released for them) and have not
     /// come back yet. While any is out, `QUEUED` stays set, so that no shared request joins or
     /// takes the lock ahead of the writer it queued behind (FIFO between modes).
     notified: u32,
-    ext: Option<Box<Ext>>,
+    ext: Option<Box<HolderDetail>>,
     /// Tickets for leased shared holders, never reused within this entry.
     next_ticket: u64,
 }
 
-impl Side {
+impl SlowState {
     pub(crate) const fn new() -> Self {
         Self {
             waiters: WaitList::new(),
@@ -214,7 +214,7 @@ impl Hold {
 /// A guard's record of its hold: the fence and mode inline, the rest (lease, owner, ticket)
 /// boxed, since plain acquisitions have none of it and a guard should stay a few words.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct HoldRec {
+pub(crate) struct GuardHold {
     pub(crate) fence: u64,
     pub(crate) mode: Mode,
     extra: Option<Box<HoldExtra>>,
@@ -227,7 +227,7 @@ struct HoldExtra {
     lease_until: Option<Instant>,
 }
 
-impl HoldRec {
+impl GuardHold {
     /// A plain hold (no lease, no owner).
     #[inline]
     pub(crate) fn plain(mode: Mode, fence: u64) -> Self {
@@ -560,7 +560,7 @@ impl Entry {
 
     /// The `SLOW` and `QUEUED` bits a word should carry given the side.
     #[inline]
-    fn flags_for(word: u64, side: &Side) -> u64 {
+    fn flags_for(word: u64, side: &SlowState) -> u64 {
         let mut word = word & !(SLOW | QUEUED);
         if side.ext.is_some() {
             word |= SLOW;
@@ -573,7 +573,7 @@ impl Entry {
 
     /// Records the holder state `want` needs, for an acquisition just made. Returns its
     /// ticket (leased shared holds) and its lease's end.
-    fn add_holder(side: &mut Side, want: &Want) -> (u64, Option<Instant>) {
+    fn add_holder(side: &mut SlowState, want: &Want) -> (u64, Option<Instant>) {
         let lease_until = want.lease.map(lease_end);
         if want.is_plain() {
             return (0, None);
@@ -581,7 +581,7 @@ impl Entry {
         (Self::add_holder_state(side, want, lease_until), lease_until)
     }
 
-    fn add_holder_state(side: &mut Side, want: &Want, lease_until: Option<Instant>) -> u64 {
+    fn add_holder_state(side: &mut SlowState, want: &Want, lease_until: Option<Instant>) -> u64 {
         match want.mode {
             Mode::Exclusive => {
                 let ext = side.ext.get_or_insert_with(Default::default);
@@ -604,7 +604,7 @@ impl Entry {
     }
 
     /// Drops the exclusive holder's state.
-    fn clear_exclusive(side: &mut Side) {
+    fn clear_exclusive(side: &mut SlowState) {
         if let Some(ext) = side.ext.as_mut() {
             ext.owner = None;
             ext.holds = 0;
@@ -620,7 +620,7 @@ impl Entry {
     /// notified and lost, so nobody queued is ahead of it.
     pub(crate) fn acquire_locked(
         &self,
-        side: &mut Side,
+        side: &mut SlowState,
         want: &Want,
         front: bool,
         policy: &Policy,
@@ -697,13 +697,13 @@ impl Entry {
     }
 
     /// Clears a `QUEUED` bit that an attempt set for a waiter that did not queue after all.
-    pub(crate) fn settle_locked(&self, side: &Side) {
+    pub(crate) fn settle_locked(&self, side: &SlowState) {
         self.fix_flags(side);
     }
 
     /// Makes `SLOW` and `QUEUED` match the side after a change to it.
     #[inline]
-    fn fix_flags(&self, side: &Side) {
+    fn fix_flags(&self, side: &SlowState) {
         let _ = self.update(|w| {
             let fixed = Self::flags_for(w, side);
             (fixed != w).then_some(fixed)
@@ -714,7 +714,7 @@ impl Entry {
     /// freed entry is handed on to waiters. Returns whether anything ended.
     pub(crate) fn expire_locked(
         &self,
-        side: &mut Side,
+        side: &mut SlowState,
         policy: &Policy,
         wakes: &mut Wakes,
     ) -> bool {
@@ -751,7 +751,7 @@ impl Entry {
     /// exclusive waiter, or every shared waiter up to the next exclusive one. A waiter that is
     /// due (or every waiter, in `fifo` mode) is granted the lock directly; otherwise the head is
     /// notified and competes for it. Clears `QUEUED` when the queue empties.
-    pub(crate) fn dispatch_locked(&self, side: &mut Side, policy: &Policy, wakes: &mut Wakes) {
+    pub(crate) fn dispatch_locked(&self, side: &mut SlowState, policy: &Policy, wakes: &mut Wakes) {
         while let Some(want) = side.waiters.front_want() {
             if want.mode == Mode::Exclusive && !side.waiters.front_is_due(policy.fifo) {
                 // Notify: the lock stays free and the waiter competes for it again (a running
@@ -801,7 +801,7 @@ impl Entry {
     /// notified and not come back): hand on what it leaves.
     pub(crate) fn leave_locked(
         &self,
-        side: &mut Side,
+        side: &mut SlowState,
         notified: bool,
         policy: &Policy,
         wakes: &mut Wakes,
@@ -813,7 +813,7 @@ impl Entry {
     }
 
     /// Whether `hold` is the current acquisition (or one of the current shared ones).
-    fn check_locked(&self, side: &Side, hold: &Hold, word: u64) -> bool {
+    fn check_locked(&self, side: &SlowState, hold: &Hold, word: u64) -> bool {
         if self.fence_of(word) != hold.fence && !cfg!(keylock_mutant_unfenced) {
             return false;
         }
@@ -841,7 +841,7 @@ impl Entry {
     /// Whether `hold` is current, after ending what has expired.
     pub(crate) fn is_current_locked(
         &self,
-        side: &mut Side,
+        side: &mut SlowState,
         hold: &Hold,
         policy: &Policy,
         wakes: &mut Wakes,
@@ -854,7 +854,7 @@ impl Entry {
     /// the caller says which error that is (`NotOwner` or `LeaseExpired`).
     pub(crate) fn release_locked(
         &self,
-        side: &mut Side,
+        side: &mut SlowState,
         hold: &Hold,
         policy: &Policy,
         wakes: &mut Wakes,
@@ -896,7 +896,7 @@ impl Entry {
     /// an acquisition without a lease.
     pub(crate) fn extend_locked(
         &self,
-        side: &mut Side,
+        side: &mut SlowState,
         hold: &Hold,
         until: Instant,
         policy: &Policy,
@@ -926,7 +926,7 @@ impl Entry {
     /// whether it was held.
     pub(crate) fn force_unlock_locked(
         &self,
-        side: &mut Side,
+        side: &mut SlowState,
         policy: &Policy,
         wakes: &mut Wakes,
     ) -> bool {
@@ -946,7 +946,7 @@ impl Entry {
     /// compare-and-swap, ahead of every queued waiter (the Web Locks `steal`). The fence
     /// advances once, so every previous holder's acquisition is stale. The queue is left as it
     /// was: its head is served when this holder releases. Returns the grant.
-    pub(crate) fn steal_locked(&self, side: &mut Side, want: &Want) -> Grant {
+    pub(crate) fn steal_locked(&self, side: &mut SlowState, want: &Want) -> Grant {
         debug_assert_eq!(want.mode, Mode::Exclusive);
         let (_, new) = self
             .update_advancing(|w| Some((w & !(EXCL | READERS)) | EXCL | REF))
@@ -965,7 +965,7 @@ impl Entry {
     /// A snapshot of the holders, after ending what has expired; `None` when free.
     pub(crate) fn info_locked(
         &self,
-        side: &mut Side,
+        side: &mut SlowState,
         policy: &Policy,
         wakes: &mut Wakes,
     ) -> Option<LockInfo> {
@@ -974,7 +974,7 @@ impl Entry {
         let waiters = side.waiters.len();
         let ext = side.ext.as_deref();
         let lease_remaining = ext
-            .and_then(Ext::earliest)
+            .and_then(HolderDetail::earliest)
             .map(|t| t.saturating_duration_since(Instant::now()));
         if word & EXCL != 0 {
             Some(LockInfo {
@@ -1130,7 +1130,7 @@ mod tests {
     #[test]
     fn the_fence_wraps_into_the_high_bits_and_keeps_rising() {
         let e = Entry::new();
-        let mut side = Side::new();
+        let mut side = SlowState::new();
         let mut wakes = Wakes::default();
         let start = (3 << LO_BITS) | (LO_MAX - 1);
         e.set_fence_for_test(start);
@@ -1154,7 +1154,7 @@ mod tests {
     #[test]
     fn force_unlock_at_the_wrap_keeps_the_fence_rising() {
         let e = Entry::new();
-        let mut side = Side::new();
+        let mut side = SlowState::new();
         let mut wakes = Wakes::default();
         e.set_fence_for_test(LO_MAX - 1);
         let a = e.try_fast(Mode::Exclusive, false).unwrap();

@@ -1,6 +1,6 @@
 //! Where an [`Entry`] lives, and the operations every kind of home shares.
 //!
-//! A [`Site`] is an entry plus the lock that guards its [`Side`]: a stripe with its own queue
+//! A [`Site`] is an entry plus the lock that guards its [`SlowState`]: a stripe with its own queue
 //! mutex ([`RawLock`], also the RwLock's writer side), or a pool slot under its shard's mutex.
 //! The functions here are the whole acquire/release protocol in terms of a site: the fast path
 //! on the word, then the slow path under the site's lock, then waiting in its queue. The
@@ -11,7 +11,7 @@ use std::task::{Context, Poll};
 use std::time::Instant;
 
 use crate::acquisition::{LockInfo, Mode, Wait, Want};
-use crate::entry::{Entry, Hold, Policy, Side};
+use crate::entry::{Entry, Hold, Policy, SlowState};
 use crate::error::{Error, Result};
 use crate::sync::{Mutex, MutexGuard};
 use crate::wait::{Attempt, Grant, LazyWaiter, Queue, WaitList, Wakes, wait_blocking};
@@ -19,7 +19,7 @@ use crate::wait::{Attempt, Grant, LazyWaiter, Queue, WaitList, Wakes, wait_block
 /// An entry and the lock that guards its side.
 pub(crate) trait Site {
     /// The held lock, giving access to the side.
-    type Locked<'a>: DerefMut<Target = Side>
+    type Locked<'a>: DerefMut<Target = SlowState>
     where
         Self: 'a;
 
@@ -218,7 +218,7 @@ fn release_slow<S: Site + ?Sized>(site: &S, hold: &Hold) -> std::result::Result<
 /// Runs `f` with the side locked and the policy at hand, then runs the wake-ups it collected.
 pub(crate) fn with_locked<S: Site + ?Sized, T>(
     site: &S,
-    f: impl FnOnce(&Entry, &mut Side, &Policy, &mut Wakes) -> T,
+    f: impl FnOnce(&Entry, &mut SlowState, &Policy, &mut Wakes) -> T,
 ) -> T {
     let policy = site.policy();
     let mut locked = site.lock();
@@ -345,7 +345,7 @@ impl SiteFuture {
 #[allow(unreachable_pub)] // named by the front's sealed table trait, unreachable outside
 pub struct RawLock {
     pub(crate) entry: Entry,
-    side: Mutex<Side>,
+    side: Mutex<SlowState>,
 }
 
 impl RawLock {
@@ -353,7 +353,7 @@ impl RawLock {
     pub(crate) const fn new() -> Self {
         Self {
             entry: Entry::new(),
-            side: Mutex::new(Side::new()),
+            side: Mutex::new(SlowState::new()),
         }
     }
 
@@ -361,7 +361,7 @@ impl RawLock {
     pub(crate) fn new() -> Self {
         Self {
             entry: Entry::new(),
-            side: Mutex::new(Side::new()),
+            side: Mutex::new(SlowState::new()),
         }
     }
 }
@@ -376,7 +376,7 @@ pub struct RawSite<'a> {
 
 impl Site for RawSite<'_> {
     type Locked<'b>
-        = MutexGuard<'b, Side>
+        = MutexGuard<'b, SlowState>
     where
         Self: 'b;
 

@@ -17,6 +17,10 @@ pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 
 PRELUDE = """
 import os, signal, sys, threading, time, keylock
+# A shell that starts a job in the background without job control makes it ignore SIGINT,
+# and Python then installs no KeyboardInterrupt handler: install it, so the test does not
+# depend on how it was started.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 sent = [0.0]
 def send_after(delay, sig):
     def fire():

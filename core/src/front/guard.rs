@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use super::table::Table;
 use super::{FindKey, Held, LockTable, release_all, site_at};
 use crate::acquisition::{Acquisition, Mode, Want};
-use crate::entry::{Hold, HoldRec, lease_end};
+use crate::entry::{GuardHold, Hold, lease_end};
 use crate::error::{Error, Result};
 use crate::site;
 use crate::wait::Grant;
@@ -55,7 +55,7 @@ where
     table: Option<P>,
     /// The lock word: words never move, and the guard keeps the table (and so the word) alive.
     word: NonNull<<P::Target as super::table::Table>::Word>,
-    rec: HoldRec,
+    rec: GuardHold,
 }
 
 // SAFETY: the guard owns a table handle and points into that table's words, which are shared
@@ -80,7 +80,7 @@ where
         Self {
             word: NonNull::from(word),
             table: Some(table),
-            rec: HoldRec::of(want, grant),
+            rec: GuardHold::of(want, grant),
         }
     }
 
@@ -96,7 +96,7 @@ where
         Self {
             word,
             table: Some(table),
-            rec: HoldRec::of(want, grant),
+            rec: GuardHold::of(want, grant),
         }
     }
 
@@ -111,7 +111,7 @@ where
         Self {
             word: NonNull::from(word),
             table: Some(table),
-            rec: HoldRec::plain(mode, fence),
+            rec: GuardHold::plain(mode, fence),
         }
     }
 
@@ -258,7 +258,7 @@ where
 /// not current any more (force-unlocked, lease ended: nothing of ours to release).
 #[cold]
 #[inline(never)]
-fn release_slow<T: LockTable + ?Sized>(table: &T, word: &T::Word, rec: &HoldRec) {
+fn release_slow<T: LockTable + ?Sized>(table: &T, word: &T::Word, rec: &GuardHold) {
     let _ = site::release(&table.site(word), &rec.hold());
 }
 

@@ -35,9 +35,9 @@ use crate::entry::{Hold, Policy, lease_end};
 use crate::error::{Error, Result};
 use crate::hash::{DefaultHashBuilder, hash_of, random};
 use crate::many;
-use crate::site::{self, Site, SiteQueue};
+use crate::site;
 use crate::sync::{AtomicPtr, Ordering, Spin};
-use crate::wait::{Attempt, Grant, Queue, Wakes};
+use crate::wait::{Attempt, Grant, Wakes};
 
 use crate::front::{self, Held, LockTable, Plan, table::Table};
 use crate::front::{
@@ -561,19 +561,10 @@ impl<K: Hash + Eq, S: BuildHasher> KeyPool<K, S> {
     /// One attempt on a reserved slot with its shard locked; uses up the reservation unless
     /// the slot is taken (`Blocked`, the caller then waits or unreserves).
     fn attempt_reserved(&self, at: SlotRef, want: &Want) -> Attempt {
-        let Ok(site) = self.site_at(at) else {
-            return Attempt::Failed(Error::InvalidArgument("no such slot"));
-        };
-        let mut locked = site.lock();
-        let mut wakes = Wakes::default();
-        let queue = SiteQueue(&site);
-        let attempt = queue.acquire_locked(&mut locked, want, false, &mut wakes);
-        if matches!(attempt, Attempt::Blocked { .. }) {
-            site.entry().settle_locked(&locked);
+        match self.site_at(at) {
+            Ok(site) => front::attempt(self, site.slot, want),
+            Err(_) => Attempt::Failed(Error::InvalidArgument("no such slot")),
         }
-        drop(locked);
-        wakes.run();
-        attempt
     }
 
     /// Releases `hold` on slot `at`; `Err(())` when it is not current.
@@ -787,7 +778,7 @@ impl<K: Hash + Eq, S: BuildHasher> KeyPool<K, S> {
     fn with_slot<Q, T>(
         &self,
         key: &Q,
-        f: impl FnOnce(&crate::entry::Entry, &mut crate::entry::Side, &mut Wakes) -> T,
+        f: impl FnOnce(&crate::entry::Entry, &mut crate::entry::SlowState, &mut Wakes) -> T,
     ) -> Option<T>
     where
         K: Borrow<Q>,

@@ -2,7 +2,7 @@
 //! allocator that recycles unused slots.
 //!
 //! A **slot** is the lock of one key: an [`Entry`] (the lock word), the key, and the slot's
-//! [`Side`] (its waiters and holders' state), plus a count of *reservations*: callers that have
+//! [`SlowState`] (its waiters and holders' state), plus a count of *reservations*: callers that have
 //! decided to wait for this slot and will come back to it. Slots live in segments that double
 //! in size and never move, so a slot's address is stable for the shard's life.
 //!
@@ -37,7 +37,7 @@ use std::borrow::Borrow;
 use std::cell::UnsafeCell;
 use std::ops::{Deref, DerefMut};
 
-use crate::entry::{Entry, Policy, Side};
+use crate::entry::{Entry, Policy, SlowState};
 use crate::site::Site;
 use crate::sync::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Mutex, MutexGuard, Ordering};
 
@@ -126,7 +126,7 @@ pub struct Slot<K> {
 }
 
 struct SlotSide {
-    side: Side,
+    side: SlowState,
     hash: u64,
 }
 
@@ -139,7 +139,7 @@ impl<K> Slot<K> {
             reservations: AtomicU32::new(0),
             key: UnsafeCell::new(None),
             side: UnsafeCell::new(SlotSide {
-                side: Side::new(),
+                side: SlowState::new(),
                 hash: 0,
             }),
         }
@@ -245,15 +245,15 @@ pub(crate) struct SlotLocked<'a, K> {
 }
 
 impl<K> Deref for SlotLocked<'_, K> {
-    type Target = Side;
-    fn deref(&self) -> &Side {
+    type Target = SlowState;
+    fn deref(&self) -> &SlowState {
         // SAFETY: the shard mutex is held (`_state`), which guards every slot's side.
         unsafe { &(*self.slot.side.get()).side }
     }
 }
 
 impl<K> DerefMut for SlotLocked<'_, K> {
-    fn deref_mut(&mut self) -> &mut Side {
+    fn deref_mut(&mut self) -> &mut SlowState {
         // SAFETY: as in `deref`, and `&mut self` is the only access through this guard.
         unsafe { &mut (*self.slot.side.get()).side }
     }
@@ -483,7 +483,7 @@ impl<'a, K> ShardLocked<'a, K> {
     }
 
     /// Slot `n`'s side, under the mutex.
-    pub(crate) fn side(&mut self, n: u32) -> &mut Side {
+    pub(crate) fn side(&mut self, n: u32) -> &mut SlowState {
         let slot = self.shard.slot(n);
         // SAFETY: we hold the shard mutex, which guards every slot's side, and `&mut self`
         // keeps this the only reference made through this guard.

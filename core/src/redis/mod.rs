@@ -149,7 +149,7 @@ use tokio::runtime::{Handle, Runtime};
 use tokio::sync::oneshot;
 
 use self::conn::Conns;
-use self::remote::{Grant, Remote, RemoteKey};
+use self::remote::{Remote, RemoteGrant, RemoteKey};
 use self::renew::Hold;
 use self::url::RedisUrl;
 use crate::acquisition::{Acquisition, LockInfo, LockOptions, Mode, Owner, Wait};
@@ -370,7 +370,7 @@ struct Granted {
     handle: Handle,
     keys: Vec<RemoteKey>,
     token: String,
-    grants: Vec<Grant>,
+    grants: Vec<RemoteGrant>,
     /// When the acquire was sent, and the lease it asked for: Redis holds it at least until
     /// `sent + lease`.
     sent: Instant,

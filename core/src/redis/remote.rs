@@ -34,7 +34,7 @@ pub(crate) struct RemoteKey {
 
 /// What an acquire got for one key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Grant {
+pub(crate) struct RemoteGrant {
     pub(crate) fence: u64,
     /// The previous exclusive hold ended by its lease (its holder died or stalled).
     pub(crate) died: bool,
@@ -221,7 +221,7 @@ impl Remote {
         deadline: Option<Instant>,
         try_only: bool,
         cancelled: impl Future<Output = ()>,
-    ) -> Result<Vec<Grant>> {
+    ) -> Result<Vec<RemoteGrant>> {
         let waiter = self.fresh_id();
         // A try is bounded by the URL's timeout alone.
         let deadline = deadline.filter(|_| !try_only);
@@ -556,7 +556,7 @@ fn ints(v: &Value, n: usize) -> Option<Vec<i64>> {
 
 /// The acquire script's reply: the grants, or how long to wait before looking again (ms);
 /// `None` if it is not an acquire's reply for `keys` keys.
-fn parse_acquire(v: &Value, keys: usize) -> Option<std::result::Result<Vec<Grant>, i64>> {
+fn parse_acquire(v: &Value, keys: usize) -> Option<std::result::Result<Vec<RemoteGrant>, i64>> {
     let items = match v {
         Value::Array(items) if !items.is_empty() => items,
         _ => return None,
@@ -565,7 +565,7 @@ fn parse_acquire(v: &Value, keys: usize) -> Option<std::result::Result<Vec<Grant
         1 if items.len() == 1 + 2 * keys => Some(Ok(items[1..]
             .chunks(2)
             .map(|c| {
-                Some(Grant {
+                Some(RemoteGrant {
                     fence: u64::try_from(int(&c[0])?).ok()?,
                     died: int(&c[1])? != 0,
                 })

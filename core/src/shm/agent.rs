@@ -15,7 +15,7 @@ use std::time::Duration;
 use super::layout::NODE_WAITING;
 use super::region::Region;
 use super::sys::{self, now_ns};
-use super::table::Wakes;
+use super::table::TableWakes;
 use super::watch::{Watch, watch};
 use super::{procs, repair};
 use crate::error::{Error, Result};
@@ -154,7 +154,7 @@ impl Ready {
 fn table<'r>(
     region: &'r Region,
     proc: Option<u32>,
-    wakes: &mut Wakes,
+    wakes: &mut TableWakes,
 ) -> Result<super::region::TableGuard<'r>> {
     let mut g = region.lock_table()?;
     let dead = region.runtime().holder.load(Ordering::Relaxed);
@@ -169,7 +169,7 @@ fn table<'r>(
 }
 
 fn run(region: &Region, agent: &Agent, ready: &Ready) {
-    let mut wakes = Wakes::default();
+    let mut wakes = TableWakes::default();
     let claimed =
         table(region, None, &mut wakes).and_then(|g| procs::claim(&g, sys::pid(), &mut wakes));
     wakes.run(region);
@@ -241,7 +241,7 @@ fn run(region: &Region, agent: &Agent, ready: &Ready) {
         };
         sys::futex_waitv(&words, timeout);
     }
-    let mut wakes = Wakes::default();
+    let mut wakes = TableWakes::default();
     if let Ok(g) = table(region, Some(proc), &mut wakes) {
         let _ = procs::detach(&g, proc, &mut wakes);
         drop(g);

@@ -8,7 +8,7 @@ use std::time::Duration;
 use super::lock::{ShmLock, TAG_SHIFT, instant_of};
 use super::lockword;
 use super::sys;
-use super::table::{self, Req, Wakes};
+use super::table::{self, Req, TableWakes};
 use super::wait::{self, AcquireOne};
 use crate::acquisition::{Acquisition, LockInfo, LockOptions, Mode, Owner};
 use crate::error::{Error, Result};
@@ -180,7 +180,7 @@ impl KeyedLock for ShmLock {
         {
             return Ok(());
         }
-        let mut wakes = Wakes::default();
+        let mut wakes = TableWakes::default();
         let result = (|| {
             let t = self.table(&mut wakes)?;
             table::release_locked(&t, &g, proc, owner, &mut wakes)
@@ -199,7 +199,7 @@ impl KeyedLock for ShmLock {
             return Err(Error::NotOwner);
         }
         let ns = (lease.as_nanos().min(u64::MAX as u128 / 2) as u64).max(1);
-        let mut wakes = Wakes::default();
+        let mut wakes = TableWakes::default();
         let result = (|| {
             let t = self.table(&mut wakes)?;
             table::extend_locked(&t, &g, proc, ns, &mut wakes)
@@ -222,7 +222,7 @@ impl KeyedLock for ShmLock {
             return Ok(false);
         }
         let owner = owner.or(acquisition.owner);
-        let mut wakes = Wakes::default();
+        let mut wakes = TableWakes::default();
         let result = (|| {
             let t = self.table(&mut wakes)?;
             Ok(table::is_current_locked(&t, &g, proc)?
@@ -236,7 +236,7 @@ impl KeyedLock for ShmLock {
 
     fn force_unlock(&self, key: LockKey<'_>) -> Result<bool> {
         self.me()?;
-        let mut wakes = Wakes::default();
+        let mut wakes = TableWakes::default();
         let result = (|| {
             let t = self.table(&mut wakes)?;
             match self.find_locked(&t, key.space, key.bytes)? {
@@ -256,7 +256,7 @@ impl KeyedLock for ShmLock {
         }
         let proc = self.me()?;
         let req = self.req(opts, proc);
-        let mut wakes = Wakes::default();
+        let mut wakes = TableWakes::default();
         let result = (|| {
             let t = self.table(&mut wakes)?;
             let entry = self.entry_locked(&t, key.space, key.bytes)?;
@@ -268,7 +268,7 @@ impl KeyedLock for ShmLock {
 
     fn info(&self, key: LockKey<'_>) -> Result<Option<LockInfo>> {
         self.me()?;
-        let mut wakes = Wakes::default();
+        let mut wakes = TableWakes::default();
         let result = (|| {
             let t = self.table(&mut wakes)?;
             match self.find_locked(&t, key.space, key.bytes)? {
@@ -286,7 +286,7 @@ impl KeyedLock for ShmLock {
 
     fn stats(&self) -> Result<ScopeStats> {
         let proc = self.me()?;
-        let mut wakes = Wakes::default();
+        let mut wakes = TableWakes::default();
         let result = (|| {
             let t = self.table(&mut wakes)?;
             super::stats::stats_locked(&t, proc, &mut wakes)

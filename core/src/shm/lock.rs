@@ -17,7 +17,7 @@ use super::lockword;
 use super::region::{self, Region, TableGuard};
 use super::repair;
 use super::sys::{self, now_ns};
-use super::table::{Grant, Req, Wakes};
+use super::table::{Req, TableGrant, TableWakes};
 use crate::acquisition::{Acquisition, LockOptions, Mode, Owner};
 use crate::error::{Error, Result};
 use crate::scope::{KeySpace, OpenOptions};
@@ -156,7 +156,7 @@ impl ShmLock {
     /// runs when a process dies holding it (the caller's process is about to be killed).
     #[doc(hidden)]
     pub fn hold_table_mutex_until_killed(&self) {
-        let mut wakes = Wakes::default();
+        let mut wakes = TableWakes::default();
         if let Ok(g) = self.table(&mut wakes) {
             std::mem::forget(g);
         }
@@ -173,7 +173,7 @@ impl ShmLock {
     }
 
     /// The table mutex, repaired if its last holder died inside.
-    pub(crate) fn table(&self, wakes: &mut Wakes) -> Result<TableGuard<'_>> {
+    pub(crate) fn table(&self, wakes: &mut TableWakes) -> Result<TableGuard<'_>> {
         let mut g = self.region.lock_table()?;
         let rt = self.region.runtime();
         let dead = rt.holder.load(Ordering::Relaxed);
@@ -203,7 +203,7 @@ impl ShmLock {
         match index::bind_locked(t, h, space as u8, key) {
             Err(Error::CapacityExceeded) => {
                 // Dead processes may be holding entries: reclaim them and try once more.
-                let mut wakes = Wakes::default();
+                let mut wakes = TableWakes::default();
                 super::procs::reap_all(t, &mut wakes)?;
                 // (their grants are woken when the caller's wakes run; these are rare)
                 wakes.run(&self.region);
@@ -228,7 +228,7 @@ impl ShmLock {
 
     /// The fast path: a plain exclusive acquire of a free, bound entry.
     #[inline(always)]
-    pub(crate) fn try_fast(&self, space: KeySpace, key: &[u8], req: &Req) -> Option<Grant> {
+    pub(crate) fn try_fast(&self, space: KeySpace, key: &[u8], req: &Req) -> Option<TableGrant> {
         if !req.is_plain() {
             return None;
         }
@@ -247,7 +247,7 @@ impl ShmLock {
             )
         };
         let fence = lockword::fast_acquire(self.region.entry(entry).ok()?, w, req.proc)?;
-        Some(Grant {
+        Some(TableGrant {
             entry,
             fence,
             mode: Mode::Exclusive,
@@ -274,7 +274,7 @@ impl ShmLock {
 
     /// The acquisition record of a grant.
     #[inline]
-    pub(crate) fn acquisition(&self, g: Grant, opts: &LockOptions) -> Acquisition {
+    pub(crate) fn acquisition(&self, g: TableGrant, opts: &LockOptions) -> Acquisition {
         Acquisition {
             fence: g.fence,
             at: u64::from(g.entry) | (u64::from(self.proc + 1) << 32) | (self.tag << TAG_SHIFT),
@@ -288,7 +288,7 @@ impl ShmLock {
 
     /// The grant an acquisition names, and its process slot + 1; `InvalidArgument` for an
     /// acquisition of another lock object.
-    pub(super) fn grant_of(&self, acq: &Acquisition) -> Result<(Grant, u32)> {
+    pub(super) fn grant_of(&self, acq: &Acquisition) -> Result<(TableGrant, u32)> {
         let entry = acq.at as u32;
         let proc = ((acq.at >> 32) & 0xFFF) as u32;
         if (acq.at >> TAG_SHIFT) != self.tag || entry >= self.region.header.capacity {
@@ -296,7 +296,7 @@ impl ShmLock {
                 "the acquisition belongs to another lock",
             ));
         }
-        let g = Grant {
+        let g = TableGrant {
             entry,
             fence: acq.fence,
             mode: acq.mode,

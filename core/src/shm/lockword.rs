@@ -104,7 +104,7 @@ pub(crate) fn clear_exclusive(e: &Entry) {
     e.holds.store(0, Ordering::Relaxed);
 }
 
-pub(crate) fn lease_end(lease: u64) -> u64 {
+pub(crate) fn lease_end_ns(lease: u64) -> u64 {
     if lease == 0 {
         0
     } else {

@@ -5,7 +5,7 @@
 use std::sync::atomic::Ordering;
 
 use super::layout::*;
-use super::lockword::{fence_of, lease_end};
+use super::lockword::{fence_of, lease_end_ns};
 use super::region::TableGuard;
 use crate::error::{Error, Result};
 
@@ -102,7 +102,7 @@ pub(crate) fn add_shared(t: &TableGuard<'_>, entry: u32, index: u32, lease: u64)
     let e = r.entry(entry)?;
     let n = r.node(index)?;
     n.entry.store(entry, Ordering::Relaxed);
-    n.lease.store(lease_end(lease), Ordering::Relaxed);
+    n.lease.store(lease_end_ns(lease), Ordering::Relaxed);
     n.fence.store(fence_of(e), Ordering::Relaxed);
     n.next
         .store(e.holders.load(Ordering::Relaxed), Ordering::Relaxed);

@@ -15,13 +15,13 @@ use std::sync::atomic::Ordering;
 use super::layout::*;
 use super::region::TableGuard;
 use super::sys::{Locked, Tried};
-use super::table::{Wakes, is_alive, reclaim};
+use super::table::{TableWakes, is_alive, reclaim};
 use crate::error::{Error, Result};
 
 /// Claims a free slot for the calling thread, which then holds the slot's robust mutex for as
 /// long as the process stays attached. `CapacityExceeded` when every slot is taken by a live
 /// process.
-pub(crate) fn claim(t: &TableGuard<'_>, pid: u32, wakes: &mut Wakes) -> Result<u32> {
+pub(crate) fn claim(t: &TableGuard<'_>, pid: u32, wakes: &mut TableWakes) -> Result<u32> {
     let r = t.region;
     for pass in 0..2 {
         for p in 0..r.header.procs {
@@ -62,14 +62,14 @@ pub(crate) fn claim(t: &TableGuard<'_>, pid: u32, wakes: &mut Wakes) -> Result<u
 
 /// Detaches slot `p` (the caller is its agent thread, which holds the slot's mutex): reclaims
 /// what it still holds, frees the slot and unlocks its mutex.
-pub(crate) fn detach(t: &TableGuard<'_>, p: u32, wakes: &mut Wakes) -> Result<()> {
+pub(crate) fn detach(t: &TableGuard<'_>, p: u32, wakes: &mut TableWakes) -> Result<()> {
     let result = reclaim(t, p, wakes);
     t.region.proc(p)?.alive.unlock();
     result
 }
 
 /// Reclaims the slots of every dead process (before reporting a full table).
-pub(crate) fn reap_all(t: &TableGuard<'_>, wakes: &mut Wakes) -> Result<()> {
+pub(crate) fn reap_all(t: &TableGuard<'_>, wakes: &mut TableWakes) -> Result<()> {
     for p in 0..t.region.header.procs {
         if t.region.proc(p)?.state.load(Ordering::Relaxed) == PROC_LIVE {
             is_alive(t, p, wakes)?;

@@ -12,12 +12,12 @@ use std::sync::atomic::Ordering;
 use super::layout::*;
 use super::lockword;
 use super::region::TableGuard;
-use super::table::{self, Wakes};
+use super::table::{self, TableWakes};
 use crate::error::Result;
 
 /// Repairs the table; `dead`: the slot + 1 of the process that held the mutex (0: unknown,
 /// which means it died before changing anything).
-pub(crate) fn repair(t: &mut TableGuard<'_>, dead: u32, wakes: &mut Wakes) -> Result<()> {
+pub(crate) fn repair(t: &mut TableGuard<'_>, dead: u32, wakes: &mut TableWakes) -> Result<()> {
     let r = t.region;
     let h = r.header;
     // 1. Half-made grants.
@@ -165,7 +165,7 @@ mod tests {
     use crate::shm::region::{Region, scratch};
     use crate::shm::sys::Tried;
     use crate::shm::table::{
-        Attempt, Grant, Req, acquire_locked, enqueue, release_locked, take_grant,
+        Req, TableAttempt, TableGrant, acquire_locked, enqueue, release_locked, take_grant,
     };
 
     const MAX_HOLDS: u32 = 65_536;
@@ -238,11 +238,11 @@ mod tests {
         }
     }
 
-    fn acquire(r: &Region, entry: u32, req: &Req) -> Grant {
+    fn acquire(r: &Region, entry: u32, req: &Req) -> TableGrant {
         let t = r.lock_table().unwrap();
-        match acquire_locked(&t, entry, req, MAX_HOLDS, &mut Wakes::default()).unwrap() {
-            Attempt::Acquired(grant) => grant,
-            Attempt::Blocked => panic!("entry {entry} is taken"),
+        match acquire_locked(&t, entry, req, MAX_HOLDS, &mut TableWakes::default()).unwrap() {
+            TableAttempt::Acquired(grant) => grant,
+            TableAttempt::Blocked => panic!("entry {entry} is taken"),
         }
     }
 
@@ -255,7 +255,7 @@ mod tests {
         let mut t = r.lock_table().unwrap();
         assert!(t.died, "the table mutex did not report its holder's death");
         let dead = r.runtime().holder.load(Ordering::Relaxed);
-        repair(&mut t, dead, &mut Wakes::default()).unwrap();
+        repair(&mut t, dead, &mut TableWakes::default()).unwrap();
     }
 
     /// The nodes on the free list; checks that the list holds exactly the free nodes.
@@ -344,7 +344,7 @@ mod tests {
         assert_eq!(e2.head.load(Ordering::Relaxed), 0);
         assert_eq!(word::xproc(e2.word.load(Ordering::Relaxed)), 2);
         // Nothing leaks: once everyone lets go, every node is free and every entry idle.
-        let mut wakes = Wakes::default();
+        let mut wakes = TableWakes::default();
         release_locked(&t, &grant, 1, None, &mut wakes).unwrap();
         let last = take_grant(&t, w0b, e0b)
             .unwrap()
@@ -388,7 +388,7 @@ mod tests {
         assert!(grant.died && grant.fence > dead_hold.fence);
         let after_reader = take_grant(&t, w1, e1).unwrap().expect("entry 1 handed on");
         assert!(!after_reader.died);
-        let mut wakes = Wakes::default();
+        let mut wakes = TableWakes::default();
         release_locked(&t, &grant, 1, None, &mut wakes).unwrap();
         release_locked(&t, &after_reader, 1, None, &mut wakes).unwrap();
         assert_eq!(free_nodes(&r), r.header.nodes as usize);
@@ -442,7 +442,7 @@ mod tests {
         assert_eq!(e0.waiters.load(Ordering::Relaxed), 2);
         assert_eq!(e1.shared.load(Ordering::Relaxed), 1);
         assert_eq!(e1.holders.load(Ordering::Relaxed), (reader.ticket as u32));
-        let mut wakes = Wakes::default();
+        let mut wakes = TableWakes::default();
         release_locked(&t, &reader, 2, None, &mut wakes).unwrap();
         release_locked(&t, &held, 1, None, &mut wakes).unwrap();
         let next = take_grant(&t, first, first_epoch)
@@ -496,7 +496,7 @@ mod tests {
         assert_eq!(e.holds.load(Ordering::Relaxed), 1);
         assert_eq!(e.granting.load(Ordering::Relaxed), 0);
         assert_eq!(e.waiters.load(Ordering::Relaxed), 0);
-        release_locked(&t, &grant, 1, None, &mut Wakes::default()).unwrap();
+        release_locked(&t, &grant, 1, None, &mut TableWakes::default()).unwrap();
         assert_eq!(free_nodes(&r), r.header.nodes as usize);
         drop(t);
         waiter.detach();

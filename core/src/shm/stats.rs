@@ -12,12 +12,16 @@ use std::sync::atomic::Ordering;
 use super::layout::*;
 use super::procs;
 use super::region::TableGuard;
-use super::table::{self, Wakes};
+use super::table::{self, TableWakes};
 use crate::error::Result;
 use crate::stats::ScopeStats;
 
 /// The counts of the region, with `me` (a process slot) as "here".
-pub(crate) fn stats_locked(t: &TableGuard<'_>, me: u32, wakes: &mut Wakes) -> Result<ScopeStats> {
+pub(crate) fn stats_locked(
+    t: &TableGuard<'_>,
+    me: u32,
+    wakes: &mut TableWakes,
+) -> Result<ScopeStats> {
     let r = t.region;
     procs::reap_all(t, wakes)?;
     let (mut held, mut waiting, mut shared_holds, mut in_use) = (0, 0, 0, 0);

@@ -14,7 +14,7 @@ use std::sync::atomic::Ordering;
 
 use super::layout::*;
 use super::lockword::{
-    advanced, clear_exclusive, fence_of, fix_slow, lease_end, take_died, update,
+    advanced, clear_exclusive, fence_of, fix_slow, lease_end_ns, take_died, update,
 };
 use super::nodes::{
     add_shared, alloc_node, drop_shared, free_node, node_of_ticket, ticket_of, unlink,
@@ -46,7 +46,7 @@ impl Req {
 
 /// An acquisition made in the region.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Grant {
+pub(crate) struct TableGrant {
     pub(crate) entry: u32,
     pub(crate) fence: u64,
     pub(crate) mode: Mode,
@@ -59,19 +59,19 @@ pub(crate) struct Grant {
 
 /// The outcome of an acquire attempt under the mutex.
 #[derive(Debug)]
-pub(crate) enum Attempt {
-    Acquired(Grant),
+pub(crate) enum TableAttempt {
+    Acquired(TableGrant),
     Blocked,
 }
 
 /// Futex wakes to make once the table mutex is released.
 #[derive(Debug, Default)]
-pub(crate) struct Wakes {
+pub(crate) struct TableWakes {
     nodes: Vec<u32>,
     doorbells: Vec<u32>,
 }
 
-impl Wakes {
+impl TableWakes {
     /// Records a grant to `index` (and its process's doorbell if the waiter is async).
     pub(crate) fn granted(&mut self, index: u32, node: &Node) {
         self.nodes.push(index);
@@ -106,8 +106,8 @@ pub(crate) fn acquire_locked(
     entry: u32,
     req: &Req,
     max_holds: u32,
-    wakes: &mut Wakes,
-) -> Result<Attempt> {
+    wakes: &mut TableWakes,
+) -> Result<TableAttempt> {
     let r = t.region;
     let e = r.entry(entry)?;
     expire(t, entry, wakes)?;
@@ -123,7 +123,7 @@ pub(crate) fn acquire_locked(
         }
         e.holds.store(holds + 1, Ordering::Relaxed);
         fix_slow(e);
-        return Ok(Attempt::Acquired(Grant {
+        return Ok(TableAttempt::Acquired(TableGrant {
             entry,
             fence: fence_of(e),
             mode: Mode::Exclusive,
@@ -133,20 +133,20 @@ pub(crate) fn acquire_locked(
         }));
     }
     if word::xproc(w) != 0 {
-        return Ok(Attempt::Blocked);
+        return Ok(TableAttempt::Blocked);
     }
     if let Some(head) = e.head.load(Ordering::Relaxed).checked_sub(1) {
         // Only an exclusive newcomer may pass, and only a waiter woken to try (a young one:
         // an old one is granted the lock directly).
         let notified = r.node(head)?.state.load(Ordering::Relaxed) == NODE_NOTIFIED;
         if r.fifo() || req.mode != Mode::Exclusive || !notified {
-            return Ok(Attempt::Blocked);
+            return Ok(TableAttempt::Blocked);
         }
     }
     match req.mode {
         Mode::Exclusive => {
             if e.shared.load(Ordering::Relaxed) != 0 {
-                return Ok(Attempt::Blocked);
+                return Ok(TableAttempt::Blocked);
             }
             let Some((_, new)) = update(e, |w| {
                 (word::xproc(w) == 0).then(|| {
@@ -154,15 +154,15 @@ pub(crate) fn acquire_locked(
                     word::make(word::lo(a), true, req.proc + 1)
                 })
             }) else {
-                return Ok(Attempt::Blocked);
+                return Ok(TableAttempt::Blocked);
             };
             e.owner.store(req.owner, Ordering::Relaxed);
             e.holds.store(1, Ordering::Relaxed);
-            let until = lease_end(req.lease);
+            let until = lease_end_ns(req.lease);
             e.lease.store(until, Ordering::Relaxed);
             let died = take_died(e);
             fix_slow(e);
-            Ok(Attempt::Acquired(Grant {
+            Ok(TableAttempt::Acquired(TableGrant {
                 entry,
                 fence: word::fence(new, e.fence_hi.load(Ordering::Relaxed)),
                 mode: Mode::Exclusive,
@@ -175,7 +175,7 @@ pub(crate) fn acquire_locked(
             // Shut out the fast path first: the word does not count shared holders, so an
             // exclusive fast acquire could otherwise slip in between the check and the add.
             if update(e, |w| (word::xproc(w) == 0).then_some(w | word::SLOW)).is_none() {
-                return Ok(Attempt::Blocked);
+                return Ok(TableAttempt::Blocked);
             }
             let index = match alloc_node(t) {
                 Ok(index) => index,
@@ -191,7 +191,7 @@ pub(crate) fn acquire_locked(
             add_shared(t, entry, index, req.lease)?;
             let died = take_died(e);
             fix_slow(e);
-            Ok(Attempt::Acquired(Grant {
+            Ok(TableAttempt::Acquired(TableGrant {
                 entry,
                 fence: n.fence.load(Ordering::Relaxed),
                 mode: Mode::Shared,
@@ -260,14 +260,14 @@ fn waiter<'r>(t: &TableGuard<'r>, index: u32, epoch: u32) -> Result<&'r Node> {
 
 /// The waiter's grant, if it has one: takes it up (an exclusive grant's node is freed; a
 /// shared grant's node stays as the holder record).
-pub(crate) fn take_grant(t: &TableGuard<'_>, index: u32, epoch: u32) -> Result<Option<Grant>> {
+pub(crate) fn take_grant(t: &TableGuard<'_>, index: u32, epoch: u32) -> Result<Option<TableGrant>> {
     let r = t.region;
     let n = waiter(t, index, epoch)?;
     let entry = n.entry.load(Ordering::Relaxed);
     let e = r.entry(entry)?;
     match n.state.load(Ordering::Acquire) {
         NODE_GRANTED => {
-            let grant = Grant {
+            let grant = TableGrant {
                 entry,
                 fence: n.fence.load(Ordering::Relaxed),
                 mode: Mode::Exclusive,
@@ -278,7 +278,7 @@ pub(crate) fn take_grant(t: &TableGuard<'_>, index: u32, epoch: u32) -> Result<O
             free_node(t, index)?;
             Ok(Some(grant))
         }
-        NODE_HELD => Ok(Some(Grant {
+        NODE_HELD => Ok(Some(TableGrant {
             entry,
             fence: n.fence.load(Ordering::Relaxed),
             mode: Mode::Shared,
@@ -292,7 +292,11 @@ pub(crate) fn take_grant(t: &TableGuard<'_>, index: u32, epoch: u32) -> Result<O
 
 /// A notified front waiter's try for the lock: takes it if it is free (the node goes),
 /// else waits again. `None`: not taken.
-pub(crate) fn acquire_front(t: &TableGuard<'_>, index: u32, epoch: u32) -> Result<Option<Grant>> {
+pub(crate) fn acquire_front(
+    t: &TableGuard<'_>,
+    index: u32,
+    epoch: u32,
+) -> Result<Option<TableGrant>> {
     let r = t.region;
     let n = waiter(t, index, epoch)?;
     if n.state.load(Ordering::Acquire) != NODE_NOTIFIED {
@@ -324,12 +328,12 @@ pub(crate) fn acquire_front(t: &TableGuard<'_>, index: u32, epoch: u32) -> Resul
     e.owner
         .store(n.owner.load(Ordering::Relaxed), Ordering::Relaxed);
     e.holds.store(1, Ordering::Relaxed);
-    let until = lease_end(n.lease.load(Ordering::Relaxed));
+    let until = lease_end_ns(n.lease.load(Ordering::Relaxed));
     e.lease.store(until, Ordering::Relaxed);
     let died = take_died(e);
     free_node(t, index)?;
     fix_slow(e);
-    Ok(Some(Grant {
+    Ok(Some(TableGrant {
         entry,
         fence: word::fence(new, e.fence_hi.load(Ordering::Relaxed)),
         mode: Mode::Exclusive,
@@ -341,7 +345,12 @@ pub(crate) fn acquire_front(t: &TableGuard<'_>, index: u32, epoch: u32) -> Resul
 
 /// Ends a wait that will not be taken up (timed out, cancelled): unqueues it, or gives back
 /// the grant it got in the meantime.
-pub(crate) fn cancel(t: &TableGuard<'_>, index: u32, epoch: u32, wakes: &mut Wakes) -> Result<()> {
+pub(crate) fn cancel(
+    t: &TableGuard<'_>,
+    index: u32,
+    epoch: u32,
+    wakes: &mut TableWakes,
+) -> Result<()> {
     let r = t.region;
     let Ok(n) = waiter(t, index, epoch) else {
         return Ok(());
@@ -381,10 +390,10 @@ pub(crate) fn cancel(t: &TableGuard<'_>, index: u32, epoch: u32, wakes: &mut Wak
 /// releases, for a reentrant lock (`None`: whoever).
 pub(crate) fn release_locked(
     t: &TableGuard<'_>,
-    grant: &Grant,
+    grant: &TableGrant,
     proc: u32,
     owner: Option<Owner>,
-    wakes: &mut Wakes,
+    wakes: &mut TableWakes,
 ) -> Result<()> {
     let r = t.region;
     let e = r.entry(grant.entry)?;
@@ -429,7 +438,7 @@ pub(crate) fn release_locked(
 }
 
 /// Whether `grant` is still current.
-pub(crate) fn is_current_locked(t: &TableGuard<'_>, grant: &Grant, proc: u32) -> Result<bool> {
+pub(crate) fn is_current_locked(t: &TableGuard<'_>, grant: &TableGrant, proc: u32) -> Result<bool> {
     let r = t.region;
     let e = r.entry(grant.entry)?;
     let now = now_ns();
@@ -469,17 +478,17 @@ pub(crate) fn held_by(t: &TableGuard<'_>, entry: u32, owner: Option<Owner>) -> R
 /// `InvalidArgument` for an acquisition without a lease. Returns the new end.
 pub(crate) fn extend_locked(
     t: &TableGuard<'_>,
-    grant: &Grant,
+    grant: &TableGrant,
     proc: u32,
     lease: u64,
-    wakes: &mut Wakes,
+    wakes: &mut TableWakes,
 ) -> Result<u64> {
     expire(t, grant.entry, wakes)?;
     if !is_current_locked(t, grant, proc)? {
         return Err(Error::NotOwner);
     }
     let no_lease = Error::InvalidArgument("the acquisition has no lease");
-    let until = lease_end(lease.max(1));
+    let until = lease_end_ns(lease.max(1));
     match grant.mode {
         Mode::Exclusive => {
             let e = t.region.entry(grant.entry)?;
@@ -502,7 +511,7 @@ pub(crate) fn extend_locked(
 
 /// Ends the leases of `entry` that have run out (an exclusive one advances the fence) and
 /// hands the lock on. Returns whether anything ended.
-pub(crate) fn expire(t: &TableGuard<'_>, entry: u32, wakes: &mut Wakes) -> Result<bool> {
+pub(crate) fn expire(t: &TableGuard<'_>, entry: u32, wakes: &mut TableWakes) -> Result<bool> {
     let r = t.region;
     let e = r.entry(entry)?;
     let now = now_ns();
@@ -561,7 +570,7 @@ pub(crate) fn earliest_lease(t: &TableGuard<'_>, entry: u32) -> Result<Option<u6
 
 /// Grants `entry` to the waiters at the front of its queue that can have it now: one
 /// exclusive waiter, or a run of shared ones. Waiters of dead processes are reclaimed first.
-pub(crate) fn dispatch(t: &TableGuard<'_>, entry: u32, wakes: &mut Wakes) -> Result<()> {
+pub(crate) fn dispatch(t: &TableGuard<'_>, entry: u32, wakes: &mut TableWakes) -> Result<()> {
     let r = t.region;
     let e = r.entry(entry)?;
     let mut steps = 0u32;
@@ -622,7 +631,7 @@ pub(crate) fn dispatch(t: &TableGuard<'_>, entry: u32, wakes: &mut Wakes) -> Res
                 .store(n.owner.load(Ordering::Relaxed), Ordering::Relaxed);
             e.holds.store(1, Ordering::Relaxed);
             e.lease.store(
-                lease_end(n.lease.load(Ordering::Relaxed)),
+                lease_end_ns(n.lease.load(Ordering::Relaxed)),
                 Ordering::Relaxed,
             );
             n.fence.store(
@@ -646,7 +655,7 @@ pub(crate) fn dispatch(t: &TableGuard<'_>, entry: u32, wakes: &mut Wakes) -> Res
 }
 
 /// Frees `entry` whoever holds it, advancing the fence; whether it was held.
-pub(crate) fn force_locked(t: &TableGuard<'_>, entry: u32, wakes: &mut Wakes) -> Result<bool> {
+pub(crate) fn force_locked(t: &TableGuard<'_>, entry: u32, wakes: &mut TableWakes) -> Result<bool> {
     let r = t.region;
     let e = r.entry(entry)?;
     expire(t, entry, wakes)?;
@@ -668,7 +677,7 @@ pub(crate) fn force_locked(t: &TableGuard<'_>, entry: u32, wakes: &mut Wakes) ->
 /// compare-and-swap, ahead of every queued waiter (the Web Locks `steal`). The fence advances
 /// once, so every previous holder's acquisition is stale; the queue is left as it was, and its
 /// head is served when this holder releases. `req` is exclusive.
-pub(crate) fn steal_locked(t: &TableGuard<'_>, entry: u32, req: &Req) -> Result<Grant> {
+pub(crate) fn steal_locked(t: &TableGuard<'_>, entry: u32, req: &Req) -> Result<TableGrant> {
     debug_assert_eq!(req.mode, Mode::Exclusive);
     let r = t.region;
     let e = r.entry(entry)?;
@@ -683,11 +692,11 @@ pub(crate) fn steal_locked(t: &TableGuard<'_>, entry: u32, req: &Req) -> Result<
     .expect("the change always applies");
     e.owner.store(req.owner, Ordering::Relaxed);
     e.holds.store(1, Ordering::Relaxed);
-    let until = lease_end(req.lease);
+    let until = lease_end_ns(req.lease);
     e.lease.store(until, Ordering::Relaxed);
     let died = take_died(e);
     fix_slow(e);
-    Ok(Grant {
+    Ok(TableGrant {
         entry,
         fence: word::fence(new, e.fence_hi.load(Ordering::Relaxed)),
         mode: Mode::Exclusive,
@@ -698,7 +707,7 @@ pub(crate) fn steal_locked(t: &TableGuard<'_>, entry: u32, req: &Req) -> Result<
 }
 
 /// Reclaims the holds of dead processes on `entry` (exclusive holder, shared holders).
-pub(crate) fn reap_holders(t: &TableGuard<'_>, entry: u32, wakes: &mut Wakes) -> Result<()> {
+pub(crate) fn reap_holders(t: &TableGuard<'_>, entry: u32, wakes: &mut TableWakes) -> Result<()> {
     let r = t.region;
     let e = r.entry(entry)?;
     if let Some(p) = word::xproc(e.word.load(Ordering::Acquire)).checked_sub(1) {
@@ -724,7 +733,7 @@ pub(crate) fn reap_holders(t: &TableGuard<'_>, entry: u32, wakes: &mut Wakes) ->
 }
 
 /// Reclaims the waiters of dead processes on `entry`.
-pub(crate) fn reap_waiters(t: &TableGuard<'_>, entry: u32, wakes: &mut Wakes) -> Result<()> {
+pub(crate) fn reap_waiters(t: &TableGuard<'_>, entry: u32, wakes: &mut TableWakes) -> Result<()> {
     let r = t.region;
     let e = r.entry(entry)?;
     let mut at = e.head.load(Ordering::Relaxed);
@@ -749,7 +758,7 @@ pub(crate) fn reap_waiters(t: &TableGuard<'_>, entry: u32, wakes: &mut Wakes) ->
 pub(crate) fn info_locked(
     t: &TableGuard<'_>,
     entry: u32,
-    wakes: &mut Wakes,
+    wakes: &mut TableWakes,
 ) -> Result<Option<LockInfo>> {
     let r = t.region;
     let e = r.entry(entry)?;
@@ -840,7 +849,7 @@ pub(crate) fn reclaim_node(t: &TableGuard<'_>, index: u32) -> Result<Option<u32>
 
 /// Whether slot `p` belongs to a live process. A dead one's holds and waits are reclaimed
 /// (and its slot freed) before this returns `false`.
-pub(crate) fn is_alive(t: &TableGuard<'_>, p: u32, wakes: &mut Wakes) -> Result<bool> {
+pub(crate) fn is_alive(t: &TableGuard<'_>, p: u32, wakes: &mut TableWakes) -> Result<bool> {
     let proc = t.region.proc(p)?;
     if proc.state.load(Ordering::Relaxed) != PROC_LIVE {
         // Records of a slot nobody holds: reclaim them (none, usually).
@@ -863,7 +872,7 @@ pub(crate) fn is_alive(t: &TableGuard<'_>, p: u32, wakes: &mut Wakes) -> Result<
 
 /// Reclaims everything slot `p` holds or waits for, and frees the slot. An exclusive hold
 /// ends with the fence advanced and the entry marked `died`, so that its next acquirer is told.
-pub(crate) fn reclaim(t: &TableGuard<'_>, p: u32, wakes: &mut Wakes) -> Result<()> {
+pub(crate) fn reclaim(t: &TableGuard<'_>, p: u32, wakes: &mut TableWakes) -> Result<()> {
     let r = t.region;
     let proc = r.proc(p)?;
     proc.state.store(PROC_FREE, Ordering::Relaxed);

@@ -12,7 +12,7 @@ use std::time::Duration;
 use super::layout::NODE_WAITING;
 use super::lock::ShmLock;
 use super::sys::{self, now_ns};
-use super::table::{self, Attempt, Grant, Req, Wakes};
+use super::table::{self, Req, TableAttempt, TableGrant, TableWakes};
 use super::watch::{Watch, watch};
 use crate::acquisition::Acquisition;
 use crate::error::{Error, Result};
@@ -45,8 +45,8 @@ fn look_again(
     epoch: u32,
     deadline: Option<u64>,
     fail: &Error,
-    wakes: &mut Wakes,
-) -> Result<std::result::Result<Grant, u64>> {
+    wakes: &mut TableWakes,
+) -> Result<std::result::Result<TableGrant, u64>> {
     if let Some(g) = table::take_grant(t, node, epoch)? {
         return Ok(Ok(g));
     }
@@ -71,7 +71,7 @@ fn look_again(
 
 /// The first attempt under the mutex: acquired, failed (no wait allowed), or queued.
 enum First {
-    Got(Grant),
+    Got(TableGrant),
     Queued {
         entry: u32,
         node: u32,
@@ -89,11 +89,11 @@ fn first_attempt(
     fail: &Error,
     is_async: bool,
 ) -> Result<First> {
-    let mut wakes = Wakes::default();
+    let mut wakes = TableWakes::default();
     let result = (|| {
         let t = lock.table(&mut wakes)?;
         let entry = lock.entry_locked(&t, space, key)?;
-        if let Attempt::Acquired(g) =
+        if let TableAttempt::Acquired(g) =
             table::acquire_locked(&t, entry, req, lock.max_holds(), &mut wakes)?
         {
             return Ok(First::Got(g));
@@ -101,7 +101,7 @@ fn first_attempt(
         if deadline.is_some_and(|d| now_ns() >= d) {
             // A dead holder may be all that stands in the way.
             table::reap_holders(&t, entry, &mut wakes)?;
-            if let Attempt::Acquired(g) =
+            if let TableAttempt::Acquired(g) =
                 table::acquire_locked(&t, entry, req, lock.max_holds(), &mut wakes)?
             {
                 return Ok(First::Got(g));
@@ -131,7 +131,7 @@ pub(crate) fn acquire_blocking(
     req: &Req,
     deadline: Option<u64>,
     fail: Error,
-) -> Result<Grant> {
+) -> Result<TableGrant> {
     let (entry, node, epoch, mut recheck) =
         match first_attempt(lock, space, key, req, deadline, &fail, false)? {
             First::Got(g) => return Ok(g),
@@ -161,7 +161,7 @@ pub(crate) fn acquire_blocking(
                 continue; // woken early by a stray wake
             }
         }
-        let mut wakes = Wakes::default();
+        let mut wakes = TableWakes::default();
         let outcome = (|| {
             let t = lock.table(&mut wakes)?;
             look_again(&t, entry, node, epoch, deadline, &fail, &mut wakes)
@@ -222,7 +222,7 @@ impl AcquireOne {
         }
     }
 
-    fn finish(&mut self, g: Grant) -> Acquisition {
+    fn finish(&mut self, g: TableGrant) -> Acquisition {
         self.state = State::Done;
         self.lock.acquisition(g, &self.opts)
     }
@@ -309,7 +309,7 @@ impl Future for AcquireOne {
                     );
                     return Poll::Pending;
                 }
-                let mut wakes = Wakes::default();
+                let mut wakes = TableWakes::default();
                 let outcome = (|| {
                     let t = this.lock.table(&mut wakes)?;
                     look_again(
@@ -368,7 +368,7 @@ impl Drop for AcquireOne {
         } = self.state
         {
             self.lock.agent().unregister(id);
-            let mut wakes = Wakes::default();
+            let mut wakes = TableWakes::default();
             if let Ok(t) = self.lock.table(&mut wakes) {
                 let _ = table::cancel(&t, node, epoch, &mut wakes);
             }
