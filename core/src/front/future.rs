@@ -10,64 +10,98 @@ use std::fmt;
 use std::future::Future;
 use std::ops::Deref;
 use std::pin::Pin;
+use std::ptr::NonNull;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
 use super::table::Table;
 use super::{Held, LockGuard, LockTable, ManyGuard, Plan, attempt, ran_out, release_all};
-use crate::acquisition::{Wait, Want};
+use crate::acquisition::{Mode, Wait, Want};
 use crate::entry::Hold;
 use crate::error::{Error, Result};
 use crate::site::SiteQueue;
 use crate::wait::{Attempt, Grant, LazyWaiter, timer};
 
-/// An async acquire of one word: ready at once (the word was free when the future was made),
-/// failed at once, or waiting. A ready future is just its guard, so the uncontended async path
-/// costs what the blocking one does.
+/// An async acquire of one word. The uncontended case, the word taken on its fast path when
+/// the future was made, is kept as scalars (the guard is made when the future is polled), so
+/// that the future stays a few words, nothing large is moved, and the uncontended async path
+/// costs what the blocking one does. Everything else is boxed: it allocates anyway (a queue
+/// node) or is rare.
 pub(crate) enum One<P>
+where
+    P: Deref,
+    P::Target: LockTable,
+{
+    /// Taken on the fast path; `table` is `None` once the guard was handed out.
+    Taken {
+        table: Option<P>,
+        word: NonNull<<P::Target as Table>::Word>,
+        mode: Mode,
+        fence: u64,
+    },
+    Slow(Box<Slow<P>>),
+}
+
+/// An async acquire past the fast path: granted, failed, or waiting; `Done` once polled to the
+/// end.
+pub(crate) enum Slow<P>
 where
     P: Deref,
     P::Target: LockTable,
 {
     Ready(LockGuard<P>),
     Failed(Error),
-    /// Boxed: a waiting future allocates anyway (its queue node), and the ready one stays small.
-    Waiting(Box<Waiting<P>>),
+    Waiting(Waiting<P>),
     Done,
 }
+
+// SAFETY: `word` points into the table that `table` keeps; the future is as Send and Sync as
+// the guard it stands for (see `LockGuard`'s impls).
+unsafe impl<P: Deref + Send> Send for One<P> where P::Target: LockTable + Sync {}
+// SAFETY: as above.
+unsafe impl<P: Deref + Sync> Sync for One<P> where P::Target: LockTable + Sync {}
 
 impl<P> One<P>
 where
     P: Deref,
     P::Target: LockTable,
 {
+    /// The future of a word taken on its fast path.
+    #[inline]
+    pub(crate) fn taken(
+        table: P,
+        word: &<P::Target as Table>::Word,
+        mode: Mode,
+        fence: u64,
+    ) -> Self {
+        One::Taken {
+            table: Some(table),
+            word: NonNull::from(word),
+            mode,
+            fence,
+        }
+    }
+
     /// The rest of an async acquire once the word's fast path failed: one attempt with its site
     /// locked, then a wait. The caller holds a reservation on the word if its table has them;
     /// it is used up or handed to the wait.
     #[cold]
     pub(crate) fn after_fast_path(table: P, place: u64, want: Want, wait: Wait) -> Self {
         let word = match table.word(place) {
-            Ok(word) => word,
-            Err(e) => return One::Failed(e),
+            Ok(word) => NonNull::from(word),
+            Err(e) => return One::Slow(Box::new(Slow::Failed(e))),
         };
-        match attempt(&*table, word, &want) {
-            Attempt::Acquired(grant) => {
-                let word = std::ptr::NonNull::from(word);
-                // SAFETY: the word lives as long as the table, which `table` keeps.
-                One::Ready(LockGuard::new(
-                    table,
-                    unsafe { word.as_ref() },
-                    &want,
-                    grant,
-                ))
-            }
-            Attempt::Failed(e) => One::Failed(e),
+        // SAFETY: the word lives as long as the table, which `table` keeps.
+        let word_ref = unsafe { word.as_ref() };
+        let slow = match attempt(&*table, word_ref, &want) {
+            Attempt::Acquired(grant) => Slow::Ready(LockGuard::from_ptr(table, word, &want, grant)),
+            Attempt::Failed(e) => Slow::Failed(e),
             Attempt::Blocked { .. } if wait == Wait::No => {
-                table.unreserve(word);
-                One::Failed(Error::WouldBlock)
+                table.unreserve(word_ref);
+                Slow::Failed(Error::WouldBlock)
             }
             // The reservation (if any) is kept for the wait.
-            Attempt::Blocked { .. } => One::Waiting(Box::new(Waiting {
+            Attempt::Blocked { .. } => Slow::Waiting(Waiting {
                 deadline: wait.deadline(),
                 table: Some(table),
                 place,
@@ -75,39 +109,80 @@ where
                 wait,
                 polled: false,
                 waiter: LazyWaiter::new(),
-            })),
-        }
+            }),
+        };
+        One::Slow(Box::new(slow))
     }
 
     #[inline]
     fn poll_one(&mut self, cx: &mut Context<'_>) -> Poll<Result<LockGuard<P>>> {
-        if let One::Waiting(w) = self {
+        match self {
+            One::Taken {
+                table,
+                word,
+                mode,
+                fence,
+            } => {
+                let table = table.take().expect("lock future polled after completion");
+                Poll::Ready(Ok(LockGuard::plain_at(table, *word, *mode, *fence)))
+            }
+            One::Slow(slow) => slow.poll_slow(cx),
+        }
+    }
+
+    fn is_ready(&self) -> bool {
+        match self {
+            One::Taken { table, .. } => table.is_some(),
+            One::Slow(slow) => matches!(**slow, Slow::Ready(_)),
+        }
+    }
+}
+
+impl<P> Drop for One<P>
+where
+    P: Deref,
+    P::Target: LockTable,
+{
+    #[inline]
+    fn drop(&mut self) {
+        // Taken at creation and never handed out: release it.
+        if let One::Taken {
+            table,
+            word,
+            mode,
+            fence,
+        } = self
+            && let Some(table) = table.take()
+        {
+            drop(LockGuard::plain_at(table, *word, *mode, *fence));
+        }
+    }
+}
+
+impl<P> Slow<P>
+where
+    P: Deref,
+    P::Target: LockTable,
+{
+    #[cold]
+    fn poll_slow(&mut self, cx: &mut Context<'_>) -> Poll<Result<LockGuard<P>>> {
+        if let Slow::Waiting(w) = self {
             let (table, result) = match w.poll(cx) {
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready(done) => done,
             };
             let (place, want) = (w.place, w.want);
-            *self = One::Done;
+            *self = Slow::Done;
             return Poll::Ready(result.and_then(|grant| {
-                let word = std::ptr::NonNull::from(table.word(place)?);
-                // SAFETY: the word lives as long as the table, which `table` keeps.
-                Ok(LockGuard::new(
-                    table,
-                    unsafe { word.as_ref() },
-                    &want,
-                    grant,
-                ))
+                let word = NonNull::from(table.word(place)?);
+                Ok(LockGuard::from_ptr(table, word, &want, grant))
             }));
         }
-        match std::mem::replace(self, One::Done) {
-            One::Ready(guard) => Poll::Ready(Ok(guard)),
-            One::Failed(e) => Poll::Ready(Err(e)),
-            One::Waiting(_) | One::Done => panic!("lock future polled after completion"),
+        match std::mem::replace(self, Slow::Done) {
+            Slow::Ready(guard) => Poll::Ready(Ok(guard)),
+            Slow::Failed(e) => Poll::Ready(Err(e)),
+            Slow::Waiting(_) | Slow::Done => panic!("lock future polled after completion"),
         }
-    }
-
-    fn is_ready(&self) -> bool {
-        matches!(self, One::Ready(_))
     }
 }
 

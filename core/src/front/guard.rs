@@ -115,6 +115,21 @@ where
         }
     }
 
+    /// A guard of the word at `word`, taken on the fast path.
+    #[inline]
+    pub(crate) fn plain_at(
+        table: P,
+        word: NonNull<<P::Target as super::table::Table>::Word>,
+        mode: Mode,
+        fence: u64,
+    ) -> Self {
+        Self {
+            word,
+            table: Some(table),
+            rec: GuardHold::plain(mode, fence),
+        }
+    }
+
     /// The word.
     #[inline]
     fn word(&self) -> &<P::Target as super::table::Table>::Word {

@@ -15,14 +15,14 @@
 mod future;
 mod guard;
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 pub(crate) use future::One;
 pub use future::{AcquireFuture, LockFuture, ManyAcquireFuture, ManyLockFuture};
 pub use guard::{LockGuard, ManyGuard};
 
-use crate::acquisition::{Mode, Wait, Want};
-use crate::entry::{Entry, Hold};
+use crate::acquisition::{Acquisition, Mode, Owner, Wait, Want};
+use crate::entry::{Entry, Hold, lease_end};
 use crate::error::{Error, Result};
 use crate::site::{Site, SiteQueue};
 use crate::wait::{Attempt, Queue, Wakes};
@@ -119,6 +119,50 @@ pub(crate) fn release_all<T: LockTable + ?Sized>(table: &T, held: &[Held]) {
     }
 }
 
+/// The hold an acquisition record names, released or checked on behalf of `owner`.
+fn hold_of(acq: &Acquisition, owner: Option<Owner>) -> Hold {
+    Hold {
+        mode: acq.mode,
+        fence: acq.fence,
+        ticket: acq.ticket,
+        owner,
+    }
+}
+
+/// Releases `acq` on behalf of `owner` (a lock object's `release_as`): `NotOwner` or
+/// `LeaseExpired` when it is no longer current, `InvalidArgument` for another table's.
+pub(crate) fn release_acquisition<T: LockTable + ?Sized>(
+    table: &T,
+    acq: Acquisition,
+    owner: Option<Owner>,
+) -> Result<()> {
+    let site = site_at(table, acq.at)?;
+    crate::site::release(&site, &hold_of(&acq, owner)).map_err(|()| acq.stale_error())
+}
+
+/// Whether `acq` is current and, in a reentrant lock, held by `owner` (`is_current_as`).
+pub(crate) fn acquisition_is_current<T: LockTable + ?Sized>(
+    table: &T,
+    acq: &Acquisition,
+    owner: Option<Owner>,
+) -> bool {
+    site_at(table, acq.at).is_ok_and(|site| crate::site::is_current(&site, &hold_of(acq, owner)))
+}
+
+/// Moves the end of `acq`'s lease to `lease` from now and updates the record (`extend`).
+pub(crate) fn extend_acquisition<T: LockTable + ?Sized>(
+    table: &T,
+    acq: &mut Acquisition,
+    lease: Duration,
+) -> Result<()> {
+    let site = site_at(table, acq.at)?;
+    let until = lease_end(lease);
+    crate::site::extend(&site, &hold_of(acq, acq.owner), until)
+        .map_err(|e| e.unwrap_or_else(|| acq.stale_error()))?;
+    acq.lease_until = Some(until);
+    Ok(())
+}
+
 /// One lock word held by a multi-key acquire: its place, the hold, and the lease's end.
 pub(crate) type Held = (u64, Hold, Option<Instant>);
 
@@ -132,3 +176,37 @@ pub trait FindKey<Q: ?Sized>: LockTable {
     #[doc(hidden)]
     fn place_of(&self, key: &Q) -> Option<u64>;
 }
+
+/// The builder methods that set a keyed primitive's grant policy (`fifo`, `reentrant`,
+/// `max_holds`), written once for every builder with a `policy` field. `$what` names what a
+/// holder holds ("key", "stripe") in their docs.
+macro_rules! policy_builder_methods {
+    ($what:literal) => {
+        #[doc = concat!(
+            "Strict FIFO per ", $what, ": every release hands the ", $what, " to the next \
+             waiter, and nobody takes a ", $what, " that has waiters (as Web Locks specifies). \
+             Default: eventual fairness, see [`crate::wait::FAIR_AFTER`]."
+        )]
+        pub fn fifo(mut self, fifo: bool) -> Self {
+            self.policy.fifo = fifo;
+            self
+        }
+
+        #[doc = concat!(
+            "Reentrant ", $what, "s: an exclusive acquire by the [`Owner`](crate::Owner) that \
+             holds the ", $what, " exclusively raises its hold count instead of waiting."
+        )]
+        pub fn reentrant(mut self, reentrant: bool) -> Self {
+            self.policy.reentrant = reentrant;
+            self
+        }
+
+        /// The largest hold count of a reentrant holder (default 2^16); past it an acquire
+        /// fails with [`Error::ReentrancyLimit`](crate::Error::ReentrancyLimit).
+        pub fn max_holds(mut self, max_holds: u32) -> Self {
+            self.policy.max_holds = max_holds.max(1);
+            self
+        }
+    };
+}
+pub(crate) use policy_builder_methods;

@@ -31,7 +31,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::acquisition::{Acquisition, LockInfo, LockOptions, Mode, Owner, Wait, Want};
-use crate::entry::{Hold, Policy, lease_end};
+use crate::entry::{Hold, Policy};
 use crate::error::{Error, Result};
 use crate::hash::{DefaultHashBuilder, hash_of, random};
 use crate::many;
@@ -115,27 +115,7 @@ impl<S> PoolBuilder<S> {
         self
     }
 
-    /// Strict FIFO per key: every release hands the key to the next waiter, and nobody takes a
-    /// key that has waiters (as Web Locks specifies). Default: eventual fairness, see
-    /// [`crate::wait::FAIR_AFTER`].
-    pub fn fifo(mut self, fifo: bool) -> Self {
-        self.policy.fifo = fifo;
-        self
-    }
-
-    /// Reentrant keys: an exclusive acquire by the [`Owner`] that holds the key exclusively
-    /// raises its hold count instead of waiting.
-    pub fn reentrant(mut self, reentrant: bool) -> Self {
-        self.policy.reentrant = reentrant;
-        self
-    }
-
-    /// The largest hold count of a reentrant holder (default 2^16); past it an acquire fails
-    /// with [`Error::ReentrancyLimit`].
-    pub fn max_holds(mut self, max_holds: u32) -> Self {
-        self.policy.max_holds = max_holds.max(1);
-        self
-    }
+    front::policy_builder_methods!("key");
 
     /// The hasher for the keys.
     pub fn hasher<T: BuildHasher>(self, hasher: T) -> PoolBuilder<T> {
@@ -747,8 +727,7 @@ impl<K: Hash + Eq, S: BuildHasher> KeyPool<K, S> {
     /// `NotOwner` unless `owner` is the holder's owner (as `threading.RLock` refuses a release
     /// from another thread).
     pub fn release_as(&self, acquisition: Acquisition, owner: Option<Owner>) -> Result<()> {
-        let site = self.site_at(SlotRef::from_u64(acquisition.at))?;
-        site::release(&site, &hold_of(&acquisition, owner)).map_err(|()| acquisition.stale_error())
+        front::release_acquisition(self, acquisition, owner)
     }
 
     /// Whether `acquisition` is still current.
@@ -759,19 +738,13 @@ impl<K: Hash + Eq, S: BuildHasher> KeyPool<K, S> {
     /// Whether `acquisition` is current and, in a reentrant pool, held by `owner`
     /// (`threading.RLock`'s `_is_owned`).
     pub fn is_current_as(&self, acquisition: &Acquisition, owner: Option<Owner>) -> bool {
-        self.site_at(SlotRef::from_u64(acquisition.at))
-            .is_ok_and(|site| site::is_current(&site, &hold_of(acquisition, owner)))
+        front::acquisition_is_current(self, acquisition, owner)
     }
 
     /// Moves the end of `acquisition`'s lease to `lease` from now (and updates the record).
     /// `InvalidArgument` for an acquisition without a lease.
     pub fn extend(&self, acquisition: &mut Acquisition, lease: Duration) -> Result<()> {
-        let site = self.site_at(SlotRef::from_u64(acquisition.at))?;
-        let until = lease_end(lease);
-        site::extend(&site, &hold_of(acquisition, acquisition.owner), until)
-            .map_err(|e| e.unwrap_or_else(|| acquisition.stale_error()))?;
-        acquisition.lease_until = Some(until);
-        Ok(())
+        front::extend_acquisition(self, acquisition, lease)
     }
 
     /// Runs `f` on `key`'s slot with its shard locked, if the key has a slot.
@@ -1106,7 +1079,7 @@ impl<K: Hash + Eq, S: BuildHasher> KeyPool<K, S> {
         if want.is_plain()
             && let Some((slot, fence)) = self.acquire_fast(hash, key, want.mode)
         {
-            return front::One::Ready(LockGuard::plain(pool, slot, want.mode, fence));
+            return front::One::taken(pool, slot, want.mode, fence);
         }
         let at = self.reserve(key);
         front::One::after_fast_path(pool, at.to_u64(), want, wait)
@@ -1235,16 +1208,6 @@ impl<K: Hash + Eq, S: BuildHasher> KeyPool<K, S> {
         let slots = self.reserve_many(keys);
         let want = self.want(&opts);
         ManyAcquireFuture::new(Arc::clone(self), slots, want, opts.wait)
-    }
-}
-
-/// The entry's view of an acquisition record, released on behalf of `owner`.
-fn hold_of(acq: &Acquisition, owner: Option<Owner>) -> Hold {
-    Hold {
-        mode: acq.mode,
-        fence: acq.fence,
-        ticket: acq.ticket,
-        owner,
     }
 }
 

@@ -13,7 +13,7 @@ use std::time::Duration;
 use crossbeam_utils::CachePadded;
 
 use crate::acquisition::{Acquisition, LockInfo, LockOptions, Mode, Owner, Wait, Want};
-use crate::entry::{Hold, Policy, lease_end};
+use crate::entry::{Hold, Policy};
 use crate::error::{Error, Result};
 use crate::hash::{DefaultHashBuilder, hash_of, random, seeded};
 use crate::many;
@@ -113,26 +113,7 @@ impl StripedLockBuilder {
         self
     }
 
-    /// Strict FIFO: every release hands the stripe to the next waiter, and nobody takes a
-    /// stripe that has waiters (default: eventual fairness, see [`crate::wait::FAIR_AFTER`]).
-    pub fn fifo(mut self, fifo: bool) -> Self {
-        self.policy.fifo = fifo;
-        self
-    }
-
-    /// Reentrant stripes: an exclusive acquire by the [`Owner`] that holds the stripe
-    /// exclusively raises its hold count instead of waiting.
-    pub fn reentrant(mut self, reentrant: bool) -> Self {
-        self.policy.reentrant = reentrant;
-        self
-    }
-
-    /// The largest hold count of a reentrant holder (default 2^16); past it an acquire fails
-    /// with [`Error::ReentrancyLimit`].
-    pub fn max_holds(mut self, max_holds: u32) -> Self {
-        self.policy.max_holds = max_holds.max(1);
-        self
-    }
+    front::policy_builder_methods!("stripe");
 
     /// The lock. `Err(InvalidArgument)` when the stripe count is 0 or more than
     /// [`StripedLock::MAX_STRIPES`].
@@ -244,17 +225,6 @@ impl StripedLock {
         // SAFETY: every caller passes `hash & self.mask` (or a number checked against the
         // length), and there are `mask + 1` stripes.
         unsafe { self.stripes.get_unchecked(stripe & self.mask) }
-    }
-
-    /// The site an acquisition of this lock names; `InvalidArgument` for one of another lock.
-    fn site_of(&self, acq: &Acquisition) -> Result<RawSite<'_>> {
-        usize::try_from(acq.at)
-            .ok()
-            .filter(|&s| s < self.stripes.len())
-            .map(|s| self.site(s))
-            .ok_or(Error::InvalidArgument(
-                "the acquisition belongs to another lock",
-            ))
     }
 
     /// `want` as this lock serves it (owners only matter to a reentrant lock).
@@ -487,9 +457,7 @@ impl StripedLock {
     /// `NotOwner` unless `owner` is the holder's owner (as `threading.RLock` refuses a release
     /// from another thread).
     pub fn release_as(&self, acquisition: Acquisition, owner: Option<Owner>) -> Result<()> {
-        let site = self.site_of(&acquisition)?;
-        let hold = hold_of(&acquisition, owner);
-        site::release(&site, &hold).map_err(|()| acquisition.stale_error())
+        front::release_acquisition(self, acquisition, owner)
     }
 
     /// Whether `acquisition` is still current.
@@ -500,19 +468,13 @@ impl StripedLock {
     /// Whether `acquisition` is current and, in a reentrant lock, held by `owner`
     /// (`threading.RLock`'s `_is_owned`).
     pub fn is_current_as(&self, acquisition: &Acquisition, owner: Option<Owner>) -> bool {
-        self.site_of(acquisition)
-            .is_ok_and(|site| site::is_current(&site, &hold_of(acquisition, owner)))
+        front::acquisition_is_current(self, acquisition, owner)
     }
 
     /// Moves the end of `acquisition`'s lease to `lease` from now (and updates the record).
     /// `InvalidArgument` for an acquisition without a lease.
     pub fn extend(&self, acquisition: &mut Acquisition, lease: Duration) -> Result<()> {
-        let site = self.site_of(acquisition)?;
-        let until = lease_end(lease);
-        site::extend(&site, &hold_of(acquisition, acquisition.owner), until)
-            .map_err(|e| e.unwrap_or_else(|| acquisition.stale_error()))?;
-        acquisition.lease_until = Some(until);
-        Ok(())
+        front::extend_acquisition(self, acquisition, lease)
     }
 
     /// Frees `key`'s stripe whoever holds it (in either mode), advancing its fence: the
@@ -825,12 +787,7 @@ impl StripedLock {
         {
             let word = std::ptr::NonNull::from(word);
             // SAFETY: the stripe lives as long as the lock object, which `lock` keeps.
-            return front::One::Ready(LockGuard::plain(
-                lock,
-                unsafe { word.as_ref() },
-                want.mode,
-                fence,
-            ));
+            return front::One::taken(lock, unsafe { word.as_ref() }, want.mode, fence);
         }
         front::One::after_fast_path(lock, stripe as u64, want, wait)
     }
@@ -914,13 +871,3 @@ pub type StripesLockFuture<P> = ManyLockFuture<P>;
 /// A [`StripedLock`]'s future of several stripes with options: the front's
 /// [`ManyAcquireFuture`].
 pub type StripesAcquireFuture<P> = ManyAcquireFuture<P>;
-
-/// The entry's view of an acquisition record, released on behalf of `owner`.
-fn hold_of(acq: &Acquisition, owner: Option<Owner>) -> Hold {
-    Hold {
-        mode: acq.mode,
-        fence: acq.fence,
-        ticket: acq.ticket,
-        owner,
-    }
-}
