@@ -8,6 +8,7 @@
 
 use std::fmt;
 use std::future::Future;
+use std::mem::ManuallyDrop;
 use std::ops::Deref;
 use std::pin::Pin;
 use std::ptr::NonNull;
@@ -39,7 +40,9 @@ where
         mode: Mode,
         fence: u64,
     },
-    Slow(Box<Slow<P>>),
+    /// Dropped out of line by `One`'s `Drop`, so that dropping an uncontended future stays
+    /// small enough to inline.
+    Slow(ManuallyDrop<Box<Slow<P>>>),
 }
 
 /// An async acquire past the fast path: granted, failed, or waiting; `Done` once polled to the
@@ -89,7 +92,7 @@ where
     pub(crate) fn after_fast_path(table: P, place: u64, want: Want, wait: Wait) -> Self {
         let word = match table.word(place) {
             Ok(word) => NonNull::from(word),
-            Err(e) => return One::Slow(Box::new(Slow::Failed(e))),
+            Err(e) => return One::Slow(ManuallyDrop::new(Box::new(Slow::Failed(e)))),
         };
         // SAFETY: the word lives as long as the table, which `table` keeps.
         let word_ref = unsafe { word.as_ref() };
@@ -111,7 +114,7 @@ where
                 waiter: LazyWaiter::new(),
             }),
         };
-        One::Slow(Box::new(slow))
+        One::Slow(ManuallyDrop::new(Box::new(slow)))
     }
 
     #[inline]
@@ -133,7 +136,7 @@ where
     fn is_ready(&self) -> bool {
         match self {
             One::Taken { table, .. } => table.is_some(),
-            One::Slow(slow) => matches!(**slow, Slow::Ready(_)),
+            One::Slow(slow) => matches!(***slow, Slow::Ready(_)),
         }
     }
 }
@@ -145,18 +148,45 @@ where
 {
     #[inline]
     fn drop(&mut self) {
-        // Taken at creation and never handed out: release it.
-        if let One::Taken {
-            table,
-            word,
-            mode,
-            fence,
-        } = self
-            && let Some(table) = table.take()
-        {
-            drop(LockGuard::plain_at(table, *word, *mode, *fence));
+        match self {
+            // Taken at creation and never handed out: release it.
+            One::Taken {
+                table,
+                word,
+                mode,
+                fence,
+            } => {
+                if let Some(table) = table.take() {
+                    release_taken(table, *word, *mode, *fence);
+                }
+            }
+            One::Slow(slow) => drop_slow(slow),
         }
     }
+}
+
+/// Drops a slow future (out of line: see `One::Slow`).
+#[cold]
+#[inline(never)]
+fn drop_slow<P>(slow: &mut ManuallyDrop<Box<Slow<P>>>)
+where
+    P: Deref,
+    P::Target: LockTable,
+{
+    // SAFETY: called once, from `One`'s `drop`, which never touches `slow` again.
+    unsafe { ManuallyDrop::drop(slow) }
+}
+
+/// Releases a word a future took and never handed out (out of line: rare, and it keeps the
+/// uncontended future's drop small).
+#[cold]
+#[inline(never)]
+fn release_taken<P>(table: P, word: NonNull<<P::Target as Table>::Word>, mode: Mode, fence: u64)
+where
+    P: Deref,
+    P::Target: LockTable,
+{
+    drop(LockGuard::plain_at(table, word, mode, fence));
 }
 
 impl<P> Slow<P>
