@@ -167,7 +167,7 @@ def main() -> None:
                     for k, b in (("before", before), ("after", after)):
                         times[k].append(cpu_time(b, loop))
                 for k in ("before", "after"):
-                    common = {"group": "before/after", "impl": f"keylock {k} ({args.rev})"
+                    common = {"group": f"before/after: {loop}", "impl": f"keylock {k} ({args.rev})"
                               if k == "before" else "keylock after (this tree)", "loop": loop}
                     base = f"{loop}: before" if k == "after" else None
                     figures.append({
