@@ -633,6 +633,32 @@ impl StripedLock {
         Ok(ManyGuard::new(self, held))
     }
 
+    /// Like [`lock_many_with`](Self::lock_many_with), for an `Arc`: the guard is `'static`.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use keylock_core::{LockOptions, Mode, StripedLock};
+    /// let locks = Arc::new(StripedLock::new(16).unwrap());
+    /// let both = locks
+    ///     .lock_many_with_owned([("a", Mode::Exclusive), ("b", Mode::Shared)], LockOptions::new())
+    ///     .unwrap();
+    /// std::thread::spawn(move || drop(both)).join().unwrap(); // 'static: it may move
+    /// assert!(!locks.is_locked("a") && !locks.is_locked("b"));
+    /// ```
+    pub fn lock_many_with_owned<'k, K, I>(
+        self: &Arc<Self>,
+        keys: I,
+        opts: LockOptions,
+    ) -> Result<ManyGuard<Arc<Self>>>
+    where
+        K: Hash + ?Sized + 'k,
+        I: IntoIterator<Item = (&'k K, Mode)>,
+    {
+        let stripes = self.stripes_of(keys);
+        let held = self.take_all(stripes, self.want(&opts), opts.wait)?;
+        Ok(ManyGuard::new(Arc::clone(self), held))
+    }
+
     // ---- futures ----
 
     /// A future that resolves to the guard of `key`'s stripe (exclusive), waiting in the same
