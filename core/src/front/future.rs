@@ -329,11 +329,7 @@ where
 
     #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<LockGuard<P>> {
-        self.get_mut().0.poll_one(cx).map(|r| match r {
-            Ok(guard) => guard,
-            // A plain untimed acquire has no way to fail.
-            Err(e) => unreachable!("an untimed plain acquire failed: {e}"),
-        })
+        self.get_mut().0.poll_one(cx).map(untimed)
     }
 }
 
@@ -565,11 +561,7 @@ where
     type Output = ManyGuard<P>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<ManyGuard<P>> {
-        self.get_mut().0.poll_many(cx).map(|r| match r {
-            Ok(guard) => guard,
-            // Plain untimed acquires have no way to fail.
-            Err(e) => unreachable!("an untimed plain acquire failed: {e}"),
-        })
+        self.get_mut().0.poll_many(cx).map(untimed)
     }
 }
 
@@ -600,6 +592,14 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         self.get_mut().0.poll_many(cx)
+    }
+}
+
+/// The outcome of a plain untimed acquire, which has no way to fail.
+fn untimed<T>(result: Result<T>) -> T {
+    match result {
+        Ok(held) => held,
+        Err(e) => unreachable!("an untimed plain acquire failed: {e}"),
     }
 }
 

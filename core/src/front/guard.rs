@@ -6,7 +6,7 @@ use std::ptr::NonNull;
 use std::time::{Duration, Instant};
 
 use super::table::Table;
-use super::{FindKey, Held, LockTable, release_all, site_at};
+use super::{FindKey, Held, LockTable, release_all, release_at};
 use crate::acquisition::{Acquisition, Mode, Want};
 use crate::entry::{GuardHold, Hold, lease_end};
 use crate::error::{Error, Result};
@@ -366,11 +366,7 @@ where
         let table = self.table.take().ok_or(Error::NotOwner)?;
         let mut result = Ok(());
         for (place, hold, lease) in self.held.iter().rev() {
-            let released = match site_at(&*table, *place) {
-                Ok(site) => site::release(&site, hold),
-                Err(_) => Err(()),
-            };
-            if released.is_err() && result.is_ok() {
+            if release_at(&*table, *place, hold).is_err() && result.is_ok() {
                 result = Err(acquisition(*place, hold, *lease).stale_error());
             }
         }

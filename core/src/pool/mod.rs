@@ -547,15 +547,6 @@ impl<K: Hash + Eq, S: BuildHasher> KeyPool<K, S> {
         }
     }
 
-    /// Releases `hold` on slot `at`; `Err(())` when it is not current.
-    #[inline]
-    fn release_hold(&self, at: SlotRef, hold: &Hold) -> std::result::Result<(), ()> {
-        match self.site_if(at) {
-            Some(site) => site::release(&site, hold),
-            None => Err(()),
-        }
-    }
-
     /// `want` as this pool serves it (owners only matter to a reentrant pool).
     #[inline]
     fn want(&self, opts: &LockOptions) -> Want {
@@ -973,7 +964,7 @@ impl<K: Hash + Eq, S: BuildHasher> KeyPool<K, S> {
             Ok((place, Hold::of(&want, grant), grant.lease_until))
         };
         let give_back = |(place, hold, _): Held| {
-            let _ = self.release_hold(SlotRef::from_u64(place), &hold);
+            let _ = front::release_at(self, place, &hold);
         };
         many::take_all(slots, take, give_back).map_err(|failed| {
             // The slots after the failed one were reserved and never tried.

@@ -569,7 +569,7 @@ impl StripedLock {
             Ok((place, Hold::of(&want, grant), grant.lease_until))
         };
         let give_back = |(place, hold, _): Held| {
-            let _ = site::release(&self.site(place as usize), &hold);
+            let _ = front::release_at(self, place, &hold);
         };
         many::take_all(&stripes, take, give_back).map_err(|failed| failed.error)
     }
