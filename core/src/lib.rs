@@ -78,21 +78,17 @@ pub use unlink::unlink;
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
 pub use front::{
-    AcquireFuture, FindKey, LockFuture, LockGuard, LockTable, ManyAcquireFuture, ManyGuard,
-    ManyLockFuture,
+    AcquireFuture, FindKey, LockFuture, LockGuard, LockTable, Locks, ManyAcquireFuture, ManyGuard,
+    ManyLockFuture, PoolAcquireFuture, PoolGuard, PoolLockFuture, PoolManyAcquireFuture,
+    PoolManyGuard, PoolManyLockFuture, StripeAcquireFuture, StripeGuard, StripeLockFuture,
+    StripesAcquireFuture, StripesGuard, StripesLockFuture, TakeKey,
 };
 pub use hash::DefaultHashBuilder;
-pub use pool::{
-    KeyPool, PoolAcquireFuture, PoolBuilder, PoolGuard, PoolLockFuture, PoolManyAcquireFuture,
-    PoolManyGuard, PoolManyLockFuture, PoolRef, PoolStats,
-};
+pub use pool::{KeyPool, PoolBuilder, PoolRef, PoolStats, PoolTable};
 pub use rwlock::{
     AdderRwLock, RawAdderRwLock, ReadFuture, ReadGuard, RwLock, WriteFuture, WriteGuard,
 };
-pub use striped::{
-    StripeAcquireFuture, StripeGuard, StripeLockFuture, StripedLock, StripedLockBuilder,
-    StripedStats, StripesAcquireFuture, StripesGuard, StripesLockFuture,
-};
+pub use striped::{StripeTable, StripedLock, StripedLockBuilder, StripedStats};
 
 /// Guards and futures are `Send` (and `Sync`), so they can be held across `.await` on a
 /// multi-threaded runtime and released on another thread.

@@ -70,9 +70,10 @@ impl<S: std::hash::BuildHasher> KeyPool<Vec<u8>, S> {
     /// Where `key`'s slot is, as an acquisition's `at`, if it has one.
     fn at_of(&self, key: LockKey<'_>) -> Option<u64> {
         match key.space {
-            KeySpace::Keys => self.slot_of(key.bytes).map(|at| at.to_u64()),
+            KeySpace::Keys => self.table.slot_of(key.bytes).map(|at| at.to_u64()),
             KeySpace::Names => self
                 .names_if()?
+                .table
                 .slot_of(key.bytes)
                 .map(|at| at.to_u64() | NAMES),
         }

@@ -272,14 +272,6 @@ pub(crate) fn info<S: Site + ?Sized>(site: &S) -> Option<LockInfo> {
     with_locked(site, |e, side, p, w| e.info_locked(side, p, w))
 }
 
-/// Whether the site is held, leases considered.
-pub(crate) fn is_locked<S: Site + ?Sized>(site: &S) -> bool {
-    if !site.entry().is_held() {
-        return false;
-    }
-    info(site).is_some()
-}
-
 /// One site's acquisition as a future: the fast path on the first poll, then its queue.
 /// Dropping it cancels the wait exactly; a lock granted to it and never seen is released.
 #[derive(Debug, Default)]

@@ -5,6 +5,7 @@ use std::ops::Deref;
 use std::ptr::NonNull;
 use std::time::{Duration, Instant};
 
+use super::table::Find;
 use super::table::Table;
 use super::{FindKey, Held, LockTable, release_all, release_at};
 use crate::acquisition::{Acquisition, Mode, Want};

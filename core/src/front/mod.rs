@@ -1,25 +1,30 @@
-//! The one front of the in-process keyed primitives: the guards and futures that
-//! [`KeyPool`](crate::KeyPool) and [`StripedLock`](crate::StripedLock) hand out, written once over
-//! a table of lock words.
+//! The one front of the in-process keyed primitives: [`Locks`], whose methods are the public
+//! API of [`KeyPool`](crate::KeyPool) and [`StripedLock`](crate::StripedLock), and the guards
+//! and futures they hand out, all written once over a table of lock words.
 //!
 //! A *table* is where a keyed primitive keeps its lock words: a pool's slots (one per key held or
-//! awaited, recycled when free) or a striped lock's fixed stripes. The front asks a table for
-//! three things: the lock word a guard points at, the [`Site`] (the word plus the lock over its
-//! waiters) where a slow path runs, and the place number an [`Acquisition`](crate::Acquisition)
-//! records. Everything else (fast and slow release, leases, staleness, waiting and cancelling
-//! futures, several keys at once) is here, once.
+//! awaited, recycled when free) or a striped lock's fixed stripes. The front asks a table
+//! for a key's lock word (its fast path, its slow path, its place kept for a waiter), the
+//! [`Site`] (the word plus the lock over its waiters) where a slow path runs, and the place
+//! number an [`Acquisition`](crate::Acquisition) records. Everything else (the options, fast and
+//! slow release, leases, staleness, waiting and cancelling futures, several keys at once) is
+//! here, once.
 //!
-//! A new keyed primitive is a new table: implement [`table::Table`] for it and [`LockTable`],
-//! and its guards and futures are these.
+//! A new keyed primitive is a new table: implement the traits of [`table`] and [`LockTable`]
+//! for it, and `Locks` over it has every method, guard and future of the others.
 
+mod aliases;
 mod future;
 mod guard;
+mod locks;
 
 use std::time::{Duration, Instant};
 
+pub use aliases::*;
 pub(crate) use future::One;
 pub use future::{AcquireFuture, LockFuture, ManyAcquireFuture, ManyLockFuture};
 pub use guard::{LockGuard, ManyGuard};
+pub use locks::Locks;
 
 use crate::acquisition::{Acquisition, Mode, Owner, Wait, Want};
 use crate::entry::{Entry, Hold, lease_end};
@@ -28,7 +33,9 @@ use crate::site::{Site, SiteQueue};
 use crate::wait::{Attempt, Queue, Wakes};
 
 pub(crate) mod table {
-    use super::{Entry, Result, Site};
+    use super::{Entry, Mode, Result, Site, Want};
+    use crate::entry::{Policy, SlowState};
+    use crate::wait::{Grant, Wakes};
 
     /// What the front needs of a table (sealed: only this crate's primitives are tables).
     ///
@@ -59,8 +66,53 @@ pub(crate) mod table {
         /// Drops a waiter's reservation on `word`, which it will not use after all. A table
         /// whose words are never recycled has none.
         fn unreserve(&self, _word: &Self::Word) {}
+        /// The grant policy every word of this table follows.
+        fn policy(&self) -> Policy;
+        /// One step of a multi-key acquire: takes the word at `place` (which [`Take::reserve`]
+        /// gave) for `want`, waiting as `wait` says. The reservation is used up either way.
+        fn take_place(&self, place: u64, want: &Want, wait: crate::Wait) -> Result<Grant>;
         /// The name guards and futures of this table show in `Debug`.
         const NAME: &'static str;
+    }
+
+    /// A table that finds the lock word of a key of type `Q` without adding one.
+    #[allow(private_interfaces, private_bounds)]
+    pub trait Find<Q: ?Sized>: Table {
+        /// The place of `key`'s lock word, if the table has one for it now.
+        fn place_of(&self, key: &Q) -> Option<u64>;
+        /// Runs `f` on `key`'s lock word with its site locked, if the table has one for it;
+        /// the wake-ups `f` collects run after the site is unlocked.
+        fn with_key_locked<R>(
+            &self,
+            key: &Q,
+            f: impl FnOnce(&Entry, &mut SlowState, &Policy, &mut Wakes) -> R,
+        ) -> Option<R>;
+    }
+
+    /// A table that acquires the lock word of a key of type `Q` (making it if needed).
+    #[allow(private_interfaces, private_bounds)]
+    pub trait Take<Q: ?Sized>: Find<Q> {
+        /// What finding a key computes once for all its tries: its hash, its stripe.
+        type Found: Copy;
+        /// Looks `key` up.
+        fn find(&self, key: &Q) -> Self::Found;
+        /// The fast path: `key`'s word taken in `mode` with one compare-and-swap, and its
+        /// fence; `None` when that is not possible (take the slow path).
+        fn take_fast(&self, found: Self::Found, key: &Q, mode: Mode) -> Option<(&Self::Word, u64)>;
+        /// The slow path: `key`'s word acquired for `want`, waiting as `wait` says.
+        fn take_slow(
+            &self,
+            found: Self::Found,
+            key: &Q,
+            want: &Want,
+            wait: crate::Wait,
+        ) -> Result<(&Self::Word, Grant)>;
+        /// `key`'s place, kept for a waiter that comes back to it later (a pool reserves the
+        /// key's slot, so that it is not recycled meanwhile; see [`Table::unreserve`]).
+        fn reserve(&self, found: Self::Found, key: &Q) -> u64;
+        /// Frees `key`'s word whoever holds it and takes it exclusively for `want`, ahead of
+        /// every queued waiter.
+        fn steal(&self, found: Self::Found, key: &Q, want: &Want) -> (&Self::Word, Grant);
     }
 }
 
@@ -170,12 +222,15 @@ pub(crate) type Held = (u64, Hold, Option<Instant>);
 pub(crate) type Plan = Vec<(u64, Mode)>;
 
 /// A table that finds the lock word of a key of type `Q`: a pool finds the key's slot (if it
-/// has one), a striped lock its stripe. Sealed, like [`LockTable`].
-pub trait FindKey<Q: ?Sized>: LockTable {
-    /// The place of `key`'s lock word, if the table has one for it now.
-    #[doc(hidden)]
-    fn place_of(&self, key: &Q) -> Option<u64>;
-}
+/// has one), a striped lock its stripe. Sealed, like [`LockTable`]: what a lookup does is
+/// this crate's.
+pub trait FindKey<Q: ?Sized>: LockTable + table::Find<Q> {}
+impl<T: LockTable + table::Find<Q>, Q: ?Sized> FindKey<Q> for T {}
+
+/// A table that acquires the lock word of a key of type `Q`, making one if it needs to: a pool
+/// gives the key a slot, a striped lock takes its stripe. Sealed, like [`LockTable`].
+pub trait TakeKey<Q: ?Sized>: FindKey<Q> + table::Take<Q> {}
+impl<T: FindKey<Q> + table::Take<Q>, Q: ?Sized> TakeKey<Q> for T {}
 
 /// The builder methods that set a keyed primitive's grant policy (`fifo`, `reentrant`,
 /// `max_holds`), written once for every builder with a `policy` field. `$what` names what a

@@ -28,21 +28,19 @@ use std::fmt;
 use std::hash::{BuildHasher, Hash};
 use std::ops::Deref;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use crate::acquisition::{Acquisition, LockInfo, LockOptions, Mode, Owner, Wait, Want};
+use crate::acquisition::{Acquisition, Mode, Wait, Want};
 use crate::entry::{Hold, Policy};
 use crate::error::{Error, Result};
 use crate::hash::{DefaultHashBuilder, hash_of, random};
-use crate::many;
 use crate::site;
 use crate::sync::{AtomicPtr, Ordering, Spin};
 use crate::wait::{Attempt, Grant, Wakes};
 
-use crate::front::{self, Held, LockTable, Plan, table::Table};
-use crate::front::{
-    AcquireFuture, LockFuture, LockGuard, ManyAcquireFuture, ManyGuard, ManyLockFuture,
-};
+use crate::entry::SlowState;
+use crate::front::table::{Find, Table, Take};
+use crate::front::{self, LockTable, Locks};
 use shard::{Shard, Slot, SlotRef, SlotSite};
 
 /// Counters of a [`KeyPool`], read by [`KeyPool::stats`]: a scan of every shard (O(slots)),
@@ -133,7 +131,9 @@ impl<S> PoolBuilder<S> {
         K: Hash + Eq,
         S: BuildHasher,
     {
-        KeyPool::build(self)
+        Locks {
+            table: PoolTable::build(self),
+        }
     }
 }
 
@@ -144,7 +144,7 @@ impl<S> PoolBuilder<S> {
 /// default) is locked with `&[u8]`, a `KeyPool<String>` with `&str`, a `KeyPool<u64>` with
 /// `&u64`.
 ///
-/// Every key has both modes ([`lock_shared`](Self::lock_shared)), a fence that rises with each
+/// Every key has both modes ([`lock_shared`](Locks::lock_shared)), a fence that rises with each
 /// exclusive acquisition, leases and force-unlock, and, in a pool built
 /// [`reentrant`](PoolBuilder::reentrant), owners with hold counts.
 ///
@@ -162,7 +162,11 @@ impl<S> PoolBuilder<S> {
 /// assert!(pool.is_empty());
 /// assert_eq!(pool.stats().held, 0);
 /// ```
-pub struct KeyPool<K = Vec<u8>, S = DefaultHashBuilder> {
+pub type KeyPool<K = Vec<u8>, S = DefaultHashBuilder> = Locks<PoolTable<K, S>>;
+
+/// The table of a [`KeyPool`]: its shards of slots, one slot per key held or awaited. Only
+/// named in [`KeyPool`]'s definition; what it does is the front's ([`Locks`]).
+pub struct PoolTable<K = Vec<u8>, S = DefaultHashBuilder> {
     /// Shards, made on first use.
     shards: Box<[AtomicPtr<Shard<K>>]>,
     /// `hash >> shift` is the shard (0 for one shard: `shift` is then 64 and unused).
@@ -176,7 +180,7 @@ pub struct KeyPool<K = Vec<u8>, S = DefaultHashBuilder> {
     names: std::sync::OnceLock<Arc<KeyPool<Vec<u8>>>>,
 }
 
-impl<K, S> fmt::Debug for KeyPool<K, S> {
+impl<K, S> fmt::Debug for PoolTable<K, S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("KeyPool")
             .field("shards", &self.shards.len())
@@ -192,7 +196,7 @@ impl<K: Hash + Eq> Default for KeyPool<K> {
     }
 }
 
-impl<K, S> Drop for KeyPool<K, S> {
+impl<K, S> Drop for PoolTable<K, S> {
     fn drop(&mut self) {
         for shard in self.shards.iter() {
             let ptr = shard.load(Ordering::Acquire);
@@ -206,9 +210,9 @@ impl<K, S> Drop for KeyPool<K, S> {
 }
 
 // SAFETY: the shards are shared through `&KeyPool` exactly as `Shard`'s own impls allow.
-unsafe impl<K: Send + Sync, S: Sync> Sync for KeyPool<K, S> {}
+unsafe impl<K: Send + Sync, S: Sync> Sync for PoolTable<K, S> {}
 // SAFETY: as above; the pool owns its shards.
-unsafe impl<K: Send, S: Send> Send for KeyPool<K, S> {}
+unsafe impl<K: Send, S: Send> Send for PoolTable<K, S> {}
 
 impl Default for PoolBuilder {
     fn default() -> Self {
@@ -243,6 +247,95 @@ impl<K: Hash + Eq, S: BuildHasher> KeyPool<K, S> {
         PoolBuilder::default().hasher(hasher).build()
     }
 
+    /// The pool for Web Locks names, made now if needed.
+    pub(crate) fn names(&self) -> &Arc<KeyPool<Vec<u8>>> {
+        self.table.names.get_or_init(|| {
+            Arc::new(
+                KeyPool::builder()
+                    .shards(self.table.shards.len())
+                    .fifo(self.table.policy.fifo)
+                    .reentrant(self.table.policy.reentrant)
+                    .max_holds(self.table.policy.max_holds)
+                    .build(),
+            )
+        })
+    }
+
+    /// The names pool, if it was made.
+    pub(crate) fn names_if(&self) -> Option<&Arc<KeyPool<Vec<u8>>>> {
+        self.table.names.get()
+    }
+
+    /// The number of shards.
+    pub fn shards(&self) -> usize {
+        self.table.shards.len()
+    }
+
+    /// The most slots the pool can hold given `peak_in_use` slots in use at once at most:
+    /// twice the retention allowance plus four times the peak (see the `shard` module's
+    /// recycling rules). [`PoolStats::entries_allocated`] never exceeds it.
+    pub fn memory_bound(&self, peak_in_use: usize) -> usize {
+        self.table.retain as usize * self.table.shards.len()
+            + 4 * peak_in_use
+            + 4 * self.table.shards.len()
+    }
+
+    /// The number of keys held now: a scan of every slot (O(slots)), for monitoring.
+    pub fn len(&self) -> usize {
+        self.stats().held
+    }
+
+    /// Whether no key is held (see [`len`](Self::len)).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Counters, from a scan of every shard.
+    pub fn stats(&self) -> PoolStats {
+        let mut stats = PoolStats::default();
+        for n in 0..self.table.shards.len() as u32 {
+            if let Some(shard) = self.table.shard(n) {
+                let s = shard.stats();
+                stats.held += s.held;
+                stats.waiting += s.waiting;
+                stats.queued += s.queued;
+                stats.shared_holds += s.shared_holds;
+                stats.entries_in_use += s.in_use;
+                stats.entries_allocated += s.allocated;
+                stats.peak_in_use += s.peak_in_use;
+                stats.contended += s.contended;
+            }
+        }
+        stats
+    }
+
+    /// A plain acquisition's record straight from the fast path, or `None` (take the full
+    /// path): the trait's (and so the front ends') uncontended case.
+    #[inline]
+    pub(crate) fn acquire_plain_fast<Q>(&self, key: &Q, mode: Mode) -> Option<Acquisition>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let (slot, fence) = self.table.acquire_fast(self.table.hash(key), key, mode)?;
+        Some(Acquisition::plain(fence, slot.at.to_u64(), mode))
+    }
+
+    /// Releases a plain acquisition record on the fast path; `false` means: take the full path
+    /// (it may be stale, leased, owned, or have waiters to wake).
+    #[inline]
+    pub(crate) fn release_plain_fast(&self, acq: &Acquisition) -> bool {
+        if !acq.is_plain() {
+            return false;
+        }
+        match self.table.site_if(SlotRef::from_u64(acq.at)) {
+            Some(site) => site.slot.entry.release_fast(acq.mode, acq.fence),
+            None => false,
+        }
+    }
+}
+
+impl<K: Hash + Eq, S: BuildHasher> PoolTable<K, S> {
     fn build(b: PoolBuilder<S>) -> Self {
         let n = b.shards;
         let retain = (b.retain.saturating_mul(2))
@@ -258,42 +351,6 @@ impl<K: Hash + Eq, S: BuildHasher> KeyPool<K, S> {
             retain,
             names: std::sync::OnceLock::new(),
         }
-    }
-
-    /// The pool for Web Locks names, made now if needed.
-    pub(crate) fn names(&self) -> &Arc<KeyPool<Vec<u8>>> {
-        self.names.get_or_init(|| {
-            Arc::new(
-                KeyPool::builder()
-                    .shards(self.shards.len())
-                    .fifo(self.policy.fifo)
-                    .reentrant(self.policy.reentrant)
-                    .max_holds(self.policy.max_holds)
-                    .build(),
-            )
-        })
-    }
-
-    /// The names pool, if it was made.
-    pub(crate) fn names_if(&self) -> Option<&Arc<KeyPool<Vec<u8>>>> {
-        self.names.get()
-    }
-
-    /// The number of shards.
-    pub fn shards(&self) -> usize {
-        self.shards.len()
-    }
-
-    /// Whether the pool is reentrant.
-    pub fn is_reentrant(&self) -> bool {
-        self.policy.reentrant
-    }
-
-    /// The most slots the pool can hold given `peak_in_use` slots in use at once at most:
-    /// twice the retention allowance plus four times the peak (see the `shard` module's
-    /// recycling rules). [`PoolStats::entries_allocated`] never exceeds it.
-    pub fn memory_bound(&self, peak_in_use: usize) -> usize {
-        self.retain as usize * self.shards.len() + 4 * peak_in_use + 4 * self.shards.len()
     }
 
     #[inline]
@@ -402,30 +459,6 @@ impl<K: Hash + Eq, S: BuildHasher> KeyPool<K, S> {
         unsafe { &*ptr }.slot(at.slot)
     }
 
-    /// Acquires `key` for `want`, waiting as `wait` says.
-    fn acquire<Q>(&self, key: &Q, want: &Want, wait: Wait) -> Result<(&Slot<K>, Grant)>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
-        let hash = self.hash(key);
-        if want.is_plain()
-            && let Some((slot, fence)) = self.acquire_fast(hash, key, want.mode)
-        {
-            return Ok((
-                slot,
-                Grant {
-                    fence,
-                    ticket: 0,
-                    lease_until: None,
-                    reentered: false,
-                },
-            ));
-        }
-        self.acquire_slow(hash, key, want, wait)
-            .map(|(at, grant)| (self.own_slot(at), grant))
-    }
-
     #[cold]
     fn acquire_slow<Q>(
         &self,
@@ -514,400 +547,12 @@ impl<K: Hash + Eq, S: BuildHasher> KeyPool<K, S> {
         site::wait_queued(site, want, wait, deadline, false)
     }
 
-    /// Reserves `key`'s slot: it will not be recycled until the reservation is used or dropped.
-    fn reserve<Q>(&self, key: &Q) -> SlotRef
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
-        let hash = self.hash(key);
-        let shard_no = self.shard_no(hash);
-        let mut locked = self.shard_or_init(shard_no).lock();
-        let n = locked.find_or_insert(hash, key, self.retain);
-        locked.reserve(n);
-        SlotRef {
-            shard: shard_no,
-            slot: n,
-        }
-    }
-
-    /// Drops a reservation that was never used.
-    fn unreserve(&self, at: SlotRef) {
-        if let Some(site) = self.site_if(at) {
-            site.slot.unreserve();
-        }
-    }
-
     /// One attempt on a reserved slot with its shard locked; uses up the reservation unless
     /// the slot is taken (`Blocked`, the caller then waits or unreserves).
     fn attempt_reserved(&self, at: SlotRef, want: &Want) -> Attempt {
         match self.site_at(at) {
             Ok(site) => front::attempt(self, site.slot, want),
             Err(_) => Attempt::Failed(Error::InvalidArgument("no such slot")),
-        }
-    }
-
-    /// `want` as this pool serves it (owners only matter to a reentrant pool).
-    #[inline]
-    fn want(&self, opts: &LockOptions) -> Want {
-        self.policy.normalize(opts.want())
-    }
-
-    // ---- exclusive ----
-
-    /// Blocks until `key` is held exclusively.
-    #[inline]
-    pub fn lock<Q>(&self, key: &Q) -> LockGuard<&Self>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
-        self.lock_plain(self, key, Mode::Exclusive)
-    }
-
-    /// Blocks until `key` is held in `mode` (plain: no lease, no owner).
-    #[inline]
-    fn lock_plain<P: PoolRef<Key = K, Hasher = S>, Q>(
-        &self,
-        pool: P,
-        key: &Q,
-        mode: Mode,
-    ) -> LockGuard<P>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
-        let hash = self.hash(key);
-        if let Some((slot, fence)) = self.acquire_fast(hash, key, mode) {
-            return LockGuard::plain(pool, slot, mode, fence);
-        }
-        self.lock_plain_slow(pool, hash, key, mode)
-    }
-
-    #[cold]
-    fn lock_plain_slow<P: PoolRef<Key = K, Hasher = S>, Q>(
-        &self,
-        pool: P,
-        hash: u64,
-        key: &Q,
-        mode: Mode,
-    ) -> LockGuard<P>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
-        let want = site::plain(mode);
-        match self.acquire_slow(hash, key, &want, Wait::Forever) {
-            Ok((at, grant)) => LockGuard::new(pool, self.own_slot(at), &want, grant),
-            // A plain untimed acquire has no way to fail.
-            Err(e) => unreachable!("an untimed plain acquire failed: {e}"),
-        }
-    }
-
-    /// Takes `key` exclusively if it is free; `Err(WouldBlock)` otherwise.
-    #[inline]
-    pub fn try_lock<Q>(&self, key: &Q) -> Result<LockGuard<&Self>>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
-        self.lock_with(key, LockOptions::new().wait(Wait::No))
-    }
-
-    /// Waits at most `timeout` for `key`; `Err(TimedOut)` when it runs out.
-    pub fn try_lock_for<Q>(&self, key: &Q, timeout: Duration) -> Result<LockGuard<&Self>>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
-        self.lock_with(key, LockOptions::new().wait(Wait::For(timeout)))
-    }
-
-    // ---- shared ----
-
-    /// Blocks until `key` is held in shared mode (with any other shared holders). A shared
-    /// request queued behind a waiting exclusive one waits for it (FIFO per key).
-    ///
-    /// ```
-    /// use keylock_core::KeyPool;
-    /// let pool: KeyPool<String> = KeyPool::new();
-    /// let a = pool.lock_shared("doc");
-    /// let b = pool.lock_shared("doc");
-    /// assert!(pool.try_lock("doc").is_err());
-    /// assert_eq!(a.fence(), b.fence());
-    /// ```
-    #[inline]
-    pub fn lock_shared<Q>(&self, key: &Q) -> LockGuard<&Self>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
-        self.lock_plain(self, key, Mode::Shared)
-    }
-
-    /// Takes `key` in shared mode if nothing is in the way; `Err(WouldBlock)` otherwise.
-    pub fn try_lock_shared<Q>(&self, key: &Q) -> Result<LockGuard<&Self>>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
-        self.lock_with(key, LockOptions::new().shared().wait(Wait::No))
-    }
-
-    /// Waits at most `timeout` for `key` in shared mode.
-    pub fn try_lock_shared_for<Q>(&self, key: &Q, timeout: Duration) -> Result<LockGuard<&Self>>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
-        self.lock_with(key, LockOptions::new().shared().wait(Wait::For(timeout)))
-    }
-
-    // ---- with options ----
-
-    /// Acquires `key` as `opts` says: mode, lease, owner, how long to wait.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use keylock_core::{Error, KeyPool, LockOptions, Wait};
-    /// let pool: KeyPool<String> = KeyPool::new();
-    /// let g = pool.lock_with("job", LockOptions::new().lease(Duration::from_millis(20))).unwrap();
-    /// // The holder never releases: the next acquirer takes over when the lease ends.
-    /// let next = pool.lock_with("job", LockOptions::new().wait(Wait::For(Duration::from_secs(5)))).unwrap();
-    /// assert!(next.fence() > g.fence());
-    /// assert_eq!(g.release().unwrap_err(), Error::LeaseExpired);
-    /// ```
-    pub fn lock_with<Q>(&self, key: &Q, opts: LockOptions) -> Result<LockGuard<&Self>>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
-        let want = self.want(&opts);
-        let (slot, grant) = self.acquire(key, &want, opts.wait)?;
-        let slot = std::ptr::NonNull::from(slot);
-        Ok(LockGuard::from_ptr(self, slot, &want, grant))
-    }
-
-    /// Like [`lock_with`](Self::lock_with), for an `Arc`: the guard is `'static`.
-    pub fn lock_with_owned<Q>(
-        self: &Arc<Self>,
-        key: &Q,
-        opts: LockOptions,
-    ) -> Result<LockGuard<Arc<Self>>>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
-        let want = self.want(&opts);
-        let (slot, grant) = self.acquire(key, &want, opts.wait)?;
-        let slot = std::ptr::NonNull::from(slot);
-        Ok(LockGuard::from_ptr(Arc::clone(self), slot, &want, grant))
-    }
-
-    // ---- acquisitions ----
-
-    /// Releases an acquisition handed out by [`LockGuard::into_acquisition`]. Refused with
-    /// `NotOwner` (or `LeaseExpired`) when it is no longer current: released already,
-    /// force-unlocked, or its lease ran out. Never touches another acquisition.
-    pub fn release(&self, acquisition: Acquisition) -> Result<()> {
-        let owner = acquisition.owner;
-        self.release_as(acquisition, owner)
-    }
-
-    /// Like [`release`](Self::release), on behalf of `owner`: in a reentrant pool, refused with
-    /// `NotOwner` unless `owner` is the holder's owner (as `threading.RLock` refuses a release
-    /// from another thread).
-    pub fn release_as(&self, acquisition: Acquisition, owner: Option<Owner>) -> Result<()> {
-        front::release_acquisition(self, acquisition, owner)
-    }
-
-    /// Whether `acquisition` is still current.
-    pub fn is_current(&self, acquisition: &Acquisition) -> bool {
-        self.is_current_as(acquisition, acquisition.owner)
-    }
-
-    /// Whether `acquisition` is current and, in a reentrant pool, held by `owner`
-    /// (`threading.RLock`'s `_is_owned`).
-    pub fn is_current_as(&self, acquisition: &Acquisition, owner: Option<Owner>) -> bool {
-        front::acquisition_is_current(self, acquisition, owner)
-    }
-
-    /// Moves the end of `acquisition`'s lease to `lease` from now (and updates the record).
-    /// `InvalidArgument` for an acquisition without a lease.
-    pub fn extend(&self, acquisition: &mut Acquisition, lease: Duration) -> Result<()> {
-        front::extend_acquisition(self, acquisition, lease)
-    }
-
-    /// Runs `f` on `key`'s slot with its shard locked, if the key has a slot.
-    fn with_slot<Q, T>(
-        &self,
-        key: &Q,
-        f: impl FnOnce(&crate::entry::Entry, &mut crate::entry::SlowState, &mut Wakes) -> T,
-    ) -> Option<T>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
-    {
-        let hash = self.hash(key);
-        let shard = self.shard(self.shard_no(hash))?;
-        let mut locked = shard.lock();
-        let n = locked.find(hash, key)?;
-        let mut wakes = Wakes::default();
-        let out = f(&shard.slot(n).entry, locked.side(n), &mut wakes);
-        drop(locked);
-        wakes.run();
-        Some(out)
-    }
-
-    /// Frees `key` whoever holds it (in either mode), advancing its fence: the holders' guards
-    /// no longer release anything, and their explicit releases report `NotOwner`. For a lock
-    /// left behind by a caller that will never release it. Returns whether the key was held.
-    ///
-    /// ```
-    /// use keylock_core::KeyPool;
-    /// let pool: KeyPool<String> = KeyPool::new();
-    /// let stale = pool.lock("k");
-    /// assert!(pool.force_unlock("k"));
-    /// let fresh = pool.lock("k");
-    /// assert!(fresh.fence() > stale.fence());
-    /// drop(stale);                      // releases nothing
-    /// assert!(pool.is_locked("k"));
-    /// ```
-    pub fn force_unlock<Q>(&self, key: &Q) -> bool
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
-    {
-        self.with_slot(key, |entry, side, wakes| {
-            entry.force_unlock_locked(side, &self.policy, wakes)
-        })
-        .unwrap_or(false)
-    }
-
-    /// Frees `key` whoever holds it and takes it exclusively as `opts` says (its lease and
-    /// owner; it never waits), ahead of every queued waiter: what a force-unlock followed by an
-    /// acquire would do, except that no waiter is served in between. The previous holders'
-    /// acquisitions are stale, and the queue's head is served when this holder releases.
-    /// `InvalidArgument` for a shared request.
-    ///
-    /// ```
-    /// use keylock_core::{KeyPool, LockOptions};
-    /// let pool: KeyPool<String> = KeyPool::new();
-    /// let old = pool.lock("k").into_acquisition();
-    /// let new = pool.steal_with("k", LockOptions::new()).unwrap();
-    /// assert!(new.fence() > old.fence());
-    /// assert!(pool.release(old).is_err()); // stale
-    /// ```
-    pub fn steal_with<Q>(&self, key: &Q, opts: LockOptions) -> Result<LockGuard<&Self>>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
-        let want = self.want(&opts);
-        if want.mode != Mode::Exclusive {
-            return Err(Error::InvalidArgument(
-                "only an exclusive request may steal",
-            ));
-        }
-        let hash = self.hash(key);
-        let shard_no = self.shard_no(hash);
-        let shard = self.shard_or_init(shard_no);
-        let mut locked = shard.lock();
-        let n = locked.find_or_insert(hash, key, self.retain);
-        let slot = shard.slot(n);
-        let grant = slot.entry.steal_locked(locked.side(n), &want);
-        drop(locked);
-        Ok(LockGuard::from_ptr(
-            self,
-            std::ptr::NonNull::from(slot),
-            &want,
-            grant,
-        ))
-    }
-
-    /// Whether `key` is held (a snapshot; an ended lease does not count).
-    pub fn is_locked<Q>(&self, key: &Q) -> bool
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
-    {
-        self.info(key).is_some()
-    }
-
-    /// Who holds `key` and how (a snapshot); `None` when free.
-    ///
-    /// ```
-    /// use keylock_core::{KeyPool, Mode};
-    /// let pool: KeyPool<u64> = KeyPool::new();
-    /// let _g = pool.lock(&5);
-    /// let info = pool.info(&5).unwrap();
-    /// assert_eq!((info.mode, info.holders, info.waiters), (Mode::Exclusive, 1, 0));
-    /// assert!(pool.info(&6).is_none());
-    /// ```
-    pub fn info<Q>(&self, key: &Q) -> Option<LockInfo>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
-    {
-        self.with_slot(key, |entry, side, wakes| {
-            entry.info_locked(side, &self.policy, wakes)
-        })
-        .flatten()
-    }
-
-    /// The number of keys held now: a scan of every slot (O(slots)), for monitoring.
-    pub fn len(&self) -> usize {
-        self.stats().held
-    }
-
-    /// Whether no key is held (see [`len`](Self::len)).
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// Counters, from a scan of every shard.
-    pub fn stats(&self) -> PoolStats {
-        let mut stats = PoolStats::default();
-        for n in 0..self.shards.len() as u32 {
-            if let Some(shard) = self.shard(n) {
-                let s = shard.stats();
-                stats.held += s.held;
-                stats.waiting += s.waiting;
-                stats.queued += s.queued;
-                stats.shared_holds += s.shared_holds;
-                stats.entries_in_use += s.in_use;
-                stats.entries_allocated += s.allocated;
-                stats.peak_in_use += s.peak_in_use;
-                stats.contended += s.contended;
-            }
-        }
-        stats
-    }
-
-    // ---- many keys ----
-
-    /// A plain acquisition's record straight from the fast path, or `None` (take the full
-    /// path): the trait's (and so the front ends') uncontended case.
-    #[inline]
-    pub(crate) fn acquire_plain_fast<Q>(&self, key: &Q, mode: Mode) -> Option<Acquisition>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
-    {
-        let (slot, fence) = self.acquire_fast(self.hash(key), key, mode)?;
-        Some(Acquisition::plain(fence, slot.at.to_u64(), mode))
-    }
-
-    /// Releases a plain acquisition record on the fast path; `false` means: take the full path
-    /// (it may be stale, leased, owned, or have waiters to wake).
-    #[inline]
-    pub(crate) fn release_plain_fast(&self, acq: &Acquisition) -> bool {
-        if !acq.is_plain() {
-            return false;
-        }
-        match self.site_if(SlotRef::from_u64(acq.at)) {
-            Some(site) => site.slot.entry.release_fast(acq.mode, acq.fence),
-            None => false,
         }
     }
 
@@ -926,285 +571,11 @@ impl<K: Hash + Eq, S: BuildHasher> KeyPool<K, S> {
             slot: n,
         })
     }
-
-    /// Reserves the slots of `keys` and plans them (canonical order, each slot once with the
-    /// strongest mode asked of it); a duplicate's extra reservation is given back.
-    fn reserve_many<'k, Q, I>(&self, keys: I) -> Plan
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized + 'k,
-        I: IntoIterator<Item = (&'k Q, Mode)>,
-    {
-        let reserved = keys.into_iter().map(|(k, m)| (self.reserve(k), (), m));
-        many::plan_with(reserved, |dup| self.unreserve(dup.lock))
-            .into_iter()
-            .map(|step| (step.lock.to_u64(), step.mode))
-            .collect()
-    }
-
-    /// Acquires the reserved `slots` in order; all or none (every reservation is used up).
-    fn take_reserved(&self, slots: &[(u64, Mode)], base: Want, wait: Wait) -> Result<Vec<Held>> {
-        let wait = many::one_deadline(wait);
-        let deadline = wait.deadline();
-        let take = |&(place, mode): &(u64, Mode)| {
-            let at = SlotRef::from_u64(place);
-            let want = Want { mode, ..base };
-            let grant = match self.attempt_reserved(at, &want) {
-                Attempt::Acquired(grant) => Ok(grant),
-                Attempt::Failed(e) => Err(e),
-                Attempt::Blocked { .. } if wait == Wait::No => {
-                    self.unreserve(at);
-                    Err(Error::WouldBlock)
-                }
-                Attempt::Blocked { .. } => match self.site_at(at) {
-                    Ok(site) => self.wait_reserved(&site, &want, wait, deadline),
-                    Err(e) => Err(e),
-                },
-            }?;
-            Ok((place, Hold::of(&want, grant), grant.lease_until))
-        };
-        let give_back = |(place, hold, _): Held| {
-            let _ = front::release_at(self, place, &hold);
-        };
-        many::take_all(slots, take, give_back).map_err(|failed| {
-            // The slots after the failed one were reserved and never tried.
-            for &(rest, _) in &slots[failed.at + 1..] {
-                self.unreserve(SlotRef::from_u64(rest));
-            }
-            failed.error
-        })
-    }
-
-    /// Blocks until every one of `keys` is held exclusively. Deadlock-free: keys are taken in
-    /// one canonical order, each once even if given twice.
-    pub fn lock_many<'k, Q, I>(&self, keys: I) -> ManyGuard<&Self>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized + 'k,
-        I: IntoIterator<Item = &'k Q>,
-    {
-        let slots = self.reserve_many(keys.into_iter().map(|k| (k, Mode::Exclusive)));
-        match self.take_reserved(&slots, Want::EXCLUSIVE, Wait::Forever) {
-            Ok(held) => ManyGuard::new(self, held),
-            Err(e) => unreachable!("an untimed plain acquire failed: {e}"),
-        }
-    }
-
-    /// Takes every one of `keys` exclusively if all are free, or none; `Err(WouldBlock)`
-    /// otherwise.
-    pub fn try_lock_many<'k, Q, I>(&self, keys: I) -> Result<ManyGuard<&Self>>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized + 'k,
-        I: IntoIterator<Item = &'k Q>,
-    {
-        let opts = LockOptions::new().wait(Wait::No);
-        self.lock_many_with(keys.into_iter().map(|k| (k, Mode::Exclusive)), opts)
-    }
-
-    /// Waits at most `timeout` in all for every one of `keys`: all or none.
-    pub fn try_lock_many_for<'k, Q, I>(
-        &self,
-        keys: I,
-        timeout: Duration,
-    ) -> Result<ManyGuard<&Self>>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized + 'k,
-        I: IntoIterator<Item = &'k Q>,
-    {
-        let opts = LockOptions::new().wait(Wait::For(timeout));
-        self.lock_many_with(keys.into_iter().map(|k| (k, Mode::Exclusive)), opts)
-    }
-
-    /// Acquires every one of `keys`, each in its own mode, as `opts` says (its mode is
-    /// ignored; lease, owner and wait apply to every key): all or none, deadlock-free.
-    ///
-    /// ```
-    /// use keylock_core::{KeyPool, LockOptions, Mode};
-    /// let pool: KeyPool<String> = KeyPool::new();
-    /// let g = pool.lock_many_with([("src", Mode::Shared), ("dst", Mode::Exclusive)], LockOptions::new()).unwrap();
-    /// assert_eq!(g.len(), 2);
-    /// assert!(pool.try_lock_shared("src").is_ok());
-    /// assert!(pool.try_lock_shared("dst").is_err());
-    /// ```
-    pub fn lock_many_with<'k, Q, I>(&self, keys: I, opts: LockOptions) -> Result<ManyGuard<&Self>>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized + 'k,
-        I: IntoIterator<Item = (&'k Q, Mode)>,
-    {
-        let slots = self.reserve_many(keys);
-        let held = self.take_reserved(&slots, self.want(&opts), opts.wait)?;
-        Ok(ManyGuard::new(self, held))
-    }
-
-    /// Like [`lock_many_with`](Self::lock_many_with), for an `Arc`: the guard is `'static`.
-    pub fn lock_many_with_owned<'k, Q, I>(
-        self: &Arc<Self>,
-        keys: I,
-        opts: LockOptions,
-    ) -> Result<ManyGuard<Arc<Self>>>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized + 'k,
-        I: IntoIterator<Item = (&'k Q, Mode)>,
-    {
-        let slots = self.reserve_many(keys);
-        let held = self.take_reserved(&slots, self.want(&opts), opts.wait)?;
-        Ok(ManyGuard::new(Arc::clone(self), held))
-    }
-
-    // ---- futures ----
-
-    /// The start of an async acquire: the key is taken now if it can be, else its slot is
-    /// reserved for the future's wait.
-    #[inline]
-    fn start<P, Q>(&self, pool: P, key: &Q, want: Want, wait: Wait) -> front::One<P>
-    where
-        P: PoolRef<Key = K, Hasher = S>,
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
-        let hash = self.hash(key);
-        if want.is_plain()
-            && let Some((slot, fence)) = self.acquire_fast(hash, key, want.mode)
-        {
-            return front::One::taken(pool, slot, want.mode, fence);
-        }
-        let at = self.reserve(key);
-        front::One::after_fast_path(pool, at.to_u64(), want, wait)
-    }
-
-    /// A future that resolves to `key`'s exclusive guard, waiting in the same queue as blocking
-    /// callers.
-    ///
-    /// The key is looked up when this is called: a free key is taken at once (the future is
-    /// then ready on its first poll), and a held one gets a reservation, so the future owns no
-    /// copy of the key. Dropping the future releases whichever it holds.
-    #[inline]
-    pub fn lock_async<Q>(&self, key: &Q) -> LockFuture<&Self>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
-        LockFuture::new(self.start(self, key, Want::EXCLUSIVE, Wait::Forever))
-    }
-
-    /// Like [`lock_async`](Self::lock_async), for an `Arc`: the future is `'static`.
-    #[inline]
-    pub fn lock_async_owned<Q>(self: &Arc<Self>, key: &Q) -> LockFuture<Arc<Self>>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
-        LockFuture::new(self.start(Arc::clone(self), key, Want::EXCLUSIVE, Wait::Forever))
-    }
-
-    /// A future that resolves to a shared guard of `key`.
-    #[inline]
-    pub fn lock_shared_async<Q>(&self, key: &Q) -> LockFuture<&Self>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
-        LockFuture::new(self.start(self, key, Want::SHARED, Wait::Forever))
-    }
-
-    /// Like [`lock_shared_async`](Self::lock_shared_async), for an `Arc`.
-    #[inline]
-    pub fn lock_shared_async_owned<Q>(self: &Arc<Self>, key: &Q) -> LockFuture<Arc<Self>>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
-        LockFuture::new(self.start(Arc::clone(self), key, Want::SHARED, Wait::Forever))
-    }
-
-    /// A future for `key` as `opts` says; it resolves to `Err(TimedOut)` when its wait runs
-    /// out (keylock wakes it at that time).
-    #[inline]
-    pub fn lock_with_async<Q>(&self, key: &Q, opts: LockOptions) -> AcquireFuture<&Self>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
-        let want = self.want(&opts);
-        AcquireFuture::new(self.start(self, key, want, opts.wait))
-    }
-
-    /// Like [`lock_with_async`](Self::lock_with_async), for an `Arc`: the future is `'static`.
-    #[inline]
-    pub fn lock_with_async_owned<Q>(
-        self: &Arc<Self>,
-        key: &Q,
-        opts: LockOptions,
-    ) -> AcquireFuture<Arc<Self>>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
-        let want = self.want(&opts);
-        AcquireFuture::new(self.start(Arc::clone(self), key, want, opts.wait))
-    }
-
-    /// A future that resolves once all `keys` are held exclusively, in the canonical order.
-    pub fn lock_many_async<'k, Q, I>(&self, keys: I) -> ManyLockFuture<&Self>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized + 'k,
-        I: IntoIterator<Item = &'k Q>,
-    {
-        let slots = self.reserve_many(keys.into_iter().map(|k| (k, Mode::Exclusive)));
-        ManyLockFuture::new(self, slots)
-    }
-
-    /// Like [`lock_many_async`](Self::lock_many_async), for an `Arc`: the future is `'static`.
-    pub fn lock_many_async_owned<'k, Q, I>(self: &Arc<Self>, keys: I) -> ManyLockFuture<Arc<Self>>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized + 'k,
-        I: IntoIterator<Item = &'k Q>,
-    {
-        let slots = self.reserve_many(keys.into_iter().map(|k| (k, Mode::Exclusive)));
-        ManyLockFuture::new(Arc::clone(self), slots)
-    }
-
-    /// A future for all `keys`, each in its own mode, as `opts` says.
-    pub fn lock_many_with_async<'k, Q, I>(
-        &self,
-        keys: I,
-        opts: LockOptions,
-    ) -> ManyAcquireFuture<&Self>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized + 'k,
-        I: IntoIterator<Item = (&'k Q, Mode)>,
-    {
-        let slots = self.reserve_many(keys);
-        ManyAcquireFuture::new(self, slots, self.want(&opts), opts.wait)
-    }
-
-    /// Like [`lock_many_with_async`](Self::lock_many_with_async), for an `Arc`.
-    pub fn lock_many_with_async_owned<'k, Q, I>(
-        self: &Arc<Self>,
-        keys: I,
-        opts: LockOptions,
-    ) -> ManyAcquireFuture<Arc<Self>>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized + 'k,
-        I: IntoIterator<Item = (&'k Q, Mode)>,
-    {
-        let slots = self.reserve_many(keys);
-        let want = self.want(&opts);
-        ManyAcquireFuture::new(Arc::clone(self), slots, want, opts.wait)
-    }
 }
 
 // The table's types are the crate's own (see `front::table::Table`).
-#[allow(private_interfaces)]
-impl<K: Hash + Eq, S: BuildHasher> Table for KeyPool<K, S> {
+#[allow(private_interfaces, private_bounds)]
+impl<K: Hash + Eq, S: BuildHasher> Table for PoolTable<K, S> {
     type Word = Slot<K>;
     type Site<'a>
         = SlotSite<'a, K>
@@ -1236,11 +607,33 @@ impl<K: Hash + Eq, S: BuildHasher> Table for KeyPool<K, S> {
     fn unreserve(&self, slot: &Slot<K>) {
         slot.unreserve();
     }
+
+    #[inline]
+    fn policy(&self) -> Policy {
+        self.policy
+    }
+
+    fn take_place(&self, place: u64, want: &Want, wait: Wait) -> Result<Grant> {
+        let at = SlotRef::from_u64(place);
+        match self.attempt_reserved(at, want) {
+            Attempt::Acquired(grant) => Ok(grant),
+            Attempt::Failed(e) => Err(e),
+            Attempt::Blocked { .. } => {
+                let site = self.site_at(at)?;
+                if wait == Wait::No {
+                    site.slot.unreserve();
+                    return Err(Error::WouldBlock);
+                }
+                self.wait_reserved(&site, want, wait, wait.deadline())
+            }
+        }
+    }
 }
 
-impl<K: Hash + Eq, S: BuildHasher> LockTable for KeyPool<K, S> {}
+impl<K: Hash + Eq, S: BuildHasher> LockTable for PoolTable<K, S> {}
 
-impl<K, S, Q> front::FindKey<Q> for KeyPool<K, S>
+#[allow(private_interfaces, private_bounds)]
+impl<K, S, Q> Find<Q> for PoolTable<K, S>
 where
     K: Hash + Eq + Borrow<Q>,
     S: BuildHasher,
@@ -1249,20 +642,78 @@ where
     fn place_of(&self, key: &Q) -> Option<u64> {
         self.slot_of(key).map(SlotRef::to_u64)
     }
+
+    fn with_key_locked<R>(
+        &self,
+        key: &Q,
+        f: impl FnOnce(&crate::entry::Entry, &mut SlowState, &Policy, &mut Wakes) -> R,
+    ) -> Option<R> {
+        let hash = self.hash(key);
+        let shard = self.shard(self.shard_no(hash))?;
+        let mut locked = shard.lock();
+        let n = locked.find(hash, key)?;
+        let mut wakes = Wakes::default();
+        let out = f(
+            &shard.slot(n).entry,
+            locked.side(n),
+            &self.policy,
+            &mut wakes,
+        );
+        drop(locked);
+        wakes.run();
+        Some(out)
+    }
 }
 
-/// A held key of a [`KeyPool`]: the front's [`LockGuard`], under the pool's name.
-pub type PoolGuard<P> = LockGuard<P>;
-/// Several held keys of a [`KeyPool`]: the front's [`ManyGuard`].
-pub type PoolManyGuard<P> = ManyGuard<P>;
-/// A [`KeyPool`]'s future of one key: the front's [`LockFuture`].
-pub type PoolLockFuture<P> = LockFuture<P>;
-/// A [`KeyPool`]'s future of one key with options: the front's [`AcquireFuture`].
-pub type PoolAcquireFuture<P> = AcquireFuture<P>;
-/// A [`KeyPool`]'s future of several keys: the front's [`ManyLockFuture`].
-pub type PoolManyLockFuture<P> = ManyLockFuture<P>;
-/// A [`KeyPool`]'s future of several keys with options: the front's [`ManyAcquireFuture`].
-pub type PoolManyAcquireFuture<P> = ManyAcquireFuture<P>;
+#[allow(private_interfaces, private_bounds)]
+impl<K, S, Q> Take<Q> for PoolTable<K, S>
+where
+    K: Hash + Eq + Borrow<Q>,
+    S: BuildHasher,
+    Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+{
+    /// The key's hash.
+    type Found = u64;
+
+    #[inline]
+    fn find(&self, key: &Q) -> u64 {
+        self.hash(key)
+    }
+
+    #[inline]
+    fn take_fast(&self, hash: u64, key: &Q, mode: Mode) -> Option<(&Slot<K>, u64)> {
+        self.acquire_fast(hash, key, mode)
+    }
+
+    fn take_slow(&self, hash: u64, key: &Q, want: &Want, wait: Wait) -> Result<(&Slot<K>, Grant)> {
+        let (at, grant) = self.acquire_slow(hash, key, want, wait)?;
+        Ok((self.own_slot(at), grant))
+    }
+
+    /// Reserves `key`'s slot: it is not recycled until the reservation is used or dropped.
+    fn reserve(&self, hash: u64, key: &Q) -> u64 {
+        let shard_no = self.shard_no(hash);
+        let mut locked = self.shard_or_init(shard_no).lock();
+        let n = locked.find_or_insert(hash, key, self.retain);
+        locked.reserve(n);
+        SlotRef {
+            shard: shard_no,
+            slot: n,
+        }
+        .to_u64()
+    }
+
+    fn steal(&self, hash: u64, key: &Q, want: &Want) -> (&Slot<K>, Grant) {
+        let shard_no = self.shard_no(hash);
+        let shard = self.shard_or_init(shard_no);
+        let mut locked = shard.lock();
+        let n = locked.find_or_insert(hash, key, self.retain);
+        let slot = shard.slot(n);
+        let grant = slot.entry.steal_locked(locked.side(n), want);
+        drop(locked);
+        (slot, grant)
+    }
+}
 
 mod sealed {
     pub trait Sealed {}
