@@ -1,7 +1,7 @@
 //! [`ShmLock`]: a key pool or a striped lock in a region: the handle (its region, agent thread
 //! and process slot), finding a key's entry, and the fast path on its lock word. The
 //! [`KeyedLock`](crate::KeyedLock) operations, which add waiting ([`super::wait`]), are in
-//! [`super::keyed`].
+//! [`super::operations`].
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;

@@ -187,11 +187,11 @@
 
 mod agent;
 mod index;
-mod keyed;
 mod layout;
 mod lock;
 mod lockword;
 mod nodes;
+mod operations;
 mod procs;
 mod region;
 mod repair;
@@ -205,7 +205,7 @@ pub use lock::{DEFAULT_CAPACITY, ShmLock};
 pub use region::TABLE_MUTEX_WAIT;
 pub use wait::LIVENESS_SLICE;
 
-pub(crate) use keyed::open_scope;
+pub(crate) use operations::open_scope;
 
 /// Removes region `name` (the `NAME` of `shm:NAME`); whether it existed. Processes that have
 /// it open keep using it; the next open of the name creates a new region.
