@@ -88,11 +88,21 @@ where
     /// The rest of an async acquire once the word's fast path failed: one attempt with its site
     /// locked, then a wait. The caller holds a reservation on the word if its table has them;
     /// it is used up or handed to the wait.
-    #[cold]
+    #[inline]
     pub(crate) fn after_fast_path(table: P, place: u64, want: Want, wait: Wait) -> Self {
+        // The slow start returns one pointer (in a register), so that a caller's fast path
+        // and this one meet without the future going through memory.
+        One::Slow(ManuallyDrop::new(Self::start_slow(
+            table, place, want, wait,
+        )))
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn start_slow(table: P, place: u64, want: Want, wait: Wait) -> Box<Slow<P>> {
         let word = match table.word(place) {
             Ok(word) => NonNull::from(word),
-            Err(e) => return One::Slow(ManuallyDrop::new(Box::new(Slow::Failed(e)))),
+            Err(e) => return Box::new(Slow::Failed(e)),
         };
         // SAFETY: the word lives as long as the table, which `table` keeps.
         let word_ref = unsafe { word.as_ref() };
@@ -114,7 +124,7 @@ where
                 waiter: LazyWaiter::new(),
             }),
         };
-        One::Slow(ManuallyDrop::new(Box::new(slow)))
+        Box::new(slow)
     }
 
     #[inline]
