@@ -483,7 +483,7 @@ impl Entry {
         }
     }
 
-    // ---- slow path: every function below requires the queue lock that guards `side` ----
+    // ---- slow path: every function below requires the queue lock that guards `slow` ----
 
     /// Stores `word`'s update `f` with a compare-and-swap loop: under the queue lock the word
     /// can still be changed by fast-path shared acquires and releases (when neither `QUEUED` nor
@@ -558,14 +558,14 @@ impl Entry {
         }
     }
 
-    /// The `SLOW` and `QUEUED` bits a word should carry given the side.
+    /// The `SLOW` and `QUEUED` bits a word should carry given the slow state.
     #[inline]
-    fn flags_for(word: u64, side: &SlowState) -> u64 {
+    fn flags_for(word: u64, slow: &SlowState) -> u64 {
         let mut word = word & !(SLOW | QUEUED);
-        if side.ext.is_some() {
+        if slow.ext.is_some() {
             word |= SLOW;
         }
-        if !side.waiters.is_empty() || side.notified > 0 {
+        if !slow.waiters.is_empty() || slow.notified > 0 {
             word |= QUEUED;
         }
         word
@@ -573,18 +573,18 @@ impl Entry {
 
     /// Records the holder state `want` needs, for an acquisition just made. Returns its
     /// ticket (leased shared holds) and its lease's end.
-    fn add_holder(side: &mut SlowState, want: &Want) -> (u64, Option<Instant>) {
+    fn add_holder(slow: &mut SlowState, want: &Want) -> (u64, Option<Instant>) {
         let lease_until = want.lease.map(lease_end);
         if want.is_plain() {
             return (0, None);
         }
-        (Self::add_holder_state(side, want, lease_until), lease_until)
+        (Self::add_holder_state(slow, want, lease_until), lease_until)
     }
 
-    fn add_holder_state(side: &mut SlowState, want: &Want, lease_until: Option<Instant>) -> u64 {
+    fn add_holder_state(slow: &mut SlowState, want: &Want, lease_until: Option<Instant>) -> u64 {
         match want.mode {
             Mode::Exclusive => {
-                let ext = side.ext.get_or_insert_with(Default::default);
+                let ext = slow.ext.get_or_insert_with(Default::default);
                 ext.owner = want.owner;
                 ext.holds = 1;
                 ext.lease = lease_until;
@@ -592,9 +592,9 @@ impl Entry {
             }
             Mode::Shared => match lease_until {
                 Some(until) => {
-                    side.next_ticket += 1;
-                    let ticket = side.next_ticket;
-                    let ext = side.ext.get_or_insert_with(Default::default);
+                    slow.next_ticket += 1;
+                    let ticket = slow.next_ticket;
+                    let ext = slow.ext.get_or_insert_with(Default::default);
                     ext.shared.push((ticket, until));
                     ticket
                 }
@@ -604,13 +604,13 @@ impl Entry {
     }
 
     /// Drops the exclusive holder's state.
-    fn clear_exclusive(side: &mut SlowState) {
-        if let Some(ext) = side.ext.as_mut() {
+    fn clear_exclusive(slow: &mut SlowState) {
+        if let Some(ext) = slow.ext.as_mut() {
             ext.owner = None;
             ext.holds = 0;
             ext.lease = None;
             if ext.is_empty() {
-                side.ext = None;
+                slow.ext = None;
             }
         }
     }
@@ -620,7 +620,7 @@ impl Entry {
     /// notified and lost, so nobody queued is ahead of it.
     pub(crate) fn acquire_locked(
         &self,
-        side: &mut SlowState,
+        slow: &mut SlowState,
         want: &Want,
         front: bool,
         policy: &Policy,
@@ -628,14 +628,14 @@ impl Entry {
     ) -> Attempt {
         if front {
             // A notified waiter is back.
-            debug_assert!(side.notified > 0);
-            side.notified = side.notified.saturating_sub(1);
+            debug_assert!(slow.notified > 0);
+            slow.notified = slow.notified.saturating_sub(1);
         }
-        self.expire_locked(side, policy, wakes);
+        self.expire_locked(slow, policy, wakes);
         // Reentrancy: the exclusive holder's owner asks again (in either mode).
         if let (true, Some(owner)) = (policy.reentrant, want.owner) {
             let word = self.word.load(Ordering::Acquire);
-            if let Some(ext) = side.ext.as_mut().filter(|e| e.owner == Some(owner)) {
+            if let Some(ext) = slow.ext.as_mut().filter(|e| e.owner == Some(owner)) {
                 debug_assert!(word & EXCL != 0);
                 if ext.holds >= policy.max_holds {
                     return Attempt::Failed(Error::ReentrancyLimit);
@@ -652,7 +652,7 @@ impl Entry {
         // Someone asked before us: queued, or notified and on the way back. An exclusive request
         // may still take a free lock ahead of them (eventual fairness) unless `fifo`; a shared
         // one never goes ahead of them.
-        let ahead = !front && (!side.waiters.is_empty() || side.notified > 0);
+        let ahead = !front && (!slow.waiters.is_empty() || slow.notified > 0);
         let mut queued_now = false;
         loop {
             let word = self.word.load(Ordering::Acquire);
@@ -660,7 +660,7 @@ impl Entry {
             if !Self::compatible(word, want.mode) || blocked_by_queue {
                 if word & QUEUED != 0 || queued_now {
                     return Attempt::Blocked {
-                        recheck_at: side.earliest_lease(),
+                        recheck_at: slow.earliest_lease(),
                     };
                 }
                 // Announce the waiter first, then look again: a release that ran before this
@@ -685,8 +685,8 @@ impl Entry {
                 }),
             };
             let Some((_, new)) = done else { continue };
-            let (ticket, lease_until) = Self::add_holder(side, want);
-            self.fix_flags(side);
+            let (ticket, lease_until) = Self::add_holder(slow, want);
+            self.fix_flags(slow);
             return Attempt::Acquired(Grant {
                 fence: self.fence_of(new),
                 ticket,
@@ -697,15 +697,15 @@ impl Entry {
     }
 
     /// Clears a `QUEUED` bit that an attempt set for a waiter that did not queue after all.
-    pub(crate) fn settle_locked(&self, side: &SlowState) {
-        self.fix_flags(side);
+    pub(crate) fn settle_locked(&self, slow: &SlowState) {
+        self.fix_flags(slow);
     }
 
-    /// Makes `SLOW` and `QUEUED` match the side after a change to it.
+    /// Makes `SLOW` and `QUEUED` match the slow state after a change to it.
     #[inline]
-    fn fix_flags(&self, side: &SlowState) {
+    fn fix_flags(&self, slow: &SlowState) {
         let _ = self.update(|w| {
-            let fixed = Self::flags_for(w, side);
+            let fixed = Self::flags_for(w, slow);
             (fixed != w).then_some(fixed)
         });
     }
@@ -714,24 +714,24 @@ impl Entry {
     /// freed entry is handed on to waiters. Returns whether anything ended.
     pub(crate) fn expire_locked(
         &self,
-        side: &mut SlowState,
+        slow: &mut SlowState,
         policy: &Policy,
         wakes: &mut Wakes,
     ) -> bool {
-        let Some(earliest) = side.earliest_lease() else {
+        let Some(earliest) = slow.earliest_lease() else {
             return false;
         };
         let now = Instant::now();
         if earliest > now {
             return false;
         }
-        let ext = side.ext.as_mut().expect("a lease is kept in ext");
+        let ext = slow.ext.as_mut().expect("a lease is kept in ext");
         if ext.lease.is_some_and(|t| t <= now) {
             // The exclusive holder's lease ended: free the entry and advance the fence.
             let _ = self.update_advancing(|w| Some(w & !EXCL));
-            Self::clear_exclusive(side);
+            Self::clear_exclusive(slow);
         }
-        if let Some(ext) = side.ext.as_mut() {
+        if let Some(ext) = slow.ext.as_mut() {
             let before = ext.shared.len();
             ext.shared.retain(|&(_, t)| t > now);
             let ended = (before - ext.shared.len()) as u64;
@@ -739,11 +739,11 @@ impl Entry {
                 let _ = self.update(|w| Some(w - ended * READER_ONE));
             }
             if ext.is_empty() {
-                side.ext = None;
+                slow.ext = None;
             }
         }
-        self.fix_flags(side);
-        self.dispatch_locked(side, policy, wakes);
+        self.fix_flags(slow);
+        self.dispatch_locked(slow, policy, wakes);
         true
     }
 
@@ -751,16 +751,16 @@ impl Entry {
     /// exclusive waiter, or every shared waiter up to the next exclusive one. A waiter that is
     /// due (or every waiter, in `fifo` mode) is granted the lock directly; otherwise the head is
     /// notified and competes for it. Clears `QUEUED` when the queue empties.
-    pub(crate) fn dispatch_locked(&self, side: &mut SlowState, policy: &Policy, wakes: &mut Wakes) {
-        while let Some(want) = side.waiters.front_want() {
-            if want.mode == Mode::Exclusive && !side.waiters.front_is_due(policy.fifo) {
+    pub(crate) fn dispatch_locked(&self, slow: &mut SlowState, policy: &Policy, wakes: &mut Wakes) {
+        while let Some(want) = slow.waiters.front_want() {
+            if want.mode == Mode::Exclusive && !slow.waiters.front_is_due(policy.fifo) {
                 // Notify: the lock stays free and the waiter competes for it again (a running
                 // caller may take it first: eventual fairness).
                 if !Self::compatible(self.word.load(Ordering::Acquire), want.mode) {
                     break;
                 }
-                let head = side.waiters.pop_front().expect("the list has a head");
-                side.notified += 1;
+                let head = slow.waiters.pop_front().expect("the list has a head");
+                slow.notified += 1;
                 wakes.push(head.notify());
                 break;
             }
@@ -781,8 +781,8 @@ impl Entry {
                 }
             };
             let Some((_, new)) = done else { break };
-            let head = side.waiters.pop_front().expect("the list has a head");
-            let (ticket, lease_until) = Self::add_holder(side, &want);
+            let head = slow.waiters.pop_front().expect("the list has a head");
+            let (ticket, lease_until) = Self::add_holder(slow, &want);
             let fence = self.fence_of(new);
             wakes.push(head.grant(Grant {
                 fence,
@@ -794,33 +794,33 @@ impl Entry {
                 break;
             }
         }
-        self.fix_flags(side);
+        self.fix_flags(slow);
     }
 
     /// The queue lock is held and a waiter has left without the lock (`notified`: it had been
     /// notified and not come back): hand on what it leaves.
     pub(crate) fn leave_locked(
         &self,
-        side: &mut SlowState,
+        slow: &mut SlowState,
         notified: bool,
         policy: &Policy,
         wakes: &mut Wakes,
     ) {
         if notified {
-            side.notified = side.notified.saturating_sub(1);
+            slow.notified = slow.notified.saturating_sub(1);
         }
-        self.dispatch_locked(side, policy, wakes);
+        self.dispatch_locked(slow, policy, wakes);
     }
 
     /// Whether `hold` is the current acquisition (or one of the current shared ones).
-    fn check_locked(&self, side: &SlowState, hold: &Hold, word: u64) -> bool {
+    fn check_locked(&self, slow: &SlowState, hold: &Hold, word: u64) -> bool {
         if self.fence_of(word) != hold.fence && !cfg!(keylock_mutant_unfenced) {
             return false;
         }
         match hold.mode {
             Mode::Exclusive => {
                 word & EXCL != 0
-                    && side
+                    && slow
                         .ext
                         .as_ref()
                         .and_then(|e| e.owner)
@@ -830,7 +830,7 @@ impl Entry {
                 word & EXCL == 0
                     && readers(word) > 0
                     && (hold.ticket == 0
-                        || side
+                        || slow
                             .ext
                             .as_ref()
                             .is_some_and(|e| e.shared.iter().any(|&(t, _)| t == hold.ticket)))
@@ -841,54 +841,54 @@ impl Entry {
     /// Whether `hold` is current, after ending what has expired.
     pub(crate) fn is_current_locked(
         &self,
-        side: &mut SlowState,
+        slow: &mut SlowState,
         hold: &Hold,
         policy: &Policy,
         wakes: &mut Wakes,
     ) -> bool {
-        self.expire_locked(side, policy, wakes);
-        self.check_locked(side, hold, self.word.load(Ordering::Acquire))
+        self.expire_locked(slow, policy, wakes);
+        self.check_locked(slow, hold, self.word.load(Ordering::Acquire))
     }
 
     /// Releases `hold` (one hold of a reentrant holder). `Err(stale)` when it is not current;
     /// the caller says which error that is (`NotOwner` or `LeaseExpired`).
     pub(crate) fn release_locked(
         &self,
-        side: &mut SlowState,
+        slow: &mut SlowState,
         hold: &Hold,
         policy: &Policy,
         wakes: &mut Wakes,
     ) -> Result<(), ()> {
-        self.expire_locked(side, policy, wakes);
+        self.expire_locked(slow, policy, wakes);
         let word = self.word.load(Ordering::Acquire);
-        if !self.check_locked(side, hold, word) {
+        if !self.check_locked(slow, hold, word) {
             return Err(());
         }
         match hold.mode {
             Mode::Exclusive => {
-                if let Some(ext) = side.ext.as_mut()
+                if let Some(ext) = slow.ext.as_mut()
                     && ext.holds > 1
                 {
                     ext.holds -= 1;
                     return Ok(());
                 }
-                Self::clear_exclusive(side);
+                Self::clear_exclusive(slow);
                 let _ = self.update(|w| Some(w & !EXCL));
             }
             Mode::Shared => {
                 if hold.ticket != 0
-                    && let Some(ext) = side.ext.as_mut()
+                    && let Some(ext) = slow.ext.as_mut()
                 {
                     ext.shared.retain(|&(t, _)| t != hold.ticket);
                     if ext.is_empty() {
-                        side.ext = None;
+                        slow.ext = None;
                     }
                 }
                 let _ = self.update(|w| Some(w - READER_ONE));
             }
         }
-        self.fix_flags(side);
-        self.dispatch_locked(side, policy, wakes);
+        self.fix_flags(slow);
+        self.dispatch_locked(slow, policy, wakes);
         Ok(())
     }
 
@@ -896,19 +896,19 @@ impl Entry {
     /// an acquisition without a lease.
     pub(crate) fn extend_locked(
         &self,
-        side: &mut SlowState,
+        slow: &mut SlowState,
         hold: &Hold,
         until: Instant,
         policy: &Policy,
         wakes: &mut Wakes,
     ) -> Result<(), Option<Error>> {
-        self.expire_locked(side, policy, wakes);
+        self.expire_locked(slow, policy, wakes);
         let word = self.word.load(Ordering::Acquire);
-        if !self.check_locked(side, hold, word) {
+        if !self.check_locked(slow, hold, word) {
             return Err(None);
         }
         let no_lease = Some(Error::InvalidArgument("the acquisition has no lease"));
-        let ext = side.ext.as_mut().ok_or(no_lease.clone())?;
+        let ext = slow.ext.as_mut().ok_or(no_lease.clone())?;
         match hold.mode {
             Mode::Exclusive => match ext.lease.as_mut() {
                 Some(lease) => *lease = until,
@@ -926,19 +926,19 @@ impl Entry {
     /// whether it was held.
     pub(crate) fn force_unlock_locked(
         &self,
-        side: &mut SlowState,
+        slow: &mut SlowState,
         policy: &Policy,
         wakes: &mut Wakes,
     ) -> bool {
-        self.expire_locked(side, policy, wakes);
+        self.expire_locked(slow, policy, wakes);
         let done =
             self.update_advancing(|w| (w & (EXCL | READERS) != 0).then_some(w & !(EXCL | READERS)));
         if done.is_none() {
             return false;
         }
-        side.ext = None;
-        self.fix_flags(side);
-        self.dispatch_locked(side, policy, wakes);
+        slow.ext = None;
+        self.fix_flags(slow);
+        self.dispatch_locked(slow, policy, wakes);
         true
     }
 
@@ -946,14 +946,14 @@ impl Entry {
     /// compare-and-swap, ahead of every queued waiter (the Web Locks `steal`). The fence
     /// advances once, so every previous holder's acquisition is stale. The queue is left as it
     /// was: its head is served when this holder releases. Returns the grant.
-    pub(crate) fn steal_locked(&self, side: &mut SlowState, want: &Want) -> Grant {
+    pub(crate) fn steal_locked(&self, slow: &mut SlowState, want: &Want) -> Grant {
         debug_assert_eq!(want.mode, Mode::Exclusive);
         let (_, new) = self
             .update_advancing(|w| Some((w & !(EXCL | READERS)) | EXCL | REF))
             .expect("the change always applies");
-        side.ext = None;
-        let (ticket, lease_until) = Self::add_holder(side, want);
-        self.fix_flags(side);
+        slow.ext = None;
+        let (ticket, lease_until) = Self::add_holder(slow, want);
+        self.fix_flags(slow);
         Grant {
             fence: self.fence_of(new),
             ticket,
@@ -965,14 +965,14 @@ impl Entry {
     /// A snapshot of the holders, after ending what has expired; `None` when free.
     pub(crate) fn info_locked(
         &self,
-        side: &mut SlowState,
+        slow: &mut SlowState,
         policy: &Policy,
         wakes: &mut Wakes,
     ) -> Option<LockInfo> {
-        self.expire_locked(side, policy, wakes);
+        self.expire_locked(slow, policy, wakes);
         let word = self.word.load(Ordering::Acquire);
-        let waiters = side.waiters.len();
-        let ext = side.ext.as_deref();
+        let waiters = slow.waiters.len();
+        let ext = slow.ext.as_deref();
         let lease_remaining = ext
             .and_then(HolderDetail::earliest)
             .map(|t| t.saturating_duration_since(Instant::now()));
@@ -1130,7 +1130,7 @@ mod tests {
     #[test]
     fn the_fence_wraps_into_the_high_bits_and_keeps_rising() {
         let e = Entry::new();
-        let mut side = SlowState::new();
+        let mut slow = SlowState::new();
         let mut wakes = Wakes::default();
         let start = (3 << LO_BITS) | (LO_MAX - 1);
         e.set_fence_for_test(start);
@@ -1140,7 +1140,7 @@ mod tests {
         // The low bits are full: the fast path declines, the slow path wraps.
         assert!(e.try_fast(Mode::Exclusive, false).is_none());
         let want = plain(Mode::Exclusive);
-        let b = match e.acquire_locked(&mut side, &want, false, &Policy::DEFAULT, &mut wakes) {
+        let b = match e.acquire_locked(&mut slow, &want, false, &Policy::DEFAULT, &mut wakes) {
             Attempt::Acquired(g) => g.fence,
             other => panic!("{other:?}"),
         };
@@ -1154,12 +1154,12 @@ mod tests {
     #[test]
     fn force_unlock_at_the_wrap_keeps_the_fence_rising() {
         let e = Entry::new();
-        let mut side = SlowState::new();
+        let mut slow = SlowState::new();
         let mut wakes = Wakes::default();
         e.set_fence_for_test(LO_MAX - 1);
         let a = e.try_fast(Mode::Exclusive, false).unwrap();
         assert_eq!(a, LO_MAX);
-        assert!(e.force_unlock_locked(&mut side, &Policy::DEFAULT, &mut wakes));
+        assert!(e.force_unlock_locked(&mut slow, &Policy::DEFAULT, &mut wakes));
         assert_eq!(e.fence(), 1 << LO_BITS);
         assert!(!e.release_fast(Mode::Exclusive, a));
         wakes.run();

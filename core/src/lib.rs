@@ -38,6 +38,7 @@ mod entry;
 mod error;
 mod front;
 mod guard;
+mod guarded;
 mod hash;
 pub mod keys;
 mod local;
@@ -52,7 +53,6 @@ mod rwlock;
 pub mod scope;
 #[cfg(all(feature = "shm", target_os = "linux"))]
 pub mod shm;
-mod site;
 mod stats;
 mod status;
 mod striped;

@@ -32,7 +32,7 @@ use crate::acquisition::{Mode, Wait, Want};
 use crate::adder::Adder;
 use crate::entry::{Hold, Policy};
 use crate::error::{Error, Result};
-use crate::site::{self, RawLock, RawSite, SiteFuture};
+use crate::guarded::{self, EntryFuture, RawLock, RawLockEntry};
 use crate::sync::{
     AtomicU8, Mutex, MutexGuard, Ordering, Spin, current_thread, park, store_load_fence,
 };
@@ -202,10 +202,10 @@ impl RawAdderRwLock {
         }
     }
 
-    /// The writer mutex as a site.
+    /// The writer mutex as a guarded entry.
     #[inline]
-    fn writer(&self) -> RawSite<'_> {
-        RawSite {
+    fn writer(&self) -> RawLockEntry<'_> {
+        RawLockEntry {
             lock: &self.writer,
             policy: Policy::DEFAULT,
         }
@@ -214,7 +214,7 @@ impl RawAdderRwLock {
     /// Takes the write lock, waiting until `deadline`; returns its fence.
     fn write_until(&self, deadline: Option<Instant>) -> Option<u64> {
         let wait = deadline.map_or(Wait::Forever, Wait::Until);
-        let fence = site::acquire(&self.writer(), &Want::EXCLUSIVE, wait)
+        let fence = guarded::acquire(&self.writer(), &Want::EXCLUSIVE, wait)
             .ok()?
             .fence;
         self.phase.store(DRAINING, Ordering::SeqCst);
@@ -291,7 +291,7 @@ impl RawAdderRwLock {
             owner: None,
         };
         // The caller holds the writer mutex with this fence: the release cannot be refused.
-        let _ = site::release(&self.writer(), &hold);
+        let _ = guarded::release(&self.writer(), &hold);
     }
 
     /// Takes the write lock if nobody holds the lock; its fence.
@@ -669,7 +669,7 @@ impl RwLock {
     pub fn write_async(&self) -> WriteFuture<&Self> {
         WriteFuture {
             lock: Some(self),
-            fut: SiteFuture::new(),
+            fut: EntryFuture::new(),
             draining: None,
         }
     }
@@ -686,7 +686,7 @@ impl RwLock {
     pub fn write_async_owned(self: &Arc<Self>) -> WriteFuture<Arc<Self>> {
         WriteFuture {
             lock: Some(Arc::clone(self)),
-            fut: SiteFuture::new(),
+            fut: EntryFuture::new(),
             draining: None,
         }
     }
@@ -757,7 +757,7 @@ impl<P: Deref<Target = RwLock>> Drop for ReadFuture<P> {
 #[must_use = "futures do nothing unless polled"]
 pub struct WriteFuture<P: Deref<Target = RwLock>> {
     lock: Option<P>,
-    fut: SiteFuture,
+    fut: EntryFuture,
     /// The writer mutex is held (with this fence) and readers are draining.
     draining: Option<u64>,
 }

@@ -20,7 +20,7 @@ use super::{Held, LockGuard, LockTable, ManyGuard, Plan, attempt, ran_out, relea
 use crate::acquisition::{Mode, Wait, Want};
 use crate::entry::Hold;
 use crate::error::{Error, Result};
-use crate::site::SiteQueue;
+use crate::guarded::EntryQueue;
 use crate::wait::{Attempt, Grant, LazyWaiter, timer};
 
 /// An async acquire of one word. The uncontended case, the word taken on its fast path when
@@ -85,7 +85,7 @@ where
         }
     }
 
-    /// The rest of an async acquire once the word's fast path failed: one attempt with its site
+    /// The rest of an async acquire once the word's fast path failed: one attempt with its entry
     /// locked, then a wait. The caller holds a reservation on the word if its table has them;
     /// it is used up or handed to the wait.
     #[inline]
@@ -256,8 +256,8 @@ where
             Err(e) => return Poll::Ready((self.table.take().expect("checked"), Err(e))),
         };
         let result = {
-            let site = table.site(word);
-            let queue = SiteQueue(&site);
+            let guarded = table.guarded(word);
+            let queue = EntryQueue(&guarded);
             if self.deadline.is_some_and(|d| Instant::now() >= d) {
                 if self.polled {
                     self.waiter
@@ -297,7 +297,9 @@ where
         if !self.polled {
             table.unreserve(word);
         } else {
-            let _ = self.waiter.abandon(&SiteQueue(&table.site(word)), false);
+            let _ = self
+                .waiter
+                .abandon(&EntryQueue(&table.guarded(word)), false);
         }
     }
 }
@@ -451,8 +453,8 @@ where
         while self.held.len() < self.plan.len() {
             let (place, mode) = self.plan[self.held.len()];
             let want = Want { mode, ..self.base };
-            // `None`: still waiting. (The site borrows the table, so the table is put back
-            // only once the site is gone.)
+            // `None`: still waiting. (The guarded entry borrows the table, so the table is put back
+            // only once the guarded entry is gone.)
             let got = match table.word(place) {
                 Ok(word) => self.poll_word(&*table, word, &want, cx),
                 Err(e) => Some(Err(e)),
@@ -480,8 +482,8 @@ where
         want: &Want,
         cx: &mut Context<'_>,
     ) -> Option<Result<Grant>> {
-        let site = table.site(word);
-        let queue = SiteQueue(&site);
+        let guarded = table.guarded(word);
+        let queue = EntryQueue(&guarded);
         if self.deadline.is_some_and(|d| Instant::now() >= d) {
             let grant = if self.polled {
                 self.waiter.abandon(&queue, true)
@@ -525,7 +527,9 @@ where
             let (place, _) = self.plan[next];
             if self.polled {
                 if let Ok(word) = table.word(place) {
-                    let _ = self.waiter.abandon(&SiteQueue(&table.site(word)), false);
+                    let _ = self
+                        .waiter
+                        .abandon(&EntryQueue(&table.guarded(word)), false);
                 }
                 Self::unreserve_from(table, &self.plan, next + 1);
             } else {

@@ -11,7 +11,7 @@ use super::{FindKey, Held, LockTable, release_all, release_at};
 use crate::acquisition::{Acquisition, Mode, Want};
 use crate::entry::{GuardHold, Hold, lease_end};
 use crate::error::{Error, Result};
-use crate::site;
+use crate::guarded;
 use crate::wait::Grant;
 
 /// The record of one acquisition at `place`.
@@ -62,7 +62,7 @@ where
 // SAFETY: the guard owns a table handle and points into that table's words, which are shared
 // between threads exactly as `&Table` shares them (hence `Table: Sync`, part of `LockTable`).
 unsafe impl<P: Deref + Send> Send for LockGuard<P> where P::Target: LockTable + Sync {}
-// SAFETY: `&LockGuard` only reads the word's atomic state or locks its site.
+// SAFETY: `&LockGuard` only reads the word's atomic state or locks its guarded entry.
 unsafe impl<P: Deref + Sync> Sync for LockGuard<P> where P::Target: LockTable + Sync {}
 
 impl<P> LockGuard<P>
@@ -160,7 +160,7 @@ where
     /// Whether this acquisition is still current (not force-unlocked, lease not ended).
     pub fn is_current(&self) -> bool {
         match &self.table {
-            Some(table) => site::is_current(&table.site(self.word()), &self.rec.hold()),
+            Some(table) => guarded::is_current(&table.guarded(self.word()), &self.rec.hold()),
             None => false,
         }
     }
@@ -177,7 +177,7 @@ where
     pub fn extend(&mut self, lease: Duration) -> Result<()> {
         let table = self.table.as_ref().ok_or(Error::NotOwner)?;
         let until = lease_end(lease);
-        let extended = site::extend(&table.site(self.word()), &self.rec.hold(), until);
+        let extended = guarded::extend(&table.guarded(self.word()), &self.rec.hold(), until);
         match extended {
             Ok(()) => {
                 self.rec.set_lease(until);
@@ -203,7 +203,7 @@ where
     #[cold]
     #[inline(never)]
     fn release_rest(&self, table: &P::Target) -> Result<()> {
-        site::release(&table.site(self.word()), &self.rec.hold()).map_err(|()| {
+        guarded::release(&table.guarded(self.word()), &self.rec.hold()).map_err(|()| {
             acquisition(
                 table.place(self.word()),
                 &self.rec.hold(),
@@ -275,7 +275,7 @@ where
 #[cold]
 #[inline(never)]
 fn release_slow<T: LockTable + ?Sized>(table: &T, word: &T::Word, rec: &GuardHold) {
-    let _ = site::release(&table.site(word), &rec.hold());
+    let _ = guarded::release(&table.guarded(word), &rec.hold());
 }
 
 /// Several held keys or stripes, taken deadlock-free in the canonical order; all released on

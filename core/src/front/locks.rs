@@ -19,8 +19,8 @@ use super::{
 use crate::acquisition::{Acquisition, LockInfo, LockOptions, Mode, Owner, Wait, Want};
 use crate::entry::{Entry, Hold, Policy, SlowState};
 use crate::error::{Error, Result};
+use crate::guarded::plain;
 use crate::many;
-use crate::site::plain;
 use crate::wait::{Grant, Wakes};
 
 /// Keyed locks over the table `T`: every key's lock has both modes, a fence that rises with
@@ -680,8 +680,8 @@ impl<T: LockTable> Locks<T> {
 #[allow(private_interfaces, private_bounds)]
 impl<T: LockTable> Table for Locks<T> {
     type Word = T::Word;
-    type Site<'a>
-        = T::Site<'a>
+    type Guarded<'a>
+        = T::Guarded<'a>
     where
         Self: 'a;
     const NAME: &'static str = T::NAME;
@@ -692,8 +692,8 @@ impl<T: LockTable> Table for Locks<T> {
     }
 
     #[inline]
-    fn site<'a>(&'a self, word: &'a T::Word) -> T::Site<'a> {
-        self.table.site(word)
+    fn guarded<'a>(&'a self, word: &'a T::Word) -> T::Guarded<'a> {
+        self.table.guarded(word)
     }
 
     #[inline]

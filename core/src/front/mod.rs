@@ -5,7 +5,7 @@
 //! A *table* is where a keyed primitive keeps its lock words: a pool's slots (one per key held or
 //! awaited, recycled when free) or a striped lock's fixed stripes. The front asks a table
 //! for a key's lock word (its fast path, its slow path, its place kept for a waiter), the
-//! [`Site`] (the word plus the lock over its waiters) where a slow path runs, and the place
+//! [`GuardedEntry`] (the word plus the lock over its waiters) where a slow path runs, and the place
 //! number an [`Acquisition`](crate::Acquisition) records. Everything else (the options, fast and
 //! slow release, leases, staleness, waiting and cancelling futures, several keys at once) is
 //! here, once.
@@ -29,11 +29,11 @@ pub use locks::Locks;
 use crate::acquisition::{Acquisition, Mode, Owner, Wait, Want};
 use crate::entry::{Entry, Hold, lease_end};
 use crate::error::{Error, Result};
-use crate::site::{Site, SiteQueue};
+use crate::guarded::{EntryQueue, GuardedEntry};
 use crate::wait::{Attempt, Queue, Wakes};
 
 pub(crate) mod table {
-    use super::{Entry, Mode, Result, Site, Want};
+    use super::{Entry, GuardedEntry, Mode, Result, Want};
     use crate::entry::{Policy, SlowState};
     use crate::wait::{Grant, Wakes};
 
@@ -50,15 +50,15 @@ pub(crate) mod table {
         /// One lock word of the table with what surrounds it (a slot, a stripe). Words never
         /// move while the table lives.
         type Word;
-        /// A word seen as a site: the word plus the lock that guards its waiters.
-        type Site<'a>: Site
+        /// A word seen as a guarded entry: the word plus the lock that guards its waiters.
+        type Guarded<'a>: GuardedEntry
         where
             Self: 'a;
 
         /// The word's lock word.
         fn entry(word: &Self::Word) -> &Entry;
-        /// The word as a site.
-        fn site<'a>(&'a self, word: &'a Self::Word) -> Self::Site<'a>;
+        /// The word as a guarded entry.
+        fn guarded<'a>(&'a self, word: &'a Self::Word) -> Self::Guarded<'a>;
         /// The word's place.
         fn place(&self, word: &Self::Word) -> u64;
         /// The word at `place`; `InvalidArgument` when this table has none there.
@@ -80,8 +80,8 @@ pub(crate) mod table {
     pub trait Find<Q: ?Sized>: Table {
         /// The place of `key`'s lock word, if the table has one for it now.
         fn place_of(&self, key: &Q) -> Option<u64>;
-        /// Runs `f` on `key`'s lock word with its site locked, if the table has one for it;
-        /// the wake-ups `f` collects run after the site is unlocked.
+        /// Runs `f` on `key`'s lock word with its entry locked, if the table has one for it;
+        /// the wake-ups `f` collects run after the guarded entry is unlocked.
         fn with_key_locked<R>(
             &self,
             key: &Q,
@@ -131,21 +131,21 @@ pub(crate) fn ran_out(wait: Wait) -> Error {
     }
 }
 
-/// The site at `place`.
-fn site_at<T: LockTable + ?Sized>(table: &T, place: u64) -> Result<T::Site<'_>> {
-    Ok(table.site(table.word(place)?))
+/// The guarded entry at `place`.
+fn guarded_at<T: LockTable + ?Sized>(table: &T, place: u64) -> Result<T::Guarded<'_>> {
+    Ok(table.guarded(table.word(place)?))
 }
 
-/// One attempt on `word` with its site locked. `Blocked` leaves no trace, and keeps the
+/// One attempt on `word` with its guarded entry locked. `Blocked` leaves no trace, and keeps the
 /// caller's reservation (if the table has them) for its wait; any other outcome uses it up.
 pub(crate) fn attempt<T: LockTable + ?Sized>(table: &T, word: &T::Word, want: &Want) -> Attempt {
-    let site = table.site(word);
-    let queue = SiteQueue(&site);
-    let mut locked = site.lock();
+    let guarded = table.guarded(word);
+    let queue = EntryQueue(&guarded);
+    let mut locked = guarded.lock();
     let mut wakes = Wakes::default();
     let attempt = queue.acquire_locked(&mut locked, want, false, &mut wakes);
     if matches!(attempt, Attempt::Blocked { .. }) {
-        site.entry().settle_locked(&locked);
+        guarded.entry().settle_locked(&locked);
     }
     drop(locked);
     wakes.run();
@@ -158,8 +158,8 @@ pub(crate) fn release_at<T: LockTable + ?Sized>(
     place: u64,
     hold: &Hold,
 ) -> std::result::Result<(), ()> {
-    match site_at(table, place) {
-        Ok(site) => crate::site::release(&site, hold),
+    match guarded_at(table, place) {
+        Ok(guarded) => crate::guarded::release(&guarded, hold),
         Err(_) => Err(()),
     }
 }
@@ -188,8 +188,8 @@ pub(crate) fn release_acquisition<T: LockTable + ?Sized>(
     acq: Acquisition,
     owner: Option<Owner>,
 ) -> Result<()> {
-    let site = site_at(table, acq.at)?;
-    crate::site::release(&site, &hold_of(&acq, owner)).map_err(|()| acq.stale_error())
+    let guarded = guarded_at(table, acq.at)?;
+    crate::guarded::release(&guarded, &hold_of(&acq, owner)).map_err(|()| acq.stale_error())
 }
 
 /// Whether `acq` is current and, in a reentrant lock, held by `owner` (`is_current_as`).
@@ -198,7 +198,8 @@ pub(crate) fn acquisition_is_current<T: LockTable + ?Sized>(
     acq: &Acquisition,
     owner: Option<Owner>,
 ) -> bool {
-    site_at(table, acq.at).is_ok_and(|site| crate::site::is_current(&site, &hold_of(acq, owner)))
+    guarded_at(table, acq.at)
+        .is_ok_and(|guarded| crate::guarded::is_current(&guarded, &hold_of(acq, owner)))
 }
 
 /// Moves the end of `acq`'s lease to `lease` from now and updates the record (`extend`).
@@ -207,9 +208,9 @@ pub(crate) fn extend_acquisition<T: LockTable + ?Sized>(
     acq: &mut Acquisition,
     lease: Duration,
 ) -> Result<()> {
-    let site = site_at(table, acq.at)?;
+    let guarded = guarded_at(table, acq.at)?;
     let until = lease_end(lease);
-    crate::site::extend(&site, &hold_of(acq, acq.owner), until)
+    crate::guarded::extend(&guarded, &hold_of(acq, acq.owner), until)
         .map_err(|e| e.unwrap_or_else(|| acq.stale_error()))?;
     acq.lease_until = Some(until);
     Ok(())

@@ -33,15 +33,15 @@ use std::time::Instant;
 use crate::acquisition::{Acquisition, Mode, Wait, Want};
 use crate::entry::{Hold, Policy};
 use crate::error::{Error, Result};
+use crate::guarded;
 use crate::hash::{DefaultHashBuilder, hash_of, random};
-use crate::site;
 use crate::sync::{AtomicPtr, Ordering, Spin};
 use crate::wait::{Attempt, Grant, Wakes};
 
 use crate::entry::SlowState;
 use crate::front::table::{Find, Table, Take};
 use crate::front::{self, LockTable, Locks};
-use shard::{Shard, Slot, SlotRef, SlotSite};
+use shard::{Shard, Slot, SlotEntry, SlotRef};
 
 /// Counters of a [`KeyPool`], read by [`KeyPool::stats`]: a scan of every shard (O(slots)),
 /// meant for monitoring and tests.
@@ -328,8 +328,8 @@ impl<K: Hash + Eq, S: BuildHasher> KeyPool<K, S> {
         if !acq.is_plain() {
             return false;
         }
-        match self.table.site_if(SlotRef::from_u64(acq.at)) {
-            Some(site) => site.slot.entry.release_fast(acq.mode, acq.fence),
+        match self.table.guarded_if(SlotRef::from_u64(acq.at)) {
+            Some(guarded) => guarded.slot.entry.release_fast(acq.mode, acq.fence),
             None => false,
         }
     }
@@ -399,11 +399,11 @@ impl<K: Hash + Eq, S: BuildHasher> PoolTable<K, S> {
         }
     }
 
-    /// The slot an acquisition names, as a site; `InvalidArgument` for a foreign one.
+    /// The slot an acquisition names, as a guarded entry; `InvalidArgument` for a foreign one.
     #[inline]
-    fn site_at(&self, at: SlotRef) -> Result<SlotSite<'_, K>> {
-        match self.site_if(at) {
-            Some(site) => Ok(site),
+    fn guarded_at(&self, at: SlotRef) -> Result<SlotEntry<'_, K>> {
+        match self.guarded_if(at) {
+            Some(guarded) => Ok(guarded),
             None => Err(Error::InvalidArgument(
                 "the acquisition belongs to another lock",
             )),
@@ -412,13 +412,13 @@ impl<K: Hash + Eq, S: BuildHasher> PoolTable<K, S> {
 
     /// The slot `at`, if this pool has it.
     #[inline]
-    fn site_if(&self, at: SlotRef) -> Option<SlotSite<'_, K>> {
+    fn guarded_if(&self, at: SlotRef) -> Option<SlotEntry<'_, K>> {
         if at.shard as usize >= self.shards.len() {
             return None;
         }
         let shard = self.shard(at.shard)?;
         let slot = shard.slot_checked(at.slot)?;
-        Some(SlotSite {
+        Some(SlotEntry {
             shard,
             slot,
             policy: self.policy,
@@ -446,7 +446,7 @@ impl<K: Hash + Eq, S: BuildHasher> PoolTable<K, S> {
                 ticket: 0,
                 owner: None,
             };
-            let _ = site::release(&slot.site(self.policy), &hold);
+            let _ = guarded::release(&slot.guarded(self.policy), &hold);
         }
         None
     }
@@ -485,7 +485,7 @@ impl<K: Hash + Eq, S: BuildHasher> PoolTable<K, S> {
             let mut wakes = Wakes::default();
             let entry = &shard.slot(n).entry;
             let attempt =
-                entry.acquire_locked(locked.side(n), want, false, &self.policy, &mut wakes);
+                entry.acquire_locked(locked.slow(n), want, false, &self.policy, &mut wakes);
             match attempt {
                 Attempt::Acquired(grant) => {
                     drop(locked);
@@ -499,7 +499,7 @@ impl<K: Hash + Eq, S: BuildHasher> PoolTable<K, S> {
                 }
                 Attempt::Blocked { .. } => {}
             }
-            entry.settle_locked(locked.side(n));
+            entry.settle_locked(locked.slow(n));
             if wait == Wait::No {
                 drop(locked);
                 wakes.run();
@@ -528,10 +528,10 @@ impl<K: Hash + Eq, S: BuildHasher> PoolTable<K, S> {
             }
             locked.reserve(n);
             locked.count_contended();
-            let site = locked.site(n, self.policy);
+            let guarded = locked.guarded(n, self.policy);
             wakes.run();
             return self
-                .wait_reserved(&site, want, wait, deadline)
+                .wait_reserved(&guarded, want, wait, deadline)
                 .map(|g| (at, g));
         }
     }
@@ -539,19 +539,19 @@ impl<K: Hash + Eq, S: BuildHasher> PoolTable<K, S> {
     /// Acquires a slot the caller has reserved (the reservation is used up either way).
     fn wait_reserved(
         &self,
-        site: &SlotSite<'_, K>,
+        guarded: &SlotEntry<'_, K>,
         want: &Want,
         wait: Wait,
         deadline: Option<Instant>,
     ) -> Result<Grant> {
-        site::wait_queued(site, want, wait, deadline, false)
+        guarded::wait_queued(guarded, want, wait, deadline, false)
     }
 
     /// One attempt on a reserved slot with its shard locked; uses up the reservation unless
     /// the slot is taken (`Blocked`, the caller then waits or unreserves).
     fn attempt_reserved(&self, at: SlotRef, want: &Want) -> Attempt {
-        match self.site_at(at) {
-            Ok(site) => front::attempt(self, site.slot, want),
+        match self.guarded_at(at) {
+            Ok(guarded) => front::attempt(self, guarded.slot, want),
             Err(_) => Attempt::Failed(Error::InvalidArgument("no such slot")),
         }
     }
@@ -577,8 +577,8 @@ impl<K: Hash + Eq, S: BuildHasher> PoolTable<K, S> {
 #[allow(private_interfaces, private_bounds)]
 impl<K: Hash + Eq, S: BuildHasher> Table for PoolTable<K, S> {
     type Word = Slot<K>;
-    type Site<'a>
-        = SlotSite<'a, K>
+    type Guarded<'a>
+        = SlotEntry<'a, K>
     where
         Self: 'a;
     const NAME: &'static str = "PoolGuard";
@@ -589,8 +589,8 @@ impl<K: Hash + Eq, S: BuildHasher> Table for PoolTable<K, S> {
     }
 
     #[inline]
-    fn site<'a>(&'a self, slot: &'a Slot<K>) -> SlotSite<'a, K> {
-        slot.site(self.policy)
+    fn guarded<'a>(&'a self, slot: &'a Slot<K>) -> SlotEntry<'a, K> {
+        slot.guarded(self.policy)
     }
 
     #[inline]
@@ -600,7 +600,8 @@ impl<K: Hash + Eq, S: BuildHasher> Table for PoolTable<K, S> {
 
     #[inline]
     fn word(&self, place: u64) -> Result<&Slot<K>> {
-        self.site_at(SlotRef::from_u64(place)).map(|site| site.slot)
+        self.guarded_at(SlotRef::from_u64(place))
+            .map(|guarded| guarded.slot)
     }
 
     #[inline]
@@ -619,12 +620,12 @@ impl<K: Hash + Eq, S: BuildHasher> Table for PoolTable<K, S> {
             Attempt::Acquired(grant) => Ok(grant),
             Attempt::Failed(e) => Err(e),
             Attempt::Blocked { .. } => {
-                let site = self.site_at(at)?;
+                let guarded = self.guarded_at(at)?;
                 if wait == Wait::No {
-                    site.slot.unreserve();
+                    guarded.slot.unreserve();
                     return Err(Error::WouldBlock);
                 }
-                self.wait_reserved(&site, want, wait, wait.deadline())
+                self.wait_reserved(&guarded, want, wait, wait.deadline())
             }
         }
     }
@@ -655,7 +656,7 @@ where
         let mut wakes = Wakes::default();
         let out = f(
             &shard.slot(n).entry,
-            locked.side(n),
+            locked.slow(n),
             &self.policy,
             &mut wakes,
         );
@@ -709,7 +710,7 @@ where
         let mut locked = shard.lock();
         let n = locked.find_or_insert(hash, key, self.retain);
         let slot = shard.slot(n);
-        let grant = slot.entry.steal_locked(locked.side(n), want);
+        let grant = slot.entry.steal_locked(locked.slow(n), want);
         drop(locked);
         (slot, grant)
     }

@@ -38,7 +38,7 @@ use std::cell::UnsafeCell;
 use std::ops::{Deref, DerefMut};
 
 use crate::entry::{Entry, Policy, SlowState};
-use crate::site::Site;
+use crate::guarded::GuardedEntry;
 use crate::sync::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Mutex, MutexGuard, Ordering};
 
 /// Slots in the first segment; segment `j` has `BASE << j`.
@@ -122,11 +122,11 @@ pub struct Slot<K> {
     /// holder, no fast path); read by its holders and under the shard mutex.
     key: UnsafeCell<Option<K>>,
     /// Under the shard mutex only.
-    side: UnsafeCell<SlotSide>,
+    slow: UnsafeCell<SlotSide>,
 }
 
 struct SlotSide {
-    side: SlowState,
+    slow: SlowState,
     hash: u64,
 }
 
@@ -138,8 +138,8 @@ impl<K> Slot<K> {
             at,
             reservations: AtomicU32::new(0),
             key: UnsafeCell::new(None),
-            side: UnsafeCell::new(SlotSide {
-                side: SlowState::new(),
+            slow: UnsafeCell::new(SlotSide {
+                slow: SlowState::new(),
                 hash: 0,
             }),
         }
@@ -160,10 +160,10 @@ impl<K> Slot<K> {
         unsafe { (*self.key.get()).as_ref() }.is_some_and(|k| k.borrow() == key)
     }
 
-    /// The slot as a site, with `policy`.
+    /// The slot as a guarded entry, with `policy`.
     #[inline]
-    pub(crate) fn site(&self, policy: Policy) -> SlotSite<'_, K> {
-        SlotSite {
+    pub(crate) fn guarded(&self, policy: Policy) -> SlotEntry<'_, K> {
+        SlotEntry {
             // SAFETY: a slot lives inside its shard's segments, so the shard outlives it.
             shard: unsafe { &*self.home },
             slot: self,
@@ -193,7 +193,7 @@ impl Index {
     }
 }
 
-/// What the shard mutex guards, besides every slot's side.
+/// What the shard mutex guards, besides every slot's slow state.
 struct ShardState {
     /// Slots allocated.
     slots: u32,
@@ -231,14 +231,14 @@ pub(crate) struct Shard<K> {
 }
 
 // SAFETY: slots are shared between threads through `&Shard`. Their cells are only touched as
-// documented on `Slot` (the key under the shard mutex or by its holder, the side under the shard
+// documented on `Slot` (the key under the shard mutex or by its holder, the slow state under the shard
 // mutex), and keys are moved between threads only as owned values (hence `K: Send`); readers
 // compare keys from several threads at once (hence `K: Sync`).
 unsafe impl<K: Send + Sync> Sync for Shard<K> {}
 // SAFETY: as above; the shard owns its slots and keys.
 unsafe impl<K: Send> Send for Shard<K> {}
 
-/// The shard mutex held, with one slot's side.
+/// The shard mutex held, with one slot's slow state.
 pub(crate) struct SlotLocked<'a, K> {
     _state: MutexGuard<'a, ShardState>,
     slot: &'a Slot<K>,
@@ -247,27 +247,27 @@ pub(crate) struct SlotLocked<'a, K> {
 impl<K> Deref for SlotLocked<'_, K> {
     type Target = SlowState;
     fn deref(&self) -> &SlowState {
-        // SAFETY: the shard mutex is held (`_state`), which guards every slot's side.
-        unsafe { &(*self.slot.side.get()).side }
+        // SAFETY: the shard mutex is held (`_state`), which guards every slot's slow state.
+        unsafe { &(*self.slot.slow.get()).slow }
     }
 }
 
 impl<K> DerefMut for SlotLocked<'_, K> {
     fn deref_mut(&mut self) -> &mut SlowState {
         // SAFETY: as in `deref`, and `&mut self` is the only access through this guard.
-        unsafe { &mut (*self.slot.side.get()).side }
+        unsafe { &mut (*self.slot.slow.get()).slow }
     }
 }
 
-/// A slot of a shard as a [`Site`].
+/// A slot of a shard as a [`GuardedEntry`].
 #[allow(unreachable_pub, missing_debug_implementations)] // named by the front's sealed table trait
-pub struct SlotSite<'a, K> {
+pub struct SlotEntry<'a, K> {
     pub(crate) shard: &'a Shard<K>,
     pub(crate) slot: &'a Slot<K>,
     pub(crate) policy: Policy,
 }
 
-impl<K> Site for SlotSite<'_, K> {
+impl<K> GuardedEntry for SlotEntry<'_, K> {
     type Locked<'b>
         = SlotLocked<'b, K>
     where
@@ -410,7 +410,7 @@ impl<K> Shard<K> {
             stats.waiting += slot.reservations.load(Ordering::Acquire) as usize;
             stats.shared_holds += slot.entry.shared_holders();
             // SAFETY: we hold the shard mutex, under which the wait list changes.
-            stats.queued += unsafe { (*slot.side.get()).side.waiters.len() };
+            stats.queued += unsafe { (*slot.slow.get()).slow.waiters.len() };
             if locked.in_use(slot) {
                 stats.in_use += 1;
             }
@@ -473,26 +473,26 @@ impl<'a, K> Iterator for Probe<'a, K> {
 }
 
 impl<'a, K> ShardLocked<'a, K> {
-    /// The slot as a site, with the shard mutex released.
-    pub(crate) fn site(self, slot: u32, policy: Policy) -> SlotSite<'a, K> {
-        SlotSite {
+    /// The slot as a guarded entry, with the shard mutex released.
+    pub(crate) fn guarded(self, slot: u32, policy: Policy) -> SlotEntry<'a, K> {
+        SlotEntry {
             shard: self.shard,
             slot: self.shard.slot(slot),
             policy,
         }
     }
 
-    /// Slot `n`'s side, under the mutex.
-    pub(crate) fn side(&mut self, n: u32) -> &mut SlowState {
+    /// Slot `n`'s slow state, under the mutex.
+    pub(crate) fn slow(&mut self, n: u32) -> &mut SlowState {
         let slot = self.shard.slot(n);
-        // SAFETY: we hold the shard mutex, which guards every slot's side, and `&mut self`
+        // SAFETY: we hold the shard mutex, which guards every slot's slow state, and `&mut self`
         // keeps this the only reference made through this guard.
-        unsafe { &mut (*slot.side.get()).side }
+        unsafe { &mut (*slot.slow.get()).slow }
     }
 
     fn hash_of(&self, n: u32) -> u64 {
-        // SAFETY: as in `side`; a shared read.
-        unsafe { (*self.shard.slot(n).side.get()).hash }
+        // SAFETY: as in `slow`; a shared read.
+        unsafe { (*self.shard.slot(n).slow.get()).hash }
     }
 
     /// Counts one more acquisition that had to wait.
@@ -511,12 +511,12 @@ impl<'a, K> ShardLocked<'a, K> {
 
     /// Whether a slot is in use: held, queued or reserved, or with holder state.
     fn in_use(&self, slot: &Slot<K>) -> bool {
-        // SAFETY: we hold the shard mutex (side reads).
-        let side = unsafe { &(*slot.side.get()).side };
+        // SAFETY: we hold the shard mutex (slow state reads).
+        let slow = unsafe { &(*slot.slow.get()).slow };
         !slot.entry.looks_unused()
             || slot.reservations.load(Ordering::Acquire) != 0
-            || !side.waiters.is_empty()
-            || side.has_holder_state()
+            || !slow.waiters.is_empty()
+            || slow.has_holder_state()
     }
 
     /// The slot of `key` (with hash `hash`), looked up under the mutex.
@@ -544,13 +544,13 @@ impl<'a, K> ShardLocked<'a, K> {
         let n = self.allocate(retain);
         let slot = self.shard.slot(n);
         // SAFETY: slot `n` is claimed (SLOW, no holder, no fast path can take it) or fresh,
-        // and we hold the shard mutex: nobody reads or writes its key or side meanwhile.
+        // and we hold the shard mutex: nobody reads or writes its key or slow state meanwhile.
         unsafe {
             match &mut *slot.key.get() {
                 Some(stored) => key.clone_into(stored),
                 stored @ None => *stored = Some(key.to_owned()),
             }
-            (*slot.side.get()).hash = hash;
+            (*slot.slow.get()).hash = hash;
         }
         // Open the slot before indexing it: the index cell is what lets the fast path reach
         // the slot, and it must find the slot's word as reopened here.
@@ -625,11 +625,11 @@ impl<'a, K> ShardLocked<'a, K> {
 
     /// Like `in_use`, for a slot we have claimed (its word shows SLOW).
     fn in_use_claimed(&self, slot: &Slot<K>) -> bool {
-        // SAFETY: we hold the shard mutex (side reads).
-        let side = unsafe { &(*slot.side.get()).side };
+        // SAFETY: we hold the shard mutex (slow state reads).
+        let slow = unsafe { &(*slot.slow.get()).slow };
         slot.reservations.load(Ordering::Acquire) != 0
-            || !side.waiters.is_empty()
-            || side.has_holder_state()
+            || !slow.waiters.is_empty()
+            || slow.has_holder_state()
     }
 
     /// A fresh slot, allocating its segment if needed. Fresh slots are claimed too: their
@@ -720,8 +720,8 @@ impl<'a, K> ShardLocked<'a, K> {
     /// Places `cells` in `index`, which must have room.
     fn place(&self, index: &Index, cells: &[u64]) {
         for &cell in cells {
-            // SAFETY: a live cell of this shard's index; we hold the mutex (side read).
-            let hash = unsafe { (*cell_slot::<K>(cell).side.get()).hash };
+            // SAFETY: a live cell of this shard's index; we hold the mutex (slow state read).
+            let hash = unsafe { (*cell_slot::<K>(cell).slow.get()).hash };
             let mut pos = hash as usize & index.mask;
             while index.cells[pos].load(Ordering::Relaxed) != EMPTY {
                 pos = (pos + 1) & index.mask;

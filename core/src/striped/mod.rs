@@ -14,9 +14,9 @@ use crossbeam_utils::CachePadded;
 use crate::acquisition::{Acquisition, LockInfo, LockOptions, Mode, Wait, Want};
 use crate::entry::Policy;
 use crate::error::{Error, Result};
+use crate::guarded::{self, RawLock, RawLockEntry};
 use crate::hash::{DefaultHashBuilder, hash_of, random, seeded};
 use crate::many;
-use crate::site::{self, RawLock, RawSite};
 
 use crate::entry::SlowState;
 use crate::front::table::{Find, Table, Take};
@@ -260,7 +260,7 @@ impl StripedLock {
 
     /// Force-unlocks stripe `stripe`.
     pub(crate) fn force_unlock_stripe(&self, stripe: usize) -> bool {
-        site::force_unlock(&self.table.site_of(stripe))
+        guarded::force_unlock(&self.table.guarded_of(stripe))
     }
 
     /// Frees stripe `stripe` whoever holds it and takes it exclusively as `opts` says (see
@@ -271,7 +271,7 @@ impl StripedLock {
         opts: LockOptions,
     ) -> Result<LockGuard<&Self>> {
         let want = self.want(&opts);
-        let grant = site::steal(&self.table.site_of(stripe), &want)?;
+        let grant = guarded::steal(&self.table.guarded_of(stripe), &want)?;
         Ok(LockGuard::new(
             self,
             self.table.stripe_at(stripe),
@@ -282,14 +282,14 @@ impl StripedLock {
 
     /// The holders of stripe `stripe`.
     pub(crate) fn info_stripe(&self, stripe: usize) -> Option<LockInfo> {
-        site::info(&self.table.site_of(stripe))
+        guarded::info(&self.table.guarded_of(stripe))
     }
 
     /// Stripe `stripe` now, under its queue lock: (held in either mode, shared holders,
     /// waiters queued).
     pub(crate) fn stripe_counts(&self, stripe: usize) -> (bool, usize, usize) {
-        site::with_locked(&self.table.site_of(stripe), |e, side, _, _| {
-            (e.is_held(), e.shared_holders(), side.waiters.len())
+        guarded::with_locked(&self.table.guarded_of(stripe), |e, slow, _, _| {
+            (e.is_held(), e.shared_holders(), slow.waiters.len())
         })
     }
 
@@ -347,10 +347,10 @@ impl StripeTable {
         hash_of(&self.hasher, key) as usize & self.mask
     }
 
-    /// The stripe numbered `stripe` (which must be in range) as a site.
+    /// The stripe numbered `stripe` (which must be in range) as a guarded entry.
     #[inline]
-    fn site_of(&self, stripe: usize) -> RawSite<'_> {
-        RawSite {
+    fn guarded_of(&self, stripe: usize) -> RawLockEntry<'_> {
+        RawLockEntry {
             lock: &self.stripes[stripe],
             policy: self.policy,
         }
@@ -370,8 +370,8 @@ impl StripeTable {
 #[allow(private_interfaces, private_bounds)]
 impl Table for StripeTable {
     type Word = RawLock;
-    type Site<'a>
-        = RawSite<'a>
+    type Guarded<'a>
+        = RawLockEntry<'a>
     where
         Self: 'a;
     const NAME: &'static str = "StripeGuard";
@@ -382,8 +382,8 @@ impl Table for StripeTable {
     }
 
     #[inline]
-    fn site<'a>(&'a self, stripe: &'a RawLock) -> RawSite<'a> {
-        RawSite {
+    fn guarded<'a>(&'a self, stripe: &'a RawLock) -> RawLockEntry<'a> {
+        RawLockEntry {
             lock: stripe,
             policy: self.policy,
         }
@@ -414,7 +414,7 @@ impl Table for StripeTable {
     }
 
     fn take_place(&self, place: u64, want: &Want, wait: Wait) -> Result<Grant> {
-        site::acquire(&self.site(self.word(place)?), want, wait)
+        guarded::acquire(&self.guarded(self.word(place)?), want, wait)
     }
 }
 
@@ -432,7 +432,10 @@ impl<Q: Hash + ?Sized> Find<Q> for StripeTable {
         key: &Q,
         f: impl FnOnce(&crate::entry::Entry, &mut SlowState, &Policy, &mut Wakes) -> R,
     ) -> Option<R> {
-        Some(site::with_locked(&self.site_of(self.stripe_of(key)), f))
+        Some(guarded::with_locked(
+            &self.guarded_of(self.stripe_of(key)),
+            f,
+        ))
     }
 }
 
@@ -460,7 +463,7 @@ impl<Q: Hash + ?Sized> Take<Q> for StripeTable {
         want: &Want,
         wait: Wait,
     ) -> Result<(&RawLock, Grant)> {
-        let grant = site::acquire(&self.site_of(stripe), want, wait)?;
+        let grant = guarded::acquire(&self.guarded_of(stripe), want, wait)?;
         Ok((self.stripe_at(stripe), grant))
     }
 
@@ -470,8 +473,8 @@ impl<Q: Hash + ?Sized> Take<Q> for StripeTable {
     }
 
     fn steal(&self, stripe: usize, _key: &Q, want: &Want) -> (&RawLock, Grant) {
-        let grant = site::with_locked(&self.site_of(stripe), |e, side, _, _| {
-            e.steal_locked(side, want)
+        let grant = guarded::with_locked(&self.guarded_of(stripe), |e, slow, _, _| {
+            e.steal_locked(slow, want)
         });
         (self.stripe_at(stripe), grant)
     }

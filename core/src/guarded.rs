@@ -1,10 +1,10 @@
-//! Where an [`Entry`] lives, and the operations every kind of home shares.
+//! A guarded entry: an [`Entry`] together with the lock that guards its [`SlowState`], and the
+//! acquire/release protocol on one, which every keyed primitive shares.
 //!
-//! A [`Site`] is an entry plus the lock that guards its [`SlowState`]: a stripe with its own queue
-//! mutex ([`RawLock`], also the RwLock's writer side), or a pool slot under its shard's mutex.
-//! The functions here are the whole acquire/release protocol in terms of a site: the fast path
-//! on the word, then the slow path under the site's lock, then waiting in its queue. The
-//! primitives add only how they find their site.
+//! A [`GuardedEntry`] is a stripe with its own queue mutex ([`RawLock`], also the RwLock's
+//! writer side), or a pool slot under its shard's mutex. The functions here are the whole
+//! protocol: the fast path on the word, then the slow path under the entry's lock, then waiting
+//! in its queue. The primitives add only how they find an entry.
 
 use std::ops::DerefMut;
 use std::task::{Context, Poll};
@@ -16,9 +16,9 @@ use crate::error::{Error, Result};
 use crate::sync::{Mutex, MutexGuard};
 use crate::wait::{Attempt, Grant, LazyWaiter, Queue, WaitList, Wakes, wait_blocking};
 
-/// An entry and the lock that guards its side.
-pub(crate) trait Site {
-    /// The held lock, giving access to the side.
+/// An entry and the lock that guards its slow state.
+pub(crate) trait GuardedEntry {
+    /// The held lock, giving access to the slow state.
     type Locked<'a>: DerefMut<Target = SlowState>
     where
         Self: 'a;
@@ -26,21 +26,21 @@ pub(crate) trait Site {
     /// The entry.
     fn entry(&self) -> &Entry;
 
-    /// Locks the side.
+    /// Locks the slow state.
     fn lock(&self) -> Self::Locked<'_>;
 
     /// How the lock object serves its entries.
     fn policy(&self) -> Policy;
 
-    /// A waiter of this site stops waiting (it got the lock, failed, or left). The pool drops
+    /// A waiter of this entry stops waiting (it got the lock, failed, or left). The pool drops
     /// the waiter's reservation on its slot here.
     fn waiter_done(&self) {}
 }
 
-/// A site seen as a [`Queue`] for the generic waiting code.
-pub(crate) struct SiteQueue<'s, S: ?Sized>(pub(crate) &'s S);
+/// A guarded entry seen as a [`Queue`] for the generic waiting code.
+pub(crate) struct EntryQueue<'s, S: ?Sized>(pub(crate) &'s S);
 
-impl<S: Site + ?Sized> Queue for SiteQueue<'_, S> {
+impl<S: GuardedEntry + ?Sized> Queue for EntryQueue<'_, S> {
     type Locked<'a>
         = S::Locked<'a>
     where
@@ -110,30 +110,34 @@ impl<S: Site + ?Sized> Queue for SiteQueue<'_, S> {
     }
 }
 
-/// One attempt with the side locked. `Blocked` leaves no trace (the `QUEUED` bit it may have
+/// One attempt with the slow state locked. `Blocked` leaves no trace (the `QUEUED` bit it may have
 /// set is cleared again when nobody is queued).
-pub(crate) fn attempt_locked<S: Site + ?Sized>(
-    site: &S,
+pub(crate) fn attempt_locked<S: GuardedEntry + ?Sized>(
+    guarded: &S,
     locked: &mut S::Locked<'_>,
     want: &Want,
     wakes: &mut Wakes,
 ) -> Attempt {
-    let policy = site.policy();
-    let attempt = site
+    let policy = guarded.policy();
+    let attempt = guarded
         .entry()
         .acquire_locked(locked, want, false, &policy, wakes);
     if matches!(attempt, Attempt::Blocked { .. }) {
-        site.entry().settle_locked(locked);
+        guarded.entry().settle_locked(locked);
     }
     attempt
 }
 
-/// Acquires `site` for `want`, waiting as `wait` says: the fast path, then one attempt under
-/// the site's lock, then its queue. `fast` is the caller's verdict that the fast path may be
+/// Acquires `guarded` for `want`, waiting as `wait` says: the fast path, then one attempt under
+/// the entry's lock, then its queue. `fast` is the caller's verdict that the fast path may be
 /// tried (the pool skips it when it has just found the slot under its lock).
-pub(crate) fn acquire<S: Site + ?Sized>(site: &S, want: &Want, wait: Wait) -> Result<Grant> {
-    let policy = site.policy();
-    let entry = site.entry();
+pub(crate) fn acquire<S: GuardedEntry + ?Sized>(
+    guarded: &S,
+    want: &Want,
+    wait: Wait,
+) -> Result<Grant> {
+    let policy = guarded.policy();
+    let entry = guarded.entry();
     if want.is_plain()
         && let Some(fence) = entry.try_fast(want.mode, policy.fifo)
     {
@@ -146,9 +150,9 @@ pub(crate) fn acquire<S: Site + ?Sized>(site: &S, want: &Want, wait: Wait) -> Re
     }
     let deadline = wait.deadline();
     {
-        let mut locked = site.lock();
+        let mut locked = guarded.lock();
         let mut wakes = Wakes::default();
-        let attempt = attempt_locked(site, &mut locked, want, &mut wakes);
+        let attempt = attempt_locked(guarded, &mut locked, want, &mut wakes);
         drop(locked);
         wakes.run();
         match attempt {
@@ -158,22 +162,22 @@ pub(crate) fn acquire<S: Site + ?Sized>(site: &S, want: &Want, wait: Wait) -> Re
             Attempt::Blocked { .. } => {}
         }
     }
-    wait_queued(site, want, wait, deadline, true)
+    wait_queued(guarded, want, wait, deadline, true)
 }
 
-/// Waits in `site`'s queue (the caller has found it taken). `spin`: first spin briefly on the
-/// fast path (only for a site whose waiter holds no reservation).
-pub(crate) fn wait_queued<S: Site + ?Sized>(
-    site: &S,
+/// Waits in `guarded`'s queue (the caller has found it taken). `spin`: first spin briefly on the
+/// fast path (only for a guarded entry whose waiter holds no reservation).
+pub(crate) fn wait_queued<S: GuardedEntry + ?Sized>(
+    guarded: &S,
     want: &Want,
     wait: Wait,
     deadline: Option<Instant>,
     spin: bool,
 ) -> Result<Grant> {
-    let policy = site.policy();
-    let entry = site.entry();
+    let policy = guarded.policy();
+    let entry = guarded.entry();
     let plain = spin && want.is_plain();
-    match wait_blocking(&SiteQueue(site), want, deadline, || {
+    match wait_blocking(&EntryQueue(guarded), want, deadline, || {
         // Spin only while nobody is queued: queued waiters go first.
         if plain && !entry.is_queued() {
             entry.try_fast(want.mode, policy.fifo).map(|fence| Grant {
@@ -193,21 +197,24 @@ pub(crate) fn wait_queued<S: Site + ?Sized>(
 
 /// Releases `hold`; `Err(())` when it was not current (the caller names the error).
 #[inline]
-pub(crate) fn release<S: Site + ?Sized>(site: &S, hold: &Hold) -> std::result::Result<(), ()> {
+pub(crate) fn release<S: GuardedEntry + ?Sized>(
+    guarded: &S,
+    hold: &Hold,
+) -> std::result::Result<(), ()> {
     // A leased shared hold is one named holder among counted ones: only the slow path can
     // tell whether it is still among them.
-    if hold.ticket == 0 && site.entry().release_fast(hold.mode, hold.fence) {
+    if hold.ticket == 0 && guarded.entry().release_fast(hold.mode, hold.fence) {
         return Ok(());
     }
-    release_slow(site, hold)
+    release_slow(guarded, hold)
 }
 
 #[cold]
-fn release_slow<S: Site + ?Sized>(site: &S, hold: &Hold) -> std::result::Result<(), ()> {
-    let policy = site.policy();
-    let mut locked = site.lock();
+fn release_slow<S: GuardedEntry + ?Sized>(guarded: &S, hold: &Hold) -> std::result::Result<(), ()> {
+    let policy = guarded.policy();
+    let mut locked = guarded.lock();
     let mut wakes = Wakes::default();
-    let result = site
+    let result = guarded
         .entry()
         .release_locked(&mut locked, hold, &policy, &mut wakes);
     drop(locked);
@@ -215,91 +222,93 @@ fn release_slow<S: Site + ?Sized>(site: &S, hold: &Hold) -> std::result::Result<
     result
 }
 
-/// Runs `f` with the side locked and the policy at hand, then runs the wake-ups it collected.
-pub(crate) fn with_locked<S: Site + ?Sized, T>(
-    site: &S,
+/// Runs `f` with the slow state locked and the policy at hand, then runs the wake-ups it collected.
+pub(crate) fn with_locked<S: GuardedEntry + ?Sized, T>(
+    guarded: &S,
     f: impl FnOnce(&Entry, &mut SlowState, &Policy, &mut Wakes) -> T,
 ) -> T {
-    let policy = site.policy();
-    let mut locked = site.lock();
+    let policy = guarded.policy();
+    let mut locked = guarded.lock();
     let mut wakes = Wakes::default();
-    let out = f(site.entry(), &mut locked, &policy, &mut wakes);
+    let out = f(guarded.entry(), &mut locked, &policy, &mut wakes);
     drop(locked);
     wakes.run();
     out
 }
 
 /// Whether `hold` is still current.
-pub(crate) fn is_current<S: Site + ?Sized>(site: &S, hold: &Hold) -> bool {
-    if hold.ticket == 0 && hold.owner.is_none() && !site.entry().is_current_fast(hold) {
+pub(crate) fn is_current<S: GuardedEntry + ?Sized>(guarded: &S, hold: &Hold) -> bool {
+    if hold.ticket == 0 && hold.owner.is_none() && !guarded.entry().is_current_fast(hold) {
         return false;
     }
-    with_locked(site, |e, side, p, w| e.is_current_locked(side, hold, p, w))
-}
-
-/// Sets `hold`'s lease to end at `until`.
-pub(crate) fn extend<S: Site + ?Sized>(
-    site: &S,
-    hold: &Hold,
-    until: Instant,
-) -> std::result::Result<(), Option<Error>> {
-    with_locked(site, |e, side, p, w| {
-        e.extend_locked(side, hold, until, p, w)
+    with_locked(guarded, |e, slow, p, w| {
+        e.is_current_locked(slow, hold, p, w)
     })
 }
 
-/// Frees the site whoever holds it; whether it was held.
-pub(crate) fn force_unlock<S: Site + ?Sized>(site: &S) -> bool {
-    with_locked(site, |e, side, p, w| e.force_unlock_locked(side, p, w))
+/// Sets `hold`'s lease to end at `until`.
+pub(crate) fn extend<S: GuardedEntry + ?Sized>(
+    guarded: &S,
+    hold: &Hold,
+    until: Instant,
+) -> std::result::Result<(), Option<Error>> {
+    with_locked(guarded, |e, slow, p, w| {
+        e.extend_locked(slow, hold, until, p, w)
+    })
 }
 
-/// Frees the site whoever holds it and takes it exclusively for `want`, ahead of every queued
+/// Frees the guarded entry whoever holds it; whether it was held.
+pub(crate) fn force_unlock<S: GuardedEntry + ?Sized>(guarded: &S) -> bool {
+    with_locked(guarded, |e, slow, p, w| e.force_unlock_locked(slow, p, w))
+}
+
+/// Frees the entry whoever holds it and takes it exclusively for `want`, ahead of every queued
 /// waiter ([`Entry::steal_locked`]). `InvalidArgument` for a shared `want`: only an exclusive
 /// request may steal.
-pub(crate) fn steal<S: Site + ?Sized>(site: &S, want: &Want) -> Result<Grant> {
+pub(crate) fn steal<S: GuardedEntry + ?Sized>(guarded: &S, want: &Want) -> Result<Grant> {
     if want.mode != Mode::Exclusive {
         return Err(Error::InvalidArgument(
             "only an exclusive request may steal",
         ));
     }
-    Ok(with_locked(site, |e, side, _, _| {
-        e.steal_locked(side, want)
+    Ok(with_locked(guarded, |e, slow, _, _| {
+        e.steal_locked(slow, want)
     }))
 }
 
-/// A snapshot of the site's holders.
-pub(crate) fn info<S: Site + ?Sized>(site: &S) -> Option<LockInfo> {
-    with_locked(site, |e, side, p, w| e.info_locked(side, p, w))
+/// A snapshot of the guarded entry's holders.
+pub(crate) fn info<S: GuardedEntry + ?Sized>(guarded: &S) -> Option<LockInfo> {
+    with_locked(guarded, |e, slow, p, w| e.info_locked(slow, p, w))
 }
 
-/// One site's acquisition as a future: the fast path on the first poll, then its queue.
+/// One guarded entry's acquisition as a future: the fast path on the first poll, then its queue.
 /// Dropping it cancels the wait exactly; a lock granted to it and never seen is released.
 #[derive(Debug, Default)]
-pub(crate) struct SiteFuture {
+pub(crate) struct EntryFuture {
     waiter: LazyWaiter,
 }
 
-impl SiteFuture {
+impl EntryFuture {
     pub(crate) const fn new() -> Self {
         Self {
             waiter: LazyWaiter::new(),
         }
     }
 
-    /// Polls for `site`. `deadline`: give up then, with `Err(TimedOut)`; the front end's own
+    /// Polls for `guarded`. `deadline`: give up then, with `Err(TimedOut)`; the front end's own
     /// timer must poll again at that time (or a timer is set here for a lease's end).
     #[inline]
-    pub(crate) fn poll<S: Site + ?Sized>(
+    pub(crate) fn poll<S: GuardedEntry + ?Sized>(
         &mut self,
-        site: &S,
+        guarded: &S,
         want: &Want,
         deadline: Option<Instant>,
         cx: &mut Context<'_>,
     ) -> Poll<Result<Grant>> {
         if !self.waiter.is_registered() {
-            let policy = site.policy();
+            let policy = guarded.policy();
             if want.is_plain()
-                && let Some(fence) = site.entry().try_fast(want.mode, policy.fifo)
+                && let Some(fence) = guarded.entry().try_fast(want.mode, policy.fifo)
             {
                 return Poll::Ready(Ok(Grant {
                     fence,
@@ -312,12 +321,12 @@ impl SiteFuture {
         if let Some(deadline) = deadline
             && Instant::now() >= deadline
         {
-            return Poll::Ready(match self.waiter.abandon(&SiteQueue(site), true) {
+            return Poll::Ready(match self.waiter.abandon(&EntryQueue(guarded), true) {
                 Some(grant) => Ok(grant),
                 None => Err(Error::TimedOut),
             });
         }
-        let polled = self.waiter.poll(&SiteQueue(site), want, cx);
+        let polled = self.waiter.poll(&EntryQueue(guarded), want, cx);
         if polled.is_pending()
             && let Some(deadline) = deadline
         {
@@ -327,17 +336,17 @@ impl SiteFuture {
     }
 
     /// Leaves the queue (a lock granted meanwhile is released).
-    pub(crate) fn cancel<S: Site + ?Sized>(&mut self, site: &S) {
-        let _ = self.waiter.abandon(&SiteQueue(site), false);
+    pub(crate) fn cancel<S: GuardedEntry + ?Sized>(&mut self, guarded: &S) {
+        let _ = self.waiter.abandon(&EntryQueue(guarded), false);
     }
 }
 
-/// A stripe, and the RwLock's writer side: an entry whose side has a mutex of its own.
+/// A stripe, and the RwLock's writer side: an entry whose slow state has a mutex of its own.
 #[derive(Debug, Default)]
 #[allow(unreachable_pub)] // named by the front's sealed table trait, unreachable outside
 pub struct RawLock {
     pub(crate) entry: Entry,
-    side: Mutex<SlowState>,
+    slow: Mutex<SlowState>,
 }
 
 impl RawLock {
@@ -345,7 +354,7 @@ impl RawLock {
     pub(crate) const fn new() -> Self {
         Self {
             entry: Entry::new(),
-            side: Mutex::new(SlowState::new()),
+            slow: Mutex::new(SlowState::new()),
         }
     }
 
@@ -353,7 +362,7 @@ impl RawLock {
     pub(crate) fn new() -> Self {
         Self {
             entry: Entry::new(),
-            side: Mutex::new(SlowState::new()),
+            slow: Mutex::new(SlowState::new()),
         }
     }
 }
@@ -361,12 +370,12 @@ impl RawLock {
 /// A [`RawLock`] with the policy of the lock object it belongs to.
 #[derive(Debug, Clone, Copy)]
 #[allow(unreachable_pub)] // named by the front's sealed table trait, unreachable outside
-pub struct RawSite<'a> {
+pub struct RawLockEntry<'a> {
     pub(crate) lock: &'a RawLock,
     pub(crate) policy: Policy,
 }
 
-impl Site for RawSite<'_> {
+impl GuardedEntry for RawLockEntry<'_> {
     type Locked<'b>
         = MutexGuard<'b, SlowState>
     where
@@ -379,7 +388,7 @@ impl Site for RawSite<'_> {
 
     #[inline]
     fn lock(&self) -> Self::Locked<'_> {
-        self.lock.side.lock()
+        self.lock.slow.lock()
     }
 
     #[inline]
