@@ -4,29 +4,27 @@
 
 use super::{AcquireFuture, LockFuture, LockGuard, ManyAcquireFuture, ManyGuard, ManyLockFuture};
 
-/// A held key of a [`KeyPool`](crate::KeyPool): the front's [`LockGuard`], under the pool's name.
-pub type PoolGuard<P> = LockGuard<P>;
-/// Several held keys of a [`KeyPool`](crate::KeyPool): the front's [`ManyGuard`].
-pub type PoolManyGuard<P> = ManyGuard<P>;
-/// A [`KeyPool`](crate::KeyPool)'s future of one key: the front's [`LockFuture`].
-pub type PoolLockFuture<P> = LockFuture<P>;
-/// A [`KeyPool`](crate::KeyPool)'s future of one key with options: the front's [`AcquireFuture`].
-pub type PoolAcquireFuture<P> = AcquireFuture<P>;
-/// A [`KeyPool`](crate::KeyPool)'s future of several keys: the front's [`ManyLockFuture`].
-pub type PoolManyLockFuture<P> = ManyLockFuture<P>;
-/// A [`KeyPool`](crate::KeyPool)'s future of several keys with options: the front's [`ManyAcquireFuture`].
-pub type PoolManyAcquireFuture<P> = ManyAcquireFuture<P>;
+/// The six old names of one primitive: `$lock` is its type, `$one` and `$many` what one guard
+/// holds ("key", "stripe") and several ("keys", "stripes").
+macro_rules! old_names {
+    ($lock:literal, $one:literal, $many:literal;
+     $guard:ident, $many_guard:ident, $fut:ident, $acq:ident, $many_fut:ident, $many_acq:ident) => {
+        #[doc = concat!("A held ", $one, " of a [`", $lock, "`](crate::", $lock, "): the front's [`LockGuard`].")]
+        pub type $guard<P> = LockGuard<P>;
+        #[doc = concat!("Several held ", $many, " of a [`", $lock, "`](crate::", $lock, "): the front's [`ManyGuard`].")]
+        pub type $many_guard<P> = ManyGuard<P>;
+        #[doc = concat!("A [`", $lock, "`](crate::", $lock, ")'s future of one ", $one, ": the front's [`LockFuture`].")]
+        pub type $fut<P> = LockFuture<P>;
+        #[doc = concat!("A [`", $lock, "`](crate::", $lock, ")'s future of one ", $one, " with options: the front's [`AcquireFuture`].")]
+        pub type $acq<P> = AcquireFuture<P>;
+        #[doc = concat!("A [`", $lock, "`](crate::", $lock, ")'s future of several ", $many, ": the front's [`ManyLockFuture`].")]
+        pub type $many_fut<P> = ManyLockFuture<P>;
+        #[doc = concat!("A [`", $lock, "`](crate::", $lock, ")'s future of several ", $many, " with options: the front's [`ManyAcquireFuture`].")]
+        pub type $many_acq<P> = ManyAcquireFuture<P>;
+    };
+}
 
-/// A held stripe of a [`StripedLock`](crate::StripedLock): the front's [`LockGuard`], under the stripes' name.
-pub type StripeGuard<P> = LockGuard<P>;
-/// Several held stripes of a [`StripedLock`](crate::StripedLock): the front's [`ManyGuard`].
-pub type StripesGuard<P> = ManyGuard<P>;
-/// A [`StripedLock`](crate::StripedLock)'s future of one stripe: the front's [`LockFuture`].
-pub type StripeLockFuture<P> = LockFuture<P>;
-/// A [`StripedLock`](crate::StripedLock)'s future of one stripe with options: the front's [`AcquireFuture`].
-pub type StripeAcquireFuture<P> = AcquireFuture<P>;
-/// A [`StripedLock`](crate::StripedLock)'s future of several stripes: the front's [`ManyLockFuture`].
-pub type StripesLockFuture<P> = ManyLockFuture<P>;
-/// A [`StripedLock`](crate::StripedLock)'s future of several stripes with options: the front's
-/// [`ManyAcquireFuture`].
-pub type StripesAcquireFuture<P> = ManyAcquireFuture<P>;
+old_names!("KeyPool", "key", "keys"; PoolGuard, PoolManyGuard, PoolLockFuture,
+    PoolAcquireFuture, PoolManyLockFuture, PoolManyAcquireFuture);
+old_names!("StripedLock", "stripe", "stripes"; StripeGuard, StripesGuard, StripeLockFuture,
+    StripeAcquireFuture, StripesLockFuture, StripesAcquireFuture);
