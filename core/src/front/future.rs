@@ -143,6 +143,20 @@ where
         }
     }
 
+    /// The guard of a word taken on the fast path, if this future is that and still has it.
+    #[inline]
+    fn take_taken(&mut self) -> Option<LockGuard<P>> {
+        match self {
+            One::Taken {
+                table,
+                word,
+                mode,
+                fence,
+            } => Some(LockGuard::plain_at(table.take()?, *word, *mode, *fence)),
+            One::Slow(_) => None,
+        }
+    }
+
     fn is_ready(&self) -> bool {
         match self {
             One::Taken { table, .. } => table.is_some(),
@@ -341,7 +355,12 @@ where
 
     #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<LockGuard<P>> {
-        self.get_mut().0.poll_one(cx).map(untimed)
+        let one = &mut self.get_mut().0;
+        // The uncontended case builds the guard straight into the answer.
+        if let Some(guard) = one.take_taken() {
+            return Poll::Ready(guard);
+        }
+        one.poll_one(cx).map(untimed)
     }
 }
 
