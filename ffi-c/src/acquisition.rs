@@ -2,9 +2,11 @@
 //!
 //! Every acquire writes one; every release takes one and releases exactly that hold. The struct
 //! has public fields for the caller to read (the fence, the mode, `owner_died`) and private
-//! storage into which the core's record is written: for an in-process pool or striped lock the
-//! core's guard of the hold (whose release is the core's fastest), for other scopes and
-//! `lock_many` a `keylock_core::Acquisition`, for the RwLock its guard. A state word says which, or that the struct is empty
+//! storage into which the core's record is written: a `keylock_core::Acquisition` (the one the
+//! core's fast path gives for an uncontended plain acquire of an in-process pool or striped
+//! lock, and whatever other scopes and `lock_many` give), for an in-process object's other
+//! acquires the core's guard of the hold, for the RwLock its guard. A state word says which, or
+//! that the struct is empty
 //! (never filled, or the output of a failed acquire) or released, so that a second release of
 //! the same struct is refused instead of reaching the lock. A handle id says which lock object
 //! the record belongs to, so that a record passed to another object is refused too.
@@ -114,6 +116,9 @@ const _: () = {
     assert!(align_of::<ReadGuard<Arc<RwLock>>>() <= align_of::<u64>());
     assert!(size_of::<WriteGuard<Arc<RwLock>>>() <= size_of::<[u64; STORAGE_WORDS]>());
     assert!(align_of::<WriteGuard<Arc<RwLock>>>() <= align_of::<u64>());
+    // `release_keyed_fast` reads a copy of a record's Acquisition and lets it go when the
+    // release does not happen: that is sound only while it is plain data, with nothing to drop.
+    assert!(!std::mem::needs_drop::<Acquisition>());
     // The C header's size: the tests check sizeof(keylock_acquisition) == 128.
     assert!(size_of::<keylock_acquisition>() == 128);
 };
@@ -287,6 +292,30 @@ impl keylock_acquisition {
         })
     }
 
+    /// Releases the `Acquisition` of a record that `fill_keyed` filled for lock object `lock`
+    /// through `release` (the core's one compare-and-swap), marking the record released. `false`
+    /// when the record is not such a record or `release` hands the acquisition back: the record
+    /// is untouched, for the full release (`take_keyed`), which also says what is wrong.
+    #[inline(always)]
+    pub(crate) fn release_keyed_fast(
+        &mut self,
+        lock: u64,
+        release: impl FnOnce(Acquisition) -> Result<(), Acquisition>,
+    ) -> bool {
+        if self._private_state != state::KEYED || self._private_lock != lock {
+            return false;
+        }
+        // SAFETY: the state says KEYED: fill_keyed wrote an Acquisition there, not taken out
+        // since. The copy is plain data (no drop glue, asserted above); if `release` hands it
+        // back, nothing was released and it is simply dropped, the record still holding it.
+        let acq = unsafe { self.storage::<Acquisition>().read() };
+        if release(acq).is_err() {
+            return false;
+        }
+        self._private_state = state::RELEASED;
+        true
+    }
+
     /// Takes the RwLock hold out and drops it (releasing it), marking the record released.
     pub(crate) fn release_rw(&mut self, lock: u64) -> Outcome {
         self.check(lock, &[state::READ, state::WRITE])?;
@@ -413,6 +442,42 @@ mod tests {
         a._private_state = state::READ;
         a._private_lock = 1;
         assert_eq!(a.take_keyed(1).err(), Some(Fail(KEYLOCK_INVALID_ARGUMENT)));
+    }
+
+    #[test]
+    fn an_uncontended_plain_lock_keeps_the_cores_fast_record() {
+        use crate::pool::*;
+        use crate::striped::*;
+        let key = b"k".as_ptr();
+        let (striped, pool) = (keylock_striped_new(8), keylock_pool_new());
+        let (mut a, mut b) = (keylock_acquisition::EMPTY, keylock_acquisition::EMPTY);
+        // SAFETY: live handles and records; `key` points to 1 byte.
+        unsafe {
+            assert_eq!(keylock_striped_lock(striped, key, 1, &mut a), KEYLOCK_OK);
+            assert_eq!(a._private_state, state::KEYED);
+            // The stripe is held: the next acquire goes the full way and is refused there.
+            let r = keylock_striped_try_lock(striped, key, 1, &mut b);
+            assert_eq!((r, b._private_state), (KEYLOCK_WOULD_BLOCK, state::EMPTY));
+            assert_eq!(keylock_striped_release(striped, &mut a), KEYLOCK_OK);
+            assert_eq!(keylock_striped_release(striped, &mut a), KEYLOCK_NOT_OWNER);
+
+            // A pool's first lock of a key makes its slot on the full path (a guard); once the
+            // slot is indexed the fast path takes it.
+            assert_eq!(keylock_pool_lock(pool, key, 1, &mut a), KEYLOCK_OK);
+            assert_eq!(a._private_state, state::POOL);
+            assert_eq!(keylock_pool_release(pool, &mut a), KEYLOCK_OK);
+            assert_eq!(keylock_pool_lock(pool, key, 1, &mut a), KEYLOCK_OK);
+            assert_eq!(a._private_state, state::KEYED);
+            // Another object's record is refused by both, and stays held.
+            assert_eq!(
+                keylock_striped_release(striped, &mut a),
+                KEYLOCK_INVALID_ARGUMENT
+            );
+            assert_eq!(keylock_pool_release(pool, &mut a), KEYLOCK_OK);
+            assert_eq!(keylock_pool_release(pool, &mut a), KEYLOCK_NOT_OWNER);
+            keylock_striped_free(striped);
+            keylock_pool_free(pool);
+        }
     }
 
     #[test]

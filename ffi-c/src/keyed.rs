@@ -8,7 +8,7 @@ use std::ffi::{CStr, c_char};
 use std::sync::Arc;
 use std::time::Duration;
 
-use keylock_core::{KeyPool, KeyedLock, LockKey, LockOptions, Mode, StripedLock};
+use keylock_core::{Acquisition, KeyPool, KeyedLock, LockKey, LockOptions, Mode, StripedLock};
 
 use crate::acquisition::*;
 use crate::boundary::*;
@@ -26,9 +26,11 @@ pub(crate) struct Keyed {
 }
 
 /// The in-process object behind `locks`, when it is one (`KeyedLock::as_any`). Acquires then
-/// go to the object's own methods (the same core operations the trait's `acquire` calls), and
-/// the record keeps the core's guard of the hold, so that its release is the guard's: the core's
-/// fastest path, without the trait's dynamic dispatch and `Result` shuffling. Other scopes, and
+/// go to the object's own methods (the same core operations the trait's `acquire` calls),
+/// without the trait's dynamic dispatch and `Result` shuffling. An uncontended plain acquire
+/// (`_lock`, `_lock_shared`) is the core's fast path, `try_acquire_fast`, whose `Acquisition`
+/// the record keeps, and every `Acquisition` record's release first tries the core's
+/// `try_release_fast`; other acquires keep the core's guard of the hold. Other scopes, and
 /// `lock_many`, go through the trait and keep an `Acquisition`.
 ///
 /// A record's guard is a `PoolGuard<&'static KeyPool>` / `StripeGuard<&'static StripedLock>`:
@@ -88,6 +90,51 @@ impl Keyed {
         }
     }
 
+    /// The uncontended plain acquire of an in-process striped lock, straight from the core's
+    /// lock word (`StripedLock::try_acquire_fast`): its record, or `None` (take the full path).
+    ///
+    /// Called outside the panic guard, because nothing on it can panic: the key's hash (ahash
+    /// over the bytes: arithmetic and reads within the slice), the stripe (`hash & mask`, an
+    /// unchecked index that the mask keeps in range) and one compare-and-swap whose additions
+    /// are bounded by the checks before them. A pool's probe is not as simple (a slot recycled
+    /// under it is let go through the slow path), so the pool's fast path runs inside the guard
+    /// ([`Self::acquire_pool_fast`]).
+    #[inline(always)]
+    fn acquire_fast(&self, key: &[u8], mode: Mode) -> Option<Acquisition> {
+        match self.local() {
+            Local::Striped(s) => s.try_acquire_fast(key, mode),
+            Local::Pool(_) | Local::None => None,
+        }
+    }
+
+    /// The uncontended plain acquire of an in-process pool (`KeyPool::try_acquire_fast`): its
+    /// record, or `None` (take the full path). Inside the panic guard (see
+    /// [`Self::acquire_fast`]).
+    #[inline(always)]
+    fn acquire_pool_fast(&self, key: &[u8], mode: Mode) -> Option<Acquisition> {
+        match self.local() {
+            Local::Pool(p) => p.try_acquire_fast(key, mode),
+            Local::Striped(_) | Local::None => None,
+        }
+    }
+
+    /// The core's fast release (`try_release_fast`) of a plain record of an in-process object;
+    /// the record back when the full path must release it.
+    ///
+    /// Called outside the panic guard, because nothing on it can panic: the record's checks
+    /// (plain, its stripe or its shard and slot looked up with checked `get`s), and one
+    /// compare-and-swap (a shared hold's loop of them) on the lock word.
+    /// `H` is the handle's type: a striped lock's handle only ever holds a striped lock or
+    /// another scope, and a pool's a pool or another scope, so each export checks for its own.
+    #[inline(always)]
+    fn release_fast<H: Handle>(&self, acq: Acquisition) -> Result<(), Acquisition> {
+        match self.local() {
+            Local::Striped(s) if H::STRIPED => s.try_release_fast(acq),
+            Local::Pool(p) if !H::STRIPED => p.try_release_fast(acq),
+            _ => Err(acq),
+        }
+    }
+
     /// A plain untimed acquire (no lease, no owner), exclusive or shared, into `out`.
     #[inline(always)]
     fn acquire_plain(&self, key: &[u8], mode: Mode, out: &mut keylock_acquisition) -> Outcome {
@@ -138,6 +185,9 @@ impl Keyed {
 
 /// The handle types built on [`Keyed`].
 pub(crate) trait Handle: Sized {
+    /// Whether this is a striped lock's handle, whose in-process fast path runs outside the
+    /// panic guard (see [`Keyed::acquire_fast`]).
+    const STRIPED: bool;
     /// Wraps a lock object.
     fn wrap(keyed: Keyed) -> Self;
     /// The lock object.
@@ -222,7 +272,10 @@ pub(crate) unsafe fn acquire<H: Handle>(
     }
 }
 
-/// The body of the plain untimed acquires (`_lock`, `_lock_shared`).
+/// The body of the plain untimed acquires (`_lock`, `_lock_shared`). The uncontended case of an
+/// in-process object is one call to the core's fast path and a record filled in place; anything
+/// else (a NULL, a bad length, a held key, another scope) takes [`acquire_plain_slow`], which
+/// also reports the errors.
 ///
 /// # Safety
 /// As [`acquire`].
@@ -234,13 +287,84 @@ pub(crate) unsafe fn acquire_plain<H: Handle>(
     mode: Mode,
     out: *mut keylock_acquisition,
 ) -> keylock_result {
-    // SAFETY: the caller's contract above.
-    unsafe {
-        acquire_into(out, |out| {
-            let (h, key) = (handle(h)?.keyed(), crate::boundary::key(key, len)?);
-            h.acquire_plain(key, mode, out)
-        })
+    // SAFETY: the caller's contract above; the key is checked as `key` checks it.
+    if H::STRIPED && unsafe { acquire_plain_fast(h, key, len, mode, out, Keyed::acquire_fast) } {
+        return KEYLOCK_OK;
     }
+    ffi_boundary(move || {
+        // A pool's fast path runs inside the guard (see `Keyed::acquire_fast`).
+        let pool_fast = Keyed::acquire_pool_fast;
+        // SAFETY: as above.
+        if !H::STRIPED && unsafe { acquire_plain_fast(h, key, len, mode, out, pool_fast) } {
+            return Ok(());
+        }
+        // SAFETY: as above.
+        unsafe { acquire_plain_slow(h, key, len, mode, out) }
+    })
+}
+
+/// The uncontended case of [`acquire_plain`]: `fast`'s record filled into `out`, or `false`
+/// (nothing done: a NULL, a bad length, or `fast` found the key taken).
+///
+/// # Safety
+/// As [`acquire`].
+#[inline(always)]
+unsafe fn acquire_plain_fast<H: Handle>(
+    h: *const H,
+    key: *const u8,
+    len: usize,
+    mode: Mode,
+    out: *mut keylock_acquisition,
+    fast: impl FnOnce(&Keyed, &[u8], Mode) -> Option<Acquisition>,
+) -> bool {
+    // SAFETY: the caller's contract above; the key is checked as `key` checks it.
+    let (handle, record, bytes) = unsafe { (h.as_ref(), out.as_mut(), key_of(key, len)) };
+    if let (Some(handle), Some(record), Some(bytes)) = (handle, record, bytes)
+        && let Some(acq) = fast(handle.keyed(), bytes, mode)
+    {
+        record.fill_keyed(handle.keyed().id, acq);
+        return true;
+    }
+    false
+}
+
+/// The key bytes, as [`key`](crate::boundary::key) checks them; `None` for what it refuses.
+///
+/// # Safety
+/// As [`key`](crate::boundary::key).
+#[inline(always)]
+unsafe fn key_of<'a>(key: *const u8, len: usize) -> Option<&'a [u8]> {
+    // SAFETY: forwarded from our caller.
+    unsafe { crate::boundary::key(key, len) }.ok()
+}
+
+/// [`acquire_plain`] beyond the uncontended case.
+///
+/// # Safety
+/// As [`acquire`].
+#[cold]
+#[inline(never)]
+unsafe fn acquire_plain_slow<H: Handle>(
+    h: *const H,
+    key: *const u8,
+    len: usize,
+    mode: Mode,
+    out: *mut keylock_acquisition,
+) -> Outcome {
+    // SAFETY: out is NULL or writable (caller).
+    let Some(out) = (unsafe { out.as_mut() }) else {
+        return Err(Fail(KEYLOCK_NULL_ARGUMENT));
+    };
+    // SAFETY: the caller's contract above.
+    let result = unsafe { handle(h) }.and_then(|h| {
+        // SAFETY: as above.
+        let key = unsafe { crate::boundary::key(key, len)? };
+        h.keyed().acquire_plain(key, mode, out)
+    });
+    if result.is_err() {
+        *out = keylock_acquisition::EMPTY;
+    }
+    result
 }
 
 /// Like [`acquire`] with a timeout and a mode.
@@ -357,11 +481,28 @@ pub(crate) unsafe fn release<H: Handle>(
     h: *const H,
     acq: *mut keylock_acquisition,
 ) -> keylock_result {
-    ffi_boundary(|| {
-        // SAFETY: the caller's contract above.
-        let (h, acq) = unsafe { (handle(h)?.keyed(), acq.as_mut()) };
-        h.release(acq.ok_or(Fail(KEYLOCK_NULL_ARGUMENT))?.take_keyed(h.id)?)
-    })
+    // The uncontended case outside the panic guard (see `Keyed::release_fast`).
+    // SAFETY: the caller's contract above.
+    if let (Some(handle), Some(record)) = unsafe { (h.as_ref(), acq.as_mut()) } {
+        let h = handle.keyed();
+        if record.release_keyed_fast(h.id, |a| h.release_fast::<H>(a)) {
+            return KEYLOCK_OK;
+        }
+    }
+    // SAFETY: as above.
+    ffi_boundary(move || unsafe { release_slow(h, acq) })
+}
+
+/// [`release`] beyond the uncontended case: the full release, which also says what is wrong.
+///
+/// # Safety
+/// As [`release`].
+#[cold]
+#[inline(never)]
+unsafe fn release_slow<H: Handle>(h: *const H, acq: *mut keylock_acquisition) -> Outcome {
+    // SAFETY: the caller's contract above.
+    let (h, acq) = unsafe { (handle(h)?.keyed(), acq.as_mut()) };
+    h.release(acq.ok_or(Fail(KEYLOCK_NULL_ARGUMENT))?.take_keyed(h.id)?)
 }
 
 /// The body of `_release_many`: every record is released (or refused) in turn; the result is

@@ -28,6 +28,7 @@ pub struct keylock_pool {
 }
 
 impl Handle for keylock_pool {
+    const STRIPED: bool = false;
     fn wrap(keyed: Keyed) -> Self {
         Self { keyed }
     }

@@ -30,6 +30,7 @@ pub struct keylock_striped {
 }
 
 impl Handle for keylock_striped {
+    const STRIPED: bool = true;
     fn wrap(keyed: Keyed) -> Self {
         Self { keyed }
     }
