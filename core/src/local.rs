@@ -91,7 +91,7 @@ where
         if key.space == KeySpace::Keys
             && opts.lease.is_none()
             && (opts.owner.is_none() || !self.is_reentrant())
-            && let Some(acq) = self.acquire_plain_fast(key.bytes, opts.mode)
+            && let Some(acq) = self.try_acquire_fast(key.bytes, opts.mode)
         {
             return Ok(acq);
         }
@@ -204,7 +204,7 @@ where
 
     #[inline]
     fn release_as(&self, acquisition: Acquisition, owner: Option<Owner>) -> Result<()> {
-        if owner.is_none() && self.release_plain_fast(&acquisition) {
+        if owner.is_none() && self.release_fast(&acquisition) {
             return Ok(());
         }
         let owner = owner.or(acquisition.owner);
@@ -370,7 +370,7 @@ impl KeyedLock for StripedLock {
 
     #[inline]
     fn release_as(&self, acquisition: Acquisition, owner: Option<Owner>) -> Result<()> {
-        if owner.is_none() && self.release_stripe_fast(&acquisition) {
+        if owner.is_none() && self.release_fast(&acquisition) {
             return Ok(());
         }
         let owner = owner.or(acquisition.owner);

@@ -269,6 +269,68 @@ impl<T: LockTable> Locks<T> {
         Ok(LockGuard::new(self, word, &want, grant))
     }
 
+    // ---- records without guards ----
+
+    /// Takes `key`'s lock in `mode` if its lock word alone allows it now, with one
+    /// compare-and-swap: the record of a plain acquisition (no lease, no owner), or `None`,
+    /// which changes nothing and means "take the full path" ([`lock_with`](Self::lock_with),
+    /// [`KeyedLock::acquire`](crate::KeyedLock::acquire)): the lock is held or has waiters, or
+    /// (in a pool) the key has no slot yet. Never waits and never panics.
+    ///
+    /// For front ends that keep a record rather than a guard (the C ABI): the uncontended case
+    /// of [`lock`](Self::lock) / [`lock_shared`](Self::lock_shared) followed by
+    /// [`into_acquisition`](LockGuard::into_acquisition), by the same rules, without building
+    /// a guard. Release the record with [`release`](Self::release), or try
+    /// [`try_release_fast`](Self::try_release_fast) first.
+    ///
+    /// ```
+    /// use keylock_core::{KeyPool, Mode, StripedLock};
+    /// let locks = StripedLock::new(8).unwrap();
+    /// let acq = locks.try_acquire_fast("k", Mode::Exclusive).unwrap();
+    /// assert!(locks.try_acquire_fast("k", Mode::Exclusive).is_none()); // held: full path
+    /// assert!(locks.try_release_fast(acq).is_ok());
+    /// assert!(!locks.is_locked("k"));
+    /// let pool: KeyPool<String> = KeyPool::new();
+    /// assert!(pool.try_acquire_fast("k", Mode::Exclusive).is_none()); // no slot yet
+    /// drop(pool.lock("k")); // the key's slot is made on the full path
+    /// assert!(pool.try_release_fast(pool.try_acquire_fast("k", Mode::Exclusive).unwrap()).is_ok());
+    /// ```
+    #[inline]
+    pub fn try_acquire_fast<Q: ?Sized>(&self, key: &Q, mode: Mode) -> Option<Acquisition>
+    where
+        T: TakeKey<Q>,
+    {
+        let (word, fence) = self.table.take_fast(self.table.find(key), key, mode)?;
+        Some(Acquisition::plain(fence, self.table.place(word), mode))
+    }
+
+    /// Releases `acquisition` with one compare-and-swap if its lock word alone allows it (a
+    /// plain, current hold of this lock object with no waiters to wake). Otherwise changes
+    /// nothing and hands the record back, for [`release`](Self::release), which wakes waiters
+    /// or says why it cannot release (`NotOwner`, `LeaseExpired`, `InvalidArgument`). Never
+    /// panics.
+    #[inline]
+    pub fn try_release_fast(
+        &self,
+        acquisition: Acquisition,
+    ) -> std::result::Result<(), Acquisition> {
+        if self.release_fast(&acquisition) {
+            Ok(())
+        } else {
+            Err(acquisition)
+        }
+    }
+
+    /// [`try_release_fast`](Self::try_release_fast) by reference: whether it released.
+    #[inline]
+    pub(crate) fn release_fast(&self, acq: &Acquisition) -> bool {
+        acq.is_plain()
+            && self
+                .table
+                .word(acq.at)
+                .is_ok_and(|word| T::entry(word).release_fast(acq.mode, acq.fence))
+    }
+
     // ---- acquisitions ----
 
     /// Releases an acquisition handed out by [`LockGuard::into_acquisition`]. Refused with

@@ -30,7 +30,7 @@ use std::ops::Deref;
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::acquisition::{Acquisition, Mode, Wait, Want};
+use crate::acquisition::{Mode, Wait, Want};
 use crate::entry::{Hold, Policy};
 use crate::error::{Error, Result};
 use crate::guarded;
@@ -307,74 +307,6 @@ impl<K: Hash + Eq, S: BuildHasher> KeyPool<K, S> {
             }
         }
         stats
-    }
-
-    /// Takes `key`'s lock in `mode` if the key is indexed and its lock word alone allows it now,
-    /// with one compare-and-swap: the record of a plain acquisition (no lease, no owner), or
-    /// `None`, which changes nothing and means "take the full path"
-    /// ([`lock_with`](Locks::lock_with), [`KeyedLock::acquire`](crate::KeyedLock::acquire)): the
-    /// key is held, has waiters, or has no slot yet. Never waits.
-    ///
-    /// For front ends that keep a record rather than a guard (the C ABI): the uncontended case
-    /// of [`lock`](Locks::lock) / [`lock_shared`](Locks::lock_shared) followed by
-    /// [`into_acquisition`](crate::LockGuard::into_acquisition), the same rules, without
-    /// building a guard. Release the record with [`release`](Locks::release), or try
-    /// [`try_release_fast`](Self::try_release_fast) first.
-    ///
-    /// ```
-    /// use keylock_core::{KeyPool, Mode};
-    /// let pool: KeyPool<String> = KeyPool::new();
-    /// drop(pool.lock("k")); // the key's slot is made on the full path
-    /// let acq = pool.try_acquire_fast("k", Mode::Exclusive).unwrap();
-    /// assert!(pool.try_acquire_fast("k", Mode::Exclusive).is_none()); // held: full path
-    /// assert!(pool.try_release_fast(acq).is_ok());
-    /// assert!(!pool.is_locked("k"));
-    /// ```
-    #[inline]
-    pub fn try_acquire_fast<Q>(&self, key: &Q, mode: Mode) -> Option<Acquisition>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
-    {
-        self.acquire_plain_fast(key, mode)
-    }
-
-    /// Releases `acquisition` with one compare-and-swap if its lock word alone allows it (a
-    /// plain, current hold of a key of this pool with no waiters to wake). Otherwise changes
-    /// nothing and hands the record back, for [`release`](Locks::release), which wakes waiters
-    /// or says why it cannot release (`NotOwner`, `LeaseExpired`, `InvalidArgument`).
-    #[inline]
-    pub fn try_release_fast(&self, acquisition: Acquisition) -> Result<(), Acquisition> {
-        if self.release_plain_fast(&acquisition) {
-            Ok(())
-        } else {
-            Err(acquisition)
-        }
-    }
-
-    /// A plain acquisition's record straight from the fast path, or `None` (take the full
-    /// path): the trait's (and so the front ends') uncontended case.
-    #[inline]
-    pub(crate) fn acquire_plain_fast<Q>(&self, key: &Q, mode: Mode) -> Option<Acquisition>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
-    {
-        let (slot, fence) = self.table.acquire_fast(self.table.hash(key), key, mode)?;
-        Some(Acquisition::plain(fence, slot.at.to_u64(), mode))
-    }
-
-    /// Releases a plain acquisition record on the fast path; `false` means: take the full path
-    /// (it may be stale, leased, owned, or have waiters to wake).
-    #[inline]
-    pub(crate) fn release_plain_fast(&self, acq: &Acquisition) -> bool {
-        if !acq.is_plain() {
-            return false;
-        }
-        match self.table.guarded_if(SlotRef::from_u64(acq.at)) {
-            Some(guarded) => guarded.slot.entry.release_fast(acq.mode, acq.fence),
-            None => false,
-        }
     }
 }
 

@@ -218,55 +218,6 @@ impl StripedLock {
         Some(Acquisition::plain(fence, stripe as u64, mode))
     }
 
-    /// Releases a plain acquisition record on the fast path; `false` means: take the full path.
-    #[inline]
-    pub(crate) fn release_stripe_fast(&self, acq: &Acquisition) -> bool {
-        acq.is_plain()
-            && usize::try_from(acq.at)
-                .ok()
-                .and_then(|s| self.table.stripes.get(s))
-                .is_some_and(|stripe| stripe.entry.release_fast(acq.mode, acq.fence))
-    }
-
-    /// Takes `key`'s stripe in `mode` if its lock word alone allows it now, with one
-    /// compare-and-swap: the record of a plain acquisition (no lease, no owner), or `None`, which
-    /// changes nothing and means "take the full path" ([`lock_with`](Locks::lock_with),
-    /// [`KeyedLock::acquire`](crate::KeyedLock::acquire)): the stripe is held, has waiters, or
-    /// its counters are full. Never waits and never panics.
-    ///
-    /// For front ends that keep a record rather than a guard (the C ABI): the uncontended case
-    /// of [`lock`](Locks::lock) / [`lock_shared`](Locks::lock_shared) followed by
-    /// [`into_acquisition`](LockGuard::into_acquisition), the same stripe and the same rules,
-    /// without building a guard. Release the record with [`release`](Locks::release), or try
-    /// [`try_release_fast`](Self::try_release_fast) first.
-    ///
-    /// ```
-    /// use keylock_core::{Mode, StripedLock};
-    /// let locks = StripedLock::new(8).unwrap();
-    /// let acq = locks.try_acquire_fast("k", Mode::Exclusive).unwrap();
-    /// assert!(locks.try_acquire_fast("k", Mode::Exclusive).is_none()); // held: full path
-    /// assert!(locks.try_release_fast(acq).is_ok());
-    /// assert!(!locks.is_locked("k"));
-    /// ```
-    #[inline]
-    pub fn try_acquire_fast<K: Hash + ?Sized>(&self, key: &K, mode: Mode) -> Option<Acquisition> {
-        self.acquire_stripe_fast(self.stripe_of(key), mode)
-    }
-
-    /// Releases `acquisition` with one compare-and-swap if its lock word alone allows it (a
-    /// plain, current hold of a stripe of this lock with no waiters to wake). Otherwise changes
-    /// nothing and hands the record back, for [`release`](Locks::release), which wakes waiters
-    /// or says why it cannot release (`NotOwner`, `LeaseExpired`, `InvalidArgument`). Never
-    /// panics.
-    #[inline]
-    pub fn try_release_fast(&self, acquisition: Acquisition) -> Result<(), Acquisition> {
-        if self.release_stripe_fast(&acquisition) {
-            Ok(())
-        } else {
-            Err(acquisition)
-        }
-    }
-
     /// Acquires stripe `stripe` as `opts` says.
     pub(crate) fn lock_stripe_with(
         &self,
