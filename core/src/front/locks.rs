@@ -82,9 +82,9 @@ impl<T: LockTable> Locks<T> {
     {
         let found = self.table.find(key);
         if want.is_plain()
-            && let Some((word, fence)) = self.table.take_fast(found, key, want.mode)
+            && let Some(fast) = self.table.take_fast(found, key, want.mode)
         {
-            return Ok((word, fast_grant(fence)));
+            return Ok((fast.word, fast_grant(fast.fence)));
         }
         self.table.take_slow(found, key, want, wait)
     }
@@ -98,8 +98,8 @@ impl<T: LockTable> Locks<T> {
         T: TakeKey<Q>,
     {
         let found = self.table.find(key);
-        if let Some((word, fence)) = self.table.take_fast(found, key, mode) {
-            return LockGuard::plain(handle, word, mode, fence);
+        if let Some(fast) = self.table.take_fast(found, key, mode) {
+            return LockGuard::plain(handle, fast.word, mode, fast.fence);
         }
         self.lock_plain_slow(handle, found, key, mode)
     }
@@ -300,8 +300,8 @@ impl<T: LockTable> Locks<T> {
     where
         T: TakeKey<Q>,
     {
-        let (word, fence) = self.table.take_fast(self.table.find(key), key, mode)?;
-        Some(Acquisition::plain(fence, self.table.place(word), mode))
+        let fast = self.table.take_fast(self.table.find(key), key, mode)?;
+        Some(Acquisition::plain(fast.fence, fast.place, mode))
     }
 
     /// Releases `acquisition` with one compare-and-swap if its lock word alone allows it (a
@@ -327,8 +327,8 @@ impl<T: LockTable> Locks<T> {
         acq.is_plain()
             && self
                 .table
-                .word(acq.at)
-                .is_ok_and(|word| T::entry(word).release_fast(acq.mode, acq.fence))
+                .word_if(acq.at)
+                .is_some_and(|word| T::entry(word).release_fast(acq.mode, acq.fence))
     }
 
     // ---- acquisitions ----
@@ -594,9 +594,9 @@ impl<T: LockTable> Locks<T> {
     {
         let found = self.table.find(key);
         if want.is_plain()
-            && let Some((word, fence)) = self.table.take_fast(found, key, want.mode)
+            && let Some(fast) = self.table.take_fast(found, key, want.mode)
         {
-            return One::taken(handle, word, want.mode, fence);
+            return One::taken(handle, fast.word, want.mode, fast.fence);
         }
         let place = self.table.reserve(found, key);
         One::after_fast_path(handle, place, want, wait)
@@ -764,8 +764,8 @@ impl<T: LockTable> Table for Locks<T> {
     }
 
     #[inline]
-    fn word(&self, place: u64) -> Result<&T::Word> {
-        self.table.word(place)
+    fn word_if(&self, place: u64) -> Option<&T::Word> {
+        self.table.word_if(place)
     }
 
     #[inline]

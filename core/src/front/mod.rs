@@ -61,8 +61,15 @@ pub(crate) mod table {
         fn guarded<'a>(&'a self, word: &'a Self::Word) -> Self::Guarded<'a>;
         /// The word's place.
         fn place(&self, word: &Self::Word) -> u64;
+        /// The word at `place`, if this table has one there.
+        fn word_if(&self, place: u64) -> Option<&Self::Word>;
         /// The word at `place`; `InvalidArgument` when this table has none there.
-        fn word(&self, place: u64) -> Result<&Self::Word>;
+        #[inline]
+        fn word(&self, place: u64) -> Result<&Self::Word> {
+            self.word_if(place).ok_or(crate::Error::InvalidArgument(
+                "the acquisition belongs to another lock",
+            ))
+        }
         /// Drops a waiter's reservation on `word`, which it will not use after all. A table
         /// whose words are never recycled has none.
         fn unreserve(&self, _word: &Self::Word) {}
@@ -73,6 +80,14 @@ pub(crate) mod table {
         fn take_place(&self, place: u64, want: &Want, wait: crate::Wait) -> Result<Grant>;
         /// The name guards and futures of this table show in `Debug`.
         const NAME: &'static str;
+    }
+
+    /// A word taken on its fast path: the word, its place and the fence it was taken with.
+    #[allow(missing_debug_implementations)] // transient, never stored or shown
+    pub struct Fast<'a, W> {
+        pub word: &'a W,
+        pub place: u64,
+        pub fence: u64,
     }
 
     /// A table that finds the lock word of a key of type `Q` without adding one.
@@ -96,9 +111,14 @@ pub(crate) mod table {
         type Found: Copy;
         /// Looks `key` up.
         fn find(&self, key: &Q) -> Self::Found;
-        /// The fast path: `key`'s word taken in `mode` with one compare-and-swap, and its
-        /// fence; `None` when that is not possible (take the slow path).
-        fn take_fast(&self, found: Self::Found, key: &Q, mode: Mode) -> Option<(&Self::Word, u64)>;
+        /// The fast path: `key`'s word taken in `mode` with one compare-and-swap; `None` when
+        /// that is not possible (take the slow path).
+        fn take_fast(
+            &self,
+            found: Self::Found,
+            key: &Q,
+            mode: Mode,
+        ) -> Option<Fast<'_, Self::Word>>;
         /// The slow path: `key`'s word acquired for `want`, waiting as `wait` says.
         fn take_slow(
             &self,

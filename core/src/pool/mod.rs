@@ -39,7 +39,7 @@ use crate::sync::{AtomicPtr, Ordering, Spin};
 use crate::wait::{Attempt, Grant, Wakes};
 
 use crate::entry::SlowState;
-use crate::front::table::{Find, Table, Take};
+use crate::front::table::{Fast, Find, Table, Take};
 use crate::front::{self, LockTable, Locks};
 use shard::{Shard, Slot, SlotEntry, SlotRef};
 
@@ -574,8 +574,8 @@ impl<K: Hash + Eq, S: BuildHasher> Table for PoolTable<K, S> {
     }
 
     #[inline]
-    fn word(&self, place: u64) -> Result<&Slot<K>> {
-        self.guarded_at(SlotRef::from_u64(place))
+    fn word_if(&self, place: u64) -> Option<&Slot<K>> {
+        self.guarded_if(SlotRef::from_u64(place))
             .map(|guarded| guarded.slot)
     }
 
@@ -657,8 +657,13 @@ where
     }
 
     #[inline]
-    fn take_fast(&self, hash: u64, key: &Q, mode: Mode) -> Option<(&Slot<K>, u64)> {
-        self.acquire_fast(hash, key, mode)
+    fn take_fast(&self, hash: u64, key: &Q, mode: Mode) -> Option<Fast<'_, Slot<K>>> {
+        let (slot, fence) = self.acquire_fast(hash, key, mode)?;
+        Some(Fast {
+            word: slot,
+            place: slot.at.to_u64(),
+            fence,
+        })
     }
 
     fn take_slow(&self, hash: u64, key: &Q, want: &Want, wait: Wait) -> Result<(&Slot<K>, Grant)> {

@@ -19,7 +19,7 @@ use crate::hash::{DefaultHashBuilder, hash_of, random, seeded};
 use crate::many;
 
 use crate::entry::SlowState;
-use crate::front::table::{Find, Table, Take};
+use crate::front::table::{Fast, Find, Table, Take};
 use crate::front::{
     self, AcquireFuture, LockGuard, LockTable, Locks, ManyAcquireFuture, ManyGuard, Plan,
 };
@@ -388,14 +388,11 @@ impl Table for StripeTable {
     }
 
     #[inline]
-    fn word(&self, place: u64) -> Result<&RawLock> {
+    fn word_if(&self, place: u64) -> Option<&RawLock> {
         usize::try_from(place)
             .ok()
             .and_then(|s| self.stripes.get(s))
             .map(|padded| &**padded)
-            .ok_or(Error::InvalidArgument(
-                "the acquisition belongs to another lock",
-            ))
     }
 
     #[inline]
@@ -440,10 +437,14 @@ impl<Q: Hash + ?Sized> Take<Q> for StripeTable {
     }
 
     #[inline]
-    fn take_fast(&self, stripe: usize, _key: &Q, mode: Mode) -> Option<(&RawLock, u64)> {
+    fn take_fast(&self, stripe: usize, _key: &Q, mode: Mode) -> Option<Fast<'_, RawLock>> {
         let word = self.stripe_at(stripe);
         let fence = word.entry.try_fast(mode, self.policy.fifo)?;
-        Some((word, fence))
+        Some(Fast {
+            word,
+            place: stripe as u64,
+            fence,
+        })
     }
 
     fn take_slow(
