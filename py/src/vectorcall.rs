@@ -9,7 +9,7 @@
 //! parser. A `with pool.lock(key):` block makes three such calls. Here each method has a path
 //! for the arguments it is almost always given (`lock(key)`; `__exit__`'s three positional
 //! ones, of which only whether the first is None matters), and a general one that accepts every
-//! form the pyo3 signature accepted, with the same checks. What the methods do is unchanged:
+//! form the pyo3 signature accepted, with the same checks and messages. What the methods do is unchanged:
 //! [`Keyed::handle`], [`LockHandle::enter`] and friends.
 //!
 //! The calls run with the thread attached (CPython calls methods with the GIL held), under a
@@ -159,8 +159,9 @@ unsafe fn parse<'a, 'py, const N: usize>(
         } else {
             format!("from {required} to {positional}")
         };
+        let was = if nargs == 1 { "was" } else { "were" };
         return Err(PyTypeError::new_err(format!(
-            "{name}() takes {takes} positional arguments but {nargs} were given"
+            "{name}() takes {takes} positional arguments but {nargs} {was} given"
         )));
     }
     let mut given: [Option<Borrowed<'a, 'py, PyAny>>; N] = [None; N];
@@ -188,17 +189,26 @@ unsafe fn parse<'a, 'py, const N: usize>(
             given[at] = Some(unsafe { Borrowed::from_ptr(py, *args.add(nargs + j)) });
         }
     }
-    let missing: Vec<String> = params[..required]
+    let missing: Vec<&str> = params[..required]
         .iter()
         .zip(&given)
         .filter(|(_, v)| v.is_none())
-        .map(|(p, _)| format!("'{p}'"))
+        .map(|(p, _)| *p)
         .collect();
     if !missing.is_empty() {
+        let n = missing.len();
+        let arguments = if n == 1 { "argument" } else { "arguments" };
+        // Listed as Python lists them: 'a'; 'a' and 'b'; 'a', 'b', and 'c'.
+        let mut list = String::new();
+        for (i, p) in missing.iter().enumerate() {
+            if i > 0 {
+                list.push_str(if n > 2 { "," } else { "" });
+                list.push_str(if i == n - 1 { " and " } else { " " });
+            }
+            list.push_str(&format!("'{p}'"));
+        }
         return Err(PyTypeError::new_err(format!(
-            "{name}() missing {} required argument(s): {}",
-            missing.len(),
-            missing.join(", ")
+            "{name}() missing {n} required positional {arguments}: {list}"
         )));
     }
     Ok(given)
