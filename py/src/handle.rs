@@ -70,6 +70,42 @@ impl LockHandle {
     fn holds_nothing(py: Python<'_>) -> PyErr {
         errors::raise(py, Status::NotLocked, "the handle holds nothing")
     }
+
+    /// `with`: acquire within the handle's timeout (else LockTimeout); True. (The Python
+    /// method is made by [`crate::with`].)
+    #[inline]
+    pub(crate) fn enter(&self, py: Python<'_>) -> PyResult<bool> {
+        if wait::acquire_blocking(
+            py,
+            self,
+            Wait::from_optional_seconds(self.timeout),
+            self.lease,
+        )? {
+            Ok(true)
+        } else {
+            Err(errors::timeout(py))
+        }
+    }
+
+    /// The end of `with` and `async with`: release whatever the exception; `in_flight`: one is
+    /// propagating, so a refusal (the hold went stale) is not raised over it.
+    #[inline]
+    pub(crate) fn exit(&self, py: Python<'_>, in_flight: bool) -> PyResult<()> {
+        self.release_newest(py, in_flight)
+    }
+
+    /// `async with`: a free lock is taken by this call itself (the result is the done
+    /// awaitable); otherwise an awaitable that waits within the handle's timeout.
+    #[inline]
+    pub(crate) fn aenter(slf: &Bound<'_, Self>) -> PyResult<Py<PyAny>> {
+        let py = slf.py();
+        let this = slf.get();
+        let owner = this.owner(py)?;
+        if wait::try_acquire(py, this, this.lease, owner)? {
+            return ready::get(py);
+        }
+        Ok(Acquire::new(slf, this.timeout, this.lease, owner, true, true)?.into_any())
+    }
 }
 
 #[pymethods]
@@ -223,58 +259,6 @@ impl LockHandle {
     fn lost_future(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         let signals = crate::lost::signals(py, self).ok_or_else(|| Self::holds_nothing(py))?;
         crate::lost::future(py, signals)
-    }
-
-    /// Acquire (within the handle's timeout, else raise keylock.LockTimeout); return True.
-    fn __enter__(&self, py: Python<'_>) -> PyResult<bool> {
-        if wait::acquire_blocking(
-            py,
-            self,
-            Wait::from_optional_seconds(self.timeout),
-            self.lease,
-        )? {
-            Ok(true)
-        } else {
-            Err(errors::timeout(py))
-        }
-    }
-
-    /// Release, whatever the exception. A release refused because the acquisition went stale
-    /// (its lease ran out, or it was force-unlocked) raises LeaseExpiredError / NotOwnerError,
-    /// unless another exception is already propagating.
-    fn __exit__(
-        &self,
-        py: Python<'_>,
-        exc_type: &Bound<'_, PyAny>,
-        _exc: &Bound<'_, PyAny>,
-        _tb: &Bound<'_, PyAny>,
-    ) -> PyResult<()> {
-        self.release_newest(py, !exc_type.is_none())
-    }
-
-    /// Awaitable: acquire without blocking the event loop (within the handle's timeout, else
-    /// raise keylock.LockTimeout). A free lock is taken by this call itself, so awaiting the
-    /// result suspends nothing.
-    fn __aenter__(slf: &Bound<'_, Self>) -> PyResult<Py<PyAny>> {
-        let py = slf.py();
-        let this = slf.get();
-        let owner = this.owner(py)?;
-        if wait::try_acquire(py, this, this.lease, owner)? {
-            return ready::get(py);
-        }
-        Ok(Acquire::new(slf, this.timeout, this.lease, owner, true, true)?.into_any())
-    }
-
-    /// Release, whatever the exception (as `__exit__`); the awaitable is already done.
-    fn __aexit__(
-        &self,
-        py: Python<'_>,
-        exc_type: &Bound<'_, PyAny>,
-        _exc: &Bound<'_, PyAny>,
-        _tb: &Bound<'_, PyAny>,
-    ) -> PyResult<Py<PyAny>> {
-        self.release_newest(py, !exc_type.is_none())?;
-        ready::get(py)
     }
 
     fn __repr__(slf: &Bound<'_, Self>) -> PyResult<String> {

@@ -30,6 +30,7 @@ mod owner;
 mod ready;
 mod rwlock;
 mod stall;
+mod vectorcall;
 mod wait;
 
 use pyo3::prelude::*;
@@ -48,6 +49,7 @@ fn _keylock(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<locks::LockInfo>()?;
     m.add_class::<rwlock::RwLock>()?;
     m.add_class::<lock::LockHandle>()?;
+    vectorcall::install(m)?;
     m.add_class::<handle::KeyLock>()?;
     m.add_class::<handle::ReentrantKeyLock>()?;
     m.add_class::<handle::ManyLock>()?;

@@ -473,10 +473,12 @@ impl Drop for LockHandle {
     /// Rust guard does on drop: nobody else could), and says so with a `ResourceWarning`, as an
     /// unclosed file does. Stale records release nothing.
     fn drop(&mut self) {
-        let records = std::mem::take(self.records.get_mut());
-        if records.first.is_none() {
+        let records = self.records.get_mut();
+        // The usual end: everything was released (checked in place, without moving the records).
+        if records.first.is_none() && records.more.is_empty() {
             return;
         }
+        let records = std::mem::take(records);
         let mut released = 0usize;
         for record in records.first.into_iter().chain(records.more) {
             // Ok: it was still held (an RwLock guard always is), and now it is not.

@@ -38,9 +38,10 @@ impl Keyed {
         with_gil_released(py, self.may_block, || f(inner))
     }
 
-    /// The handle of one key in `mode`.
+    /// The handle of one key in `mode`: `lock`, `read` and `write` (their Python methods are
+    /// made by [`crate::vectorcall`]).
     #[inline]
-    fn handle<'py>(
+    pub(crate) fn handle<'py>(
         slf: &Bound<'py, Self>,
         key: &Bound<'py, PyAny>,
         mode: Mode,
@@ -82,54 +83,6 @@ fn options(
 
 #[pymethods]
 impl Keyed {
-    /// Return the exclusive lock handle of `key`. `timeout` (seconds, None for no limit)
-    /// bounds the wait of `with` / `async with`, which raise keylock.LockTimeout when it runs
-    /// out; `lease` (seconds) makes every acquisition through the handle end by itself after
-    /// that long. In a reentrant lock object the handle is a ReentrantKeyLock.
-    #[pyo3(
-        signature = (key, timeout = OptTimeout(None), *, lease = Lease(None)),
-        text_signature = "($self, key, timeout=None, *, lease=None)"
-    )]
-    fn lock<'py>(
-        slf: &Bound<'py, Self>,
-        key: &Bound<'py, PyAny>,
-        timeout: OptTimeout,
-        lease: Lease,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        Self::handle(slf, key, Mode::Exclusive, timeout, lease)
-    }
-
-    /// Return the shared lock handle of `key`: any number of shared holders at once, no
-    /// exclusive holder meanwhile (a shared request behind a waiting exclusive one waits: FIFO
-    /// per key). Same arguments as `lock`.
-    #[pyo3(
-        signature = (key, timeout = OptTimeout(None), *, lease = Lease(None)),
-        text_signature = "($self, key, timeout=None, *, lease=None)"
-    )]
-    fn read<'py>(
-        slf: &Bound<'py, Self>,
-        key: &Bound<'py, PyAny>,
-        timeout: OptTimeout,
-        lease: Lease,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        Self::handle(slf, key, Mode::Shared, timeout, lease)
-    }
-
-    /// Return the exclusive lock handle of `key` (the same as `lock`, named as the partner of
-    /// `read`).
-    #[pyo3(
-        signature = (key, timeout = OptTimeout(None), *, lease = Lease(None)),
-        text_signature = "($self, key, timeout=None, *, lease=None)"
-    )]
-    fn write<'py>(
-        slf: &Bound<'py, Self>,
-        key: &Bound<'py, PyAny>,
-        timeout: OptTimeout,
-        lease: Lease,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        Self::handle(slf, key, Mode::Exclusive, timeout, lease)
-    }
-
     /// Return a handle that takes every key of `keys` together (deadlock-free, all or none)
     /// and releases them together; use it with `with` or `async with`. Each entry is a key
     /// (taken exclusively) or a `(key, mode)` pair, mode "exclusive" or "shared".
