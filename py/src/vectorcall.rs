@@ -260,68 +260,32 @@ unsafe fn handle_of(
     })
 }
 
-unsafe extern "C" fn lock(
-    slf: *mut ffi::PyObject,
-    args: *const *mut ffi::PyObject,
-    nargs: ffi::Py_ssize_t,
-    kwnames: *mut ffi::PyObject,
-) -> *mut ffi::PyObject {
-    // SAFETY: called by CPython through KeyedLock's descriptor.
-    unsafe {
-        handle_of(
-            "KeyedLock.lock",
-            Mode::Exclusive,
-            slf,
-            Args {
+/// The `METH_FASTCALL | METH_KEYWORDS` entry of a `KeyedLock` method that makes a handle
+/// (`lock`, `read`, `write`): `$name` in its argument errors, `$mode` the handle's mode. Each is
+/// its own function, as CPython calls a method through its own pointer.
+macro_rules! handle_method {
+    ($fn:ident, $name:literal, $mode:expr) => {
+        unsafe extern "C" fn $fn(
+            slf: *mut ffi::PyObject,
+            args: *const *mut ffi::PyObject,
+            nargs: ffi::Py_ssize_t,
+            kwnames: *mut ffi::PyObject,
+        ) -> *mut ffi::PyObject {
+            let args = Args {
                 args,
                 nargs,
                 kwnames,
-            },
-        )
-    }
+            };
+            // SAFETY: called by CPython through KeyedLock's descriptor (type checked), with
+            // its vectorcall arguments.
+            unsafe { handle_of($name, $mode, slf, args) }
+        }
+    };
 }
 
-unsafe extern "C" fn read(
-    slf: *mut ffi::PyObject,
-    args: *const *mut ffi::PyObject,
-    nargs: ffi::Py_ssize_t,
-    kwnames: *mut ffi::PyObject,
-) -> *mut ffi::PyObject {
-    // SAFETY: as in `lock`.
-    unsafe {
-        handle_of(
-            "KeyedLock.read",
-            Mode::Shared,
-            slf,
-            Args {
-                args,
-                nargs,
-                kwnames,
-            },
-        )
-    }
-}
-
-unsafe extern "C" fn write(
-    slf: *mut ffi::PyObject,
-    args: *const *mut ffi::PyObject,
-    nargs: ffi::Py_ssize_t,
-    kwnames: *mut ffi::PyObject,
-) -> *mut ffi::PyObject {
-    // SAFETY: as in `lock`.
-    unsafe {
-        handle_of(
-            "KeyedLock.write",
-            Mode::Exclusive,
-            slf,
-            Args {
-                args,
-                nargs,
-                kwnames,
-            },
-        )
-    }
-}
+handle_method!(lock, "KeyedLock.lock", Mode::Exclusive);
+handle_method!(read, "KeyedLock.read", Mode::Shared);
+handle_method!(write, "KeyedLock.write", Mode::Exclusive);
 
 /// `__enter__` (`METH_NOARGS`).
 unsafe extern "C" fn enter(
@@ -335,6 +299,25 @@ unsafe extern "C" fn enter(
     })
 }
 
+/// What `__exit__` and `__aexit__` share: the exception triple read (`name` names the method
+/// in argument errors), then the handle's release.
+///
+/// # Safety
+/// `slf` is a live, borrowed reference to a `LockHandle`, and `args` are CPython's vectorcall
+/// arguments, with the thread attached.
+unsafe fn exit_with(
+    py: Python<'_>,
+    name: &str,
+    slf: &*mut ffi::PyObject,
+    args: Args,
+) -> PyResult<()> {
+    // SAFETY: the caller's contract.
+    let in_flight = unsafe { in_flight(py, name, args) }?;
+    // SAFETY: the caller's contract.
+    let this = unsafe { handle(py, slf) };
+    this.get().exit(py, in_flight)
+}
+
 /// `__exit__` (`METH_FASTCALL | METH_KEYWORDS`).
 unsafe extern "C" fn exit(
     slf: *mut ffi::PyObject,
@@ -342,23 +325,14 @@ unsafe extern "C" fn exit(
     nargs: ffi::Py_ssize_t,
     kwnames: *mut ffi::PyObject,
 ) -> *mut ffi::PyObject {
-    call(|py| {
-        // SAFETY: vectorcall arguments from CPython, thread attached.
-        let in_flight = unsafe {
-            in_flight(
-                py,
-                "LockHandle.__exit__",
-                Args {
-                    args,
-                    nargs,
-                    kwnames,
-                },
-            )
-        }?;
-        // SAFETY: as in `enter`.
-        let this = unsafe { handle(py, &slf) };
-        this.get().exit(py, in_flight).map(|()| new_none())
-    })
+    let args = Args {
+        args,
+        nargs,
+        kwnames,
+    };
+    // SAFETY: called through LockHandle's method descriptor (type checked), with CPython's
+    // vectorcall arguments and the thread attached.
+    call(|py| unsafe { exit_with(py, "LockHandle.__exit__", &slf, args) }.map(|()| new_none()))
 }
 
 /// `__aenter__` (`METH_NOARGS`).
@@ -380,22 +354,14 @@ unsafe extern "C" fn aexit(
     nargs: ffi::Py_ssize_t,
     kwnames: *mut ffi::PyObject,
 ) -> *mut ffi::PyObject {
+    let args = Args {
+        args,
+        nargs,
+        kwnames,
+    };
     call(|py| {
         // SAFETY: as in `exit`.
-        let in_flight = unsafe {
-            in_flight(
-                py,
-                "LockHandle.__aexit__",
-                Args {
-                    args,
-                    nargs,
-                    kwnames,
-                },
-            )
-        }?;
-        // SAFETY: as in `enter`.
-        let this = unsafe { handle(py, &slf) };
-        this.get().exit(py, in_flight)?;
+        unsafe { exit_with(py, "LockHandle.__aexit__", &slf, args) }?;
         ready::get(py).map(Py::into_ptr)
     })
 }
