@@ -6,8 +6,10 @@
 #                      build/bench-quick/, to check that nothing regressed; commits nothing
 #   make bench-uncontended  only the uncontended criterion suite (bench/results/rust.json)
 #   make bench-report  only regenerate BENCHMARKS.md and the plots from the JSON
+#   make bench-before-after-bindings  C, Python and Node uncontended lock+release, built from
+#                      an earlier revision and from a tree, side by side (not part of make bench)
 
-.PHONY: bench-core bench-uncontended bench-report bench-quick
+.PHONY: bench-core bench-uncontended bench-report bench-quick bench-before-after-bindings
 
 BENCH_RESULTS := $(ROOT)/bench/results
 # Thread counts for the scaling runs; a bigger machine can pass more: make bench BENCH_THREADS="1 2 4 8 16 32 64"
@@ -41,6 +43,20 @@ bench-uncontended:
 
 bench-report: $(VENV)/.stamp
 	$(PY) bench/report.py render $(BENCH_RESULTS) BENCHMARKS.md docs
+
+# Before and after for the bindings (bench/before_after_bindings.py): the uncontended
+# lock+release loops of C (libkeylock), Python (the wheel) and Node (the addon), each built from
+# revision BEFORE_AFTER_REV and from the tree BEFORE_AFTER_TREE in a temporary directory of its
+# own (a git worktree for the revision, its own CARGO_TARGET_DIR per tree; nothing is built into
+# either tree), in instructions per operation (callgrind) and ns, into
+# bench/results/bindings-before-after-front.json; make bench-report then renders it. About 10-15
+# minutes of building on 2 cores, then about 10 of measuring. Against another tree:
+#   make bench-before-after-bindings BEFORE_AFTER_TREE=/path/to/checkout
+BEFORE_AFTER_REV ?= 360914d
+BEFORE_AFTER_TREE ?= $(ROOT)
+bench-before-after-bindings: $(VENV)/.stamp $(NODE_MODULES_STAMP)
+	python3 bench/before_after_bindings.py --rev $(BEFORE_AFTER_REV) --tree $(BEFORE_AFTER_TREE) \
+		--maturin $(VENV)/bin/maturin
 
 QUICK_DIR := $(ROOT)/build/bench-quick
 bench-quick: $(VENV)/.stamp
