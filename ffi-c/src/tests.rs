@@ -250,3 +250,39 @@ fn header_initialisers_match_the_library() {
     );
     assert_eq!(std::mem::size_of::<keylock_acquisition>(), 128);
 }
+
+#[test]
+fn an_uncontended_plain_lock_keeps_the_cores_fast_record() {
+    use crate::acquisition::state;
+    use crate::pool::*;
+    let key = b"k".as_ptr();
+    let (striped, pool) = (keylock_striped_new(8), keylock_pool_new());
+    let (mut a, mut b) = (keylock_acquisition::EMPTY, keylock_acquisition::EMPTY);
+    // SAFETY: live handles and records; `key` points to 1 byte.
+    unsafe {
+        assert_eq!(keylock_striped_lock(striped, key, 1, &mut a), KEYLOCK_OK);
+        assert_eq!(a._private_state, state::KEYED);
+        // The stripe is held: the next acquire goes the full way and is refused there.
+        let r = keylock_striped_try_lock(striped, key, 1, &mut b);
+        assert_eq!((r, b._private_state), (KEYLOCK_WOULD_BLOCK, state::EMPTY));
+        assert_eq!(keylock_striped_release(striped, &mut a), KEYLOCK_OK);
+        assert_eq!(keylock_striped_release(striped, &mut a), KEYLOCK_NOT_OWNER);
+
+        // A pool's first lock of a key makes its slot on the full path (a guard); once the
+        // slot is indexed the fast path takes it.
+        assert_eq!(keylock_pool_lock(pool, key, 1, &mut a), KEYLOCK_OK);
+        assert_eq!(a._private_state, state::POOL);
+        assert_eq!(keylock_pool_release(pool, &mut a), KEYLOCK_OK);
+        assert_eq!(keylock_pool_lock(pool, key, 1, &mut a), KEYLOCK_OK);
+        assert_eq!(a._private_state, state::KEYED);
+        // Another object's record is refused by both, and stays held.
+        assert_eq!(
+            keylock_striped_release(striped, &mut a),
+            KEYLOCK_INVALID_ARGUMENT
+        );
+        assert_eq!(keylock_pool_release(pool, &mut a), KEYLOCK_OK);
+        assert_eq!(keylock_pool_release(pool, &mut a), KEYLOCK_NOT_OWNER);
+        keylock_striped_free(striped);
+        keylock_pool_free(pool);
+    }
+}
