@@ -82,9 +82,9 @@ impl<T: LockTable> Locks<T> {
     {
         let found = self.table.find(key);
         if want.is_plain()
-            && let Some(fast) = self.table.take_fast(found, key, want.mode)
+            && let Some((word, fence)) = self.table.take_fast(found, key, want.mode)
         {
-            return Ok((fast.word, fast_grant(fast.fence)));
+            return Ok((word, fast_grant(fence)));
         }
         self.table.take_slow(found, key, want, wait)
     }
@@ -98,8 +98,8 @@ impl<T: LockTable> Locks<T> {
         T: TakeKey<Q>,
     {
         let found = self.table.find(key);
-        if let Some(fast) = self.table.take_fast(found, key, mode) {
-            return LockGuard::plain(handle, fast.word, mode, fast.fence);
+        if let Some((word, fence)) = self.table.take_fast(found, key, mode) {
+            return LockGuard::plain(handle, word, mode, fence);
         }
         self.lock_plain_slow(handle, found, key, mode)
     }
@@ -300,8 +300,13 @@ impl<T: LockTable> Locks<T> {
     where
         T: TakeKey<Q>,
     {
-        let fast = self.table.take_fast(self.table.find(key), key, mode)?;
-        Some(Acquisition::plain(fast.fence, fast.place, mode))
+        let found = self.table.find(key);
+        let (word, fence) = self.table.take_fast(found, key, mode)?;
+        Some(Acquisition::plain(
+            fence,
+            self.table.place_found(found, word),
+            mode,
+        ))
     }
 
     /// Releases `acquisition` with one compare-and-swap if its lock word alone allows it (a
@@ -594,9 +599,9 @@ impl<T: LockTable> Locks<T> {
     {
         let found = self.table.find(key);
         if want.is_plain()
-            && let Some(fast) = self.table.take_fast(found, key, want.mode)
+            && let Some((word, fence)) = self.table.take_fast(found, key, want.mode)
         {
-            return One::taken(handle, fast.word, want.mode, fast.fence);
+            return One::taken(handle, word, want.mode, fence);
         }
         let place = self.table.reserve(found, key);
         One::after_fast_path(handle, place, want, wait)

@@ -82,14 +82,6 @@ pub(crate) mod table {
         const NAME: &'static str;
     }
 
-    /// A word taken on its fast path: the word, its place and the fence it was taken with.
-    #[allow(missing_debug_implementations)] // transient, never stored or shown
-    pub struct Fast<'a, W> {
-        pub word: &'a W,
-        pub place: u64,
-        pub fence: u64,
-    }
-
     /// A table that finds the lock word of a key of type `Q` without adding one.
     #[allow(private_interfaces, private_bounds)]
     pub trait Find<Q: ?Sized>: Table {
@@ -111,14 +103,15 @@ pub(crate) mod table {
         type Found: Copy;
         /// Looks `key` up.
         fn find(&self, key: &Q) -> Self::Found;
-        /// The fast path: `key`'s word taken in `mode` with one compare-and-swap; `None` when
-        /// that is not possible (take the slow path).
-        fn take_fast(
-            &self,
-            found: Self::Found,
-            key: &Q,
-            mode: Mode,
-        ) -> Option<Fast<'_, Self::Word>>;
+        /// The fast path: `key`'s word taken in `mode` with one compare-and-swap, and its
+        /// fence; `None` when that is not possible (take the slow path).
+        fn take_fast(&self, found: Self::Found, key: &Q, mode: Mode) -> Option<(&Self::Word, u64)>;
+        /// The place of `word`, which `take_fast` took for `found` (a table that knows it from
+        /// its lookup says so without arithmetic).
+        #[inline]
+        fn place_found(&self, _found: Self::Found, word: &Self::Word) -> u64 {
+            self.place(word)
+        }
         /// The slow path: `key`'s word acquired for `want`, waiting as `wait` says.
         fn take_slow(
             &self,

@@ -39,7 +39,7 @@ use crate::sync::{AtomicPtr, Ordering, Spin};
 use crate::wait::{Attempt, Grant, Wakes};
 
 use crate::entry::SlowState;
-use crate::front::table::{Fast, Find, Table, Take};
+use crate::front::table::{Find, Table, Take};
 use crate::front::{self, LockTable, Locks};
 use shard::{Shard, Slot, SlotEntry, SlotRef};
 
@@ -657,13 +657,8 @@ where
     }
 
     #[inline]
-    fn take_fast(&self, hash: u64, key: &Q, mode: Mode) -> Option<Fast<'_, Slot<K>>> {
-        let (slot, fence) = self.acquire_fast(hash, key, mode)?;
-        Some(Fast {
-            word: slot,
-            place: slot.at.to_u64(),
-            fence,
-        })
+    fn take_fast(&self, hash: u64, key: &Q, mode: Mode) -> Option<(&Slot<K>, u64)> {
+        self.acquire_fast(hash, key, mode)
     }
 
     fn take_slow(&self, hash: u64, key: &Q, want: &Want, wait: Wait) -> Result<(&Slot<K>, Grant)> {

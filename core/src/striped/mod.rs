@@ -19,7 +19,7 @@ use crate::hash::{DefaultHashBuilder, hash_of, random, seeded};
 use crate::many;
 
 use crate::entry::SlowState;
-use crate::front::table::{Fast, Find, Table, Take};
+use crate::front::table::{Find, Table, Take};
 use crate::front::{
     self, AcquireFuture, LockGuard, LockTable, Locks, ManyAcquireFuture, ManyGuard, Plan,
 };
@@ -437,14 +437,15 @@ impl<Q: Hash + ?Sized> Take<Q> for StripeTable {
     }
 
     #[inline]
-    fn take_fast(&self, stripe: usize, _key: &Q, mode: Mode) -> Option<Fast<'_, RawLock>> {
+    fn take_fast(&self, stripe: usize, _key: &Q, mode: Mode) -> Option<(&RawLock, u64)> {
         let word = self.stripe_at(stripe);
         let fence = word.entry.try_fast(mode, self.policy.fifo)?;
-        Some(Fast {
-            word,
-            place: stripe as u64,
-            fence,
-        })
+        Some((word, fence))
+    }
+
+    #[inline]
+    fn place_found(&self, stripe: usize, _word: &RawLock) -> u64 {
+        stripe as u64
     }
 
     fn take_slow(
