@@ -400,8 +400,9 @@ impl<K: Hash + Eq, S: BuildHasher> PoolTable<K, S> {
         })
     }
 
-    /// The fast path: the key's slot from the index, taken with one compare-and-swap.
-    #[inline]
+    /// The fast path: the key's slot from the index, taken with one compare-and-swap. Always
+    /// inlined: its callers are each one front end's uncontended path.
+    #[inline(always)]
     fn acquire_fast<Q>(&self, hash: u64, key: &Q, mode: Mode) -> Option<(&Slot<K>, u64)>
     where
         K: Borrow<Q>,
@@ -656,7 +657,7 @@ where
         self.hash(key)
     }
 
-    #[inline]
+    #[inline(always)]
     fn take_fast(&self, hash: u64, key: &Q, mode: Mode) -> Option<(&Slot<K>, u64)> {
         self.acquire_fast(hash, key, mode)
     }
