@@ -129,16 +129,11 @@ where
 
     #[inline]
     fn poll_one(&mut self, cx: &mut Context<'_>) -> Poll<Result<LockGuard<P>>> {
+        if let Some(guard) = self.take_taken() {
+            return Poll::Ready(Ok(guard));
+        }
         match self {
-            One::Taken {
-                table,
-                word,
-                mode,
-                fence,
-            } => {
-                let table = table.take().expect("lock future polled after completion");
-                Poll::Ready(Ok(LockGuard::plain_at(table, *word, *mode, *fence)))
-            }
+            One::Taken { .. } => panic!("lock future polled after completion"),
             One::Slow(slow) => slow.poll_slow(cx),
         }
     }
