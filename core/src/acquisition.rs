@@ -143,6 +143,10 @@ pub struct LockOptions {
     pub owner: Option<Owner>,
     /// How long to wait (default: until acquired).
     pub wait: Wait,
+    /// The units of a [`KeyedSemaphore`](crate::KeyedSemaphore) to take (default 1). A lock
+    /// object that is not a semaphore takes only 1; a semaphore refuses 0 and more than its
+    /// permits with `InvalidArgument`.
+    pub weight: u32,
 }
 
 impl LockOptions {
@@ -153,6 +157,7 @@ impl LockOptions {
             lease: None,
             owner: None,
             wait: Wait::Forever,
+            weight: 1,
         }
     }
 
@@ -185,12 +190,30 @@ impl LockOptions {
         self
     }
 
+    /// Sets the units of a semaphore to take.
+    pub const fn weight(mut self, weight: u32) -> Self {
+        self.weight = weight;
+        self
+    }
+
+    /// `InvalidArgument` unless the weight is 1: for the scopes that have no semaphores yet.
+    pub(crate) fn check_lock_weight(&self) -> crate::Result<()> {
+        if self.weight == 1 {
+            Ok(())
+        } else {
+            Err(crate::Error::InvalidArgument(
+                "a lock's acquisition has weight 1; only a semaphore takes more units",
+            ))
+        }
+    }
+
     /// The part of the options a queued waiter carries.
     pub(crate) fn want(&self) -> Want {
         Want {
             mode: self.mode,
             lease: self.lease,
             owner: self.owner,
+            units: self.weight,
         }
     }
 }
@@ -201,6 +224,9 @@ pub(crate) struct Want {
     pub(crate) mode: Mode,
     pub(crate) lease: Option<Duration>,
     pub(crate) owner: Option<Owner>,
+    /// The units a semaphore's acquire takes; 0 for a lock's. (`LockOptions` gives the weight
+    /// asked for; the lock object's policy turns it into units, or into a value it refuses.)
+    pub(crate) units: u32,
 }
 
 impl Want {
@@ -208,11 +234,13 @@ impl Want {
         mode: Mode::Exclusive,
         lease: None,
         owner: None,
+        units: 0,
     };
     pub(crate) const SHARED: Want = Want {
         mode: Mode::Shared,
         lease: None,
         owner: None,
+        units: 0,
     };
 
     /// Whether nothing about the holder must be kept beside the lock word, so that the fast
@@ -221,7 +249,9 @@ impl Want {
     /// see as anything but taken).
     #[inline]
     pub(crate) fn is_plain(&self) -> bool {
-        self.lease.is_none() && (self.owner.is_none() || self.mode == Mode::Shared)
+        self.lease.is_none()
+            && (self.owner.is_none() || self.mode == Mode::Shared)
+            && self.units == 0
     }
 }
 
@@ -259,6 +289,8 @@ pub struct Acquisition {
     pub(crate) lease_until: Option<Instant>,
     pub(crate) mode: Mode,
     pub(crate) owner_died: bool,
+    /// The units of a semaphore this acquisition holds (0 for a lock's).
+    pub(crate) units: u32,
 }
 
 impl Acquisition {
@@ -284,6 +316,12 @@ impl Acquisition {
         self.lease_until
     }
 
+    /// The units of a [`KeyedSemaphore`](crate::KeyedSemaphore) that the acquisition holds;
+    /// 1 for a lock's acquisition.
+    pub fn weight(&self) -> u32 {
+        self.units.max(1)
+    }
+
     /// Whether the previous holder died holding the lock (cross-process scopes only; always
     /// `false` in one process). The data it protected may be half-changed.
     pub fn owner_died(&self) -> bool {
@@ -301,13 +339,14 @@ impl Acquisition {
             lease_until: None,
             mode,
             owner_died: false,
+            units: 0,
         }
     }
 
     /// Whether the record is of a plain hold, so the fast path may release it.
     #[inline]
     pub(crate) fn is_plain(&self) -> bool {
-        self.ticket == 0 && self.owner.is_none() && self.lease_until.is_none()
+        self.ticket == 0 && self.owner.is_none() && self.lease_until.is_none() && self.units == 0
     }
 
     /// A copy for internal checks that never release it (the record itself is one hold).
@@ -332,6 +371,7 @@ impl fmt::Debug for Acquisition {
             .field("owner", &self.owner.map(Owner::get))
             .field("lease_deadline", &self.lease_until)
             .field("owner_died", &self.owner_died)
+            .field("weight", &self.weight())
             .finish_non_exhaustive()
     }
 }
@@ -355,4 +395,7 @@ pub struct LockInfo {
     pub lease_remaining: Option<Duration>,
     /// Waiters queued for the key.
     pub waiters: usize,
+    /// Units of a semaphore held now (the sum of its holders' weights); for a lock, the same
+    /// as `holders`.
+    pub units: u32,
 }

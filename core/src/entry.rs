@@ -31,6 +31,20 @@
 //! - fence: the low 45 bits of the current fence; the high bits are in [`Entry`]'s `hi`, which
 //!   changes only when the low bits wrap round, under the queue lock while the entry is `SLOW`.
 //!
+//! # Semaphores
+//!
+//! A lock object with `permits` (a [`KeyedSemaphore`](crate::KeyedSemaphore)) uses the same word
+//! by another rule: the holders field counts *units* held (at most `permits`), every
+//! acquisition takes its weight in units and advances the fence (so every permit has a fence of
+//! its own, and fences rise per key across all acquisitions), and `EXCL` is never set. A word
+//! without `SLOW` has at most one holder, which the word describes whole (its units, and the
+//! fence, which is its own): its release is one compare-and-swap of that exact word. A second
+//! holder lists both beside the word ([`SlowState`]) and sets `SLOW`, so releases look their
+//! acquisition up there until the list empties. Waiters are served strictly in order: a request
+//! whose units do not fit waits, and so does everyone behind it (a heavy request at the head is
+//! never starved by light ones arriving after it; light requests do not pass it, as in tokio's
+//! semaphore, since letting them pass is what starves it).
+//!
 //! A release checks its acquisition's fence *in the same compare-and-swap* that frees the lock,
 //! so a stale release (after a force-unlock, a lease expiry, or a release already made) can
 //! never free a later holder: the word it expects no longer exists.
@@ -96,6 +110,8 @@ pub(crate) struct Policy {
     pub(crate) reentrant: bool,
     /// The largest hold count of a reentrant holder.
     pub(crate) max_holds: u32,
+    /// A semaphore's units per key (see the module docs); 0 for a lock.
+    pub(crate) permits: u32,
 }
 
 impl Policy {
@@ -106,15 +122,43 @@ impl Policy {
         fifo: false,
         reentrant: false,
         max_holds: Self::DEFAULT_MAX_HOLDS,
+        permits: 0,
     };
 
-    /// `want` as this policy sees it: owners matter only to reentrant locks.
+    /// The most permits a semaphore can have per key.
+    pub(crate) const MAX_PERMITS: u32 = MAX_SHARED as u32;
+
+    /// `want` as this policy sees it: owners matter only to reentrant locks; a semaphore's
+    /// acquire takes `units` (its weight), a lock's none. A weight the policy refuses becomes
+    /// `u32::MAX` units, which [`Entry::acquire_locked`] refuses with `InvalidArgument`.
     #[inline]
     pub(crate) fn normalize(&self, mut want: Want) -> Want {
         if !self.reentrant {
             want.owner = None;
         }
+        if self.permits == 0 {
+            want.units = if want.units == 1 { 0 } else { u32::MAX };
+        } else {
+            want.mode = Mode::Shared;
+            if want.units == 0 {
+                want.units = u32::MAX;
+            }
+        }
         want
+    }
+
+    /// Why `want` (normalized) cannot be served by this policy, if it cannot.
+    #[inline]
+    fn refuses(&self, want: &Want) -> Option<Error> {
+        if self.permits == 0 {
+            (want.units != 0).then_some(Error::InvalidArgument(
+                "a lock's acquisition has weight 1; only a semaphore takes more units",
+            ))
+        } else {
+            (want.units == 0 || want.units > self.permits).then_some(Error::InvalidArgument(
+                "a semaphore's weight is at least 1 and at most its permits",
+            ))
+        }
     }
 }
 
@@ -135,15 +179,33 @@ struct HolderDetail {
     lease: Option<Instant>,
     /// Leased shared holders: (ticket, when the lease ends).
     shared: Vec<(u64, Instant)>,
+    /// A semaphore's holders, while there are several or any has a lease.
+    units: Vec<UnitHold>,
+}
+
+/// One holder of a semaphore's units, listed beside the word.
+#[derive(Debug, Clone, Copy)]
+struct UnitHold {
+    fence: u64,
+    units: u32,
+    lease: Option<Instant>,
 }
 
 impl HolderDetail {
     fn is_empty(&self) -> bool {
-        self.owner.is_none() && self.lease.is_none() && self.shared.is_empty()
+        self.owner.is_none()
+            && self.lease.is_none()
+            && self.shared.is_empty()
+            && self.units.is_empty()
     }
 
     fn earliest(&self) -> Option<Instant> {
-        let shared = self.shared.iter().map(|&(_, t)| t).min();
+        let shared = self
+            .shared
+            .iter()
+            .map(|&(_, t)| t)
+            .chain(self.units.iter().filter_map(|u| u.lease))
+            .min();
         match (self.lease, shared) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -193,6 +255,8 @@ pub(crate) struct Hold {
     pub(crate) fence: u64,
     pub(crate) ticket: u64,
     pub(crate) owner: Option<Owner>,
+    /// A semaphore's units held (0 for a lock's hold).
+    pub(crate) units: u32,
 }
 
 impl Hold {
@@ -201,12 +265,15 @@ impl Hold {
         Self {
             mode: if grant.reentered {
                 Mode::Exclusive
+            } else if want.units != 0 {
+                Mode::Shared
             } else {
                 want.mode
             },
             fence: grant.fence,
             ticket: grant.ticket,
             owner: want.owner,
+            units: want.units,
         }
     }
 }
@@ -225,6 +292,7 @@ struct HoldExtra {
     ticket: u64,
     owner: Option<Owner>,
     lease_until: Option<Instant>,
+    units: u32,
 }
 
 impl GuardHold {
@@ -242,12 +310,16 @@ impl GuardHold {
     #[inline]
     pub(crate) fn of(want: &Want, grant: Grant) -> Self {
         let hold = Hold::of(want, grant);
-        let extra =
-            (hold.ticket != 0 || hold.owner.is_some() || grant.lease_until.is_some()).then(|| {
+        let extra = (hold.ticket != 0
+            || hold.owner.is_some()
+            || grant.lease_until.is_some()
+            || hold.units != 0)
+            .then(|| {
                 Box::new(HoldExtra {
                     ticket: hold.ticket,
                     owner: hold.owner,
                     lease_until: grant.lease_until,
+                    units: hold.units,
                 })
             });
         Self {
@@ -271,6 +343,7 @@ impl GuardHold {
             fence: self.fence,
             ticket: self.extra.as_ref().map_or(0, |e| e.ticket),
             owner: self.extra.as_ref().and_then(|e| e.owner),
+            units: self.extra.as_ref().map_or(0, |e| e.units),
         }
     }
 
@@ -289,6 +362,7 @@ impl GuardHold {
                     ticket: 0,
                     owner: None,
                     lease_until: Some(until),
+                    units: 0,
                 }))
             }
         }
@@ -615,6 +689,118 @@ impl Entry {
         }
     }
 
+    /// Whether `units` more units of a semaphore with `permits` fit in `word`.
+    /// (`keylock_mutant_overfull`: a deliberately broken build for `make loom-mutants`, which
+    /// lets one unit too many in.)
+    #[inline]
+    fn units_fit(word: u64, units: u32, permits: u32) -> bool {
+        let cap = u64::from(permits) + u64::from(cfg!(keylock_mutant_overfull));
+        word & EXCL == 0 && readers(word) + u64::from(units) <= cap.min(MAX_SHARED)
+    }
+
+    /// Takes `want.units` units of a semaphore's entry, if they fit now (the caller has checked
+    /// that nobody queued is ahead). Advances the fence: the grant's fence is the acquisition's
+    /// own. See the module docs for when holders are listed beside the word.
+    fn take_units_locked(&self, slow: &mut SlowState, want: &Want, permits: u32) -> Option<Grant> {
+        let units = want.units;
+        let lease_until = want.lease.map(lease_end);
+        loop {
+            let word = self.word.load(Ordering::Acquire);
+            if !Self::units_fit(word, units, permits) {
+                return None;
+            }
+            if word & SLOW == 0 && readers(word) > 0 {
+                // A sole holder, described by the word: list it, and set SLOW so that no fast
+                // path changes the word while holders are listed.
+                if self
+                    .word
+                    .compare_exchange(word, word | SLOW, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+                {
+                    slow.ext
+                        .get_or_insert_with(Default::default)
+                        .units
+                        .push(UnitHold {
+                            fence: self.fence_of(word),
+                            units: readers(word) as u32,
+                            lease: None,
+                        });
+                }
+                continue;
+            }
+            let listed = word & SLOW != 0 || lease_until.is_some();
+            let done = self.update_advancing(|w| {
+                // A fast-path acquire may have taken the word meanwhile: start again.
+                let sole = w & SLOW == 0 && readers(w) > 0;
+                (Self::units_fit(w, units, permits) && !sole).then(|| {
+                    (w + u64::from(units) * READER_ONE) | REF | if listed { SLOW } else { 0 }
+                })
+            });
+            let Some((_, new)) = done else { continue };
+            let fence = self.fence_of(new);
+            if listed {
+                slow.ext
+                    .get_or_insert_with(Default::default)
+                    .units
+                    .push(UnitHold {
+                        fence,
+                        units,
+                        lease: lease_until,
+                    });
+            }
+            return Some(Grant {
+                fence,
+                ticket: 0,
+                lease_until,
+                reentered: false,
+            });
+        }
+    }
+
+    /// A semaphore's acquire with the queue lock held: as [`acquire_locked`](Self::acquire_locked)
+    /// for a lock, but nobody passes a waiter (strict FIFO).
+    fn acquire_units_locked(
+        &self,
+        slow: &mut SlowState,
+        want: &Want,
+        front: bool,
+        policy: &Policy,
+    ) -> Attempt {
+        let ahead = !front && (!slow.waiters.is_empty() || slow.notified > 0);
+        let mut queued_now = false;
+        loop {
+            if !ahead && let Some(grant) = self.take_units_locked(slow, want, policy.permits) {
+                self.fix_flags(slow);
+                return Attempt::Acquired(grant);
+            }
+            if self.word.load(Ordering::Acquire) & QUEUED != 0 || queued_now {
+                return Attempt::Blocked {
+                    recheck_at: slow.earliest_lease(),
+                };
+            }
+            // Announce the waiter, then look again (as for a lock): a release after this sees
+            // QUEUED and takes the slow path, which finds our node.
+            let _ = self.update(|w| Some(w | QUEUED));
+            queued_now = true;
+        }
+    }
+
+    /// Whether the semaphore hold `hold` is current: listed beside the word, or the word's
+    /// sole holder.
+    fn units_current(&self, slow: &SlowState, hold: &Hold, word: u64) -> bool {
+        match slow.ext.as_deref() {
+            Some(ext) => ext
+                .units
+                .iter()
+                .any(|u| u.fence == hold.fence && u.units == hold.units),
+            None => {
+                word & (SLOW | EXCL) == 0
+                    && readers(word) == u64::from(hold.units)
+                    && self.fence_of(word) == hold.fence
+            }
+        }
+    }
+
     /// Takes the entry for `want` now if the word and the queue allow it; else sets `QUEUED`
     /// (so that releases look at the queue) and reports `Blocked`. `front`: the caller was
     /// notified and lost, so nobody queued is ahead of it.
@@ -632,6 +818,12 @@ impl Entry {
             slow.notified = slow.notified.saturating_sub(1);
         }
         self.expire_locked(slow, policy, wakes);
+        if let Some(error) = policy.refuses(want) {
+            return Attempt::Failed(error);
+        }
+        if want.units != 0 {
+            return self.acquire_units_locked(slow, want, front, policy);
+        }
         // Reentrancy: the exclusive holder's owner asks again (in either mode).
         if let (true, Some(owner)) = (policy.reentrant, want.owner) {
             let word = self.word.load(Ordering::Acquire);
@@ -738,6 +930,12 @@ impl Entry {
             if ended > 0 {
                 let _ = self.update(|w| Some(w - ended * READER_ONE));
             }
+            let held: u64 = ext.units.iter().map(|u| u64::from(u.units)).sum();
+            ext.units.retain(|u| u.lease.is_none_or(|t| t > now));
+            let left: u64 = ext.units.iter().map(|u| u64::from(u.units)).sum();
+            if held > left {
+                let _ = self.update(|w| Some(w - (held - left) * READER_ONE));
+            }
             if ext.is_empty() {
                 slow.ext = None;
             }
@@ -753,6 +951,16 @@ impl Entry {
     /// notified and competes for it. Clears `QUEUED` when the queue empties.
     pub(crate) fn dispatch_locked(&self, slow: &mut SlowState, policy: &Policy, wakes: &mut Wakes) {
         while let Some(want) = slow.waiters.front_want() {
+            if want.units != 0 {
+                // A semaphore grants its head whenever the head's units fit, and stops at the
+                // first that does not (strict FIFO).
+                let Some(grant) = self.take_units_locked(slow, &want, policy.permits) else {
+                    break;
+                };
+                let head = slow.waiters.pop_front().expect("the list has a head");
+                wakes.push(head.grant(grant));
+                continue;
+            }
             if want.mode == Mode::Exclusive && !slow.waiters.front_is_due(policy.fifo) {
                 // Notify: the lock stays free and the waiter competes for it again (a running
                 // caller may take it first: eventual fairness).
@@ -814,6 +1022,9 @@ impl Entry {
 
     /// Whether `hold` is the current acquisition (or one of the current shared ones).
     fn check_locked(&self, slow: &SlowState, hold: &Hold, word: u64) -> bool {
+        if hold.units != 0 {
+            return self.units_current(slow, hold, word);
+        }
         if self.fence_of(word) != hold.fence && !cfg!(keylock_mutant_unfenced) {
             return false;
         }
@@ -864,6 +1075,18 @@ impl Entry {
         if !self.check_locked(slow, hold, word) {
             return Err(());
         }
+        if hold.units != 0 {
+            if let Some(ext) = slow.ext.as_mut() {
+                ext.units.retain(|u| u.fence != hold.fence);
+                if ext.is_empty() {
+                    slow.ext = None;
+                }
+            }
+            let _ = self.update(|w| Some(w - u64::from(hold.units) * READER_ONE));
+            self.fix_flags(slow);
+            self.dispatch_locked(slow, policy, wakes);
+            return Ok(());
+        }
         match hold.mode {
             Mode::Exclusive => {
                 if let Some(ext) = slow.ext.as_mut()
@@ -909,6 +1132,17 @@ impl Entry {
         }
         let no_lease = Some(Error::InvalidArgument("the acquisition has no lease"));
         let ext = slow.ext.as_mut().ok_or(no_lease.clone())?;
+        if hold.units != 0 {
+            return match ext.units.iter_mut().find(|u| u.fence == hold.fence) {
+                Some(UnitHold {
+                    lease: Some(lease), ..
+                }) => {
+                    *lease = until;
+                    Ok(())
+                }
+                _ => Err(no_lease),
+            };
+        }
         match hold.mode {
             Mode::Exclusive => match ext.lease.as_mut() {
                 Some(lease) => *lease = until,
@@ -985,16 +1219,23 @@ impl Entry {
                 owner: ext.and_then(|e| e.owner),
                 lease_remaining,
                 waiters,
+                units: 1,
             })
         } else if readers(word) > 0 {
+            let units = readers(word) as u32;
             Some(LockInfo {
                 fence: self.fence_of(word),
                 mode: Mode::Shared,
-                holders: readers(word) as u32,
+                holders: if policy.permits == 0 {
+                    units
+                } else {
+                    ext.map_or(1, |e| e.units.len() as u32)
+                },
                 holds: 1,
                 owner: None,
                 lease_remaining,
                 waiters,
+                units,
             })
         } else {
             None
@@ -1087,6 +1328,7 @@ mod tests {
             mode,
             lease: None,
             owner: None,
+            units: 0,
         }
     }
 

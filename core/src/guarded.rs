@@ -105,6 +105,7 @@ impl<S: GuardedEntry + ?Sized> Queue for EntryQueue<'_, S> {
             fence: grant.fence,
             ticket: grant.ticket,
             owner: want.owner,
+            units: want.units,
         };
         let _ = release(self.0, &hold);
     }
@@ -203,7 +204,7 @@ pub(crate) fn release<S: GuardedEntry + ?Sized>(
 ) -> std::result::Result<(), ()> {
     // A leased shared hold is one named holder among counted ones: only the slow path can
     // tell whether it is still among them.
-    if hold.ticket == 0 && guarded.entry().release_fast(hold.mode, hold.fence) {
+    if hold.ticket == 0 && hold.units == 0 && guarded.entry().release_fast(hold.mode, hold.fence) {
         return Ok(());
     }
     release_slow(guarded, hold)
@@ -238,7 +239,11 @@ pub(crate) fn with_locked<S: GuardedEntry + ?Sized, T>(
 
 /// Whether `hold` is still current.
 pub(crate) fn is_current<S: GuardedEntry + ?Sized>(guarded: &S, hold: &Hold) -> bool {
-    if hold.ticket == 0 && hold.owner.is_none() && !guarded.entry().is_current_fast(hold) {
+    if hold.ticket == 0
+        && hold.owner.is_none()
+        && hold.units == 0
+        && !guarded.entry().is_current_fast(hold)
+    {
         return false;
     }
     with_locked(guarded, |e, slow, p, w| {

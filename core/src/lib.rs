@@ -51,6 +51,7 @@ mod redact;
 pub mod redis;
 mod rwlock;
 pub mod scope;
+mod semaphore;
 #[cfg(all(feature = "shm", target_os = "linux"))]
 pub mod shm;
 mod stats;
@@ -88,6 +89,7 @@ pub use pool::{KeyPool, PoolBuilder, PoolRef, PoolStats, PoolTable};
 pub use rwlock::{
     AdderRwLock, RawAdderRwLock, ReadFuture, ReadGuard, RwLock, WriteFuture, WriteGuard,
 };
+pub use semaphore::{KeyedSemaphore, OwnedPermit, Permit, SemaphoreBuilder};
 pub use striped::{StripeTable, StripedLock, StripedLockBuilder, StripedStats};
 
 /// Guards and futures are `Send` (and `Sync`), so they can be held across `.await` on a

@@ -23,6 +23,17 @@ pub(crate) fn open(options: &OpenOptions) -> Result<Arc<dyn KeyedLock>> {
             "capacity and mode apply to shared-memory scopes only",
         ));
     }
+    if let Some(permits) = options.permits {
+        if options.stripes.is_some() || options.seed.is_some() || options.reentrant || options.fifo
+        {
+            return Err(Error::InvalidArgument(
+                "a semaphore has no stripes, seed or owners, and is always FIFO",
+            ));
+        }
+        return Ok(Arc::new(
+            crate::KeyedSemaphore::builder(permits).build::<Vec<u8>>()?,
+        ));
+    }
     Ok(match options.stripes {
         Some(stripes) => {
             let mut builder = StripedLock::builder()
@@ -90,6 +101,7 @@ where
         // every call.
         if key.space == KeySpace::Keys
             && opts.lease.is_none()
+            && opts.weight == 1
             && (opts.owner.is_none() || !self.is_reentrant())
             && let Some(acq) = self.try_acquire_fast(key.bytes, opts.mode)
         {
@@ -332,6 +344,7 @@ impl KeyedLock for StripedLock {
     fn acquire(&self, key: LockKey<'_>, opts: &LockOptions) -> Result<Acquisition> {
         let stripe = self.stripe_of_key(key);
         if opts.lease.is_none()
+            && opts.weight == 1
             && (opts.owner.is_none() || !self.is_reentrant())
             && let Some(acq) = self.acquire_stripe_fast(stripe, opts.mode)
         {

@@ -24,6 +24,11 @@ pub fn open_with(name: &str, options: &OpenOptions) -> Result<Arc<dyn KeyedLock>
             ));
         }
     };
+    if options.permits.is_some() && scheme != "local" {
+        return Err(Error::InvalidArgument(
+            "semaphores (permits) are in-process only in this version: open \"local:\"",
+        ));
+    }
     match scheme {
         "local" => {
             if !rest.is_empty() {

@@ -289,6 +289,7 @@ impl RawAdderRwLock {
             fence,
             ticket: 0,
             owner: None,
+            units: 0,
         };
         // The caller holds the writer mutex with this fence: the release cannot be refused.
         let _ = guarded::release(&self.writer(), &hold);

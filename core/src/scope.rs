@@ -206,6 +206,11 @@ pub trait KeyedLock: Send + Sync + fmt::Debug {
     /// region that cannot be locked, a process that forked: `Unavailable`).
     fn stats(&self) -> Result<ScopeStats>;
 
+    /// A semaphore's units per key; `None` for a lock object.
+    fn permits(&self) -> Option<u32> {
+        None
+    }
+
     /// The number of stripes of a striped lock object; `None` for one with a lock per key.
     fn stripes(&self) -> Option<usize> {
         None
@@ -244,6 +249,9 @@ pub struct OpenOptions {
     /// A striped lock object: the hash seed, so that keys map to the same stripes in every
     /// process running the same build (default: random per lock object).
     pub seed: Option<u64>,
+    /// A keyed semaphore with this many units per key instead of a lock
+    /// ([`KeyedSemaphore`](crate::KeyedSemaphore); in-process so far).
+    pub permits: Option<u32>,
 }
 
 impl Default for OpenOptions {
@@ -262,7 +270,14 @@ impl OpenOptions {
             capacity: None,
             mode: None,
             seed: None,
+            permits: None,
         }
+    }
+
+    /// A keyed semaphore with `permits` units per key.
+    pub const fn permits(mut self, permits: u32) -> Self {
+        self.permits = Some(permits);
+        self
     }
 
     /// A `StripedLock` with `stripes` stripes.

@@ -24,6 +24,7 @@ fn acquisition(place: u64, hold: &Hold, lease_until: Option<Instant>) -> Acquisi
         lease_until,
         mode: hold.mode,
         owner_died: false,
+        units: hold.units,
     }
 }
 

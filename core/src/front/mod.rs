@@ -191,6 +191,7 @@ fn hold_of(acq: &Acquisition, owner: Option<Owner>) -> Hold {
         fence: acq.fence,
         ticket: acq.ticket,
         owner,
+        units: acq.units,
     }
 }
 

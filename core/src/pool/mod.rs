@@ -115,6 +115,13 @@ impl<S> PoolBuilder<S> {
 
     front::policy_builder_methods!("key");
 
+    /// A semaphore's units per key (a [`KeyedSemaphore`](crate::KeyedSemaphore) builds its
+    /// pool with them; a pool with permits is never handed out as a `KeyPool`).
+    pub(crate) fn permits(mut self, permits: u32) -> Self {
+        self.policy.permits = permits;
+        self
+    }
+
     /// The hasher for the keys.
     pub fn hasher<T: BuildHasher>(self, hasher: T) -> PoolBuilder<T> {
         PoolBuilder {
@@ -421,6 +428,7 @@ impl<K: Hash + Eq, S: BuildHasher> PoolTable<K, S> {
                 fence,
                 ticket: 0,
                 owner: None,
+                units: 0,
             };
             let _ = guarded::release(&slot.guarded(self.policy), &hold);
         }

@@ -526,6 +526,7 @@ impl Inner {
             lease_until: local.lease_deadline(),
             mode: local.mode(),
             owner_died: hold.died,
+            units: 0,
         };
         self.records.lock().insert(
             id,
@@ -545,6 +546,7 @@ impl Inner {
         key: Vec<u8>,
         opts: LockOptions,
     ) -> Result<Acquisition> {
+        opts.check_lock_weight()?;
         let plan = Plan::new(&opts);
         let lkey = local_key(space, &key);
         let local = Arc::clone(&self.local)
@@ -587,6 +589,7 @@ impl Inner {
         keys: Vec<(KeySpace, Vec<u8>, Mode)>,
         opts: LockOptions,
     ) -> Result<Vec<Acquisition>> {
+        opts.check_lock_weight()?;
         let plan = Plan::new(&opts);
         // One canonical order (space, then bytes) to take them in, duplicates collapsed to
         // the strongest mode; each remembers its first position among the caller's keys.
@@ -899,6 +902,7 @@ impl KeyedLock for RedisLock {
             owner: local.and_then(|l| l.owner),
             lease_remaining: Some(r.lease_remaining),
             waiters: r.waiters + local.map_or(0, |l| l.waiters),
+            units: r.holders,
         }))
     }
 

@@ -283,6 +283,7 @@ impl ShmLock {
             lease_until: instant_of(g.lease_until),
             mode: g.mode,
             owner_died: g.died,
+            units: 0,
         }
     }
 

@@ -43,6 +43,7 @@ impl KeyedLock for ShmLock {
         // The fast path, first and inline: a plain exclusive acquire of a free entry.
         if opts.mode == Mode::Exclusive
             && opts.lease.is_none()
+            && opts.weight == 1
             && (opts.owner.is_none() || !self.region.reentrant())
             && sys::fork_generation() == self.fork_gen
         {
@@ -56,6 +57,7 @@ impl KeyedLock for ShmLock {
                 return Ok(self.acquisition(g, opts));
             }
         }
+        opts.check_lock_weight()?;
         let proc = self.me()?;
         let req = self.req(opts, proc);
         if let Some(g) = self.try_fast(key.space, key.bytes, &req) {
@@ -74,6 +76,9 @@ impl KeyedLock for ShmLock {
     }
 
     fn acquire_async(self: Arc<Self>, key: LockKey<'_>, opts: &LockOptions) -> AcquireFuture {
+        if let Err(e) = opts.check_lock_weight() {
+            return Box::pin(std::future::ready(Err(e)));
+        }
         let proc = match self.me() {
             Ok(p) => p,
             Err(e) => return Box::pin(std::future::ready(Err(e))),
@@ -126,6 +131,9 @@ impl KeyedLock for ShmLock {
         keys: &[(LockKey<'_>, Mode)],
         opts: &LockOptions,
     ) -> AcquireManyFuture {
+        if let Err(e) = opts.check_lock_weight() {
+            return Box::pin(std::future::ready(Err(e)));
+        }
         let wait = many::one_deadline(opts.wait);
         let steps = plan(&self, keys);
         let opts = *opts;

@@ -781,6 +781,7 @@ pub(crate) fn info_locked(
             owner: Owner::new(e.owner.load(Ordering::Relaxed)),
             lease_remaining: remaining((lease != 0).then_some(lease)),
             waiters,
+            units: 1,
         }));
     }
     let shared = e.shared.load(Ordering::Relaxed);
@@ -795,6 +796,7 @@ pub(crate) fn info_locked(
         owner: None,
         lease_remaining: remaining(earliest_lease(t, entry)?),
         waiters,
+        units: shared,
     }))
 }
 
