@@ -7,10 +7,11 @@
 //! directory and its dependencies are built once. The variable counts only in a loom build
 //! (`--cfg keylock_loom`): no other build can be made a broken lock by an environment variable.
 
-const VARIANTS: [&str; 3] = [
+const VARIANTS: [&str; 4] = [
     "keylock_swap_rw_order",
     "keylock_mutant_unfenced",
     "keylock_mutant_unchecked_grant",
+    "keylock_mutant_overfull",
 ];
 
 fn main() {

@@ -43,9 +43,11 @@ loom-swap:
 
 # Two checks must sit in the same compare-and-swap as the change they guard: a release checks
 # its acquisition's fence (as the old stripe release did not), and a hand-over to a waiter checks
-# that the lock is still free. Each is built broken on purpose (a mutant cfg) and must be caught
-# by its loom models ("two holders at once" / "beside"): this target fails if either is not.
-LOOM_MUTANTS := keylock_mutant_unfenced:stale_release:two.holders.at.once "keylock_mutant_unchecked_grant:hand_over:beside|is_locked"
+# that the lock is still free. A semaphore must count a request's units against its permits
+# exactly. Each is built broken on purpose (a mutant cfg) and must be caught by its loom models
+# ("two holders at once" / "beside" / "more units"): this target fails if any is not.
+LOOM_MUTANTS := keylock_mutant_unfenced:stale_release:two.holders.at.once "keylock_mutant_unchecked_grant:hand_over:beside|is_locked" \
+	keylock_mutant_overfull:semaphore_units:more.units.inside.than.permits
 loom-mutants:
 	@for m in $(LOOM_MUTANTS); do \
 		cfg=$${m%%:*}; rest=$${m#*:}; filter=$${rest%%:*}; want=$${rest#*:}; \

@@ -483,3 +483,77 @@ fn hand_over_races_a_fast_path_acquirer() {
         assert!(!lock.is_locked(&1u64));
     });
 }
+
+/// Units of a semaphore inside at once, checked against its permits on every entry.
+fn enter_units(inside: &AtomicUsize, weight: usize, permits: usize) {
+    let now = inside.fetch_add(weight, Ordering::SeqCst) + weight;
+    assert!(now <= permits, "more units inside than permits: {now}");
+}
+
+/// A semaphore of 2 permits: one unit held while another thread asks for 2 and a third
+/// caller for 1. The units inside never pass the permits, whichever way the holders join,
+/// leave and hand over (the `keylock_mutant_overfull` build lets one unit too many in, and
+/// this model must catch it).
+#[test]
+fn semaphore_units_never_exceed_permits() {
+    use keylock_core::KeyedSemaphore;
+    loom::model(|| {
+        let sem: Arc<KeyedSemaphore<u64>> = Arc::new(
+            KeyedSemaphore::builder(2)
+                .hasher(DefaultHashBuilder::with_seeds(1, 2, 3, 4))
+                .build()
+                .unwrap(),
+        );
+        let inside = Arc::new(AtomicUsize::new(0));
+        let first = sem.acquire(&1, 1).unwrap();
+        enter_units(&inside, 1, 2);
+        let t = {
+            let (sem, inside) = (sem.clone(), inside.clone());
+            thread::spawn(move || {
+                let _p = sem.acquire(&1, 2).unwrap();
+                enter_units(&inside, 2, 2);
+                inside.fetch_sub(2, Ordering::SeqCst);
+            })
+        };
+        inside.fetch_sub(1, Ordering::SeqCst);
+        drop(first);
+        if let Ok(_p) = sem.try_acquire(&1, 1) {
+            enter_units(&inside, 1, 2);
+            inside.fetch_sub(1, Ordering::SeqCst);
+        }
+        t.join().unwrap();
+        assert!(sem.info(&1).is_none());
+        assert_eq!(sem.stats().entries_in_use, 0);
+    });
+}
+
+/// A semaphore's sole holder releases its record while another caller joins it (the holders
+/// move beside the word): the release ends exactly its own units, and nothing is left held.
+#[test]
+fn semaphore_sole_holder_release_races_a_join() {
+    use keylock_core::KeyedSemaphore;
+    loom::model(|| {
+        let sem: Arc<KeyedSemaphore<u64>> = Arc::new(
+            KeyedSemaphore::builder(2)
+                .hasher(DefaultHashBuilder::with_seeds(1, 2, 3, 4))
+                .build()
+                .unwrap(),
+        );
+        let a = sem.acquire(&1, 1).unwrap().into_acquisition();
+        let t = {
+            let sem = sem.clone();
+            thread::spawn(move || {
+                let b = sem.acquire(&1, 1).unwrap();
+                assert!(sem.info(&1).is_some_and(|i| i.units >= 1));
+                let fence = b.fence();
+                drop(b);
+                fence
+            })
+        };
+        let first = a.fence();
+        sem.release(a).unwrap();
+        let second = t.join().unwrap();
+        assert!(second > first);
+        assert!(sem.info(&1).is_none());
+    });
+}
