@@ -243,10 +243,17 @@ impl Want {
         units: 0,
     };
 
+    /// Whether a semaphore's acquire of `units` needs nothing kept beside the lock word (no
+    /// lease), so that its fast path may take it.
+    #[inline]
+    pub(crate) fn is_plain_units(&self) -> bool {
+        self.units != 0 && self.lease.is_none()
+    }
+
     /// Whether nothing about the holder must be kept beside the lock word, so that the fast
-    /// path may take it: no lease, and no owner of an exclusive hold (a shared request's owner
-    /// matters only when that owner holds the key exclusively, which the fast path cannot
-    /// see as anything but taken).
+    /// path may take it: a lock's acquire with no lease, and no owner of an exclusive hold (a
+    /// shared request's owner matters only when that owner holds the key exclusively, which
+    /// the fast path cannot see as anything but taken).
     #[inline]
     pub(crate) fn is_plain(&self) -> bool {
         self.lease.is_none()

@@ -284,6 +284,9 @@ impl Hold {
 pub(crate) struct GuardHold {
     pub(crate) fence: u64,
     pub(crate) mode: Mode,
+    /// A semaphore's units held (0 for a lock's hold); inline, so that a permit without a
+    /// lease is released by the fast path.
+    pub(crate) units: u32,
     extra: Option<Box<HoldExtra>>,
 }
 
@@ -292,7 +295,6 @@ struct HoldExtra {
     ticket: u64,
     owner: Option<Owner>,
     lease_until: Option<Instant>,
-    units: u32,
 }
 
 impl GuardHold {
@@ -302,6 +304,7 @@ impl GuardHold {
         Self {
             fence,
             mode,
+            units: 0,
             extra: None,
         }
     }
@@ -310,21 +313,18 @@ impl GuardHold {
     #[inline]
     pub(crate) fn of(want: &Want, grant: Grant) -> Self {
         let hold = Hold::of(want, grant);
-        let extra = (hold.ticket != 0
-            || hold.owner.is_some()
-            || grant.lease_until.is_some()
-            || hold.units != 0)
-            .then(|| {
+        let extra =
+            (hold.ticket != 0 || hold.owner.is_some() || grant.lease_until.is_some()).then(|| {
                 Box::new(HoldExtra {
                     ticket: hold.ticket,
                     owner: hold.owner,
                     lease_until: grant.lease_until,
-                    units: hold.units,
                 })
             });
         Self {
             fence: hold.fence,
             mode: hold.mode,
+            units: hold.units,
             extra,
         }
     }
@@ -343,7 +343,7 @@ impl GuardHold {
             fence: self.fence,
             ticket: self.extra.as_ref().map_or(0, |e| e.ticket),
             owner: self.extra.as_ref().and_then(|e| e.owner),
-            units: self.extra.as_ref().map_or(0, |e| e.units),
+            units: self.units,
         }
     }
 
@@ -362,7 +362,6 @@ impl GuardHold {
                     ticket: 0,
                     owner: None,
                     lease_until: Some(until),
-                    units: 0,
                 }))
             }
         }
@@ -488,6 +487,56 @@ impl Entry {
                 || self.release_fast_unref(want_lo);
         }
         self.release_fast_loop(mode, want_lo)
+    }
+
+    /// Takes `units` units of a free semaphore entry with one compare-and-swap (the word then
+    /// describes its sole holder; see the module docs). `None` when the entry is held, queued
+    /// or `SLOW`, and for a weight the semaphore refuses (the slow path says why).
+    #[inline]
+    pub(crate) fn try_fast_units(&self, units: u32, permits: u32) -> Option<u64> {
+        if units == 0 || units > permits {
+            return None;
+        }
+        let mut word = self.word.load(Ordering::Relaxed);
+        loop {
+            if word & (EXCL | SLOW | QUEUED | READERS) != 0 || lo(word) == LO_MAX {
+                return None;
+            }
+            let new = (word + FENCE_ONE + u64::from(units) * READER_ONE) | REF;
+            match self
+                .word
+                .compare_exchange_weak(word, new, Ordering::Acquire, Ordering::Relaxed)
+            {
+                Ok(_) => return Some(self.fence_of(new)),
+                Err(now) => word = now,
+            }
+        }
+    }
+
+    /// Releases a semaphore's sole holder with one compare-and-swap of the exact word it left
+    /// (its fence and units; `REF` set or cleared by the pool's eviction hand). Anything else
+    /// (other holders listed, waiters, a lease, a stale hold) goes to the slow path.
+    #[inline]
+    pub(crate) fn release_fast_units(&self, fence: u64, units: u32) -> bool {
+        let held = ((fence & LO_MAX) << FENCE_SHIFT) | (u64::from(units) << READER_SHIFT);
+        let free = held & !READERS;
+        self.word
+            .compare_exchange(held | REF, free | REF, Ordering::Release, Ordering::Relaxed)
+            .is_ok()
+            || self
+                .word
+                .compare_exchange(held, free, Ordering::Release, Ordering::Relaxed)
+                .is_ok()
+    }
+
+    /// The fast release of a plain hold: a lock's (`units` 0) or a semaphore's.
+    #[inline]
+    pub(crate) fn release_fast_hold(&self, mode: Mode, fence: u64, units: u32) -> bool {
+        if units == 0 {
+            self.release_fast(mode, fence)
+        } else {
+            self.release_fast_units(fence, units)
+        }
     }
 
     /// The fast release of a shared hold (and of any hold in the `keylock_mutant_unfenced`

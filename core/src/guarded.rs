@@ -204,7 +204,11 @@ pub(crate) fn release<S: GuardedEntry + ?Sized>(
 ) -> std::result::Result<(), ()> {
     // A leased shared hold is one named holder among counted ones: only the slow path can
     // tell whether it is still among them.
-    if hold.ticket == 0 && hold.units == 0 && guarded.entry().release_fast(hold.mode, hold.fence) {
+    if hold.ticket == 0
+        && guarded
+            .entry()
+            .release_fast_hold(hold.mode, hold.fence, hold.units)
+    {
         return Ok(());
     }
     release_slow(guarded, hold)

@@ -380,8 +380,11 @@ fn async_cancellation_storm_leaves_nothing_held() {
                                     .await
                                     .unwrap();
                                 units.enter(key, weight);
-                                let _leave = scopeguard(|| units.leave(key, weight));
+                                // Dropped before the permit, also when a timeout cancels
+                                // this future at the await (locals drop in reverse order).
+                                let leave = scopeguard(|| units.leave(key, weight));
                                 tokio::task::yield_now().await;
+                                drop(leave);
                                 drop(permit);
                             };
                             if (t + i) % 3 == 0 {

@@ -38,6 +38,8 @@ where
         table: Option<P>,
         word: NonNull<<P::Target as Table>::Word>,
         mode: Mode,
+        /// A semaphore's units (0 for a lock's word).
+        units: u32,
         fence: u64,
     },
     /// Dropped out of line by `One`'s `Drop`, so that dropping an uncontended future stays
@@ -81,6 +83,24 @@ where
             table: Some(table),
             word: NonNull::from(word),
             mode,
+            units: 0,
+            fence,
+        }
+    }
+
+    /// The future of a semaphore's `units` taken on the fast path.
+    #[inline]
+    pub(crate) fn taken_units(
+        table: P,
+        word: &<P::Target as Table>::Word,
+        units: u32,
+        fence: u64,
+    ) -> Self {
+        One::Taken {
+            table: Some(table),
+            word: NonNull::from(word),
+            mode: Mode::Shared,
+            units,
             fence,
         }
     }
@@ -146,8 +166,15 @@ where
                 table,
                 word,
                 mode,
+                units,
                 fence,
-            } => Some(LockGuard::plain_at(table.take()?, *word, *mode, *fence)),
+            } => Some(LockGuard::plain_at(
+                table.take()?,
+                *word,
+                *mode,
+                *units,
+                *fence,
+            )),
             One::Slow(_) => None,
         }
     }
@@ -173,10 +200,11 @@ where
                 table,
                 word,
                 mode,
+                units,
                 fence,
             } => {
                 if let Some(table) = table.take() {
-                    release_taken(table, *word, *mode, *fence);
+                    release_taken(table, *word, *mode, *units, *fence);
                 }
             }
             One::Slow(slow) => drop_slow(slow),
@@ -200,12 +228,17 @@ where
 /// uncontended future's drop small).
 #[cold]
 #[inline(never)]
-fn release_taken<P>(table: P, word: NonNull<<P::Target as Table>::Word>, mode: Mode, fence: u64)
-where
+fn release_taken<P>(
+    table: P,
+    word: NonNull<<P::Target as Table>::Word>,
+    mode: Mode,
+    units: u32,
+    fence: u64,
+) where
     P: Deref,
     P::Target: LockTable,
 {
-    drop(LockGuard::plain_at(table, word, mode, fence));
+    drop(LockGuard::plain_at(table, word, mode, units, fence));
 }
 
 impl<P> Slow<P>

@@ -123,12 +123,15 @@ where
         table: P,
         word: NonNull<<P::Target as super::table::Table>::Word>,
         mode: Mode,
+        units: u32,
         fence: u64,
     ) -> Self {
+        let mut rec = GuardHold::plain(mode, fence);
+        rec.units = units;
         Self {
             word,
             table: Some(table),
-            rec: GuardHold::plain(mode, fence),
+            rec,
         }
     }
 
@@ -195,7 +198,9 @@ where
     pub fn release(mut self) -> Result<()> {
         let table = self.table.take().ok_or(Error::NotOwner)?;
         let entry = <P::Target as super::table::Table>::entry(self.word());
-        if self.rec.is_plain() && entry.release_fast(self.rec.mode, self.rec.fence) {
+        if self.rec.is_plain()
+            && entry.release_fast_hold(self.rec.mode, self.rec.fence, self.rec.units)
+        {
             return Ok(());
         }
         self.release_rest(&table)
@@ -263,7 +268,9 @@ where
     fn drop(&mut self) {
         if let Some(table) = &self.table {
             let entry = <P::Target as super::table::Table>::entry(self.word());
-            if self.rec.is_plain() && entry.release_fast(self.rec.mode, self.rec.fence) {
+            if self.rec.is_plain()
+                && entry.release_fast_hold(self.rec.mode, self.rec.fence, self.rec.units)
+            {
                 return;
             }
             release_slow(&**table, self.word(), &self.rec);

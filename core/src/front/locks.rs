@@ -81,8 +81,12 @@ impl<T: LockTable> Locks<T> {
         T: TakeKey<Q>,
     {
         let found = self.table.find(key);
-        if want.is_plain()
-            && let Some((word, fence)) = self.table.take_fast(found, key, want.mode)
+        if want.is_plain() {
+            if let Some((word, fence)) = self.table.take_fast(found, key, want.mode) {
+                return Ok((word, fast_grant(fence)));
+            }
+        } else if want.is_plain_units()
+            && let Some((word, fence)) = self.table.take_fast_units(found, key, want.units)
         {
             return Ok((word, fast_grant(fence)));
         }
@@ -598,10 +602,14 @@ impl<T: LockTable> Locks<T> {
         T: TakeKey<Q>,
     {
         let found = self.table.find(key);
-        if want.is_plain()
-            && let Some((word, fence)) = self.table.take_fast(found, key, want.mode)
+        if want.is_plain() {
+            if let Some((word, fence)) = self.table.take_fast(found, key, want.mode) {
+                return One::taken(handle, word, want.mode, fence);
+            }
+        } else if want.is_plain_units()
+            && let Some((word, fence)) = self.table.take_fast_units(found, key, want.units)
         {
-            return One::taken(handle, word, want.mode, fence);
+            return One::taken_units(handle, word, want.units, fence);
         }
         let place = self.table.reserve(found, key);
         One::after_fast_path(handle, place, want, wait)

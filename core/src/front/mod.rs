@@ -106,6 +106,17 @@ pub(crate) mod table {
         /// The fast path: `key`'s word taken in `mode` with one compare-and-swap, and its
         /// fence; `None` when that is not possible (take the slow path).
         fn take_fast(&self, found: Self::Found, key: &Q, mode: Mode) -> Option<(&Self::Word, u64)>;
+        /// A semaphore's fast path: `units` of `key`'s free word with one compare-and-swap,
+        /// and the acquisition's fence. A table without semaphores has none.
+        #[inline]
+        fn take_fast_units(
+            &self,
+            _found: Self::Found,
+            _key: &Q,
+            _units: u32,
+        ) -> Option<(&Self::Word, u64)> {
+            None
+        }
         /// The place of `word`, which `take_fast` took for `found` (a table that knows it from
         /// its lookup says so without arithmetic).
         #[inline]

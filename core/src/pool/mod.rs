@@ -415,9 +415,27 @@ impl<K: Hash + Eq, S: BuildHasher> PoolTable<K, S> {
         K: Borrow<Q>,
         Q: Eq + ?Sized,
     {
+        self.acquire_fast_by(hash, key, |e| e.try_fast(mode, self.policy.fifo), mode, 0)
+    }
+
+    /// The fast path with `take` as the compare-and-swap on the word: a lock's in `mode`
+    /// (`units` 0), or a semaphore's of `units`.
+    #[inline(always)]
+    fn acquire_fast_by<Q>(
+        &self,
+        hash: u64,
+        key: &Q,
+        take: impl Fn(&crate::entry::Entry) -> Option<u64>,
+        mode: Mode,
+        units: u32,
+    ) -> Option<(&Slot<K>, u64)>
+    where
+        K: Borrow<Q>,
+        Q: Eq + ?Sized,
+    {
         let shard = self.shard(self.shard_no(hash))?;
         for slot in shard.probe(hash) {
-            let fence = slot.entry.try_fast(mode, self.policy.fifo)?;
+            let fence = take(&slot.entry)?;
             // SAFETY: we hold the slot now, so its key cannot be rewritten.
             if unsafe { slot.key_is(key) } {
                 return Some((slot, fence));
@@ -428,7 +446,7 @@ impl<K: Hash + Eq, S: BuildHasher> PoolTable<K, S> {
                 fence,
                 ticket: 0,
                 owner: None,
-                units: 0,
+                units,
             };
             let _ = guarded::release(&slot.guarded(self.policy), &hold);
         }
@@ -668,6 +686,18 @@ where
     #[inline(always)]
     fn take_fast(&self, hash: u64, key: &Q, mode: Mode) -> Option<(&Slot<K>, u64)> {
         self.acquire_fast(hash, key, mode)
+    }
+
+    #[inline(always)]
+    fn take_fast_units(&self, hash: u64, key: &Q, units: u32) -> Option<(&Slot<K>, u64)> {
+        let permits = self.policy.permits;
+        self.acquire_fast_by(
+            hash,
+            key,
+            |e| e.try_fast_units(units, permits),
+            Mode::Shared,
+            units,
+        )
     }
 
     fn take_slow(&self, hash: u64, key: &Q, want: &Want, wait: Wait) -> Result<(&Slot<K>, Grant)> {
