@@ -157,7 +157,7 @@ impl<K: Hash + Eq, S: BuildHasher> KeyedSemaphore<K, S> {
         PoolTable<K, S>: TakeKey<Q>,
         Q: ?Sized,
     {
-        self.pool.lock_with(key, weighted(weight, Wait::Forever))
+        self.pool.lock_units(key, weight, Wait::Forever)
     }
 
     /// `weight` units of `key` now, or `WouldBlock`.
@@ -166,7 +166,7 @@ impl<K: Hash + Eq, S: BuildHasher> KeyedSemaphore<K, S> {
         PoolTable<K, S>: TakeKey<Q>,
         Q: ?Sized,
     {
-        self.pool.lock_with(key, weighted(weight, Wait::No))
+        self.pool.lock_units(key, weight, Wait::No)
     }
 
     /// `weight` units of `key` within `timeout`, or `TimedOut`.
@@ -331,10 +331,12 @@ where
     S: BuildHasher + Send + Sync + 'static,
 {
     fn acquire(&self, key: LockKey<'_>, opts: &LockOptions) -> Result<Acquisition> {
-        Ok(self
-            .pool
-            .lock_with(plain_key(key)?, *opts)?
-            .into_acquisition())
+        let bytes = plain_key(key)?;
+        let permit = match opts.lease {
+            None => self.pool.lock_units(bytes, opts.weight, opts.wait)?,
+            Some(_) => self.pool.lock_with(bytes, *opts)?,
+        };
+        Ok(permit.into_acquisition())
     }
 
     fn acquire_async(

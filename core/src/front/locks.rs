@@ -129,6 +129,47 @@ impl<T: LockTable> Locks<T> {
         }
     }
 
+    /// A semaphore's `units` of `key` (no lease), waiting as `wait` says: its fast path, then
+    /// the slow path, which also refuses a weight the table's policy does not take.
+    #[inline]
+    pub(crate) fn lock_units<Q: ?Sized>(
+        &self,
+        key: &Q,
+        units: u32,
+        wait: Wait,
+    ) -> Result<LockGuard<&Self>>
+    where
+        T: TakeKey<Q>,
+    {
+        let found = self.table.find(key);
+        if let Some((word, fence)) = self.table.take_fast_units(found, key, units) {
+            return Ok(LockGuard::plain_at(
+                self,
+                std::ptr::NonNull::from(word),
+                Mode::Shared,
+                units,
+                fence,
+            ));
+        }
+        self.lock_units_slow(found, key, units, wait)
+    }
+
+    #[cold]
+    fn lock_units_slow<Q: ?Sized>(
+        &self,
+        found: <T as Take<Q>>::Found,
+        key: &Q,
+        units: u32,
+        wait: Wait,
+    ) -> Result<LockGuard<&Self>>
+    where
+        T: TakeKey<Q>,
+    {
+        let want = self.want(&LockOptions::new().weight(units));
+        let (word, grant) = self.table.take_slow(found, key, &want, wait)?;
+        Ok(LockGuard::new(self, word, &want, grant))
+    }
+
     /// `key`'s lock acquired as `opts` says, guarded through `handle`.
     #[inline]
     fn lock_with_handle<P, Q>(&self, handle: P, key: &Q, opts: LockOptions) -> Result<LockGuard<P>>
