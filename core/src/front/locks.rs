@@ -635,7 +635,7 @@ impl<T: LockTable> Locks<T> {
 
     /// The start of an async acquire: `key`'s lock is taken now if its fast path can, else
     /// its place is kept (a pool reserves the slot) for the future's attempt and wait.
-    #[inline]
+    #[inline(always)]
     fn start<P, Q>(&self, handle: P, key: &Q, want: Want, wait: Wait) -> One<P>
     where
         P: Deref<Target = Self>,
@@ -647,9 +647,30 @@ impl<T: LockTable> Locks<T> {
             if let Some((word, fence)) = self.table.take_fast(found, key, want.mode) {
                 return One::taken(handle, word, want.mode, fence);
             }
-        } else if want.is_plain_units()
-            && let Some((word, fence)) = self.table.take_fast_units(found, key, want.units)
-        {
+        } else if want.is_plain_units() {
+            return self.start_units(handle, found, key, want, wait);
+        }
+        let place = self.table.reserve(found, key);
+        One::after_fast_path(handle, place, want, wait)
+    }
+
+    /// [`start`](Self::start) for a semaphore's plain acquire (out of line, so that a lock's
+    /// async path stays as it was).
+    #[inline(never)]
+    fn start_units<P, Q>(
+        &self,
+        handle: P,
+        found: <T as Take<Q>>::Found,
+        key: &Q,
+        want: Want,
+        wait: Wait,
+    ) -> One<P>
+    where
+        P: Deref<Target = Self>,
+        Q: ?Sized,
+        T: TakeKey<Q>,
+    {
+        if let Some((word, fence)) = self.table.take_fast_units(found, key, want.units) {
             return One::taken_units(handle, word, want.units, fence);
         }
         let place = self.table.reserve(found, key);
