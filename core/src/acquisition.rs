@@ -197,6 +197,7 @@ impl LockOptions {
     }
 
     /// `InvalidArgument` unless the weight is 1: for the scopes that have no semaphores yet.
+    #[cfg_attr(not(any(feature = "shm", feature = "redis")), allow(dead_code))]
     pub(crate) fn check_lock_weight(&self) -> crate::Result<()> {
         if self.weight == 1 {
             Ok(())
