@@ -470,3 +470,185 @@ fn through_the_scopes_trait() {
         assert_eq!(stats.held, Some(0));
     });
 }
+
+// ---- a property test against a sequential model ----
+
+mod model {
+    use std::collections::BTreeMap;
+
+    use keylock_core::{Acquisition, Error, KeyedSemaphore, LockOptions, Wait};
+    use proptest::prelude::*;
+
+    const PERMITS: u32 = 3;
+    const KEYS: u8 = 4;
+
+    #[derive(Debug, Clone)]
+    pub(super) enum Op {
+        /// `try_acquire(key, weight)` (weights past the permits and 0 included); keep the
+        /// permit as a guard (`true`) or as a record.
+        Acquire(u8, u32, bool),
+        /// Release the n-th kept holder (modulo their number).
+        Release(usize),
+        ForceRelease(u8),
+        /// `acquire_many` over these keys with this weight, as a try.
+        Many(Vec<u8>, u32),
+    }
+
+    pub(super) fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            4 => (0..KEYS, 0..=PERMITS + 1, any::<bool>()).prop_map(|(k, w, g)| Op::Acquire(k, w, g)),
+            3 => any::<usize>().prop_map(Op::Release),
+            1 => (0..KEYS).prop_map(Op::ForceRelease),
+            1 => (proptest::collection::vec(0..KEYS, 1..4), 1..=PERMITS).prop_map(|(k, w)| Op::Many(k, w)),
+        ]
+    }
+
+    enum Kept<'a> {
+        Guard(keylock_core::Permit<'a, u64>),
+        Record(Acquisition),
+        Many(keylock_core::ManyGuard<&'a keylock_core::KeyPool<u64>>),
+    }
+
+    /// One kept holder: what it is, and per key the units the model says it holds (and
+    /// whether they are still current).
+    struct Holder<'a> {
+        kept: Kept<'a>,
+        units: Vec<(u8, u32)>,
+        current: bool,
+    }
+
+    pub(super) fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
+        let sem: KeyedSemaphore<u64> = KeyedSemaphore::new(PERMITS).unwrap();
+        let mut held: Vec<Holder<'_>> = Vec::new();
+        let mut last_fence: BTreeMap<u8, u64> = BTreeMap::new();
+        let units_of = |held: &Vec<Holder<'_>>, key: u8| -> u32 {
+            held.iter()
+                .filter(|h| h.current)
+                .flat_map(|h| h.units.iter())
+                .filter(|(k, _)| *k == key)
+                .map(|(_, u)| u)
+                .sum()
+        };
+        for op in ops {
+            match op {
+                Op::Acquire(key, weight, guard) => {
+                    let got = sem.try_acquire(&u64::from(key), weight);
+                    if weight == 0 || weight > PERMITS {
+                        prop_assert!(matches!(got, Err(Error::InvalidArgument(_))), "{got:?}");
+                        continue;
+                    }
+                    let fits = units_of(&held, key) + weight <= PERMITS;
+                    match got {
+                        Ok(permit) => {
+                            prop_assert!(fits, "granted {weight} of key {key} past the permits");
+                            let fence = permit.fence();
+                            prop_assert!(last_fence.get(&key).is_none_or(|&f| fence > f));
+                            last_fence.insert(key, fence);
+                            let kept = if guard {
+                                Kept::Guard(permit)
+                            } else {
+                                Kept::Record(permit.into_acquisition())
+                            };
+                            held.push(Holder {
+                                kept,
+                                units: vec![(key, weight)],
+                                current: true,
+                            });
+                        }
+                        Err(e) => {
+                            prop_assert_eq!(e, Error::WouldBlock);
+                            prop_assert!(!fits, "refused {} of key {} with room", weight, key);
+                        }
+                    }
+                }
+                Op::Release(n) => {
+                    if held.is_empty() {
+                        continue;
+                    }
+                    let h = held.remove(n % held.len());
+                    match h.kept {
+                        Kept::Guard(g) => {
+                            let r = g.release();
+                            prop_assert_eq!(r.is_ok(), h.current, "{:?}", r);
+                        }
+                        Kept::Record(acq) => {
+                            let r = sem.release(acq);
+                            if h.current {
+                                prop_assert_eq!(r, Ok(()));
+                            } else {
+                                prop_assert_eq!(r, Err(Error::NotOwner));
+                            }
+                        }
+                        Kept::Many(g) => drop(g),
+                    }
+                }
+                Op::ForceRelease(key) => {
+                    let was = units_of(&held, key) > 0;
+                    prop_assert_eq!(sem.force_release(&u64::from(key)), was);
+                    for h in held.iter_mut() {
+                        if h.units.iter().any(|(k, _)| *k == key) {
+                            // A multi-key guard's other keys stay held by the model's count
+                            // only while it is current: drop its units of this key.
+                            h.units.retain(|(k, _)| *k != key);
+                            if h.units.is_empty() {
+                                h.current = false;
+                            }
+                        }
+                    }
+                }
+                Op::Many(keys, weight) => {
+                    let mut distinct = keys.clone();
+                    distinct.sort_unstable();
+                    distinct.dedup();
+                    let fits = distinct
+                        .iter()
+                        .all(|&k| units_of(&held, k) + weight <= PERMITS);
+                    let wanted: Vec<u64> = keys.iter().map(|&k| u64::from(k)).collect();
+                    let got = sem.acquire_many(
+                        wanted.iter(),
+                        LockOptions::new().weight(weight).wait(Wait::No),
+                    );
+                    match got {
+                        Ok(g) => {
+                            prop_assert!(fits, "granted many past the permits");
+                            prop_assert_eq!(g.len(), distinct.len());
+                            held.push(Holder {
+                                kept: Kept::Many(g),
+                                units: distinct.iter().map(|&k| (k, weight)).collect(),
+                                current: true,
+                            });
+                        }
+                        Err(e) => {
+                            prop_assert_eq!(e, Error::WouldBlock);
+                            prop_assert!(!fits, "refused many with room");
+                        }
+                    }
+                }
+            }
+            for key in 0..KEYS {
+                let units = units_of(&held, key);
+                let info = sem.info(&u64::from(key));
+                prop_assert_eq!(info.map_or(0, |i| i.units), units, "units of key {}", key);
+            }
+        }
+        for h in held {
+            if let Kept::Record(acq) = h.kept {
+                // A record is released by the semaphore, never by being dropped.
+                let _ = sem.release(acq);
+            }
+        }
+        for key in 0..KEYS {
+            prop_assert!(sem.info(&u64::from(key)).is_none());
+        }
+        prop_assert_eq!(sem.stats().entries_in_use, 0);
+        Ok(())
+    }
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+    #[test]
+    fn semaphore_matches_model(ops in proptest::collection::vec(model::op(), 1..40)) {
+        model::run(ops)?;
+    }
+}
