@@ -172,6 +172,8 @@ export interface KeyInfo {
   leaseRemaining: number | null;
   /** Waiters queued for the key. */
   waiters: number;
+  /** Units held: for a lock, the same as `holders` (see `PermitInfo.units` for semaphores). */
+  units: number;
 }
 
 /**

@@ -243,7 +243,7 @@ class KeyedLock {
 
   /**
    * Who holds `key` and how, a snapshot: `{ fence, mode, holders, holds, owner, leaseRemaining,
-   * waiters }`, or null when it is free.
+   * waiters, units }` (`units`: the holders, for a lock), or null when it is free.
    */
   info(key) {
     const r = this.#h.info(key);
@@ -258,6 +258,7 @@ class KeyedLock {
       owner: ownerValue(r[INFO.owner]),
       leaseRemaining: lease < 0 ? null : lease,
       waiters: r[INFO.waiters],
+      units: r[INFO.units],
     };
   }
 
