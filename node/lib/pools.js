@@ -11,6 +11,7 @@ const { NO_OPTIONS, parseOptions, makeOptions, checkFn, checkName, checkScope } 
 const { holdOwner, dropOwner, ownerValue } = require('./owners.js');
 const { released, outcome } = require('./waiting.js');
 const { INTERNAL, ONE_KEY, KEYS, Guard, guardNow, runHolding } = require('./guard.js');
+const { wrapKeyed } = require('./wrap.js');
 
 // The native handle behind a KeyPool or StripedLock, for the subclasses and the LockManager.
 let handleOf;
@@ -144,6 +145,16 @@ class KeyedLock {
     }
     guard.release();
     return result;
+  }
+
+  /**
+   * An async function that runs `fn(...args)` holding key `keyOf(...args)` (as withLock does);
+   * options as for lock(), checked now. It has `fn`'s name and length.
+   */
+  wrap(fn, keyOf, opts) {
+    parseOptions(opts);
+    const own = opts === undefined || opts === null ? undefined : { ...opts };
+    return wrapKeyed((key, body) => this.withLock(key, body, own), fn, keyOf);
   }
 
   #many(keys, o) {
