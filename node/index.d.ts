@@ -102,7 +102,8 @@ export class KeylockError extends Error {
  * block.
  */
 export class Guard implements Disposable {
-  private constructor();
+  /** Guards are made by the locks (and `Permit`s by semaphores). */
+  protected constructor();
   /**
    * Releases the acquisition. A second call does nothing. Throws a `KeylockError` if it is no
    * longer the lock's current one: `'KEYLOCK_NOT_OWNER'` after a `forceUnlock`,
@@ -172,6 +173,8 @@ export interface KeyInfo {
   leaseRemaining: number | null;
   /** Waiters queued for the key. */
   waiters: number;
+  /** Units held: for a lock, the same as `holders` (see `PermitInfo.units` for semaphores). */
+  units: number;
 }
 
 /**
@@ -278,6 +281,16 @@ declare abstract class KeyedLock {
   isLocked(key: Key): boolean;
   /** Who holds `key` and how (a snapshot); `null` when it is free. */
   info(key: Key): KeyInfo | null;
+  /**
+   * An async function that runs `fn(...args)` (with the same `this`) holding key
+   * `keyOf(...args)`, as `withLock` does, and resolves or rejects as `fn` does. `options` are
+   * `lock()`'s, checked now and used for every call. It has `fn`'s `name` and `length`.
+   */
+  wrap<A extends unknown[], R>(
+    fn: (...args: A) => R | PromiseLike<R>,
+    keyOf: (...args: A) => Key,
+    options?: AcquireOptions,
+  ): (...args: A) => Promise<Awaited<R>>;
   /** Whether it was made with `reentrant: true`. */
   readonly reentrant: boolean;
   /** Whether it was made with `fifo: true`. */
@@ -334,6 +347,117 @@ export class StripedLock extends KeyedLock {
   readonly size: number;
   /** The counts of the stripes, on every scope (see `StripedStats`). */
   stats(): StripedStats;
+}
+
+/** Options of `Semaphore.tryAcquire`. */
+export interface PermitOptions {
+  /**
+   * Units of the key to take (default 1): a whole number from 1 to the semaphore's `permits`;
+   * anything else throws (or rejects with) a `RangeError` (`TypeError` for a non-number) whose
+   * code is `'KEYLOCK_INVALID_ARGUMENT'`.
+   */
+  weight?: number | null;
+  /** A lease in milliseconds, as for locks (see `TryAcquireOptions.lease`). */
+  lease?: number | null;
+}
+
+/** Options of `Semaphore.acquire`, `withPermit` and `wrap`. */
+export interface PermitAcquireOptions extends PermitOptions {
+  /**
+   * Milliseconds to wait at most; the promise then rejects with a `KeylockError` whose code is
+   * `'KEYLOCK_TIMEOUT'`. `0` tries once without waiting. Omitted, `null` or `Infinity`: no limit.
+   */
+  timeout?: number | null;
+  /** Cancels the wait; the promise rejects with `signal.reason`. */
+  signal?: AbortSignal | null;
+}
+
+/**
+ * A semaphore's acquisition of `weight` units of one key. Works with `using` and `await using`.
+ * Its `fence` is its own: greater than that of every earlier acquisition of the key.
+ */
+export class Permit extends Guard implements AsyncDisposable {
+  protected constructor();
+  /** The key as it was given. */
+  readonly key: Key;
+  /** The units it holds. */
+  readonly weight: number;
+  /** Releases like `[Symbol.dispose]()`. */
+  [Symbol.asyncDispose](): Promise<void>;
+}
+
+/** Who holds units of a key: a snapshot (`Semaphore.info(key)`). */
+export interface PermitInfo {
+  /** The fence of the newest acquisition of the key. */
+  fence: bigint;
+  /** Holders now. */
+  holders: number;
+  /** Units held now: the holders' weights summed (at most `permits`). */
+  units: number;
+  /** Milliseconds left on the earliest lease among the holders; `null` without one. */
+  leaseRemaining: number | null;
+  /** Waiters queued for the key. */
+  waiters: number;
+}
+
+/** How a semaphore is opened: its units per key. */
+export interface SemaphoreOptions {
+  /** Units of each key that may be held at once: a whole number from 1 to 32767. */
+  permits: number;
+}
+
+/**
+ * A keyed semaphore: at most `permits` units of each key held at once. An acquire takes
+ * `weight` units (default 1) and waits in strict FIFO order per key: a heavy request at the head
+ * of a key's queue is never passed by lighter ones that came later. Keys never block each other.
+ */
+export class Semaphore {
+  /** An in-process semaphore with `permits` units per key (1 to 32767). */
+  constructor(permits: number);
+  /**
+   * The semaphore that the lock name `name` names: `'local:'` (or `''`) for a new in-process
+   * one. Other scopes have no semaphores yet (a `TypeError` with code `KEYLOCK_INVALID_ARGUMENT`).
+   */
+  static open(name: string, options: SemaphoreOptions): Semaphore;
+  /** The name it was opened with, a URL's password replaced by `***`. */
+  readonly name: string;
+  /** The units of each key that may be held at once. */
+  readonly permits: number;
+  /**
+   * Waits for `weight` units of `key`; resolves to its permit. Rejects with `KEYLOCK_TIMEOUT`
+   * after `timeout` ms, or with `signal.reason` when aborted; a rejected acquire holds nothing.
+   */
+  acquire(key: Key, options?: PermitAcquireOptions): Promise<Permit>;
+  /** Takes `weight` units of `key` now if it can (no one waits ahead): its permit, or `null`. */
+  tryAcquire(key: Key, options?: PermitOptions): Permit | null;
+  /**
+   * Holds `weight` units of `key` while `fn(permit)` runs and returns (or rethrows) its result;
+   * the units are released when `fn` returns, throws or rejects.
+   */
+  withPermit<T>(
+    key: Key,
+    fn: (permit: Permit) => T | PromiseLike<T>,
+    options?: PermitAcquireOptions,
+  ): Promise<Awaited<T>>;
+  /**
+   * An async function that runs `fn(...args)` (with the same `this`) holding units of key
+   * `keyOf(...args)`, as `withPermit` does. `options` (`weight` too) are checked now and used for
+   * every call. It has `fn`'s `name` and `length`.
+   */
+  wrap<A extends unknown[], R>(
+    fn: (...args: A) => R | PromiseLike<R>,
+    keyOf: (...args: A) => Key,
+    options?: PermitAcquireOptions,
+  ): (...args: A) => Promise<Awaited<R>>;
+  /** Who holds units of `key` (a snapshot); `null` when none is held. */
+  info(key: Key): PermitInfo | null;
+  /**
+   * Ends every hold of `key` and advances its fence: the holders' permits then release nothing
+   * (their `release()` throws `KEYLOCK_NOT_OWNER`). Returns whether any unit was held.
+   */
+  forceRelease(key: Key): boolean;
+  /** Counts, as `KeyPool.stats()`: `held` is keys with units held, `waiting` waiters queued. */
+  stats(): PoolStats;
 }
 
 /** A reader-writer lock: many readers or one writer. */

@@ -1,5 +1,5 @@
 'use strict';
-// keylock for Node.js: KeyPool, StripedLock and RwLock from the keylock Rust core, and the Web
+// keylock for Node.js: KeyPool, StripedLock, Semaphore and RwLock from the keylock Rust core, and the Web
 // Locks API (`keylock.locks`) on top of them.
 //
 // This file only gathers the public API from lib/, one module per concern, none of which decides
@@ -15,6 +15,8 @@
 //   lib/waiting.js    native waiters as promises (timeouts, AbortSignal), completions
 //   lib/guard.js      Guard: one acquisition, released exactly once
 //   lib/pools.js      KeyPool and StripedLock over any scope, unlink()
+//   lib/semaphore.js  Semaphore (keyed, weighted) and its Permit
+//   lib/wrap.js       wrap(): a function run under the key its arguments name
 //   lib/rwlock.js     RwLock
 //   lib/web-locks.js  LockManager, Lock and `locks` (the Web Locks API)
 
@@ -22,15 +24,18 @@ const { KeylockError } = require('./lib/errors.js');
 const { keyBytes } = require('./lib/keys.js');
 const { Guard } = require('./lib/guard.js');
 const { KeyPool, StripedLock, unlink } = require('./lib/pools.js');
+const { Semaphore, Permit } = require('./lib/semaphore.js');
 const { RwLock } = require('./lib/rwlock.js');
 const webLocks = require('./lib/web-locks.js');
 
 module.exports = {
   KeyPool,
   StripedLock,
+  Semaphore,
   RwLock,
   KeylockError,
   Guard,
+  Permit,
   keyBytes,
   unlink,
   LockManager: webLocks.LockManager,

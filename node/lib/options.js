@@ -64,8 +64,37 @@ function isAbortSignal(signal) {
   );
 }
 
-function checkFn(fn) {
-  if (typeof fn !== 'function') throw typeError(`fn must be a function, not ${describe(fn)}`);
+function checkFn(fn, name = 'fn') {
+  if (typeof fn !== 'function') throw typeError(`${name} must be a function, not ${describe(fn)}`);
+}
+
+// A whole number that a native u32 argument holds: a semaphore's permits or an acquire's
+// weight. Which of them the semaphore accepts (at least 1, at most its permits, at most the
+// core's largest) is the core's rule: it refuses the others with KEYLOCK_INVALID_ARGUMENT.
+function units(name, v) {
+  if (typeof v !== 'number') throw typeError(`${name} must be a number of units, not ${describe(v)}`);
+  if (!Number.isInteger(v) || v < 0 || v > 0xffffffff)
+    throw rangeError(`${name} must be a whole number of units, not ${v}`);
+  return v;
+}
+
+// Options of a semaphore's acquire: { weight, lease, timeout, signal }; `tryOnly`: those of
+// tryAcquire (weight and lease; the others are not read).
+const ONE_UNIT = Object.freeze({ weight: 1, lease: undefined, timeout: undefined, signal: undefined });
+
+function parsePermitOptions(opts, tryOnly = false) {
+  if (opts === undefined || opts === null) return ONE_UNIT;
+  if (typeof opts !== 'object') throw typeError(`options must be an object, not ${describe(opts)}`);
+  const weight = opts.weight === undefined || opts.weight === null ? 1 : units('weight', opts.weight);
+  const lease = millis('lease', opts.lease);
+  if (tryOnly) return { weight, lease, timeout: undefined, signal: undefined };
+  const timeout = millis('timeout', opts.timeout);
+  let { signal } = opts;
+  if (signal === null) signal = undefined;
+  if (signal !== undefined && !isAbortSignal(signal)) {
+    throw typeError(`signal must be an AbortSignal, not ${describe(signal)}`);
+  }
+  return { weight, lease, timeout, signal };
 }
 
 function checkName(name) {
@@ -119,7 +148,9 @@ module.exports = {
   SHARED,
   NO_OPTIONS,
   parseOptions,
+  parsePermitOptions,
   millis,
+  units,
   makeOptions,
   checkFn,
   checkName,

@@ -11,6 +11,7 @@ const { NO_OPTIONS, parseOptions, makeOptions, checkFn, checkName, checkScope } 
 const { holdOwner, dropOwner, ownerValue } = require('./owners.js');
 const { released, outcome } = require('./waiting.js');
 const { INTERNAL, ONE_KEY, KEYS, Guard, guardNow, runHolding } = require('./guard.js');
+const { wrapKeyed } = require('./wrap.js');
 
 // The native handle behind a KeyPool or StripedLock, for the subclasses and the LockManager.
 let handleOf;
@@ -146,6 +147,16 @@ class KeyedLock {
     return result;
   }
 
+  /**
+   * An async function that runs `fn(...args)` holding key `keyOf(...args)` (as withLock does);
+   * options as for lock(), checked now. It has `fn`'s name and length.
+   */
+  wrap(fn, keyOf, opts) {
+    parseOptions(opts);
+    const own = opts === undefined || opts === null ? undefined : { ...opts };
+    return wrapKeyed((key, body) => this.withLock(key, body, own), fn, keyOf);
+  }
+
   #many(keys, o) {
     if (!Array.isArray(keys)) throw typeError(`keys must be an array of keys, not ${describe(keys)}`);
     if (Array.isArray(o.mode) && o.mode.length !== keys.length) {
@@ -243,7 +254,7 @@ class KeyedLock {
 
   /**
    * Who holds `key` and how, a snapshot: `{ fence, mode, holders, holds, owner, leaseRemaining,
-   * waiters }`, or null when it is free.
+   * waiters, units }` (`units`: the holders, for a lock), or null when it is free.
    */
   info(key) {
     const r = this.#h.info(key);
@@ -258,6 +269,7 @@ class KeyedLock {
       owner: ownerValue(r[INFO.owner]),
       leaseRemaining: lease < 0 ? null : lease,
       waiters: r[INFO.waiters],
+      units: r[INFO.units],
     };
   }
 

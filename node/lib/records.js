@@ -45,8 +45,8 @@ const OUTPUT_WORDS = words('output');
 const COMPLETION = layout('completion', ['id', 'slot', 'fenceLow', 'fenceHigh', 'flags']);
 const COMPLETION_WORDS = words('completion');
 
-/** A held key's `info()`. */
-const INFO = layout('info', ['fence', 'shared', 'holders', 'holds', 'owner', 'leaseRemaining', 'waiters']);
+/** A held key's `info()` (a lock's or a semaphore's). */
+const INFO = layout('info', ['fence', 'shared', 'holders', 'holds', 'owner', 'leaseRemaining', 'waiters', 'units']);
 
 /** One request of a Web Locks `query()`. */
 const WEB_REQUEST = layout('webRequest', ['name', 'shared', 'clientId', 'held']);

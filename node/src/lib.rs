@@ -104,7 +104,7 @@ fn core_error(e: &keylock_core::Error) -> Error {
 }
 
 /// What the JavaScript constructors pass: the options of `new KeyPool({...})`,
-/// `new StripedLock(n, {...})` and their `open` and `shared` forms.
+/// `new StripedLock(n, {...})`, `new Semaphore(permits)` and their `open` and `shared` forms.
 #[napi(object)]
 #[derive(Debug, Clone, Copy, Default)]
 pub struct MakeOptions {
@@ -116,6 +116,8 @@ pub struct MakeOptions {
     pub fifo: Option<bool>,
     /// Fixed-size scopes (shared memory): the most keys held or awaited at once.
     pub capacity: Option<u32>,
+    /// A keyed semaphore with this many units per key (`new Semaphore(permits)`).
+    pub permits: Option<u32>,
 }
 
 impl MakeOptions {
@@ -134,6 +136,7 @@ impl MakeOptions {
         opts.reentrant = made.reentrant;
         opts.fifo = made.fifo;
         opts.capacity = self.capacity.map(|n| n as usize);
+        opts.permits = self.permits;
         let core = keylock_core::open_with(name, &opts).map_err(|e| core_error(&e))?;
         // A striped lock reports the stripe count it has (a power of two).
         let stripes = made.stripes.map(|asked| {
@@ -181,6 +184,8 @@ pub fn keyed_shared<'e>(
     };
     let fresh = MakeOptions {
         stripes: striped.then(|| options.stripes.unwrap_or(1024)),
+        // The shared registries hold locks only.
+        permits: None,
         ..options
     };
     let shared = registry.get_or_insert(&name, || fresh.open("local:"))?;
@@ -261,15 +266,18 @@ pub fn rw_shared(env: &Env, name: String) -> Result<Unknown<'_>> {
     give(env, Handle::Rw(Rw::new(shared.core.clone(), live)))
 }
 
-/// How a keyed lock was made: `{ stripes, reentrant, fifo }` (`stripes` undefined for a pool).
+/// How a keyed lock was made: `{ stripes, reentrant, fifo, permits }` (`stripes` undefined but
+/// for a striped lock, `permits` (the core's) but for a semaphore).
 #[napi(catch_unwind)]
 pub fn keyed_made(env: &Env, handle: Unknown<'_>) -> Result<MakeOptions> {
-    let m = keyed(env, &handle)?.made;
+    let keyed = keyed(env, &handle)?;
+    let m = keyed.made;
     Ok(MakeOptions {
         stripes: m.stripes.map(|n| n as u32),
         reentrant: Some(m.reentrant),
         fifo: Some(m.fifo),
         capacity: None,
+        permits: keyed.core.permits(),
     })
 }
 

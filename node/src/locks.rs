@@ -95,7 +95,7 @@ pub(crate) fn failure(e: &Error) -> Record {
     [0, text, 0, code << STATUS_SHIFT]
 }
 
-/// A keyed lock (a `KeyPool` or a `StripedLock` in JavaScript) as one thread holds it.
+/// A keyed lock (a `KeyPool`, a `StripedLock` or a `Semaphore` in JavaScript) as one thread holds it.
 #[derive(Debug)]
 pub(crate) struct Keyed {
     pub(crate) core: Core,

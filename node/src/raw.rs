@@ -217,6 +217,21 @@ impl<const N: usize> Call<'_, N> {
         opts
     }
 
+    /// Arguments `i..i + 2` as a weighted acquire's options: the weight (units to take; a
+    /// number that is no whole `u32` reads as 0, which the core refuses) and the lease (ms).
+    /// Only the semaphore's calls read a weight, so a lock's acquires keep their arguments.
+    fn weighted(&self, i: usize) -> LockOptions {
+        let weight = self
+            .number(i)
+            .filter(|n| n.fract() == 0.0 && (0.0..=f64::from(u32::MAX)).contains(n))
+            .map_or(0, |n| n as u32);
+        let opts = LockOptions::new().weight(weight);
+        match self.millis(i + 1) {
+            Some(lease) => opts.lease(lease),
+            None => opts,
+        }
+    }
+
     /// Argument `i` as the modes of `n` keys: one number for all of them, an array of one per
     /// key, or anything else for all exclusive.
     fn modes(&self, i: usize, n: usize) -> Result<Vec<Mode>, Fail> {
@@ -437,6 +452,22 @@ entry_points! {
         let mut key = Key::new();
         let key = c.key(0, &mut key)?;
         let fut = Arc::clone(&k.core).acquire_async(LockKey::new(key), &c.options(1));
+        let lock = c.arc();
+        start_waiter(k.live.clone(), async move { stored_one(&lock, fut.await) })
+    }
+    /// `tryAcquire(key, weight, leaseMs)`: `weight` units of `key` if they can be taken now
+    /// (a semaphore's; a lock refuses every weight but 1).
+    fn try_acquire[3](c) {
+        let opts = c.weighted(1).wait(Wait::No);
+        let mut key = Key::new();
+        Ok(acquired(c.keyed()?.acquire(c.key(0, &mut key)?, &opts)))
+    }
+    /// `acquireAsync(key, weight, leaseMs)`: waits for `weight` units of `key`.
+    fn acquire_async[3](c) {
+        let k = c.keyed()?;
+        let mut key = Key::new();
+        let key = c.key(0, &mut key)?;
+        let fut = Arc::clone(&k.core).acquire_async(LockKey::new(key), &c.weighted(1));
         let lock = c.arc();
         start_waiter(k.live.clone(), async move { stored_one(&lock, fut.await) })
     }
@@ -790,6 +821,7 @@ fn info_value(
         (field::OWNER, owner),
         (field::LEASE_REMAINING, lease),
         (field::WAITERS, info.waiters as f64),
+        (field::UNITS, f64::from(info.units)),
     ];
     // SAFETY: value creation in the current environment.
     unsafe {
@@ -821,6 +853,8 @@ const KEYED: &[(&CStr, RawFn)] = &[
     (c"tryLockWith", try_lock_with),
     (c"lockSync", lock_sync),
     (c"lockAsync", lock_async),
+    (c"tryAcquire", try_acquire),
+    (c"acquireAsync", acquire_async),
     (c"tryLockMany", try_lock_many),
     (c"lockManySync", lock_many_sync),
     (c"lockManyAsync", lock_many_async),

@@ -150,6 +150,7 @@ pub(crate) const INFO: &[Field] = &[
     field("owner", Type::Number),
     field("leaseRemaining", Type::Number),
     field("waiters", Type::Number),
+    field("units", Type::Number),
 ];
 /// `info(key)`'s fields.
 pub(crate) mod info {
@@ -168,6 +169,8 @@ pub(crate) mod info {
     pub(crate) const LEASE_REMAINING: usize = position(INFO, "leaseRemaining");
     /// Waiters queued.
     pub(crate) const WAITERS: usize = position(INFO, "waiters");
+    /// Units held now: a semaphore's holders' weights summed; a lock's holders.
+    pub(crate) const UNITS: usize = position(INFO, "units");
     /// Fields of the array.
     pub(crate) const LEN: usize = INFO.len();
 }

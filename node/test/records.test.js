@@ -121,6 +121,7 @@ test('every record the addon makes is laid out as the schema says', T, () => {
   assert.equal(info[INFO.holders], 2);
   assert.ok(info[INFO.leaseRemaining] <= 60_000);
   assert.equal(info[INFO.waiters], 1);
+  assert.equal(info[INFO.units], 2, "a lock's units are its holders");
 
   // The last shared release hands the key to the waiter: its completion.
   assert.equal(h.release(first) & 0xff, 0);
@@ -143,6 +144,7 @@ test('every record the addon makes is laid out as the schema says', T, () => {
   assert.equal(now[INFO.shared], false);
   assert.equal(now[INFO.holders], 1);
   assert.equal(now[INFO.holds], 1);
+  assert.equal(now[INFO.units], 1);
   assert.equal(now[INFO.owner], writer, "the waiter's owner holds it");
   assert.equal(now[INFO.waiters], 0);
   assert.equal(now[INFO.leaseRemaining], -1, 'no lease');

@@ -2,6 +2,8 @@
 import {
   KeyPool,
   StripedLock,
+  Semaphore,
+  Permit,
   RwLock,
   KeylockError,
   Guard,
@@ -16,6 +18,8 @@ import {
   type PoolStats,
   type StripedStats,
   type LockManagerSnapshot,
+  type PermitInfo,
+  type PermitAcquireOptions,
 } from 'keylock';
 import keylock from 'keylock';
 
@@ -80,6 +84,45 @@ async function usage(): Promise<number> {
     if (e instanceof KeylockError && (e.code === 'KEYLOCK_TIMEOUT' || e.code === 'KEYLOCK_NOT_OWNER')) return -1;
   }
 
+  // Semaphores.
+  const sem = new Semaphore(4);
+  const semOpened: Semaphore = Semaphore.open('local:', { permits: 2 });
+  const permits: number = sem.permits + semOpened.permits;
+  const p: Permit = await sem.acquire('k', { weight: 2, timeout: 100, signal: AbortSignal.timeout(1000), lease: 50 });
+  const pf: bigint = p.fence;
+  const pw: number = p.weight;
+  const pk: Key = p.key;
+  p.extend(100);
+  p.release();
+  {
+    await using held = await sem.acquire(1n);
+    using tried = sem.tryAcquire('t', { weight: 1, lease: null });
+    void [held.weight, tried?.weight];
+  }
+  const asGuard: Guard | null = sem.tryAcquire('k');
+  asGuard?.release();
+  const len: number = await sem.withPermit('k', async (permit) => permit.weight, { weight: 3 });
+  const semInfo: PermitInfo | null = sem.info('k');
+  const units: number = (semInfo?.units ?? 0) + (info?.units ?? 0);
+  const forced: boolean = sem.forceRelease('k');
+  const semStats: PoolStats = sem.stats();
+  const semOpts: PermitAcquireOptions = { weight: 1 };
+
+  // wrap: the wrapped function keeps fn's parameters and resolves to its result.
+  const transfer = async (from: string, amount: number): Promise<number> => amount + from.length;
+  const lockedTransfer: (from: string, amount: number) => Promise<number> = pool.wrap(transfer, (from) => from, {
+    timeout: 10,
+  });
+  const stripedTransfer = striped.wrap(transfer, (from, amount) => `${from}:${amount}`);
+  const limitedTransfer = sem.wrap(transfer, (from) => from, semOpts);
+  const total: number =
+    (await lockedTransfer('a', 1)) + (await stripedTransfer('b', 2)) + (await limitedTransfer('c', 3));
+  const syncWrapped: (n: number) => Promise<string> = sem.wrap(
+    (n: number) => String(n),
+    (n) => n,
+  );
+  void [permits, pf, pw, pk, len, units, forced, semStats, total, syncWrapped];
+
   // Web Locks, as browser code writes it.
   const result: number = await locks.request('resource', async (lock) => {
     if (lock) void [lock.name, lock.mode];
@@ -140,5 +183,25 @@ function misuse(pool: KeyPool, guard: KeyGuard): void {
   new Guard();
 }
 
+// Semaphore misuse that must not type-check.
+function semaphoreMisuse(sem: Semaphore, pool: KeyPool): void {
+  // @ts-expect-error permits is required
+  Semaphore.open('local:', {});
+  // @ts-expect-error weight is a number
+  void sem.acquire('k', { weight: '2' });
+  // @ts-expect-error tryAcquire takes no timeout
+  sem.tryAcquire('k', { timeout: 5 });
+  // @ts-expect-error permits is read-only
+  sem.permits = 3;
+  const byString = (a: string) => a;
+  // @ts-expect-error keyOf takes fn's parameters
+  sem.wrap(byString, (a: number) => a);
+  // @ts-expect-error keyOf returns a key
+  pool.wrap(byString, (a) => ({ a }));
+  // @ts-expect-error permits are made by semaphores
+  new Permit();
+}
+
 void usage;
 void misuse;
+void semaphoreMisuse;
