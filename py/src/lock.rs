@@ -287,7 +287,9 @@ impl Target {
                     })
                 })
             }
-            Target::Key { lock, key, mode, .. } => {
+            Target::Key {
+                lock, key, mode, ..
+            } => {
                 let lock = &lock.get().inner;
                 with_gil_released(py, self.may_block(), || blocks(lock, key, *mode))
             }

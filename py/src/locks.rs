@@ -34,7 +34,11 @@ impl Keyed {
 
     /// Runs `f` on the core's lock object, with the GIL released if it may block.
     #[inline]
-    pub(crate) fn call<T: Send>(&self, py: Python<'_>, f: impl FnOnce(&dyn core::KeyedLock) -> T + Send) -> T {
+    pub(crate) fn call<T: Send>(
+        &self,
+        py: Python<'_>,
+        f: impl FnOnce(&dyn core::KeyedLock) -> T + Send,
+    ) -> T {
         let inner = &*self.inner;
         with_gil_released(py, self.may_block, || f(inner))
     }
@@ -298,7 +302,10 @@ impl KeyPool {
 }
 
 /// The core's counts as the dict `stats()` returns (the same keys for every lock object).
-pub(crate) fn stats_dict<'py>(py: Python<'py>, s: &core::ScopeStats) -> PyResult<Bound<'py, PyDict>> {
+pub(crate) fn stats_dict<'py>(
+    py: Python<'py>,
+    s: &core::ScopeStats,
+) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
     d.set_item("held", s.held)?;
     d.set_item("waiting", s.waiting)?;

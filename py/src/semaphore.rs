@@ -94,7 +94,11 @@ impl Semaphore {
             mode: Mode::Exclusive,
             weight: units(weight),
         };
-        handle::make(py, Permit, LockHandle::new(target, timeout.0, lease.0, false))
+        handle::make(
+            py,
+            Permit,
+            LockHandle::new(target, timeout.0, lease.0, false),
+        )
     }
 
     /// The units per key.
