@@ -307,9 +307,10 @@ def test_every_acquisition_has_its_own_rising_fence() -> None:
     sem = keylock.Semaphore(3)
     handles = [sem.acquire("k", w) for w in (1, 1, 1)]
     assert all(h.fence is None for h in handles)
-    fences = []
+    fences: list[int] = []
     for h in handles:
         assert h.acquire(blocking=False)
+        assert h.fence is not None
         fences.append(h.fence)
     assert fences == sorted(set(fences)), fences
     info = sem.info("k")

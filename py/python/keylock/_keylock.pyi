@@ -10,6 +10,7 @@ from typing import (
     Generic,
     Literal,
     ParamSpec,
+    Protocol,
     TypedDict,
     TypeVar,
     final,
@@ -38,8 +39,11 @@ KeyOf = str | Callable[..., Key]
 """How a decorator finds its key: the name of one of the function's parameters, or a callable
 given the function's arguments that returns the key."""
 
-Decorator = Callable[[Callable[_P, _R]], Callable[_P, _R]]
-"""A decorator that keeps the decorated function's signature."""
+class Decorator(Protocol):
+    """What `synchronized` and `limit` return: a decorator that keeps the decorated function's
+    signature (a `def` function stays one, an `async def` one stays a coroutine function)."""
+
+    def __call__(self, func: Callable[_P, _R], /) -> Callable[_P, _R]: ...
 
 # ---- exceptions: one per status of the core's table, each with its `status` and `code` ----
 
@@ -560,7 +564,7 @@ class KeyedLock:
         mode: Mode = "exclusive",
         timeout: float | None = None,
         lease: float | None = None,
-    ) -> Decorator[_P, _R]:
+    ) -> Decorator:
         """Decorator: run the function holding the lock of a key taken from its arguments: one
         call at a time per key (with mode "shared": any number of shared calls, or one
         exclusive).
@@ -741,7 +745,7 @@ class Semaphore:
         weight: int = 1,
         timeout: float | None = None,
         lease: float | None = None,
-    ) -> Decorator[_P, _R]:
+    ) -> Decorator:
         """Decorator: run the function holding `weight` units of a key taken from its arguments
         (at most `permits` units of a key are held at once).
 
