@@ -11,6 +11,7 @@ Every wait is bounded (conftest's helpers), and no assertion depends on how long
 from __future__ import annotations
 
 import asyncio
+import inspect
 import itertools
 import os
 import random
@@ -585,7 +586,7 @@ def test_decorated_coroutine_is_one_call_at_a_time_per_key(guard: Any, form: str
         units.leave(user_id, 1)
         return amount
 
-    assert asyncio.iscoroutinefunction(work)
+    assert inspect.iscoroutinefunction(work)
     assert work.__name__ == "work" and work.__doc__ == "Does the async work."
     assert work.__wrapped__ is not None
 

@@ -188,10 +188,10 @@ class LockHandle:
     A handle follows `threading.Lock`'s protocol (`acquire`, `release`, `locked`, `with`) and
     asyncio's (`async with`, `await acquire_async()`), so code written for a `threading.Lock`
     works unchanged; a handle of a reentrant lock object follows `threading.RLock`'s. Handles
-    are made by `lock`, `read`, `write` and `lock_many` of KeyPool and StripedLock, and by
-    `RwLock.read` and `RwLock.write`. A handle keeps the record of every acquisition it made and
-    releases exactly those: a stale record (force-unlocked, or its lease ran out) never releases
-    the key's next holder.
+    are made by `lock`, `read`, `write` and `lock_many` of KeyPool and StripedLock, by
+    `RwLock.read` and `RwLock.write`, and by `Semaphore.acquire`. A handle keeps the record of
+    every acquisition it made and releases exactly those: a stale record (force-unlocked, or its
+    lease ran out) never releases the key's next holder.
     """
 
     @property
