@@ -271,8 +271,16 @@ impl LockHandle {
         };
         let name = slf.get_type().qualname()?;
         let what = match &this.target {
-            Target::Key { lock, key, mode } => {
+            Target::Key {
+                lock,
+                key,
+                mode,
+                weight,
+            } => {
                 let mut s = format!(" key={}", key_repr(py, key)?);
+                if lock.get().inner.permits().is_some() {
+                    s.push_str(&format!(" weight={weight}"));
+                }
                 if *mode == Mode::Shared {
                     s.push_str(" mode='shared'");
                 }
@@ -430,6 +438,46 @@ impl ReentrantKeyLock {
             wait::acquire_blocking(py, this, Wait::Forever, this.lease)?;
         }
         Ok(())
+    }
+}
+
+/// The weight of a one-key handle (1 for a lock's).
+fn weight_of(handle: &LockHandle) -> u32 {
+    match &handle.target {
+        Target::Key { weight, .. } => *weight,
+        _ => 1,
+    }
+}
+
+/// `weight` units of one key's semaphore, from `Semaphore.acquire(key, weight)`.
+///
+/// Works like a `threading.BoundedSemaphore` of one permit (acquire/release/locked/with; each
+/// acquire takes `weight` units, and a release of a handle that holds nothing raises
+/// NotLockedError, a RuntimeError) and with asyncio (`async with`, `await acquire_async()`).
+/// `locked()` is True when an acquire through it would wait now. Each acquisition has its own
+/// fence; `lease`, `lease_remaining()`, `extend()` and `is_current()` work as for a KeyLock.
+#[pyclass(module = "keylock", name = "Permit", extends = LockHandle, frozen)]
+pub(crate) struct Permit;
+
+#[pymethods]
+impl Permit {
+    /// The key, as the bytes it stands for (see keylock.key_bytes).
+    #[getter]
+    fn key<'py>(slf: &Bound<'py, Self>) -> Option<Bound<'py, PyBytes>> {
+        key_and_mode(slf.as_super().get()).map(|(k, _)| PyBytes::new(slf.py(), k))
+    }
+
+    /// The units each acquire through this handle takes.
+    #[getter]
+    fn weight(slf: &Bound<'_, Self>) -> u32 {
+        weight_of(slf.as_super().get())
+    }
+
+    /// The fence of the handle's newest acquisition (None if it holds nothing): every
+    /// acquisition of a key's units has its own, greater than every earlier one's of that key.
+    #[getter]
+    fn fence(slf: &Bound<'_, Self>) -> Option<u64> {
+        slf.as_super().get().fence(slf.py())
     }
 }
 

@@ -5,7 +5,7 @@
 //! opens by name works here unchanged). What it does is translate:
 //! - keys ([`key`]): `str`, `bytes`, `bytearray`, `memoryview` and `int` into byte strings, by
 //!   the rules every front end shares (`keylock_core::keys`);
-//! - lock objects ([`locks`], [`rwlock`]) and handles: what a handle locks and the acquisitions
+//! - lock objects ([`locks`], [`rwlock`], the keyed semaphore [`semaphore`]) and handles: what a handle locks and the acquisitions
 //!   it holds ([`lock`]), and their `threading.Lock` / `threading.RLock` protocol ([`handle`]);
 //!   owners of reentrant locks are threads and asyncio tasks ([`owner`]); a lock lost behind
 //!   its holder's back is told by flag, blocking wait or asyncio future ([`lost`]);
@@ -29,6 +29,7 @@ mod lost;
 mod owner;
 mod ready;
 mod rwlock;
+mod semaphore;
 mod stall;
 mod vectorcall;
 mod wait;
@@ -48,11 +49,13 @@ fn _keylock(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<locks::StripedLock>()?;
     m.add_class::<locks::LockInfo>()?;
     m.add_class::<rwlock::RwLock>()?;
+    m.add_class::<semaphore::Semaphore>()?;
     m.add_class::<lock::LockHandle>()?;
     vectorcall::install(m)?;
     m.add_class::<handle::KeyLock>()?;
     m.add_class::<handle::ReentrantKeyLock>()?;
     m.add_class::<handle::ManyLock>()?;
+    m.add_class::<handle::Permit>()?;
     m.add_class::<handle::ReadLock>()?;
     m.add_class::<handle::WriteLock>()?;
     m.add_class::<wait::Acquire>()?;

@@ -44,11 +44,15 @@ pub(crate) struct Keyed {
 
 /// What a handle locks.
 pub(crate) enum Target {
-    /// One key of a keyed lock object (a KeyPool key, or a StripedLock key's stripe).
+    /// One key of a keyed lock object (a KeyPool key, or a StripedLock key's stripe), or of a
+    /// semaphore (which ignores the mode).
     Key {
         lock: Py<Keyed>,
         key: OwnedKey,
         mode: Mode,
+        /// The units each acquire takes (`LockOptions::weight`): 1 for a lock, the caller's for
+        /// a semaphore (the core refuses a weight its lock object does not allow).
+        weight: u32,
     },
     /// Several keys taken together, each in its mode.
     Many {
@@ -136,12 +140,13 @@ impl Target {
         }
     }
 
-    /// `opts` with this target's mode (the many-keys form takes a mode per key instead).
+    /// `opts` with this target's mode and weight (the many-keys form takes a mode per key
+    /// instead).
     #[inline]
     pub(crate) fn options(&self, lease: Option<Duration>, owner: Option<Owner>) -> LockOptions {
         let mut opts = LockOptions::new();
-        if let Target::Key { mode, .. } = self {
-            opts = opts.mode(*mode);
+        if let Target::Key { mode, weight, .. } = self {
+            opts = opts.mode(*mode).weight(*weight);
         }
         if let Some(lease) = lease {
             opts = opts.lease(lease);
@@ -256,7 +261,9 @@ impl Target {
     }
 
     /// Whether a non-blocking acquire would fail now (`threading.Lock.locked()`): the key is
-    /// held (exclusively, for a shared handle).
+    /// held (exclusively, for a shared handle); for a semaphore's handle, its weight does not
+    /// fit beside the units held, or others wait before it (`asyncio.Semaphore.locked()`; a
+    /// snapshot of the semaphore's documented rule, read from `info`).
     pub(crate) fn locked(&self, py: Python<'_>) -> Result<bool, Error> {
         let blocks = |lock: &Arc<dyn KeyedLock>, key: &OwnedKey, mode: Mode| {
             Ok::<_, Error>(match lock.info(LockKey::new(key))? {
@@ -265,7 +272,24 @@ impl Target {
             })
         };
         match self {
-            Target::Key { lock, key, mode } => {
+            Target::Key {
+                lock, key, weight, ..
+            } if lock.get().inner.permits().is_some() => {
+                let lock = &lock.get().inner;
+                let permits = lock.permits().unwrap_or(0);
+                with_gil_released(py, self.may_block(), || {
+                    Ok(match lock.info(LockKey::new(key))? {
+                        None => false,
+                        Some(info) => {
+                            info.waiters > 0
+                                || u64::from(info.units) + u64::from(*weight) > u64::from(permits)
+                        }
+                    })
+                })
+            }
+            Target::Key {
+                lock, key, mode, ..
+            } => {
                 let lock = &lock.get().inner;
                 with_gil_released(py, self.may_block(), || blocks(lock, key, *mode))
             }
@@ -351,8 +375,8 @@ impl Records {
 /// A handle follows `threading.Lock`'s protocol (`acquire`, `release`, `locked`, `with`) and
 /// asyncio's (`async with`, `await acquire_async()`), so code written for a `threading.Lock`
 /// works unchanged; a handle of a reentrant lock object follows `threading.RLock`'s. Handles are
-/// made by `lock`, `read`, `write` and `lock_many` of KeyPool and StripedLock, and by
-/// `RwLock.read` and `RwLock.write`. A handle keeps the record of every acquisition it made and
+/// made by `lock`, `read`, `write` and `lock_many` of KeyPool and StripedLock, by
+/// `RwLock.read` and `RwLock.write`, and by `Semaphore.acquire`. A handle keeps the record of every acquisition it made and
 /// releases exactly those: a stale record (force-unlocked, or its lease ran out) never releases
 /// the key's next holder.
 #[pyclass(module = "keylock", name = "LockHandle", subclass, frozen, weakref)]

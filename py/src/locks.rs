@@ -17,7 +17,8 @@ use crate::key::{to_key, to_owned_entries, to_owned_key};
 use crate::lock::{Keyed, LockHandle, Target};
 
 impl Keyed {
-    fn open(py: Python<'_>, name: &str, options: &OpenOptions) -> PyResult<Self> {
+    /// Opens the lock object (or semaphore) `name` names, with `options`.
+    pub(crate) fn open(py: Python<'_>, name: &str, options: &OpenOptions) -> PyResult<Self> {
         // Opening a remote scope connects to it: wait with the GIL released.
         let inner = py
             .detach(|| core::open_with(name, options))
@@ -33,7 +34,11 @@ impl Keyed {
 
     /// Runs `f` on the core's lock object, with the GIL released if it may block.
     #[inline]
-    fn call<T: Send>(&self, py: Python<'_>, f: impl FnOnce(&dyn core::KeyedLock) -> T + Send) -> T {
+    pub(crate) fn call<T: Send>(
+        &self,
+        py: Python<'_>,
+        f: impl FnOnce(&dyn core::KeyedLock) -> T + Send,
+    ) -> T {
         let inner = &*self.inner;
         with_gil_released(py, self.may_block, || f(inner))
     }
@@ -54,6 +59,7 @@ impl Keyed {
             lock: slf.clone().unbind(),
             key: to_owned_key(key)?,
             mode,
+            weight: 1,
         };
         let handle = LockHandle::new(target, timeout.0, lease.0, reentrant);
         if reentrant && mode == Mode::Exclusive {
@@ -107,7 +113,7 @@ impl Keyed {
     /// Free `key` whoever holds it (in either mode), advancing its fence, for a lock left
     /// behind by a holder that will never release it. The old holders' handles then release
     /// nothing (their `release()` raises NotOwnerError). Return whether the key was held.
-    fn force_unlock(&self, key: &Bound<'_, PyAny>) -> PyResult<bool> {
+    pub(crate) fn force_unlock(&self, key: &Bound<'_, PyAny>) -> PyResult<bool> {
         let py = key.py();
         let key = to_key(key)?;
         let k = LockKey::new(&key);
@@ -126,7 +132,7 @@ impl Keyed {
     }
 
     /// Return who holds `key` and how (a snapshot), or None when it is free.
-    fn info(&self, key: &Bound<'_, PyAny>) -> PyResult<Option<LockInfo>> {
+    pub(crate) fn info(&self, key: &Bound<'_, PyAny>) -> PyResult<Option<LockInfo>> {
         let py = key.py();
         let key = to_key(key)?;
         let k = LockKey::new(&key);
@@ -141,6 +147,7 @@ impl Keyed {
             owner: i.owner.map(core::Owner::get),
             lease_remaining: i.lease_remaining.map(|d| d.as_secs_f64()),
             waiters: i.waiters,
+            units: i.units,
         }))
     }
 
@@ -183,6 +190,9 @@ pub(crate) struct LockInfo {
     lease_remaining: Option<f64>,
     /// Callers waiting for the key.
     waiters: usize,
+    /// A semaphore's units held now (the sum of its holders' weights); for a lock, the same as
+    /// `holders`.
+    units: u32,
 }
 
 #[pymethods]
@@ -191,14 +201,15 @@ impl LockInfo {
         let opt = |v: Option<String>| v.unwrap_or_else(|| "None".to_owned());
         format!(
             "LockInfo(fence={}, mode='{}', holders={}, holds={}, owner={}, lease_remaining={}, \
-             waiters={})",
+             waiters={}, units={})",
             self.fence,
             self.mode,
             self.holders,
             self.holds,
             opt(self.owner.map(|o| o.to_string())),
             opt(self.lease_remaining.map(|s| format!("{s:.3}"))),
-            self.waiters
+            self.waiters,
+            self.units
         )
     }
 }
@@ -273,19 +284,7 @@ impl KeyPool {
     /// tell: held, waiting (queued), shared_holds, held_here, waiting_here, capacity,
     /// entries_in_use, entries_allocated, peak_in_use, contended.
     fn stats<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyDict>> {
-        let s = Self::stats_of(slf)?;
-        let d = PyDict::new(slf.py());
-        d.set_item("held", s.held)?;
-        d.set_item("waiting", s.waiting)?;
-        d.set_item("shared_holds", s.shared_holds)?;
-        d.set_item("held_here", s.held_here)?;
-        d.set_item("waiting_here", s.waiting_here)?;
-        d.set_item("capacity", s.capacity)?;
-        d.set_item("entries_in_use", s.entries_in_use)?;
-        d.set_item("entries_allocated", s.entries_allocated)?;
-        d.set_item("peak_in_use", s.peak_in_use)?;
-        d.set_item("contended", s.contended)?;
-        Ok(d)
+        stats_dict(slf.py(), &Self::stats_of(slf)?)
     }
 
     fn __repr__(slf: &Bound<'_, Self>) -> String {
@@ -300,6 +299,25 @@ impl KeyPool {
             slf.as_ptr() as usize
         )
     }
+}
+
+/// The core's counts as the dict `stats()` returns (the same keys for every lock object).
+pub(crate) fn stats_dict<'py>(
+    py: Python<'py>,
+    s: &core::ScopeStats,
+) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("held", s.held)?;
+    d.set_item("waiting", s.waiting)?;
+    d.set_item("shared_holds", s.shared_holds)?;
+    d.set_item("held_here", s.held_here)?;
+    d.set_item("waiting_here", s.waiting_here)?;
+    d.set_item("capacity", s.capacity)?;
+    d.set_item("entries_in_use", s.entries_in_use)?;
+    d.set_item("entries_allocated", s.entries_allocated)?;
+    d.set_item("peak_in_use", s.peak_in_use)?;
+    d.set_item("contended", s.contended)?;
+    Ok(d)
 }
 
 /// A fixed number of locks (rounded up to a power of two); a key locks the stripe its hash

@@ -6,7 +6,9 @@ keylock replaces the two usual patterns:
   entries are evicted): use :class:`KeyPool`, exact per key, with memory only for the keys held
   or waited for, or :class:`StripedLock`, a fixed set of locks shared by hashing;
 * a pure-Python reader-writer lock: use :class:`RwLock`, whose readers scale, or the per-key
-  ``read``/``write`` handles of a pool.
+  ``read``/``write`` handles of a pool;
+* a dict of ``threading.BoundedSemaphore`` objects, one per key (at most N at once per
+  tenant, per host): use :class:`Semaphore`, with weighted, strictly FIFO acquires.
 
 Every lock is reached through a handle with ``threading.Lock``'s protocol, so existing code
 keeps working::
@@ -20,6 +22,35 @@ keeps working::
         ...
     with pool.lock_many(["acct:1", ("rates", "shared")]):  # all or none, deadlock-free
         ...
+
+Semaphores
+----------
+``keylock.Semaphore(permits)`` lets at most ``permits`` units of each key be held at once.
+``sem.acquire(key, weight=1)`` returns a handle (a :class:`Permit`) that takes ``weight`` units
+when it is acquired, with the same protocol as a lock handle::
+
+    sem = keylock.Semaphore(4)
+    with sem.acquire("host:db1"):                   # one of the 4 units of "host:db1"
+        ...
+    async with sem.acquire("host:db1", weight=2, timeout=1.0):
+        ...
+
+Requests for one key are served strictly in order: a heavy request at the head of the queue is
+never passed by lighter ones that came after it. Every acquisition has its own fence.
+
+Decorators
+----------
+``@pool.synchronized(key)`` (on :class:`KeyPool` and :class:`StripedLock`) and
+``@sem.limit(key, weight=1)`` (on :class:`Semaphore`) run a function under the lock (or the
+units) of a key taken from its arguments: ``key`` names one of the function's parameters, or is
+a callable given the same arguments as the function. They work on ``def`` functions (a blocking
+``with``) and ``async def`` ones (``async with``)::
+
+    @pool.synchronized("user_id", timeout=5.0)      # one call at a time per user
+    def charge(user_id: int, amount: int) -> None: ...
+
+    @sem.limit(lambda req: req.host)                # at most 4 calls at once per host
+    async def fetch(req: Request) -> bytes: ...
 
 Ownership and fences
 --------------------
@@ -83,6 +114,11 @@ is handed to one of them. The simple rule is ``threading.Lock``'s: fork while no
 or waited for, or make fresh locks in the child.
 """
 
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Any
+
 from ._keylock import (
     CapacityExceededError,
     IncompatibleError,
@@ -98,10 +134,12 @@ from ._keylock import (
     NotLockedError,
     NotOwnerError,
     PermissionDeniedError,
+    Permit,
     ReadLock,
     ReentrancyLimitError,
     ReentrantKeyLock,
     RwLock,
+    Semaphore,
     StripedLock,
     UnavailableError,
     WouldBlockError,
@@ -126,10 +164,12 @@ __all__ = [
     "NotLockedError",
     "NotOwnerError",
     "PermissionDeniedError",
+    "Permit",
     "ReadLock",
     "ReentrancyLimitError",
     "ReentrantKeyLock",
     "RwLock",
+    "Semaphore",
     "StripedLock",
     "UnavailableError",
     "WouldBlockError",
@@ -138,3 +178,132 @@ __all__ = [
     "key_bytes",
     "unlink",
 ]
+
+
+# ---- argument-keyed decorators: @pool.synchronized(key) and @sem.limit(key) ----
+#
+# They only choose the key from the call's arguments and wait in the caller's style (`with` for
+# a plain function, `async with` for a coroutine function); the handles do the rest.
+
+
+def _key_of(func: Callable[..., Any], key: str | Callable[..., Any]) -> Callable[..., Any]:
+    """The function that picks the key from a call's arguments: `key` itself if it is
+    callable, else the argument bound to the parameter `key` names."""
+    if callable(key):
+        return key
+    if not isinstance(key, str):
+        raise TypeError(
+            f"key must be a parameter name (str) or a callable, not {type(key).__name__}"
+        )
+    signature = inspect.signature(func)
+    param = signature.parameters.get(key)
+    if param is None:
+        raise TypeError(f"{func.__qualname__}() has no parameter {key!r}")
+    if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+        raise TypeError(f"the key parameter {key!r} of {func.__qualname__}() is not one value")
+    index = list(signature.parameters).index(key)
+    by_position = param.kind in (param.POSITIONAL_ONLY, param.POSITIONAL_OR_KEYWORD)
+    by_name = param.kind in (param.POSITIONAL_OR_KEYWORD, param.KEYWORD_ONLY)
+
+    def pick(*args: Any, **kwargs: Any) -> Any:
+        # The usual calls without binding every argument; the rest (defaults, wrong calls,
+        # which raise TypeError here as the call itself would) through the signature.
+        if by_position and index < len(args):
+            return args[index]
+        if by_name and key in kwargs:
+            return kwargs[key]
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        return bound.arguments[key]
+
+    return pick
+
+
+def _decorator(
+    handle_of: Callable[[Any], Any], key: str | Callable[..., Any]
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """A decorator that runs the function under `handle_of(key from its arguments)`."""
+
+    def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
+        if inspect.isgeneratorfunction(func) or inspect.isasyncgenfunction(func):
+            # The lock would cover making the generator, not running it.
+            raise TypeError(
+                f"{func.__qualname__}() is a generator function: take the lock inside it"
+            )
+        pick = _key_of(func, key)
+        if inspect.iscoroutinefunction(func):
+
+            @functools.wraps(func)
+            async def run_async(*args: Any, **kwargs: Any) -> Any:
+                async with handle_of(pick(*args, **kwargs)):
+                    return await func(*args, **kwargs)
+
+            return run_async
+
+        @functools.wraps(func)
+        def run(*args: Any, **kwargs: Any) -> Any:
+            with handle_of(pick(*args, **kwargs)):
+                return func(*args, **kwargs)
+
+        return run
+
+    return decorate
+
+
+def _synchronized(
+    self: KeyedLock,
+    key: str | Callable[..., Any],
+    *,
+    mode: str = "exclusive",
+    timeout: float | None = None,
+    lease: float | None = None,
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorator: run the function holding the lock of a key taken from its arguments: one
+    call at a time per key (with mode "shared": any number of shared calls, or one exclusive).
+
+    `key` is the name of one of the function's parameters, or a callable given the function's
+    arguments that returns the key. A `def` function waits with `with`, an `async def` one with
+    `async with`; `timeout` (seconds, None for no limit) makes a call that cannot have the lock
+    in time raise keylock.LockTimeout, and `lease` ends each hold after that many seconds, as
+    for `lock(key, timeout, lease=lease)`. The wrapper keeps the function's name, docstring and
+    `__wrapped__` (functools.wraps).
+    """
+    if mode == "exclusive":
+        make = self.lock
+    elif mode == "shared":
+        make = self.read
+    else:
+        raise ValueError(f"unknown mode {mode!r}: use 'exclusive' or 'shared'")
+    make(b"", timeout, lease=lease)  # checks timeout and lease now, not at the first call
+    return _decorator(lambda k: make(k, timeout, lease=lease), key)
+
+
+def _limit(
+    self: Semaphore,
+    key: str | Callable[..., Any],
+    *,
+    weight: int = 1,
+    timeout: float | None = None,
+    lease: float | None = None,
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorator: run the function holding `weight` units of a key taken from its arguments
+    (at most `permits` units of a key are held at once).
+
+    `key` is the name of one of the function's parameters, or a callable given the function's
+    arguments that returns the key. A `def` function waits with `with`, an `async def` one with
+    `async with`; `timeout` (seconds, None for no limit) makes a call that cannot have the
+    units in time raise keylock.LockTimeout, and `lease` ends each hold after that many
+    seconds, as for `acquire(key, weight, timeout, lease=lease)`. A weight the semaphore
+    refuses raises ValueError at each call. The wrapper keeps the function's name, docstring
+    and `__wrapped__` (functools.wraps).
+    """
+    self.acquire(b"", weight, timeout, lease=lease)  # checks the arguments' types now
+    return _decorator(lambda k: self.acquire(k, weight, timeout, lease=lease), key)
+
+
+# Methods of the native classes, written here in Python: set on the types (KeyPool and
+# StripedLock inherit `synchronized` from KeyedLock), named and documented as methods.
+_synchronized.__name__ = _synchronized.__qualname__ = "synchronized"
+_limit.__name__ = _limit.__qualname__ = "limit"
+KeyedLock.synchronized = _synchronized  # type: ignore[method-assign]
+Semaphore.limit = _limit  # type: ignore[method-assign]

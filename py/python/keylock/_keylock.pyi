@@ -1,13 +1,26 @@
 """Type stubs for keylock._keylock, the native half of the keylock package."""
 
 import asyncio
-from collections.abc import Generator, Iterable
+from collections.abc import Callable, Generator, Iterable
 from types import TracebackType
-from typing import Any, ClassVar, Final, Generic, Literal, TypedDict, TypeVar, final
+from typing import (
+    Any,
+    ClassVar,
+    Final,
+    Generic,
+    Literal,
+    ParamSpec,
+    Protocol,
+    TypedDict,
+    TypeVar,
+    final,
+)
 
 from typing_extensions import disjoint_base
 
 _T = TypeVar("_T")
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 __version__: Final[str]
 _BUILD: Final[str]
@@ -21,6 +34,16 @@ Mode = Literal["exclusive", "shared"]
 
 Entry = Key | tuple[Key, Mode]
 """A lock_many entry: a key (taken exclusively) or a (key, mode) pair."""
+
+KeyOf = str | Callable[..., Key]
+"""How a decorator finds its key: the name of one of the function's parameters, or a callable
+given the function's arguments that returns the key."""
+
+class Decorator(Protocol):
+    """What `synchronized` and `limit` return: a decorator that keeps the decorated function's
+    signature (a `def` function stays one, an `async def` one stays a coroutine function)."""
+
+    def __call__(self, func: Callable[_P, _R], /) -> Callable[_P, _R]: ...
 
 # ---- exceptions: one per status of the core's table, each with its `status` and `code` ----
 
@@ -165,10 +188,10 @@ class LockHandle:
     A handle follows `threading.Lock`'s protocol (`acquire`, `release`, `locked`, `with`) and
     asyncio's (`async with`, `await acquire_async()`), so code written for a `threading.Lock`
     works unchanged; a handle of a reentrant lock object follows `threading.RLock`'s. Handles
-    are made by `lock`, `read`, `write` and `lock_many` of KeyPool and StripedLock, and by
-    `RwLock.read` and `RwLock.write`. A handle keeps the record of every acquisition it made and
-    releases exactly those: a stale record (force-unlocked, or its lease ran out) never releases
-    the key's next holder.
+    are made by `lock`, `read`, `write` and `lock_many` of KeyPool and StripedLock, by
+    `RwLock.read` and `RwLock.write`, and by `Semaphore.acquire`. A handle keeps the record of
+    every acquisition it made and releases exactly those: a stale record (force-unlocked, or its
+    lease ran out) never releases the key's next holder.
     """
 
     @property
@@ -367,6 +390,30 @@ class ManyLock(LockHandle):
         one); None if the handle holds nothing."""
 
 @final
+class Permit(LockHandle):
+    """`weight` units of one key's semaphore, from `Semaphore.acquire(key, weight)`.
+
+    Works like a `threading.BoundedSemaphore` of one permit (acquire/release/locked/with; each
+    acquire takes `weight` units, and a release of a handle that holds nothing raises
+    NotLockedError, a RuntimeError) and with asyncio (`async with`, `await acquire_async()`).
+    `locked()` is True when an acquire through it would wait now. Each acquisition has its own
+    fence; `lease`, `lease_remaining()`, `extend()` and `is_current()` work as for a KeyLock.
+    """
+
+    @property
+    def key(self) -> bytes:
+        """The key, as the bytes it stands for (see keylock.key_bytes)."""
+
+    @property
+    def weight(self) -> int:
+        """The units each acquire through this handle takes."""
+
+    @property
+    def fence(self) -> int | None:
+        """The fence of the handle's newest acquisition (None if it holds nothing): every
+        acquisition of a key's units has its own, greater than every earlier one's of that key."""
+
+@final
 class ReadLock(LockHandle):
     """The shared (read) side of an RwLock, from `RwLock.read()`. `locked()` is True while a
     writer holds the lock."""
@@ -412,6 +459,11 @@ class LockInfo:
     @property
     def waiters(self) -> int:
         """Callers waiting for the key."""
+
+    @property
+    def units(self) -> int:
+        """A semaphore's units held now (the sum of its holders' weights); for a lock, the same
+        as `holders`."""
 
 class PoolStats(TypedDict):
     """The counts of a KeyPool, the same keys on every scope. A figure the scope cannot tell is
@@ -504,6 +556,26 @@ class KeyedLock:
 
     def info(self, key: Key) -> LockInfo | None:
         """Return who holds `key` and how (a snapshot), or None when it is free."""
+
+    def synchronized(
+        self,
+        key: KeyOf,
+        *,
+        mode: Mode = "exclusive",
+        timeout: float | None = None,
+        lease: float | None = None,
+    ) -> Decorator:
+        """Decorator: run the function holding the lock of a key taken from its arguments: one
+        call at a time per key (with mode "shared": any number of shared calls, or one
+        exclusive).
+
+        `key` is the name of one of the function's parameters, or a callable given the
+        function's arguments that returns the key. A `def` function waits with `with`, an
+        `async def` one with `async with`; `timeout` (seconds, None for no limit) makes a call
+        that cannot have the lock in time raise keylock.LockTimeout, and `lease` ends each hold
+        after that many seconds, as for `lock(key, timeout, lease=lease)`. The wrapper keeps
+        the function's name, docstring and `__wrapped__` (functools.wraps).
+        """
 
 @final
 class KeyPool(KeyedLock):
@@ -610,3 +682,78 @@ class RwLock:
 
     def is_write_locked(self) -> bool:
         """Return True if a writer holds the lock."""
+
+@final
+class Semaphore:
+    """At most `permits` units held per key at once: per tenant, per API token, per downstream
+    host. `sem.acquire(key, weight)` returns a handle that takes `weight` units of `key` (with
+    `with`, `async with`, or acquire/release as a threading.BoundedSemaphore of one permit).
+    Strict FIFO per key: a heavy request at the head of the queue is never passed by lighter
+    ones that came after it. Every acquisition has its own fence, rising per key. Keys are str
+    (UTF-8), bytes, bytearray, memoryview or int (see keylock.key_bytes).
+    """
+
+    MAX_PERMITS: ClassVar[int]
+    """The most permits a semaphore can have."""
+
+    def __new__(cls, permits: int) -> Semaphore: ...
+    @classmethod
+    def open(cls, name: str, permits: int) -> Semaphore:
+        """Open the semaphore that `name` names with `permits` units per key: "local:" (in this
+        process, the same as Semaphore(permits)); other scopes have no semaphores yet
+        (ValueError)."""
+
+    @property
+    def permits(self) -> int:
+        """The units per key."""
+
+    @property
+    def name(self) -> str:
+        """The name the semaphore was opened with ("local:" for one made in this process), with
+        a URL's password shown as `***`."""
+
+    def acquire(
+        self, key: Key, weight: int = 1, timeout: float | None = None, *, lease: float | None = None
+    ) -> Permit:
+        """Return the handle of `weight` units of `key` (it takes nothing until it is acquired):
+        use it with `with` / `async with`, or its acquire/release. `timeout` (seconds, None for
+        no limit) bounds the wait of `with` / `async with`, which raise keylock.LockTimeout
+        when it runs out; `lease` (seconds) makes every acquisition through the handle end by
+        itself after that long. A weight below 1 or above the permits raises ValueError when
+        acquired."""
+
+    def info(self, key: Key) -> LockInfo | None:
+        """Return who holds `key` (a snapshot: `units` held, `holders`, `waiters`, the newest
+        `fence`), or None when nobody does."""
+
+    def force_release(self, key: Key) -> bool:
+        """End every hold of `key` whoever holds it, advancing its fence, for units left behind
+        by holders that will never release them. Their handles then release nothing (their
+        `release()` raises NotOwnerError). Return whether the key was held."""
+
+    def __len__(self) -> int:
+        """The number of keys with units held now."""
+
+    def stats(self) -> PoolStats:
+        """Return the counts as a dict, the same keys as KeyPool.stats(): `held` counts keys
+        with units held, `shared_holds` the units held."""
+
+    def limit(
+        self,
+        key: KeyOf,
+        *,
+        weight: int = 1,
+        timeout: float | None = None,
+        lease: float | None = None,
+    ) -> Decorator:
+        """Decorator: run the function holding `weight` units of a key taken from its arguments
+        (at most `permits` units of a key are held at once).
+
+        `key` is the name of one of the function's parameters, or a callable given the
+        function's arguments that returns the key. A `def` function waits with `with`, an
+        `async def` one with `async with`; `timeout` (seconds, None for no limit) makes a call
+        that cannot have the units in time raise keylock.LockTimeout, and `lease` ends each
+        hold after that many seconds, as for `acquire(key, weight, timeout, lease=lease)`. A
+        weight the semaphore refuses raises ValueError at each call. The wrapper keeps the
+        function's name, docstring and `__wrapped__` (functools.wraps).
+        """
