@@ -416,7 +416,9 @@ export class Semaphore {
   constructor(permits: number);
   /**
    * The semaphore that the lock name `name` names: `'local:'` (or `''`) for a new in-process
-   * one. Other scopes have no semaphores yet (a `TypeError` with code `KEYLOCK_INVALID_ARGUMENT`).
+   * one, `'redis://...'` for one shared by every process that opens the same prefix with the
+   * same permits. The shared-memory scope has no semaphores yet (a `TypeError` with code
+   * `KEYLOCK_INVALID_ARGUMENT`).
    */
   static open(name: string, options: SemaphoreOptions): Semaphore;
   /** The name it was opened with, a URL's password replaced by `***`. */

@@ -24,9 +24,9 @@ pub fn open_with(name: &str, options: &OpenOptions) -> Result<Arc<dyn KeyedLock>
             ));
         }
     };
-    if options.permits.is_some() && scheme != "local" {
+    if options.permits.is_some() && scheme == "shm" {
         return Err(Error::InvalidArgument(
-            "semaphores (permits) are in-process only in this version: open \"local:\"",
+            "the shared-memory scope has no semaphores yet: open \"local:\" or \"redis://\"",
         ));
     }
     match scheme {

@@ -83,7 +83,9 @@ class Semaphore {
 
   /**
    * The semaphore that the lock name `name` names, with `permits` units per key: 'local:' (or
-   * '') for a new in-process one. Other scopes have no semaphores yet (KEYLOCK_INVALID_ARGUMENT).
+   * '') for a new in-process one, 'redis://...' for one shared by every process that opens the
+   * same prefix with the same permits. The shared-memory scope has no semaphores yet
+   * (KEYLOCK_INVALID_ARGUMENT).
    */
   static open(name, opts) {
     checkScope(name);

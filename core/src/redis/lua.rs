@@ -8,9 +8,14 @@ pub(crate) const PRELUDE: &str = r#"-- keylock's Redis scope: the helpers every 
 -- Per lock key, four Redis keys under the scope's hash tag, passed in KEYS in this order:
 --   l  hash   n = the fence (last one minted), t = the exclusive holder's token,
 --             d = its lease deadline (server ms), q = the waiters' ticket counter,
---             x = 1 when the last exclusive hold ended by its lease (its holder died or stalled)
---   s  zset   shared holders: token -> lease deadline (server ms)
---   q  zset   waiters in arrival order: mode char .. waiter id -> ticket
+--             x = 1 when the last exclusive hold (or semaphore hold) ended by its lease (its
+--             holder died or stalled); for a semaphore's key also h = the units held and
+--             u<token> = each holder's units
+--   s  zset   shared holders, or a semaphore's holders: token -> lease deadline (server ms)
+--   q  zset   waiters in arrival order: mode .. waiter id -> ticket
+-- A mode is 'x' (exclusive), 's' (shared) or, for a semaphore's request, 'u' .. units .. '.'
+-- .. permits .. '.' (a semaphore's keys live in a space of their own; every acquisition of
+-- one takes its units and mints a fence, and waiters are served strictly in order).
 --   e  zset   the same waiters -> when their registration lapses (server ms)
 -- A waiter blocks (BLPOP) on its own list ARGV[1] .. waiter id, which wake() pushes to.
 -- Time is the server's (TIME), so every client agrees on deadlines.
@@ -22,13 +27,30 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+-- A semaphore request's units and permits, from its mode (nil for a lock's mode).
+local function units_of(m)
+  local u, p = string.match(m, '^u(%d+)%.(%d+)%.')
+  if u then return tonumber(u), tonumber(p), #u + #p + 3 end
+  return nil
+end
+
+-- Whether u more units fit among the key's holders.
+local function fits(l, u, p)
+  return tonumber(redis.call('HGET', l, 'h') or '0') + u <= p
+end
+
 -- Tells the head waiter of a key to try again, if the key's holders would admit it.
 local function wake(l, s, q, np)
   local head = redis.call('ZRANGE', q, 0, 0)[1]
   if not head then return end
   if redis.call('HEXISTS', l, 't') == 1 then return end
-  if string.sub(head, 1, 1) == 'x' and redis.call('ZCARD', s) > 0 then return end
-  local list = np .. string.sub(head, 2)
+  local u, p, len = units_of(head)
+  if u then
+    if not fits(l, u, p) then return end
+  elseif string.sub(head, 1, 1) == 'x' and redis.call('ZCARD', s) > 0 then
+    return
+  end
+  local list = np .. string.sub(head, (len or 1) + 1)
   if redis.call('LLEN', list) == 0 then redis.call('LPUSH', list, 1) end
   redis.call('PEXPIRE', list, 60000)
 end
@@ -46,7 +68,18 @@ local function tidy(l, s, q, e, np, now)
     redis.call('HSET', l, 'x', 1)
     changed = true
   end
-  if redis.call('ZREMRANGEBYSCORE', s, '-inf', now) > 0 then changed = true end
+  for _, tok in ipairs(redis.call('ZRANGEBYSCORE', s, '-inf', now)) do
+    local u = redis.call('HGET', l, 'u' .. tok)
+    if u then
+      -- A semaphore's hold ended by its lease: its units go back, and the next holder
+      -- learns that its holder died or stalled.
+      redis.call('HINCRBY', l, 'h', -tonumber(u))
+      redis.call('HDEL', l, 'u' .. tok, 'f' .. tok)
+      redis.call('HSET', l, 'x', 1)
+    end
+    redis.call('ZREM', s, tok)
+    changed = true
+  end
   local dead = redis.call('ZRANGEBYSCORE', e, '-inf', now)
   for _, w in ipairs(dead) do
     redis.call('ZREM', q, w)
@@ -68,6 +101,18 @@ end
 local function grantable(l, s, q, e, m, member, now)
   local d = redis.call('HGET', l, 'd')
   if d then return false, tonumber(d) - now end
+  local u, p = units_of(m)
+  if u then
+    -- A semaphore: the units must fit, and nobody may be queued ahead (strict FIFO).
+    if not fits(l, u, p) then
+      local first = redis.call('ZRANGE', s, 0, 0, 'WITHSCORES')
+      return false, first[2] and (tonumber(first[2]) - now) or head_lapse(q, e, now)
+    end
+    local ahead = redis.call('ZRANK', q, member)
+    if not ahead then ahead = redis.call('ZCARD', q) end
+    if ahead == 0 then return true, 0 end
+    return false, head_lapse(q, e, now)
+  end
   if m == 'x' then
     local first = redis.call('ZRANGE', s, 0, 0, 'WITHSCORES')
     if first[1] then return false, tonumber(first[2]) - now end
@@ -86,7 +131,7 @@ end
 /// `acquire`: Acquire: every key or none, in one step.
 pub(crate) const ACQUIRE: &str = r#"-- Acquire: every key or none, in one step.
 -- KEYS: l s q e per key.  ARGV: notify prefix, token, waiter id, lease ms, registration ms
--- (0: a try, never queue), then one mode char per key ('x' exclusive, 's' shared).
+-- (0: a try, never queue), then one mode per key ('x' exclusive, 's' shared, 'u' .. units ..).
 -- Returns {1, fence1, died1, fence2, died2, ...} or {0, ms worth waiting before looking again}.
 local now = now_ms()
 local np, token, wid = ARGV[1], ARGV[2], ARGV[3]
@@ -101,7 +146,7 @@ for i = 1, n do
   tidy(l, s, q, e, np, now)
   local m = ARGV[5 + i]
   if (m == 'x' and redis.call('HGET', l, 't') == token)
-      or (m == 's' and redis.call('ZSCORE', s, token)) then
+      or (m ~= 'x' and redis.call('ZSCORE', s, token)) then
     mine[i] = true
   elseif not blocked then
     local ok, wait = grantable(l, s, q, e, m, m .. wid, now)
@@ -131,9 +176,25 @@ for i = 1, n do
   local l, s, q, e = KEYS[4 * i - 3], KEYS[4 * i - 2], KEYS[4 * i - 1], KEYS[4 * i]
   local m = ARGV[5 + i]
   if redis.call('ZREM', q, m .. wid) == 1 then redis.call('ZREM', e, m .. wid) end
-  if mine[i] then
+  local u = units_of(m)
+  if mine[i] and u then
+    out[#out + 1] = tonumber(redis.call('HGET', l, 'f' .. token) or '0')
+    out[#out + 1] = 0
+  elseif mine[i] then
     out[#out + 1] = tonumber(redis.call('HGET', l, 'n') or '0')
     out[#out + 1] = 0
+  elseif u then
+    -- A semaphore's units: a fence of its own (kept for a retry of this acquire).
+    local died = tonumber(redis.call('HGET', l, 'x') or '0')
+    local fence = redis.call('HINCRBY', l, 'n', 1)
+    out[#out + 1] = fence
+    out[#out + 1] = died
+    redis.call('ZADD', s, now + lease, token)
+    redis.call('HSET', l, 'u' .. token, u, 'f' .. token, fence)
+    redis.call('HINCRBY', l, 'h', u)
+    redis.call('HDEL', l, 'x')
+    -- The next waiter's units may fit too.
+    wake(l, s, q, np)
   elseif m == 'x' then
     local died = tonumber(redis.call('HGET', l, 'x') or '0')
     out[#out + 1] = redis.call('HINCRBY', l, 'n', 1)
@@ -163,6 +224,12 @@ if ARGV[3] == 'x' then
   redis.call('HDEL', l, 't', 'd')
 elseif redis.call('ZREM', s, ARGV[2]) == 0 then
   return 0
+else
+  local u = redis.call('HGET', l, 'u' .. ARGV[2])
+  if u then
+    redis.call('HINCRBY', l, 'h', -tonumber(u))
+    redis.call('HDEL', l, 'u' .. ARGV[2], 'f' .. ARGV[2])
+  end
 end
 wake(l, s, q, ARGV[1])
 return 1
@@ -204,6 +271,10 @@ local l, s, q, e = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 tidy(l, s, q, e, ARGV[1], now)
 if redis.call('HEXISTS', l, 't') == 0 and redis.call('ZCARD', s) == 0 then return 0 end
 redis.call('HDEL', l, 't', 'd')
+for _, tok in ipairs(redis.call('ZRANGE', s, 0, -1)) do
+  redis.call('HDEL', l, 'u' .. tok, 'f' .. tok)
+end
+redis.call('HDEL', l, 'h')
 redis.call('DEL', s)
 redis.call('HINCRBY', l, 'n', 1)
 wake(l, s, q, ARGV[1])
@@ -228,7 +299,7 @@ return 1
 /// `info`: A snapshot of a key. KEYS: l s q e.  ARGV: notify prefix.
 pub(crate) const INFO: &str = r#"-- A snapshot of a key. KEYS: l s q e.  ARGV: notify prefix.
 -- Returns {exclusive held 0/1, fence, exclusive ms left, shared holders, earliest shared ms
--- left, waiters}.
+-- left, waiters, units held (a semaphore's)}.
 local now = now_ms()
 local l, s, q, e = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 tidy(l, s, q, e, ARGV[1], now)
@@ -238,5 +309,16 @@ local first = redis.call('ZRANGE', s, 0, 0, 'WITHSCORES')
 local shared_left = -1
 if first[1] then shared_left = tonumber(first[2]) - now end
 return {d and 1 or 0, fence, d and (tonumber(d) - now) or -1, redis.call('ZCARD', s), shared_left,
-  redis.call('ZCARD', q)}
+  redis.call('ZCARD', q), tonumber(redis.call('HGET', l, 'h') or '0')}
+"#;
+
+/// `permits`: A semaphore scope's permits per key: records ARGV[1] if none are recorded.
+pub(crate) const PERMITS: &str = r#"-- A semaphore scope's permits per key: records ARGV[1] if none are recorded yet.
+-- KEYS: the prefix's permits key.  Returns the permits recorded.
+local cur = redis.call('GET', KEYS[1])
+if not cur then
+  redis.call('SET', KEYS[1], ARGV[1])
+  return tonumber(ARGV[1])
+end
+return tonumber(cur)
 "#;

@@ -81,6 +81,20 @@
 //! still need one to mint the next fence; it would also let a busy process starve other
 //! processes. BENCHMARKS.md has the local hand-off latency this choice gives.)
 //!
+//! # Semaphores
+//!
+//! Opened with [`OpenOptions::permits`], the scope is a keyed semaphore: at most that many
+//! units of a key held at once across every process that opens the prefix. Its keys live in a
+//! space of their own under the prefix (a lock scope of the same prefix never meets them), and
+//! the permits are recorded under the prefix at the first open; an open with other permits is
+//! `Incompatible`. Each acquisition is one remote hold with a token, its units and a fence of its
+//! own (`HINCRBY`, as for an exclusive hold), renewed and lost as a lock's is; a release gives its
+//! units back and wakes the head waiter if its units now fit. Waiters are served strictly in
+//! order (a heavy request at the head is not passed). A holder that dies stops renewing: its
+//! units come back when its lease ends, and the next holder sees `owner_died`. Locally, a
+//! semaphore of the same permits queues this process's requests first, so at most `permits`
+//! of them per key go to Redis.
+//!
 //! # Failures, and what Redis can guarantee
 //!
 //! - Redis unreachable at acquire: `Error::Unavailable` naming the redacted URL, never a false
@@ -176,8 +190,12 @@ pub struct RedisLock {
 struct Inner {
     remote: Arc<Remote>,
     handle: Handle,
-    /// Local queueing and reentrancy: a key here is its space byte and its bytes.
-    local: Arc<KeyPool<Vec<u8>>>,
+    /// Local queueing and reentrancy: a key here is its space byte and its bytes. A
+    /// semaphore scope's is a semaphore of the same permits, so that at most that many local
+    /// holders of a key go to Redis, each for its own remote hold.
+    local: Arc<dyn KeyedLock>,
+    /// A semaphore scope's units per key (0 for locks).
+    permits: u32,
     /// Serializes the making of a key's remote hold among local acquirers, so that they share
     /// one.
     gate: Arc<KeyPool<Vec<u8>>>,
@@ -217,6 +235,23 @@ impl RedisLock {
                 "capacity and mode apply to shared-memory scopes only",
             ));
         }
+        let permits = options.permits.unwrap_or(0);
+        let local: Arc<dyn KeyedLock> = match options.permits {
+            Some(p) => {
+                if options.reentrant || options.fifo {
+                    return Err(Error::InvalidArgument(
+                        "a semaphore has no owners, and is always FIFO",
+                    ));
+                }
+                Arc::new(crate::KeyedSemaphore::builder(p).build::<Vec<u8>>()?)
+            }
+            None => Arc::new(
+                KeyPool::builder()
+                    .reentrant(options.reentrant)
+                    .fifo(options.fifo)
+                    .build::<Vec<u8>>(),
+            ),
+        };
         let url = RedisUrl::parse(url)?;
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
@@ -232,8 +267,9 @@ impl RedisLock {
         let cutoff = Instant::now() + url.connect_timeout;
         let remote = match run_on(&handle, async move {
             let conns = Conns::connect(url, cutoff).await?;
-            let remote = Remote::new(conns)?;
+            let remote = Remote::new(conns, permits)?;
             remote.load(cutoff).await?;
+            remote.claim_permits(cutoff).await?;
             Ok(Arc::new(remote))
         }) {
             Ok(remote) => remote,
@@ -243,19 +279,12 @@ impl RedisLock {
                 return Err(e);
             }
         };
-        let local = |fifo| {
-            Arc::new(
-                KeyPool::builder()
-                    .reentrant(options.reentrant)
-                    .fifo(fifo)
-                    .build::<Vec<u8>>(),
-            )
-        };
         Ok(Self {
             inner: Arc::new(Inner {
                 remote,
                 handle,
-                local: local(options.fifo),
+                local,
+                permits,
                 gate: Arc::new(KeyPool::new()),
                 slots: Mutex::new(HashMap::new()),
                 records: Mutex::new(HashMap::new()),
@@ -337,12 +366,12 @@ fn local_key(space: KeySpace, key: &[u8]) -> Vec<u8> {
 
 /// A local acquisition that is released if the acquire that took it does not finish.
 struct LocalHold<'a> {
-    pool: &'a KeyPool<Vec<u8>>,
+    pool: &'a dyn KeyedLock,
     acq: Option<Acquisition>,
 }
 
 impl<'a> LocalHold<'a> {
-    fn new(pool: &'a KeyPool<Vec<u8>>, acq: Acquisition) -> Self {
+    fn new(pool: &'a dyn KeyedLock, acq: Acquisition) -> Self {
         Self {
             pool,
             acq: Some(acq),
@@ -526,7 +555,7 @@ impl Inner {
             lease_until: local.lease_deadline(),
             mode: local.mode(),
             owner_died: hold.died,
-            units: 0,
+            units: local.units,
         };
         self.records.lock().insert(
             id,
@@ -539,6 +568,24 @@ impl Inner {
         acq
     }
 
+    /// `InvalidArgument` for what this scope does not take: a weight other than 1 in a lock
+    /// scope, a Web Locks name in a semaphore scope. (A semaphore's weight is checked by its
+    /// local semaphore before anything goes to Redis.)
+    fn check_request(&self, space: KeySpace, opts: &LockOptions) -> Result<()> {
+        if self.permits == 0 {
+            return opts.check_lock_weight();
+        }
+        if space == KeySpace::Names {
+            return Err(Error::InvalidArgument("a semaphore's keys are plain keys"));
+        }
+        Ok(())
+    }
+
+    /// The units a remote request of this scope takes (0 in a lock scope).
+    fn units(&self, opts: &LockOptions) -> u32 {
+        if self.permits == 0 { 0 } else { opts.weight }
+    }
+
     /// One key: local queue, then the key's shared hold or a fresh remote one.
     async fn acquire_one(
         self: Arc<Self>,
@@ -546,17 +593,17 @@ impl Inner {
         key: Vec<u8>,
         opts: LockOptions,
     ) -> Result<Acquisition> {
-        opts.check_lock_weight()?;
+        self.check_request(space, &opts)?;
         let plan = Plan::new(&opts);
         let lkey = local_key(space, &key);
         let local = Arc::clone(&self.local)
             .acquire_async(LockKey::new(&lkey), &plan.opts)
             .await?;
-        let local = LocalHold::new(&self.local, local);
+        let local = LocalHold::new(&*self.local, local);
         let gate = Arc::clone(&self.gate)
             .acquire_async(LockKey::new(&lkey), &plan.gate_opts())
             .await?;
-        let _gate = LocalHold::new(&self.gate, gate);
+        let _gate = LocalHold::new(&*self.gate, gate);
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         let hold = loop {
             match self.join(&lkey, id, &plan) {
@@ -573,6 +620,7 @@ impl Inner {
                         space,
                         key: key.clone(),
                         mode: plan.opts.mode,
+                        units: self.units(&plan.opts),
                     }];
                     let hold = self.remote_acquire(keys, plan).await?.remove(0);
                     self.install(&lkey, &hold, id, &plan);
@@ -589,7 +637,9 @@ impl Inner {
         keys: Vec<(KeySpace, Vec<u8>, Mode)>,
         opts: LockOptions,
     ) -> Result<Vec<Acquisition>> {
-        opts.check_lock_weight()?;
+        for (space, _, _) in &keys {
+            self.check_request(*space, &opts)?;
+        }
         let plan = Plan::new(&opts);
         // One canonical order (space, then bytes) to take them in, duplicates collapsed to
         // the strongest mode; each remembers its first position among the caller's keys.
@@ -611,14 +661,14 @@ impl Inner {
             let acq = Arc::clone(&self.local)
                 .acquire_async(LockKey::new(lkey), &o)
                 .await?;
-            locals.push(LocalHold::new(&self.local, acq));
+            locals.push(LocalHold::new(&*self.local, acq));
         }
         let mut gates = Vec::with_capacity(keys.len());
         for (lkey, ..) in &keys {
             let g = Arc::clone(&self.gate)
                 .acquire_async(LockKey::new(lkey), &plan.gate_opts())
                 .await?;
-            gates.push(LocalHold::new(&self.gate, g));
+            gates.push(LocalHold::new(&*self.gate, g));
         }
         // Join what this process holds already; the rest in one script.
         let ids: Vec<u64> = keys
@@ -658,6 +708,7 @@ impl Inner {
                 space: *space,
                 key: key.clone(),
                 mode: *mode,
+                units: self.units(&plan.opts),
             })
             .collect();
         let mut got = if fresh.is_empty() {
@@ -875,7 +926,7 @@ impl KeyedLock for RedisLock {
         if let Some(Slot::Live(h)) = inner.slots.lock().remove(&lkey) {
             h.lose(false);
         }
-        inner.local.force_unlock(&lkey[..]);
+        inner.local.force_unlock(LockKey::new(&lkey))?;
         Ok(was)
     }
 
@@ -891,7 +942,7 @@ impl KeyedLock for RedisLock {
             return Ok(None);
         };
         let lkey = local_key(key.space, key.bytes);
-        let local = inner.local.info(&lkey[..]);
+        let local = inner.local.info(LockKey::new(&lkey))?;
         Ok(Some(LockInfo {
             fence: r.fence,
             mode: r.mode,
@@ -902,12 +953,35 @@ impl KeyedLock for RedisLock {
             owner: local.and_then(|l| l.owner),
             lease_remaining: Some(r.lease_remaining),
             waiters: r.waiters + local.map_or(0, |l| l.waiters),
-            units: r.holders,
+            units: if inner.permits == 0 {
+                r.holders
+            } else {
+                r.units
+            },
         }))
     }
 
     fn is_reentrant(&self) -> bool {
         self.inner.reentrant
+    }
+
+    fn permits(&self) -> Option<u32> {
+        (self.inner.permits != 0).then_some(self.inner.permits)
+    }
+
+    fn steal(&self, key: LockKey<'_>, opts: &LockOptions) -> Result<Acquisition> {
+        if self.inner.permits != 0 {
+            return Err(Error::InvalidArgument(
+                "a semaphore's units cannot be stolen; use force_release",
+            ));
+        }
+        if opts.mode != Mode::Exclusive {
+            return Err(Error::InvalidArgument(
+                "only an exclusive request may steal",
+            ));
+        }
+        self.force_unlock(key)?;
+        self.acquire(key, opts)
     }
 
     /// This process's counts only: what the server could tell (keys held, waiters queued,
@@ -924,7 +998,7 @@ impl KeyedLock for RedisLock {
             .values()
             .filter(|s| matches!(s, Slot::Live(_)))
             .count();
-        let waiting_here = inner.local.stats().queued
+        let waiting_here = inner.local.stats()?.waiting_here
             + inner.gate.stats().queued
             + inner.remote.queued_here.load(Ordering::Relaxed);
         Ok(ScopeStats {

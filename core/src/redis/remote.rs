@@ -30,6 +30,8 @@ pub(crate) struct RemoteKey {
     pub(crate) space: KeySpace,
     pub(crate) key: Vec<u8>,
     pub(crate) mode: Mode,
+    /// A semaphore's units (0 for a lock's key).
+    pub(crate) units: u32,
 }
 
 /// What an acquire got for one key.
@@ -50,6 +52,8 @@ pub(crate) struct Remote {
     next: AtomicU64,
     /// The lease of every remote acquisition (renewed while it lives).
     pub(crate) lease: Duration,
+    /// A semaphore scope's units per key (0 for locks).
+    pub(crate) permits: u32,
     /// This process's acquires that are queued in Redis now (from the script that queued them
     /// to the end of their wait), for [`stats`](crate::KeyedLock::stats).
     pub(crate) queued_here: AtomicUsize,
@@ -72,16 +76,17 @@ impl Drop for QueuedHere<'_> {
 }
 
 impl Remote {
-    pub(crate) fn new(conns: Arc<Conns>) -> Result<Self> {
+    pub(crate) fn new(conns: Arc<Conns>, permits: u32) -> Result<Self> {
         let mut seed = [0u8; 16];
         getrandom::fill(&mut seed)
             .map_err(|e| Error::Unavailable(format!("no random numbers for tokens: {e}").into()))?;
         let id = seed.iter().map(|b| format!("{b:02x}")).collect();
-        let names = Names::new(&conns.url.prefix);
+        let names = Names::new(&conns.url.prefix, permits != 0);
         Ok(Self {
             notify: names.notify(),
             names,
             lease: conns.url.lease,
+            permits,
             conns,
             scripts: Scripts::new(),
             id,
@@ -108,6 +113,47 @@ impl Remote {
             }
         }
         Ok(())
+    }
+
+    /// Records this scope's permits under the prefix, or checks them against those already
+    /// recorded: every process that opens a semaphore scope must agree (`Incompatible`
+    /// otherwise). Nothing for a lock scope.
+    pub(crate) async fn claim_permits(&self, cutoff: Instant) -> Result<()> {
+        if self.permits == 0 {
+            return Ok(());
+        }
+        let args = [self.permits.to_string().into_bytes()];
+        let v = self
+            .call(
+                &self.scripts.permits,
+                &[self.names.permits()],
+                &args,
+                cutoff,
+                None,
+            )
+            .await
+            .map_err(|f| f.error)?;
+        match int(&v) {
+            Some(p) if p == i64::from(self.permits) => Ok(()),
+            Some(p) => Err(Error::Incompatible(
+                format!(
+                    "this prefix's semaphore has {p} permits per key, not {}",
+                    self.permits
+                )
+                .into(),
+            )),
+            None => Err(self.conns.unexpected_reply()),
+        }
+    }
+
+    /// A key's mode as the scripts spell it: a lock's mode char, or a semaphore's units and
+    /// permits.
+    fn mode_arg(&self, k: &RemoteKey) -> Vec<u8> {
+        if k.units == 0 {
+            mode_char(k.mode).as_bytes().to_vec()
+        } else {
+            format!("u{}.{}.", k.units, self.permits).into_bytes()
+        }
     }
 
     /// A token or waiter id no other holder, in any process, has.
@@ -248,7 +294,7 @@ impl Remote {
                     millis(lease).to_string().into_bytes(),
                     registration.to_string().into_bytes(),
                 ];
-                args.extend(keys.iter().map(|k| mode_char(k.mode).as_bytes().to_vec()));
+                args.extend(keys.iter().map(|k| self.mode_arg(k)));
                 let cutoff = self.cutoff(deadline);
                 let by_deadline = deadline.is_some_and(|d| d <= cutoff);
                 let reply = self
@@ -370,7 +416,7 @@ impl Remote {
 
     async fn leave(&self, keys: &[RemoteKey], waiter: &str, on: Option<CmdConn>) -> Result<()> {
         let mut args = vec![waiter.as_bytes().to_vec()];
-        args.extend(keys.iter().map(|k| mode_char(k.mode).as_bytes().to_vec()));
+        args.extend(keys.iter().map(|k| self.mode_arg(k)));
         let cutoff = self.cutoff(None);
         self.eval(&self.scripts.leave, &self.keys_of(keys), &args, cutoff, on)
             .await
@@ -384,10 +430,7 @@ impl Remote {
     }
 
     async fn release_on(&self, key: &RemoteKey, token: &str, on: Option<CmdConn>) -> Result<bool> {
-        let args = [
-            token.as_bytes().to_vec(),
-            mode_char(key.mode).as_bytes().to_vec(),
-        ];
+        let args = [token.as_bytes().to_vec(), self.mode_arg(key)];
         let cutoff = self.cutoff(None);
         let v = self
             .eval(
@@ -411,7 +454,7 @@ impl Remote {
     ) -> Result<bool> {
         let args = [
             token.as_bytes().to_vec(),
-            mode_char(key.mode).as_bytes().to_vec(),
+            self.mode_arg(key),
             millis(lease).to_string().into_bytes(),
         ];
         let cutoff = self.cutoff(None);
@@ -431,10 +474,7 @@ impl Remote {
     /// Whether the hold is current.
     pub(crate) async fn check(&self, key: &RemoteKey, token: &str) -> Result<bool> {
         let keys: Vec<Vec<u8>> = self.keys_of([key]).into_iter().take(2).collect();
-        let args = [
-            token.as_bytes().to_vec(),
-            mode_char(key.mode).as_bytes().to_vec(),
-        ];
+        let args = [token.as_bytes().to_vec(), self.mode_arg(key)];
         let cutoff = self.cutoff(None);
         let v = self
             .call(&self.scripts.check, &keys, &args, cutoff, None)
@@ -449,6 +489,7 @@ impl Remote {
             space,
             key: key.to_vec(),
             mode: Mode::Exclusive,
+            units: 0,
         };
         let cutoff = self.cutoff(None);
         let v = self
@@ -464,15 +505,16 @@ impl Remote {
             space,
             key: key.to_vec(),
             mode: Mode::Exclusive,
+            units: 0,
         };
         let cutoff = self.cutoff(None);
         let v = self
             .eval(&self.scripts.info, &self.keys_of([&k]), &[], cutoff, None)
             .await
             .map_err(|f| f.error)?;
-        let f = ints(&v, 6).ok_or_else(|| self.conns.unexpected_reply())?;
-        let (exclusive, fence, x_left, shared, s_left, waiters) =
-            (f[0], f[1], f[2], f[3], f[4], f[5]);
+        let f = ints(&v, 7).ok_or_else(|| self.conns.unexpected_reply())?;
+        let (exclusive, fence, x_left, shared, s_left, waiters, units) =
+            (f[0], f[1], f[2], f[3], f[4], f[5], f[6]);
         if exclusive == 0 && shared == 0 {
             return Ok(None);
         }
@@ -491,6 +533,7 @@ impl Remote {
             },
             lease_remaining: Duration::from_millis(left.max(0) as u64),
             waiters: waiters.max(0) as usize,
+            units: units.max(0) as u32,
         }))
     }
 
@@ -534,6 +577,8 @@ pub(crate) struct RemoteInfo {
     pub(crate) holders: u32,
     pub(crate) lease_remaining: Duration,
     pub(crate) waiters: usize,
+    /// A semaphore's units held.
+    pub(crate) units: u32,
 }
 
 fn millis(d: Duration) -> u64 {

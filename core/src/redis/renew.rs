@@ -73,7 +73,8 @@ impl Hold {
     /// Whether a new local acquisition in `mode` by `owner` may share this hold: shared with
     /// shared, or the exclusive holder's own owner in a reentrant scope.
     pub(crate) fn joinable(&self, mode: Mode, owner: Option<Owner>, reentrant: bool) -> bool {
-        if self.lost.is_lost() || self.stopped.load(Ordering::Acquire) {
+        if self.lost.is_lost() || self.stopped.load(Ordering::Acquire) || self.key.units != 0 {
+            // A semaphore's holders each have a remote hold of their own.
             return false;
         }
         match self.key.mode {

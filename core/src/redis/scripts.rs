@@ -11,6 +11,7 @@
 //! | `force` | frees a key whoever holds it, advancing its fence |
 //! | `leave` | a waiter gives up its place |
 //! | `info` | a snapshot of a key |
+//! | `permits` | records a semaphore scope's permits, or says those already recorded |
 //!
 //! Every script takes one more ARGV, last: an id fresh for each request, which it returns with
 //! its result (`{id, result}`), so that each reply is matched to its request.
@@ -37,6 +38,7 @@ pub(crate) struct Scripts {
     pub(crate) force: Script,
     pub(crate) leave: Script,
     pub(crate) info: Script,
+    pub(crate) permits: Script,
 }
 
 /// A script: the prelude, then `body` as a function whose result is returned after the
@@ -59,10 +61,11 @@ impl Scripts {
             force: script(lua::FORCE),
             leave: script(lua::LEAVE),
             info: script(lua::INFO),
+            permits: script(lua::PERMITS),
         }
     }
 
-    pub(crate) fn all(&self) -> [&Script; 7] {
+    pub(crate) fn all(&self) -> [&Script; 8] {
         [
             &self.acquire,
             &self.release,
@@ -71,6 +74,7 @@ impl Scripts {
             &self.force,
             &self.leave,
             &self.info,
+            &self.permits,
         ]
     }
 }
@@ -80,13 +84,24 @@ impl Scripts {
 pub(crate) struct Names {
     /// `{PREFIX}:`: the hash tag and separator every name starts with.
     base: Vec<u8>,
+    /// The space letter of plain keys: `k` for a lock scope, `u` for a semaphore scope (whose
+    /// keys never meet a lock's).
+    keys: u8,
 }
 
 impl Names {
-    pub(crate) fn new(prefix: &str) -> Self {
+    pub(crate) fn new(prefix: &str, semaphore: bool) -> Self {
         Self {
             base: format!("{{{prefix}}}:").into_bytes(),
+            keys: if semaphore { b'u' } else { b'k' },
         }
+    }
+
+    /// Where a semaphore scope records its permits.
+    pub(crate) fn permits(&self) -> Vec<u8> {
+        let mut name = self.base.clone();
+        name.extend_from_slice(b"permits");
+        name
     }
 
     /// The four names of one lock key (`l`, `s`, `q`, `e`: see `lua::PRELUDE`), as
@@ -95,7 +110,7 @@ impl Names {
     /// a name.
     pub(crate) fn lock(&self, space: KeySpace, key: &[u8]) -> [Vec<u8>; 4] {
         let s = match space {
-            KeySpace::Keys => b'k',
+            KeySpace::Keys => self.keys,
             KeySpace::Names => b'n',
         };
         [b'l', b's', b'q', b'e'].map(|kind| {
@@ -136,7 +151,7 @@ mod tests {
 
     #[test]
     fn names_are_distinct_and_share_one_hash_tag() {
-        let n = Names::new("app");
+        let n = Names::new("app", false);
         let a = n.lock(KeySpace::Keys, b"x");
         let b = n.lock(KeySpace::Names, b"x");
         let c = n.lock(KeySpace::Keys, b"x:l");
@@ -148,5 +163,9 @@ mod tests {
         assert_eq!(all.len(), 12);
         assert!(all.iter().all(|name| name.starts_with(b"{app}:")));
         assert_eq!(n.notify_list("w1"), b"{app}:w:w1");
+        assert_eq!(
+            Names::new("app", true).lock(KeySpace::Keys, b"x")[0],
+            b"{app}:ul:x"
+        );
     }
 }

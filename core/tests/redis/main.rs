@@ -14,6 +14,7 @@ mod hostile;
 mod processes;
 mod proxy;
 mod semantics;
+mod semaphore;
 mod server;
 mod stats;
 mod tls;

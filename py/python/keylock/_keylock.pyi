@@ -700,8 +700,9 @@ class Semaphore:
     @classmethod
     def open(cls, name: str, permits: int) -> Semaphore:
         """Open the semaphore that `name` names with `permits` units per key: "local:" (in this
-        process, the same as Semaphore(permits)); other scopes have no semaphores yet
-        (ValueError)."""
+        process, the same as Semaphore(permits)) or "redis://..." (shared by every process that
+        opens the same prefix, all with the same permits); the shared-memory scope has no
+        semaphores yet (ValueError)."""
 
     @property
     def permits(self) -> int:
