@@ -87,6 +87,18 @@ pub(crate) fn run(role: &str) {
             std::thread::sleep(Duration::from_secs(120));
             locks.release(acq).unwrap();
         }
+        // Hold 2 of a semaphore's 3 units and never let go (the parent kills this process).
+        "hold-units" => {
+            let sem = keylock_core::open_with(&url, &keylock_core::OpenOptions::new().permits(3))
+                .unwrap();
+            let acq = sem
+                .acquire(key("gpu"), &LockOptions::new().weight(2))
+                .unwrap();
+            println!("@fence {}", acq.fence());
+            std::io::stdout().flush().unwrap();
+            std::thread::sleep(Duration::from_secs(120));
+            sem.release(acq).unwrap();
+        }
         // Wait for a key the parent holds (the parent kills this process while it waits).
         "wait" => {
             let acq = locks.acquire(key("queue"), &LockOptions::new()).unwrap();

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use keylock_core::{Error, KeyedLock, LockKey, LockOptions, Mode, OpenOptions, Wait};
 
+use crate::children::{read_tagged, spawn};
 use crate::{Server, key, wait_until, within};
 
 fn open_sem(server: &Server, query: &str, permits: u32) -> Arc<dyn KeyedLock> {
@@ -192,4 +193,37 @@ fn a_dead_holders_units_come_back_with_owner_died() {
     assert!(got.fence() > fence);
     b.release(got).unwrap();
     assert_eq!(b.info(key("k")).unwrap(), None);
+}
+
+#[test]
+fn a_killed_holders_units_come_back_within_its_lease() {
+    let server = Server::start();
+    let url = server.url("prefix=kill&lease=1s");
+    let mut child = spawn("hold-units", &[("KEYLOCK_REDIS_URL", url.clone())]);
+    let fence: u64 = read_tagged(&mut child, "@fence").parse().unwrap();
+    let sem = keylock_core::open_with(&url, &OpenOptions::new().permits(3)).unwrap();
+    // One unit is free while the child holds two.
+    let one = sem.acquire(key("gpu"), &units(1).wait(Wait::No)).unwrap();
+    assert_eq!(
+        sem.acquire(key("gpu"), &units(2).wait(Wait::No))
+            .unwrap_err(),
+        Error::WouldBlock
+    );
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    let got = within(Duration::from_secs(30), move || {
+        let acq = sem.acquire(
+            key("gpu"),
+            &units(2).wait(Wait::For(Duration::from_secs(3))),
+        );
+        (acq, sem)
+    });
+    let (two, sem) = got;
+    let two = two.expect("the dead holder's units come back within its lease + 2 s");
+    assert!(two.owner_died(), "the next holder learns a holder died");
+    assert!(two.fence() > fence && two.fence() > one.fence());
+    assert_eq!(sem.info(key("gpu")).unwrap().unwrap().units, 3);
+    sem.release(two).unwrap();
+    sem.release(one).unwrap();
+    assert_eq!(sem.info(key("gpu")).unwrap(), None);
 }
