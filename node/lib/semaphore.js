@@ -19,6 +19,8 @@ const OUT = state.out;
 const OUT_FENCE_LOW = OUTPUT.fenceLow;
 const OUT_FENCE_HIGH = OUTPUT.fenceHigh;
 const OUT_FLAGS = OUTPUT.flags;
+/** The options of a plain acquire: one unit, no lease. */
+const ONE = parsePermitOptions(undefined);
 
 /**
  * A semaphore's acquisition of `weight` units of one key: a Guard (release(), extend(), fence,
@@ -149,6 +151,16 @@ class Semaphore {
    */
   async withPermit(key, fn, opts) {
     checkFn(fn);
+    if (opts === undefined) {
+      // The fast path: one unit of a free key, taken before any promise is made.
+      const h = this.#h;
+      const r = h.tryAcquire(key, 1, ONE.lease);
+      if (r > 0) {
+        const permit = new Permit(INTERNAL, h, r, OUT[OUT_FENCE_LOW], OUT[OUT_FENCE_HIGH], OUT[OUT_FLAGS], key, 1);
+        return runHolding(permit, fn);
+      }
+      if (r !== -WOULD_BLOCK) throw acquireError(-r, key, undefined);
+    }
     return runHolding(await this.acquire(key, opts), fn);
   }
 
