@@ -211,6 +211,23 @@ pub trait KeyedLock: Send + Sync + fmt::Debug {
         None
     }
 
+    /// Whether an acquire of `key` as `opts` asks would find it taken now (a snapshot, as
+    /// `threading.Lock.locked()` and `asyncio.Semaphore.locked()` answer): a lock held in a
+    /// mode that excludes `opts.mode`; a semaphore whose units held leave no room for
+    /// `opts.weight`, or that has waiters (who go first).
+    fn would_wait(&self, key: LockKey<'_>, opts: &LockOptions) -> Result<bool> {
+        Ok(match self.info(key)? {
+            None => false,
+            Some(info) => match self.permits() {
+                Some(permits) => {
+                    info.waiters > 0
+                        || u64::from(info.units) + u64::from(opts.weight) > u64::from(permits)
+                }
+                None => opts.mode == Mode::Exclusive || info.mode == Mode::Exclusive,
+            },
+        })
+    }
+
     /// The number of stripes of a striped lock object; `None` for one with a lock per key.
     fn stripes(&self) -> Option<usize> {
         None

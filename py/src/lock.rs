@@ -260,38 +260,24 @@ impl Target {
         })
     }
 
-    /// Whether a non-blocking acquire would fail now (`threading.Lock.locked()`): the key is
-    /// held (exclusively, for a shared handle); for a semaphore's handle, its weight does not
-    /// fit beside the units held, or others wait before it (`asyncio.Semaphore.locked()`; a
-    /// snapshot of the semaphore's documented rule, read from `info`).
+    /// Whether a non-blocking acquire would fail now (`threading.Lock.locked()`,
+    /// `asyncio.Semaphore.locked()`): the core's `would_wait` for each key.
     pub(crate) fn locked(&self, py: Python<'_>) -> Result<bool, Error> {
         let blocks = |lock: &Arc<dyn KeyedLock>, key: &OwnedKey, mode: Mode| {
-            Ok::<_, Error>(match lock.info(LockKey::new(key))? {
-                None => false,
-                Some(info) => mode == Mode::Exclusive || info.mode == Mode::Exclusive,
-            })
+            lock.would_wait(LockKey::new(key), &LockOptions::new().mode(mode))
         };
         match self {
             Target::Key {
-                lock, key, weight, ..
-            } if lock.get().inner.permits().is_some() => {
-                let lock = &lock.get().inner;
-                let permits = lock.permits().unwrap_or(0);
-                with_gil_released(py, self.may_block(), || {
-                    Ok(match lock.info(LockKey::new(key))? {
-                        None => false,
-                        Some(info) => {
-                            info.waiters > 0
-                                || u64::from(info.units) + u64::from(*weight) > u64::from(permits)
-                        }
-                    })
-                })
-            }
-            Target::Key {
-                lock, key, mode, ..
+                lock,
+                key,
+                mode,
+                weight,
             } => {
                 let lock = &lock.get().inner;
-                with_gil_released(py, self.may_block(), || blocks(lock, key, *mode))
+                let opts = LockOptions::new().mode(*mode).weight(*weight);
+                with_gil_released(py, self.may_block(), || {
+                    lock.would_wait(LockKey::new(key), &opts)
+                })
             }
             Target::Many { lock, keys } => {
                 let lock = &lock.get().inner;
