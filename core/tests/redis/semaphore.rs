@@ -227,3 +227,31 @@ fn a_killed_holders_units_come_back_within_its_lease() {
     sem.release(one).unwrap();
     assert_eq!(sem.info(key("gpu")).unwrap(), None);
 }
+
+/// The scripts Redis ran (`EVALSHA` calls), from its own counters.
+fn evalsha_calls(con: &mut redis::Connection) -> u64 {
+    let info: String = redis::cmd("INFO").arg("commandstats").query(con).unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |n| n.parse().unwrap())
+}
+
+#[test]
+fn an_uncontended_acquire_and_a_release_are_one_round_trip_each() {
+    const OPS: u64 = 200;
+    let server = Server::start();
+    // A long lease: its renewals (every third of it) never fall inside the loop.
+    let sem = open_sem(&server, "prefix=rt&lease=120s", 2);
+    let mut con = redis::Client::open(server.url("").as_str())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let before = evalsha_calls(&mut con);
+    for i in 0..OPS {
+        let k = format!("k{}", i % 8);
+        let acq = sem.acquire(key(&k), &units(1 + (i % 2) as u32)).unwrap();
+        sem.release(acq).unwrap();
+    }
+    assert_eq!(evalsha_calls(&mut con) - before, 2 * OPS);
+}
