@@ -10,10 +10,10 @@
  * in this process or in a shared scope by name (keylock_pool_open, keylock_striped_open).
  *
  * Acquisitions: every acquire fills a keylock_acquisition in the caller's memory (its fence,
- * mode and owner_died are public) and every release takes one and ends exactly that hold, so a
- * stale record (force-unlocked, lease run out, released already) can never release a later
- * holder: its release reports KEYLOCK_NOT_OWNER or KEYLOCK_LEASE_EXPIRED. A fence rises with
- * every exclusive acquisition of a key; pass it to the resource the lock protects, which
+ * mode, owner_died and weight are public) and every release takes one and ends exactly that
+ * hold, so a stale record (force-unlocked, lease run out, released already) can never release a
+ * later holder: its release reports KEYLOCK_NOT_OWNER or KEYLOCK_LEASE_EXPIRED. A fence rises
+ * with every exclusive acquisition of a key; pass it to the resource the lock protects, which
  * rejects anything older than the newest it has seen (a lease alone cannot stop a holder that
  * stalled past it). Do not duplicate a held record (see keylock_acquisition).
  *
@@ -88,9 +88,12 @@
 
 /**
  * The 64-bit words of private storage in a `keylock_acquisition` (part of the ABI: the
- * struct is 128 bytes).
+ * struct is 128 bytes). Layout, in bytes: `fence` 0..8, `mode` 8..12, `owner_died` 12,
+ * `weight` 16..20, `_private_state` 24..32, `_private_lock` 32..40, `_private_storage` 40..128.
+ * (Before `weight` was added the storage was 12 words from byte 32; the public fields kept
+ * their offsets and the struct its size.)
  */
-#define KEYLOCK_ACQUISITION_STORAGE_WORDS 12
+#define KEYLOCK_ACQUISITION_STORAGE_WORDS 11
 
 /**
  * The most stripes `keylock_striped_new` accepts.
@@ -161,8 +164,8 @@ typedef uint32_t keylock_mode;
  * from the acquire to the release. Every acquire writes it in full; release it with the
  * matching `_release` call, which releases this acquisition and nothing else.
  *
- * - Read `fence`, `mode` and `owner_died`; never write the `_private` fields. (Changing the
- *   public ones changes nothing: they are a copy.)
+ * - Read `fence`, `mode`, `owner_died` and `weight`; never write the `_private` fields.
+ *   (Changing the public ones changes nothing: they are a copy.)
  * - Do not duplicate a held acquisition: a byte copy (assignment, `memcpy`) may stand in for
  *   the original only if the original is never passed to keylock again, as when moving it.
  * - Calls on one struct must not overlap (it is not synchronised); different structs are
@@ -195,6 +198,13 @@ typedef struct keylock_acquisition {
      * half-changed (scopes shared between processes only; always false in one process).
      */
     bool owner_died;
+    /**
+     * The units held: the acquisition's weight for a semaphore (`keylock_semaphore`), 1 for
+     * every acquisition of a lock (pool, striped lock, RwLock), 0 for an empty record. The
+     * record keeps the units it holds in its private storage too, so that its release gives
+     * back exactly those units; this field is a copy for the caller to read.
+     */
+    uint32_t weight;
     /**
      * Private: what the struct holds. Never read or write it.
      */
@@ -278,8 +288,9 @@ typedef struct keylock_lock_options {
 } keylock_lock_options;
 
 /**
- * Who holds a key and how: what `keylock_pool_info` and `keylock_striped_info` report. A
- * snapshot, which other threads may change at once; for diagnostics and tests.
+ * Who holds a key and how: what `keylock_pool_info`, `keylock_striped_info` and
+ * `keylock_semaphore_info` report. A snapshot, which other threads may change at once; for
+ * diagnostics and tests.
  */
 typedef struct keylock_lock_info {
     /**
@@ -304,7 +315,8 @@ typedef struct keylock_lock_info {
      */
     keylock_mode mode;
     /**
-     * Holders now: 1 for an exclusive holder, the count of shared ones.
+     * Holders now: 1 for an exclusive holder, the count of shared ones (of a semaphore: the
+     * acquisitions holding units).
      */
     uint32_t holders;
     /**
@@ -315,6 +327,12 @@ typedef struct keylock_lock_info {
      * Whether the key is held at all; when false, every other field is 0.
      */
     bool held;
+    /**
+     * Units held now: of a semaphore, the sum of its holders' weights (at most its permits);
+     * of a lock, the same as `holders`. (The last field, so that the others kept their
+     * offsets when it was added.)
+     */
+    uint32_t units;
 } keylock_lock_info;
 
 /**

@@ -244,9 +244,10 @@ fn header_initialisers_match_the_library() {
             empty.fence,
             empty.mode,
             empty.owner_died,
+            empty.weight,
             empty._private_state
         ),
-        (0, 0, false, 0)
+        (0, 0, false, 0, 0)
     );
     assert_eq!(std::mem::size_of::<keylock_acquisition>(), 128);
 }
