@@ -1,21 +1,25 @@
 /*
  * keylock: per-key locks for C and C++ (C99; C++ may include it directly, or use keylock.hpp).
  *
- * Three primitives, each an opaque handle:
- *   keylock_pool     one lock per distinct key, made on demand and recycled when released;
- *   keylock_striped  a fixed array of locks, each key hashed to one (fastest; keys can collide);
- *   keylock_rwlock   a reader-writer lock whose readers scale across cores.
+ * Four primitives, each an opaque handle:
+ *   keylock_pool       one lock per distinct key, made on demand and recycled when released;
+ *   keylock_striped    a fixed array of locks, each key hashed to one (fastest; keys can collide);
+ *   keylock_semaphore  at most N units held per key, each acquire taking a weight of them;
+ *   keylock_rwlock     a reader-writer lock whose readers scale across cores.
  * Pools and striped locks hold each key exclusively (one holder) or shared (many holders), with
  * optional leases, owners (reentrant objects) and timeouts (keylock_lock_options), and are made
  * in this process or in a shared scope by name (keylock_pool_open, keylock_striped_open).
+ * Semaphores (keylock_semaphore_new, keylock_semaphore_open) take a weight per acquire, in
+ * strict FIFO order per key, with optional leases and timeouts; in this process only, so far.
  *
  * Acquisitions: every acquire fills a keylock_acquisition in the caller's memory (its fence,
  * mode, owner_died and weight are public) and every release takes one and ends exactly that
  * hold, so a stale record (force-unlocked, lease run out, released already) can never release a
  * later holder: its release reports KEYLOCK_NOT_OWNER or KEYLOCK_LEASE_EXPIRED. A fence rises
- * with every exclusive acquisition of a key; pass it to the resource the lock protects, which
- * rejects anything older than the newest it has seen (a lease alone cannot stop a holder that
- * stalled past it). Do not duplicate a held record (see keylock_acquisition).
+ * with every exclusive acquisition of a key (and with every acquisition of a semaphore's
+ * units); pass it to the resource the lock protects, which rejects anything older than the
+ * newest it has seen (a lease alone cannot stop a holder that stalled past it). Do not
+ * duplicate a held record (see keylock_acquisition).
  *
  * Conventions, for every function below:
  *   - Handles come from a `_new` / `_open` function and are freed by the matching `_free`;
@@ -106,6 +110,12 @@
 #define KEYLOCK_DEFAULT_STRIPES 1024
 
 /**
+ * The most permits a semaphore can have per key (`keylock_semaphore_new`,
+ * `keylock_semaphore_open`).
+ */
+#define KEYLOCK_MAX_PERMITS 32767
+
+/**
  * A pool of per-key locks: each distinct key (a byte string) has its own lock, made when first
  * locked and recycled when released, so memory follows the number of keys held or awaited,
  * not the number of keys ever seen. Two different keys never block each other. Every key can
@@ -129,6 +139,26 @@ typedef struct keylock_pool keylock_pool;
  * and asks for another while a writer waits can deadlock.
  */
 typedef struct keylock_rwlock keylock_rwlock;
+
+/**
+ * A keyed semaphore: at most `permits` units of each key (a byte string) held at once, for
+ * per-tenant, per-token or per-host limits. Each acquire takes `weight` units of one key
+ * (1 to `permits`) and waits while they do not fit; different keys never block each other.
+ *
+ * - Strict FIFO per key: a request waits behind every request for the key queued before it,
+ *   so a heavy request at the head is not passed (and starved) by light ones that came later.
+ * - Every acquisition has a fence of its own: it rises with every acquisition of the key, and
+ *   across force-releases and leases. A release goes by acquisition record and gives back
+ *   exactly that record's units; a stale record (force-released, lease run out, released
+ *   already) releases nothing.
+ * - Memory follows the keys held or awaited, as in a pool.
+ *
+ * Create with `keylock_semaphore_new` or `keylock_semaphore_open`, destroy with
+ * `keylock_semaphore_free`. Safe to use from many threads at once. Every acquire fills a
+ * `keylock_acquisition` (its `weight` is the units held); release it with
+ * `keylock_semaphore_release` (from any thread).
+ */
+typedef struct keylock_semaphore keylock_semaphore;
 
 /**
  * A striped lock: a fixed number of locks ("stripes"), each key (a byte string) hashed to one.
@@ -1341,6 +1371,269 @@ keylock_result keylock_striped_info(const struct keylock_striped *striped,
  */
 keylock_result keylock_striped_stats(const struct keylock_striped *striped,
                                      struct keylock_stats *out);
+
+/**
+ * Creates a semaphore in this process with `permits` units per key (as
+ * `keylock_semaphore_open("local:", permits, NULL, &sem)`).
+ *
+ * Returns a handle that the caller owns and frees with `keylock_semaphore_free`, or NULL when
+ * `permits` is 0 or over `KEYLOCK_MAX_PERMITS` (or on an internal error).
+ */
+struct keylock_semaphore *keylock_semaphore_new(uint32_t permits);
+
+/**
+ * Opens the semaphore that `name` names, with `permits` units per key and `options` (NULL:
+ * the defaults), and stores its handle in `*out`. Only `"local:"` (or `""`), a new semaphore
+ * in this process, has semaphores in this version; other scopes refuse them. A semaphore is
+ * always strict FIFO and has no stripes and no owners: `options->stripes` must be 0 and
+ * `options->reentrant` and `options->fifo` false (`capacity` and `permissions` are for scopes
+ * of fixed size, and must be 0 for `local:`).
+ *
+ * Returns:
+ * - `KEYLOCK_OK`: `*out` is a handle that the caller owns and frees with
+ *   `keylock_semaphore_free`.
+ * - `KEYLOCK_INVALID_ARGUMENT`: `permits` is 0 or over `KEYLOCK_MAX_PERMITS`; a scope without
+ *   semaphores, an unknown or malformed name (or one that is not UTF-8); or an option a
+ *   semaphore does not take (above).
+ * - `KEYLOCK_NULL_ARGUMENT`: `name` or `out` is NULL.
+ * - `KEYLOCK_PANIC`: internal error.
+ *
+ * On any failure `*out` is set to NULL (when `out` is not NULL).
+ *
+ * # Safety
+ * `name` is NULL or a NUL-terminated string; `options` is NULL or points to a readable
+ * `keylock_open_options`; `out` is NULL or points to a writable `keylock_semaphore *`.
+ */
+keylock_result keylock_semaphore_open(const char *name,
+                                      uint32_t permits,
+                                      const struct keylock_open_options *options,
+                                      struct keylock_semaphore **out);
+
+/**
+ * Frees `sem`. `keylock_semaphore_free(NULL)` does nothing.
+ *
+ * No thread may use or wait on the semaphore during or after this call. Units still held are
+ * simply dropped with it; their acquisition records must not be passed to keylock afterwards.
+ *
+ * # Safety
+ * `sem` is NULL or a handle from `keylock_semaphore_new` / `keylock_semaphore_open` not freed
+ * before.
+ */
+void keylock_semaphore_free(struct keylock_semaphore *sem);
+
+/**
+ * The units per key of `sem` (what it was made with); 0 for NULL.
+ *
+ * # Safety
+ * `sem` is NULL or a live handle.
+ */
+uint32_t keylock_semaphore_permits(const struct keylock_semaphore *sem);
+
+/**
+ * Takes `weight` units of `key`, waiting as long as it takes (behind every earlier request
+ * for the key), and writes the acquisition to `*out` (`out->weight` is `weight`; `out->fence`
+ * is higher than that of every earlier acquisition of the key). Keys are bytes: `key` points
+ * to `len` bytes, and NULL with `len == 0` is the empty key. The key is copied.
+ *
+ * Taking units of a key whose units the caller already holds waits while they do not fit, as
+ * for anyone else.
+ *
+ * Returns:
+ * - `KEYLOCK_OK`: held; `*out` is the acquisition, to release with
+ *   `keylock_semaphore_release`.
+ * - `KEYLOCK_INVALID_ARGUMENT`: `weight` is 0 or over the semaphore's permits, or `len` is
+ *   over `PTRDIFF_MAX`.
+ * - `KEYLOCK_NULL_ARGUMENT`: `sem` or `out` is NULL, or `key` is NULL with `len > 0`.
+ * - `KEYLOCK_PANIC`: internal error.
+ *
+ * On any failure nothing is held and `*out` is left empty (when `out` is not NULL).
+ *
+ * # Safety
+ * `sem` is NULL or a live handle; `key` is NULL or points to `len` readable bytes; `out` is
+ * NULL or points to a writable `keylock_acquisition` that no other call uses meanwhile.
+ */
+keylock_result keylock_semaphore_acquire(struct keylock_semaphore *sem,
+                                         const uint8_t *key,
+                                         size_t len,
+                                         uint32_t weight,
+                                         struct keylock_acquisition *out);
+
+/**
+ * Takes `weight` units of `key` if they fit now and no earlier request for the key is
+ * waiting, without waiting. Arguments as `keylock_semaphore_acquire`.
+ *
+ * Returns what `keylock_semaphore_acquire` returns, and:
+ * - `KEYLOCK_WOULD_BLOCK`: the units do not fit now (or others are queued first); nothing is
+ *   held and `*out` is empty.
+ *
+ * # Safety
+ * As `keylock_semaphore_acquire`.
+ */
+keylock_result keylock_semaphore_try_acquire(struct keylock_semaphore *sem,
+                                             const uint8_t *key,
+                                             size_t len,
+                                             uint32_t weight,
+                                             struct keylock_acquisition *out);
+
+/**
+ * Takes `weight` units of `key`, waiting at most `timeout_ns` nanoseconds. Arguments as
+ * `keylock_semaphore_acquire`; `timeout_ns` as `keylock_lock_options.timeout_ns`:
+ * `KEYLOCK_NO_WAIT` (0) does not wait, `KEYLOCK_WAIT_FOREVER` (`UINT64_MAX`) waits as long as
+ * it takes.
+ *
+ * Returns what `keylock_semaphore_acquire` returns, and:
+ * - `KEYLOCK_TIMEOUT`: the timeout passed first; nothing is held, `*out` is empty, and the
+ *   request left the queue (those behind it move up).
+ * - `KEYLOCK_WOULD_BLOCK`: `timeout_ns` was 0 and the units do not fit now.
+ *
+ * # Safety
+ * As `keylock_semaphore_acquire`.
+ */
+keylock_result keylock_semaphore_acquire_timeout(struct keylock_semaphore *sem,
+                                                 const uint8_t *key,
+                                                 size_t len,
+                                                 uint32_t weight,
+                                                 uint64_t timeout_ns,
+                                                 struct keylock_acquisition *out);
+
+/**
+ * Takes `weight` units of `key` as `options` says: its lease and how long to wait (NULL: no
+ * lease, wait forever). A semaphore has no modes and no owners: `options->mode` must be a
+ * known mode but is otherwise ignored, and `options->owner` is ignored. With a lease, the
+ * units are given back by themselves when it runs out (the holder's release then reports
+ * `KEYLOCK_LEASE_EXPIRED`). Other arguments as `keylock_semaphore_acquire`.
+ *
+ * Returns what `keylock_semaphore_acquire_timeout` returns; `KEYLOCK_INVALID_ARGUMENT` also
+ * for an unknown `options->mode`.
+ *
+ * # Safety
+ * As `keylock_semaphore_acquire`, and `options` is NULL or points to a readable
+ * `keylock_lock_options`.
+ */
+keylock_result keylock_semaphore_acquire_with(struct keylock_semaphore *sem,
+                                              const uint8_t *key,
+                                              size_t len,
+                                              uint32_t weight,
+                                              const struct keylock_lock_options *options,
+                                              struct keylock_acquisition *out);
+
+/**
+ * Gives back the units of the acquisition in `*acquisition`, and only those: if the key was
+ * force-released or the lease ran out meanwhile, nothing is given back (its units were
+ * already), and the key's current holders keep theirs. Any thread may release. The record is
+ * marked released in every case but `KEYLOCK_NULL_ARGUMENT` and `KEYLOCK_INVALID_ARGUMENT`, so
+ * that it cannot be released twice.
+ *
+ * Returns:
+ * - `KEYLOCK_OK`: released; waiters whose units now fit, in queue order, get them.
+ * - `KEYLOCK_NOT_OWNER`: the acquisition was no longer current (force-released), or the
+ *   record was released before; nothing changed.
+ * - `KEYLOCK_LEASE_EXPIRED`: its lease had run out; nothing changed.
+ * - `KEYLOCK_NOT_LOCKED`: the record is empty (never filled, or a failed acquire's output).
+ * - `KEYLOCK_NULL_ARGUMENT`: `sem` or `acquisition` is NULL.
+ * - `KEYLOCK_INVALID_ARGUMENT`: the record belongs to another lock object (another
+ *   semaphore, a pool...), or the struct is not an acquisition record.
+ * - `KEYLOCK_PANIC`: internal error.
+ *
+ * # Safety
+ * `sem` is NULL or a live handle; `acquisition` is NULL or points to a record that no other
+ * call uses meanwhile.
+ */
+keylock_result keylock_semaphore_release(struct keylock_semaphore *sem,
+                                         struct keylock_acquisition *acquisition);
+
+/**
+ * Moves the end of the lease of `*acquisition` to `lease_ns` nanoseconds from now (and
+ * updates the record), while it is still current.
+ *
+ * Returns what `keylock_pool_extend` returns (`KEYLOCK_INVALID_ARGUMENT` for an acquisition
+ * without a lease).
+ *
+ * # Safety
+ * As `keylock_semaphore_release`.
+ */
+keylock_result keylock_semaphore_extend(struct keylock_semaphore *sem,
+                                        struct keylock_acquisition *acquisition,
+                                        uint64_t lease_ns);
+
+/**
+ * Stores in `*out` whether `*acquisition` still holds its units: not released, not
+ * force-released, its lease (if any) not run out. An empty or released record is not current.
+ *
+ * Returns:
+ * - `KEYLOCK_OK`: `*out` is set.
+ * - `KEYLOCK_NULL_ARGUMENT`: `sem`, `acquisition` or `out` is NULL.
+ * - `KEYLOCK_INVALID_ARGUMENT`: the record belongs to another lock object, or the struct is
+ *   not an acquisition record.
+ * - `KEYLOCK_PANIC`: internal error.
+ *
+ * # Safety
+ * `sem` is NULL or a live handle; `acquisition` is NULL or readable; `out` is NULL or points
+ * to a writable `bool`.
+ */
+keylock_result keylock_semaphore_is_current(const struct keylock_semaphore *sem,
+                                            const struct keylock_acquisition *acquisition,
+                                            bool *out);
+
+/**
+ * Ends every hold of `key`, whoever holds its units, and advances its fence: for units left
+ * behind by holders that will never release them. Their records no longer release anything
+ * (their releases report `KEYLOCK_NOT_OWNER`); waiters are served in queue order, with fences
+ * higher than theirs. Stores in `*was_held` (unless it is NULL) whether any units were held.
+ *
+ * Returns:
+ * - `KEYLOCK_OK`: no units of the key are held by earlier acquisitions (or none were).
+ * - `KEYLOCK_NULL_ARGUMENT`: `sem` is NULL, or `key` is NULL with `len > 0`.
+ * - `KEYLOCK_INVALID_ARGUMENT`: `len` is over `PTRDIFF_MAX`.
+ * - `KEYLOCK_PANIC`: internal error.
+ *
+ * # Safety
+ * `sem` is NULL or a live handle; `key` is NULL or points to `len` readable bytes; `was_held`
+ * is NULL or points to a writable `bool`.
+ */
+keylock_result keylock_semaphore_force_release(struct keylock_semaphore *sem,
+                                               const uint8_t *key,
+                                               size_t len,
+                                               bool *was_held);
+
+/**
+ * Stores in `*out` who holds `key`: `out->units` (units held now, at most the permits),
+ * `out->holders` (acquisitions holding them), `out->fence` (the newest acquisition's),
+ * `out->waiters`, and the lease left on the earliest lease among the holders (`out->held` is
+ * false, and every other field 0, when no units are held). A snapshot, which other threads
+ * may change at once; for tests and diagnostics. `out->mode`, `out->owner` and `out->holds`
+ * say nothing about a semaphore.
+ *
+ * Returns:
+ * - `KEYLOCK_OK`: `*out` is set.
+ * - `KEYLOCK_NULL_ARGUMENT`: `sem` or `out` is NULL, or `key` is NULL with `len > 0`.
+ * - `KEYLOCK_INVALID_ARGUMENT`: `len` is over `PTRDIFF_MAX`.
+ * - `KEYLOCK_PANIC`: internal error; `*out` is unchanged.
+ *
+ * # Safety
+ * `sem` is NULL or a live handle; `key` is NULL or points to `len` readable bytes; `out` is
+ * NULL or points to a writable `keylock_lock_info`.
+ */
+keylock_result keylock_semaphore_info(const struct keylock_semaphore *sem,
+                                      const uint8_t *key,
+                                      size_t len,
+                                      struct keylock_lock_info *out);
+
+/**
+ * Stores in `*out` the counts of the semaphore (see `keylock_stats`): `held` counts the keys
+ * with units held, `shared_holds` the units held over all keys, `waiting` the requests
+ * queued. A snapshot for monitoring and tests.
+ *
+ * Returns:
+ * - `KEYLOCK_OK`: `*out` is set.
+ * - `KEYLOCK_NULL_ARGUMENT`: `sem` or `out` is NULL.
+ * - `KEYLOCK_PANIC`: internal error; `*out` is unchanged.
+ *
+ * # Safety
+ * `sem` is NULL or a live handle; `out` is NULL or points to a writable `keylock_stats`.
+ */
+keylock_result keylock_semaphore_stats(const struct keylock_semaphore *sem,
+                                       struct keylock_stats *out);
 
 /**
  * Creates an unlocked reader-writer lock.
