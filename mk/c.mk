@@ -105,8 +105,9 @@ test-c: check-header
 	$(MAKE) test-c-api
 	$(MAKE) demo-c
 
-# The C and C++ tests, built against a fresh `make install` into a temporary prefix with the
-# flags pkg-config gives, under AddressSanitizer and UBSan, the scope test on local:, and the C
+# The C and C++ tests (test_semaphore.c: the keyed semaphore), built against a fresh `make
+# install` into a temporary prefix with the flags pkg-config gives, under AddressSanitizer and
+# UBSan, the scope test on local:, and the C
 # half of the cross-language key fixture (core/tests/keys.json, which the Rust, Python and Node suites check too). Also
 # checks the SONAME links and that a static link of libkeylock.a works.
 test-c-api: build-ffi
@@ -125,6 +126,8 @@ test-c-api: build-ffi
 		-o "$$tmp/test_keylock" $$flags; \
 	$(CXX) $(CXX_STD) -g -O1 $(C_WARN) $(C_SANITIZE) ffi-c/tests/cpp/test_keylock.cpp \
 		-o "$$tmp/test_keylock_cpp" $$flags; \
+	$(CC) -std=c99 -g -O1 $(C_WARN) $(C_SANITIZE) ffi-c/tests/c/test_semaphore.c \
+		-o "$$tmp/test_semaphore" $$flags; \
 	$(CC) -std=c99 -g -O1 $(C_WARN) $(C_SANITIZE) ffi-c/tests/c/test_keys.c \
 		-o "$$tmp/test_keys" $$flags; \
 	$(CC) -std=c99 -g -O1 $(C_WARN) $(C_SANITIZE) ffi-c/tests/c/test_scope.c \
@@ -136,6 +139,7 @@ test-c-api: build-ffi
 	export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1; \
 	timeout 180 "$$tmp/test_keylock"; \
 	timeout 180 "$$tmp/test_keylock_cpp"; \
+	timeout 180 "$$tmp/test_semaphore"; \
 	timeout 60 "$$tmp/test_keys" core/tests/keys.json; \
 	timeout 120 "$$tmp/test_scope" local:; \
 	timeout 60 "$$tmp/bank_static" 4 64 100
