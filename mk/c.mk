@@ -210,11 +210,14 @@ tsan-c:
 	lib=$(TARGET_DIR)/tsan/$(TSAN_TARGET)/release/libkeylock.a; \
 	$(CC) -std=c99 -g -O1 -fsanitize=thread -Iinclude -c ffi-c/tests/c/test_keylock.c -o "$$tmp/c.o"; \
 	$(CXX) $(CXX_STD) -g -O1 -fsanitize=thread -Iinclude -c ffi-c/tests/cpp/test_keylock.cpp -o "$$tmp/cpp.o"; \
+	$(CC) -std=c99 -g -O1 -fsanitize=thread -Iinclude -c ffi-c/tests/c/test_semaphore.c -o "$$tmp/sem.o"; \
 	$(CC) "$$tmp/c.o" -Wl,--whole-archive "$$rt" -Wl,--no-whole-archive "$$lib" -o "$$tmp/c" -pthread -ldl -lm -lrt -lstdc++; \
+	$(CC) "$$tmp/sem.o" -Wl,--whole-archive "$$rt" -Wl,--no-whole-archive "$$lib" -o "$$tmp/sem" -pthread -ldl -lm -lrt -lstdc++; \
 	$(CXX) "$$tmp/cpp.o" -Wl,--whole-archive "$$rt" -Wl,--no-whole-archive "$$lib" -o "$$tmp/cpp" -pthread -ldl -lm -lrt; \
 	export TSAN_OPTIONS="suppressions=$(ROOT)/.ci/tsan.supp halt_on_error=1"; \
 	timeout 300 "$$tmp/c"; \
-	timeout 300 "$$tmp/cpp"
+	timeout 300 "$$tmp/cpp"; \
+	timeout 300 "$$tmp/sem"
 
 # ---- valgrind ----------------------------------------------------------------------------------
 
