@@ -215,12 +215,15 @@ typedef struct keylock_acquisition {
      * acquisition of the same key (or stripe, or RwLock writer) in the same lock object, even
      * after the key's memory was recycled, a force-unlock, or a lease ran out. Shared holders
      * read the fence of the last exclusive acquisition; a reentrant re-acquire keeps the
-     * holder's fence; an RwLock read acquisition has fence 0. Pass it to the resource the lock
-     * protects, which rejects anything older than the newest it has seen.
+     * holder's fence; an RwLock read acquisition has fence 0. Every acquisition of a
+     * semaphore's units has a fence of its own, strictly greater than every earlier one's of
+     * the key. Pass it to the resource the lock protects, which rejects anything older than
+     * the newest it has seen.
      */
     uint64_t fence;
     /**
-     * `KEYLOCK_EXCLUSIVE` or `KEYLOCK_SHARED`.
+     * `KEYLOCK_EXCLUSIVE` or `KEYLOCK_SHARED` (always `KEYLOCK_SHARED` for a semaphore's
+     * acquisition: its holders share the key, up to the permits).
      */
     keylock_mode mode;
     /**
@@ -1432,7 +1435,8 @@ uint32_t keylock_semaphore_permits(const struct keylock_semaphore *sem);
 /**
  * Takes `weight` units of `key`, waiting as long as it takes (behind every earlier request
  * for the key), and writes the acquisition to `*out` (`out->weight` is `weight`; `out->fence`
- * is higher than that of every earlier acquisition of the key). Keys are bytes: `key` points
+ * is higher than that of every earlier acquisition of the key; `out->mode` is
+ * `KEYLOCK_SHARED`). Keys are bytes: `key` points
  * to `len` bytes, and NULL with `len == 0` is the empty key. The key is copied.
  *
  * Taking units of a key whose units the caller already holds waits while they do not fit, as
@@ -1601,8 +1605,8 @@ keylock_result keylock_semaphore_force_release(struct keylock_semaphore *sem,
  * `out->holders` (acquisitions holding them), `out->fence` (the newest acquisition's),
  * `out->waiters`, and the lease left on the earliest lease among the holders (`out->held` is
  * false, and every other field 0, when no units are held). A snapshot, which other threads
- * may change at once; for tests and diagnostics. `out->mode`, `out->owner` and `out->holds`
- * say nothing about a semaphore.
+ * may change at once; for tests and diagnostics. For a semaphore `out->mode` is
+ * `KEYLOCK_SHARED`, `out->holds` 1 and `out->owner` 0.
  *
  * Returns:
  * - `KEYLOCK_OK`: `*out` is set.

@@ -62,10 +62,13 @@ pub struct keylock_acquisition {
     /// acquisition of the same key (or stripe, or RwLock writer) in the same lock object, even
     /// after the key's memory was recycled, a force-unlock, or a lease ran out. Shared holders
     /// read the fence of the last exclusive acquisition; a reentrant re-acquire keeps the
-    /// holder's fence; an RwLock read acquisition has fence 0. Pass it to the resource the lock
-    /// protects, which rejects anything older than the newest it has seen.
+    /// holder's fence; an RwLock read acquisition has fence 0. Every acquisition of a
+    /// semaphore's units has a fence of its own, strictly greater than every earlier one's of
+    /// the key. Pass it to the resource the lock protects, which rejects anything older than
+    /// the newest it has seen.
     pub fence: u64,
-    /// `KEYLOCK_EXCLUSIVE` or `KEYLOCK_SHARED`.
+    /// `KEYLOCK_EXCLUSIVE` or `KEYLOCK_SHARED` (always `KEYLOCK_SHARED` for a semaphore's
+    /// acquisition: its holders share the key, up to the permits).
     pub mode: keylock_mode,
     /// Whether the previous holder died holding the lock, so the data it protected may be
     /// half-changed (scopes shared between processes only; always false in one process).

@@ -145,7 +145,8 @@ pub unsafe extern "C" fn keylock_semaphore_permits(sem: *const keylock_semaphore
 
 /// Takes `weight` units of `key`, waiting as long as it takes (behind every earlier request
 /// for the key), and writes the acquisition to `*out` (`out->weight` is `weight`; `out->fence`
-/// is higher than that of every earlier acquisition of the key). Keys are bytes: `key` points
+/// is higher than that of every earlier acquisition of the key; `out->mode` is
+/// `KEYLOCK_SHARED`). Keys are bytes: `key` points
 /// to `len` bytes, and NULL with `len == 0` is the empty key. The key is copied.
 ///
 /// Taking units of a key whose units the caller already holds waits while they do not fit, as
@@ -364,8 +365,8 @@ pub unsafe extern "C" fn keylock_semaphore_force_release(
 /// `out->holders` (acquisitions holding them), `out->fence` (the newest acquisition's),
 /// `out->waiters`, and the lease left on the earliest lease among the holders (`out->held` is
 /// false, and every other field 0, when no units are held). A snapshot, which other threads
-/// may change at once; for tests and diagnostics. `out->mode`, `out->owner` and `out->holds`
-/// say nothing about a semaphore.
+/// may change at once; for tests and diagnostics. For a semaphore `out->mode` is
+/// `KEYLOCK_SHARED`, `out->holds` 1 and `out->owner` 0.
 ///
 /// Returns:
 /// - `KEYLOCK_OK`: `*out` is set.

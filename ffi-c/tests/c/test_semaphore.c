@@ -237,6 +237,7 @@ static void test_try_when_full(void) {
     if (!s) return;
     OK(keylock_semaphore_acquire(s, K("k"), 2, &a));
     CHECK(a.weight == 2 && keylock_acquisition_is_held(&a) && current(s, &a));
+    CHECK(a.mode == KEYLOCK_SHARED && !a.owner_died);
     CHECK_RESULT(keylock_semaphore_try_acquire(s, K("k"), 2, &c), KEYLOCK_WOULD_BLOCK);
     CHECK(is_empty(&c));
     OK(keylock_semaphore_try_acquire(s, K("k"), 1, &b));
@@ -244,6 +245,8 @@ static void test_try_when_full(void) {
     info = info_of(s, K("k"));
     CHECK(info.held && info.units == 3 && info.holders == 2 && info.waiters == 0);
     CHECK(info.lease_remaining_ns == KEYLOCK_NO_LEASE);
+    CHECK(info.mode == KEYLOCK_SHARED && info.holds == 1 && info.owner == 0);
+    CHECK(info.fence == b.fence); /* the newest acquisition's */
     CHECK_RESULT(keylock_semaphore_try_acquire(s, K("k"), 1, &c), KEYLOCK_WOULD_BLOCK);
     CHECK_RESULT(keylock_semaphore_acquire_timeout(s, K("k"), 1, KEYLOCK_NO_WAIT, &c),
                  KEYLOCK_WOULD_BLOCK);
