@@ -7,6 +7,8 @@
 #   make install PREFIX=/some/dir     library with SONAME links, headers, keylock.pc
 #   make bench-c / bench-c-quick      C vs Rust vs pthread_mutex, wall time and callgrind
 #                                     instruction counts: bench/results/c.json
+#   make mutant-c                     the semaphore test must catch a semaphore that lets one
+#                                     unit too many in
 
 .PHONY: build-c build-ffi demo-c test-c test-c-api check-header header install bench-c \
 	bench-c-quick lint-c fmt-c
@@ -218,6 +220,26 @@ tsan-c:
 	timeout 300 "$$tmp/c"; \
 	timeout 300 "$$tmp/cpp"; \
 	timeout 300 "$$tmp/sem"
+
+# ---- the semaphore test against a broken library -------------------------------------------------
+
+# test_semaphore.c must see a semaphore that lets one unit too many in: the library built with
+# the core's keylock_mutant_overfull cfg (the same mutant make loom-mutants feeds the loom
+# models), statically linked into the test, must fail its stress test with "units inside".
+# Fails if the test passes. Not part of `make test` (it builds the library a second time).
+.PHONY: mutant-c
+mutant-c:
+	RUSTFLAGS="--cfg keylock_mutant_overfull" $(CARGO) build --locked --release -p keylock-ffi \
+		--target-dir $(TARGET_DIR)/mutant
+	tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	$(CC) -std=c99 -g -O1 $(C_WARN) -Iinclude ffi-c/tests/c/test_semaphore.c \
+		$(TARGET_DIR)/mutant/release/libkeylock.a -o "$$tmp/sem" -pthread -ldl -lm -lrt; \
+	if timeout 180 "$$tmp/sem" >"$$tmp/log" 2>&1; then \
+		echo "mutant-c: test_semaphore passed on an overfull semaphore; it cannot see the bug" >&2; \
+		exit 1; \
+	elif grep -q "units inside, permits" "$$tmp/log" && grep -q "FAIL semaphore_stress" "$$tmp/log"; then \
+		echo "mutant-c: ok, test_semaphore catches keylock_mutant_overfull"; \
+	else cat "$$tmp/log" >&2; exit 1; fi
 
 # ---- valgrind ----------------------------------------------------------------------------------
 
