@@ -1547,6 +1547,61 @@ keylock_result keylock_semaphore_release(struct keylock_semaphore *sem,
                                          struct keylock_acquisition *acquisition);
 
 /**
+ * Takes `weight` units of each of `n` keys, all together: `keys[i]` points to `lens[i]`
+ * bytes. All or nothing, in one global order of the keys, so two threads taking overlapping
+ * sets in any order cannot deadlock. A key listed twice is taken once. `options` gives the
+ * lease and how long to wait for them all (NULL: no lease, wait forever; `mode` and `owner` do
+ * not apply, as in `keylock_semaphore_acquire_with`).
+ *
+ * `out` has room for `n` records; the acquisitions go to `out[0..*count]`, one per distinct
+ * key, in the order of the keys' first occurrence, and the rest of `out` is left empty.
+ * Release them with `keylock_semaphore_release_many(sem, out, *count)` (or one by one).
+ *
+ * Returns:
+ * - `KEYLOCK_OK`: `weight` units of every key are held.
+ * - `KEYLOCK_WOULD_BLOCK` / `KEYLOCK_TIMEOUT`: `options->timeout_ns` was 0 / ran out first.
+ * - `KEYLOCK_INVALID_ARGUMENT`: `weight` is 0 or over the permits, `n == 0`, a length over
+ *   `PTRDIFF_MAX`, or an unknown `options->mode`.
+ * - `KEYLOCK_NULL_ARGUMENT`: `sem`, `keys`, `lens`, `out` or `count` is NULL, or some
+ *   `keys[i]` is NULL with `lens[i] > 0`.
+ * - `KEYLOCK_PANIC`: internal error.
+ *
+ * On any failure no units are held, every record of `out` is empty and `*count` is 0 (for the
+ * pointers that are not NULL).
+ *
+ * # Safety
+ * `sem` is NULL or a live handle; `keys` and `lens` are NULL or point to `n` readable
+ * elements, each `keys[i]` NULL or pointing to `lens[i]` readable bytes; `options` is NULL or
+ * readable; `out` is NULL or points to `n` writable records; `count` is NULL or points to a
+ * writable `size_t`.
+ */
+keylock_result keylock_semaphore_acquire_many(struct keylock_semaphore *sem,
+                                              const uint8_t *const *keys,
+                                              const size_t *lens,
+                                              size_t n,
+                                              uint32_t weight,
+                                              const struct keylock_lock_options *options,
+                                              struct keylock_acquisition *out,
+                                              size_t *count);
+
+/**
+ * Releases `acquisitions[0..n]` (e.g. what `keylock_semaphore_acquire_many` filled), each as
+ * `keylock_semaphore_release` does; every one is released or refused, whatever the others
+ * give.
+ *
+ * Returns `KEYLOCK_OK` when every release succeeded, else the first failure's code (as
+ * `keylock_semaphore_release`); `KEYLOCK_INVALID_ARGUMENT` for `n == 0` or over
+ * `PTRDIFF_MAX` bytes; `KEYLOCK_NULL_ARGUMENT` for a NULL `sem` or `acquisitions`.
+ *
+ * # Safety
+ * `sem` is NULL or a live handle; `acquisitions` is NULL or points to `n` records that no
+ * other call uses meanwhile.
+ */
+keylock_result keylock_semaphore_release_many(struct keylock_semaphore *sem,
+                                              struct keylock_acquisition *acquisitions,
+                                              size_t n);
+
+/**
  * Moves the end of the lease of `*acquisition` to `lease_ns` nanoseconds from now (and
  * updates the record), while it is still current.
  *

@@ -448,6 +448,27 @@ pub(crate) unsafe fn acquire_many<H: Handle>(
     out: *mut keylock_acquisition,
     count: *mut usize,
 ) -> keylock_result {
+    // SAFETY: forwarded from our caller.
+    unsafe { acquire_many_weighted(h, keys, lens, modes, n, opts, 1, out, count) }
+}
+
+/// [`acquire_many`] taking `weight` units of every key (a semaphore's `_acquire_many`; a lock
+/// takes 1).
+///
+/// # Safety
+/// As [`acquire_many`].
+#[allow(clippy::too_many_arguments)] // the C signature: arrays and their lengths
+pub(crate) unsafe fn acquire_many_weighted<H: Handle>(
+    h: *const H,
+    keys: *const *const u8,
+    lens: *const usize,
+    modes: *const keylock_mode,
+    n: usize,
+    opts: *const keylock_lock_options,
+    weight: u32,
+    out: *mut keylock_acquisition,
+    count: *mut usize,
+) -> keylock_result {
     ffi_boundary(|| {
         let count = crate::boundary::out(count)?;
         // SAFETY: count is non-NULL and writable (caller): 0 until the keys are held.
@@ -459,7 +480,9 @@ pub(crate) unsafe fn acquire_many<H: Handle>(
         // SAFETY: the caller's contract above (`keys` refuses n == 0).
         let (h, keys) = unsafe { (handle(h)?.keyed(), crate::boundary::keys(keys, lens, n)?) };
         // SAFETY: opts is NULL or readable (caller).
-        let opts = unsafe { opts.as_ref() }.map_or(Ok(EXCLUSIVE), |o| o.to_core())?;
+        let opts = unsafe { opts.as_ref() }
+            .map_or(Ok(EXCLUSIVE), |o| o.to_core())?
+            .weight(weight);
         let modes = if modes.is_null() {
             None
         } else {

@@ -295,6 +295,71 @@ pub unsafe extern "C" fn keylock_semaphore_release(
     unsafe { keyed::release(sem, acquisition) }
 }
 
+/// Takes `weight` units of each of `n` keys, all together: `keys[i]` points to `lens[i]`
+/// bytes. All or nothing, in one global order of the keys, so two threads taking overlapping
+/// sets in any order cannot deadlock. A key listed twice is taken once. `options` gives the
+/// lease and how long to wait for them all (NULL: no lease, wait forever; `mode` and `owner` do
+/// not apply, as in `keylock_semaphore_acquire_with`).
+///
+/// `out` has room for `n` records; the acquisitions go to `out[0..*count]`, one per distinct
+/// key, in the order of the keys' first occurrence, and the rest of `out` is left empty.
+/// Release them with `keylock_semaphore_release_many(sem, out, *count)` (or one by one).
+///
+/// Returns:
+/// - `KEYLOCK_OK`: `weight` units of every key are held.
+/// - `KEYLOCK_WOULD_BLOCK` / `KEYLOCK_TIMEOUT`: `options->timeout_ns` was 0 / ran out first.
+/// - `KEYLOCK_INVALID_ARGUMENT`: `weight` is 0 or over the permits, `n == 0`, a length over
+///   `PTRDIFF_MAX`, or an unknown `options->mode`.
+/// - `KEYLOCK_NULL_ARGUMENT`: `sem`, `keys`, `lens`, `out` or `count` is NULL, or some
+///   `keys[i]` is NULL with `lens[i] > 0`.
+/// - `KEYLOCK_PANIC`: internal error.
+///
+/// On any failure no units are held, every record of `out` is empty and `*count` is 0 (for the
+/// pointers that are not NULL).
+///
+/// # Safety
+/// `sem` is NULL or a live handle; `keys` and `lens` are NULL or point to `n` readable
+/// elements, each `keys[i]` NULL or pointing to `lens[i]` readable bytes; `options` is NULL or
+/// readable; `out` is NULL or points to `n` writable records; `count` is NULL or points to a
+/// writable `size_t`.
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)] // the C signature: arrays and their lengths
+pub unsafe extern "C" fn keylock_semaphore_acquire_many(
+    sem: *mut keylock_semaphore,
+    keys: *const *const u8,
+    lens: *const usize,
+    n: usize,
+    weight: u32,
+    options: *const keylock_lock_options,
+    out: *mut keylock_acquisition,
+    count: *mut usize,
+) -> keylock_result {
+    let modes = std::ptr::null();
+    // SAFETY: forwarded from our caller.
+    unsafe { keyed::acquire_many_weighted(sem, keys, lens, modes, n, options, weight, out, count) }
+}
+
+/// Releases `acquisitions[0..n]` (e.g. what `keylock_semaphore_acquire_many` filled), each as
+/// `keylock_semaphore_release` does; every one is released or refused, whatever the others
+/// give.
+///
+/// Returns `KEYLOCK_OK` when every release succeeded, else the first failure's code (as
+/// `keylock_semaphore_release`); `KEYLOCK_INVALID_ARGUMENT` for `n == 0` or over
+/// `PTRDIFF_MAX` bytes; `KEYLOCK_NULL_ARGUMENT` for a NULL `sem` or `acquisitions`.
+///
+/// # Safety
+/// `sem` is NULL or a live handle; `acquisitions` is NULL or points to `n` records that no
+/// other call uses meanwhile.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn keylock_semaphore_release_many(
+    sem: *mut keylock_semaphore,
+    acquisitions: *mut keylock_acquisition,
+    n: usize,
+) -> keylock_result {
+    // SAFETY: forwarded from our caller.
+    unsafe { keyed::release_many(sem, acquisitions, n) }
+}
+
 /// Moves the end of the lease of `*acquisition` to `lease_ns` nanoseconds from now (and
 /// updates the record), while it is still current.
 ///

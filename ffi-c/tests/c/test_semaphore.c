@@ -24,7 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
-/* ---- a tiny harness (as test_keylock.c's) -------------------------------------------------- */
+/* ---- a tiny harness (as test_keylock.c's) ---------------------------------------------------- */
 
 static int checks_failed; /* in the current test */
 
@@ -112,7 +112,7 @@ static bool wait_for_waiters(const keylock_semaphore *s, const uint8_t *key, siz
     return false;
 }
 
-/* ---- tests ---------------------------------------------------------------------------------- */
+/* ---- tests ----------------------------------------------------------------------------------- */
 
 /* keylock_semaphore_new / _open / _permits: what they make and what they refuse. */
 static void test_open(void) {
@@ -361,6 +361,58 @@ static void test_stale_release(void) {
     keylock_semaphore_free(s);
 }
 
+/* acquire_many: a weight of every key, all or nothing; release_many. */
+static void test_many(void) {
+    keylock_semaphore *s = keylock_semaphore_new(3);
+    const uint8_t *keys[3] = {(const uint8_t *)"ma", (const uint8_t *)"mb", (const uint8_t *)"ma"};
+    size_t lens[3] = {2, 2, 2}, count = 9;
+    acq_t acqs[3], one = garbage(), blocker;
+    keylock_lock_options o = KEYLOCK_LOCK_OPTIONS_INIT;
+    CHECK(s != NULL);
+    if (!s) return;
+    OK(keylock_semaphore_acquire_many(s, keys, lens, 3, 2, NULL, acqs, &count));
+    CHECK(count == 2); /* "ma" listed twice is taken once */
+    CHECK(acqs[0].weight == 2 && acqs[1].weight == 2 && is_empty(&acqs[2]));
+    CHECK(info_of(s, K("ma")).units == 2 && info_of(s, K("mb")).units == 2);
+    CHECK(info_of(s, K("ma")).fence == acqs[0].fence); /* records in the keys' order */
+    CHECK(info_of(s, K("mb")).fence == acqs[1].fence);
+    CHECK_RESULT(keylock_semaphore_try_acquire(s, K("ma"), 2, &one), KEYLOCK_WOULD_BLOCK);
+    OK(keylock_semaphore_try_acquire(s, K("mb"), 1, &one));
+    OK(keylock_semaphore_release(s, &one));
+    OK(keylock_semaphore_release_many(s, acqs, count));
+    CHECK(!info_of(s, K("ma")).held && !info_of(s, K("mb")).held);
+    CHECK_RESULT(keylock_semaphore_release_many(s, acqs, count), KEYLOCK_NOT_OWNER);
+
+    /* All or nothing: "mb" is full, so "ma" is not held after the timeout either. */
+    OK(keylock_semaphore_acquire(s, K("mb"), 3, &blocker));
+    o.timeout_ns = MS(5);
+    count = 9;
+    CHECK_RESULT(keylock_semaphore_acquire_many(s, keys, lens, 2, 1, &o, acqs, &count),
+                 KEYLOCK_TIMEOUT);
+    CHECK(count == 0 && is_empty(&acqs[0]) && is_empty(&acqs[1]));
+    CHECK(!info_of(s, K("ma")).held);
+    o.timeout_ns = KEYLOCK_NO_WAIT;
+    CHECK_RESULT(keylock_semaphore_acquire_many(s, keys, lens, 2, 1, &o, acqs, &count),
+                 KEYLOCK_WOULD_BLOCK);
+    OK(keylock_semaphore_release(s, &blocker));
+
+    /* Bad input. */
+    CHECK_RESULT(keylock_semaphore_acquire_many(s, keys, lens, 2, 0, NULL, acqs, &count),
+                 KEYLOCK_INVALID_ARGUMENT);
+    CHECK_RESULT(keylock_semaphore_acquire_many(s, keys, lens, 2, 4, NULL, acqs, &count),
+                 KEYLOCK_INVALID_ARGUMENT);
+    CHECK(count == 0 && !info_of(s, K("ma")).held && !info_of(s, K("mb")).held);
+    CHECK_RESULT(keylock_semaphore_acquire_many(s, keys, lens, 0, 1, NULL, acqs, &count),
+                 KEYLOCK_INVALID_ARGUMENT);
+    CHECK_RESULT(keylock_semaphore_acquire_many(s, keys, lens, 2, 1, NULL, acqs, NULL),
+                 KEYLOCK_NULL_ARGUMENT);
+    CHECK_RESULT(keylock_semaphore_acquire_many(NULL, keys, lens, 2, 1, NULL, acqs, &count),
+                 KEYLOCK_NULL_ARGUMENT);
+    CHECK_RESULT(keylock_semaphore_release_many(s, acqs, 0), KEYLOCK_INVALID_ARGUMENT);
+    CHECK_RESULT(keylock_semaphore_release_many(s, NULL, 1), KEYLOCK_NULL_ARGUMENT);
+    keylock_semaphore_free(s);
+}
+
 /* ---- strict FIFO: a heavy request is not passed by later light ones -------------------------- */
 
 typedef struct {
@@ -430,7 +482,7 @@ static void test_heavy_fifo(void) {
     keylock_semaphore_free(s);
 }
 
-/* ---- stress: units inside never exceed the permits; exact counts ------------------------------ */
+/* ---- stress: units inside never exceed the permits; exact counts ----------------------------- */
 
 #define PERMITS 3
 #define NKEYS 3
@@ -562,7 +614,7 @@ static void test_stress(void) {
     free(st);
 }
 
-/* ---- runner -------------------------------------------------------------------------------- */
+/* ---- runner ---------------------------------------------------------------------------------- */
 
 static int passed, failed;
 
@@ -583,6 +635,7 @@ int main(void) {
     run("semaphore_try_when_full", test_try_when_full);
     run("semaphore_fences", test_fences);
     run("semaphore_stale_release", test_stale_release);
+    run("semaphore_many", test_many);
     run("semaphore_heavy_fifo", test_heavy_fifo);
     run("semaphore_stress", test_stress);
     printf("test_semaphore: %d passed, %d failed\n", passed, failed);
