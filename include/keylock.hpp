@@ -288,6 +288,17 @@ struct striped_api {
 
 template <class> class keyed;
 
+// A semaphore's acquire_many records, for basic_many_guard: semaphores are in-process only, so
+// their holders are never lost behind their backs.
+struct semaphore_api {
+    using handle = keylock_semaphore;
+    static keylock_result release_many(handle *h, keylock_acquisition *a, std::size_t n) { return keylock_semaphore_release_many(h, a, n); }
+    static keylock_result lost(const handle *, const keylock_acquisition *, bool *out) {
+        *out = false;
+        return KEYLOCK_OK;
+    }
+};
+
 /// Moves a record out of `from`, leaving it empty (a byte copy stands in for the original,
 /// which is never passed to keylock again).
 inline keylock_acquisition take(keylock_acquisition &from) noexcept {
@@ -297,6 +308,8 @@ inline keylock_acquisition take(keylock_acquisition &from) noexcept {
 }
 
 }  // namespace detail
+
+class Semaphore;
 
 /// One held key: carries its acquisition record (and a copy of the key, to lock it again), and
 /// releases exactly that acquisition on destruction. The std::unique_lock / std::shared_lock
@@ -435,8 +448,9 @@ private:
     options opts_;
 };
 
-/// Several keys locked together by lock_many: one record per distinct lock, in the order of the
-/// keys' first occurrence, all released on destruction.
+/// Several keys locked together by lock_many (or a Semaphore's units of several keys, by
+/// acquire_many): one record per distinct lock, in the order of the keys' first occurrence, all
+/// released on destruction.
 template <class Api>
 class basic_many_guard {
 public:
@@ -486,6 +500,7 @@ public:
 
 private:
     template <class> friend class detail::keyed;
+    friend class Semaphore;
     basic_many_guard(handle_type *h, std::vector<keylock_acquisition> acqs) noexcept
         : handle_(h), acqs_(std::move(acqs)) {}
     void reset() noexcept {
@@ -785,6 +800,8 @@ class Semaphore {
 public:
     /// Gives one acquisition's units back on destruction; see permit.
     using guard = permit;
+    /// Gives an acquire_many set's units back on destruction; see basic_many_guard.
+    using many_guard = basic_many_guard<detail::semaphore_api>;
 
     /// A semaphore in this process with `permits` units per key; throws
     /// keylock::error(KEYLOCK_INVALID_ARGUMENT) when it is 0 or over KEYLOCK_MAX_PERMITS.
@@ -840,6 +857,26 @@ public:
         if (r == KEYLOCK_WOULD_BLOCK || r == KEYLOCK_TIMEOUT) return std::nullopt;
         detail::check(r);
         return std::optional<permit>(std::move(p));
+    }
+
+    /// Takes `weight` units of every one of `keys` together, all or nothing, deadlock-free
+    /// whatever the order (a key listed twice is taken once), with `opts`' lease and wait
+    /// (KEYLOCK_WOULD_BLOCK / KEYLOCK_TIMEOUT thrown when it runs out); throws
+    /// keylock::error(KEYLOCK_INVALID_ARGUMENT) for an empty list or a bad weight.
+    [[nodiscard]] many_guard acquire_many(std::initializer_list<std::string_view> keys, std::uint32_t weight = 1,
+                                          const options &opts = options()) {
+        std::vector<const std::uint8_t *> ptrs;
+        std::vector<std::size_t> lens;
+        for (auto k : keys) {
+            ptrs.push_back(detail::bytes(k));
+            lens.push_back(k.size());
+        }
+        std::vector<keylock_acquisition> acqs(ptrs.size());
+        std::size_t count = 0;
+        detail::check(keylock_semaphore_acquire_many(handle_, ptrs.data(), lens.data(), ptrs.size(), weight,
+                                                     &opts.raw(), acqs.data(), &count));
+        acqs.resize(count);  // moves records within the vector: each original is dropped unused
+        return many_guard(handle_, std::move(acqs));
     }
 
     /// Ends every hold of `key`, advancing its fence; whether any units were held. The holders'

@@ -71,6 +71,7 @@ static_assert(!std::is_copy_assignable_v<keylock::permit>);
 static_assert(std::is_nothrow_move_constructible_v<keylock::permit>);
 static_assert(std::is_nothrow_move_assignable_v<keylock::permit>);
 static_assert(std::is_same_v<keylock::Semaphore::guard, keylock::permit>);
+static_assert(!std::is_copy_constructible_v<keylock::Semaphore::many_guard>);
 
 template <class Keyed>
 void keyed_guards(Keyed &keyed) {
@@ -687,6 +688,18 @@ void test_semaphore() {
         CHECK(sem.info("job")->units == 2);
         CHECK(keylock_semaphore_release(sem.native_handle(), &raw) == KEYLOCK_OK);
     }
+    {
+        auto both = sem.acquire_many({"m1", "m2", "m1"}, 2);
+        CHECK(both.owns_lock() && both.size() == 2 && !both.lost());
+        CHECK(sem.info("m1")->units == 2 && sem.info("m2")->units == 2);
+        CHECK(both.fences()[0] == sem.info("m1")->fence);
+        CHECK(!sem.try_acquire("m2", 2));
+        CHECK_THROWS(sem.acquire_many({"m2", "m3"}, 2, keylock::options().no_wait()), KEYLOCK_WOULD_BLOCK);
+        CHECK(!sem.info("m3"));  // all or nothing
+        CHECK_THROWS(sem.acquire_many({"m3"}, 0), KEYLOCK_INVALID_ARGUMENT);
+        CHECK_THROWS(sem.acquire_many({}, 1), KEYLOCK_INVALID_ARGUMENT);
+    }  // both give their units back here
+    CHECK(!sem.info("m1") && !sem.info("m2"));
     keylock::Semaphore moved_sem(std::move(sem));
     CHECK(sem.permits() == 0 && moved_sem.permits() == 3);
 }
