@@ -1,21 +1,25 @@
 /*
  * keylock: per-key locks for C and C++ (C99; C++ may include it directly, or use keylock.hpp).
  *
- * Three primitives, each an opaque handle:
- *   keylock_pool     one lock per distinct key, made on demand and recycled when released;
- *   keylock_striped  a fixed array of locks, each key hashed to one (fastest; keys can collide);
- *   keylock_rwlock   a reader-writer lock whose readers scale across cores.
+ * Four primitives, each an opaque handle:
+ *   keylock_pool       one lock per distinct key, made on demand and recycled when released;
+ *   keylock_striped    a fixed array of locks, each key hashed to one (fastest; keys can collide);
+ *   keylock_semaphore  at most N units held per key, each acquire taking a weight of them;
+ *   keylock_rwlock     a reader-writer lock whose readers scale across cores.
  * Pools and striped locks hold each key exclusively (one holder) or shared (many holders), with
  * optional leases, owners (reentrant objects) and timeouts (keylock_lock_options), and are made
  * in this process or in a shared scope by name (keylock_pool_open, keylock_striped_open).
+ * Semaphores (keylock_semaphore_new, keylock_semaphore_open) take a weight per acquire, in
+ * strict FIFO order per key, with optional leases and timeouts; in this process only, so far.
  *
  * Acquisitions: every acquire fills a keylock_acquisition in the caller's memory (its fence,
- * mode and owner_died are public) and every release takes one and ends exactly that hold, so a
- * stale record (force-unlocked, lease run out, released already) can never release a later
- * holder: its release reports KEYLOCK_NOT_OWNER or KEYLOCK_LEASE_EXPIRED. A fence rises with
- * every exclusive acquisition of a key; pass it to the resource the lock protects, which
- * rejects anything older than the newest it has seen (a lease alone cannot stop a holder that
- * stalled past it). Do not duplicate a held record (see keylock_acquisition).
+ * mode, owner_died and weight are public) and every release takes one and ends exactly that
+ * hold, so a stale record (force-unlocked, lease run out, released already) can never release a
+ * later holder: its release reports KEYLOCK_NOT_OWNER or KEYLOCK_LEASE_EXPIRED. A fence rises
+ * with every exclusive acquisition of a key (and with every acquisition of a semaphore's
+ * units); pass it to the resource the lock protects, which rejects anything older than the
+ * newest it has seen (a lease alone cannot stop a holder that stalled past it). Do not
+ * duplicate a held record (see keylock_acquisition).
  *
  * Conventions, for every function below:
  *   - Handles come from a `_new` / `_open` function and are freed by the matching `_free`;
@@ -88,9 +92,12 @@
 
 /**
  * The 64-bit words of private storage in a `keylock_acquisition` (part of the ABI: the
- * struct is 128 bytes).
+ * struct is 128 bytes). Layout, in bytes: `fence` 0..8, `mode` 8..12, `owner_died` 12,
+ * `weight` 16..20, `_private_state` 24..32, `_private_lock` 32..40, `_private_storage` 40..128.
+ * (Before `weight` was added the storage was 12 words from byte 32; the public fields kept
+ * their offsets and the struct its size.)
  */
-#define KEYLOCK_ACQUISITION_STORAGE_WORDS 12
+#define KEYLOCK_ACQUISITION_STORAGE_WORDS 11
 
 /**
  * The most stripes `keylock_striped_new` accepts.
@@ -101,6 +108,12 @@
  * The stripes `keylock_striped_open` makes when `keylock_open_options.stripes` is 0.
  */
 #define KEYLOCK_DEFAULT_STRIPES 1024
+
+/**
+ * The most permits a semaphore can have per key (`keylock_semaphore_new`,
+ * `keylock_semaphore_open`).
+ */
+#define KEYLOCK_MAX_PERMITS 32767
 
 /**
  * A pool of per-key locks: each distinct key (a byte string) has its own lock, made when first
@@ -126,6 +139,26 @@ typedef struct keylock_pool keylock_pool;
  * and asks for another while a writer waits can deadlock.
  */
 typedef struct keylock_rwlock keylock_rwlock;
+
+/**
+ * A keyed semaphore: at most `permits` units of each key (a byte string) held at once, for
+ * per-tenant, per-token or per-host limits. Each acquire takes `weight` units of one key
+ * (1 to `permits`) and waits while they do not fit; different keys never block each other.
+ *
+ * - Strict FIFO per key: a request waits behind every request for the key queued before it,
+ *   so a heavy request at the head is not passed (and starved) by light ones that came later.
+ * - Every acquisition has a fence of its own: it rises with every acquisition of the key, and
+ *   across force-releases and leases. A release goes by acquisition record and gives back
+ *   exactly that record's units; a stale record (force-released, lease run out, released
+ *   already) releases nothing.
+ * - Memory follows the keys held or awaited, as in a pool.
+ *
+ * Create with `keylock_semaphore_new` or `keylock_semaphore_open`, destroy with
+ * `keylock_semaphore_free`. Safe to use from many threads at once. Every acquire fills a
+ * `keylock_acquisition` (its `weight` is the units held); release it with
+ * `keylock_semaphore_release` (from any thread).
+ */
+typedef struct keylock_semaphore keylock_semaphore;
 
 /**
  * A striped lock: a fixed number of locks ("stripes"), each key (a byte string) hashed to one.
@@ -161,8 +194,8 @@ typedef uint32_t keylock_mode;
  * from the acquire to the release. Every acquire writes it in full; release it with the
  * matching `_release` call, which releases this acquisition and nothing else.
  *
- * - Read `fence`, `mode` and `owner_died`; never write the `_private` fields. (Changing the
- *   public ones changes nothing: they are a copy.)
+ * - Read `fence`, `mode`, `owner_died` and `weight`; never write the `_private` fields.
+ *   (Changing the public ones changes nothing: they are a copy.)
  * - Do not duplicate a held acquisition: a byte copy (assignment, `memcpy`) may stand in for
  *   the original only if the original is never passed to keylock again, as when moving it.
  * - Calls on one struct must not overlap (it is not synchronised); different structs are
@@ -182,12 +215,15 @@ typedef struct keylock_acquisition {
      * acquisition of the same key (or stripe, or RwLock writer) in the same lock object, even
      * after the key's memory was recycled, a force-unlock, or a lease ran out. Shared holders
      * read the fence of the last exclusive acquisition; a reentrant re-acquire keeps the
-     * holder's fence; an RwLock read acquisition has fence 0. Pass it to the resource the lock
-     * protects, which rejects anything older than the newest it has seen.
+     * holder's fence; an RwLock read acquisition has fence 0. Every acquisition of a
+     * semaphore's units has a fence of its own, strictly greater than every earlier one's of
+     * the key. Pass it to the resource the lock protects, which rejects anything older than
+     * the newest it has seen.
      */
     uint64_t fence;
     /**
-     * `KEYLOCK_EXCLUSIVE` or `KEYLOCK_SHARED`.
+     * `KEYLOCK_EXCLUSIVE` or `KEYLOCK_SHARED` (always `KEYLOCK_SHARED` for a semaphore's
+     * acquisition: its holders share the key, up to the permits).
      */
     keylock_mode mode;
     /**
@@ -195,6 +231,13 @@ typedef struct keylock_acquisition {
      * half-changed (scopes shared between processes only; always false in one process).
      */
     bool owner_died;
+    /**
+     * The units held: the acquisition's weight for a semaphore (`keylock_semaphore`), 1 for
+     * every acquisition of a lock (pool, striped lock, RwLock), 0 for an empty record. The
+     * record keeps the units it holds in its private storage too, so that its release gives
+     * back exactly those units; this field is a copy for the caller to read.
+     */
+    uint32_t weight;
     /**
      * Private: what the struct holds. Never read or write it.
      */
@@ -278,8 +321,9 @@ typedef struct keylock_lock_options {
 } keylock_lock_options;
 
 /**
- * Who holds a key and how: what `keylock_pool_info` and `keylock_striped_info` report. A
- * snapshot, which other threads may change at once; for diagnostics and tests.
+ * Who holds a key and how: what `keylock_pool_info`, `keylock_striped_info` and
+ * `keylock_semaphore_info` report. A snapshot, which other threads may change at once; for
+ * diagnostics and tests.
  */
 typedef struct keylock_lock_info {
     /**
@@ -304,7 +348,8 @@ typedef struct keylock_lock_info {
      */
     keylock_mode mode;
     /**
-     * Holders now: 1 for an exclusive holder, the count of shared ones.
+     * Holders now: 1 for an exclusive holder, the count of shared ones (of a semaphore: the
+     * acquisitions holding units).
      */
     uint32_t holders;
     /**
@@ -315,6 +360,12 @@ typedef struct keylock_lock_info {
      * Whether the key is held at all; when false, every other field is 0.
      */
     bool held;
+    /**
+     * Units held now: of a semaphore, the sum of its holders' weights (at most its permits);
+     * of a lock, the same as `holders`. (The last field, so that the others kept their
+     * offsets when it was added.)
+     */
+    uint32_t units;
 } keylock_lock_info;
 
 /**
@@ -1323,6 +1374,325 @@ keylock_result keylock_striped_info(const struct keylock_striped *striped,
  */
 keylock_result keylock_striped_stats(const struct keylock_striped *striped,
                                      struct keylock_stats *out);
+
+/**
+ * Creates a semaphore in this process with `permits` units per key (as
+ * `keylock_semaphore_open("local:", permits, NULL, &sem)`).
+ *
+ * Returns a handle that the caller owns and frees with `keylock_semaphore_free`, or NULL when
+ * `permits` is 0 or over `KEYLOCK_MAX_PERMITS` (or on an internal error).
+ */
+struct keylock_semaphore *keylock_semaphore_new(uint32_t permits);
+
+/**
+ * Opens the semaphore that `name` names, with `permits` units per key and `options` (NULL:
+ * the defaults), and stores its handle in `*out`. Only `"local:"` (or `""`), a new semaphore
+ * in this process, has semaphores in this version; other scopes refuse them. A semaphore is
+ * always strict FIFO and has no stripes and no owners: `options->stripes` must be 0 and
+ * `options->reentrant` and `options->fifo` false (`capacity` and `permissions` are for scopes
+ * of fixed size, and must be 0 for `local:`).
+ *
+ * Returns:
+ * - `KEYLOCK_OK`: `*out` is a handle that the caller owns and frees with
+ *   `keylock_semaphore_free`.
+ * - `KEYLOCK_INVALID_ARGUMENT`: `permits` is 0 or over `KEYLOCK_MAX_PERMITS`; a scope without
+ *   semaphores, an unknown or malformed name (or one that is not UTF-8); or an option a
+ *   semaphore does not take (above).
+ * - `KEYLOCK_NULL_ARGUMENT`: `name` or `out` is NULL.
+ * - `KEYLOCK_PANIC`: internal error.
+ *
+ * On any failure `*out` is set to NULL (when `out` is not NULL).
+ *
+ * # Safety
+ * `name` is NULL or a NUL-terminated string; `options` is NULL or points to a readable
+ * `keylock_open_options`; `out` is NULL or points to a writable `keylock_semaphore *`.
+ */
+keylock_result keylock_semaphore_open(const char *name,
+                                      uint32_t permits,
+                                      const struct keylock_open_options *options,
+                                      struct keylock_semaphore **out);
+
+/**
+ * Frees `sem`. `keylock_semaphore_free(NULL)` does nothing.
+ *
+ * No thread may use or wait on the semaphore during or after this call. Units still held are
+ * simply dropped with it; their acquisition records must not be passed to keylock afterwards.
+ *
+ * # Safety
+ * `sem` is NULL or a handle from `keylock_semaphore_new` / `keylock_semaphore_open` not freed
+ * before.
+ */
+void keylock_semaphore_free(struct keylock_semaphore *sem);
+
+/**
+ * The units per key of `sem` (what it was made with); 0 for NULL.
+ *
+ * # Safety
+ * `sem` is NULL or a live handle.
+ */
+uint32_t keylock_semaphore_permits(const struct keylock_semaphore *sem);
+
+/**
+ * Takes `weight` units of `key`, waiting as long as it takes (behind every earlier request
+ * for the key), and writes the acquisition to `*out` (`out->weight` is `weight`; `out->fence`
+ * is higher than that of every earlier acquisition of the key; `out->mode` is
+ * `KEYLOCK_SHARED`). Keys are bytes: `key` points
+ * to `len` bytes, and NULL with `len == 0` is the empty key. The key is copied.
+ *
+ * Taking units of a key whose units the caller already holds waits while they do not fit, as
+ * for anyone else.
+ *
+ * Returns:
+ * - `KEYLOCK_OK`: held; `*out` is the acquisition, to release with
+ *   `keylock_semaphore_release`.
+ * - `KEYLOCK_INVALID_ARGUMENT`: `weight` is 0 or over the semaphore's permits, or `len` is
+ *   over `PTRDIFF_MAX`.
+ * - `KEYLOCK_NULL_ARGUMENT`: `sem` or `out` is NULL, or `key` is NULL with `len > 0`.
+ * - `KEYLOCK_PANIC`: internal error.
+ *
+ * On any failure nothing is held and `*out` is left empty (when `out` is not NULL).
+ *
+ * # Safety
+ * `sem` is NULL or a live handle; `key` is NULL or points to `len` readable bytes; `out` is
+ * NULL or points to a writable `keylock_acquisition` that no other call uses meanwhile.
+ */
+keylock_result keylock_semaphore_acquire(struct keylock_semaphore *sem,
+                                         const uint8_t *key,
+                                         size_t len,
+                                         uint32_t weight,
+                                         struct keylock_acquisition *out);
+
+/**
+ * Takes `weight` units of `key` if they fit now and no earlier request for the key is
+ * waiting, without waiting. Arguments as `keylock_semaphore_acquire`.
+ *
+ * Returns what `keylock_semaphore_acquire` returns, and:
+ * - `KEYLOCK_WOULD_BLOCK`: the units do not fit now (or others are queued first); nothing is
+ *   held and `*out` is empty.
+ *
+ * # Safety
+ * As `keylock_semaphore_acquire`.
+ */
+keylock_result keylock_semaphore_try_acquire(struct keylock_semaphore *sem,
+                                             const uint8_t *key,
+                                             size_t len,
+                                             uint32_t weight,
+                                             struct keylock_acquisition *out);
+
+/**
+ * Takes `weight` units of `key`, waiting at most `timeout_ns` nanoseconds. Arguments as
+ * `keylock_semaphore_acquire`; `timeout_ns` as `keylock_lock_options.timeout_ns`:
+ * `KEYLOCK_NO_WAIT` (0) does not wait, `KEYLOCK_WAIT_FOREVER` (`UINT64_MAX`) waits as long as
+ * it takes.
+ *
+ * Returns what `keylock_semaphore_acquire` returns, and:
+ * - `KEYLOCK_TIMEOUT`: the timeout passed first; nothing is held, `*out` is empty, and the
+ *   request left the queue (those behind it move up).
+ * - `KEYLOCK_WOULD_BLOCK`: `timeout_ns` was 0 and the units do not fit now.
+ *
+ * # Safety
+ * As `keylock_semaphore_acquire`.
+ */
+keylock_result keylock_semaphore_acquire_timeout(struct keylock_semaphore *sem,
+                                                 const uint8_t *key,
+                                                 size_t len,
+                                                 uint32_t weight,
+                                                 uint64_t timeout_ns,
+                                                 struct keylock_acquisition *out);
+
+/**
+ * Takes `weight` units of `key` as `options` says: its lease and how long to wait (NULL: no
+ * lease, wait forever). A semaphore has no modes and no owners: `options->mode` must be a
+ * known mode but is otherwise ignored, and `options->owner` is ignored. With a lease, the
+ * units are given back by themselves when it runs out (the holder's release then reports
+ * `KEYLOCK_LEASE_EXPIRED`). Other arguments as `keylock_semaphore_acquire`.
+ *
+ * Returns what `keylock_semaphore_acquire_timeout` returns; `KEYLOCK_INVALID_ARGUMENT` also
+ * for an unknown `options->mode`.
+ *
+ * # Safety
+ * As `keylock_semaphore_acquire`, and `options` is NULL or points to a readable
+ * `keylock_lock_options`.
+ */
+keylock_result keylock_semaphore_acquire_with(struct keylock_semaphore *sem,
+                                              const uint8_t *key,
+                                              size_t len,
+                                              uint32_t weight,
+                                              const struct keylock_lock_options *options,
+                                              struct keylock_acquisition *out);
+
+/**
+ * Gives back the units of the acquisition in `*acquisition`, and only those: if the key was
+ * force-released or the lease ran out meanwhile, nothing is given back (its units were
+ * already), and the key's current holders keep theirs. Any thread may release. The record is
+ * marked released in every case but `KEYLOCK_NULL_ARGUMENT` and `KEYLOCK_INVALID_ARGUMENT`, so
+ * that it cannot be released twice.
+ *
+ * Returns:
+ * - `KEYLOCK_OK`: released; waiters whose units now fit, in queue order, get them.
+ * - `KEYLOCK_NOT_OWNER`: the acquisition was no longer current (force-released), or the
+ *   record was released before; nothing changed.
+ * - `KEYLOCK_LEASE_EXPIRED`: its lease had run out; nothing changed.
+ * - `KEYLOCK_NOT_LOCKED`: the record is empty (never filled, or a failed acquire's output).
+ * - `KEYLOCK_NULL_ARGUMENT`: `sem` or `acquisition` is NULL.
+ * - `KEYLOCK_INVALID_ARGUMENT`: the record belongs to another lock object (another
+ *   semaphore, a pool...), or the struct is not an acquisition record.
+ * - `KEYLOCK_PANIC`: internal error.
+ *
+ * # Safety
+ * `sem` is NULL or a live handle; `acquisition` is NULL or points to a record that no other
+ * call uses meanwhile.
+ */
+keylock_result keylock_semaphore_release(struct keylock_semaphore *sem,
+                                         struct keylock_acquisition *acquisition);
+
+/**
+ * Takes `weight` units of each of `n` keys, all together: `keys[i]` points to `lens[i]`
+ * bytes. All or nothing, in one global order of the keys, so two threads taking overlapping
+ * sets in any order cannot deadlock. A key listed twice is taken once. `options` gives the
+ * lease and how long to wait for them all (NULL: no lease, wait forever; `mode` and `owner` do
+ * not apply, as in `keylock_semaphore_acquire_with`).
+ *
+ * `out` has room for `n` records; the acquisitions go to `out[0..*count]`, one per distinct
+ * key, in the order of the keys' first occurrence, and the rest of `out` is left empty.
+ * Release them with `keylock_semaphore_release_many(sem, out, *count)` (or one by one).
+ *
+ * Returns:
+ * - `KEYLOCK_OK`: `weight` units of every key are held.
+ * - `KEYLOCK_WOULD_BLOCK` / `KEYLOCK_TIMEOUT`: `options->timeout_ns` was 0 / ran out first.
+ * - `KEYLOCK_INVALID_ARGUMENT`: `weight` is 0 or over the permits, `n == 0`, a length over
+ *   `PTRDIFF_MAX`, or an unknown `options->mode`.
+ * - `KEYLOCK_NULL_ARGUMENT`: `sem`, `keys`, `lens`, `out` or `count` is NULL, or some
+ *   `keys[i]` is NULL with `lens[i] > 0`.
+ * - `KEYLOCK_PANIC`: internal error.
+ *
+ * On any failure no units are held, every record of `out` is empty and `*count` is 0 (for the
+ * pointers that are not NULL).
+ *
+ * # Safety
+ * `sem` is NULL or a live handle; `keys` and `lens` are NULL or point to `n` readable
+ * elements, each `keys[i]` NULL or pointing to `lens[i]` readable bytes; `options` is NULL or
+ * readable; `out` is NULL or points to `n` writable records; `count` is NULL or points to a
+ * writable `size_t`.
+ */
+keylock_result keylock_semaphore_acquire_many(struct keylock_semaphore *sem,
+                                              const uint8_t *const *keys,
+                                              const size_t *lens,
+                                              size_t n,
+                                              uint32_t weight,
+                                              const struct keylock_lock_options *options,
+                                              struct keylock_acquisition *out,
+                                              size_t *count);
+
+/**
+ * Releases `acquisitions[0..n]` (e.g. what `keylock_semaphore_acquire_many` filled), each as
+ * `keylock_semaphore_release` does; every one is released or refused, whatever the others
+ * give.
+ *
+ * Returns `KEYLOCK_OK` when every release succeeded, else the first failure's code (as
+ * `keylock_semaphore_release`); `KEYLOCK_INVALID_ARGUMENT` for `n == 0` or over
+ * `PTRDIFF_MAX` bytes; `KEYLOCK_NULL_ARGUMENT` for a NULL `sem` or `acquisitions`.
+ *
+ * # Safety
+ * `sem` is NULL or a live handle; `acquisitions` is NULL or points to `n` records that no
+ * other call uses meanwhile.
+ */
+keylock_result keylock_semaphore_release_many(struct keylock_semaphore *sem,
+                                              struct keylock_acquisition *acquisitions,
+                                              size_t n);
+
+/**
+ * Moves the end of the lease of `*acquisition` to `lease_ns` nanoseconds from now (and
+ * updates the record), while it is still current.
+ *
+ * Returns what `keylock_pool_extend` returns (`KEYLOCK_INVALID_ARGUMENT` for an acquisition
+ * without a lease).
+ *
+ * # Safety
+ * As `keylock_semaphore_release`.
+ */
+keylock_result keylock_semaphore_extend(struct keylock_semaphore *sem,
+                                        struct keylock_acquisition *acquisition,
+                                        uint64_t lease_ns);
+
+/**
+ * Stores in `*out` whether `*acquisition` still holds its units: not released, not
+ * force-released, its lease (if any) not run out. An empty or released record is not current.
+ *
+ * Returns:
+ * - `KEYLOCK_OK`: `*out` is set.
+ * - `KEYLOCK_NULL_ARGUMENT`: `sem`, `acquisition` or `out` is NULL.
+ * - `KEYLOCK_INVALID_ARGUMENT`: the record belongs to another lock object, or the struct is
+ *   not an acquisition record.
+ * - `KEYLOCK_PANIC`: internal error.
+ *
+ * # Safety
+ * `sem` is NULL or a live handle; `acquisition` is NULL or readable; `out` is NULL or points
+ * to a writable `bool`.
+ */
+keylock_result keylock_semaphore_is_current(const struct keylock_semaphore *sem,
+                                            const struct keylock_acquisition *acquisition,
+                                            bool *out);
+
+/**
+ * Ends every hold of `key`, whoever holds its units, and advances its fence: for units left
+ * behind by holders that will never release them. Their records no longer release anything
+ * (their releases report `KEYLOCK_NOT_OWNER`); waiters are served in queue order, with fences
+ * higher than theirs. Stores in `*was_held` (unless it is NULL) whether any units were held.
+ *
+ * Returns:
+ * - `KEYLOCK_OK`: no units of the key are held by earlier acquisitions (or none were).
+ * - `KEYLOCK_NULL_ARGUMENT`: `sem` is NULL, or `key` is NULL with `len > 0`.
+ * - `KEYLOCK_INVALID_ARGUMENT`: `len` is over `PTRDIFF_MAX`.
+ * - `KEYLOCK_PANIC`: internal error.
+ *
+ * # Safety
+ * `sem` is NULL or a live handle; `key` is NULL or points to `len` readable bytes; `was_held`
+ * is NULL or points to a writable `bool`.
+ */
+keylock_result keylock_semaphore_force_release(struct keylock_semaphore *sem,
+                                               const uint8_t *key,
+                                               size_t len,
+                                               bool *was_held);
+
+/**
+ * Stores in `*out` who holds `key`: `out->units` (units held now, at most the permits),
+ * `out->holders` (acquisitions holding them), `out->fence` (the newest acquisition's),
+ * `out->waiters`, and the lease left on the earliest lease among the holders (`out->held` is
+ * false, and every other field 0, when no units are held). A snapshot, which other threads
+ * may change at once; for tests and diagnostics. For a semaphore `out->mode` is
+ * `KEYLOCK_SHARED`, `out->holds` 1 and `out->owner` 0.
+ *
+ * Returns:
+ * - `KEYLOCK_OK`: `*out` is set.
+ * - `KEYLOCK_NULL_ARGUMENT`: `sem` or `out` is NULL, or `key` is NULL with `len > 0`.
+ * - `KEYLOCK_INVALID_ARGUMENT`: `len` is over `PTRDIFF_MAX`.
+ * - `KEYLOCK_PANIC`: internal error; `*out` is unchanged.
+ *
+ * # Safety
+ * `sem` is NULL or a live handle; `key` is NULL or points to `len` readable bytes; `out` is
+ * NULL or points to a writable `keylock_lock_info`.
+ */
+keylock_result keylock_semaphore_info(const struct keylock_semaphore *sem,
+                                      const uint8_t *key,
+                                      size_t len,
+                                      struct keylock_lock_info *out);
+
+/**
+ * Stores in `*out` the counts of the semaphore (see `keylock_stats`): `held` counts the keys
+ * with units held, `shared_holds` the units held over all keys, `waiting` the requests
+ * queued. A snapshot for monitoring and tests.
+ *
+ * Returns:
+ * - `KEYLOCK_OK`: `*out` is set.
+ * - `KEYLOCK_NULL_ARGUMENT`: `sem` or `out` is NULL.
+ * - `KEYLOCK_PANIC`: internal error; `*out` is unchanged.
+ *
+ * # Safety
+ * `sem` is NULL or a live handle; `out` is NULL or points to a writable `keylock_stats`.
+ */
+keylock_result keylock_semaphore_stats(const struct keylock_semaphore *sem,
+                                       struct keylock_stats *out);
 
 /**
  * Creates an unlocked reader-writer lock.

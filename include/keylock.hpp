@@ -21,7 +21,14 @@
 //   { auto r = rw.read(); ... }
 //   { auto w = rw.write(); ... }
 //
-// KeyPool, StripedLock and RwLock own their handle and are move-only; a moved-from object is
+//   keylock::Semaphore sem(4);                           // at most 4 units per key
+//   {
+//       auto p = sem.acquire("tenant:7", 2);             // 2 units, given back on scope exit
+//       call_backend(p.fence());                         // every permit has its own fence
+//   }
+//   if (auto p = sem.try_acquire_for("tenant:7", 1, std::chrono::milliseconds(50))) { ... }
+//
+// KeyPool, StripedLock, Semaphore and RwLock own their handle and are move-only; a moved-from object is
 // empty and may only be destroyed or assigned to. A guard carries one acquisition record
 // (keylock_acquisition): it releases exactly that acquisition in its destructor, so a guard
 // whose key was force-unlocked, or whose lease ran out, releases nothing that another holder
@@ -30,7 +37,8 @@
 // the same mode again, release() to hand the record out, swap(), and the std::defer_lock /
 // std::try_to_lock constructors. Failures throw keylock::error (a std::runtime_error carrying
 // the keylock_result). Keys are bytes: a std::string_view is passed as its bytes, so a UTF-8
-// string names the same lock as the same text in the Python and Node packages.
+// string names the same lock as the same text in the Python and Node packages. A Semaphore's
+// permit is the same kind of guard for a weight of units: it gives back exactly its own units.
 
 #ifndef KEYLOCK_HPP
 #define KEYLOCK_HPP
@@ -179,7 +187,7 @@ private:
     keylock_open_options raw_;
 };
 
-/// Who holds a key and how (a snapshot): KeyPool::info / StripedLock::info.
+/// Who holds a key and how (a snapshot): KeyPool::info / StripedLock::info / Semaphore::info.
 struct lock_info {
     std::uint64_t fence;
     keylock::mode mode;
@@ -188,10 +196,12 @@ struct lock_info {
     std::uint64_t owner;  // 0: none
     std::optional<std::chrono::nanoseconds> lease_remaining;
     std::size_t waiters;
+    /// Units held: a semaphore's (the sum of its holders' weights); a lock's, its holders.
+    std::uint32_t units;
 };
 
-/// The counts of a pool or striped lock, the same fields at every scope (a snapshot):
-/// KeyPool::stats / StripedLock::stats. std::nullopt for a figure the scope cannot tell (a
+/// The counts of a pool, striped lock or semaphore, the same fields at every scope (a snapshot):
+/// KeyPool::stats / StripedLock::stats / Semaphore::stats. std::nullopt for a figure the scope cannot tell (a
 /// Redis scope counts only this process: its `*_here` figures). See keylock_stats.
 struct stats {
     std::optional<std::uint64_t> held;
@@ -212,6 +222,24 @@ namespace detail {
 inline std::optional<std::uint64_t> known(std::uint64_t n) {
     if (n == KEYLOCK_STATS_UNKNOWN) return std::nullopt;
     return n;
+}
+
+/// A keylock_lock_info as a lock_info, or nullopt for a free key.
+inline std::optional<lock_info> to_info(const keylock_lock_info &raw) {
+    if (!raw.held) return std::nullopt;
+    lock_info out{raw.fence, static_cast<keylock::mode>(raw.mode), raw.holders, raw.holds, raw.owner,
+                  std::nullopt, raw.waiters, raw.units};
+    if (raw.lease_remaining_ns != KEYLOCK_NO_LEASE)
+        out.lease_remaining = std::chrono::nanoseconds(static_cast<std::chrono::nanoseconds::rep>(raw.lease_remaining_ns));
+    return out;
+}
+
+/// A keylock_stats as a keylock::stats.
+inline keylock::stats to_stats(const keylock_stats &raw) {
+    return keylock::stats{known(raw.held),           known(raw.waiting),           known(raw.shared_holds),
+                          raw.held_here,             raw.waiting_here,             known(raw.capacity),
+                          known(raw.entries_in_use), known(raw.entries_allocated), known(raw.peak_in_use),
+                          known(raw.contended)};
 }
 
 /// The lease left in a record, or nullopt for none.
@@ -260,6 +288,17 @@ struct striped_api {
 
 template <class> class keyed;
 
+// A semaphore's acquire_many records, for basic_many_guard: semaphores are in-process only, so
+// their holders are never lost behind their backs.
+struct semaphore_api {
+    using handle = keylock_semaphore;
+    static keylock_result release_many(handle *h, keylock_acquisition *a, std::size_t n) { return keylock_semaphore_release_many(h, a, n); }
+    static keylock_result lost(const handle *, const keylock_acquisition *, bool *out) {
+        *out = false;
+        return KEYLOCK_OK;
+    }
+};
+
 /// Moves a record out of `from`, leaving it empty (a byte copy stands in for the original,
 /// which is never passed to keylock again).
 inline keylock_acquisition take(keylock_acquisition &from) noexcept {
@@ -269,6 +308,8 @@ inline keylock_acquisition take(keylock_acquisition &from) noexcept {
 }
 
 }  // namespace detail
+
+class Semaphore;
 
 /// One held key: carries its acquisition record (and a copy of the key, to lock it again), and
 /// releases exactly that acquisition on destruction. The std::unique_lock / std::shared_lock
@@ -407,8 +448,9 @@ private:
     options opts_;
 };
 
-/// Several keys locked together by lock_many: one record per distinct lock, in the order of the
-/// keys' first occurrence, all released on destruction.
+/// Several keys locked together by lock_many (or a Semaphore's units of several keys, by
+/// acquire_many): one record per distinct lock, in the order of the keys' first occurrence, all
+/// released on destruction.
 template <class Api>
 class basic_many_guard {
 public:
@@ -458,6 +500,7 @@ public:
 
 private:
     template <class> friend class detail::keyed;
+    friend class Semaphore;
     basic_many_guard(handle_type *h, std::vector<keylock_acquisition> acqs) noexcept
         : handle_(h), acqs_(std::move(acqs)) {}
     void reset() noexcept {
@@ -569,22 +612,14 @@ public:
     std::optional<lock_info> info(std::string_view key) const {
         keylock_lock_info raw{};
         check(Api::info(handle_, bytes(key), key.size(), &raw));
-        if (!raw.held) return std::nullopt;
-        lock_info out{raw.fence, static_cast<keylock::mode>(raw.mode), raw.holders, raw.holds, raw.owner,
-                      std::nullopt, raw.waiters};
-        if (raw.lease_remaining_ns != KEYLOCK_NO_LEASE)
-            out.lease_remaining = std::chrono::nanoseconds(static_cast<std::chrono::nanoseconds::rep>(raw.lease_remaining_ns));
-        return out;
+        return to_info(raw);
     }
 
     /// The counts of the lock object (a snapshot; see keylock::stats).
     keylock::stats stats() const {
         keylock_stats raw{};
         check(Api::stats(handle_, &raw));
-        return keylock::stats{known(raw.held),         known(raw.waiting),        known(raw.shared_holds),
-                              raw.held_here,           raw.waiting_here,          known(raw.capacity),
-                              known(raw.entries_in_use), known(raw.entries_allocated), known(raw.peak_in_use),
-                              known(raw.contended)};
+        return to_stats(raw);
     }
 
     /// The C handle, still owned by this object (NULL after a move).
@@ -676,6 +711,202 @@ private:
         if (!s) throw error(KEYLOCK_INVALID_ARGUMENT);
         return s;
     }
+};
+
+class Semaphore;
+
+/// Units of one key of a Semaphore, given back on destruction: carries its acquisition record,
+/// so it gives back exactly its own units (a permit whose key was force-released, or whose lease
+/// ran out, gives back nothing that others took since). Move-only. Made by Semaphore::acquire /
+/// try_acquire / try_acquire_for; a default-constructed or moved-from permit holds nothing.
+class permit {
+public:
+    permit() noexcept : handle_(nullptr), acq_{} {}
+    permit(permit &&other) noexcept : handle_(std::exchange(other.handle_, nullptr)), acq_(detail::take(other.acq_)) {}
+    permit &operator=(permit &&other) noexcept {
+        if (this != &other) {
+            reset();
+            handle_ = std::exchange(other.handle_, nullptr);
+            acq_ = detail::take(other.acq_);
+        }
+        return *this;
+    }
+    permit(const permit &) = delete;
+    permit &operator=(const permit &) = delete;
+    ~permit() { reset(); }
+
+    /// Whether this permit holds units (not given back through it yet). A force-released or
+    /// expired one still counts until unlock(): ask is_current().
+    bool owns_lock() const noexcept { return keylock_acquisition_is_held(&acq_); }
+    explicit operator bool() const noexcept { return owns_lock(); }
+    /// The units held (or last held); 0 for a permit that never held any.
+    std::uint32_t weight() const noexcept { return acq_.weight; }
+    /// The fencing token of this acquisition: higher than every earlier acquisition's of the key.
+    std::uint64_t fence() const noexcept { return acq_.fence; }
+    /// Whether the units are still held: not given back, force-released or expired.
+    bool is_current() const {
+        bool out = false;
+        if (handle_) detail::check(keylock_semaphore_is_current(handle_, &acq_, &out));
+        return out;
+    }
+    /// The lease left (zero once run out), or nullopt without a lease; throws
+    /// keylock::error(KEYLOCK_NOT_LOCKED) when nothing is held.
+    std::optional<std::chrono::nanoseconds> lease_remaining() const { return detail::lease_left(acq_); }
+    /// Moves the end of the lease to `d` from now; throws keylock::error (KEYLOCK_LEASE_EXPIRED,
+    /// KEYLOCK_NOT_OWNER, KEYLOCK_INVALID_ARGUMENT without a lease, KEYLOCK_NOT_LOCKED).
+    template <class Rep, class Period>
+    void extend(std::chrono::duration<Rep, Period> d) {
+        if (!handle_) throw error(KEYLOCK_NOT_LOCKED);
+        detail::check(keylock_semaphore_extend(handle_, &acq_, detail::to_ns(d)));
+    }
+    /// Gives the units back now; throws keylock::error: KEYLOCK_NOT_OWNER (force-released),
+    /// KEYLOCK_LEASE_EXPIRED (its lease ran out), KEYLOCK_NOT_LOCKED (nothing held). In every
+    /// case the permit holds nothing afterwards.
+    void unlock() {
+        if (!handle_ || !owns_lock()) throw error(KEYLOCK_NOT_LOCKED);
+        detail::check(keylock_semaphore_release(handle_, &acq_));
+    }
+    /// Hands the record out without giving the units back (release it with
+    /// keylock_semaphore_release on native_handle()); the permit then names no semaphore.
+    [[nodiscard]] keylock_acquisition release() noexcept {
+        handle_ = nullptr;
+        return detail::take(acq_);
+    }
+    void swap(permit &other) noexcept {
+        std::swap(handle_, other.handle_);
+        std::swap(acq_, other.acq_);  // a move each way: neither copy is used twice
+    }
+    /// The C handle of the semaphore (NULL for a default-constructed or released permit).
+    keylock_semaphore *native_handle() const noexcept { return handle_; }
+    /// The record itself, for the C API (do not copy it).
+    const keylock_acquisition &acquisition() const noexcept { return acq_; }
+
+private:
+    friend class Semaphore;
+    explicit permit(keylock_semaphore *h) noexcept : handle_(h), acq_{} {}
+    void reset() noexcept {
+        // A destructor cannot report an error; a stale permit simply gives back nothing.
+        if (handle_ && owns_lock()) (void)keylock_semaphore_release(handle_, &acq_);
+    }
+
+    keylock_semaphore *handle_;
+    keylock_acquisition acq_;
+};
+
+/// At most `permits` units held per key (keylock_semaphore): each acquire takes a weight of
+/// units (1 to permits) of one key, strict FIFO per key, and returns a permit that gives them
+/// back. Failures throw keylock::error (KEYLOCK_INVALID_ARGUMENT for a bad weight).
+class Semaphore {
+public:
+    /// Gives one acquisition's units back on destruction; see permit.
+    using guard = permit;
+    /// Gives an acquire_many set's units back on destruction; see basic_many_guard.
+    using many_guard = basic_many_guard<detail::semaphore_api>;
+
+    /// A semaphore in this process with `permits` units per key; throws
+    /// keylock::error(KEYLOCK_INVALID_ARGUMENT) when it is 0 or over KEYLOCK_MAX_PERMITS.
+    explicit Semaphore(std::uint32_t permits) : handle_(keylock_semaphore_new(permits)) {
+        if (!handle_) throw error(KEYLOCK_INVALID_ARGUMENT);
+    }
+    /// The semaphore `name` names (keylock_semaphore_open; "local:" only, so far). Throws
+    /// keylock::error.
+    static Semaphore open(std::string_view name, std::uint32_t permits, const open_options &opts = open_options()) {
+        keylock_semaphore *h = nullptr;
+        const std::string owned(name);  // NUL-terminated
+        detail::check(keylock_semaphore_open(owned.c_str(), permits, &opts.raw(), &h));
+        return Semaphore(h, 0);
+    }
+    Semaphore(Semaphore &&other) noexcept : handle_(std::exchange(other.handle_, nullptr)) {}
+    Semaphore &operator=(Semaphore &&other) noexcept {
+        if (this != &other) keylock_semaphore_free(std::exchange(handle_, std::exchange(other.handle_, nullptr)));
+        return *this;
+    }
+    Semaphore(const Semaphore &) = delete;
+    Semaphore &operator=(const Semaphore &) = delete;
+    ~Semaphore() { keylock_semaphore_free(handle_); }
+
+    /// The units per key (0 after a move).
+    std::uint32_t permits() const noexcept { return keylock_semaphore_permits(handle_); }
+
+    /// Takes `weight` units of `key`, waiting as long as it takes.
+    [[nodiscard]] permit acquire(std::string_view key, std::uint32_t weight = 1) {
+        return acquire(key, weight, options());
+    }
+    /// Takes `weight` units of `key` as `opts` says (its lease and wait; mode and owner do not
+    /// apply); throws keylock::error (KEYLOCK_WOULD_BLOCK / KEYLOCK_TIMEOUT when a wait limit
+    /// runs out, KEYLOCK_INVALID_ARGUMENT for a bad weight).
+    [[nodiscard]] permit acquire(std::string_view key, std::uint32_t weight, const options &opts) {
+        permit p(handle_);
+        detail::check(keylock_semaphore_acquire_with(handle_, detail::bytes(key), key.size(), weight, &opts.raw(), &p.acq_));
+        return p;
+    }
+    /// Takes `weight` units of `key` if that needs no wait; std::nullopt otherwise.
+    [[nodiscard]] std::optional<permit> try_acquire(std::string_view key, std::uint32_t weight = 1) {
+        return try_acquire(key, weight, options().no_wait());
+    }
+    /// Takes `weight` units of `key`, waiting at most `timeout`; std::nullopt when it runs out.
+    template <class Rep, class Period>
+    [[nodiscard]] std::optional<permit> try_acquire_for(std::string_view key, std::uint32_t weight,
+                                                        std::chrono::duration<Rep, Period> timeout) {
+        return try_acquire(key, weight, options().timeout(timeout));
+    }
+    /// Takes `weight` units of `key` as `opts` says; std::nullopt when its wait limit runs out.
+    [[nodiscard]] std::optional<permit> try_acquire(std::string_view key, std::uint32_t weight, const options &opts) {
+        permit p(handle_);
+        keylock_result r = keylock_semaphore_acquire_with(handle_, detail::bytes(key), key.size(), weight, &opts.raw(), &p.acq_);
+        if (r == KEYLOCK_WOULD_BLOCK || r == KEYLOCK_TIMEOUT) return std::nullopt;
+        detail::check(r);
+        return std::optional<permit>(std::move(p));
+    }
+
+    /// Takes `weight` units of every one of `keys` together, all or nothing, deadlock-free
+    /// whatever the order (a key listed twice is taken once), with `opts`' lease and wait
+    /// (KEYLOCK_WOULD_BLOCK / KEYLOCK_TIMEOUT thrown when it runs out); throws
+    /// keylock::error(KEYLOCK_INVALID_ARGUMENT) for an empty list or a bad weight.
+    [[nodiscard]] many_guard acquire_many(std::initializer_list<std::string_view> keys, std::uint32_t weight = 1,
+                                          const options &opts = options()) {
+        std::vector<const std::uint8_t *> ptrs;
+        std::vector<std::size_t> lens;
+        for (auto k : keys) {
+            ptrs.push_back(detail::bytes(k));
+            lens.push_back(k.size());
+        }
+        std::vector<keylock_acquisition> acqs(ptrs.size());
+        std::size_t count = 0;
+        detail::check(keylock_semaphore_acquire_many(handle_, ptrs.data(), lens.data(), ptrs.size(), weight,
+                                                     &opts.raw(), acqs.data(), &count));
+        acqs.resize(count);  // moves records within the vector: each original is dropped unused
+        return many_guard(handle_, std::move(acqs));
+    }
+
+    /// Ends every hold of `key`, advancing its fence; whether any units were held. The holders'
+    /// permits then give back nothing.
+    bool force_release(std::string_view key) {
+        bool was = false;
+        detail::check(keylock_semaphore_force_release(handle_, detail::bytes(key), key.size(), &was));
+        return was;
+    }
+    /// Who holds units of `key` (lock_info::units, holders, waiters, fence); std::nullopt when
+    /// none are held (a snapshot).
+    std::optional<lock_info> info(std::string_view key) const {
+        keylock_lock_info raw{};
+        detail::check(keylock_semaphore_info(handle_, detail::bytes(key), key.size(), &raw));
+        return detail::to_info(raw);
+    }
+    /// The counts of the semaphore (a snapshot; shared_holds counts units).
+    keylock::stats stats() const {
+        keylock_stats raw{};
+        detail::check(keylock_semaphore_stats(handle_, &raw));
+        return detail::to_stats(raw);
+    }
+
+    /// The C handle, still owned by this object (NULL after a move).
+    keylock_semaphore *native_handle() const noexcept { return handle_; }
+
+private:
+    // The int keeps a literal 0 (Semaphore(0), refused permits) from meaning a null handle.
+    Semaphore(keylock_semaphore *h, int) noexcept : handle_(h) {}
+    keylock_semaphore *handle_;
 };
 
 class RwLock;

@@ -7,6 +7,8 @@
 #   make install PREFIX=/some/dir     library with SONAME links, headers, keylock.pc
 #   make bench-c / bench-c-quick      C vs Rust vs pthread_mutex, wall time and callgrind
 #                                     instruction counts: bench/results/c.json
+#   make mutant-c                     the semaphore test must catch a semaphore that lets one
+#                                     unit too many in
 
 .PHONY: build-c build-ffi demo-c test-c test-c-api check-header header install bench-c \
 	bench-c-quick lint-c fmt-c
@@ -105,8 +107,9 @@ test-c: check-header
 	$(MAKE) test-c-api
 	$(MAKE) demo-c
 
-# The C and C++ tests, built against a fresh `make install` into a temporary prefix with the
-# flags pkg-config gives, under AddressSanitizer and UBSan, the scope test on local:, and the C
+# The C and C++ tests (test_semaphore.c: the keyed semaphore), built against a fresh `make
+# install` into a temporary prefix with the flags pkg-config gives, under AddressSanitizer and
+# UBSan, the scope test on local:, and the C
 # half of the cross-language key fixture (core/tests/keys.json, which the Rust, Python and Node suites check too). Also
 # checks the SONAME links and that a static link of libkeylock.a works.
 test-c-api: build-ffi
@@ -125,6 +128,8 @@ test-c-api: build-ffi
 		-o "$$tmp/test_keylock" $$flags; \
 	$(CXX) $(CXX_STD) -g -O1 $(C_WARN) $(C_SANITIZE) ffi-c/tests/cpp/test_keylock.cpp \
 		-o "$$tmp/test_keylock_cpp" $$flags; \
+	$(CC) -std=c99 -g -O1 $(C_WARN) $(C_SANITIZE) ffi-c/tests/c/test_semaphore.c \
+		-o "$$tmp/test_semaphore" $$flags; \
 	$(CC) -std=c99 -g -O1 $(C_WARN) $(C_SANITIZE) ffi-c/tests/c/test_keys.c \
 		-o "$$tmp/test_keys" $$flags; \
 	$(CC) -std=c99 -g -O1 $(C_WARN) $(C_SANITIZE) ffi-c/tests/c/test_scope.c \
@@ -136,6 +141,7 @@ test-c-api: build-ffi
 	export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1; \
 	timeout 180 "$$tmp/test_keylock"; \
 	timeout 180 "$$tmp/test_keylock_cpp"; \
+	timeout 180 "$$tmp/test_semaphore"; \
 	timeout 60 "$$tmp/test_keys" core/tests/keys.json; \
 	timeout 120 "$$tmp/test_scope" local:; \
 	timeout 60 "$$tmp/bank_static" 4 64 100
@@ -206,11 +212,34 @@ tsan-c:
 	lib=$(TARGET_DIR)/tsan/$(TSAN_TARGET)/release/libkeylock.a; \
 	$(CC) -std=c99 -g -O1 -fsanitize=thread -Iinclude -c ffi-c/tests/c/test_keylock.c -o "$$tmp/c.o"; \
 	$(CXX) $(CXX_STD) -g -O1 -fsanitize=thread -Iinclude -c ffi-c/tests/cpp/test_keylock.cpp -o "$$tmp/cpp.o"; \
+	$(CC) -std=c99 -g -O1 -fsanitize=thread -Iinclude -c ffi-c/tests/c/test_semaphore.c -o "$$tmp/sem.o"; \
 	$(CC) "$$tmp/c.o" -Wl,--whole-archive "$$rt" -Wl,--no-whole-archive "$$lib" -o "$$tmp/c" -pthread -ldl -lm -lrt -lstdc++; \
+	$(CC) "$$tmp/sem.o" -Wl,--whole-archive "$$rt" -Wl,--no-whole-archive "$$lib" -o "$$tmp/sem" -pthread -ldl -lm -lrt -lstdc++; \
 	$(CXX) "$$tmp/cpp.o" -Wl,--whole-archive "$$rt" -Wl,--no-whole-archive "$$lib" -o "$$tmp/cpp" -pthread -ldl -lm -lrt; \
 	export TSAN_OPTIONS="suppressions=$(ROOT)/.ci/tsan.supp halt_on_error=1"; \
 	timeout 300 "$$tmp/c"; \
-	timeout 300 "$$tmp/cpp"
+	timeout 300 "$$tmp/cpp"; \
+	timeout 300 "$$tmp/sem"
+
+# ---- the semaphore test against a broken library -------------------------------------------------
+
+# test_semaphore.c must see a semaphore that lets one unit too many in: the library built with
+# the core's keylock_mutant_overfull cfg (the same mutant make loom-mutants feeds the loom
+# models), statically linked into the test, must fail its stress test with "units inside".
+# Fails if the test passes. Not part of `make test` (it builds the library a second time).
+.PHONY: mutant-c
+mutant-c:
+	RUSTFLAGS="--cfg keylock_mutant_overfull" $(CARGO) build --locked --release -p keylock-ffi \
+		--target-dir $(TARGET_DIR)/mutant
+	tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	$(CC) -std=c99 -g -O1 $(C_WARN) -Iinclude ffi-c/tests/c/test_semaphore.c \
+		$(TARGET_DIR)/mutant/release/libkeylock.a -o "$$tmp/sem" -pthread -ldl -lm -lrt; \
+	if timeout 180 "$$tmp/sem" >"$$tmp/log" 2>&1; then \
+		echo "mutant-c: test_semaphore passed on an overfull semaphore; it cannot see the bug" >&2; \
+		exit 1; \
+	elif grep -q "units inside, permits" "$$tmp/log" && grep -q "FAIL semaphore_stress" "$$tmp/log"; then \
+		echo "mutant-c: ok, test_semaphore catches keylock_mutant_overfull"; \
+	else cat "$$tmp/log" >&2; exit 1; fi
 
 # ---- valgrind ----------------------------------------------------------------------------------
 

@@ -1,7 +1,8 @@
 //! `keylock_acquisition`: the record of one hold, in caller memory.
 //!
 //! Every acquire writes one; every release takes one and releases exactly that hold. The struct
-//! has public fields for the caller to read (the fence, the mode, `owner_died`) and private
+//! has public fields for the caller to read (the fence, the mode, `owner_died`, the weight) and
+//! private
 //! storage into which the core's record is written: a `keylock_core::Acquisition` (the one the
 //! core's fast path gives for an uncontended plain acquire of an in-process pool or striped
 //! lock, and whatever other scopes and `lock_many` give), for an in-process object's other
@@ -28,16 +29,19 @@ use crate::options::*;
 use crate::result::*;
 
 /// The 64-bit words of private storage in a `keylock_acquisition` (part of the ABI: the
-/// struct is 128 bytes).
-pub const KEYLOCK_ACQUISITION_STORAGE_WORDS: usize = 12;
+/// struct is 128 bytes). Layout, in bytes: `fence` 0..8, `mode` 8..12, `owner_died` 12,
+/// `weight` 16..20, `_private_state` 24..32, `_private_lock` 32..40, `_private_storage` 40..128.
+/// (Before `weight` was added the storage was 12 words from byte 32; the public fields kept
+/// their offsets and the struct its size.)
+pub const KEYLOCK_ACQUISITION_STORAGE_WORDS: usize = 11;
 const STORAGE_WORDS: usize = KEYLOCK_ACQUISITION_STORAGE_WORDS;
 
 /// The record of one acquisition, which the caller keeps (on its stack, or in its own structs)
 /// from the acquire to the release. Every acquire writes it in full; release it with the
 /// matching `_release` call, which releases this acquisition and nothing else.
 ///
-/// - Read `fence`, `mode` and `owner_died`; never write the `_private` fields. (Changing the
-///   public ones changes nothing: they are a copy.)
+/// - Read `fence`, `mode`, `owner_died` and `weight`; never write the `_private` fields.
+///   (Changing the public ones changes nothing: they are a copy.)
 /// - Do not duplicate a held acquisition: a byte copy (assignment, `memcpy`) may stand in for
 ///   the original only if the original is never passed to keylock again, as when moving it.
 /// - Calls on one struct must not overlap (it is not synchronised); different structs are
@@ -58,14 +62,22 @@ pub struct keylock_acquisition {
     /// acquisition of the same key (or stripe, or RwLock writer) in the same lock object, even
     /// after the key's memory was recycled, a force-unlock, or a lease ran out. Shared holders
     /// read the fence of the last exclusive acquisition; a reentrant re-acquire keeps the
-    /// holder's fence; an RwLock read acquisition has fence 0. Pass it to the resource the lock
-    /// protects, which rejects anything older than the newest it has seen.
+    /// holder's fence; an RwLock read acquisition has fence 0. Every acquisition of a
+    /// semaphore's units has a fence of its own, strictly greater than every earlier one's of
+    /// the key. Pass it to the resource the lock protects, which rejects anything older than
+    /// the newest it has seen.
     pub fence: u64,
-    /// `KEYLOCK_EXCLUSIVE` or `KEYLOCK_SHARED`.
+    /// `KEYLOCK_EXCLUSIVE` or `KEYLOCK_SHARED` (always `KEYLOCK_SHARED` for a semaphore's
+    /// acquisition: its holders share the key, up to the permits).
     pub mode: keylock_mode,
     /// Whether the previous holder died holding the lock, so the data it protected may be
     /// half-changed (scopes shared between processes only; always false in one process).
     pub owner_died: bool,
+    /// The units held: the acquisition's weight for a semaphore (`keylock_semaphore`), 1 for
+    /// every acquisition of a lock (pool, striped lock, RwLock), 0 for an empty record. The
+    /// record keeps the units it holds in its private storage too, so that its release gives
+    /// back exactly those units; this field is a copy for the caller to read.
+    pub weight: u32,
     /// Private: what the struct holds. Never read or write it.
     pub _private_state: u64,
     /// Private: which lock object the record belongs to. Never read or write it.
@@ -121,6 +133,11 @@ const _: () = {
     assert!(!std::mem::needs_drop::<Acquisition>());
     // The C header's size: the tests check sizeof(keylock_acquisition) == 128.
     assert!(size_of::<keylock_acquisition>() == 128);
+    // The public fields' offsets, unchanged since `weight` joined them (see the storage words).
+    assert!(std::mem::offset_of!(keylock_acquisition, mode) == 8);
+    assert!(std::mem::offset_of!(keylock_acquisition, owner_died) == 12);
+    assert!(std::mem::offset_of!(keylock_acquisition, weight) == 16);
+    assert!(std::mem::offset_of!(keylock_acquisition, _private_storage) == 40);
 };
 
 /// Values of `_private_state`. Arbitrary 64-bit patterns, so that stray bytes are unlikely to
@@ -152,6 +169,7 @@ impl keylock_acquisition {
         fence: 0,
         mode: KEYLOCK_EXCLUSIVE,
         owner_died: false,
+        weight: 0,
         _private_state: state::EMPTY,
         _private_lock: 0,
         _private_storage: [0; STORAGE_WORDS],
@@ -169,6 +187,7 @@ impl keylock_acquisition {
         self.fence = acq.fence();
         self.mode = mode_code(acq.mode());
         self.owner_died = acq.owner_died();
+        self.weight = acq.weight();
         self._private_state = state::KEYED;
         self._private_lock = lock;
         // SAFETY: the storage fits and aligns an Acquisition (checked at compile time); what
@@ -182,6 +201,7 @@ impl keylock_acquisition {
         self.fence = guard.fence();
         self.mode = mode_code(guard.mode());
         self.owner_died = false;
+        self.weight = 1;
         self._private_state = state::POOL;
         self._private_lock = lock;
         // SAFETY: as in fill_keyed; the guard is moved in, and taken out (or borrowed) only
@@ -195,6 +215,7 @@ impl keylock_acquisition {
         self.fence = guard.fence();
         self.mode = mode_code(guard.mode());
         self.owner_died = false;
+        self.weight = 1;
         self._private_state = state::STRIPE;
         self._private_lock = lock;
         // SAFETY: as in fill_pool.
@@ -206,6 +227,7 @@ impl keylock_acquisition {
         self.fence = 0;
         self.mode = KEYLOCK_SHARED;
         self.owner_died = false;
+        self.weight = 1;
         self._private_state = state::READ;
         self._private_lock = lock;
         // SAFETY: as in fill_keyed; the guard is moved in and taken out exactly once, by
@@ -218,6 +240,7 @@ impl keylock_acquisition {
         self.fence = guard.fence();
         self.mode = KEYLOCK_EXCLUSIVE;
         self.owner_died = false;
+        self.weight = 1;
         self._private_state = state::WRITE;
         self._private_lock = lock;
         // SAFETY: as in fill_read.

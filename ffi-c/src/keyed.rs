@@ -1,8 +1,9 @@
-//! What `keylock_pool` and `keylock_striped` share: a lock object made by
+//! What `keylock_pool`, `keylock_striped` and `keylock_semaphore` share: a lock object made by
 //! `keylock_core::open_with` (an `Arc<dyn KeyedLock>`, so that every scope the core knows, in
 //! this process, in shared memory or in Redis, is one C handle), and the bodies of their
-//! exports. Each export in `pool.rs` and `striped.rs` is one call into this module; this module
-//! translates arguments and results and calls the core's `KeyedLock`, nothing more.
+//! exports. Each export in `pool.rs`, `striped.rs` and `semaphore.rs` is one call into this
+//! module; this module translates arguments and results and calls the core's `KeyedLock`,
+//! nothing more.
 
 use std::ffi::{CStr, c_char};
 use std::sync::Arc;
@@ -212,10 +213,15 @@ impl Keyed {
 
 /// A new in-process lock object: a pool, or a striped lock with `stripes` stripes.
 pub(crate) fn new_local<H: Handle>(stripes: Option<usize>) -> *mut H {
-    ffi_boundary_new(|| {
-        let options = keylock_open_options::default().to_core(stripes);
-        Keyed::open("local:", &options).ok().map(H::wrap)
-    })
+    new_local_as(|| keylock_open_options::default().to_core(stripes))
+}
+
+/// A new in-process lock object as the core's options (from `options`) say; NULL when the core
+/// refuses them.
+pub(crate) fn new_local_as<H: Handle>(
+    options: impl FnOnce() -> keylock_core::OpenOptions,
+) -> *mut H {
+    ffi_boundary_new(|| Keyed::open("local:", &options()).ok().map(H::wrap))
 }
 
 /// The body of `_open`: `stripes` turns `options.stripes` into the core's field (or refuses).
@@ -228,6 +234,21 @@ pub(crate) unsafe fn open<H: Handle>(
     options: *const keylock_open_options,
     out: *mut *mut H,
     stripes: impl FnOnce(usize) -> Result<Option<usize>, Fail>,
+) -> keylock_result {
+    // SAFETY: forwarded from our caller.
+    unsafe { open_as(name, options, out, |o| Ok(o.to_core(stripes(o.stripes)?))) }
+}
+
+/// The body of every `_open`: `to_core` turns the caller's options (the defaults for NULL) into
+/// the core's (or refuses them).
+///
+/// # Safety
+/// As [`open`].
+pub(crate) unsafe fn open_as<H: Handle>(
+    name: *const c_char,
+    options: *const keylock_open_options,
+    out: *mut *mut H,
+    to_core: impl FnOnce(keylock_open_options) -> Result<keylock_core::OpenOptions, Fail>,
 ) -> keylock_result {
     ffi_boundary(|| {
         let out = crate::boundary::out(out)?;
@@ -242,7 +263,7 @@ pub(crate) unsafe fn open<H: Handle>(
             .map_err(|_| Fail(KEYLOCK_INVALID_ARGUMENT))?;
         // SAFETY: options is NULL or readable (caller).
         let options = unsafe { options.as_ref() }.copied().unwrap_or_default();
-        let core = options.to_core(stripes(options.stripes)?);
+        let core = to_core(options)?;
         let handle = Box::new(H::wrap(Keyed::open(name, &core)?));
         // SAFETY: as above.
         unsafe { out.write(Box::into_raw(handle)) };
@@ -427,6 +448,27 @@ pub(crate) unsafe fn acquire_many<H: Handle>(
     out: *mut keylock_acquisition,
     count: *mut usize,
 ) -> keylock_result {
+    // SAFETY: forwarded from our caller.
+    unsafe { acquire_many_weighted(h, keys, lens, modes, n, opts, 1, out, count) }
+}
+
+/// [`acquire_many`] taking `weight` units of every key (a semaphore's `_acquire_many`; a lock
+/// takes 1).
+///
+/// # Safety
+/// As [`acquire_many`].
+#[allow(clippy::too_many_arguments)] // the C signature: arrays and their lengths
+pub(crate) unsafe fn acquire_many_weighted<H: Handle>(
+    h: *const H,
+    keys: *const *const u8,
+    lens: *const usize,
+    modes: *const keylock_mode,
+    n: usize,
+    opts: *const keylock_lock_options,
+    weight: u32,
+    out: *mut keylock_acquisition,
+    count: *mut usize,
+) -> keylock_result {
     ffi_boundary(|| {
         let count = crate::boundary::out(count)?;
         // SAFETY: count is non-NULL and writable (caller): 0 until the keys are held.
@@ -438,7 +480,9 @@ pub(crate) unsafe fn acquire_many<H: Handle>(
         // SAFETY: the caller's contract above (`keys` refuses n == 0).
         let (h, keys) = unsafe { (handle(h)?.keyed(), crate::boundary::keys(keys, lens, n)?) };
         // SAFETY: opts is NULL or readable (caller).
-        let opts = unsafe { opts.as_ref() }.map_or(Ok(EXCLUSIVE), |o| o.to_core())?;
+        let opts = unsafe { opts.as_ref() }
+            .map_or(Ok(EXCLUSIVE), |o| o.to_core())?
+            .weight(weight);
         let modes = if modes.is_null() {
             None
         } else {

@@ -1,11 +1,11 @@
 //! The C ABI of keylock: `libkeylock.so` / `libkeylock.a`, declared by `include/keylock.h`
 //! (generated from this crate by cbindgen; `make header`).
 //!
-//! One module per handle type ([`pool`], [`striped`], [`rwlock`]), plus [`keys`], the key
-//! encoders every front end shares, [`options`] (what an acquire and an open take) and
-//! [`acquisition`] (the record of one hold, in caller memory), [`stats`] (what `_stats` reports). [`keyed`] holds the bodies that
-//! the pool and striped exports share, on a lock object from `keylock_core::open_with` (any
-//! scope); [`boundary`] what every export shares: panic catching, NULL checks, and the
+//! One module per handle type ([`pool`], [`striped`], [`semaphore`], [`rwlock`]), plus
+//! [`keys`], the key encoders every front end shares, [`options`] (what an acquire and an open
+//! take) and [`acquisition`] (the record of one hold, in caller memory), [`stats`] (what
+//! `_stats` reports). [`keyed`] holds the bodies that the pool, striped and semaphore exports
+//! share, on a lock object from `keylock_core::open_with` (any scope); [`boundary`] what every export shares: panic catching, NULL checks, and the
 //! translation of keys. [`contract`] is generated from keylock-core (`make header`): the result
 //! codes, modes and key sizes and their integer types, so that no number is copied; it is the
 //! bottom layer, with [`result`] (describing results, and turning core errors into them) on it,
@@ -38,6 +38,8 @@ pub mod acquisition;
 
 pub mod pool;
 pub mod striped;
+
+pub mod semaphore;
 
 pub mod rwlock;
 

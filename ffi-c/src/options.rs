@@ -151,8 +151,9 @@ impl keylock_open_options {
     }
 }
 
-/// Who holds a key and how: what `keylock_pool_info` and `keylock_striped_info` report. A
-/// snapshot, which other threads may change at once; for diagnostics and tests.
+/// Who holds a key and how: what `keylock_pool_info`, `keylock_striped_info` and
+/// `keylock_semaphore_info` report. A snapshot, which other threads may change at once; for
+/// diagnostics and tests.
 #[allow(non_camel_case_types)] // C naming: this is the name C programs see.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -168,12 +169,17 @@ pub struct keylock_lock_info {
     pub waiters: usize,
     /// How the key is held.
     pub mode: keylock_mode,
-    /// Holders now: 1 for an exclusive holder, the count of shared ones.
+    /// Holders now: 1 for an exclusive holder, the count of shared ones (of a semaphore: the
+    /// acquisitions holding units).
     pub holders: u32,
     /// The exclusive holder's hold count (above 1 only for reentrant acquisitions).
     pub holds: u32,
     /// Whether the key is held at all; when false, every other field is 0.
     pub held: bool,
+    /// Units held now: of a semaphore, the sum of its holders' weights (at most its permits);
+    /// of a lock, the same as `holders`. (The last field, so that the others kept their
+    /// offsets when it was added.)
+    pub units: u32,
 }
 
 impl keylock_lock_info {
@@ -187,6 +193,7 @@ impl keylock_lock_info {
         holders: 0,
         holds: 0,
         held: false,
+        units: 0,
     };
 
     pub(crate) fn of(info: Option<LockInfo>) -> Self {
@@ -202,6 +209,7 @@ impl keylock_lock_info {
             holders: info.holders,
             holds: info.holds,
             held: true,
+            units: info.units,
         }
     }
 }

@@ -11,6 +11,7 @@ use crate::contract::*;
 use crate::options::*;
 use crate::pool::keylock_pool;
 use crate::rwlock::keylock_rwlock;
+use crate::semaphore::*;
 use crate::striped::*;
 
 const HEADER: &str = include_str!("../../include/keylock.h");
@@ -221,6 +222,23 @@ fn handles_are_send_and_sync() {
     assert_send_sync::<keylock_pool>();
     assert_send_sync::<keylock_striped>();
     assert_send_sync::<keylock_rwlock>();
+    assert_send_sync::<keylock_semaphore>();
+}
+
+#[test]
+fn max_permits_is_the_core_maximum() {
+    assert_eq!(
+        KEYLOCK_MAX_PERMITS,
+        keylock_core::KeyedSemaphore::<Vec<u8>>::MAX_PERMITS
+    );
+    let sem = keylock_semaphore_new(KEYLOCK_MAX_PERMITS);
+    assert!(!sem.is_null());
+    // SAFETY: a live handle, freed once.
+    unsafe {
+        assert_eq!(keylock_semaphore_permits(sem), KEYLOCK_MAX_PERMITS);
+        keylock_semaphore_free(sem);
+        assert_eq!(keylock_semaphore_permits(std::ptr::null()), 0);
+    }
 }
 
 /// The header's initialisers are the library's: `KEYLOCK_LOCK_OPTIONS_INIT` is exclusive, no
@@ -244,9 +262,10 @@ fn header_initialisers_match_the_library() {
             empty.fence,
             empty.mode,
             empty.owner_died,
+            empty.weight,
             empty._private_state
         ),
-        (0, 0, false, 0)
+        (0, 0, false, 0, 0)
     );
     assert_eq!(std::mem::size_of::<keylock_acquisition>(), 128);
 }

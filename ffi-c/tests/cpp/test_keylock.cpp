@@ -63,6 +63,15 @@ static_assert(!std::is_copy_constructible_v<keylock::KeyPool::many_guard>);
 static_assert(!std::is_copy_constructible_v<keylock::RwLock::read_guard>);
 static_assert(std::is_nothrow_move_constructible_v<keylock::RwLock::write_guard>);
 static_assert(std::is_base_of_v<std::runtime_error, keylock::error>);
+static_assert(!std::is_copy_constructible_v<keylock::Semaphore>);
+static_assert(std::is_nothrow_move_constructible_v<keylock::Semaphore>);
+static_assert(std::is_nothrow_move_assignable_v<keylock::Semaphore>);
+static_assert(!std::is_copy_constructible_v<keylock::permit>);
+static_assert(!std::is_copy_assignable_v<keylock::permit>);
+static_assert(std::is_nothrow_move_constructible_v<keylock::permit>);
+static_assert(std::is_nothrow_move_assignable_v<keylock::permit>);
+static_assert(std::is_same_v<keylock::Semaphore::guard, keylock::permit>);
+static_assert(!std::is_copy_constructible_v<keylock::Semaphore::many_guard>);
 
 template <class Keyed>
 void keyed_guards(Keyed &keyed) {
@@ -620,6 +629,119 @@ void test_stats() {
     CHECK(s.capacity == 8u && s.held == 1u && s.held_here == 1u && !s.entries_allocated);
 }
 
+// keylock::Semaphore and its permit guard: weights, units given back by the destructor (and
+// exactly once), try/timed acquires, a stale permit after force_release, leases, moves.
+void test_semaphore() {
+    keylock::Semaphore sem(3);
+    CHECK(sem.permits() == 3);
+    CHECK_THROWS(keylock::Semaphore(0), KEYLOCK_INVALID_ARGUMENT);
+    CHECK_THROWS(keylock::Semaphore::open("shm:keylock-cpp-sem", 2), KEYLOCK_INVALID_ARGUMENT);
+    CHECK_THROWS(keylock::Semaphore::open("local:", 2, keylock::open_options().fifo()), KEYLOCK_INVALID_ARGUMENT);
+    CHECK_THROWS(sem.acquire("k", 0), KEYLOCK_INVALID_ARGUMENT);
+    CHECK_THROWS(sem.acquire("k", 4), KEYLOCK_INVALID_ARGUMENT);
+    CHECK_THROWS(sem.try_acquire("k", 0), KEYLOCK_INVALID_ARGUMENT);
+    {
+        auto a = sem.acquire("k", 2);
+        CHECK(a.owns_lock() && a && a.weight() == 2 && a.is_current());
+        CHECK(!a.lease_remaining());
+        CHECK(!sem.try_acquire("k", 2));
+        auto b = sem.try_acquire("k");
+        CHECK(b && b->weight() == 1 && b->fence() > a.fence());
+        CHECK(!sem.try_acquire_for("k", 1, 5ms));
+        CHECK_THROWS(sem.acquire("k", 1, keylock::options().no_wait()), KEYLOCK_WOULD_BLOCK);
+        auto info = sem.info("k");
+        CHECK(info && info->units == 3 && info->holders == 2 && info->waiters == 0);
+        auto st = sem.stats();
+        CHECK(st.held == 1u && st.shared_holds == 3u);
+        // moves carry the units: the moved-from permit gives back nothing
+        keylock::permit moved(std::move(a));
+        CHECK(!a.owns_lock() && moved.owns_lock() && moved.weight() == 2);
+        keylock::permit other;
+        other = std::move(moved);
+        CHECK(!moved && other && sem.info("k")->units == 3);
+        other.unlock();
+        CHECK(!other.owns_lock() && sem.info("k")->units == 1);
+        CHECK_THROWS(other.unlock(), KEYLOCK_NOT_LOCKED);
+    }  // b gives its unit back here
+    CHECK(!sem.info("k"));
+    {
+        std::optional<keylock::permit> next;
+        {
+            auto stale = sem.acquire("k", 3);
+            CHECK(sem.force_release("k"));
+            CHECK(!stale.is_current());
+            next = sem.acquire("k", 3);
+            CHECK(next->fence() > stale.fence());
+        }  // the stale permit's destructor gives back nothing
+        CHECK(next->is_current() && sem.info("k")->units == 3);
+        CHECK(!sem.try_acquire("k"));
+    }
+    CHECK(!sem.info("k") && !sem.force_release("k"));
+    {
+        auto leased = sem.acquire("job", 2, keylock::options().lease(60s));
+        leased.extend(120s);
+        CHECK(*leased.lease_remaining() > 60s);
+        auto info = sem.info("job");
+        CHECK(info && info->lease_remaining && *info->lease_remaining > 60s);
+        keylock_acquisition raw = leased.release();  // handed out: the guard gives back nothing
+        CHECK(!leased.owns_lock() && !leased.native_handle());
+        CHECK(sem.info("job")->units == 2);
+        CHECK(keylock_semaphore_release(sem.native_handle(), &raw) == KEYLOCK_OK);
+    }
+    {
+        auto both = sem.acquire_many({"m1", "m2", "m1"}, 2);
+        CHECK(both.owns_lock() && both.size() == 2 && !both.lost());
+        CHECK(sem.info("m1")->units == 2 && sem.info("m2")->units == 2);
+        CHECK(both.fences()[0] == sem.info("m1")->fence);
+        CHECK(!sem.try_acquire("m2", 2));
+        CHECK_THROWS(sem.acquire_many({"m2", "m3"}, 2, keylock::options().no_wait()), KEYLOCK_WOULD_BLOCK);
+        CHECK(!sem.info("m3"));  // all or nothing
+        CHECK_THROWS(sem.acquire_many({"m3"}, 0), KEYLOCK_INVALID_ARGUMENT);
+        CHECK_THROWS(sem.acquire_many({}, 1), KEYLOCK_INVALID_ARGUMENT);
+    }  // both give their units back here
+    CHECK(!sem.info("m1") && !sem.info("m2"));
+    keylock::Semaphore moved_sem(std::move(sem));
+    CHECK(sem.permits() == 0 && moved_sem.permits() == 3);
+}
+
+// Threads on one Semaphore: the units inside never exceed the permits, and every acquisition is
+// counted.
+void test_semaphore_threads() {
+    keylock::Semaphore sem(4);
+    std::atomic<int> inside{0}, peak{0}, over{0};
+    std::atomic<long> taken{0};
+    const int threads = 4, iters = 500;
+    std::vector<std::thread> pool;
+    for (int t = 0; t < threads; t++) {
+        pool.emplace_back([&, t] {
+            for (int i = 0; i < iters; i++) {
+                const std::uint32_t w = 1 + static_cast<std::uint32_t>((i + t) % 3);
+                auto p = sem.try_acquire_for("hot", w, 20s);
+                if (!p) {
+                    over++;  // a 20 s wait ran out: counts as a failure below
+                    continue;
+                }
+                const int now = inside.fetch_add(static_cast<int>(w)) + static_cast<int>(w);
+                if (now > 4) over++;
+                int seen = peak.load();
+                while (now > seen && !peak.compare_exchange_weak(seen, now)) {
+                }
+                if (i % 16 == 0) std::this_thread::yield();
+                inside.fetch_sub(static_cast<int>(w));
+                taken += w;
+            }
+        });
+    }
+    for (auto &th : pool) th.join();
+    CHECK(over == 0);
+    CHECK(peak >= 1 && peak <= 4);
+    long want = 0;
+    for (int t = 0; t < threads; t++)
+        for (int i = 0; i < iters; i++) want += 1 + (i + t) % 3;
+    CHECK(taken == want);
+    CHECK(!sem.info("hot"));
+}
+
 void watchdog(int) {
     static const char msg[] = "test_keylock_cpp: watchdog fired: a deadlock or hang (FAILED)\n";
     if (write(STDERR_FILENO, msg, sizeof msg - 1) < 0) _exit(3);
@@ -639,6 +761,8 @@ int main() {
     run("shared_overlap", test_shared_overlap);
     run("threads_exact_counts_and_exceptions", test_threads);
     run("stats", test_stats);
+    run("semaphore_permits", test_semaphore);
+    run("semaphore_threads", test_semaphore_threads);
     std::printf("test_keylock_cpp: %d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
 }
