@@ -288,15 +288,11 @@ struct striped_api {
 
 template <class> class keyed;
 
-// A semaphore's acquire_many records, for basic_many_guard: semaphores are in-process only, so
-// their holders are never lost behind their backs.
+// A semaphore's acquire_many records, for basic_many_guard.
 struct semaphore_api {
     using handle = keylock_semaphore;
     static keylock_result release_many(handle *h, keylock_acquisition *a, std::size_t n) { return keylock_semaphore_release_many(h, a, n); }
-    static keylock_result lost(const handle *, const keylock_acquisition *, bool *out) {
-        *out = false;
-        return KEYLOCK_OK;
-    }
+    static keylock_result lost(const handle *h, const keylock_acquisition *a, bool *out) { return keylock_semaphore_lost(h, a, out); }
 };
 
 /// Moves a record out of `from`, leaving it empty (a byte copy stands in for the original,

@@ -10,6 +10,7 @@ use crate::contract::{KEYLOCK_INVALID_ARGUMENT, KEYLOCK_NOT_LOCKED, KEYLOCK_NOT_
 use crate::keyed::Handle;
 use crate::pool::keylock_pool;
 use crate::result::{Fail, keylock_result};
+use crate::semaphore::keylock_semaphore;
 use crate::striped::keylock_striped;
 
 /// The body of `_lost`: an empty or released record, or one of a scope whose holders cannot
@@ -90,6 +91,30 @@ pub unsafe extern "C" fn keylock_striped_lost(
 ) -> keylock_result {
     // SAFETY: forwarded from our caller.
     unsafe { lost(striped, acquisition, out_lost) }
+}
+
+/// Stores in `*out_lost` whether `*acquisition` (a semaphore's) was lost behind its holder's
+/// back: as `keylock_pool_lost` (a Redis semaphore's units whose lease could not be renewed, or
+/// that a force-release took; always false in process).
+///
+/// Returns:
+/// - `KEYLOCK_OK`: `*out_lost` is set.
+/// - `KEYLOCK_NULL_ARGUMENT`: `sem`, `acquisition` or `out_lost` is NULL.
+/// - `KEYLOCK_INVALID_ARGUMENT`: the record belongs to another lock object, or the struct is
+///   not an acquisition record.
+/// - `KEYLOCK_PANIC`: internal error.
+///
+/// # Safety
+/// `sem` is NULL or a live handle; `acquisition` is NULL or readable; `out_lost` is NULL or
+/// points to a writable `bool`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn keylock_semaphore_lost(
+    sem: *const keylock_semaphore,
+    acquisition: *const keylock_acquisition,
+    out_lost: *mut bool,
+) -> keylock_result {
+    // SAFETY: forwarded from our caller.
+    unsafe { lost(sem, acquisition, out_lost) }
 }
 
 /// Removes the shared-memory region that `name` (`"shm:NAME"`, as `keylock_pool_open` takes

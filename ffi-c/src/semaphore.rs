@@ -76,8 +76,10 @@ pub extern "C" fn keylock_semaphore_new(permits: u32) -> *mut keylock_semaphore 
 }
 
 /// Opens the semaphore that `name` names, with `permits` units per key and `options` (NULL:
-/// the defaults), and stores its handle in `*out`. Only `"local:"` (or `""`), a new semaphore
-/// in this process, has semaphores in this version; other scopes refuse them. A semaphore is
+/// the defaults), and stores its handle in `*out`: `"local:"` (or `""`) for a new semaphore in
+/// this process, `"redis://..."` for one shared by every process that opens the same prefix
+/// with the same permits (`KEYLOCK_INCOMPATIBLE` otherwise); the shared-memory scope has none
+/// yet (`KEYLOCK_INVALID_ARGUMENT`). A semaphore is
 /// always strict FIFO and has no stripes and no owners: `options->stripes` must be 0 and
 /// `options->reentrant` and `options->fifo` false (`capacity` and `permissions` are for scopes
 /// of fixed size, and must be 0 for `local:`).
@@ -88,6 +90,9 @@ pub extern "C" fn keylock_semaphore_new(permits: u32) -> *mut keylock_semaphore 
 /// - `KEYLOCK_INVALID_ARGUMENT`: `permits` is 0 or over `KEYLOCK_MAX_PERMITS`; a scope without
 ///   semaphores, an unknown or malformed name (or one that is not UTF-8); or an option a
 ///   semaphore does not take (above).
+/// - `KEYLOCK_INCOMPATIBLE`: a Redis prefix whose semaphore has other permits.
+/// - `KEYLOCK_PERMISSION_DENIED`, `KEYLOCK_UNAVAILABLE`: Redis refused the credentials, or
+///   could not be reached.
 /// - `KEYLOCK_NULL_ARGUMENT`: `name` or `out` is NULL.
 /// - `KEYLOCK_PANIC`: internal error.
 ///
