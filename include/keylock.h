@@ -1386,8 +1386,10 @@ struct keylock_semaphore *keylock_semaphore_new(uint32_t permits);
 
 /**
  * Opens the semaphore that `name` names, with `permits` units per key and `options` (NULL:
- * the defaults), and stores its handle in `*out`. Only `"local:"` (or `""`), a new semaphore
- * in this process, has semaphores in this version; other scopes refuse them. A semaphore is
+ * the defaults), and stores its handle in `*out`: `"local:"` (or `""`) for a new semaphore in
+ * this process, `"redis://..."` for one shared by every process that opens the same prefix
+ * with the same permits (`KEYLOCK_INCOMPATIBLE` otherwise); the shared-memory scope has none
+ * yet (`KEYLOCK_INVALID_ARGUMENT`). A semaphore is
  * always strict FIFO and has no stripes and no owners: `options->stripes` must be 0 and
  * `options->reentrant` and `options->fifo` false (`capacity` and `permissions` are for scopes
  * of fixed size, and must be 0 for `local:`).
@@ -1398,6 +1400,9 @@ struct keylock_semaphore *keylock_semaphore_new(uint32_t permits);
  * - `KEYLOCK_INVALID_ARGUMENT`: `permits` is 0 or over `KEYLOCK_MAX_PERMITS`; a scope without
  *   semaphores, an unknown or malformed name (or one that is not UTF-8); or an option a
  *   semaphore does not take (above).
+ * - `KEYLOCK_INCOMPATIBLE`: a Redis prefix whose semaphore has other permits.
+ * - `KEYLOCK_PERMISSION_DENIED`, `KEYLOCK_UNAVAILABLE`: Redis refused the credentials, or
+ *   could not be reached.
  * - `KEYLOCK_NULL_ARGUMENT`: `name` or `out` is NULL.
  * - `KEYLOCK_PANIC`: internal error.
  *
@@ -1860,6 +1865,26 @@ keylock_result keylock_pool_lost(const struct keylock_pool *pool,
 keylock_result keylock_striped_lost(const struct keylock_striped *striped,
                                     const struct keylock_acquisition *acquisition,
                                     bool *out_lost);
+
+/**
+ * Stores in `*out_lost` whether `*acquisition` (a semaphore's) was lost behind its holder's
+ * back: as `keylock_pool_lost` (a Redis semaphore's units whose lease could not be renewed, or
+ * that a force-release took; always false in process).
+ *
+ * Returns:
+ * - `KEYLOCK_OK`: `*out_lost` is set.
+ * - `KEYLOCK_NULL_ARGUMENT`: `sem`, `acquisition` or `out_lost` is NULL.
+ * - `KEYLOCK_INVALID_ARGUMENT`: the record belongs to another lock object, or the struct is
+ *   not an acquisition record.
+ * - `KEYLOCK_PANIC`: internal error.
+ *
+ * # Safety
+ * `sem` is NULL or a live handle; `acquisition` is NULL or readable; `out_lost` is NULL or
+ * points to a writable `bool`.
+ */
+keylock_result keylock_semaphore_lost(const struct keylock_semaphore *sem,
+                                      const struct keylock_acquisition *acquisition,
+                                      bool *out_lost);
 
 /**
  * Removes the shared-memory region that `name` (`"shm:NAME"`, as `keylock_pool_open` takes

@@ -283,11 +283,37 @@ impl Hold {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct GuardHold {
     pub(crate) fence: u64,
-    pub(crate) mode: Mode,
-    /// A semaphore's units held (0 for a lock's hold); inline, so that a permit without a
-    /// lease is released by the fast path.
-    pub(crate) units: u32,
+    /// The mode and the units in one number (see [`shape`]), so that a lock's release tests
+    /// one thing, as it did before semaphores, and a permit without a lease is released by the
+    /// fast path too.
+    pub(crate) shape: u32,
     extra: Option<Box<HoldExtra>>,
+}
+
+/// A hold's mode and units as one number: 0 exclusive, 1 shared, `1 + units` a semaphore's.
+#[inline]
+pub(crate) const fn shape(mode: Mode, units: u32) -> u32 {
+    if units != 0 {
+        units.saturating_add(1)
+    } else {
+        mode as u32
+    }
+}
+
+/// The mode of a hold of `shape`.
+#[inline]
+pub(crate) const fn shape_mode(shape: u32) -> Mode {
+    if shape == 0 {
+        Mode::Exclusive
+    } else {
+        Mode::Shared
+    }
+}
+
+/// The units of a hold of `shape` (0 for a lock's).
+#[inline]
+pub(crate) const fn shape_units(shape: u32) -> u32 {
+    shape.saturating_sub(1)
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -303,8 +329,7 @@ impl GuardHold {
     pub(crate) fn plain(mode: Mode, fence: u64) -> Self {
         Self {
             fence,
-            mode,
-            units: 0,
+            shape: mode as u32,
             extra: None,
         }
     }
@@ -323,8 +348,7 @@ impl GuardHold {
             });
         Self {
             fence: hold.fence,
-            mode: hold.mode,
-            units: hold.units,
+            shape: shape(hold.mode, hold.units),
             extra,
         }
     }
@@ -339,12 +363,18 @@ impl GuardHold {
     #[inline]
     pub(crate) fn hold(&self) -> Hold {
         Hold {
-            mode: self.mode,
+            mode: self.mode(),
             fence: self.fence,
             ticket: self.extra.as_ref().map_or(0, |e| e.ticket),
             owner: self.extra.as_ref().and_then(|e| e.owner),
-            units: self.units,
+            units: shape_units(self.shape),
         }
+    }
+
+    /// The hold's mode.
+    #[inline]
+    pub(crate) fn mode(&self) -> Mode {
+        shape_mode(self.shape)
     }
 
     /// When the lease ends, if there is one.
@@ -536,6 +566,17 @@ impl Entry {
             self.release_fast(mode, fence)
         } else {
             self.release_fast_units(fence, units)
+        }
+    }
+
+    /// The fast release of a plain hold of [`shape`]: an exclusive hold (the common case)
+    /// costs the one test it did before semaphores.
+    #[inline]
+    pub(crate) fn release_fast_shape(&self, shape: u32, fence: u64) -> bool {
+        match shape {
+            0 => self.release_fast(Mode::Exclusive, fence),
+            1 => self.release_fast(Mode::Shared, fence),
+            n => self.release_fast_units(fence, n - 1),
         }
     }
 

@@ -37,9 +37,8 @@ where
     Taken {
         table: Option<P>,
         word: NonNull<<P::Target as Table>::Word>,
-        mode: Mode,
-        /// A semaphore's units (0 for a lock's word).
-        units: u32,
+        /// The hold's mode and units ([`shape`](crate::entry::shape)).
+        shape: u32,
         fence: u64,
     },
     /// Dropped out of line by `One`'s `Drop`, so that dropping an uncontended future stays
@@ -82,8 +81,7 @@ where
         One::Taken {
             table: Some(table),
             word: NonNull::from(word),
-            mode,
-            units: 0,
+            shape: mode as u32,
             fence,
         }
     }
@@ -99,8 +97,7 @@ where
         One::Taken {
             table: Some(table),
             word: NonNull::from(word),
-            mode: Mode::Shared,
-            units,
+            shape: crate::entry::shape(Mode::Shared, units),
             fence,
         }
     }
@@ -165,16 +162,9 @@ where
             One::Taken {
                 table,
                 word,
-                mode,
-                units,
+                shape,
                 fence,
-            } => Some(LockGuard::plain_at(
-                table.take()?,
-                *word,
-                *mode,
-                *units,
-                *fence,
-            )),
+            } => Some(LockGuard::plain_at(table.take()?, *word, *shape, *fence)),
             One::Slow(_) => None,
         }
     }
@@ -199,12 +189,11 @@ where
             One::Taken {
                 table,
                 word,
-                mode,
-                units,
+                shape,
                 fence,
             } => {
                 if let Some(table) = table.take() {
-                    release_taken(table, *word, *mode, *units, *fence);
+                    release_taken(table, *word, *shape, *fence);
                 }
             }
             One::Slow(slow) => drop_slow(slow),
@@ -228,17 +217,12 @@ where
 /// uncontended future's drop small).
 #[cold]
 #[inline(never)]
-fn release_taken<P>(
-    table: P,
-    word: NonNull<<P::Target as Table>::Word>,
-    mode: Mode,
-    units: u32,
-    fence: u64,
-) where
+fn release_taken<P>(table: P, word: NonNull<<P::Target as Table>::Word>, shape: u32, fence: u64)
+where
     P: Deref,
     P::Target: LockTable,
 {
-    drop(LockGuard::plain_at(table, word, mode, units, fence));
+    drop(LockGuard::plain_at(table, word, shape, fence));
 }
 
 impl<P> Slow<P>

@@ -122,12 +122,11 @@ where
     pub(crate) fn plain_at(
         table: P,
         word: NonNull<<P::Target as super::table::Table>::Word>,
-        mode: Mode,
-        units: u32,
+        shape: u32,
         fence: u64,
     ) -> Self {
-        let mut rec = GuardHold::plain(mode, fence);
-        rec.units = units;
+        let mut rec = GuardHold::plain(Mode::Exclusive, fence);
+        rec.shape = shape;
         Self {
             word,
             table: Some(table),
@@ -150,7 +149,7 @@ where
 
     /// Shared or exclusive.
     pub fn mode(&self) -> Mode {
-        self.rec.mode
+        self.rec.mode()
     }
 
     /// Whether the previous holder died holding the lock (see [`Acquisition::owner_died`]).
@@ -198,9 +197,7 @@ where
     pub fn release(mut self) -> Result<()> {
         let table = self.table.take().ok_or(Error::NotOwner)?;
         let entry = <P::Target as super::table::Table>::entry(self.word());
-        if self.rec.is_plain()
-            && entry.release_fast_hold(self.rec.mode, self.rec.fence, self.rec.units)
-        {
+        if self.rec.is_plain() && entry.release_fast_shape(self.rec.shape, self.rec.fence) {
             return Ok(());
         }
         self.release_rest(&table)
@@ -254,7 +251,7 @@ where
             d.field("at", &self.place());
         }
         d.field("fence", &self.rec.fence)
-            .field("mode", &self.rec.mode)
+            .field("mode", &self.rec.mode())
             .finish()
     }
 }
@@ -268,9 +265,7 @@ where
     fn drop(&mut self) {
         if let Some(table) = &self.table {
             let entry = <P::Target as super::table::Table>::entry(self.word());
-            if self.rec.is_plain()
-                && entry.release_fast_hold(self.rec.mode, self.rec.fence, self.rec.units)
-            {
+            if self.rec.is_plain() && entry.release_fast_shape(self.rec.shape, self.rec.fence) {
                 return;
             }
             release_slow(&**table, self.word(), &self.rec);

@@ -146,8 +146,7 @@ impl<T: LockTable> Locks<T> {
             return Ok(LockGuard::plain_at(
                 self,
                 std::ptr::NonNull::from(word),
-                Mode::Shared,
-                units,
+                crate::entry::shape(Mode::Shared, units),
                 fence,
             ));
         }
