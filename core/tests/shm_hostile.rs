@@ -45,7 +45,7 @@ const MUTEX_SIZE: usize = size_of::<libc::pthread_mutex_t>();
 /// The runtime fields after the table mutex: holder, free lists, hand, fence floor, sequence.
 const RUNTIME_FIELDS: usize = 40;
 /// The header's checksum covers the bytes before it.
-const CHECKSUM_AT: usize = 112;
+const CHECKSUM_AT: usize = 120;
 
 /// The header fields a fuzz trial needs, read from a region's bytes.
 #[derive(Debug, Clone, Copy)]

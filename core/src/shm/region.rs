@@ -63,6 +63,8 @@ pub(crate) struct Want {
     pub(crate) fifo: bool,
     pub(crate) mode: u32,
     pub(crate) max_holds: u32,
+    /// A semaphore region's units per key; 0: a lock region. Must match the region's.
+    pub(crate) permits: u32,
 }
 
 /// A mapped, validated region.
@@ -161,7 +163,7 @@ impl Region {
                 .map_err(|e| io_error("chmod", &tmp, &e))?;
             let flags = if want.reentrant { FLAG_REENTRANT } else { 0 }
                 | if want.fifo { FLAG_FIFO } else { 0 };
-            let header = Header::new(want.kind, capacity, flags, want.max_holds, id);
+            let header = Header::new(want.kind, capacity, flags, want.max_holds, id, want.permits);
             file.set_len(header.total_len)
                 .map_err(|e| io_error("size", &tmp, &e))?;
             let base = map(&file, header.total_len as usize, &tmp)?;
@@ -235,6 +237,20 @@ impl Region {
                 "the region is a {}, not a {}",
                 kind_name(header.kind),
                 kind_name(want.kind)
+            )));
+        }
+        if header.permits != want.permits {
+            let what = |permits: u32| {
+                if permits == 0 {
+                    "a lock, not a semaphore".to_owned()
+                } else {
+                    format!("a semaphore of {permits} permits per key")
+                }
+            };
+            return Err(incompatible(format!(
+                "the region is {} (asked for {})",
+                what(header.permits),
+                what(want.permits)
             )));
         }
         if let Some(c) = want.capacity
@@ -498,6 +514,7 @@ pub(crate) mod scratch {
             fifo: flags & FLAG_FIFO != 0,
             mode: 0o600,
             max_holds: 65_536,
+            permits: 0,
         }
     }
 
@@ -629,7 +646,7 @@ mod tests {
         plant(&name, &[0; 100]);
         assert!(incompatible(open_once(&name, &want)).contains("not the size"));
 
-        let header = Header::new(KIND_POOL, 4, 0, want.max_holds, 1);
+        let header = Header::new(KIND_POOL, 4, 0, want.max_holds, 1, 0);
         // SAFETY: `Header` is plain integers without padding before its last field, so it
         // can be read as bytes.
         let bytes = unsafe {
@@ -673,6 +690,13 @@ mod tests {
                     ..scratch::want(KIND_POOL, 8, FLAG_FIFO)
                 },
                 "hold-count limit",
+            ),
+            (
+                Want {
+                    permits: 4,
+                    ..scratch::want(KIND_POOL, 8, FLAG_FIFO)
+                },
+                "a lock, not a semaphore (asked for a semaphore of 4 permits per key)",
             ),
         ];
         for (want, expected) in cases {

@@ -65,6 +65,7 @@ pub(crate) fn repair(t: &mut TableGuard<'_>, dead: u32, wakes: &mut TableWakes) 
         e.waiters.store(0, Ordering::Relaxed);
         e.holders.store(0, Ordering::Relaxed);
         e.shared.store(0, Ordering::Relaxed);
+        e.units.store(0, Ordering::Relaxed);
         if !r.is_pool() {
             continue;
         }
@@ -96,7 +97,10 @@ pub(crate) fn repair(t: &mut TableGuard<'_>, dead: u32, wakes: &mut TableWakes) 
         let n = r.node(i)?;
         let state = n.state.load(Ordering::Relaxed);
         let entry = n.entry.load(Ordering::Relaxed);
-        let valid = entry < h.capacity && n.proc.load(Ordering::Relaxed) < h.procs;
+        // A semaphore region's waiter or holder asks for or holds 1 to the permits.
+        let units = n.units.load(Ordering::Relaxed);
+        let units_ok = h.permits == 0 || (1..=h.permits).contains(&units);
+        let valid = entry < h.capacity && n.proc.load(Ordering::Relaxed) < h.procs && units_ok;
         match state {
             NODE_WAITING | NODE_NOTIFIED if valid => {
                 n.state.store(NODE_WAITING, Ordering::Relaxed);
@@ -109,6 +113,13 @@ pub(crate) fn repair(t: &mut TableGuard<'_>, dead: u32, wakes: &mut TableWakes) 
                 e.holders.store(i + 1, Ordering::Relaxed);
                 e.shared
                     .store(e.shared.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+                if h.permits != 0 {
+                    // (More than the permits in all is left for `units_held` to report.)
+                    e.units.store(
+                        e.units.load(Ordering::Relaxed).saturating_add(units),
+                        Ordering::Relaxed,
+                    );
+                }
             }
             NODE_GRANTED if valid => {}
             _ => {
@@ -228,6 +239,7 @@ mod tests {
             lease: 0,
             owner: 0,
             proc,
+            units: 0,
         }
     }
 
