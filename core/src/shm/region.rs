@@ -518,6 +518,22 @@ pub(crate) mod scratch {
         }
     }
 
+    /// A new semaphore region (a pool in strict FIFO order) of `capacity` entries and
+    /// `permits` units per key, its name removed at once (as [`region`]).
+    pub(crate) fn semaphore(capacity: u32, permits: u32) -> Region {
+        let name = name("semaphore");
+        let want = Want {
+            permits,
+            ..want(crate::shm::layout::KIND_POOL, capacity, FLAG_FIFO)
+        };
+        let region = Region::open(&name, &want).expect("create a region");
+        assert!(
+            super::unlink(&name).expect("unlink"),
+            "the region had a name"
+        );
+        region
+    }
+
     /// Removes region name `.0` when dropped, so a failing test leaves no file behind.
     pub(crate) struct UnlinkOnDrop(pub(crate) String);
 
