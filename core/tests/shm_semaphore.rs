@@ -352,7 +352,7 @@ fn closing_an_open_while_holding_units_reports_owner_died() {
         until_waiters(&*b, b"c", 1);
         // Never released: the open closes with the units held.
         let fence = dead.fence();
-        std::mem::forget(dead);
+        let _unreleased = dead;
         drop(a);
         let next = waiter.join().unwrap();
         assert!(next.owner_died(), "the next holder is told");
