@@ -54,8 +54,11 @@
 //! behind it, so a heavy request at the head is never passed. A release goes by acquisition
 //! (a stale one is `NotOwner` or `LeaseExpired` and frees nothing). A holder whose process
 //! dies (or closes the region) gives its units back, and the next holder of the key gets
-//! [`owner_died`](crate::Acquisition::owner_died). Every semaphore operation takes the table
-//! mutex; a lock region's fast path only tests that the region has no permits.
+//! [`owner_died`](crate::Acquisition::owner_died); a waiter behind semaphore holders learns of
+//! such a death by the bounded re-check ([`LIVENESS_SLICE`]), as a waiter behind shared
+//! holders does. Every semaphore operation takes the table mutex (the units held are checked
+//! against the holder records there, so a corrupt count is `Incompatible`, never a grant past
+//! the permits); a lock region's fast path only tests that the region has no permits.
 //!
 //! # The region
 //!

@@ -643,6 +643,9 @@ pub(crate) fn units_held(t: &TableGuard<'_>, entry: u32) -> Result<u32> {
 pub(crate) fn dispatch(t: &TableGuard<'_>, entry: u32, wakes: &mut TableWakes) -> Result<()> {
     let r = t.region;
     let e = r.entry(entry)?;
+    let permits = r.header.permits;
+    // Semaphore: the units held, checked against the holders once, then counted as granted.
+    let mut held: Option<u32> = None;
     let mut steps = 0u32;
     while let Some(index) = e.head.load(Ordering::Relaxed).checked_sub(1) {
         steps += 1;
@@ -652,17 +655,18 @@ pub(crate) fn dispatch(t: &TableGuard<'_>, entry: u32, wakes: &mut TableWakes) -
         let n = r.node(index)?;
         let proc = n.proc.load(Ordering::Relaxed);
         if !is_alive(t, proc, wakes)? {
-            // Reclaiming the dead process removed its waiters (this one included).
+            // Reclaiming the dead process removed its waiters (this one included), and its
+            // holds: count the units again.
             if e.head.load(Ordering::Relaxed) == index + 1 {
                 return Err(r.corrupt("a dead waiter left in its queue"));
             }
+            held = None;
             continue;
         }
         let w = e.word.load(Ordering::Acquire);
         if word::xproc(w) != 0 {
             break;
         }
-        let permits = r.header.permits;
         // Semaphore: the head's units must fit, or it waits, and everyone behind it (strict
         // FIFO: a heavy request at the head is never passed).
         let units = n.units.load(Ordering::Relaxed);
@@ -670,9 +674,14 @@ pub(crate) fn dispatch(t: &TableGuard<'_>, entry: u32, wakes: &mut TableWakes) -
             if units == 0 || units > permits {
                 return Err(r.corrupt("a waiter's units"));
             }
-            if units_held(t, entry)? + units > permits {
+            let now = match held {
+                Some(h) => h,
+                None => units_held(t, entry)?,
+            };
+            if now + units > permits {
                 break;
             }
+            held = Some(now + units);
         }
         let shared = permits != 0 || n.flags.load(Ordering::Relaxed) & NODE_SHARED != 0;
         if !shared && e.shared.load(Ordering::Relaxed) != 0 {
