@@ -24,11 +24,6 @@ pub fn open_with(name: &str, options: &OpenOptions) -> Result<Arc<dyn KeyedLock>
             ));
         }
     };
-    if options.permits.is_some() && scheme == "shm" {
-        return Err(Error::InvalidArgument(
-            "the shared-memory scope has no semaphores yet: open \"local:\" or \"redis://\"",
-        ));
-    }
     match scheme {
         "local" => {
             if !rest.is_empty() {

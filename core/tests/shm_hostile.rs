@@ -34,6 +34,10 @@ const RUNTIME: usize = 512;
 const PROCS: usize = 4096;
 const PROC_SIZE: usize = 64;
 const ENTRY_SIZE: usize = 384;
+/// An entry's count of semaphore units held.
+const ENTRY_UNITS: usize = 84;
+/// The header's `permits` (a semaphore region's units per key).
+const PERMITS_AT: usize = 112;
 const NODE_SIZE: usize = 64;
 /// glibc's `pthread_mutex_t`: `__lock`, `__count`, `__owner`, `__nusers`, `__kind`, then
 /// `__spins`/`__elision` and the robust list pointers.
@@ -45,7 +49,7 @@ const MUTEX_SIZE: usize = size_of::<libc::pthread_mutex_t>();
 /// The runtime fields after the table mutex: holder, free lists, hand, fence floor, sequence.
 const RUNTIME_FIELDS: usize = 40;
 /// The header's checksum covers the bytes before it.
-const CHECKSUM_AT: usize = 112;
+const CHECKSUM_AT: usize = 120;
 
 /// The header fields a fuzz trial needs, read from a region's bytes.
 #[derive(Debug, Clone, Copy)]
@@ -114,6 +118,8 @@ enum Base {
     Pool,
     /// 8 stripes, strict FIFO, reentrant.
     Striped,
+    /// A keyed semaphore of 16 entries and 3 permits per key.
+    Semaphore,
 }
 
 impl Base {
@@ -121,6 +127,7 @@ impl Base {
         match self {
             Base::Pool => "pool",
             Base::Striped => "striped",
+            Base::Semaphore => "semaphore",
         }
     }
 
@@ -128,6 +135,7 @@ impl Base {
         match s {
             "pool" => Base::Pool,
             "striped" => Base::Striped,
+            "semaphore" => Base::Semaphore,
             other => panic!("unknown base {other}"),
         }
     }
@@ -140,6 +148,10 @@ impl Base {
                 o.stripes = Some(8);
                 o.reentrant = true;
                 o.fifo = true;
+            }
+            Base::Semaphore => {
+                o.capacity = Some(16);
+                o.permits = Some(3);
             }
         }
         o
@@ -340,6 +352,14 @@ fn child() {
             }
         }
         "fuzz" => use_everything(&*lock, &lock, base),
+        // One unit of a key, tried.
+        "units" => match lock.acquire(LockKey::new(b"k0"), &LockOptions::new().wait(Wait::No)) {
+            Ok(acq) => {
+                println!("acquire: ok {}", acq.weight());
+                let _ = lock.release(acq);
+            }
+            Err(e) => println!("acquire: {}", error_line(&e)),
+        },
         other => panic!("unknown child role {other}"),
     }
     drop(lock);
@@ -375,6 +395,8 @@ fn use_everything(lock: &dyn KeyedLock, arc: &Arc<dyn KeyedLock>, base: Base) {
             x.wait(brief),
             x.shared().wait(brief),
             x.lease(Duration::from_millis(50)).wait(brief),
+            // (A lock region refuses a weight of 2; a semaphore takes 2 units.)
+            x.weight(2).wait(brief),
         ] {
             match lock.acquire(k, &opts) {
                 Ok(mut acq) => {
@@ -497,6 +519,52 @@ fn a_table_mutex_stuck_under_an_open_region_is_reported() {
     );
 }
 
+#[test]
+fn a_corrupt_units_count_is_incompatible_not_a_grant() {
+    // Every entry of a semaphore region of 3 permits claims units that no holder has: more
+    // than the permits, or fewer but not the holders' sum (0).
+    for bad in [1u32, 2, 3, 4, u32::MAX] {
+        let name = fresh("units", Base::Semaphore);
+        let l = Layout::of(&std::fs::read(name.path()).unwrap());
+        for e in 0..l.capacity as usize {
+            poke(
+                &name,
+                l.off_entries + e * ENTRY_SIZE + ENTRY_UNITS,
+                &bad.to_le_bytes(),
+            );
+        }
+        let ending = spawn("units", &name.0, Base::Semaphore, child_limit()).finish();
+        assert!(ending.clean(), "units {bad}: {}", ending.describe());
+        assert_eq!(line(&ending, "open: "), "open: ok");
+        let got = line(&ending, "acquire: ");
+        assert!(
+            got.starts_with("acquire: Incompatible") && got.contains("units"),
+            "units {bad}: {got}"
+        );
+    }
+}
+
+#[test]
+fn a_semaphore_regions_permits_are_checked_at_open() {
+    // The header's permits, with the checksum made to match: other permits than the
+    // opener's, out of range, or none (a lock region).
+    for permits in [0u32, 4, 32768, u32::MAX] {
+        let name = fresh("permits", Base::Semaphore);
+        let mut bytes = std::fs::read(name.path()).unwrap();
+        bytes[PERMITS_AT..PERMITS_AT + 4].copy_from_slice(&permits.to_le_bytes());
+        let sum = xxhash_rust::xxh3::xxh3_64(&bytes[..CHECKSUM_AT]);
+        poke(&name, PERMITS_AT, &permits.to_le_bytes());
+        poke(&name, CHECKSUM_AT, &sum.to_le_bytes());
+        let ending = spawn("open", &name.0, Base::Semaphore, child_limit()).finish();
+        assert!(ending.clean(), "permits {permits}: {}", ending.describe());
+        let open = line(&ending, "open: ");
+        assert!(
+            open.starts_with("open: Incompatible") && open.contains("permits"),
+            "permits {permits}: {open}"
+        );
+    }
+}
+
 // ----- the fuzz test ----------------------------------------------------------------------------
 
 /// splitmix64: a small seeded generator.
@@ -543,6 +611,10 @@ fn populated(base: Base) -> Vec<u8> {
     let mut take = |by: &'static str| -> LockKey<'static> {
         for k in keys.by_ref() {
             let got = match by {
+                // (A semaphore key is taken whole: all 3 units.)
+                "exclusive" if base == Base::Semaphore => {
+                    a.acquire(k, &x.weight(3)).map(|acq| vec![(&a, acq)])
+                }
                 "exclusive" => a.acquire(k, &x).map(|acq| vec![(&a, acq)]),
                 "reentrant" => a.acquire(k, &x).and_then(|one| {
                     let two = a.acquire(k, &x)?;
@@ -815,6 +887,7 @@ fn fuzzed_regions_neither_crash_nor_hang() {
     let bases = [
         (Base::Pool, populated(Base::Pool)),
         (Base::Striped, populated(Base::Striped)),
+        (Base::Semaphore, populated(Base::Semaphore)),
     ];
     let numbers: Vec<u64> = match only {
         Some(n) => vec![n],

@@ -171,9 +171,13 @@ fn env_usize(name: &str) -> usize {
 fn open_env() -> Arc<dyn KeyedLock> {
     let region = std::env::var("KEYLOCK_SHM_REGION").unwrap();
     let stripes = env_usize("KEYLOCK_SHM_STRIPES");
+    let permits = env_usize("KEYLOCK_SHM_PERMITS");
     let mut o = keylock_core::OpenOptions::default();
     if stripes > 0 {
         o.stripes = Some(stripes);
+    }
+    if permits > 0 {
+        o.permits = Some(permits as u32);
     }
     keylock_core::open_with(&format!("shm:{region}"), &o).unwrap()
 }
@@ -276,6 +280,16 @@ fn child() {
             loop {
                 write_section(&data, 0, rng.next() % 2000);
             }
+        }
+        // Takes `KEYLOCK_SHM_WEIGHT` units of the semaphore key "k" and keeps them until killed.
+        "hold-units" => {
+            let weight = env_usize("KEYLOCK_SHM_WEIGHT") as u32;
+            let acq = lock
+                .acquire(LockKey::new(b"k"), &LockOptions::new().weight(weight))
+                .unwrap();
+            assert_eq!(acq.weight(), weight);
+            println!("held {}", acq.fence());
+            std::thread::sleep(Duration::from_secs(60));
         }
         // Waits for the key (the test kills it while it waits).
         "wait" => {
@@ -822,4 +836,69 @@ fn unlink_and_recreate_leave_a_running_process_alone() {
     }
     data.at(STOP).store(1, Ordering::SeqCst);
     wait_ok(child, Duration::from_secs(60));
+}
+
+/// A semaphore holder killed with SIGKILL gives its units back: a waiter behind it gets them
+/// with `owner_died` and a higher fence, and so does a try acquire when nobody waits. Ten
+/// rounds of each.
+#[test]
+fn a_killed_semaphore_holders_units_come_back_with_owner_died() {
+    let names = Names::new("kill-units");
+    let lock = keylock_core::open_with(
+        &format!("shm:{}", names.region),
+        &keylock_core::OpenOptions::new().permits(3),
+    )
+    .unwrap();
+    let units = [
+        ("KEYLOCK_SHM_PERMITS", "3".to_owned()),
+        ("KEYLOCK_SHM_WEIGHT", "2".to_owned()),
+    ];
+    let key = LockKey::new(b"k");
+    for round in 0..20 {
+        let mut child = spawn("hold-units", &names, &units);
+        let fence: u64 = expect_line(&mut child, "held ").parse().unwrap();
+        // One unit of the parent's own: the key is full while the child lives.
+        let mine = lock
+            .acquire(key, &LockOptions::new().wait(Wait::No))
+            .unwrap();
+        assert!(mine.fence() > fence);
+        assert_eq!(lock.info(key).unwrap().unwrap().units, 3);
+        let waiter = (round % 2 == 0).then(|| {
+            let l2 = Arc::clone(&lock);
+            let t = std::thread::spawn(move || {
+                l2.acquire(
+                    LockKey::new(b"k"),
+                    &LockOptions::new()
+                        .weight(2)
+                        .wait(Wait::For(Duration::from_secs(10))),
+                )
+            });
+            let t0 = Instant::now();
+            while lock.info(key).unwrap().map_or(0, |i| i.waiters) < 1 {
+                assert!(
+                    t0.elapsed() < Duration::from_secs(10),
+                    "round {round}: the waiter never queued"
+                );
+                std::thread::sleep(Duration::from_micros(200));
+            }
+            t
+        });
+        kill9(&mut child);
+        let got = match waiter {
+            Some(t) => t.join().unwrap(),
+            None => lock.acquire(key, &LockOptions::new().weight(2).wait(Wait::No)),
+        }
+        .unwrap_or_else(|e| panic!("round {round}: {e}"));
+        assert!(got.owner_died(), "round {round}: owner_died not reported");
+        assert!(
+            got.fence() > mine.fence(),
+            "round {round}: the fence did not rise"
+        );
+        assert_eq!(got.weight(), 2);
+        let info = lock.info(key).unwrap().unwrap();
+        assert_eq!((info.units, info.holders), (3, 2), "round {round}");
+        lock.release(got).unwrap();
+        lock.release(mine).unwrap();
+        assert_eq!(lock.info(key).unwrap(), None, "round {round}");
+    }
 }

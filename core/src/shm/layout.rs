@@ -8,7 +8,8 @@ use super::sys::ShmMutex;
 /// `b"keylock\x01"` read as a little-endian u64: the first 8 bytes of every region.
 pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"keylock\x01");
 /// The layout version; any change to this file's records or rules is a new version.
-pub(crate) const VERSION: u32 = 1;
+/// Version 2 added semaphores: the header's `permits`, an entry's `units`, a node's `units`.
+pub(crate) const VERSION: u32 = 2;
 /// Hash spec 1: XXH3-64 with seed [`HASH_SEED`] plus the key space.
 pub(crate) const HASH_SPEC: u32 = 1;
 /// The seed of hash spec 1 (the bytes `"keylock\0"` read big-endian); a key's hash is
@@ -32,8 +33,10 @@ pub(crate) const KIND_POOL: u32 = 1;
 pub(crate) const KIND_STRIPED: u32 = 2;
 /// Flag bit: the region is reentrant.
 pub(crate) const FLAG_REENTRANT: u32 = 1;
-/// Flag bit: strict FIFO hand-off (else eventual fairness).
+/// Flag bit: strict FIFO hand-off (else eventual fairness). Always set in a semaphore region.
 pub(crate) const FLAG_FIFO: u32 = 2;
+/// The most permits per key of a semaphore region (as in one process).
+pub(crate) const MAX_PERMITS: u32 = crate::entry::Policy::MAX_PERMITS;
 
 /// The immutable header fields, written once before the region gets its name. Read by value
 /// at open and validated; never read again.
@@ -64,13 +67,26 @@ pub(crate) struct Header {
     pub(crate) off_nodes: u64,
     /// A random number naming this region (acquisitions carry its low bits).
     pub(crate) region_id: u64,
+    /// A semaphore region's units per key (1 to [`MAX_PERMITS`]; the region is then a pool
+    /// with strict FIFO); 0 for a lock region.
+    pub(crate) permits: u32,
+    /// Always 0 (keeps the checksum 8-aligned with no padding before it).
+    pub(crate) reserved: u32,
     /// XXH3-64 (seed 0) of every byte above.
     pub(crate) checksum: u64,
 }
 
 impl Header {
-    /// The header for a region of `kind` with `capacity` entries or stripes.
-    pub(crate) fn new(kind: u32, capacity: u32, flags: u32, max_holds: u32, id: u64) -> Header {
+    /// The header for a region of `kind` with `capacity` entries or stripes, and `permits`
+    /// units per key (0: a lock region).
+    pub(crate) fn new(
+        kind: u32,
+        capacity: u32,
+        flags: u32,
+        max_holds: u32,
+        id: u64,
+        permits: u32,
+    ) -> Header {
         let buckets = if kind == KIND_POOL {
             capacity.next_power_of_two()
         } else {
@@ -105,6 +121,8 @@ impl Header {
             off_buckets,
             off_nodes,
             region_id: id,
+            permits,
+            reserved: 0,
             checksum: 0,
         };
         h.checksum = h.compute_checksum();
@@ -147,12 +165,21 @@ impl Header {
         if self.capacity == 0 || self.capacity > MAX_CAPACITY {
             return Some(format!("capacity {} out of range", self.capacity));
         }
+        if self.permits > MAX_PERMITS
+            || (self.permits != 0 && (self.kind != KIND_POOL || self.flags & FLAG_FIFO == 0))
+        {
+            return Some(format!(
+                "permits {} out of range for this region (at most {MAX_PERMITS}, pools in strict FIFO order only)",
+                self.permits
+            ));
+        }
         let expected = Header::new(
             self.kind,
             self.capacity,
             self.flags,
             self.max_holds,
             self.region_id,
+            self.permits,
         );
         if expected != *self {
             return Some("the layout differs from this build's (record sizes or offsets)".into());
@@ -241,6 +268,9 @@ pub(crate) struct Entry {
     pub(crate) died: AtomicU32,
     /// A grant to this node + 1 is in progress (for repair).
     pub(crate) granting: AtomicU32,
+    /// Semaphore: the units held, the sum of the `units` of the nodes on the `holders` list
+    /// (at most the region's permits; checked against the list whenever it is used). Lock: 0.
+    pub(crate) units: AtomicU32,
     /// The key's bytes, zero-padded (pool).
     pub(crate) key: [AtomicU64; KEY_MAX / 8],
 }
@@ -249,7 +279,7 @@ pub(crate) const BIND_FREE: u32 = 0;
 pub(crate) const BIND_BUSY: u32 = 1;
 pub(crate) const BIND_BOUND: u32 = 2;
 
-/// One waiter, or one shared holder.
+/// One waiter, or one shared holder, or one semaphore holder (with its units, fence and lease).
 #[repr(C, align(64))]
 pub(crate) struct Node {
     /// The futex word: `NODE_*`.
@@ -274,6 +304,8 @@ pub(crate) struct Node {
     pub(crate) seq: AtomicU64,
     /// 1 when granted after a dead holder was reclaimed.
     pub(crate) died: AtomicU32,
+    /// Semaphore: the units the waiter asks for or the holder holds (1 to the permits); lock: 0.
+    pub(crate) units: AtomicU32,
 }
 
 pub(crate) const NODE_FREE: u32 = 0;
@@ -363,7 +395,7 @@ mod tests {
         assert_eq!(size_of::<Entry>(), 384);
         assert_eq!(size_of::<Node>(), 64);
         assert_eq!(size_of::<Proc>(), 64);
-        assert_eq!(VERSION, 1);
+        assert_eq!(VERSION, 2);
         assert_eq!(MAGIC.to_le_bytes(), *b"keylock\x01");
         assert_eq!(HASH_SEED, 0x6b65796c6f636b00);
     }
@@ -385,7 +417,7 @@ mod tests {
             ((KIND_STRIPED, 64), (20480, 45056, 45056, 0, 256, 61440)),
         ];
         for ((kind, capacity), (entries, buckets_at, nodes_at, buckets, nodes, total)) in cases {
-            let h = Header::new(kind, capacity, 0, 65_536, 9);
+            let h = Header::new(kind, capacity, 0, 65_536, 9, 0);
             let got = (
                 h.off_entries,
                 h.off_buckets,
@@ -422,7 +454,7 @@ mod tests {
         ];
         for kind in [KIND_POOL, KIND_STRIPED] {
             for capacity in capacities.into_iter().chain([MAX_CAPACITY]) {
-                let h = Header::new(kind, capacity, 0, 65_536, 1);
+                let h = Header::new(kind, capacity, 0, 65_536, 1, 0);
                 let what = format!("kind {kind}, capacity {capacity}");
                 let starts = [h.off_procs, h.off_entries, h.off_buckets, h.off_nodes];
                 let ends = ends(&h);
@@ -463,13 +495,13 @@ mod tests {
     #[test]
     fn capacity_out_of_range_is_refused() {
         for capacity in [0, MAX_CAPACITY + 1] {
-            let h = Header::new(KIND_POOL, capacity, 0, 65_536, 1);
+            let h = Header::new(KIND_POOL, capacity, 0, 65_536, 1, 0);
             let problem = h.problem(h.total_len).expect("refused");
             assert!(problem.contains("out of range"), "{capacity}: {problem}");
         }
         // A header read from a region may say anything: it is refused before its capacity
         // goes into any arithmetic.
-        let mut h = Header::new(KIND_POOL, 1, 0, 65_536, 1);
+        let mut h = Header::new(KIND_POOL, 1, 0, 65_536, 1, 0);
         h.capacity = u32::MAX;
         h.checksum = h.compute_checksum();
         let problem = h.problem(h.total_len).expect("refused");
@@ -478,7 +510,7 @@ mod tests {
 
     #[test]
     fn every_header_fault_is_named() {
-        let good = Header::new(KIND_POOL, 100, FLAG_FIFO, 65_536, 42);
+        let good = Header::new(KIND_POOL, 100, FLAG_FIFO, 65_536, 42, 0);
         assert_eq!(good.problem(good.total_len), None);
         let sealed = |f: &dyn Fn(&mut Header)| {
             let mut h = good;
@@ -486,9 +518,20 @@ mod tests {
             h.checksum = h.compute_checksum();
             h
         };
-        let cases: [(Header, &str); 7] = [
+        let cases: [(Header, &str); 9] = [
+            (
+                sealed(&|h| h.permits = MAX_PERMITS + 1),
+                "permits 32768 out of range",
+            ),
+            (
+                sealed(&|h| {
+                    h.permits = 3;
+                    h.flags = 0;
+                }),
+                "permits 3 out of range",
+            ),
             (sealed(&|h| h.magic ^= 1), "bad magic"),
-            (sealed(&|h| h.version = 2), "layout version 2"),
+            (sealed(&|h| h.version = 1), "layout version 1"),
             (sealed(&|h| h.hash_spec = 2), "hash spec 2"),
             (sealed(&|h| h.kind = 3), "unknown region kind 3"),
             (sealed(&|h| h.entry_size = 320), "layout differs"),
@@ -511,7 +554,7 @@ mod tests {
 
     #[test]
     fn the_checksum_covers_every_field_before_it() {
-        let good = Header::new(KIND_STRIPED, 8, 0, 65_536, 7);
+        let good = Header::new(KIND_STRIPED, 8, 0, 65_536, 7, 0);
         let len = std::mem::offset_of!(Header, checksum);
         for byte in 0..len {
             let mut h = good;

@@ -48,6 +48,9 @@ pub struct ShmLock {
     thread: Mutex<Option<JoinHandle<()>>>,
     /// This open's process slot.
     pub(super) proc: u32,
+    /// The region's permits (0: a lock region), kept beside `proc` so that the lock fast
+    /// path's test of it reads no other cache line.
+    pub(super) permits: u32,
     /// The process's fork generation at open: a child of a fork must not act as the parent.
     pub(super) fork_gen: u64,
     /// The low bits of the region id that acquisitions carry.
@@ -64,12 +67,32 @@ impl ShmLock {
     /// existing region it must match when given. `options.mode` sets a new region's file
     /// permissions (default 0o600). `options.fifo` and `options.reentrant` are the region's:
     /// fixed by its creator, and an open that asks otherwise is `Incompatible`.
+    /// `options.permits` makes (or opens) a semaphore region, a pool with that many units per
+    /// key (1 to 32767), always strict FIFO, without stripes or owners; every open of it must
+    /// give the same permits, and a lock region opened with permits (or the reverse) is
+    /// `Incompatible`.
     pub fn open(name: &str, options: &OpenOptions) -> Result<Arc<ShmLock>> {
         let to_u32 = |n: usize, what: &'static str| -> Result<u32> {
             u32::try_from(n)
                 .ok()
                 .filter(|&n| n > 0 && n <= MAX_CAPACITY)
                 .ok_or(Error::InvalidArgument(what))
+        };
+        let permits = match options.permits {
+            None => 0,
+            Some(p) => {
+                if options.stripes.is_some() || options.reentrant || options.fifo {
+                    return Err(Error::InvalidArgument(
+                        "a semaphore has no stripes or owners, and is always FIFO",
+                    ));
+                }
+                if p == 0 || p > MAX_PERMITS {
+                    return Err(Error::InvalidArgument(
+                        "a semaphore's permits are at least 1 and at most 32767",
+                    ));
+                }
+                p
+            }
         };
         let want = match options.stripes {
             Some(stripes) => {
@@ -88,6 +111,7 @@ impl ShmLock {
                     fifo: options.fifo,
                     mode: options.mode.unwrap_or(0o600),
                     max_holds: MAX_HOLDS,
+                    permits: 0,
                 }
             }
             None => region::Want {
@@ -98,9 +122,11 @@ impl ShmLock {
                     .transpose()?,
                 create_capacity: DEFAULT_CAPACITY as u32,
                 reentrant: options.reentrant,
-                fifo: options.fifo,
+                // A semaphore region always hands off in strict FIFO order.
+                fifo: options.fifo || permits != 0,
                 mode: options.mode.unwrap_or(0o600),
                 max_holds: MAX_HOLDS,
+                permits,
             },
         };
         if let Some(mode) = options.mode
@@ -120,6 +146,7 @@ impl ShmLock {
             agent,
             thread: Mutex::new(Some(thread)),
             proc,
+            permits,
             fork_gen,
             tag,
         }))
@@ -135,6 +162,11 @@ impl ShmLock {
 
     pub(crate) fn max_holds(&self) -> u32 {
         self.region.header.max_holds
+    }
+
+    /// A semaphore region's units per key; `None` for a lock region.
+    pub fn permits(&self) -> Option<u32> {
+        (self.region.header.permits != 0).then_some(self.region.header.permits)
     }
 
     /// The region's name.
@@ -254,12 +286,21 @@ impl ShmLock {
             ticket: 0,
             lease_until: 0,
             died: false,
+            units: 0,
         })
     }
 
+    /// What `opts` asks of the region. In a semaphore region every request is for `weight`
+    /// units, in shared mode (a semaphore has no modes), and the weight's range is checked by
+    /// [`ShmLock::check_request`].
     pub(super) fn req(&self, opts: &LockOptions, proc: u32) -> Req {
+        let permits = self.region.header.permits;
         Req {
-            mode: opts.mode,
+            mode: if permits == 0 {
+                opts.mode
+            } else {
+                Mode::Shared
+            },
             lease: opts.lease.map_or(0, |d| {
                 (d.as_nanos().min(u64::MAX as u128 / 2) as u64).max(1)
             }),
@@ -269,7 +310,35 @@ impl ShmLock {
                 0
             },
             proc,
+            units: if permits == 0 { 0 } else { opts.weight },
         }
+    }
+
+    /// `InvalidArgument` for a Web Locks name in a semaphore region (its keys are plain keys).
+    pub(super) fn check_key(&self, key: crate::scope::LockKey<'_>) -> Result<()> {
+        if self.permits != 0 && key.space == KeySpace::Names {
+            return Err(Error::InvalidArgument("a semaphore's keys are plain keys"));
+        }
+        Ok(())
+    }
+
+    /// `InvalidArgument` for what this region does not take: a weight other than 1 in a lock
+    /// region; in a semaphore region, a weight of 0 or more than its permits, or a Web Locks
+    /// name.
+    pub(super) fn check_request(&self, space: KeySpace, opts: &LockOptions) -> Result<()> {
+        let permits = self.region.header.permits;
+        if permits == 0 {
+            return opts.check_lock_weight();
+        }
+        if space == KeySpace::Names {
+            return Err(Error::InvalidArgument("a semaphore's keys are plain keys"));
+        }
+        if opts.weight == 0 || opts.weight > permits {
+            return Err(Error::InvalidArgument(
+                "a semaphore's weight is at least 1 and at most its permits",
+            ));
+        }
+        Ok(())
     }
 
     /// The acquisition record of a grant.
@@ -283,7 +352,7 @@ impl ShmLock {
             lease_until: instant_of(g.lease_until),
             mode: g.mode,
             owner_died: g.died,
-            units: 0,
+            units: g.units,
         }
     }
 
@@ -304,6 +373,7 @@ impl ShmLock {
             ticket: acq.ticket,
             lease_until: 0,
             died: false,
+            units: acq.units,
         };
         Ok((g, proc))
     }

@@ -1,5 +1,6 @@
-//! The host scope: a key pool or a striped lock in a named shared-memory region, shared by
-//! every process on the host that opens the same name (cargo feature `shm`, Linux).
+//! The host scope: a key pool, a striped lock or a keyed semaphore in a named shared-memory
+//! region, shared by every process on the host that opens the same name (cargo feature `shm`,
+//! Linux).
 //!
 //! ```
 //! use keylock_core::{KeyedLock, LockKey, LockOptions, OpenOptions};
@@ -39,6 +40,26 @@
 //! - A process that forks keeps its locks; the child must open the region again (the
 //!   parent's handle answers `Unavailable` in the child).
 //!
+//! # Semaphores
+//!
+//! Opened with [`OpenOptions::permits`](crate::OpenOptions::permits), the region is a keyed
+//! semaphore (a pool, strict FIFO, no stripes or owners): at most `permits` units of a key
+//! held at once across every process that opens it. The permits are the region's, recorded in
+//! its header; an open with other permits, or a lock region opened as a semaphore (or the
+//! reverse), is `Incompatible`. Each acquisition takes its `weight` in units (1 to the
+//! permits, else `InvalidArgument`) and is a holder record on the entry's holders list, with
+//! its units, its lease, its process and a fence of its own (every acquisition advances the
+//! key's fence, as do a force-unlock, a lease's end and a dead holder's reclaim). Waiters are
+//! served strictly in order: a request whose units do not fit waits, and so does everyone
+//! behind it, so a heavy request at the head is never passed. A release goes by acquisition
+//! (a stale one is `NotOwner` or `LeaseExpired` and frees nothing). A holder whose process
+//! dies (or closes the region) gives its units back, and the next holder of the key gets
+//! [`owner_died`](crate::Acquisition::owner_died); a waiter behind semaphore holders learns of
+//! such a death by the bounded re-check ([`LIVENESS_SLICE`]), as a waiter behind shared
+//! holders does. Every semaphore operation takes the table mutex (the units held are checked
+//! against the holder records there, so a corrupt count is `Incompatible`, never a grant past
+//! the permits); a lock region's fast path only tests that the region has no permits.
+//!
 //! # The region
 //!
 //! `shm:NAME` is the file `/dev/shm/keylock.NAME` (NAME: 1 to 200 of `A-Z a-z 0-9 . _ -`, not
@@ -48,21 +69,21 @@
 //! [`unlink`] removes the name; processes that have it open keep using it, and the memory goes
 //! when the last one closes. Nothing survives a reboot (`/dev/shm` is memory).
 //!
-//! Layout (version 1; all integers little-endian, native alignment; x86-64 and aarch64 Linux
+//! Layout (version 2; all integers little-endian, native alignment; x86-64 and aarch64 Linux
 //! with glibc):
 //!
 //! | offset | what |
 //! |---|---|
-//! | 0 | header: `magic` u64 = `b"keylock\x01"`, `version` u32 = 1, `header_len` u32 = 4096, `hash_spec` u32 = 1, `kind` u32 (1 pool, 2 striped), `flags` u32 (bit 0 reentrant, bit 1 strict FIFO), `capacity` u32 (entries, or stripes), `buckets` u32 (pool: capacity rounded up to a power of two; striped 0), `procs` u32 = 256, `nodes` u32, `key_max` u32 = 256, `entry_size` u32 = 384, `node_size` u32 = 64, `proc_size` u32 = 64, `max_holds` u32 = 65536, `total_len` u64, `off_procs`, `off_entries`, `off_buckets`, `off_nodes` u64, `region_id` u64, `checksum` u64 = XXH3-64 (seed 0) of the bytes before it |
+//! | 0 | header: `magic` u64 = `b"keylock\x01"`, `version` u32 = 2, `header_len` u32 = 4096, `hash_spec` u32 = 1, `kind` u32 (1 pool, 2 striped), `flags` u32 (bit 0 reentrant, bit 1 strict FIFO), `capacity` u32 (entries, or stripes), `buckets` u32 (pool: capacity rounded up to a power of two; striped 0), `procs` u32 = 256, `nodes` u32, `key_max` u32 = 256, `entry_size` u32 = 384, `node_size` u32 = 64, `proc_size` u32 = 64, `max_holds` u32 = 65536, `total_len` u64, `off_procs`, `off_entries`, `off_buckets`, `off_nodes` u64, `region_id` u64, `permits` u32 (a semaphore's units per key, 1 to 32767, the region then a pool with bit 1 of `flags` set; 0: a lock region), `reserved` u32 = 0, `checksum` u64 = XXH3-64 (seed 0) of the bytes before it |
 //! | 512 | runtime: the table mutex (robust, process-shared pthread mutex), its holder's slot + 1, free lists, eviction hand, fence floor, waiter sequence |
 //! | 4096 | `procs` process slots of 64 bytes: a robust mutex held by the process's agent thread, state, generation, pid, doorbell futex word |
-//! | `off_entries` | `capacity` entries of 384 bytes: lock word, hash, owner, lease end, bind state, chain link, key length and space, fence high bits, wait queue, shared holders, hold count, died flag, grant in progress, key bytes |
+//! | `off_entries` | `capacity` entries of 384 bytes: lock word, hash, owner, lease end, bind state, chain link, key length and space, fence high bits, wait queue, shared (or semaphore) holders, hold count, died flag, grant in progress, units held (semaphore), key bytes |
 //! | `off_buckets` | pool: `buckets` u32 chain heads (entry + 1) |
-//! | `off_nodes` | `nodes` records of 64 bytes: a waiter or a shared holder |
+//! | `off_nodes` | `nodes` records of 64 bytes: a waiter, a shared holder or a semaphore holder (with its units) |
 //!
 //! Opening checks everything: magic, version, checksum, hash spec, kind, every size and
 //! offset against this build's layout, the file's length, and (when the opener gives them)
-//! stripes, capacity, reentrancy and fairness. Any difference is [`Error::Incompatible`](crate::Error)
+//! stripes, capacity, reentrancy, fairness and permits. Any difference is [`Error::Incompatible`](crate::Error)
 //! naming it; a file the process may not open is [`Error::PermissionDenied`](crate::Error).
 //! Every index read from the region later is range-checked, so a garbage region yields
 //! `Incompatible`, never a wild access.

@@ -5,7 +5,7 @@
 use std::sync::atomic::Ordering;
 
 use super::layout::*;
-use super::lockword::{fence_of, lease_end_ns};
+use super::lockword::{advanced, fence_of, lease_end_ns, update};
 use super::region::TableGuard;
 use crate::error::{Error, Result};
 
@@ -27,6 +27,7 @@ pub(crate) fn alloc_node(t: &TableGuard<'_>) -> Result<u32> {
     );
     n.next.store(0, Ordering::Relaxed);
     n.died.store(0, Ordering::Relaxed);
+    n.units.store(0, Ordering::Relaxed);
     Ok(index)
 }
 
@@ -96,13 +97,29 @@ pub(crate) fn node_of_ticket(t: &TableGuard<'_>, ticket: u64) -> Result<Option<u
     Ok((n.epoch.load(Ordering::Relaxed) == (ticket >> 32) as u32).then_some(index))
 }
 
-/// Adds a shared holder record for `proc` on entry `entry`.
-pub(crate) fn add_shared(t: &TableGuard<'_>, entry: u32, index: u32, lease: u64) -> Result<()> {
+/// Adds a holder record (node `index`) on entry `entry`: a shared holder (`units` 0), which
+/// reads the current fence, or a semaphore holder of `units` units, which advances the fence
+/// and gets a fence of its own. The caller has checked that the units fit.
+pub(crate) fn add_shared(
+    t: &TableGuard<'_>,
+    entry: u32,
+    index: u32,
+    lease: u64,
+    units: u32,
+) -> Result<()> {
     let r = t.region;
     let e = r.entry(entry)?;
     let n = r.node(index)?;
     n.entry.store(entry, Ordering::Relaxed);
     n.lease.store(lease_end_ns(lease), Ordering::Relaxed);
+    n.units.store(units, Ordering::Relaxed);
+    if units != 0 {
+        let _ = update(e, |w| Some(advanced(e, w) | word::SLOW));
+        e.units.store(
+            e.units.load(Ordering::Relaxed).saturating_add(units),
+            Ordering::Relaxed,
+        );
+    }
     n.fence.store(fence_of(e), Ordering::Relaxed);
     n.next
         .store(e.holders.load(Ordering::Relaxed), Ordering::Relaxed);
@@ -115,12 +132,17 @@ pub(crate) fn add_shared(t: &TableGuard<'_>, entry: u32, index: u32, lease: u64)
     Ok(())
 }
 
-/// Removes a shared holder record.
+/// Removes a holder record (a semaphore holder's units go back).
 pub(crate) fn drop_shared(t: &TableGuard<'_>, entry: u32, index: u32) -> Result<()> {
     let e = t.region.entry(entry)?;
     if unlink(t, &e.holders, None, index)? {
         e.shared.store(
             e.shared.load(Ordering::Relaxed).saturating_sub(1),
+            Ordering::Relaxed,
+        );
+        let units = t.region.node(index)?.units.swap(0, Ordering::Relaxed);
+        e.units.store(
+            e.units.load(Ordering::Relaxed).saturating_sub(units),
             Ordering::Relaxed,
         );
     }

@@ -40,10 +40,12 @@ fn plan(lock: &ShmLock, keys: &[(LockKey<'_>, Mode)]) -> Vec<Step> {
 impl KeyedLock for ShmLock {
     #[inline]
     fn acquire(&self, key: LockKey<'_>, opts: &LockOptions) -> Result<Acquisition> {
-        // The fast path, first and inline: a plain exclusive acquire of a free entry.
+        // The fast path, first and inline: a plain exclusive acquire of a free entry (of a
+        // lock region: a semaphore's acquires all take the table mutex).
         if opts.mode == Mode::Exclusive
             && opts.lease.is_none()
             && opts.weight == 1
+            && self.permits == 0
             && (opts.owner.is_none() || !self.region.reentrant())
             && sys::fork_generation() == self.fork_gen
         {
@@ -52,12 +54,13 @@ impl KeyedLock for ShmLock {
                 lease: 0,
                 owner: 0,
                 proc: self.proc,
+                units: 0,
             };
             if let Some(g) = self.try_fast(key.space, key.bytes, &req) {
                 return Ok(self.acquisition(g, opts));
             }
         }
-        opts.check_lock_weight()?;
+        self.check_request(key.space, opts)?;
         let proc = self.me()?;
         let req = self.req(opts, proc);
         if let Some(g) = self.try_fast(key.space, key.bytes, &req) {
@@ -76,7 +79,7 @@ impl KeyedLock for ShmLock {
     }
 
     fn acquire_async(self: Arc<Self>, key: LockKey<'_>, opts: &LockOptions) -> AcquireFuture {
-        if let Err(e) = opts.check_lock_weight() {
+        if let Err(e) = self.check_request(key.space, opts) {
             return Box::pin(std::future::ready(Err(e)));
         }
         let proc = match self.me() {
@@ -101,6 +104,9 @@ impl KeyedLock for ShmLock {
         keys: &[(LockKey<'_>, Mode)],
         opts: &LockOptions,
     ) -> Result<Vec<Acquisition>> {
+        for (k, _) in keys {
+            self.check_request(k.space, opts)?;
+        }
         let wait = many::one_deadline(opts.wait);
         let steps = plan(self, keys);
         let take = |step: &Step| {
@@ -131,7 +137,10 @@ impl KeyedLock for ShmLock {
         keys: &[(LockKey<'_>, Mode)],
         opts: &LockOptions,
     ) -> AcquireManyFuture {
-        if let Err(e) = opts.check_lock_weight() {
+        if let Some(e) = keys
+            .iter()
+            .find_map(|(k, _)| self.check_request(k.space, opts).err())
+        {
             return Box::pin(std::future::ready(Err(e)));
         }
         let wait = many::one_deadline(opts.wait);
@@ -243,6 +252,7 @@ impl KeyedLock for ShmLock {
     }
 
     fn force_unlock(&self, key: LockKey<'_>) -> Result<bool> {
+        self.check_key(key)?;
         self.me()?;
         let mut wakes = TableWakes::default();
         let result = (|| {
@@ -257,6 +267,11 @@ impl KeyedLock for ShmLock {
     }
 
     fn steal(&self, key: LockKey<'_>, opts: &LockOptions) -> Result<Acquisition> {
+        if self.permits != 0 {
+            return Err(Error::InvalidArgument(
+                "a semaphore's units cannot be stolen; use force_release",
+            ));
+        }
         if opts.mode != Mode::Exclusive {
             return Err(Error::InvalidArgument(
                 "only an exclusive request may steal",
@@ -275,6 +290,7 @@ impl KeyedLock for ShmLock {
     }
 
     fn info(&self, key: LockKey<'_>) -> Result<Option<LockInfo>> {
+        self.check_key(key)?;
         self.me()?;
         let mut wakes = TableWakes::default();
         let result = (|| {
@@ -290,6 +306,10 @@ impl KeyedLock for ShmLock {
 
     fn is_reentrant(&self) -> bool {
         self.region.reentrant()
+    }
+
+    fn permits(&self) -> Option<u32> {
+        ShmLock::permits(self)
     }
 
     fn stats(&self) -> Result<ScopeStats> {

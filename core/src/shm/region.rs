@@ -63,6 +63,8 @@ pub(crate) struct Want {
     pub(crate) fifo: bool,
     pub(crate) mode: u32,
     pub(crate) max_holds: u32,
+    /// A semaphore region's units per key; 0: a lock region. Must match the region's.
+    pub(crate) permits: u32,
 }
 
 /// A mapped, validated region.
@@ -161,7 +163,7 @@ impl Region {
                 .map_err(|e| io_error("chmod", &tmp, &e))?;
             let flags = if want.reentrant { FLAG_REENTRANT } else { 0 }
                 | if want.fifo { FLAG_FIFO } else { 0 };
-            let header = Header::new(want.kind, capacity, flags, want.max_holds, id);
+            let header = Header::new(want.kind, capacity, flags, want.max_holds, id, want.permits);
             file.set_len(header.total_len)
                 .map_err(|e| io_error("size", &tmp, &e))?;
             let base = map(&file, header.total_len as usize, &tmp)?;
@@ -235,6 +237,20 @@ impl Region {
                 "the region is a {}, not a {}",
                 kind_name(header.kind),
                 kind_name(want.kind)
+            )));
+        }
+        if header.permits != want.permits {
+            let what = |permits: u32| {
+                if permits == 0 {
+                    "a lock, not a semaphore".to_owned()
+                } else {
+                    format!("a semaphore of {permits} permits per key")
+                }
+            };
+            return Err(incompatible(format!(
+                "the region is {} (asked for {})",
+                what(header.permits),
+                what(want.permits)
             )));
         }
         if let Some(c) = want.capacity
@@ -498,7 +514,24 @@ pub(crate) mod scratch {
             fifo: flags & FLAG_FIFO != 0,
             mode: 0o600,
             max_holds: 65_536,
+            permits: 0,
         }
+    }
+
+    /// A new semaphore region (a pool in strict FIFO order) of `capacity` entries and
+    /// `permits` units per key, its name removed at once (as [`region`]).
+    pub(crate) fn semaphore(capacity: u32, permits: u32) -> Region {
+        let name = name("semaphore");
+        let want = Want {
+            permits,
+            ..want(crate::shm::layout::KIND_POOL, capacity, FLAG_FIFO)
+        };
+        let region = Region::open(&name, &want).expect("create a region");
+        assert!(
+            super::unlink(&name).expect("unlink"),
+            "the region had a name"
+        );
+        region
     }
 
     /// Removes region name `.0` when dropped, so a failing test leaves no file behind.
@@ -629,7 +662,7 @@ mod tests {
         plant(&name, &[0; 100]);
         assert!(incompatible(open_once(&name, &want)).contains("not the size"));
 
-        let header = Header::new(KIND_POOL, 4, 0, want.max_holds, 1);
+        let header = Header::new(KIND_POOL, 4, 0, want.max_holds, 1, 0);
         // SAFETY: `Header` is plain integers without padding before its last field, so it
         // can be read as bytes.
         let bytes = unsafe {
@@ -673,6 +706,13 @@ mod tests {
                     ..scratch::want(KIND_POOL, 8, FLAG_FIFO)
                 },
                 "hold-count limit",
+            ),
+            (
+                Want {
+                    permits: 4,
+                    ..scratch::want(KIND_POOL, 8, FLAG_FIFO)
+                },
+                "a lock, not a semaphore (asked for a semaphore of 4 permits per key)",
             ),
         ];
         for (want, expected) in cases {

@@ -65,6 +65,7 @@ pub(crate) fn repair(t: &mut TableGuard<'_>, dead: u32, wakes: &mut TableWakes) 
         e.waiters.store(0, Ordering::Relaxed);
         e.holders.store(0, Ordering::Relaxed);
         e.shared.store(0, Ordering::Relaxed);
+        e.units.store(0, Ordering::Relaxed);
         if !r.is_pool() {
             continue;
         }
@@ -96,7 +97,10 @@ pub(crate) fn repair(t: &mut TableGuard<'_>, dead: u32, wakes: &mut TableWakes) 
         let n = r.node(i)?;
         let state = n.state.load(Ordering::Relaxed);
         let entry = n.entry.load(Ordering::Relaxed);
-        let valid = entry < h.capacity && n.proc.load(Ordering::Relaxed) < h.procs;
+        // A semaphore region's waiter or holder asks for or holds 1 to the permits.
+        let units = n.units.load(Ordering::Relaxed);
+        let units_ok = h.permits == 0 || (1..=h.permits).contains(&units);
+        let valid = entry < h.capacity && n.proc.load(Ordering::Relaxed) < h.procs && units_ok;
         match state {
             NODE_WAITING | NODE_NOTIFIED if valid => {
                 n.state.store(NODE_WAITING, Ordering::Relaxed);
@@ -109,6 +113,13 @@ pub(crate) fn repair(t: &mut TableGuard<'_>, dead: u32, wakes: &mut TableWakes) 
                 e.holders.store(i + 1, Ordering::Relaxed);
                 e.shared
                     .store(e.shared.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+                if h.permits != 0 {
+                    // (More than the permits in all is left for `units_held` to report.)
+                    e.units.store(
+                        e.units.load(Ordering::Relaxed).saturating_add(units),
+                        Ordering::Relaxed,
+                    );
+                }
             }
             NODE_GRANTED if valid => {}
             _ => {
@@ -228,6 +239,7 @@ mod tests {
             lease: 0,
             owner: 0,
             proc,
+            units: 0,
         }
     }
 
@@ -500,6 +512,78 @@ mod tests {
         assert_eq!(free_nodes(&r), r.header.nodes as usize);
         drop(t);
         waiter.detach();
+    }
+
+    fn units(proc: u32, units: u32) -> Req {
+        Req {
+            mode: Mode::Shared,
+            units,
+            ..exclusive(proc)
+        }
+    }
+
+    #[test]
+    fn a_semaphores_units_are_recounted_and_a_dead_holders_come_back() {
+        let r = Arc::new(scratch::semaphore(4, 3));
+        let doomed = Process::attach(&r, 0);
+        let live = Process::attach(&r, 1);
+        let waiting = Process::attach(&r, 2);
+        let entry = bind_locked(&r.lock_table().unwrap(), hash_key(0, b"s"), 0, b"s").unwrap();
+        let dead_hold = acquire(&r, entry, &units(0, 2));
+        let kept = acquire(&r, entry, &units(1, 1));
+        assert!(kept.fence > dead_hold.fence, "a fence per acquisition");
+        assert_eq!((dead_hold.units, kept.units), (2, 1));
+        // The key is full: 2 more units wait.
+        {
+            let t = r.lock_table().unwrap();
+            let attempt = acquire_locked(
+                &t,
+                entry,
+                &units(2, 2),
+                MAX_HOLDS,
+                &mut TableWakes::default(),
+            );
+            assert!(matches!(attempt, Ok(TableAttempt::Blocked)));
+        }
+        let (node, epoch) = wait(&r, entry, &units(2, 2));
+        // Slot 0 dies inside the table having miscounted the units and cut the holder list.
+        doomed.die_after(move |r| {
+            died_inside_the_table(r, 0, |r| {
+                let e = r.entry(entry).unwrap();
+                e.units.store(0, Ordering::Relaxed);
+                e.holders.store(0, Ordering::Relaxed);
+                e.shared.store(9, Ordering::Relaxed);
+            })
+        });
+        lock_and_repair(&r);
+
+        let t = r.lock_table().unwrap();
+        let e = r.entry(entry).unwrap();
+        // The dead holder's 2 units went back, so the waiter's 2 fit beside the live 1.
+        let grant = take_grant(&t, node, epoch)
+            .unwrap()
+            .expect("the waiter got the dead holder's units");
+        assert!(grant.died, "owner_died not reported");
+        assert!(grant.fence > kept.fence);
+        assert_eq!(grant.units, 2);
+        assert_eq!(e.units.load(Ordering::Relaxed), 3);
+        assert_eq!(e.shared.load(Ordering::Relaxed), 2);
+        assert_eq!(table::units_held(&t, entry).unwrap(), 3);
+        let mut wakes = TableWakes::default();
+        release_locked(&t, &grant, 2, None, &mut wakes).unwrap();
+        release_locked(&t, &kept, 1, None, &mut wakes).unwrap();
+        assert_eq!(e.units.load(Ordering::Relaxed), 0);
+        assert_eq!(free_nodes(&r), r.header.nodes as usize);
+        // A count that disagrees with the holders is a corrupt region, not a grant.
+        e.units.store(2, Ordering::Relaxed);
+        assert!(matches!(
+            acquire_locked(&t, entry, &units(1, 1), MAX_HOLDS, &mut wakes),
+            Err(crate::Error::Incompatible(_))
+        ));
+        e.units.store(0, Ordering::Relaxed);
+        drop(t);
+        live.detach();
+        waiting.detach();
     }
 
     #[test]

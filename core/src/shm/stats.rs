@@ -34,11 +34,17 @@ pub(crate) fn stats_locked(
         table::expire(t, i, wakes)?;
         let xproc = word::xproc(e.word.load(Ordering::Acquire));
         let shared = e.shared.load(Ordering::Relaxed) as usize;
+        // A semaphore counts the units held (as in one process), a lock its shared holders.
+        let shared_units = if r.header.permits != 0 {
+            table::units_held(t, i)? as usize
+        } else {
+            shared
+        };
         let (queued, queued_here) = walk(t, e.head.load(Ordering::Relaxed), me, "a wait queue")?;
         let (_, holding_here) = walk(t, e.holders.load(Ordering::Relaxed), me, "a holder list")?;
         let is_held = xproc != 0 || shared != 0;
         held += usize::from(is_held);
-        shared_holds += shared;
+        shared_holds += shared_units;
         waiting += queued;
         in_use += usize::from(is_held || queued != 0);
         held_here += usize::from(xproc == me + 1 || holding_here != 0);

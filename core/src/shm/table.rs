@@ -35,12 +35,14 @@ pub(crate) struct Req {
     pub(crate) owner: u64,
     /// The caller's process slot.
     pub(crate) proc: u32,
+    /// Semaphore: the units asked for (1 to the permits; the mode is then `Shared`). Lock: 0.
+    pub(crate) units: u32,
 }
 
 impl Req {
     /// Whether the fast path may take it: exclusive, no lease, no owner.
     pub(crate) fn is_plain(&self) -> bool {
-        self.mode == Mode::Exclusive && self.lease == 0 && self.owner == 0
+        self.mode == Mode::Exclusive && self.lease == 0 && self.owner == 0 && self.units == 0
     }
 }
 
@@ -55,6 +57,8 @@ pub(crate) struct TableGrant {
     /// Lease end, monotonic ns (0: none).
     pub(crate) lease_until: u64,
     pub(crate) died: bool,
+    /// Semaphore: the units held. Lock: 0.
+    pub(crate) units: u32,
 }
 
 /// The outcome of an acquire attempt under the mutex.
@@ -130,9 +134,13 @@ pub(crate) fn acquire_locked(
             ticket: 0,
             lease_until: e.lease.load(Ordering::Relaxed),
             died: false,
+            units: 0,
         }));
     }
     if word::xproc(w) != 0 {
+        if r.header.permits != 0 {
+            return Err(r.corrupt("an exclusive holder in a semaphore region"));
+        }
         return Ok(TableAttempt::Blocked);
     }
     if let Some(head) = e.head.load(Ordering::Relaxed).checked_sub(1) {
@@ -169,9 +177,21 @@ pub(crate) fn acquire_locked(
                 ticket: 0,
                 lease_until: until,
                 died,
+                units: 0,
             }))
         }
         Mode::Shared => {
+            if r.header.permits != 0 {
+                let held = units_held(t, entry)?;
+                if req.units == 0 || req.units > r.header.permits {
+                    return Err(Error::InvalidArgument(
+                        "a semaphore's weight is at least 1 and at most its permits",
+                    ));
+                }
+                if held + req.units > r.header.permits {
+                    return Ok(TableAttempt::Blocked);
+                }
+            }
             // Shut out the fast path first: the word does not count shared holders, so an
             // exclusive fast acquire could otherwise slip in between the check and the add.
             if update(e, |w| (word::xproc(w) == 0).then_some(w | word::SLOW)).is_none() {
@@ -188,7 +208,7 @@ pub(crate) fn acquire_locked(
             n.proc.store(req.proc, Ordering::Relaxed);
             n.flags.store(NODE_SHARED, Ordering::Relaxed);
             n.owner.store(req.owner, Ordering::Relaxed);
-            add_shared(t, entry, index, req.lease)?;
+            add_shared(t, entry, index, req.lease, req.units)?;
             let died = take_died(e);
             fix_slow(e);
             Ok(TableAttempt::Acquired(TableGrant {
@@ -198,6 +218,7 @@ pub(crate) fn acquire_locked(
                 ticket: ticket_of(t, index)?,
                 lease_until: n.lease.load(Ordering::Relaxed),
                 died,
+                units: req.units,
             }))
         }
     }
@@ -227,6 +248,7 @@ pub(crate) fn enqueue(
     n.flags.store(flags, Ordering::Relaxed);
     n.owner.store(req.owner, Ordering::Relaxed);
     n.lease.store(req.lease, Ordering::Relaxed);
+    n.units.store(req.units, Ordering::Relaxed);
     let rt = r.runtime();
     // Counters read from the region wrap or saturate: a corrupt one must not panic.
     let seq = rt.next_seq.load(Ordering::Relaxed).wrapping_add(1);
@@ -266,6 +288,9 @@ pub(crate) fn take_grant(t: &TableGuard<'_>, index: u32, epoch: u32) -> Result<O
     let entry = n.entry.load(Ordering::Relaxed);
     let e = r.entry(entry)?;
     match n.state.load(Ordering::Acquire) {
+        NODE_GRANTED if r.header.permits != 0 => {
+            Err(r.corrupt("an exclusive grant in a semaphore region"))
+        }
         NODE_GRANTED => {
             let grant = TableGrant {
                 entry,
@@ -274,6 +299,7 @@ pub(crate) fn take_grant(t: &TableGuard<'_>, index: u32, epoch: u32) -> Result<O
                 ticket: 0,
                 lease_until: e.lease.load(Ordering::Relaxed),
                 died: n.died.load(Ordering::Relaxed) != 0,
+                units: 0,
             };
             free_node(t, index)?;
             Ok(Some(grant))
@@ -285,6 +311,7 @@ pub(crate) fn take_grant(t: &TableGuard<'_>, index: u32, epoch: u32) -> Result<O
             ticket: ticket_of(t, index)?,
             lease_until: n.lease.load(Ordering::Relaxed),
             died: n.died.load(Ordering::Relaxed) != 0,
+            units: n.units.load(Ordering::Relaxed),
         })),
         _ => Ok(None),
     }
@@ -299,7 +326,8 @@ pub(crate) fn acquire_front(
 ) -> Result<Option<TableGrant>> {
     let r = t.region;
     let n = waiter(t, index, epoch)?;
-    if n.state.load(Ordering::Acquire) != NODE_NOTIFIED {
+    // A semaphore region hands off in strict FIFO order, so nobody is woken to try.
+    if n.state.load(Ordering::Acquire) != NODE_NOTIFIED || r.header.permits != 0 {
         return Ok(None);
     }
     let entry = n.entry.load(Ordering::Relaxed);
@@ -340,6 +368,7 @@ pub(crate) fn acquire_front(
         ticket: 0,
         lease_until: until,
         died,
+        units: 0,
     }))
 }
 
@@ -529,6 +558,10 @@ pub(crate) fn expire(t: &TableGuard<'_>, entry: u32, wakes: &mut TableWakes) -> 
         at = n.next.load(Ordering::Relaxed);
         let lease = n.lease.load(Ordering::Relaxed);
         if lease != 0 && now >= lease {
+            if r.header.permits != 0 {
+                // A semaphore holder's lease end moves the fence on, as an exclusive one's.
+                let _ = update(e, |w| Some(advanced(e, w)));
+            }
             drop_shared(t, entry, i)?;
             ended = true;
         }
@@ -568,11 +601,51 @@ pub(crate) fn earliest_lease(t: &TableGuard<'_>, entry: u32) -> Result<Option<u6
     Ok(earliest)
 }
 
+/// The units held of a semaphore `entry`, checked against its holder records: each holds 1 to
+/// the permits, they sum to the entry's count, and the sum is at most the permits. Anything
+/// else is a corrupt region (`Incompatible`), never a grant past the permits.
+pub(crate) fn units_held(t: &TableGuard<'_>, entry: u32) -> Result<u32> {
+    let r = t.region;
+    let e = r.entry(entry)?;
+    let permits = r.header.permits;
+    let mut sum = 0u32;
+    let mut at = e.holders.load(Ordering::Relaxed);
+    let mut steps = 0u32;
+    while let Some(i) = at.checked_sub(1) {
+        let n = r.node(i)?;
+        let units = n.units.load(Ordering::Relaxed);
+        if units == 0 || units > permits {
+            return Err(r.corrupt("a holder's units"));
+        }
+        sum = sum.saturating_add(units);
+        at = n.next.load(Ordering::Relaxed);
+        steps += 1;
+        if steps > r.header.nodes {
+            return Err(r.corrupt("a cycle in a holder list"));
+        }
+    }
+    let count = e.units.load(Ordering::Relaxed);
+    if sum > permits || sum != count {
+        return Err(Error::Incompatible(
+            format!(
+                "corrupt region {}: entry {entry} counts {count} units held, its holders {sum}, \
+                 of {permits} permits",
+                r.name
+            )
+            .into(),
+        ));
+    }
+    Ok(sum)
+}
+
 /// Grants `entry` to the waiters at the front of its queue that can have it now: one
 /// exclusive waiter, or a run of shared ones. Waiters of dead processes are reclaimed first.
 pub(crate) fn dispatch(t: &TableGuard<'_>, entry: u32, wakes: &mut TableWakes) -> Result<()> {
     let r = t.region;
     let e = r.entry(entry)?;
+    let permits = r.header.permits;
+    // Semaphore: the units held, checked against the holders once, then counted as granted.
+    let mut held: Option<u32> = None;
     let mut steps = 0u32;
     while let Some(index) = e.head.load(Ordering::Relaxed).checked_sub(1) {
         steps += 1;
@@ -582,17 +655,35 @@ pub(crate) fn dispatch(t: &TableGuard<'_>, entry: u32, wakes: &mut TableWakes) -
         let n = r.node(index)?;
         let proc = n.proc.load(Ordering::Relaxed);
         if !is_alive(t, proc, wakes)? {
-            // Reclaiming the dead process removed its waiters (this one included).
+            // Reclaiming the dead process removed its waiters (this one included), and its
+            // holds: count the units again.
             if e.head.load(Ordering::Relaxed) == index + 1 {
                 return Err(r.corrupt("a dead waiter left in its queue"));
             }
+            held = None;
             continue;
         }
         let w = e.word.load(Ordering::Acquire);
         if word::xproc(w) != 0 {
             break;
         }
-        let shared = n.flags.load(Ordering::Relaxed) & NODE_SHARED != 0;
+        // Semaphore: the head's units must fit, or it waits, and everyone behind it (strict
+        // FIFO: a heavy request at the head is never passed).
+        let units = n.units.load(Ordering::Relaxed);
+        if permits != 0 {
+            if units == 0 || units > permits {
+                return Err(r.corrupt("a waiter's units"));
+            }
+            let now = match held {
+                Some(h) => h,
+                None => units_held(t, entry)?,
+            };
+            if now + units > permits {
+                break;
+            }
+            held = Some(now + units);
+        }
+        let shared = permits != 0 || n.flags.load(Ordering::Relaxed) & NODE_SHARED != 0;
         if !shared && e.shared.load(Ordering::Relaxed) != 0 {
             break;
         }
@@ -619,7 +710,8 @@ pub(crate) fn dispatch(t: &TableGuard<'_>, entry: u32, wakes: &mut TableWakes) -
         let died = take_died(e);
         n.died.store(u32::from(died), Ordering::Relaxed);
         if shared {
-            add_shared(t, entry, index, n.lease.load(Ordering::Relaxed))?;
+            let units = if permits != 0 { units } else { 0 };
+            add_shared(t, entry, index, n.lease.load(Ordering::Relaxed), units)?;
         } else {
             e.granting.store(index + 1, Ordering::Relaxed);
             let (_, new) = update(e, |w| {
@@ -703,6 +795,7 @@ pub(crate) fn steal_locked(t: &TableGuard<'_>, entry: u32, req: &Req) -> Result<
         ticket: 0,
         lease_until: until,
         died,
+        units: 0,
     })
 }
 
@@ -788,15 +881,20 @@ pub(crate) fn info_locked(
     if shared == 0 {
         return Ok(None);
     }
+    let semaphore = r.header.permits != 0;
     Ok(Some(LockInfo {
         fence,
         mode: Mode::Shared,
         holders: shared,
-        holds: 0,
+        holds: u32::from(semaphore),
         owner: None,
         lease_remaining: remaining(earliest_lease(t, entry)?),
         waiters,
-        units: shared,
+        units: if semaphore {
+            units_held(t, entry)?
+        } else {
+            shared
+        },
     }))
 }
 
@@ -834,7 +932,15 @@ pub(crate) fn reclaim_node(t: &TableGuard<'_>, index: u32) -> Result<Option<u32>
             }
             free_node(t, index)?;
         }
-        NODE_HELD => drop_shared(t, entry, index)?,
+        NODE_HELD => {
+            if r.header.permits != 0 {
+                // A semaphore holder died holding units: they go back, the fence moves on,
+                // and the next holder is told (`owner_died`), as after an exclusive holder.
+                let _ = update(e, |w| Some(advanced(e, w)));
+                e.died.store(1, Ordering::Relaxed);
+            }
+            drop_shared(t, entry, index)?
+        }
         // An exclusive grant: the hold itself is in the lock word (reclaimed as a hold).
         _ => free_node(t, index)?,
     }
