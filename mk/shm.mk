@@ -18,7 +18,7 @@ SHM_CARGO_TEST := $(CARGO) test --locked -p keylock-core $(CORE_TEST_FEATURES)
 
 test-shm:
 	$(SHM_CARGO_TEST) --lib shm::
-	$(SHM_CARGO_TEST) --test shm --test shm_procs --test shm_hostile --test scope
+	$(SHM_CARGO_TEST) --test shm --test shm_procs --test shm_hostile --test shm_semaphore --test scope
 	$(SHM_CARGO_TEST) --doc shm
 
 FUZZ_SHM_TRIALS ?= 5000

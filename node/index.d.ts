@@ -416,9 +416,9 @@ export class Semaphore {
   constructor(permits: number);
   /**
    * The semaphore that the lock name `name` names: `'local:'` (or `''`) for a new in-process
-   * one, `'redis://...'` for one shared by every process that opens the same prefix with the
-   * same permits. The shared-memory scope has no semaphores yet (a `TypeError` with code
-   * `KEYLOCK_INVALID_ARGUMENT`).
+   * one, `'shm:NAME'` for one shared by the processes of this machine, `'redis://...'` for one
+   * shared by every process that opens the same prefix. Every open of a shared one must give the
+   * same permits (`KEYLOCK_INCOMPATIBLE` otherwise).
    */
   static open(name: string, options: SemaphoreOptions): Semaphore;
   /** The name it was opened with, a URL's password replaced by `***`. */

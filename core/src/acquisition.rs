@@ -196,7 +196,8 @@ impl LockOptions {
         self
     }
 
-    /// `InvalidArgument` unless the weight is 1: for the scopes that have no semaphores yet.
+    /// `InvalidArgument` unless the weight is 1: a lock scope's check (a semaphore scope takes
+    /// any weight its permits allow).
     #[cfg_attr(not(any(feature = "shm", feature = "redis")), allow(dead_code))]
     pub(crate) fn check_lock_weight(&self) -> crate::Result<()> {
         if self.weight == 1 {

@@ -85,9 +85,9 @@ class Semaphore {
 
   /**
    * The semaphore that the lock name `name` names, with `permits` units per key: 'local:' (or
-   * '') for a new in-process one, 'redis://...' for one shared by every process that opens the
-   * same prefix with the same permits. The shared-memory scope has no semaphores yet
-   * (KEYLOCK_INVALID_ARGUMENT).
+   * '') for a new in-process one, 'shm:NAME' for one shared by the processes of this machine,
+   * 'redis://...' for one shared by every process that opens the same prefix. Every open of a
+   * shared one must give the same permits (KEYLOCK_INCOMPATIBLE otherwise).
    */
   static open(name, opts) {
     checkScope(name);

@@ -6,7 +6,7 @@
 const test = require('node:test');
 const assert = require('node:assert/strict');
 const { setImmediate: tick } = require('node:timers/promises');
-const { KeyPool, StripedLock, Semaphore, Permit, Guard, KeylockError } = require('..');
+const { KeyPool, StripedLock, Semaphore, Permit, Guard, KeylockError, unlink } = require('..');
 const native = require('../binding.js').load();
 
 const T = { timeout: 60_000 };
@@ -270,10 +270,18 @@ test('bad permits and bad weights are refused, and hold nothing', T, async () =>
     () => Semaphore.open('local:', { permits: 2, fifo: true }),
     (e) => e.code === 'KEYLOCK_INVALID_ARGUMENT',
   );
-  assert.throws(
-    () => Semaphore.open('shm:keylock-node-sem-test', { permits: 2 }),
-    (e) => e.code === 'KEYLOCK_INVALID_ARGUMENT',
-  );
+  // A shared-memory semaphore: its permits are the region's, and another open must agree.
+  const shmName = `shm:keylock-node-sem-${process.pid}`;
+  try {
+    const shm = Semaphore.open(shmName, { permits: 2 });
+    assert.equal(shm.permits, 2);
+    assert.throws(
+      () => Semaphore.open(shmName, { permits: 3 }),
+      (e) => e.code === 'KEYLOCK_INCOMPATIBLE',
+    );
+  } finally {
+    unlink(shmName);
+  }
   const opened = Semaphore.open('local:', { permits: 2 });
   assert.equal(opened.permits, 2);
   assert.equal(opened.name, 'local:');

@@ -62,9 +62,9 @@ impl Semaphore {
     }
 
     /// Open the semaphore that `name` names with `permits` units per key: "local:" (in this
-    /// process, the same as Semaphore(permits)) or "redis://..." (shared by every process that
-    /// opens the same prefix, all with the same permits); the shared-memory scope has no
-    /// semaphores yet (ValueError).
+    /// process, the same as Semaphore(permits)), "shm:NAME" (shared by the processes of this
+    /// machine) or "redis://..." (shared by every process that opens the same prefix); every
+    /// open of a shared one must give the same permits (IncompatibleError otherwise).
     #[classmethod]
     #[pyo3(name = "open", signature = (name, permits))]
     fn open_named(cls: &Bound<'_, PyType>, name: &str, permits: i64) -> PyResult<Py<Self>> {

@@ -384,8 +384,16 @@ def test_permits_and_scopes() -> None:
     assert keylock.Semaphore(keylock.Semaphore.MAX_PERMITS).permits == keylock.Semaphore.MAX_PERMITS
     sem = keylock.Semaphore.open("local:", permits=5)
     assert sem.permits == 5 and sem.name == "local:"
-    with pytest.raises(ValueError):
-        keylock.Semaphore.open(f"shm:keylock-py-sem-{os.getpid()}", 2)
+    # A shared-memory semaphore: its permits are the region's, and another open must agree.
+    name = f"shm:keylock-py-sem-{os.getpid()}"
+    try:
+        shm = keylock.Semaphore.open(name, 2)
+        with shm.acquire("k", 2):
+            assert shm.info("k").units == 2
+        with pytest.raises(keylock.IncompatibleError):
+            keylock.Semaphore.open(name, 3)
+    finally:
+        keylock.unlink(name)
     # Redis has semaphores: an unreachable server is the error, and the password never shows.
     with pytest.raises(keylock.UnavailableError) as refused:
         keylock.Semaphore.open("redis://:hunter2@127.0.0.1:1/0?connect_timeout=200ms", 2)

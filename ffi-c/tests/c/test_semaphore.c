@@ -142,8 +142,18 @@ static void test_open(void) {
     CHECK(s == NULL);
     CHECK_RESULT(keylock_semaphore_open("local:", KEYLOCK_MAX_PERMITS + 1, NULL, &s),
                  KEYLOCK_INVALID_ARGUMENT);
-    CHECK_RESULT(keylock_semaphore_open("shm:keylock-c-sem-test", 2, NULL, &s),
-                 KEYLOCK_INVALID_ARGUMENT);
+    /* A shared-memory semaphore: its permits are the region's, and another open must agree. */
+    {
+        char name[64];
+        keylock_semaphore *shm = NULL, *other = NULL;
+        snprintf(name, sizeof name, "shm:keylock-c-sem-%ld", (long)getpid());
+        OK(keylock_semaphore_open(name, 2, NULL, &shm));
+        CHECK(shm != NULL && keylock_semaphore_permits(shm) == 2);
+        CHECK_RESULT(keylock_semaphore_open(name, 3, NULL, &other), KEYLOCK_INCOMPATIBLE);
+        CHECK(other == NULL);
+        keylock_semaphore_free(shm);
+        OK(keylock_unlink(name, NULL));
+    }
     /* Redis has semaphores: an unreachable server is the error. */
     CHECK_RESULT(keylock_semaphore_open("redis://127.0.0.1:1/0?connect_timeout=200ms", 2, NULL, &s),
                  KEYLOCK_UNAVAILABLE);
