@@ -447,18 +447,6 @@ where
     }
 
     fn stats(&self) -> Result<ScopeStats> {
-        let s = self.pool.stats();
-        Ok(ScopeStats {
-            held: Some(s.held),
-            waiting: Some(s.queued),
-            shared_holds: Some(s.shared_holds),
-            held_here: s.held,
-            waiting_here: s.queued,
-            capacity: None,
-            entries_in_use: Some(s.entries_in_use),
-            entries_allocated: Some(s.entries_allocated),
-            peak_in_use: Some(s.peak_in_use),
-            contended: Some(s.contended),
-        })
+        Ok(self.pool.stats().scope())
     }
 }

@@ -81,6 +81,24 @@ pub struct PoolStats {
     pub contended: u64,
 }
 
+impl PoolStats {
+    /// The counters as a scope's: everything is known, and all of it is this process's.
+    pub(crate) fn scope(self) -> crate::stats::ScopeStats {
+        crate::stats::ScopeStats {
+            held: Some(self.held),
+            waiting: Some(self.queued),
+            shared_holds: Some(self.shared_holds),
+            held_here: self.held,
+            waiting_here: self.queued,
+            capacity: None,
+            entries_in_use: Some(self.entries_in_use),
+            entries_allocated: Some(self.entries_allocated),
+            peak_in_use: Some(self.peak_in_use),
+            contended: Some(self.contended),
+        }
+    }
+}
+
 /// Options for a [`KeyPool`], from [`KeyPool::builder`].
 ///
 /// ```
