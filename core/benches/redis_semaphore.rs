@@ -37,7 +37,7 @@ const KEYLOCK: &str = "keylock Redis semaphore";
 const PEER: &str = "redis-semaphore";
 
 /// What the report says about these workloads.
-const DESCRIPTION: &str = "Workloads, all with permits 2 and weight 1. *Uncontended*: one thread, acquire+release of one unit of one key, 7 runs of 500 interleaved with the floor (two PINGs on a plain connection); the peer's runs follow keylock's. *Round trips*: the commands clients sent (a MONITOR feed, less the commands scripts run inside the server), per operation, over 1,000 uncontended acquires of distinct keys and then their releases; the scripts Redis ran (INFO commandstats, EVAL+EVALSHA calls) are counted beside; the peer's are per acquire+release over its uncontended runs (its connection's few setup commands included). *4 processes on 4 keys* and *4 processes on 1 key*: each process (one thread, one connection) takes one unit of a random key, holds it 1 ms (a sleep), releases it, for 3 s (3 rounds); each acquisition is logged as key, request, inside, release (one wall clock for all processes). Hand-off: per key, the acquisitions in the order they got in each take the unit that came free first (free from its last holder's release); one whose unit came free only after it asked (every unit held by the logs, so it waited) was handed it, and its hand-off is from that release to its getting in (with one permit, redis.rs's rule). Wait: from request to inside, for every acquisition. On 1 key keylock queues strictly FIFO, so nearly every acquisition is a hand-off; redis-semaphore lets a releaser take a unit again at once while the others poll, so few of its acquisitions count as hand-offs and its waits show what polling costs. Peer: redis-semaphore 5.8.0's Semaphore on ioredis 5.4.1, one Semaphore(client, key, 2) per acquisition, default options: lockTimeout 10 s, acquireTimeout 10 s, retryInterval 10 ms (an acquire that finds no room tries again every 10 ms: polling). keylock's waiters wait on BLPOP of their own list and are woken by the release's push. The machine is shared and was loaded (uptime above): read ratios in one run, not absolute figures.";
+const DESCRIPTION: &str = "Workloads, all with permits 2 and weight 1. *Uncontended*: one thread, acquire+release of one unit of one key, 7 runs of 500 interleaved with the floor (two PINGs on a plain connection); the peer's runs follow keylock's. *Round trips*: the commands clients sent (a MONITOR feed, less the commands scripts run inside the server), per operation, over 1,000 uncontended acquires of distinct keys and then their releases; the scripts Redis ran (INFO commandstats, EVAL+EVALSHA calls) are counted beside; the peer's are per acquire+release over its uncontended runs (its connection's few setup commands included). *4 processes on 4 keys* and *4 processes on 1 key*: each process (one thread, one connection) takes one unit of a random key, holds it 1 ms (a sleep), releases it, for 3 s (3 rounds); each acquisition is logged as key, request, inside, release (one wall clock for all processes). Hand-off: per key, the acquisitions in the order they got in each take the unit that came free first (free from its last holder's release); one whose unit came free only after it asked (every unit held by the logs, so it waited) was handed it, and its hand-off is from that release to its getting in (with one permit, redis.rs's rule). Wait: from request to inside, for every acquisition. Commands per acquire+release under contention: a MONITOR feed over one more 1 s round of each (not timed), the workers' connection setup included. On 1 key keylock queues strictly FIFO, so nearly every acquisition is a hand-off; redis-semaphore lets a releaser take a unit again at once while the others poll, so few of its acquisitions count as hand-offs and its waits show what polling costs. Peer: redis-semaphore 5.8.0's Semaphore on ioredis 5.4.1, one Semaphore(client, key, 2) per acquisition, default options: lockTimeout 10 s, acquireTimeout 10 s, retryInterval 10 ms (an acquire that finds no room tries again every 10 ms: polling). keylock's waiters wait on BLPOP of their own list and are woken by the release's push. The machine is shared and was loaded (uptime above): read ratios in one run, not absolute figures.";
 
 fn now_ns() -> u64 {
     SystemTime::now()
@@ -361,8 +361,9 @@ fn main() {
     let mut peer_trips = None;
     if has_peer {
         let monitor = Monitor::start(server.port);
-        let before = monitor.settled();
+        // INFO is a client command too: asked before the feed settles, it falls outside.
         let scripts_before = scripts_run(&mut con);
+        let before = monitor.settled();
         let out = peer(server.port, &mut Vec::new())
             .unwrap()
             .args(["uncontended", &runs.to_string(), &ops.to_string()])
@@ -394,8 +395,10 @@ fn main() {
     let n = 1000;
     let held_keys: Vec<String> = (0..n).map(|i| format!("rt-{i}")).collect();
     let monitor = Monitor::start(server.port);
-    let s0 = monitor.settled();
+    // Each INFO is a client command on the feed: the first falls before `s0`, and the one
+    // after the acquires is taken out of the releases' count.
     let e0 = scripts_run(&mut con);
+    let s0 = monitor.settled();
     let held: Vec<_> = held_keys
         .iter()
         .map(|k| sem.acquire(LockKey::new(k.as_bytes()), &one).unwrap())
@@ -409,7 +412,7 @@ fn main() {
     let e2 = scripts_run(&mut con);
     drop(monitor);
     let per = |a: u64, b: u64| (b - a) as f64 / n as f64;
-    let (acq_trips, rel_trips) = (per(s0, s1), per(s1, s2));
+    let (acq_trips, rel_trips) = (per(s0, s1), per(s1 + 1, s2));
     report.row(
         g,
         "keylock acquire (MONITOR)",
@@ -469,9 +472,10 @@ fn main() {
     let dir = std::env::temp_dir().join(format!("keylock-redis-sem-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let exe = std::env::current_exe().unwrap();
-    // impl, ops/s, hand-offs, hand-off p50, p99, wait p50, p99
+    // impl, ops/s, hand-offs, hand-off p50, p99, wait p50, p99, commands per acquisition
     type Figures = (
         String,
+        Vec<f64>,
         Vec<f64>,
         Vec<f64>,
         Vec<f64>,
@@ -483,59 +487,76 @@ fn main() {
     if has_peer {
         impls.push(PEER);
     }
+    // One contended round of `imp` on `keys` keys: every worker's log.
+    let run_round = |imp: &str, keys: usize, tag: &str, duration_ms: u64| -> Vec<Rec> {
+        let files: Vec<PathBuf> = (0..PROCESSES)
+            .map(|p| dir.join(format!("{tag}-{p}")))
+            .collect();
+        let go = dir.join(format!("{tag}-go"));
+        let kids: Vec<_> = files
+            .iter()
+            .map(|f| {
+                if imp == KEYLOCK {
+                    Command::new(&exe)
+                        .env("KEYLOCK_BENCH_CHILD", "1")
+                        .env("KEYLOCK_REDIS_URL", &url)
+                        .env("KEYLOCK_DURATION_MS", duration_ms.to_string())
+                        .env("KEYLOCK_GO", &go)
+                        .env("KEYLOCK_OUT", f)
+                        .env("KEYLOCK_KEYS", keys.to_string())
+                        .spawn()
+                        .unwrap()
+                } else {
+                    peer(server.port, &mut Vec::new())
+                        .unwrap()
+                        .args(["contend".to_owned(), keys.to_string()])
+                        .arg(duration_ms.to_string())
+                        .arg(&go)
+                        .arg(f)
+                        .arg(HOLD_MS.to_string())
+                        .spawn()
+                        .unwrap()
+                }
+            })
+            .collect();
+        // Every worker connected and ready, then one start time for all.
+        let ready = |f: &PathBuf| PathBuf::from(format!("{}.ready", f.display())).exists();
+        while !files.iter().all(ready) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        std::fs::write(&go, (now_ns() + 100_000_000).to_string()).unwrap();
+        for mut k in kids {
+            assert!(k.wait().unwrap().success(), "{imp} worker failed");
+        }
+        files.iter().flat_map(|f| read_recs(f)).collect()
+    };
     let mut tables = Vec::new();
     for keys in KEYS {
         let g = format!(
             "redis semaphore {PROCESSES} processes on {keys} key{}, permits {PERMITS}",
             if keys == 1 { "" } else { "s" }
         );
-        let mut results: Vec<Figures> = Vec::new();
-        for &imp in &impls {
-            let (mut rate, mut count, mut p50, mut p99) =
-                (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-            let (mut w50, mut w99) = (Vec::new(), Vec::new());
-            for round in 0..rounds {
-                let tag = format!("{}-{keys}", imp.replace(' ', "_"));
-                let files: Vec<PathBuf> = (0..PROCESSES)
-                    .map(|p| dir.join(format!("{tag}-{round}-{p}")))
-                    .collect();
-                let go = dir.join(format!("{tag}-{round}-go"));
-                let kids: Vec<_> = files
-                    .iter()
-                    .map(|f| {
-                        if imp == KEYLOCK {
-                            Command::new(&exe)
-                                .env("KEYLOCK_BENCH_CHILD", "1")
-                                .env("KEYLOCK_REDIS_URL", &url)
-                                .env("KEYLOCK_DURATION_MS", duration_ms.to_string())
-                                .env("KEYLOCK_GO", &go)
-                                .env("KEYLOCK_OUT", f)
-                                .env("KEYLOCK_KEYS", keys.to_string())
-                                .spawn()
-                                .unwrap()
-                        } else {
-                            peer(server.port, &mut Vec::new())
-                                .unwrap()
-                                .args(["contend".to_owned(), keys.to_string()])
-                                .arg(duration_ms.to_string())
-                                .arg(&go)
-                                .arg(f)
-                                .arg(HOLD_MS.to_string())
-                                .spawn()
-                                .unwrap()
-                        }
-                    })
-                    .collect();
-                // Every worker connected and ready, then one start time for all.
-                let ready = |f: &PathBuf| PathBuf::from(format!("{}.ready", f.display())).exists();
-                while !files.iter().all(ready) {
-                    std::thread::sleep(Duration::from_millis(5));
-                }
-                std::fs::write(&go, (now_ns() + 100_000_000).to_string()).unwrap();
-                for mut k in kids {
-                    assert!(k.wait().unwrap().success(), "{imp} worker failed");
-                }
-                let recs: Vec<Rec> = files.iter().flat_map(|f| read_recs(f)).collect();
+        let mut results: Vec<Figures> = impls
+            .iter()
+            .map(|imp| {
+                (
+                    imp.to_string(),
+                    vec![],
+                    vec![],
+                    vec![],
+                    vec![],
+                    vec![],
+                    vec![],
+                    vec![],
+                )
+            })
+            .collect();
+        // The implementations take turns, round by round (the machine's load drifts).
+        for round in 0..rounds {
+            for (&imp, res) in impls.iter().zip(results.iter_mut()) {
+                let (_, rate, count, p50, p99, w50, w99, _) = res;
+                let tag = format!("{}-{keys}-{round}", imp.replace(' ', "_"));
+                let recs = run_round(imp, keys, &tag, duration_ms);
                 rate.push(recs.len() as f64 / (duration_ms as f64 / 1e3));
                 let h = handoffs(&recs, PERMITS as usize);
                 count.push(h.len() as f64);
@@ -556,13 +577,22 @@ fn main() {
                     percentile(&h, 0.99)
                 );
             }
-            results.push((imp.to_owned(), rate, count, p50, p99, w50, w99));
+        }
+        // The commands clients send per acquisition under contention (waits, wake-ups and
+        // polls included), in a round of its own: a MONITOR feed slows the server down.
+        for (&imp, res) in impls.iter().zip(results.iter_mut()) {
+            let monitor = Monitor::start(server.port);
+            let before = monitor.settled();
+            let tag = format!("{}-{keys}-monitor", imp.replace(' ', "_"));
+            let recs = run_round(imp, keys, &tag, 1000);
+            let after = monitor.settled();
+            res.7.push((after - before) as f64 / recs.len() as f64);
         }
         let peer_p99 = results
             .iter()
             .find(|r| r.0 == PEER)
             .map(|r| median(&mut r.4.clone()));
-        for (imp, rate, count, p50, p99, w50, w99) in &results {
+        for (imp, rate, count, p50, p99, w50, w99, commands) in &results {
             report.row(&format!("{g}: throughput"), imp, "ops/s", rate, None, None);
             report.row(&format!("{g}: hand-offs"), imp, "count", count, None, None);
             report.row(&format!("{g}: hand-off p50"), imp, "us", p50, None, None);
@@ -577,6 +607,14 @@ fn main() {
             report.row(&format!("{g}: hand-off p99"), imp, "us", p99, base, target);
             report.row(&format!("{g}: wait p50"), imp, "us", w50, None, None);
             report.row(&format!("{g}: wait p99"), imp, "us", w99, None, None);
+            report.row(
+                &format!("{g}: commands per acquire+release (MONITOR, a 1 s round of its own)"),
+                imp,
+                "commands/op",
+                commands,
+                None,
+                None,
+            );
         }
         tables.push((g, results, peer_p99));
     }
@@ -600,7 +638,7 @@ fn main() {
     };
     for (g, results, peer_p99) in &tables {
         println!("{g}");
-        for (imp, rate, _, p50, p99, _, w99) in results {
+        for (imp, rate, _, p50, p99, _, w99, _) in results {
             println!(
                 "{:<26} {:>12.1} {:>10.0} {:>9.0} us {:>9.0} us {:>9.0} us",
                 imp,
