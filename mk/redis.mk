@@ -7,11 +7,15 @@
 #   make bench-redis   core/benches/redis.rs into bench/results/redis.json; the peers run from
 #                      .venv (redis-py's Lock, python-redis-lock) and bench/redis-peers-node
 #                      (node-redlock, installed with npm ci)
+#   make bench-redis-semaphore
+#                      core/benches/redis_semaphore.rs into bench/results/redis-semaphore.json:
+#                      the keyed semaphore against the npm package redis-semaphore (from
+#                      bench/redis-peers-node, installed with npm ci)
 
-.PHONY: redis-server test-redis lint-redis bench-redis
+.PHONY: redis-server test-redis lint-redis bench-redis bench-redis-semaphore
 
 LINT_TARGETS += lint-redis
-BENCH_TARGETS += bench-redis
+BENCH_TARGETS += bench-redis bench-redis-semaphore
 
 REDIS_CARGO_FLAGS := --locked -p keylock-core --features redis
 
@@ -28,7 +32,7 @@ test-redis: redis-server
 	$(CARGO) test --locked -p keylock-core $(CORE_TEST_FEATURES) --test redis
 
 lint-redis:
-	$(CARGO) clippy $(REDIS_CARGO_FLAGS) --lib --test redis --bench redis -- -D warnings
+	$(CARGO) clippy $(REDIS_CARGO_FLAGS) --lib --test redis --bench redis --bench redis_semaphore -- -D warnings
 
 REDIS_NODE_PEERS := $(ROOT)/bench/redis-peers-node
 $(REDIS_NODE_PEERS)/node_modules/.stamp: $(REDIS_NODE_PEERS)/package-lock.json
@@ -38,3 +42,7 @@ $(REDIS_NODE_PEERS)/node_modules/.stamp: $(REDIS_NODE_PEERS)/package-lock.json
 bench-redis: redis-server $(VENV)/.stamp $(REDIS_NODE_PEERS)/node_modules/.stamp
 	KEYLOCK_BENCH_DIR=$(ROOT)/bench/results KEYLOCK_BENCH_PY=$(PY) \
 		$(CARGO) bench $(REDIS_CARGO_FLAGS) --bench redis
+
+bench-redis-semaphore: redis-server $(REDIS_NODE_PEERS)/node_modules/.stamp
+	KEYLOCK_BENCH_DIR=$(ROOT)/bench/results \
+		$(CARGO) bench $(REDIS_CARGO_FLAGS) --bench redis_semaphore
