@@ -8,8 +8,12 @@
 #   make bench-report  only regenerate BENCHMARKS.md and the plots from the JSON
 #   make bench-before-after-bindings  C, Python and Node uncontended lock+release, built from
 #                      an earlier revision and from a tree, side by side (not part of make bench)
+#   make bench-semaphore  the keyed semaphore against its peers in Rust (a map of tokio
+#                      Semaphores, callgrind instructions beside the times), Python (a defaultdict
+#                      of BoundedSemaphores) and Node (a Map of async-mutex Semaphores)
 
-.PHONY: bench-core bench-uncontended bench-report bench-quick bench-before-after-bindings
+.PHONY: bench-core bench-uncontended bench-report bench-quick bench-before-after-bindings \
+	bench-semaphore
 
 BENCH_RESULTS := $(ROOT)/bench/results
 # Thread counts for the scaling runs; a bigger machine can pass more: make bench BENCH_THREADS="1 2 4 8 16 32 64"
@@ -18,7 +22,12 @@ BENCH_CARGO := $(CARGO) bench --locked -p keylock-core
 
 # bench-core writes the same figures bench-rust would, plus the JSON; running both would
 # measure everything twice, so make bench runs only this one.
-BENCH_TARGETS := $(filter-out bench-rust,$(BENCH_TARGETS)) bench-core bench-report
+BENCH_TARGETS := $(filter-out bench-rust,$(BENCH_TARGETS)) bench-core bench-semaphore bench-report
+
+bench-semaphore: build-py build-node
+	python3 bench/semaphore.py --out $(BENCH_RESULTS)/rust-semaphore.json
+	$(PY) py/bench/bench_semaphore.py --out $(BENCH_RESULTS)/python-semaphore.json
+	cd $(NODE_DIR) && node bench/semaphore.js --out $(BENCH_RESULTS)/node-semaphore.json
 
 bench-core: bench-uncontended
 	KEYLOCK_BENCH_DIR=$(BENCH_RESULTS) $(BENCH_CARGO) --bench throughput -- $(BENCH_THREADS)

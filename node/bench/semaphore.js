@@ -72,16 +72,41 @@ const median = (v) => [...v].sort((a, b) => a - b)[Math.floor(v.length / 2)];
       runs[n].push(await run(contenders[n]()));
     }
   }
+  const group = 'semaphore withPermit, 1,000 keys, 100 tasks, 3 permits, weight 1';
+  const row = (n, base, target) => {
+    const v = runs[n];
+    const med = median(v);
+    const ratio = base ? med / median(runs[base]) : null;
+    return {
+      name: `${group}: ${n}`,
+      group,
+      impl: n,
+      unit: 'ops/s',
+      median: med,
+      min: Math.min(...v),
+      max: Math.max(...v),
+      runs: v,
+      baseline: base ? `${group}: ${base}` : null,
+      ratio,
+      target: target ?? null,
+      met: target ? ratio >= 2 : null,
+    };
+  };
   const result = {
-    what: 'withPermit, 1,000 keys, 100 tasks, 3 permits, weight 1 (ops/s)',
-    figures: Object.fromEntries(
-      names.map((n) => [n, { median: median(runs[n]), min: Math.min(...runs[n]), max: Math.max(...runs[n]), runs: runs[n] }]),
-    ),
-    ratio: median(runs[names[0]]) / median(runs[names[1]]),
-    loadavg_before: loadBefore,
-    loadavg_after: os.loadavg(),
+    suite: 'Node.js: keyed semaphore (node/bench/semaphore.js)',
+    machine: {
+      cpu: os.cpus()[0]?.model ?? 'unknown',
+      cores: os.cpus().length,
+      os: `${os.type()} ${os.release()}`,
+      node: process.version,
+    },
+    date: new Date().toISOString().slice(0, 10),
+    description: `${ROUNDS} rounds, contenders in rotating order; ratios are ops/s over the baseline's. Load average ${loadBefore[0].toFixed(2)} before, ${os.loadavg()[0].toFixed(2)} after.`,
+    results: [
+      row(names[1]),
+      row(names[0], names[1], "at least 2x a Map of async-mutex Semaphores' operations per second"),
+    ],
   };
   if (out) fs.writeFileSync(out, JSON.stringify(result, null, 2));
-  for (const n of names) console.log(`${n}: ${Math.round(result.figures[n].median)} ops/s`);
-  console.log(`ratio: ${result.ratio.toFixed(2)}x`);
+  for (const r of result.results) console.log(`${r.impl}: ${Math.round(r.median)} ops/s, ratio ${r.ratio}`);
 })();
