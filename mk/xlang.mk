@@ -4,7 +4,8 @@
 #   make test-xlang    exact counts in exclusive and shared mode with holders inside counted,
 #                      fences rising per key across processes, 100 kill -9s of holders (C,
 #                      Python, Node in turn) with the recovery time measured, killed waiters
-#                      leaving no reservation, and the same counts and a kill -9 loop on Redis
+#                      leaving no reservation, and the same counts and a kill -9 loop on Redis,
+#                      and a Redis semaphore's weighted units (never over its permits)
 #
 # The children use the default builds (whose cargo features include shm and redis): the venv's
 # keylock package, node/keylock_node.node, and libkeylock from the release target directory. The

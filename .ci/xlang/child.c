@@ -4,8 +4,8 @@
  * keylock_pool_open, prints "ready c PID", then runs one command per line of stdin and answers
  * on stdout. The protocol and the store are described in .ci/xlang/README.md.
  *
- * Only this file's `count` may use threads (THREADS > 1): several threads of one process on one
- * lock object, which is the core's Rust code running on as many threads.
+ * Only this file's `count` and `units` may use threads (THREADS > 1): several threads of one
+ * process on one lock object, which is the core's Rust code running on as many threads.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -30,6 +30,7 @@
 #define MAX_HELD 256
 
 static keylock_pool *pool;
+static keylock_semaphore *sem; /* opened by the first `units` */
 static const char *dir;     /* KEYLOCK_XLANG_DIR: logs, and the counter files of the file store */
 static int redis_port;      /* KEYLOCK_XLANG_STORE=redis:PORT, else 0: the file store */
 static int broken;          /* KEYLOCK_XLANG_BREAK=1: skip the lock (self-check only) */
@@ -210,12 +211,17 @@ typedef struct {
     size_t log_len, log_cap;
 } counter;
 
-static void log_line(counter *c, char kind, int k, uint64_t t0, uint64_t t1, uint64_t fence) {
+/* Room for one more log line. */
+static void log_reserve(counter *c) {
     if (c->log_cap - c->log_len < 96) {
         c->log_cap = c->log_cap * 2 + 4096;
         c->log = realloc(c->log, c->log_cap);
         if (!c->log) fail("out of memory");
     }
+}
+
+static void log_line(counter *c, char kind, int k, uint64_t t0, uint64_t t1, uint64_t fence) {
+    log_reserve(c);
     c->log_len += (size_t)snprintf(c->log + c->log_len, c->log_cap - c->log_len,
                                    "%c k%d %lu %lu %lu\n", kind, k, (unsigned long)t0,
                                    (unsigned long)t1, (unsigned long)fence);
@@ -269,6 +275,80 @@ static void cmd_count(const char *mode, int iters, int keys, int id, long hold_u
     for (int t = 0; t < threads; t++) {
         cs[t] = (counter){strcmp(mode, "exclusive") == 0, iters, keys, id + t, hold_us, NULL, 0, 0};
         if (pthread_create(&ts[t], NULL, count_run, &cs[t]) != 0) fail("pthread_create");
+    }
+    char path[512];
+    snprintf(path, sizeof path, "%s/log.%d", dir, id);
+    FILE *f = fopen(path, "w");
+    if (!f) fail("open %s: %s", path, strerror(errno));
+    for (int t = 0; t < threads; t++) {
+        pthread_join(ts[t], NULL);
+        if (cs[t].log_len) fwrite(cs[t].log, 1, cs[t].log_len, f);
+        free(cs[t].log);
+    }
+    fclose(f);
+    say("counted %d", iters * threads);
+}
+
+/* ---- units ----------------------------------------------------------------------------------- */
+
+/* Iteration i of a counter with `offset` takes 1 + (i + offset) % 3 units of key
+ * (i + offset) % keys from the semaphore, holds them hold_us, and logs "u KEY T0 T1 FENCE WEIGHT".
+ * The fences of one thread's acquisitions of a key must rise (granted one after the other). */
+static void *units_run(void *arg) {
+    counter *c = arg;
+    uint64_t last[MAX_KEYS] = {0};
+    for (int i = 0; i < c->iters; i++) {
+        int k = (i + c->offset) % c->keys;
+        uint32_t weight = 1 + (uint32_t)((i + c->offset) % 3);
+        char key[16];
+        size_t len;
+        key_of(k, key, sizeof key, &len);
+        keylock_acquisition acq = KEYLOCK_ACQUISITION_INIT;
+        uint64_t fence;
+        if (broken) {
+            /* distinct, so that only the units can tell */
+            fence = 1000000000000000u + (uint64_t)c->offset * 1000000u + (uint64_t)i;
+        } else {
+            keylock_result r = keylock_semaphore_acquire_timeout(
+                sem, (const uint8_t *)key, len, weight, (uint64_t)30000 * 1000000u, &acq);
+            if (r != KEYLOCK_OK) fail("units: %u of k%d: %s", weight, k, keylock_result_str(r));
+            if (acq.weight != weight) fail("units: asked %u of k%d, got %u", weight, k,
+                                           (unsigned)acq.weight);
+            fence = acq.fence;
+        }
+        uint64_t t0 = now_ns();
+        if (fence <= last[k]) fail("semaphore fence of k%d did not rise: %lu after %lu", k,
+                                   (unsigned long)fence, (unsigned long)last[k]);
+        last[k] = fence;
+        pause_us(c->hold_us);
+        uint64_t t1 = now_ns();
+        if (!broken) {
+            keylock_result r = keylock_semaphore_release(sem, &acq);
+            if (r != KEYLOCK_OK) fail("units: release of k%d: %s", k, keylock_result_str(r));
+        }
+        log_reserve(c);
+        c->log_len += (size_t)snprintf(c->log + c->log_len, c->log_cap - c->log_len,
+                                       "u k%d %lu %lu %lu %u\n", k, (unsigned long)t0,
+                                       (unsigned long)t1, (unsigned long)fence, weight);
+    }
+    return NULL;
+}
+
+/* units ITERS KEYS ID HOLD_US PERMITS [THREADS]: the semaphore at the scope (opened once, with
+ * PERMITS), thread t counting with offset ID + t; answers "counted N". */
+static void cmd_units(int iters, int keys, int id, long hold_us, uint32_t permits, int threads) {
+    if (keys < 1 || keys > MAX_KEYS || threads < 1 || threads > MAX_THREADS)
+        fail("bad units arguments");
+    if (!sem) {
+        keylock_result r = keylock_semaphore_open(getenv("KEYLOCK_XLANG_SCOPE"), permits, NULL,
+                                                  &sem);
+        if (r != KEYLOCK_OK) fail("semaphore open: %s", keylock_result_str(r));
+    }
+    counter cs[MAX_THREADS];
+    pthread_t ts[MAX_THREADS];
+    for (int t = 0; t < threads; t++) {
+        cs[t] = (counter){0, iters, keys, id + t, hold_us, NULL, 0, 0};
+        if (pthread_create(&ts[t], NULL, units_run, &cs[t]) != 0) fail("pthread_create");
     }
     char path[512];
     snprintf(path, sizeof path, "%s/log.%d", dir, id);
@@ -384,6 +464,8 @@ int main(void) {
         long b = 0, c = 0, d = 0, e = 0, f = 0;
         sscanf(line, "%31s %127s %ld %ld %ld %ld %ld", cmd, a, &b, &c, &d, &e, &f);
         if (strcmp(cmd, "count") == 0) cmd_count(a, (int)b, (int)c, (int)d, e, f ? (int)f : 1);
+        else if (strcmp(cmd, "units") == 0)
+            cmd_units(atoi(a), (int)b, (int)c, d, (uint32_t)e, f ? (int)f : 1);
         else if (strcmp(cmd, "hold") == 0) cmd_hold(a, (uint64_t)b);
         else if (strcmp(cmd, "acquire") == 0) cmd_acquire(a, (uint64_t)b, (uint64_t)c);
         else if (strcmp(cmd, "holdmany") == 0) cmd_holdmany(a, (int)b);
@@ -392,6 +474,7 @@ int main(void) {
         else fail("unknown command: %s", line);
     }
     store_close(&main_store);
+    keylock_semaphore_free(sem);
     keylock_pool_free(pool);
     return 0;
 }

@@ -8,7 +8,7 @@
 const fs = require('fs');
 const net = require('net');
 const readline = require('readline');
-const { KeyPool } = require(process.env.KEYLOCK_XLANG_NODE_MODULE);
+const { KeyPool, Semaphore } = require(process.env.KEYLOCK_XLANG_NODE_MODULE);
 
 const SCOPE = process.env.KEYLOCK_XLANG_SCOPE;
 const DIR = process.env.KEYLOCK_XLANG_DIR;
@@ -143,11 +143,39 @@ async function count(pool, mode, iters, keys, ident, holdUs) {
   say(`counted ${iters}`);
 }
 
+/** child.c's units_run, the same rule: key (i + ident) % keys, weight 1 + (i + ident) % 3. */
+async function units(sem, iters, keys, ident, holdUs) {
+  const log = [];
+  const last = new Map(); // this child's fences per key must rise (granted one after the other)
+  for (let i = 0; i < iters; i++) {
+    const k = `k${(i + ident) % keys}`;
+    const weight = 1 + ((i + ident) % 3);
+    let permit = null;
+    let fence;
+    if (BROKEN) {
+      fence = 10n ** 15n + BigInt(ident) * 10n ** 6n + BigInt(i); // distinct: only the units tell
+    } else {
+      permit = await sem.acquire(k, { weight, timeout: WAIT_MS });
+      fence = permit.fence;
+    }
+    const t0 = now();
+    if (fence <= (last.get(k) ?? 0n)) fail(`semaphore fence of ${k} did not rise: ${fence} after ${last.get(k)}`);
+    last.set(k, fence);
+    if (holdUs) await sleep(holdUs);
+    const t1 = now();
+    if (permit) permit.release();
+    log.push(`u ${k} ${t0} ${t1} ${fence} ${weight}\n`);
+  }
+  fs.writeFileSync(`${DIR}/log.${ident}`, log.join(''));
+  say(`counted ${iters}`);
+}
+
 async function main() {
   const capacity = process.env.KEYLOCK_XLANG_CAPACITY;
   const pool = KeyPool.open(SCOPE, capacity && SCOPE.startsWith('shm:') ? { capacity: Number(capacity) } : {});
   const store = makeStore();
   const held = [];
+  let sem = null; // opened by the first `units`
   say(`ready node ${process.pid}`);
   const lines = readline.createInterface({ input: process.stdin });
   for await (const line of lines) {
@@ -156,6 +184,10 @@ async function main() {
       const [mode, ...nums] = args;
       const [iters, keys, ident, holdUs] = nums.map(Number);
       await count(pool, mode, iters, keys, ident, holdUs);
+    } else if (cmd === 'units') {
+      const [iters, keys, ident, holdUs, permits] = args.map(Number);
+      if (!sem) sem = Semaphore.open(SCOPE, { permits });
+      await units(sem, iters, keys, ident, holdUs);
     } else if (cmd === 'hold') {
       const [key, leaseMs] = [args[0], Number(args[1])];
       const guard = await pool.lock(key, { timeout: WAIT_MS, lease: leaseMs || null });

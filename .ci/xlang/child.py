@@ -133,18 +133,58 @@ def count(
     say(f"counted {iters}")
 
 
+def units(
+    sem: keylock.Semaphore, iters: int, keys: int, ident: int, hold_us: int
+) -> None:
+    """child.c's units_run, the same rule: key (i + ident) % keys, weight 1 + (i + ident) % 3,
+    held HOLD_US; the fences of this child's acquisitions of a key must rise (one after the
+    other, granted in that order)."""
+    log = []
+    last: dict[str, int] = {}
+    for i in range(iters):
+        k = f"k{(i + ident) % keys}"
+        weight = 1 + (i + ident) % 3
+        h = None
+        if BROKEN:
+            fence = 10**15 + ident * 10**6 + i  # distinct, so that only the units can tell
+        else:
+            h = sem.acquire(k, weight)
+            if not h.acquire(timeout=WAIT_S):
+                fail(f"units: no {weight} units of {k} within {WAIT_S} s")
+            fence = h.fence
+        t0 = time.monotonic_ns()
+        if fence <= last.get(k, 0):
+            fail(f"semaphore fence of {k} did not rise: {fence} after {last[k]}")
+        last[k] = fence
+        if hold_us:
+            time.sleep(hold_us / 1e6)
+        t1 = time.monotonic_ns()
+        if h is not None:
+            h.release()
+        log.append(f"u {k} {t0} {t1} {fence} {weight}\n")
+    with open(f"{DIR}/log.{ident}", "w") as f:
+        f.writelines(log)
+    say(f"counted {iters}")
+
+
 def main() -> None:
     capacity = os.environ.get("KEYLOCK_XLANG_CAPACITY")
     opts = {"capacity": int(capacity)} if capacity and SCOPE.startswith("shm:") else {}
     pool = keylock.KeyPool.open(SCOPE, **opts)
     store = make_store()
     held: list[keylock.KeyLock] = []
+    sem: keylock.Semaphore | None = None  # opened by the first `units`
     say(f"ready py {os.getpid()}")
     for line in sys.stdin:
         cmd, *args = line.split()
         if cmd == "count":
             mode, iters, keys, ident, hold_us = args[0], *map(int, args[1:5])
             count(pool, mode, iters, keys, ident, hold_us)
+        elif cmd == "units":
+            iters, keys, ident, hold_us, permits = map(int, args[:5])
+            if sem is None:
+                sem = keylock.Semaphore.open(SCOPE, permits)
+            units(sem, iters, keys, ident, hold_us)
         elif cmd == "hold":
             key, lease_ms = args[0], int(args[1])
             h = pool.lock(key, lease=lease_ms / 1000 if lease_ms else None)

@@ -1,7 +1,7 @@
 """Cross-language process tests of the host (shm:) and Redis scopes: C, Python and Node
 processes on the same keys (`make test-xlang`; .ci/xlang/README.md has the protocol).
 
-    run.py --c-child BIN [--node-module DIR] [--only shm|redis] [--redis-server PATH]
+    run.py --c-child BIN [--node-module DIR] [--only shm|redis|units] [--redis-server PATH]
 
 Every child runs under `timeout`, every answer is awaited with a deadline, and the whole run has
 a global deadline: a hang fails as a deadlock. Exit status 0 only if every check held.
@@ -259,6 +259,104 @@ class Run:
             check(max_readers > 1, f"{label}: shared holders never overlapped ({max_readers})")
         return figures
 
+    # ---- the semaphore test ------------------------------------------------------------------
+
+    def units(
+        self,
+        label: str,
+        scope: str,
+        plan: list[tuple[str, int]],
+        iters: int,
+        keys: int,
+        hold_us: int,
+        permits: int,
+        broken: str | None = None,
+    ) -> dict:
+        """Children (lang, threads) take weighted units of `keys` keys of one semaphore; checks
+        the acquisitions per key, the units inside at once per key (at most `permits`, and more
+        than one holder at some point), and that every fence of a key is distinct."""
+        d = self.workdir(label)
+        kids = []
+        for n, (lang, threads) in enumerate(plan):
+            extra = {"KEYLOCK_XLANG_BREAK": "1"} if broken == lang and n % 2 == 0 else {}
+            kids.append((self.spawn(lang, scope, "file", d, **extra), 16 * n, threads))
+        for c, _, _ in kids:
+            c.ready()
+        for c, ident, threads in kids:
+            c.send(f"units {iters} {keys} {ident} {hold_us} {permits} {threads}")
+        reported = 0
+        try:
+            for c, _, threads in kids:
+                n = int(c.expect("counted", limit=120).split()[1])
+                check(n == iters * threads, f"{label}: a {c.lang} child counted {n}")
+                reported += n
+                c.quit()
+        except Failure as e:
+            time.sleep(0.5)
+            others = [line for c, _, _ in kids for line in c.drain() if line.startswith("fail")]
+            raise Failure("; ".join([str(e), *others])) from None
+        expected = [0] * keys
+        for _, ident, threads in kids:
+            for t in range(threads):
+                for i in range(iters):
+                    expected[(i + ident + t) % keys] += 1
+        intervals: dict[str, list[tuple[int, int, int, int, str]]] = {
+            f"k{k}": [] for k in range(keys)
+        }
+        for c, ident, _ in kids:
+            with open(os.path.join(d, f"log.{ident}")) as f:
+                for line in f:
+                    kind, key, t0, t1, fence, weight = line.split()
+                    check(kind == "u", f"{label}: log line '{line.strip()}'")
+                    intervals[key].append((int(t0), int(t1), int(fence), int(weight), c.lang))
+        got = [len(intervals[f"k{k}"]) for k in range(keys)]
+        check(
+            sum(got) == reported,
+            f"{label}: {sum(got)} acquisitions logged, the children reported {reported}",
+        )
+        check(got == expected, f"{label}: acquisitions per key {got}, expected {expected}")
+        max_units, max_holders, max_langs = {}, {}, {}
+        for key, ivs in intervals.items():
+            events = []
+            for t0, t1, _, w, lang in ivs:
+                check(t0 <= t1, f"{label}: an interval of {key} ends before it starts")
+                events += [(t0, 1, w, lang), (t1, -1, w, lang)]
+            events.sort(key=lambda e: (e[0], e[1]))  # a leave before an enter at the same ns
+            units = holders = top_units = top_holders = top_langs = 0
+            langs_inside = dict.fromkeys(self.langs, 0)
+            for t, delta, w, lang in events:
+                units += delta * w
+                holders += delta
+                langs_inside[lang] += delta
+                top_langs = max(top_langs, sum(1 for n in langs_inside.values() if n))
+                check(
+                    units <= permits,
+                    f"{label}: {units} units of {key} inside at once (permits {permits}, "
+                    f"{holders} holders, at {t} ns)",
+                )
+                top_units, top_holders = max(top_units, units), max(top_holders, holders)
+            max_units[key], max_holders[key], max_langs[key] = top_units, top_holders, top_langs
+            fences = [f for _, _, f, _, _ in ivs]
+            check(
+                len(set(fences)) == len(fences),
+                f"{label}: {len(fences) - len(set(fences))} fences of {key} given twice",
+            )
+        check(
+            max(max_holders.values()) > 1,
+            f"{label}: never more than one holder inside ({max_holders}): a lock, not a semaphore",
+        )
+        check(
+            max(max_langs.values()) > 1,
+            f"{label}: units of a key never held by two languages at once ({max_langs})",
+        )
+        return {
+            "permits": permits,
+            "acquisitions": got,
+            "max_units_inside": max_units,
+            "max_holders_inside": max_holders,
+            "max_languages_inside": max_langs,
+        }
+
     def read_record(self, store: str, d: str, key: str) -> tuple[int, int]:
         if store.startswith("redis:"):
             data = redis_call(int(store.split(":")[1]), b"GET", f"xlang:ctr:{key}".encode())
@@ -494,8 +592,41 @@ class Run:
             redis_call(port, b"FLUSHALL")
             self.stale("redis stale", url, store, keylock.KeyPool.open(url))
             self.redis_kill(port)
+            self.redis_units(port)
         finally:
             server.stop()
+
+    def redis_units(self, port: int, permits: int = 3) -> None:
+        """The semaphore across processes: weights 1..3 of `permits` units per key. First with
+        half the Python children skipping the semaphore, which the units check must catch."""
+        redis_call(port, b"FLUSHALL")
+        plan = [(lang, 1) for lang in self.langs if lang != "c" for _ in range(2)]
+        plan += [("c", 2), ("c", 2)]
+        url = f"redis://127.0.0.1:{port}/0?prefix=xlang-units-self"
+        try:
+            self.units("units-self-check", url, plan, 60, 2, 1000, permits, broken="py")
+        except Failure as e:
+            for c in self.children:
+                c.stop()
+            check(
+                "inside at once" in str(e),
+                f"units self-check: the child skipping the semaphore was caught, but not by the "
+                f"units check: {e}",
+            )
+            print(f"units self-check: a child that skips the semaphore is caught: {e}", flush=True)
+        else:
+            raise Failure("units self-check: a child that skipped the semaphore went unnoticed")
+        url = f"redis://127.0.0.1:{port}/0?prefix=xlang-units"
+        fig = self.units("redis semaphore", url, plan, 80, 4, 300, permits)
+        self.figures["redis semaphore"] = fig
+        print(
+            f"redis semaphore: {' + '.join(f'{lang}x{t}' for lang, t in plan)} "
+            f"(processes x threads), permits {permits}, weights 1..3; acquisitions per key "
+            f"{fig['acquisitions']} = expected, fences distinct; most units inside at once "
+            f"{fig['max_units_inside']}, most holders {fig['max_holders_inside']}, most "
+            f"languages {fig['max_languages_inside']}",
+            flush=True,
+        )
 
     def redis_kill(self, port: int, lease_s: float = 1.0) -> None:
         redis_call(port, b"FLUSHALL")
@@ -601,7 +732,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--c-child", required=True)
     ap.add_argument("--node-module", help="the node/ directory; without it, no Node children")
-    ap.add_argument("--only", choices=["shm", "redis"])
+    ap.add_argument("--only", choices=["shm", "redis", "units"])
     ap.add_argument("--redis-server", default="redis-server")
     ap.add_argument("--json", help="write the figures here")
     args = ap.parse_args()
@@ -623,6 +754,12 @@ def main() -> int:
             run.stale("shm stale", scope, "file", keylock.KeyPool.open(scope, capacity=64))
         if args.only in (None, "redis"):
             run.redis()
+        if args.only == "units":
+            server = RedisServer(args.redis_server, run.workdir("redis"))
+            try:
+                run.redis_units(server.port)
+            finally:
+                server.stop()
     except Failure as e:
         print(f"xlang: FAILED (KEYLOCK_XLANG_SEED={run.seed}): {e}", file=sys.stderr, flush=True)
         return 1
