@@ -1387,9 +1387,10 @@ struct keylock_semaphore *keylock_semaphore_new(uint32_t permits);
 /**
  * Opens the semaphore that `name` names, with `permits` units per key and `options` (NULL:
  * the defaults), and stores its handle in `*out`: `"local:"` (or `""`) for a new semaphore in
- * this process, `"redis://..."` for one shared by every process that opens the same prefix
- * with the same permits (`KEYLOCK_INCOMPATIBLE` otherwise); the shared-memory scope has none
- * yet (`KEYLOCK_INVALID_ARGUMENT`). A semaphore is
+ * this process, `"shm:NAME"` for one shared by the processes of this machine (the permits in
+ * the region's header), `"redis://..."` for one shared by every process that opens the same
+ * prefix; every open of a shared one must give the same permits (`KEYLOCK_INCOMPATIBLE`
+ * otherwise). A semaphore is
  * always strict FIFO and has no stripes and no owners: `options->stripes` must be 0 and
  * `options->reentrant` and `options->fifo` false (`capacity` and `permissions` are for scopes
  * of fixed size, and must be 0 for `local:`).
@@ -1397,12 +1398,13 @@ struct keylock_semaphore *keylock_semaphore_new(uint32_t permits);
  * Returns:
  * - `KEYLOCK_OK`: `*out` is a handle that the caller owns and frees with
  *   `keylock_semaphore_free`.
- * - `KEYLOCK_INVALID_ARGUMENT`: `permits` is 0 or over `KEYLOCK_MAX_PERMITS`; a scope without
- *   semaphores, an unknown or malformed name (or one that is not UTF-8); or an option a
- *   semaphore does not take (above).
- * - `KEYLOCK_INCOMPATIBLE`: a Redis prefix whose semaphore has other permits.
- * - `KEYLOCK_PERMISSION_DENIED`, `KEYLOCK_UNAVAILABLE`: Redis refused the credentials, or
- *   could not be reached.
+ * - `KEYLOCK_INVALID_ARGUMENT`: `permits` is 0 or over `KEYLOCK_MAX_PERMITS`; an unknown or
+ *   malformed name (or one that is not UTF-8); or an option a semaphore does not take (above).
+ * - `KEYLOCK_INCOMPATIBLE`: a region or Redis prefix whose semaphore has other permits, or
+ *   that holds locks.
+ * - `KEYLOCK_CAPACITY_EXCEEDED`, `KEYLOCK_PERMISSION_DENIED`, `KEYLOCK_UNAVAILABLE`: as for
+ *   `keylock_pool_open` (a region that cannot be made or opened; Redis refused the
+ *   credentials, or could not be reached).
  * - `KEYLOCK_NULL_ARGUMENT`: `name` or `out` is NULL.
  * - `KEYLOCK_PANIC`: internal error.
  *

@@ -126,7 +126,10 @@ def main() -> None:
         as_0.append(base)
         as_k.append(asyncio_added("keylock") - base)
         as_a.append(asyncio_added("asyncio") - base)
-    def row(group, impl, unit, v, base=None, base_v=None, target=None, higher_better=False, need=1.0):
+
+    def row(
+        group, impl, unit, v, base=None, base_v=None, target=None, higher_better=False, need=1.0
+    ):
         med = statistics.median(v)
         ratio = None
         met = None
@@ -135,30 +138,69 @@ def main() -> None:
             if target:
                 met = ratio >= need if higher_better else ratio <= need
         return {
-            "name": f"{group}: {impl}", "group": group, "impl": impl, "unit": unit,
-            "median": med, "min": min(v), "max": max(v), "runs": v,
-            "baseline": f"{group}: {base}" if base else None, "ratio": ratio,
-            "target": target, "met": met,
+            "name": f"{group}: {impl}",
+            "group": group,
+            "impl": impl,
+            "unit": unit,
+            "median": med,
+            "min": min(v),
+            "max": max(v),
+            "runs": v,
+            "baseline": f"{group}: {base}" if base else None,
+            "ratio": ratio,
+            "target": target,
+            "met": met,
         }
 
     g1 = "semaphore uncontended, 1,024 keys"
     g2 = "semaphore, 4 threads on 16 keys, 3 permits"
-    g3 = "semaphore asyncio, 100 tasks on 1,000 keys, sleep(0) inside: time added over the bare loop"
+    g3 = (
+        "semaphore asyncio, 100 tasks on 1,000 keys, sleep(0) inside: time added over the bare loop"
+    )
     d = "defaultdict(BoundedSemaphore)"
     da = "defaultdict(asyncio.BoundedSemaphore)"
     results = [
         row(g1, d, "ns/op", un_d),
-        row(g1, "keylock Semaphore", "ns/op", un_k, d, un_d,
-            "with sem.acquire(k) at least as fast as a defaultdict of BoundedSemaphores", False, 1.0),
+        row(
+            g1,
+            "keylock Semaphore",
+            "ns/op",
+            un_k,
+            d,
+            un_d,
+            "with sem.acquire(k) at least as fast as a defaultdict of BoundedSemaphores",
+            False,
+            1.0,
+        ),
         row(g2, d, "ops/s", th_d),
-        row(g2, "keylock Semaphore", "ops/s", th_k, d, th_d,
-            "at least the dict pattern's throughput with 4 threads", True, 1.0),
+        row(
+            g2,
+            "keylock Semaphore",
+            "ops/s",
+            th_k,
+            d,
+            th_d,
+            "at least the dict pattern's throughput with 4 threads",
+            True,
+            1.0,
+        ),
         row(g3, da, "s", as_a),
-        row(g3, "keylock Semaphore", "s", as_k, da, as_a,
-            "async with sem.acquire(k) adds no more than asyncio.BoundedSemaphore adds", False, 1.0),
+        row(
+            g3,
+            "keylock Semaphore",
+            "s",
+            as_k,
+            da,
+            as_a,
+            "async with sem.acquire(k) adds no more than asyncio.BoundedSemaphore adds",
+            False,
+            1.0,
+        ),
     ]
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
-    import report  # noqa: PLC0415
+    sys.path.insert(
+        0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench")
+    )
+    import report
 
     out = {
         "suite": "Python: keyed semaphore (py/bench/bench_semaphore.py)",
