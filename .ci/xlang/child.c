@@ -454,8 +454,12 @@ int main(void) {
     broken = brk && strcmp(brk, "1") == 0;
     keylock_open_options o = {0};
     if (cap && strncmp(scope, "shm:", 4) == 0) o.capacity = (size_t)strtoul(cap, NULL, 10);
-    keylock_result r = keylock_pool_open(scope, &o, &pool);
-    if (r != KEYLOCK_OK) fail("open %s: %s", scope, keylock_result_str(r));
+    /* A semaphore scope (KEYLOCK_XLANG_SEMAPHORE=1) is not a pool's: only `units` opens it. */
+    const char *sem_only = getenv("KEYLOCK_XLANG_SEMAPHORE");
+    if (!sem_only || strcmp(sem_only, "1") != 0) {
+        keylock_result r = keylock_pool_open(scope, &o, &pool);
+        if (r != KEYLOCK_OK) fail("open %s: %s", scope, keylock_result_str(r));
+    }
     store_init(&main_store);
     say("ready c %d", (int)getpid());
     char line[512];

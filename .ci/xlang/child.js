@@ -172,7 +172,11 @@ async function units(sem, iters, keys, ident, holdUs) {
 
 async function main() {
   const capacity = process.env.KEYLOCK_XLANG_CAPACITY;
-  const pool = KeyPool.open(SCOPE, capacity && SCOPE.startsWith('shm:') ? { capacity: Number(capacity) } : {});
+  // A semaphore scope (KEYLOCK_XLANG_SEMAPHORE=1) is not a pool's: only `units` opens it.
+  const pool =
+    process.env.KEYLOCK_XLANG_SEMAPHORE === '1'
+      ? null
+      : KeyPool.open(SCOPE, capacity && SCOPE.startsWith('shm:') ? { capacity: Number(capacity) } : {});
   const store = makeStore();
   const held = [];
   let sem = null; // opened by the first `units`

@@ -170,7 +170,9 @@ def units(
 def main() -> None:
     capacity = os.environ.get("KEYLOCK_XLANG_CAPACITY")
     opts = {"capacity": int(capacity)} if capacity and SCOPE.startswith("shm:") else {}
-    pool = keylock.KeyPool.open(SCOPE, **opts)
+    # A semaphore scope (KEYLOCK_XLANG_SEMAPHORE=1) is not a pool's: only `units` opens it.
+    semaphore_only = os.environ.get("KEYLOCK_XLANG_SEMAPHORE") == "1"
+    pool = None if semaphore_only else keylock.KeyPool.open(SCOPE, **opts)
     store = make_store()
     held: list[keylock.KeyLock] = []
     sem: keylock.Semaphore | None = None  # opened by the first `units`

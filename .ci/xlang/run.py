@@ -278,7 +278,9 @@ class Run:
         d = self.workdir(label)
         kids = []
         for n, (lang, threads) in enumerate(plan):
-            extra = {"KEYLOCK_XLANG_BREAK": "1"} if broken == lang and n % 2 == 0 else {}
+            extra = {"KEYLOCK_XLANG_SEMAPHORE": "1"}
+            if broken == lang and n % 2 == 0:
+                extra["KEYLOCK_XLANG_BREAK"] = "1"
             kids.append((self.spawn(lang, scope, "file", d, **extra), 16 * n, threads))
         for c, _, _ in kids:
             c.ready()
@@ -628,6 +630,22 @@ class Run:
             flush=True,
         )
 
+    def shm_units(self, permits: int = 3) -> None:
+        """The semaphore across processes on one shared-memory region: as `redis_units` (whose
+        self-check covers the units check for both scopes)."""
+        plan = [(lang, 1) for lang in self.langs if lang != "c" for _ in range(2)]
+        plan += [("c", 2), ("c", 2)]
+        fig = self.units("shm semaphore", self.region("units"), plan, 80, 4, 300, permits)
+        self.figures["shm semaphore"] = fig
+        print(
+            f"shm semaphore: {' + '.join(f'{lang}x{t}' for lang, t in plan)} "
+            f"(processes x threads), permits {permits}, weights 1..3; acquisitions per key "
+            f"{fig['acquisitions']} = expected, fences distinct; most units inside at once "
+            f"{fig['max_units_inside']}, most holders {fig['max_holders_inside']}, most "
+            f"languages {fig['max_languages_inside']}",
+            flush=True,
+        )
+
     def redis_kill(self, port: int, lease_s: float = 1.0) -> None:
         redis_call(port, b"FLUSHALL")
         url = f"redis://127.0.0.1:{port}/0?prefix=xlang-kill&lease={int(lease_s * 1000)}ms"
@@ -752,9 +770,11 @@ def main() -> int:
             run.shm_killed_waiters()
             scope = run.region("stale")
             run.stale("shm stale", scope, "file", keylock.KeyPool.open(scope, capacity=64))
+            run.shm_units()
         if args.only in (None, "redis"):
             run.redis()
         if args.only == "units":
+            run.shm_units()
             server = RedisServer(args.redis_server, run.workdir("redis"))
             try:
                 run.redis_units(server.port)

@@ -184,6 +184,24 @@ impl<T: LockTable> Locks<T> {
 
     // ---- exclusive ----
 
+    /// Runs `f` while holding `key`'s lock exclusively, and releases it after `f` returns (or
+    /// panics): the closure form of "one call at a time per key".
+    ///
+    /// ```
+    /// use keylock_core::KeyPool;
+    /// let pool: KeyPool<String> = KeyPool::new();
+    /// let balance = pool.with_lock("acct:7", || 40 + 2);
+    /// assert_eq!(balance, 42);
+    /// assert!(!pool.is_locked("acct:7"));
+    /// ```
+    pub fn with_lock<Q: ?Sized, R>(&self, key: &Q, f: impl FnOnce() -> R) -> R
+    where
+        T: TakeKey<Q>,
+    {
+        let _guard = self.lock(key);
+        f()
+    }
+
     /// Blocks until `key`'s lock is held exclusively.
     #[inline]
     pub fn lock<Q: ?Sized>(&self, key: &Q) -> LockGuard<&Self>
