@@ -256,3 +256,26 @@ fn an_uncontended_acquire_and_a_release_are_one_round_trip_each() {
     }
     assert_eq!(evalsha_calls(&mut con) - before, 2 * OPS);
 }
+
+#[test]
+fn a_force_released_permit_fires_its_lost_signal() {
+    let server = Server::start();
+    let holder = open_sem(&server, "prefix=lost&lease=300ms", 2);
+    let other = open_sem(&server, "prefix=lost&lease=300ms", 2);
+    let acq = holder.acquire(key("k"), &units(2)).unwrap();
+    let lost = holder
+        .lost_signal(&acq)
+        .expect("a Redis permit has a lost signal");
+    assert!(!lost.is_lost());
+    assert!(other.force_unlock(key("k")).unwrap());
+    // The holder's renewal (every third of the lease) finds its token gone.
+    wait_until(|| lost.is_lost());
+    assert!(!holder.is_current(&acq).unwrap());
+    assert!(matches!(
+        holder.release(acq),
+        Err(Error::NotOwner | Error::LeaseExpired)
+    ));
+    // The units were free for the next holder all along.
+    let next = other.acquire(key("k"), &units(2).wait(Wait::No)).unwrap();
+    other.release(next).unwrap();
+}
