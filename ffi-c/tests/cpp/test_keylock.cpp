@@ -635,7 +635,18 @@ void test_semaphore() {
     keylock::Semaphore sem(3);
     CHECK(sem.permits() == 3);
     CHECK_THROWS(keylock::Semaphore(0), KEYLOCK_INVALID_ARGUMENT);
-    CHECK_THROWS(keylock::Semaphore::open("shm:keylock-cpp-sem", 2), KEYLOCK_INVALID_ARGUMENT);
+    {
+        // A shared-memory semaphore: its permits are the region's, and another open must agree.
+        const std::string name = "shm:keylock-cpp-sem-" + std::to_string(::getpid());
+        {
+            auto shm = keylock::Semaphore::open(name, 2);
+            CHECK(shm.permits() == 2);
+            auto p = shm.acquire("k", 2);
+            CHECK(p.weight() == 2 && !shm.try_acquire("k", 1));
+            CHECK_THROWS(keylock::Semaphore::open(name, 3), KEYLOCK_INCOMPATIBLE);
+        }
+        CHECK(keylock::unlink(name));
+    }
     CHECK_THROWS(keylock::Semaphore::open("local:", 2, keylock::open_options().fifo()), KEYLOCK_INVALID_ARGUMENT);
     CHECK_THROWS(sem.acquire("k", 0), KEYLOCK_INVALID_ARGUMENT);
     CHECK_THROWS(sem.acquire("k", 4), KEYLOCK_INVALID_ARGUMENT);
