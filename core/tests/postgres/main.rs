@@ -1,0 +1,1 @@
+//! The PostgreSQL scope against a real server.
