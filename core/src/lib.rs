@@ -49,6 +49,8 @@ mod pool;
 mod redact;
 #[cfg(feature = "redis")]
 pub mod redis;
+#[cfg(any(feature = "redis", feature = "postgres"))]
+mod remote;
 mod rwlock;
 pub mod scope;
 mod semaphore;

@@ -12,8 +12,9 @@
 //! locks.release(acq).unwrap();
 //! ```
 //!
-//! The URL's form and options are in [`url`](self#url) (below); [`RedisLock`] is the lock
-//! object, [`open`](crate::open) gives it as a [`KeyedLock`].
+//! The URL's form and options are in [`url`](self#url) (below); [`open`](crate::open) gives the
+//! lock object as a [`KeyedLock`](crate::KeyedLock). Its local layer (queueing, coalescing,
+//! records, renewal) is the one front of every server scope; this module is the server's half.
 //!
 //! # How a lock lives in Redis
 //!
@@ -41,14 +42,14 @@
 //! # Leases and renewal
 //!
 //! Every remote acquisition has a lease: the URL's `lease` (default 30 s), or the acquire's own
-//! [`LockOptions::lease`] if shorter. The holder's process renews it every third of the lease
+//! [`LockOptions::lease`](crate::LockOptions::lease) if shorter. The holder's process renews it every third of the lease
 //! while the acquisition lives, up to the acquisition's own lease deadline if it has one
 //! (which then ends it, as in every scope). Renewal is bounded: if Redis cannot be reached for
 //! the lease's remaining time, or says the token is gone, the holder gives the lock up, and its
-//! [`LostSignal`] ([`KeyedLock::lost_signal`]) fires; [`KeyedLock::is_current`] then reports
+//! `LostSignal` ([`KeyedLock::lost_signal`](crate::KeyedLock::lost_signal)) fires; [`KeyedLock::is_current`](crate::KeyedLock::is_current) then reports
 //! `false`. A holder that is killed stops renewing, and the next acquirer gets the key once the
-//! lease ends, with a higher fence, and [`Acquisition::owner_died`] set. So does a hold still
-//! alive when its [`RedisLock`] is dropped (the drop never blocks to release it).
+//! lease ends, with a higher fence, and [`Acquisition::owner_died`](crate::Acquisition::owner_died) set. So does a hold still
+//! alive when its lock object is dropped (the drop never blocks to release it).
 //!
 //! # Waiting
 //!
@@ -71,19 +72,15 @@
 //!
 //! # Local coalescing
 //!
-//! Within one process, waiters for a key queue in an in-process [`KeyPool`] first, and the
-//! process holds at most one remote acquisition per key: local shared holders share one remote
-//! shared hold, and an owner's reentrant holds share its exclusive one (same fence). Exclusive
-//! local holders do not hand the remote hold to each other: each local exclusive holder takes
-//! its own remote acquisition (one round trip to acquire, one to release), because the fence
-//! must rise per holder and another process's waiter, queued in Redis, must get its FIFO turn.
-//! (Keeping the remote hold across local hand-offs would save one round trip per hand-off and
-//! still need one to mint the next fence; it would also let a busy process starve other
-//! processes. BENCHMARKS.md has the local hand-off latency this choice gives.)
+//! Within one process, waiters for a key queue in an in-process `KeyPool` first, and the
+//! process holds at most one remote acquisition per key (shared holders share one, an owner's
+//! reentrant holds share its exclusive one); each local exclusive holder takes its own remote
+//! acquisition, so that the fence rises per holder. BENCHMARKS.md has the local hand-off
+//! latency this choice gives.
 //!
 //! # Semaphores
 //!
-//! Opened with [`OpenOptions::permits`], the scope is a keyed semaphore: at most that many
+//! Opened with [`OpenOptions::permits`](crate::OpenOptions::permits), the scope is a keyed semaphore: at most that many
 //! units of a key held at once across every process that opens the prefix. Its keys live in a
 //! space of their own under the prefix (a lock scope of the same prefix never meets them), and
 //! the permits are recorded under the prefix at the first open; an open with other permits is
@@ -146,879 +143,105 @@
 mod conn;
 mod lua;
 mod remote;
-mod renew;
 mod scripts;
 mod url;
 
-use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::task::Poll;
 use std::time::{Duration, Instant};
 
-use parking_lot::Mutex;
-use tokio::runtime::{Handle, Runtime};
-use tokio::sync::oneshot;
-
 use self::conn::Conns;
-use self::remote::{Remote, RemoteGrant, RemoteKey};
-use self::renew::Hold;
+pub(crate) use self::remote::RedisServer;
 use self::url::RedisUrl;
-use crate::acquisition::{Acquisition, LockInfo, LockOptions, Mode, Owner, Wait};
-use crate::error::{Error, Result};
-use crate::lost::LostSignal;
-use crate::many;
-use crate::pool::KeyPool;
-use crate::scope::{AcquireFuture, AcquireManyFuture, KeySpace, KeyedLock, LockKey, OpenOptions};
-use crate::stats::ScopeStats;
+use crate::error::Result;
+use crate::remote::{RemoteGrant, RemoteInfo, RemoteKey, RemoteLock, Server};
+use crate::scope::{KeySpace, KeyedLock, OpenOptions};
 
 /// Opens the Redis scope that `url` names, as a [`KeyedLock`] (what [`open_with`](crate::open_with)
-/// does for `redis://` and `rediss://`).
+/// does for `redis://` and `rediss://`). Fails with `InvalidArgument` for a malformed URL or
+/// options a Redis scope does not take, `PermissionDenied` for refused credentials, and
+/// `Unavailable` when the server cannot be reached within `connect_timeout`.
 pub fn open(url: &str, options: &OpenOptions) -> Result<Arc<dyn KeyedLock>> {
-    Ok(Arc::new(RedisLock::connect(url, options)?))
+    Ok(Arc::new(connect(url, options)?))
 }
 
-/// Per-key locks in Redis. See the [module docs](self).
-pub struct RedisLock {
-    inner: Arc<Inner>,
-    /// The scope's own runtime (one thread): connections, waits, renewals. Callers need none.
-    runtime: Option<Runtime>,
-}
+/// The Redis scope's lock object.
+pub(crate) type RedisLock = RemoteLock<RedisServer>;
 
-struct Inner {
-    remote: Arc<Remote>,
-    handle: Handle,
-    /// Local queueing and reentrancy: a key here is its space byte and its bytes. A
-    /// semaphore scope's is a semaphore of the same permits, so that at most that many local
-    /// holders of a key go to Redis, each for its own remote hold.
-    local: Arc<dyn KeyedLock>,
-    /// A semaphore scope's units per key (0 for locks).
-    permits: u32,
-    /// Serializes the making of a key's remote hold among local acquirers, so that they share
-    /// one.
-    gate: Arc<KeyPool<Vec<u8>>>,
-    /// The process's remote hold of each key.
-    slots: Mutex<HashMap<Vec<u8>, Slot>>,
-    /// Live acquisitions by id (the `at` of their records).
-    records: Mutex<HashMap<u64, Record>>,
-    next: AtomicU64,
-    reentrant: bool,
-}
-
-enum Slot {
-    Live(Arc<Hold>),
-    /// The last user released it; its remote release is in flight.
-    Releasing(Arc<tokio::sync::Notify>),
-}
-
-struct Record {
-    local: Acquisition,
-    hold: Arc<Hold>,
-    lkey: Vec<u8>,
-}
-
-impl RedisLock {
-    /// Connects to the Redis that `url` names (see the [module docs](self#url)). Fails with
-    /// `InvalidArgument` for a malformed URL or options a Redis scope does not take,
-    /// `PermissionDenied` for refused credentials, and `Unavailable` when the server cannot be
-    /// reached within `connect_timeout`.
-    pub fn connect(url: &str, options: &OpenOptions) -> Result<Self> {
-        if options.stripes.is_some() {
-            return Err(Error::InvalidArgument(
-                "a Redis scope has exact keys, not stripes",
-            ));
-        }
-        if options.capacity.is_some() || options.mode.is_some() {
-            return Err(Error::InvalidArgument(
-                "capacity and mode apply to shared-memory scopes only",
-            ));
-        }
-        let permits = options.permits.unwrap_or(0);
-        let local: Arc<dyn KeyedLock> = match options.permits {
-            Some(p) => {
-                if options.reentrant || options.fifo {
-                    return Err(Error::InvalidArgument(
-                        "a semaphore has no owners, and is always FIFO",
-                    ));
-                }
-                Arc::new(crate::KeyedSemaphore::builder(p).build::<Vec<u8>>()?)
-            }
-            None => Arc::new(
-                KeyPool::builder()
-                    .reentrant(options.reentrant)
-                    .fifo(options.fifo)
-                    .build::<Vec<u8>>(),
-            ),
-        };
-        let url = RedisUrl::parse(url)?;
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .thread_name("keylock-redis")
-            .enable_all()
-            .build()
-            .map_err(|e| {
-                Error::Unavailable(format!("cannot start the Redis runtime: {e}").into())
-            })?;
-        let handle = runtime.handle().clone();
+/// Connects to the Redis that `url` names (see [`open`]).
+pub(crate) fn connect(url: &str, options: &OpenOptions) -> Result<RedisLock> {
+    let url = RedisUrl::parse(url)?;
+    let permits = options.permits.unwrap_or(0);
+    RemoteLock::start(options, move |_| async move {
         // `connect_timeout` bounds the whole of opening: connecting, the handshake and loading
         // the scripts.
         let cutoff = Instant::now() + url.connect_timeout;
-        let remote = match run_on(&handle, async move {
-            let conns = Conns::connect(url, cutoff).await?;
-            let remote = Remote::new(conns, permits)?;
-            remote.load(cutoff).await?;
-            remote.claim_permits(cutoff).await?;
-            Ok(Arc::new(remote))
-        }) {
-            Ok(remote) => remote,
-            Err(e) => {
-                // Never a blocking drop: the caller may be inside an async runtime.
-                runtime.shutdown_background();
-                return Err(e);
-            }
-        };
-        Ok(Self {
-            inner: Arc::new(Inner {
-                remote,
-                handle,
-                local,
-                permits,
-                gate: Arc::new(KeyPool::new()),
-                slots: Mutex::new(HashMap::new()),
-                records: Mutex::new(HashMap::new()),
-                next: AtomicU64::new(1),
-                reentrant: options.reentrant,
-            }),
-            runtime: Some(runtime),
-        })
-    }
-
-    /// The lease of every remote acquisition (renewed while it lives).
-    pub fn lease(&self) -> Duration {
-        self.inner.remote.lease
-    }
+        let conns = Conns::connect(url, cutoff).await?;
+        let server = RedisServer::new(conns, permits)?;
+        server.load(cutoff).await?;
+        server.claim_permits(cutoff).await?;
+        Ok(Arc::new(server))
+    })
 }
 
-impl Drop for RedisLock {
-    fn drop(&mut self) {
-        // Never blocks (a scope may be dropped inside some async runtime). Holds still alive
-        // stop renewing and end with their leases.
-        if let Some(rt) = self.runtime.take() {
-            rt.shutdown_background();
-        }
-    }
-}
+impl Server for RedisServer {
+    const KIND: &'static str = "Redis";
 
-impl fmt::Debug for RedisLock {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RedisLock")
-            .field("url", &self.inner.remote.conns.url)
-            .field("reentrant", &self.inner.reentrant)
-            .field("held", &self.inner.records.lock().len())
-            .finish()
-    }
-}
-
-/// Runs `fut` on the scope's runtime and waits for it on this thread (which needs no runtime,
-/// and may even be inside another one).
-fn run_on<T: Send + 'static>(
-    handle: &Handle,
-    fut: impl Future<Output = Result<T>> + Send + 'static,
-) -> Result<T> {
-    let (tx, rx) = std::sync::mpsc::sync_channel(1);
-    handle.spawn(async move {
-        let _ = tx.send(fut.await);
-    });
-    let wait = || rx.recv().unwrap_or_else(|_| Err(closed()));
-    // On a worker of a multi-threaded runtime (the scope's own, when a lost signal's callback
-    // releases its acquisition there), the worker hands its tasks to another thread while this
-    // one waits, so the future can run; anywhere else, waiting blocks nothing it needs.
-    match Handle::try_current() {
-        Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
-            tokio::task::block_in_place(wait)
-        }
-        _ => wait(),
-    }
-}
-
-fn closed() -> Error {
-    Error::Unavailable("the Redis scope was closed".into())
-}
-
-/// Waits for `fut` on this thread, parking between polls.
-fn block_on<F: Future>(fut: F) -> F::Output {
-    let mut fut = std::pin::pin!(fut);
-    loop {
-        if let Poll::Ready(out) = crate::wait::block_on_until(fut.as_mut(), None) {
-            return out;
-        }
-    }
-}
-
-fn local_key(space: KeySpace, key: &[u8]) -> Vec<u8> {
-    let mut k = Vec::with_capacity(key.len() + 1);
-    k.push(space as u8);
-    k.extend_from_slice(key);
-    k
-}
-
-/// A local acquisition that is released if the acquire that took it does not finish.
-struct LocalHold<'a> {
-    pool: &'a dyn KeyedLock,
-    acq: Option<Acquisition>,
-}
-
-impl<'a> LocalHold<'a> {
-    fn new(pool: &'a dyn KeyedLock, acq: Acquisition) -> Self {
-        Self {
-            pool,
-            acq: Some(acq),
-        }
+    fn url(&self) -> &dyn fmt::Debug {
+        &self.conns.url
     }
 
-    fn take(mut self) -> Acquisition {
-        self.acq.take().expect("taken once")
-    }
-}
-
-impl Drop for LocalHold<'_> {
-    fn drop(&mut self) {
-        if let Some(acq) = self.acq.take() {
-            let owner = acq.owner();
-            let _ = self.pool.release_as(acq, owner);
-        }
-    }
-}
-
-/// Remote grants on their way to the acquirer: released if nobody takes them (the acquire's
-/// future was dropped while the script ran).
-struct Granted {
-    remote: Arc<Remote>,
-    handle: Handle,
-    keys: Vec<RemoteKey>,
-    token: String,
-    grants: Vec<RemoteGrant>,
-    /// When the acquire was sent, and the lease it asked for: Redis holds it at least until
-    /// `sent + lease`.
-    sent: Instant,
-    lease: Duration,
-    armed: bool,
-}
-
-impl Granted {
-    /// The holds, with their renewals started.
-    fn into_holds(mut self, owner: Option<Owner>) -> Vec<Arc<Hold>> {
-        self.armed = false;
-        let confirmed = self.sent + self.lease;
-        let holds: Vec<Arc<Hold>> = self
-            .keys
-            .iter()
-            .zip(&self.grants)
-            .map(|(k, g)| {
-                Hold::new(
-                    k.clone(),
-                    self.token.clone(),
-                    g.fence,
-                    g.died,
-                    owner.filter(|_| k.mode == Mode::Exclusive),
-                    confirmed,
-                )
-            })
-            .collect();
-        for h in &holds {
-            self.handle
-                .spawn(Arc::clone(h).renew_loop(Arc::clone(&self.remote)));
-        }
-        holds
-    }
-}
-
-impl Drop for Granted {
-    fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
-        let remote = Arc::clone(&self.remote);
-        let keys = std::mem::take(&mut self.keys);
-        let token = std::mem::take(&mut self.token);
-        self.handle.spawn(async move {
-            for k in &keys {
-                let _ = remote.release(k, &token).await;
-            }
-        });
-    }
-}
-
-/// How an acquire waits, worked out once.
-#[derive(Clone, Copy)]
-struct Plan {
-    opts: LockOptions,
-    deadline: Option<Instant>,
-    try_only: bool,
-}
-
-impl Plan {
-    fn new(opts: &LockOptions) -> Self {
-        let wait = many::one_deadline(opts.wait);
-        Self {
-            opts: LockOptions { wait, ..*opts },
-            deadline: wait.deadline(),
-            try_only: matches!(opts.wait, Wait::No),
-        }
+    fn lease(&self) -> Duration {
+        self.lease
     }
 
-    /// The remote lease: the scope's, or the acquire's own if shorter.
-    fn lease(&self, remote: &Remote) -> Duration {
-        self.opts
-            .lease
-            .map_or(remote.lease, |l| l.min(remote.lease))
+    fn fresh_id(&self) -> String {
+        RedisServer::fresh_id(self)
     }
 
-    fn gate_opts(&self) -> LockOptions {
-        LockOptions::new().wait(self.opts.wait)
-    }
-}
-
-impl Inner {
-    /// Takes fresh remote holds of `keys` (all or none), on the scope's runtime; dropping the
-    /// future cancels the wait and releases anything granted meanwhile.
-    ///
-    /// Every call to Redis runs on the runtime, even a blocking caller's first attempt: only
-    /// there can a command have a deadline for its whole reply (a blocking socket can bound
-    /// each read, not the reply).
-    async fn remote_acquire(&self, keys: Vec<RemoteKey>, plan: Plan) -> Result<Vec<Arc<Hold>>> {
-        let remote = Arc::clone(&self.remote);
-        let handle = self.handle.clone();
-        let lease = plan.lease(&remote);
-        let (mut tx, rx) = oneshot::channel::<Result<Granted>>();
-        self.handle.spawn(async move {
-            let token = remote.fresh_id();
-            let sent = Instant::now();
-            let result = {
-                let closed = tx.closed();
-                remote
-                    .acquire(&keys, &token, lease, plan.deadline, plan.try_only, closed)
-                    .await
-            };
-            let out = result.map(|grants| Granted {
-                remote: Arc::clone(&remote),
-                handle,
-                keys,
-                token,
-                grants,
-                sent,
-                lease,
-                armed: true,
-            });
-            // If the acquirer is gone, `out` comes back and its drop releases the grants.
-            let _ = tx.send(out);
-        });
-        let granted = rx.await.unwrap_or_else(|_| Err(closed()))?;
-        Ok(granted.into_holds(plan.opts.owner))
+    fn queued_here(&self) -> usize {
+        self.queued_here.load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// The hold that a new local acquisition of `lkey` can share, or a wait for a release in
-    /// flight; `None` if it needs a fresh one.
-    fn join(
+    fn acquire(
+        self: &Arc<Self>,
+        keys: &[RemoteKey],
+        token: &str,
+        lease: Duration,
+        deadline: Option<Instant>,
+        try_only: bool,
+        cancelled: impl Future<Output = ()> + Send,
+    ) -> impl Future<Output = Result<Vec<RemoteGrant>>> + Send {
+        RedisServer::acquire(self, keys, token, lease, deadline, try_only, cancelled)
+    }
+
+    fn release(&self, key: &RemoteKey, token: &str) -> impl Future<Output = Result<bool>> + Send {
+        RedisServer::release(self, key, token)
+    }
+
+    fn renew(
         &self,
-        lkey: &[u8],
-        id: u64,
-        plan: &Plan,
-    ) -> Option<std::result::Result<Arc<Hold>, Arc<tokio::sync::Notify>>> {
-        let slots = self.slots.lock();
-        match slots.get(lkey)? {
-            Slot::Live(h) if h.joinable(plan.opts.mode, plan.opts.owner, self.reentrant) => {
-                h.users.lock().insert(id, plan_deadline(plan));
-                Some(Ok(Arc::clone(h)))
-            }
-            Slot::Live(_) => None,
-            Slot::Releasing(done) => Some(Err(Arc::clone(done))),
-        }
+        key: &RemoteKey,
+        token: &str,
+        lease: Duration,
+    ) -> impl Future<Output = Result<bool>> + Send {
+        RedisServer::renew(self, key, token, lease)
     }
 
-    /// Makes `hold` the key's live hold, with user `id`.
-    fn install(&self, lkey: &[u8], hold: &Arc<Hold>, id: u64, plan: &Plan) {
-        hold.users.lock().insert(id, plan_deadline(plan));
-        self.slots
-            .lock()
-            .insert(lkey.to_vec(), Slot::Live(Arc::clone(hold)));
+    fn check(&self, key: &RemoteKey, token: &str) -> impl Future<Output = Result<bool>> + Send {
+        RedisServer::check(self, key, token)
     }
 
-    fn record(&self, id: u64, local: Acquisition, hold: &Arc<Hold>, lkey: Vec<u8>) -> Acquisition {
-        let acq = Acquisition {
-            fence: hold.fence,
-            at: id,
-            ticket: 0,
-            owner: local.owner(),
-            lease_until: local.lease_deadline(),
-            mode: local.mode(),
-            owner_died: hold.died,
-            units: local.units,
-        };
-        self.records.lock().insert(
-            id,
-            Record {
-                local,
-                hold: Arc::clone(hold),
-                lkey,
-            },
-        );
-        acq
+    fn force(&self, space: KeySpace, key: &[u8]) -> impl Future<Output = Result<bool>> + Send {
+        RedisServer::force(self, space, key)
     }
 
-    /// `InvalidArgument` for what this scope does not take: a weight other than 1 in a lock
-    /// scope, a Web Locks name in a semaphore scope. (A semaphore's weight is checked by its
-    /// local semaphore before anything goes to Redis.)
-    fn check_request(&self, space: KeySpace, opts: &LockOptions) -> Result<()> {
-        if self.permits == 0 {
-            return opts.check_lock_weight();
-        }
-        if space == KeySpace::Names {
-            return Err(Error::InvalidArgument("a semaphore's keys are plain keys"));
-        }
-        Ok(())
-    }
-
-    /// The units a remote request of this scope takes (0 in a lock scope).
-    fn units(&self, opts: &LockOptions) -> u32 {
-        if self.permits == 0 { 0 } else { opts.weight }
-    }
-
-    /// One key: local queue, then the key's shared hold or a fresh remote one.
-    async fn acquire_one(
-        self: Arc<Self>,
+    fn info(
+        &self,
         space: KeySpace,
-        key: Vec<u8>,
-        opts: LockOptions,
-    ) -> Result<Acquisition> {
-        self.check_request(space, &opts)?;
-        let plan = Plan::new(&opts);
-        let lkey = local_key(space, &key);
-        let local = Arc::clone(&self.local)
-            .acquire_async(LockKey::new(&lkey), &plan.opts)
-            .await?;
-        let local = LocalHold::new(&*self.local, local);
-        let gate = Arc::clone(&self.gate)
-            .acquire_async(LockKey::new(&lkey), &plan.gate_opts())
-            .await?;
-        let _gate = LocalHold::new(&*self.gate, gate);
-        let id = self.next.fetch_add(1, Ordering::Relaxed);
-        let hold = loop {
-            match self.join(&lkey, id, &plan) {
-                Some(Ok(hold)) => break hold,
-                Some(Err(done)) => {
-                    let notified = done.notified();
-                    if matches!(self.slots.lock().get(&lkey), Some(Slot::Releasing(d)) if Arc::ptr_eq(d, &done))
-                    {
-                        notified.await;
-                    }
-                }
-                None => {
-                    let keys = vec![RemoteKey {
-                        space,
-                        key: key.clone(),
-                        mode: plan.opts.mode,
-                        units: self.units(&plan.opts),
-                    }];
-                    let hold = self.remote_acquire(keys, plan).await?.remove(0);
-                    self.install(&lkey, &hold, id, &plan);
-                    break hold;
-                }
-            }
-        };
-        Ok(self.record(id, local.take(), &hold, lkey))
+        key: &[u8],
+    ) -> impl Future<Output = Result<Option<RemoteInfo>>> + Send {
+        RedisServer::info(self, space, key)
     }
-
-    /// Several keys: every local one in one order, then one script for those not shared.
-    async fn acquire_many(
-        self: Arc<Self>,
-        keys: Vec<(KeySpace, Vec<u8>, Mode)>,
-        opts: LockOptions,
-    ) -> Result<Vec<Acquisition>> {
-        for (space, _, _) in &keys {
-            self.check_request(*space, &opts)?;
-        }
-        let plan = Plan::new(&opts);
-        // One canonical order (space, then bytes) to take them in, duplicates collapsed to
-        // the strongest mode; each remembers its first position among the caller's keys.
-        let steps = many::plan(
-            keys.into_iter()
-                .map(|(s, k, m)| (local_key(s, &k), (s, k), m)),
-        );
-        let firsts: Vec<usize> = steps.iter().map(|step| step.first).collect();
-        let keys: Vec<(Vec<u8>, KeySpace, Vec<u8>, Mode)> = steps
-            .into_iter()
-            .map(|step| (step.lock, step.what.0, step.what.1, step.mode))
-            .collect();
-        let mut locals = Vec::with_capacity(keys.len());
-        for (lkey, _, _, mode) in &keys {
-            let o = LockOptions {
-                mode: *mode,
-                ..plan.opts
-            };
-            let acq = Arc::clone(&self.local)
-                .acquire_async(LockKey::new(lkey), &o)
-                .await?;
-            locals.push(LocalHold::new(&*self.local, acq));
-        }
-        let mut gates = Vec::with_capacity(keys.len());
-        for (lkey, ..) in &keys {
-            let g = Arc::clone(&self.gate)
-                .acquire_async(LockKey::new(lkey), &plan.gate_opts())
-                .await?;
-            gates.push(LocalHold::new(&*self.gate, g));
-        }
-        // Join what this process holds already; the rest in one script.
-        let ids: Vec<u64> = keys
-            .iter()
-            .map(|_| self.next.fetch_add(1, Ordering::Relaxed))
-            .collect();
-        let mut holds: Vec<Option<Arc<Hold>>> = Vec::with_capacity(keys.len());
-        let mut joined: Vec<(u64, Arc<Hold>)> = Vec::new();
-        let unjoin = |joined: &[(u64, Arc<Hold>)]| {
-            for (id, h) in joined {
-                h.users.lock().remove(id);
-            }
-        };
-        for ((lkey, _, _, mode), id) in keys.iter().zip(&ids) {
-            let p = Plan {
-                opts: LockOptions {
-                    mode: *mode,
-                    ..plan.opts
-                },
-                ..plan
-            };
-            match self.join(lkey, *id, &p) {
-                Some(Ok(h)) => {
-                    joined.push((*id, Arc::clone(&h)));
-                    holds.push(Some(h));
-                }
-                // A release in flight: that key is taken afresh (its server-side release is
-                // already queued ahead of this acquire on the same connection).
-                Some(Err(_)) | None => holds.push(None),
-            }
-        }
-        let fresh: Vec<RemoteKey> = keys
-            .iter()
-            .zip(&holds)
-            .filter(|(_, h)| h.is_none())
-            .map(|((_, space, key, mode), _)| RemoteKey {
-                space: *space,
-                key: key.clone(),
-                mode: *mode,
-                units: self.units(&plan.opts),
-            })
-            .collect();
-        let mut got = if fresh.is_empty() {
-            Vec::new()
-        } else {
-            match self.remote_acquire(fresh, plan).await {
-                Ok(h) => h,
-                Err(e) => {
-                    unjoin(&joined);
-                    return Err(e);
-                }
-            }
-        }
-        .into_iter();
-        let mut out = Vec::with_capacity(keys.len());
-        let placed = keys.into_iter().zip(ids).zip(firsts);
-        for ((((lkey, _, _, mode), id), first), (local, h)) in
-            placed.zip(locals.into_iter().zip(holds))
-        {
-            let hold = match h {
-                Some(h) => h,
-                None => {
-                    let h = got.next().expect("one grant per fresh key");
-                    let p = Plan {
-                        opts: LockOptions { mode, ..plan.opts },
-                        ..plan
-                    };
-                    self.install(&lkey, &h, id, &p);
-                    h
-                }
-            };
-            out.push((first, self.record(id, local.take(), &hold, lkey)));
-        }
-        drop(gates);
-        Ok(many::in_key_order(out))
-    }
-
-    /// Ends one acquisition: the remote hold if it was its last user, then the local one.
-    fn release(&self, acq: Acquisition, owner: Option<Owner>) -> Result<()> {
-        let rec = {
-            let mut records = self.records.lock();
-            match records.get(&acq.at) {
-                Some(r) if r.hold.fence == acq.fence && r.local.mode() == acq.mode => {}
-                _ => return Err(Error::NotOwner),
-            }
-            if self.reentrant && owner.is_some() && owner != records[&acq.at].local.owner() {
-                return Err(Error::NotOwner);
-            }
-            records.remove(&acq.at).expect("checked above")
-        };
-        let Record { local, hold, lkey } = rec;
-        let done = {
-            let mut slots = self.slots.lock();
-            let mut users = hold.users.lock();
-            users.remove(&acq.at);
-            if users.is_empty() {
-                let done = Arc::new(tokio::sync::Notify::new());
-                if matches!(slots.get(&lkey), Some(Slot::Live(h)) if Arc::ptr_eq(h, &hold)) {
-                    slots.insert(lkey.clone(), Slot::Releasing(Arc::clone(&done)));
-                }
-                Some(done)
-            } else {
-                None
-            }
-        };
-        let remote_result = match done {
-            None if hold.lost.is_lost() => Err(stale(&hold, &local)),
-            None => Ok(()),
-            Some(done) => {
-                hold.halt();
-                let remote = Arc::clone(&self.remote);
-                let h = Arc::clone(&hold);
-                let r = run_on(&self.handle, async move {
-                    remote.release(&h.key, &h.token).await
-                });
-                {
-                    let mut slots = self.slots.lock();
-                    if matches!(slots.get(&lkey), Some(Slot::Releasing(d)) if Arc::ptr_eq(d, &done))
-                    {
-                        slots.remove(&lkey);
-                    }
-                }
-                done.notify_waiters();
-                match r {
-                    Ok(true) if !hold.lost.is_lost() => Ok(()),
-                    Ok(_) => Err(stale(&hold, &local)),
-                    Err(e) => Err(e),
-                }
-            }
-        };
-        let local_owner = owner.or(local.owner());
-        let local_result = self.local.release_as(local, local_owner);
-        remote_result.and(local_result)
-    }
-}
-
-/// The error for a hold that was lost: its lease ran out, or it was taken away.
-fn stale(hold: &Hold, local: &Acquisition) -> Error {
-    let lapsed = local.lease_deadline().is_some_and(|t| Instant::now() >= t);
-    if lapsed || hold.expired.load(Ordering::Acquire) {
-        Error::LeaseExpired
-    } else {
-        Error::NotOwner
-    }
-}
-
-fn plan_deadline(plan: &Plan) -> Option<Instant> {
-    plan.opts.lease.and_then(|l| Instant::now().checked_add(l))
-}
-
-impl KeyedLock for RedisLock {
-    fn acquire(&self, key: LockKey<'_>, opts: &LockOptions) -> Result<Acquisition> {
-        block_on(Arc::clone(&self.inner).acquire_one(key.space, key.bytes.to_vec(), *opts))
-    }
-
-    fn acquire_async(self: Arc<Self>, key: LockKey<'_>, opts: &LockOptions) -> AcquireFuture {
-        let fut = Arc::clone(&self.inner).acquire_one(key.space, key.bytes.to_vec(), *opts);
-        // The future keeps the scope (and its runtime) alive.
-        Box::pin(async move {
-            let out = fut.await;
-            drop(self);
-            out
-        })
-    }
-
-    fn acquire_many(
-        &self,
-        keys: &[(LockKey<'_>, Mode)],
-        opts: &LockOptions,
-    ) -> Result<Vec<Acquisition>> {
-        block_on(Arc::clone(&self.inner).acquire_many(owned_keys(keys), *opts))
-    }
-
-    fn acquire_many_async(
-        self: Arc<Self>,
-        keys: &[(LockKey<'_>, Mode)],
-        opts: &LockOptions,
-    ) -> AcquireManyFuture {
-        let fut = Arc::clone(&self.inner).acquire_many(owned_keys(keys), *opts);
-        Box::pin(async move {
-            let out = fut.await;
-            drop(self);
-            out
-        })
-    }
-
-    fn release_as(&self, acquisition: Acquisition, owner: Option<Owner>) -> Result<()> {
-        self.inner.release(acquisition, owner)
-    }
-
-    fn extend(&self, acquisition: &mut Acquisition, lease: Duration) -> Result<()> {
-        let inner = &self.inner;
-        let (hold, until) = {
-            let mut records = inner.records.lock();
-            let rec = match records.get_mut(&acquisition.at) {
-                Some(r) if r.hold.fence == acquisition.fence => r,
-                _ => return Err(Error::NotOwner),
-            };
-            if rec.hold.lost.is_lost() {
-                return Err(stale(&rec.hold, &rec.local));
-            }
-            inner.local.extend(&mut rec.local, lease)?;
-            let until = rec.local.lease_deadline();
-            rec.hold.users.lock().insert(acquisition.at, until);
-            (Arc::clone(&rec.hold), until)
-        };
-        let remote = Arc::clone(&inner.remote);
-        let h = Arc::clone(&hold);
-        let ms = lease.min(remote.lease);
-        let sent = Instant::now();
-        let ok = run_on(&inner.handle, async move {
-            remote.renew(&h.key, &h.token, ms).await
-        })?;
-        if !ok {
-            hold.lose(false);
-            return Err(Error::NotOwner);
-        }
-        hold.confirm(sent + ms);
-        acquisition.lease_until = until;
-        Ok(())
-    }
-
-    fn is_current_as(&self, acquisition: &Acquisition, owner: Option<Owner>) -> Result<bool> {
-        let inner = &self.inner;
-        let hold = {
-            let records = inner.records.lock();
-            match records.get(&acquisition.at) {
-                Some(r) if r.hold.fence == acquisition.fence => {
-                    let owner = owner.or(r.local.owner());
-                    if r.hold.lost.is_lost()
-                        || !KeyedLock::is_current_as(&*inner.local, &r.local, owner)?
-                    {
-                        return Ok(false);
-                    }
-                    Arc::clone(&r.hold)
-                }
-                _ => return Ok(false),
-            }
-        };
-        let remote = Arc::clone(&inner.remote);
-        run_on(&inner.handle, async move {
-            remote.check(&hold.key, &hold.token).await
-        })
-    }
-
-    fn force_unlock(&self, key: LockKey<'_>) -> Result<bool> {
-        let inner = &self.inner;
-        let remote = Arc::clone(&inner.remote);
-        let (space, bytes) = (key.space, key.bytes.to_vec());
-        let was = run_on(
-            &inner.handle,
-            async move { remote.force(space, &bytes).await },
-        )?;
-        let lkey = local_key(key.space, key.bytes);
-        if let Some(Slot::Live(h)) = inner.slots.lock().remove(&lkey) {
-            h.lose(false);
-        }
-        inner.local.force_unlock(LockKey::new(&lkey))?;
-        Ok(was)
-    }
-
-    fn info(&self, key: LockKey<'_>) -> Result<Option<LockInfo>> {
-        let inner = &self.inner;
-        let remote = Arc::clone(&inner.remote);
-        let (space, bytes) = (key.space, key.bytes.to_vec());
-        let Some(r) = run_on(
-            &inner.handle,
-            async move { remote.info(space, &bytes).await },
-        )?
-        else {
-            return Ok(None);
-        };
-        let lkey = local_key(key.space, key.bytes);
-        let local = inner.local.info(LockKey::new(&lkey))?;
-        Ok(Some(LockInfo {
-            fence: r.fence,
-            mode: r.mode,
-            holders: r.holders,
-            holds: local
-                .filter(|l| l.mode == Mode::Exclusive)
-                .map_or(1, |l| l.holds),
-            owner: local.and_then(|l| l.owner),
-            lease_remaining: Some(r.lease_remaining),
-            waiters: r.waiters + local.map_or(0, |l| l.waiters),
-            units: if inner.permits == 0 {
-                r.holders
-            } else {
-                r.units
-            },
-        }))
-    }
-
-    fn is_reentrant(&self) -> bool {
-        self.inner.reentrant
-    }
-
-    fn permits(&self) -> Option<u32> {
-        (self.inner.permits != 0).then_some(self.inner.permits)
-    }
-
-    fn steal(&self, key: LockKey<'_>, opts: &LockOptions) -> Result<Acquisition> {
-        if self.inner.permits != 0 {
-            return Err(Error::InvalidArgument(
-                "a semaphore's units cannot be stolen; use force_release",
-            ));
-        }
-        if opts.mode != Mode::Exclusive {
-            return Err(Error::InvalidArgument(
-                "only an exclusive request may steal",
-            ));
-        }
-        self.force_unlock(key)?;
-        self.acquire(key, opts)
-    }
-
-    /// This process's counts only: what the server could tell (keys held, waiters queued,
-    /// across processes) needs a scan of the prefix's keys, which costs the server O(keys), so
-    /// the scope-wide figures are `None`. `held_here`: the keys this process holds on the
-    /// server (its local holders share one remote hold per key); `waiting_here`: its acquires
-    /// queued behind another acquirer of the same key in this process (for the key, or for the
-    /// making of its shared remote hold), plus those queued in Redis. Reads no network, so it never fails.
-    fn stats(&self) -> Result<ScopeStats> {
-        let inner = &self.inner;
-        let held_here = inner
-            .slots
-            .lock()
-            .values()
-            .filter(|s| matches!(s, Slot::Live(_)))
-            .count();
-        let waiting_here = inner.local.stats()?.waiting_here
-            + inner.gate.stats().queued
-            + inner.remote.queued_here.load(Ordering::Relaxed);
-        Ok(ScopeStats {
-            held_here,
-            waiting_here,
-            ..ScopeStats::default()
-        })
-    }
-
-    fn lost_signal(&self, acquisition: &Acquisition) -> Option<LostSignal> {
-        let records = self.inner.records.lock();
-        records
-            .get(&acquisition.at)
-            .filter(|r| r.hold.fence == acquisition.fence)
-            .map(|r| r.hold.lost.clone())
-    }
-}
-
-fn owned_keys(keys: &[(LockKey<'_>, Mode)]) -> Vec<(KeySpace, Vec<u8>, Mode)> {
-    keys.iter()
-        .map(|(k, m)| (k.space, k.bytes.to_vec(), *m))
-        .collect()
 }

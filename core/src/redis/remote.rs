@@ -12,6 +12,7 @@ use super::conn::{CmdConn, Conns};
 use super::scripts::{Names, Scripts, mode_char};
 use crate::acquisition::Mode;
 use crate::error::{Error, Result};
+use crate::remote::{RemoteGrant, RemoteInfo, RemoteKey};
 use crate::scope::KeySpace;
 
 /// The longest a waiter blocks before it looks again by itself (the bounded safety re-check).
@@ -24,25 +25,8 @@ const MIN_BLOCK: Duration = Duration::from_millis(2);
 /// How much longer a waiter's registration lives than its block, to cover the round trips.
 const REGISTRATION_SLACK: Duration = Duration::from_secs(1);
 
-/// One key of a remote request.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct RemoteKey {
-    pub(crate) space: KeySpace,
-    pub(crate) key: Vec<u8>,
-    pub(crate) mode: Mode,
-    /// A semaphore's units (0 for a lock's key).
-    pub(crate) units: u32,
-}
-
-/// What an acquire got for one key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct RemoteGrant {
-    pub(crate) fence: u64,
-    /// The previous exclusive hold ended by its lease (its holder died or stalled).
-    pub(crate) died: bool,
-}
-
-pub(crate) struct Remote {
+/// The Redis scope's calls to its server: the scripts, and the wait loop.
+pub(crate) struct RedisServer {
     pub(crate) conns: Arc<Conns>,
     scripts: Scripts,
     names: Names,
@@ -59,7 +43,7 @@ pub(crate) struct Remote {
     pub(crate) queued_here: AtomicUsize,
 }
 
-/// One acquire counted in [`Remote::queued_here`] while this lives.
+/// One acquire counted in [`RedisServer::queued_here`] while this lives.
 struct QueuedHere<'a>(&'a AtomicUsize);
 
 impl<'a> QueuedHere<'a> {
@@ -75,7 +59,7 @@ impl Drop for QueuedHere<'_> {
     }
 }
 
-impl Remote {
+impl RedisServer {
     pub(crate) fn new(conns: Arc<Conns>, permits: u32) -> Result<Self> {
         let mut seed = [0u8; 16];
         getrandom::fill(&mut seed)
@@ -531,7 +515,7 @@ impl Remote {
             } else {
                 shared.max(0) as u32
             },
-            lease_remaining: Duration::from_millis(left.max(0) as u64),
+            lease_remaining: Some(Duration::from_millis(left.max(0) as u64)),
             waiters: waiters.max(0) as usize,
             units: units.max(0) as u32,
         }))
@@ -567,18 +551,6 @@ fn answer(v: Value, id: &str) -> Option<Value> {
         }
         _ => None,
     }
-}
-
-/// What [`Remote::info`] found.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct RemoteInfo {
-    pub(crate) fence: u64,
-    pub(crate) mode: Mode,
-    pub(crate) holders: u32,
-    pub(crate) lease_remaining: Duration,
-    pub(crate) waiters: usize,
-    /// A semaphore's units held.
-    pub(crate) units: u32,
 }
 
 fn millis(d: Duration) -> u64 {

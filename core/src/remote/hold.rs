@@ -3,10 +3,10 @@
 //! The process holds at most one remote acquisition per key (a [`Hold`]); the local
 //! acquisitions that share it are its *users* (one, or several shared holders, or an owner's
 //! reentrant holds). While it has users, a task on the scope's runtime renews its lease every
-//! third of the lease. Renewal is bounded: the hold is given up as lost once Redis has not
+//! third of the lease. Renewal is bounded: the hold is given up as lost once the server has not
 //! confirmed it for the lease's remaining time (counted from the moment each successful renewal
-//! was sent, so the holder always learns of the loss no later than Redis frees the key), or at
-//! once if Redis says the token is gone (force-unlocked, or expired and taken). Either way the
+//! was sent, so the holder always learns of the loss no later than the server frees the key), or
+//! at once if the server says the token is gone (force-unlocked, or expired and taken). Either way the
 //! hold's [`LostSignal`] fires.
 //!
 //! A user with an explicit lease bounds the renewal: the hold is renewed only up to the latest
@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 
-use super::remote::{Remote, RemoteKey};
+use super::server::{RemoteKey, Server};
 use crate::acquisition::{Mode, Owner};
 use crate::lost::LostSignal;
 
@@ -40,7 +40,7 @@ pub(crate) struct Hold {
     pub(crate) expired: AtomicBool,
     /// Local users: acquisition id -> its own lease deadline.
     pub(crate) users: Mutex<HashMap<u64, Option<Instant>>>,
-    /// Until when Redis has confirmed the lease (local clock, conservative).
+    /// Until when the server has confirmed the lease (local clock, conservative).
     confirmed: Mutex<Instant>,
     stopped: AtomicBool,
     stop: Notify,
@@ -110,15 +110,15 @@ impl Hold {
         latest
     }
 
-    /// Notes that Redis confirmed the lease until `until`.
+    /// Notes that the server confirmed the lease until `until`.
     pub(crate) fn confirm(&self, until: Instant) {
         let mut c = self.confirmed.lock();
         *c = (*c).max(until);
     }
 
     /// Renews the hold until it is released or lost. See the [module docs](self).
-    pub(crate) async fn renew_loop(self: Arc<Self>, remote: Arc<Remote>) {
-        let interval = remote.lease / 3;
+    pub(crate) async fn renew_loop<S: Server>(self: Arc<Self>, remote: Arc<S>) {
+        let interval = remote.lease() / 3;
         let mut next = Instant::now() + interval;
         loop {
             if let Some(bound) = self.bound() {
@@ -132,11 +132,14 @@ impl Hold {
                 return;
             }
             let now = Instant::now();
-            let mut lease = remote.lease;
+            let mut lease = remote.lease();
             if let Some(bound) = self.bound() {
                 if bound <= now {
-                    // Every user's own lease ended: so does the hold (Redis frees it too).
+                    // Every user's own lease ended: so does the hold, on the server too (where
+                    // the server keeps leases, it has already ended; the release then finds
+                    // nothing).
                     self.lose(true);
+                    let _ = remote.release(&self.key, &self.token).await;
                     return;
                 }
                 lease = lease.min(bound - now);
@@ -151,6 +154,9 @@ impl Hold {
                 }
                 Ok(Ok(false)) => {
                     self.lose(Instant::now() >= confirmed);
+                    // Whatever the token still has on the server (a scope whose force-unlock
+                    // moves the key elsewhere leaves the old hold in place) goes now.
+                    let _ = remote.release(&self.key, &self.token).await;
                     return;
                 }
                 Ok(Err(_)) | Err(_) => {
