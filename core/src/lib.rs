@@ -46,6 +46,8 @@ mod lost;
 mod many;
 mod open;
 mod pool;
+#[cfg(feature = "postgres")]
+pub mod postgres;
 mod redact;
 #[cfg(feature = "redis")]
 pub mod redis;

@@ -1,6 +1,6 @@
 //! [`open`] and [`open_with`]: a lock object from a name, at the scope the name picks (see the
 //! [`scope`](crate::scope) module). The top layer of the scopes: it calls each of them (the
-//! in-process one, shared memory, Redis), and none of them calls it.
+//! in-process one, shared memory, Redis, PostgreSQL), and none of them calls it.
 
 use std::sync::Arc;
 
@@ -20,7 +20,7 @@ pub fn open_with(name: &str, options: &OpenOptions) -> Result<Arc<dyn KeyedLock>
         None if name.is_empty() => ("local", ""),
         None => {
             return Err(Error::InvalidArgument(
-                "a lock name starts with a scheme: local:, shm:NAME or redis://...",
+                "a lock name starts with a scheme: local:, shm:NAME, redis://... or postgres://...",
             ));
         }
     };
@@ -45,8 +45,14 @@ pub fn open_with(name: &str, options: &OpenOptions) -> Result<Arc<dyn KeyedLock>
         "redis" | "rediss" => Err(Error::InvalidArgument(
             "this build of keylock has no Redis scope (cargo feature \"redis\")",
         )),
+        #[cfg(feature = "postgres")]
+        "postgres" | "postgresql" => crate::postgres::open(name, options),
+        #[cfg(not(feature = "postgres"))]
+        "postgres" | "postgresql" => Err(Error::InvalidArgument(
+            "this build of keylock has no PostgreSQL scope (cargo feature \"postgres\")",
+        )),
         _ => Err(Error::InvalidArgument(
-            "unknown lock scheme: use local:, shm:NAME or redis://...",
+            "unknown lock scheme: use local:, shm:NAME, redis://... or postgres://...",
         )),
     }
 }

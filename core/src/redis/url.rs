@@ -21,6 +21,7 @@ use std::time::Duration;
 
 use crate::error::{Error, Result};
 use crate::redact::redact_scope_name;
+use crate::remote::url::{UrlParts, duration};
 
 /// A parsed Redis scope URL. See the [module docs](self).
 #[derive(Clone, PartialEq, Eq)]
@@ -56,37 +57,14 @@ impl RedisUrl {
                 "a Redis URL starts with redis:// or rediss://",
             ));
         };
-        let (rest, query) = match rest.split_once('?') {
-            Some((r, q)) => (r, Some(q)),
-            None => (rest, None),
-        };
-        if rest.contains('#') || query.is_some_and(|q| q.contains('#')) {
-            return Err(Error::InvalidArgument("a Redis URL has no fragment (#...)"));
-        }
-        let (authority, path) = match rest.split_once('/') {
-            Some((a, p)) => (a, p),
-            None => (rest, ""),
-        };
-        let (userinfo, hostport) = match authority.rsplit_once('@') {
-            Some((u, h)) => (Some(u), h),
-            None => (None, authority),
-        };
-        let (username, password) = match userinfo {
-            None => (None, None),
-            Some(u) => {
-                let (user, pass) = match u.split_once(':') {
-                    Some((user, pass)) => (user, Some(pass)),
-                    None => (u, None),
-                };
-                let user = decode(user)?;
-                let pass = pass.map(decode).transpose()?;
-                (
-                    (!user.is_empty()).then_some(user),
-                    pass.filter(|p| !p.is_empty()),
-                )
-            }
-        };
-        let (host, port) = split_host_port(hostport)?;
+        let parts = UrlParts::split(rest, 6379)?;
+        let (host, port, username, password, path) = (
+            parts.host,
+            parts.port,
+            parts.username,
+            parts.password,
+            parts.path,
+        );
         let db = match path {
             "" => 0,
             p => p
@@ -110,11 +88,7 @@ impl RedisUrl {
             timeout: DEFAULT_TIMEOUT,
             redacted: redact_scope_name(url),
         };
-        for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
-            let (name, value) = pair.split_once('=').ok_or(Error::InvalidArgument(
-                "Redis URL options are NAME=VALUE pairs",
-            ))?;
-            let value = decode(value)?;
+        for (name, value) in parts.options {
             match name {
                 "prefix" => {
                     if value.is_empty() || value.contains(['{', '}']) {
@@ -171,69 +145,6 @@ impl fmt::Debug for RedisUrl {
             .field("timeout", &self.timeout)
             .finish()
     }
-}
-
-fn split_host_port(hostport: &str) -> Result<(String, u16)> {
-    const BAD_PORT: Error =
-        Error::InvalidArgument("the port in a Redis URL is a number from 1 to 65535");
-    let (host, port) = if let Some(rest) = hostport.strip_prefix('[') {
-        let (host, after) = rest.split_once(']').ok_or(Error::InvalidArgument(
-            "an IPv6 host in a Redis URL is written [ADDRESS]",
-        ))?;
-        match after {
-            "" => (host, None),
-            p => (host, Some(p.strip_prefix(':').ok_or(BAD_PORT)?)),
-        }
-    } else {
-        match hostport.rsplit_once(':') {
-            Some((h, p)) => (h, Some(p)),
-            None => (hostport, None),
-        }
-    };
-    if host.is_empty() {
-        return Err(Error::InvalidArgument("a Redis URL names a host"));
-    }
-    let port = match port {
-        None => 6379,
-        Some(p) => p.parse::<u16>().ok().filter(|p| *p != 0).ok_or(BAD_PORT)?,
-    };
-    Ok((host.to_owned(), port))
-}
-
-fn duration(text: &str) -> Result<Duration> {
-    const BAD: Error =
-        Error::InvalidArgument("a duration in a Redis URL is a number and a unit: 500ms, 30s");
-    let (number, scale) = if let Some(n) = text.strip_suffix("ms") {
-        (n, 1e-3)
-    } else if let Some(n) = text.strip_suffix('s') {
-        (n, 1.0)
-    } else {
-        return Err(BAD);
-    };
-    let secs = number.parse::<f64>().map_err(|_| BAD)? * scale;
-    Duration::try_from_secs_f64(secs)
-        .ok()
-        .filter(|d| !d.is_zero() && *d <= Duration::from_secs(86_400 * 365))
-        .ok_or(BAD)
-}
-
-/// Percent-decoding of a URL part (user, password, option value).
-fn decode(text: &str) -> Result<String> {
-    const BAD: Error = Error::InvalidArgument("a Redis URL has a malformed %-escape");
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = text.get(i + 1..i + 3).ok_or(BAD)?;
-            out.push(u8::from_str_radix(hex, 16).map_err(|_| BAD)?);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).map_err(|_| Error::InvalidArgument("a Redis URL part is not UTF-8"))
 }
 
 #[cfg(test)]

@@ -25,6 +25,7 @@
 
 mod hold;
 mod server;
+pub(crate) mod url;
 
 use std::collections::HashMap;
 use std::fmt;

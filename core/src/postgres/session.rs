@@ -1,0 +1,182 @@
+//! One server session: a connection to PostgreSQL, the backend it runs in, and the scope's
+//! functions prepared on it. Session-level advisory locks belong to the session that took them,
+//! so a hold is released in the session it was granted in, and a session's end frees its holds.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use tokio::sync::OwnedSemaphorePermit;
+use tokio_postgres::error::SqlState;
+use tokio_postgres::{Client, NoTls, Statement};
+
+use super::sql;
+use super::url::PostgresUrl;
+use crate::error::{Error, Result};
+
+/// The statements of the scope's functions, prepared once per session.
+pub(crate) struct Statements {
+    pub(crate) acquire: Statement,
+    pub(crate) release: Statement,
+    pub(crate) forget: Statement,
+    pub(crate) check: Statement,
+    pub(crate) force: Statement,
+    pub(crate) info: Statement,
+}
+
+pub(crate) struct Session {
+    pub(crate) client: Client,
+    /// The backend's pid: every call checks it still runs there.
+    pub(crate) pid: i32,
+    pub(crate) st: Statements,
+    /// The connection ended (closed, failed, or the server went away): its holds are gone.
+    closed: Arc<AtomicBool>,
+    /// Holds granted in this session and not released yet.
+    pub(crate) holding: AtomicUsize,
+    /// A waiting session's place among the scope's extra connections (none for the main one).
+    _slot: Option<OwnedSemaphorePermit>,
+}
+
+impl Session {
+    /// Connects, applies the session settings, installs the functions if `install` (the main
+    /// session of an open) and claims the session. Bounded by the URL's `connect_timeout`.
+    pub(crate) async fn open(
+        url: &PostgresUrl,
+        install: bool,
+        slot: Option<OwnedSemaphorePermit>,
+    ) -> Result<Arc<Session>> {
+        match tokio::time::timeout(url.connect_timeout, Self::connect(url, install, slot)).await {
+            Ok(r) => r,
+            Err(_) => Err(Error::Unavailable(
+                format!(
+                    "PostgreSQL at {}: no connection within connect_timeout ({} ms)",
+                    url.redacted(),
+                    url.connect_timeout.as_millis()
+                )
+                .into(),
+            )),
+        }
+    }
+
+    async fn connect(
+        url: &PostgresUrl,
+        install: bool,
+        slot: Option<OwnedSemaphorePermit>,
+    ) -> Result<Arc<Session>> {
+        let (client, conn) = url
+            .config()
+            .connect(NoTls)
+            .await
+            .map_err(|e| error(url, &e))?;
+        let closed = Arc::new(AtomicBool::new(false));
+        let ended = Arc::clone(&closed);
+        tokio::spawn(async move {
+            let _ = conn.await;
+            ended.store(true, Ordering::Release);
+        });
+        let fail = |e: tokio_postgres::Error| error(url, &e);
+        client
+            .batch_execute(&url.session_settings())
+            .await
+            .map_err(fail)?;
+        if install {
+            install_functions(&client).await.map_err(fail)?;
+        }
+        let pid: i32 = client
+            .query_one("SELECT keylock_session()", &[])
+            .await
+            .map_err(fail)?
+            .get(0);
+        let st = Statements {
+            acquire: client
+                .prepare(
+                    "SELECT ids, fences, dieds FROM keylock_acquire($1, $2, $3, $4, $5, $6, $7)",
+                )
+                .await
+                .map_err(fail)?,
+            release: client
+                .prepare("SELECT keylock_release($1, $2, $3, $4)")
+                .await
+                .map_err(fail)?,
+            forget: client
+                .prepare("SELECT keylock_forget($1, $2)")
+                .await
+                .map_err(fail)?,
+            check: client
+                .prepare("SELECT keylock_check($1, $2, $3)")
+                .await
+                .map_err(fail)?,
+            force: client
+                .prepare("SELECT keylock_force($1, $2, $3)")
+                .await
+                .map_err(fail)?,
+            info: client
+                .prepare("SELECT exclusive, fence, holders, waiters FROM keylock_info($1, $2, $3)")
+                .await
+                .map_err(fail)?,
+        };
+        Ok(Arc::new(Session {
+            client,
+            pid,
+            st,
+            closed,
+            holding: AtomicUsize::new(0),
+            _slot: slot,
+        }))
+    }
+
+    /// Whether the connection has ended (its holds are gone with its session).
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire) || self.client.is_closed()
+    }
+}
+
+/// Installs the tables and functions, once per version, serialized among processes.
+async fn install_functions(client: &Client) -> std::result::Result<(), tokio_postgres::Error> {
+    client.batch_execute(sql::INSTALL).await?;
+    let version: Option<i32> = client
+        .query_one("SELECT max(version) FROM keylock_schema", &[])
+        .await?
+        .get(0);
+    if version != Some(sql::VERSION) {
+        client.batch_execute(sql::SCHEMA).await?;
+        client.execute("DELETE FROM keylock_schema", &[]).await?;
+        client
+            .execute("INSERT INTO keylock_schema VALUES ($1)", &[&sql::VERSION])
+            .await?;
+    }
+    client.batch_execute("COMMIT").await
+}
+
+/// The scope's error for a client error: the server's own message (never the password), and
+/// refused credentials or privileges as `PermissionDenied`.
+pub(crate) fn error(url: &PostgresUrl, e: &tokio_postgres::Error) -> Error {
+    let text = match e.as_db_error() {
+        Some(db) => db.message().to_owned(),
+        None => e.to_string(),
+    };
+    let text = format!("PostgreSQL at {}: {}", url.redacted(), url.scrub(&text));
+    match e.code() {
+        Some(c)
+            if *c == SqlState::INVALID_PASSWORD
+                || *c == SqlState::INVALID_AUTHORIZATION_SPECIFICATION
+                || *c == SqlState::INSUFFICIENT_PRIVILEGE =>
+        {
+            Error::PermissionDenied(text.into())
+        }
+        Some(c) if c.code() == "55KL1" || c.code() == "55KL2" => Error::Incompatible(text.into()),
+        _ => Error::Unavailable(text.into()),
+    }
+}
+
+/// The scope's error for a call that `timeout` cut off.
+pub(crate) fn timed_out(url: &PostgresUrl, after: Duration) -> Error {
+    Error::Unavailable(
+        format!(
+            "PostgreSQL at {}: timed out waiting for the server (after {} ms)",
+            url.redacted(),
+            after.as_millis()
+        )
+        .into(),
+    )
+}

@@ -1,0 +1,323 @@
+//! The PostgreSQL scope's tables and functions, installed at the first open (and again when
+//! [`VERSION`] changes). Each operation is one call of one function: one round trip.
+//!
+//! # Data model
+//!
+//! - `keylock_keys(prefix, space, key) -> lock_id` (logged): the number of a key's advisory
+//!   lock. Every key gets its own number from a sequence the first time it is locked, so two
+//!   keys never share a lock, whatever their hashes. A force-unlock gives the key a fresh
+//!   number: new acquirers lock that one, while the old holder still has the old one, which no
+//!   one else asks for any more.
+//! - The lock itself is PostgreSQL's session-level advisory lock, two 32-bit keys: the first is
+//!   `KL_LOCK` plus bits 32 to 47 of the number, the second its low 32 bits. (The two-key form
+//!   never meets an application's one-key `pg_advisory_lock(bigint)`.) The server queues
+//!   waiters, wakes them, and frees every lock of a session that ends: a holder killed or cut
+//!   off loses its keys as soon as the server sees its connection close.
+//! - `keylock_fences` (a logged sequence): every exclusive acquisition's fence, so fences rise
+//!   across keys, sessions, force-unlocks and restarts, and are never reused (a sequence logs
+//!   ahead and flushes at commit; a crash skips values, never repeats them).
+//! - `keylock_holds(lock_id, token)` (unlogged: written per acquire without a WAL flush, and
+//!   empty after a crash, when no session survives either): who holds what, with the holder's
+//!   backend pid, mode, fence and since when. A row left by a holder whose session ended tells
+//!   the next holder `owner_died`. A force-unlock marks the rows of the old number `forced`:
+//!   the holder's release then frees its lock on the old number (so that requests already
+//!   queued on it move to the new one) and reports the hold lost.
+//! - A *guard* per lock number (transaction-level advisory lock, first key `KL_GUARD` plus the
+//!   high bits): a grant holds it shared while it re-reads the key's number and records itself,
+//!   a force-unlock holds it exclusively while it moves the key to a new number, so a grant is
+//!   either recorded under the number that stays, or moved away with the rest.
+//! - A *life* lock per session (first key `KL_LIFE`, second the backend pid), taken when a
+//!   connection starts: a session that already has one serves another keylock connection
+//!   (a pooler in transaction mode), and the open fails. Every call also checks that it runs
+//!   in the session its connection started with, so a pooler that moves a connection between
+//!   sessions gets an error, never a grant in a session that is not its own.
+
+/// The version of the functions below; an open that finds another replaces them.
+pub(crate) const VERSION: i32 = 1;
+
+/// Serializes the installs of every process (a transaction-level advisory lock).
+pub(crate) const INSTALL: &str = "\
+BEGIN;
+SELECT pg_advisory_xact_lock(1802436608, 0);
+CREATE TABLE IF NOT EXISTS keylock_schema (version int NOT NULL);
+";
+
+/// The schema, run inside the install transaction when the recorded version is not [`VERSION`].
+pub(crate) const SCHEMA: &str = r#"
+CREATE TABLE IF NOT EXISTS keylock_keys (
+    prefix text NOT NULL,
+    space smallint NOT NULL,
+    key bytea NOT NULL,
+    lock_id bigint NOT NULL,
+    PRIMARY KEY (prefix, space, key)
+);
+CREATE SEQUENCE IF NOT EXISTS keylock_lock_ids MAXVALUE 281474976710655;
+CREATE SEQUENCE IF NOT EXISTS keylock_fences;
+CREATE UNLOGGED TABLE IF NOT EXISTS keylock_holds (
+    lock_id bigint NOT NULL,
+    token text NOT NULL,
+    pid int NOT NULL,
+    mode text NOT NULL,
+    fence bigint NOT NULL,
+    since timestamptz NOT NULL DEFAULT clock_timestamp(),
+    forced boolean NOT NULL DEFAULT false,
+    PRIMARY KEY (lock_id, token)
+);
+
+-- The two keys of a lock number's advisory lock (k1: 'kl' and bits 32-47; k2: the low bits,
+-- as a signed int), of its guard ('km'), and the first key of a session's life lock ('kn').
+CREATE OR REPLACE FUNCTION keylock_k1(id bigint) RETURNS int
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT (1802240000 + (id >> 32))::int $$;
+CREATE OR REPLACE FUNCTION keylock_g1(id bigint) RETURNS int
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT (1802305536 + (id >> 32))::int $$;
+CREATE OR REPLACE FUNCTION keylock_k2(id bigint) RETURNS int
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT ((id & 4294967295) - CASE WHEN (id & 4294967295) >= 2147483648
+                                     THEN 4294967296 ELSE 0 END)::int $$;
+
+-- Claims this session for one keylock connection; its backend pid.
+CREATE OR REPLACE FUNCTION keylock_session() RETURNS int LANGUAGE plpgsql AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted
+               AND pid = pg_backend_pid() AND classid = 1802371072::oid
+               AND objid = pg_backend_pid()::oid AND objsubid = 2) THEN
+        RAISE EXCEPTION 'keylock: this server session already serves another keylock connection (a pooler in transaction or statement mode?): keylock needs a session of its own'
+            USING ERRCODE = '55KL1';
+    END IF;
+    PERFORM pg_advisory_lock(1802371072, pg_backend_pid());
+    RETURN pg_backend_pid();
+END $$;
+
+CREATE OR REPLACE FUNCTION keylock_same_session(me int) RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    IF pg_backend_pid() <> me THEN
+        RAISE EXCEPTION 'keylock: this connection now runs in another server session (a pooler in transaction or statement mode?); nothing was taken'
+            USING ERRCODE = '55KL2';
+    END IF;
+END $$;
+
+-- A key's lock number, made the first time the key is locked.
+CREATE OR REPLACE FUNCTION keylock_id(p text, sp smallint, k bytea) RETURNS bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+    id bigint;
+BEGIN
+    SELECT lock_id INTO id FROM keylock_keys WHERE prefix = p AND space = sp AND key = k;
+    IF id IS NULL THEN
+        INSERT INTO keylock_keys (prefix, space, key, lock_id)
+            VALUES (p, sp, k, nextval('keylock_lock_ids'))
+            ON CONFLICT (prefix, space, key) DO NOTHING;
+        SELECT lock_id INTO id FROM keylock_keys WHERE prefix = p AND space = sp AND key = k;
+    END IF;
+    RETURN id;
+END $$;
+
+CREATE OR REPLACE FUNCTION keylock_take(id bigint, m text, wait boolean) RETURNS boolean
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF wait THEN
+        IF m = 'x' THEN PERFORM pg_advisory_lock(keylock_k1(id), keylock_k2(id));
+        ELSE PERFORM pg_advisory_lock_shared(keylock_k1(id), keylock_k2(id)); END IF;
+        RETURN true;
+    ELSIF m = 'x' THEN
+        RETURN pg_try_advisory_lock(keylock_k1(id), keylock_k2(id));
+    ELSE
+        RETURN pg_try_advisory_lock_shared(keylock_k1(id), keylock_k2(id));
+    END IF;
+END $$;
+
+CREATE OR REPLACE FUNCTION keylock_untake(ids bigint[], ms text) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    i int;
+BEGIN
+    FOR i IN 1 .. coalesce(cardinality(ids), 0) LOOP
+        IF substr(ms, i, 1) = 'x' THEN
+            PERFORM pg_advisory_unlock(keylock_k1(ids[i]), keylock_k2(ids[i]));
+        ELSE
+            PERFORM pg_advisory_unlock_shared(keylock_k1(ids[i]), keylock_k2(ids[i]));
+        END IF;
+    END LOOP;
+END $$;
+
+-- Records a grant of lock number `id` (taken, and still the key's number): its fence, and
+-- whether an exclusive holder before it ended without a release.
+CREATE OR REPLACE FUNCTION keylock_grant(id bigint, m text, tok text, me int,
+                                         OUT fence bigint, OUT died boolean)
+LANGUAGE plpgsql AS $$
+BEGIN
+    died := EXISTS (SELECT 1 FROM keylock_holds h WHERE h.lock_id = id AND h.mode = 'x');
+    -- (A force-unlocked holder's row stays under the old number, which no grant gets again.)
+    IF m = 'x' THEN
+        -- Every row left is from a holder whose session ended.
+        DELETE FROM keylock_holds h WHERE h.lock_id = id;
+        fence := nextval('keylock_fences');
+    ELSE
+        DELETE FROM keylock_holds h WHERE h.lock_id = id AND h.mode = 'x';
+        SELECT max(h.fence) INTO fence FROM keylock_holds h WHERE h.lock_id = id;
+        IF fence IS NULL THEN
+            fence := nextval('keylock_fences');
+        END IF;
+    END IF;
+    INSERT INTO keylock_holds (lock_id, token, pid, mode, fence) VALUES (id, tok, me, m, fence);
+END $$;
+
+-- Takes every key or none. `wait_ms`: NULL never waits (a try), 0 waits without a limit, else
+-- the most milliseconds to wait. NULL arrays when it would block or timed out.
+CREATE OR REPLACE FUNCTION keylock_acquire(me int, p text, sps smallint[], ks bytea[], ms text,
+                                           tok text, wait_ms bigint,
+                                           OUT ids bigint[], OUT fences bigint[],
+                                           OUT dieds boolean[])
+LANGUAGE plpgsql AS $$
+DECLARE
+    n int := cardinality(ks);
+    i int;
+    id bigint;
+    m text;
+    left_ms bigint;
+    taken bigint[] := '{}';
+    deadline timestamptz;
+    g record;
+BEGIN
+    PERFORM keylock_same_session(me);
+    IF wait_ms > 0 THEN
+        deadline := clock_timestamp() + wait_ms * interval '1 millisecond';
+    END IF;
+    BEGIN
+        FOR i IN 1 .. n LOOP
+            m := substr(ms, i, 1);
+            LOOP
+                id := keylock_id(p, sps[i], ks[i]);
+                IF deadline IS NOT NULL THEN
+                    left_ms := ceil(extract(epoch FROM deadline - clock_timestamp()) * 1000);
+                    IF left_ms < 1 THEN
+                        PERFORM keylock_untake(taken, ms);
+                        RETURN;
+                    END IF;
+                    PERFORM set_config('lock_timeout', left_ms::text, true);
+                END IF;
+                BEGIN
+                    IF NOT keylock_take(id, m, wait_ms IS NOT NULL) THEN
+                        PERFORM keylock_untake(taken, ms);
+                        RETURN;
+                    END IF;
+                EXCEPTION WHEN lock_not_available THEN
+                    PERFORM keylock_untake(taken, ms);
+                    RETURN;
+                END;
+                PERFORM set_config('lock_timeout', '0', true);
+                PERFORM pg_advisory_xact_lock_shared(keylock_g1(id), keylock_k2(id));
+                EXIT WHEN keylock_id(p, sps[i], ks[i]) = id;
+                -- Force-unlocked meanwhile: the key has a new number.
+                PERFORM keylock_untake(ARRAY[id], m);
+            END LOOP;
+            taken := taken || id;
+        END LOOP;
+    EXCEPTION WHEN OTHERS THEN
+        -- Cancelled, or a deadlock found: let go of what this call took, then say so.
+        PERFORM keylock_untake(taken, ms);
+        RAISE;
+    END;
+    ids := taken;
+    fences := '{}';
+    dieds := '{}';
+    FOR i IN 1 .. n LOOP
+        g := keylock_grant(taken[i], substr(ms, i, 1), tok, me);
+        fences := fences || g.fence;
+        dieds := dieds || g.died;
+    END LOOP;
+END $$;
+
+-- Ends `tok`'s hold of lock number `id` (its row and its lock in this session); whether it was
+-- still the token's (not force-unlocked). A token with no row holds nothing here.
+CREATE OR REPLACE FUNCTION keylock_release(me int, id bigint, tok text, m text) RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    was_forced boolean;
+BEGIN
+    PERFORM keylock_same_session(me);
+    DELETE FROM keylock_holds h WHERE h.lock_id = id AND h.token = tok
+        RETURNING h.forced INTO was_forced;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    PERFORM keylock_untake(ARRAY[id], m);
+    RETURN NOT was_forced;
+END $$;
+
+-- Releases everything `tok` holds in this session (an acquire whose answer was lost); how many.
+CREATE OR REPLACE FUNCTION keylock_forget(me int, tok text) RETURNS int
+LANGUAGE plpgsql AS $$
+DECLARE
+    r record;
+    n int := 0;
+BEGIN
+    PERFORM keylock_same_session(me);
+    FOR r IN DELETE FROM keylock_holds h WHERE h.token = tok AND h.pid = me
+             RETURNING h.lock_id, h.mode LOOP
+        PERFORM keylock_untake(ARRAY[r.lock_id], r.mode);
+        n := n + 1;
+    END LOOP;
+    RETURN n;
+END $$;
+
+-- Whether `tok` still holds lock number `id`.
+CREATE OR REPLACE FUNCTION keylock_check(me int, id bigint, tok text) RETURNS boolean
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM keylock_same_session(me);
+    RETURN EXISTS (SELECT 1 FROM keylock_holds h
+                   WHERE h.lock_id = id AND h.token = tok AND NOT h.forced);
+END $$;
+
+-- Frees a key whoever holds it: a fresh lock number for the key; whether it was held.
+CREATE OR REPLACE FUNCTION keylock_force(p text, sp smallint, k bytea) RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    old bigint;
+BEGIN
+    SELECT lock_id INTO old FROM keylock_keys WHERE prefix = p AND space = sp AND key = k;
+    IF old IS NULL THEN
+        RETURN false;
+    END IF;
+    PERFORM pg_advisory_xact_lock(keylock_g1(old), keylock_k2(old));
+    IF NOT EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted
+                   AND l.objsubid = 2 AND l.classid = keylock_k1(old)::oid
+                   AND l.objid = keylock_k2(old)::oid) THEN
+        RETURN false;
+    END IF;
+    UPDATE keylock_keys SET lock_id = nextval('keylock_lock_ids')
+        WHERE prefix = p AND space = sp AND key = k AND lock_id = old;
+    -- The holders keep their rows (and their locks on the old number) until they release:
+    -- their releases and checks then say the hold was lost.
+    UPDATE keylock_holds h SET forced = true WHERE h.lock_id = old;
+    RETURN true;
+END $$;
+
+-- A key as the server sees it: no row when free.
+CREATE OR REPLACE FUNCTION keylock_info(p text, sp smallint, k bytea,
+                                        OUT exclusive boolean, OUT fence bigint,
+                                        OUT holders int, OUT waiters int)
+RETURNS SETOF record LANGUAGE plpgsql AS $$
+DECLARE
+    id bigint;
+BEGIN
+    SELECT lock_id INTO id FROM keylock_keys WHERE prefix = p AND space = sp AND key = k;
+    IF id IS NULL THEN
+        RETURN;
+    END IF;
+    SELECT coalesce(bool_or(l.granted AND l.mode = 'ExclusiveLock'), false),
+           count(*) FILTER (WHERE l.granted), count(*) FILTER (WHERE NOT l.granted)
+        INTO exclusive, holders, waiters
+        FROM pg_locks l
+        WHERE l.locktype = 'advisory' AND l.objsubid = 2
+          AND l.classid = keylock_k1(id)::oid AND l.objid = keylock_k2(id)::oid
+          AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database());
+    IF holders = 0 THEN
+        RETURN;
+    END IF;
+    SELECT max(h.fence) INTO fence FROM keylock_holds h WHERE h.lock_id = id;
+    fence := coalesce(fence, 0);
+    RETURN NEXT;
+END $$;
+"#;

@@ -1,0 +1,226 @@
+//! The PostgreSQL scope's URL: `postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?OPTIONS]` (or
+//! `postgresql://`).
+//!
+//! Options (all optional):
+//!
+//! | option | default | meaning |
+//! |---|---|---|
+//! | `prefix` | `keylock` | the namespace of this scope's keys in the database's keylock tables |
+//! | `lease` | `30s` | how long a hold lasts unconfirmed: its process checks its session every third of this, and the server's keepalives end a silent session within about 5/12 of it |
+//! | `connect_timeout` | `5s` | the most opening the scope (connecting, the handshake, the tables) or one more connection may take |
+//! | `timeout` | `5s` | the most one call may take before the scope reports `Unavailable` (a wait is bounded by the acquire's own timeout instead) |
+//! | `sslmode` | `disable` | `disable` or `prefer` (both connect without TLS: this build has no TLS client for PostgreSQL); `require` and `verify-*` are refused |
+//!
+//! The password is kept only inside the client's settings: `Debug` shows the URL with `***` in
+//! its place, and every error of this scope names the redacted URL.
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+use crate::redact::redact_scope_name;
+use crate::remote::url::{UrlParts, decode, duration};
+
+/// A parsed PostgreSQL scope URL. See the [module docs](self).
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) struct PostgresUrl {
+    pub(crate) host: String,
+    pub(crate) port: u16,
+    pub(crate) user: String,
+    password: Option<String>,
+    pub(crate) database: String,
+    pub(crate) prefix: String,
+    pub(crate) lease: Duration,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) timeout: Duration,
+    /// The URL as given, with its password as `***` ([`redact_scope_name`]).
+    redacted: String,
+}
+
+const DEFAULT_LEASE: Duration = Duration::from_secs(30);
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
+
+impl PostgresUrl {
+    /// Parses `url`, refusing anything it does not understand.
+    pub(crate) fn parse(url: &str) -> Result<Self> {
+        let rest = url
+            .strip_prefix("postgres://")
+            .or_else(|| url.strip_prefix("postgresql://"))
+            .ok_or(Error::InvalidArgument(
+                "a PostgreSQL URL starts with postgres:// or postgresql://",
+            ))?;
+        let parts = UrlParts::split(rest, 5432)?;
+        let user = parts.username.ok_or(Error::InvalidArgument(
+            "a PostgreSQL URL names its user (postgres://USER@HOST/DB)",
+        ))?;
+        let database = decode(parts.path)?;
+        if database.is_empty() || database.contains('/') {
+            return Err(Error::InvalidArgument(
+                "a PostgreSQL URL names one database (postgres://USER@HOST/DB)",
+            ));
+        }
+        let mut out = PostgresUrl {
+            host: parts.host,
+            port: parts.port,
+            user,
+            password: parts.password,
+            database,
+            prefix: "keylock".to_owned(),
+            lease: DEFAULT_LEASE,
+            connect_timeout: DEFAULT_TIMEOUT,
+            timeout: DEFAULT_TIMEOUT,
+            redacted: redact_scope_name(url),
+        };
+        for (name, value) in parts.options {
+            match name {
+                "prefix" => {
+                    if value.is_empty() {
+                        return Err(Error::InvalidArgument(
+                            "the PostgreSQL prefix must be non-empty",
+                        ));
+                    }
+                    out.prefix = value;
+                }
+                "lease" => out.lease = duration(&value)?,
+                "connect_timeout" => out.connect_timeout = duration(&value)?,
+                "timeout" => out.timeout = duration(&value)?,
+                "sslmode" => match value.as_str() {
+                    "disable" | "prefer" => {}
+                    _ => {
+                        return Err(Error::InvalidArgument(
+                            "sslmode: this build connects to PostgreSQL without TLS (disable or prefer)",
+                        ));
+                    }
+                },
+                _ => {
+                    return Err(Error::InvalidArgument(
+                        "unknown PostgreSQL URL option (known: prefix, lease, connect_timeout, timeout, sslmode)",
+                    ));
+                }
+            }
+        }
+        if out.lease < Duration::from_secs(1) {
+            return Err(Error::InvalidArgument(
+                "the PostgreSQL lease must be at least 1s",
+            ));
+        }
+        Ok(out)
+    }
+
+    /// The client's settings (the password only here).
+    pub(crate) fn config(&self) -> tokio_postgres::Config {
+        let mut c = tokio_postgres::Config::new();
+        c.host(&self.host)
+            .port(self.port)
+            .user(&self.user)
+            .dbname(&self.database)
+            .application_name("keylock")
+            .connect_timeout(self.connect_timeout)
+            .keepalives(true)
+            .keepalives_idle(self.keepalive_idle())
+            .ssl_mode(tokio_postgres::config::SslMode::Disable);
+        if let Some(p) = &self.password {
+            c.password(p.as_bytes());
+        }
+        c
+    }
+
+    /// The server's keepalive for a session: first probe after a sixth of the lease of
+    /// silence, then one every twelfth, three unanswered ones end the session.
+    pub(crate) fn keepalive_idle(&self) -> Duration {
+        (self.lease / 6).max(Duration::from_secs(1))
+    }
+
+    /// The session settings that make the server notice a silent holder within about 5/12 of
+    /// the lease (keepalives, and the most unacknowledged data may wait).
+    pub(crate) fn session_settings(&self) -> String {
+        let idle = self.keepalive_idle().as_secs().max(1);
+        let interval = (self.lease / 12).as_secs().max(1);
+        let user_timeout = (self.lease * 5 / 12).as_millis().max(1000);
+        format!(
+            "SET tcp_keepalives_idle = {idle}; SET tcp_keepalives_interval = {interval}; \
+             SET tcp_keepalives_count = 3; SET tcp_user_timeout = {user_timeout}; \
+             SET lock_timeout = 0; SET statement_timeout = 0; \
+             SET idle_in_transaction_session_timeout = 0"
+        )
+    }
+
+    /// The URL with its password as `***`.
+    pub(crate) fn redacted(&self) -> &str {
+        &self.redacted
+    }
+
+    /// Removes the password from any text that might quote it.
+    pub(crate) fn scrub(&self, text: &str) -> String {
+        match &self.password {
+            Some(p) if !p.is_empty() => text.replace(p.as_str(), "***"),
+            _ => text.to_owned(),
+        }
+    }
+}
+
+impl fmt::Debug for PostgresUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PostgresUrl")
+            .field("url", &self.redacted)
+            .field("prefix", &self.prefix)
+            .field("lease", &self.lease)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("timeout", &self.timeout)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_every_part() {
+        let u = PostgresUrl::parse(
+            "postgresql://app:s%40cret@db.example:6543/orders?prefix=p&lease=3s&timeout=500ms&sslmode=prefer",
+        )
+        .unwrap();
+        assert_eq!(
+            (
+                u.host.as_str(),
+                u.port,
+                u.user.as_str(),
+                u.database.as_str()
+            ),
+            ("db.example", 6543, "app", "orders")
+        );
+        assert_eq!(u.password.as_deref(), Some("s@cret"));
+        assert_eq!((u.prefix.as_str(), u.lease), ("p", Duration::from_secs(3)));
+        assert_eq!(u.timeout, Duration::from_millis(500));
+        let shown = format!("{u:?}");
+        assert!(
+            !shown.contains("s%40cret") && shown.contains("app:***@"),
+            "{shown}"
+        );
+        assert_eq!(PostgresUrl::parse("postgres://u@h/d").unwrap().port, 5432);
+    }
+
+    #[test]
+    fn refuses_what_it_does_not_understand() {
+        for bad in [
+            "mysql://u@h/d",
+            "postgres://h/d",
+            "postgres://u@h",
+            "postgres://u@h/",
+            "postgres://u@h:0/d",
+            "postgres://u@h:99999/d",
+            "postgres://u@h:x/d",
+            "postgres://u@h/d?bogus=1",
+            "postgres://u@h/d?sslmode=require",
+            "postgres://u@h/d?lease=10ms",
+            "postgres://u@h/d?prefix=",
+            "postgres://u@/d",
+        ] {
+            assert!(
+                matches!(PostgresUrl::parse(bad), Err(Error::InvalidArgument(_))),
+                "{bad}"
+            );
+        }
+    }
+}
