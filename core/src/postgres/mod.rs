@@ -160,12 +160,15 @@ pub(crate) struct PgServer {
     /// One permit per extra session.
     slots: Arc<Semaphore>,
     /// What each token holds: (token, space, key) -> (lock number, session).
-    holds: Mutex<HashMap<(String, KeySpace, Vec<u8>), (i64, Arc<Session>)>>,
+    holds: Mutex<HashMap<HoldKey, (i64, Arc<Session>)>>,
     /// Random, per scope: tokens start with it.
     id: String,
     next: AtomicU64,
     queued: AtomicUsize,
 }
+
+/// A token's hold of one key: (token, space, key).
+type HoldKey = (String, KeySpace, Vec<u8>);
 
 /// What an acquire call answered: the grants with their lock numbers, or nothing.
 type Answer = Option<Vec<(i64, RemoteGrant)>>;
