@@ -132,7 +132,9 @@ fn signal(pid: u32, signal: libc::c_int) {
 fn wait_exit(child: &mut Child, timeout: Duration) -> bool {
     let until = Instant::now() + timeout;
     loop {
-        if child.try_wait().unwrap().is_some() {
+        // An error here (never seen) counts as gone: this runs in Drop, where a panic would
+        // abort the test binary.
+        if !matches!(child.try_wait(), Ok(None)) {
             return true;
         }
         if Instant::now() >= until {
@@ -200,28 +202,31 @@ fn is_ready(port: u16) -> bool {
         .unwrap_or(false)
 }
 
-/// Waits until `port` accepts connections; panics with `log` if `child` exits first or time runs
-/// out.
-fn wait_ready(child: &mut Child, port: u16, log: &Path, what: &str) {
+/// Waits until `port` accepts connections and returns `child`. If `child` exits first or time
+/// runs out, stops it with `stop_signal` (so a failed start leaves no process behind) and panics
+/// with `log`.
+fn wait_ready(
+    mut child: Child,
+    stop_signal: libc::c_int,
+    port: u16,
+    log: &Path,
+    what: &str,
+) -> Child {
     let until = Instant::now() + READY_TIMEOUT;
-    loop {
+    let failure = loop {
         if let Some(status) = child.try_wait().unwrap() {
-            panic!(
-                "{what} exited ({status}) before accepting connections on {port}; its log:\n{}",
-                read_log(log)
-            );
+            break format!("{what} exited ({status}) before accepting connections on {port}");
         }
         if is_ready(port) {
-            return;
+            return child;
         }
         if Instant::now() >= until {
-            panic!(
-                "{what} did not accept connections on {port} in {READY_TIMEOUT:?}; its log:\n{}",
-                read_log(log)
-            );
+            break format!("{what} did not accept connections on {port} in {READY_TIMEOUT:?}");
         }
         std::thread::sleep(Duration::from_millis(20));
-    }
+    };
+    stop_child(child, stop_signal, EXIT_TIMEOUT, what);
+    panic!("{failure}; its log:\n{}", read_log(log));
 }
 
 fn read_log(log: &Path) -> String {
@@ -247,7 +252,7 @@ pub(crate) struct Server {
     port: u16,
     password: String,
     dir: PathBuf,
-    /// `-c name=value` settings beyond the defaults below.
+    /// `-c name=value` settings beyond the ones `launch` always passes.
     settings: Vec<(String, String)>,
     /// The postmaster, while it runs.
     child: Option<Child>,
@@ -261,11 +266,21 @@ impl Server {
     /// A server started with more `-c name=value` settings (e.g. `tcp_keepalives_idle`); they
     /// come after ours, so they can also override them.
     pub(crate) fn with_settings(settings: &[(&str, &str)]) -> Server {
-        let dir = fresh_dir("pg");
-        let password = random_password();
+        // Made first, so that its Drop removes the directory if initdb or the start fails.
+        let mut s = Server {
+            port: free_port(),
+            password: random_password(),
+            dir: fresh_dir("pg"),
+            settings: settings
+                .iter()
+                .map(|&(k, v)| (k.to_owned(), v.to_owned()))
+                .collect(),
+            child: None,
+        };
+        let dir = &s.dir;
         // initdb reads the superuser's password from a file, never from its command line.
         let pwfile = dir.join("pwfile");
-        std::fs::write(&pwfile, format!("{password}\n")).unwrap();
+        std::fs::write(&pwfile, format!("{}\n", s.password)).unwrap();
         chown_postgres(&pwfile);
         // scram-sha-256 for every connection, local or TCP. No locale: the tests compare
         // strings and nothing else, and the image need not have any locale generated.
@@ -291,16 +306,6 @@ impl Server {
         );
         std::fs::create_dir(dir.join("sock")).unwrap();
         chown_postgres(&dir.join("sock"));
-        let mut s = Server {
-            port: free_port(),
-            password,
-            dir,
-            settings: settings
-                .iter()
-                .map(|&(k, v)| (k.to_owned(), v.to_owned()))
-                .collect(),
-            child: None,
-        };
         s.launch();
         // initdb makes only postgres, template0 and template1.
         psql_as_bootstrap(s.port, &s.password, &format!("create database {DB}"));
@@ -329,13 +334,13 @@ impl Server {
         for (k, v) in &self.settings {
             cmd.arg("-c").arg(format!("{k}={v}"));
         }
-        let mut child = cmd
+        let child = cmd
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(err)
             .spawn()
             .expect("cannot run postgres (setpriv)");
-        wait_ready(&mut child, self.port, &self.log(), "postgres");
+        let child = wait_ready(child, libc::SIGQUIT, self.port, &self.log(), "postgres");
         self.child = Some(child);
     }
 
@@ -458,8 +463,14 @@ pub(crate) struct Bouncer {
 
 impl Bouncer {
     pub(crate) fn start(server: &Server, mode: PoolMode) -> Bouncer {
-        let dir = fresh_dir("pgbouncer");
-        let port = free_port();
+        // Made first, so that its Drop removes the directory if pgbouncer does not start.
+        let mut b = Bouncer {
+            port: free_port(),
+            password: server.password.clone(),
+            dir: fresh_dir("pgbouncer"),
+            child: None,
+        };
+        let (dir, port) = (&b.dir, b.port);
         // The auth file holds the password in plain text: pgbouncer then runs SCRAM with the
         // client itself and, since it knows the password, SCRAM with the server on the client's
         // behalf (with only a SCRAM secret it could not log in to the server).
@@ -491,24 +502,19 @@ impl Bouncer {
             ),
         )
         .unwrap();
-        chown_postgres(&dir);
+        chown_postgres(dir);
         // In the foreground (no -d) pgbouncer logs to stderr.
         let log = dir.join("pgbouncer.log");
         let (out, err) = log_file(&log);
-        let mut child = as_postgres("pgbouncer")
+        let child = as_postgres("pgbouncer")
             .arg(&ini)
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(err)
             .spawn()
             .expect("pgbouncer is not installed: `make postgres-server` installs Debian's");
-        wait_ready(&mut child, port, &log, "pgbouncer");
-        Bouncer {
-            port,
-            password: server.password.clone(),
-            dir,
-            child: Some(child),
-        }
+        b.child = Some(wait_ready(child, libc::SIGTERM, port, &log, "pgbouncer"));
+        b
     }
 
     pub(crate) fn port(&self) -> u16 {
