@@ -1,0 +1,25 @@
+# The PostgreSQL scope's real servers: Debian's postgresql-15 and pgbouncer, for the tests that
+# start their own clusters (core/tests/postgres, and .ci/pg-server for the C, Python, Node and
+# cross-language tests).
+#
+#   make postgres-server   installs Debian's postgresql-15 and pgbouncer if missing, and leaves
+#                          neither Debian's own cluster nor its pgbouncer service running (each
+#                          test runs initdb in a temporary directory and starts its own postgres
+#                          and pgbouncer on free loopback ports, stopped by their PIDs)
+
+.PHONY: postgres-server
+
+PG_BINDIR := /usr/lib/postgresql/15/bin
+
+# The packages' scripts create and start a "main" cluster on port 5432 and start pgbouncer on
+# 6432 where the system allows services to start; nothing of ours uses them, and a server
+# left running would hold those ports and memory, so both are stopped again straight away.
+postgres-server:
+	@if [ ! -x $(PG_BINDIR)/initdb ] || ! command -v pgbouncer >/dev/null 2>&1; then \
+		echo "installing Debian's postgresql-15 and pgbouncer"; \
+		apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y postgresql-15 pgbouncer; \
+		if pg_lsclusters -h 2>/dev/null | grep -q '^15 main .* online '; then \
+			pg_ctlcluster 15 main stop; \
+		fi; \
+		if [ -x /etc/init.d/pgbouncer ]; then service pgbouncer stop >/dev/null 2>&1 || true; fi; \
+	fi
