@@ -8,11 +8,12 @@ build-rust:
 demo-rust: build-rust
 	$(TARGET_DIR)/release/keylock-bank
 
-# One build of the core's tests with every scope (features shm and redis) runs them all: the
-# in-process suites, the host scope's and the Redis scope's (which start their own redis-server),
-# and the doc tests. `make test-shm` and `make test-redis` run their parts of the same build.
-CORE_TEST_FEATURES := --features keylock-core/shm,keylock-core/redis
-test-rust: redis-server
+# One build of the core's tests with every scope (features shm, redis and postgres) runs them all:
+# the in-process suites, the host scope's, the Redis scope's and the PostgreSQL scope's (which
+# start their own redis-server and PostgreSQL clusters), and the doc tests. `make test-shm` and
+# `make test-redis` run their parts of the same build.
+CORE_TEST_FEATURES := --features keylock-core/shm,keylock-core/redis,keylock-core/postgres
+test-rust: redis-server postgres-server
 	$(CARGO) test --locked -p keylock-core -p keylock-bank $(CORE_TEST_FEATURES)
 	$(CARGO) run --locked -q -p keylock-bank -- 8 64 200
 	$(MAKE) loom LOOM_MAX_PREEMPTIONS=3
