@@ -2,6 +2,8 @@
 # start their own clusters (core/tests/postgres, and .ci/pg-server for the C, Python, Node and
 # cross-language tests).
 #
+#   make test-postgres     core/tests/postgres (each test starts its own cluster), and the URL tests
+#   make lint-postgres     clippy on the scope and its tests
 #   make postgres-server   installs Debian's postgresql-15 and pgbouncer if missing, and leaves
 #                          neither Debian's own cluster nor its pgbouncer service running (each
 #                          test runs initdb in a temporary directory and starts its own postgres
@@ -23,3 +25,14 @@ postgres-server:
 		fi; \
 		if [ -x /etc/init.d/pgbouncer ]; then service pgbouncer stop >/dev/null 2>&1 || true; fi; \
 	fi
+
+# The scope's own suite (part of test-rust's one build), and its lints with the test crate.
+.PHONY: test-postgres lint-postgres
+LINT_TARGETS += lint-postgres
+
+test-postgres: postgres-server
+	$(CARGO) test --locked -p keylock-core $(CORE_TEST_FEATURES) --lib postgres::
+	$(CARGO) test --locked -p keylock-core $(CORE_TEST_FEATURES) --test postgres
+
+lint-postgres:
+	$(CARGO) clippy --locked -p keylock-core --features postgres --lib --test postgres -- -D warnings

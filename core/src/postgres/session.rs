@@ -165,6 +165,15 @@ pub(crate) fn error(url: &PostgresUrl, e: &tokio_postgres::Error) -> Error {
             Error::PermissionDenied(text.into())
         }
         Some(c) if c.code() == "55KL1" || c.code() == "55KL2" => Error::Incompatible(text.into()),
+        // The session lost the statements this connection prepared in it: a pooler moved the
+        // connection to another server session.
+        Some(c) if *c == SqlState::INVALID_SQL_STATEMENT_NAME => Error::Incompatible(
+            format!(
+                "{text} (the server session changed under this connection: a pooler in \
+                 transaction or statement mode? keylock needs a session of its own)"
+            )
+            .into(),
+        ),
         _ => Error::Unavailable(text.into()),
     }
 }

@@ -96,6 +96,13 @@ BEGIN
     END IF;
 END $$;
 
+-- Whether the session of backend `pid` is a live keylock session (it holds its life lock).
+CREATE OR REPLACE FUNCTION keylock_alive(pid int) RETURNS boolean
+    LANGUAGE sql STABLE AS $$
+    SELECT EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted
+                   AND l.pid = keylock_alive.pid AND l.classid = 1802371072::oid
+                   AND l.objid = keylock_alive.pid::oid AND l.objsubid = 2) $$;
+
 -- A key's lock number, made the first time the key is locked.
 CREATE OR REPLACE FUNCTION keylock_id(p text, sp smallint, k bytea) RETURNS bigint
 LANGUAGE plpgsql AS $$
@@ -146,8 +153,12 @@ CREATE OR REPLACE FUNCTION keylock_grant(id bigint, m text, tok text, me int,
                                          OUT fence bigint, OUT died boolean)
 LANGUAGE plpgsql AS $$
 BEGIN
-    died := EXISTS (SELECT 1 FROM keylock_holds h WHERE h.lock_id = id AND h.mode = 'x');
-    -- (A force-unlocked holder's row stays under the old number, which no grant gets again.)
+    -- An exclusive holder's row whose session has ended: it died holding. (A release frees the
+    -- lock before its transaction commits the row's removal, so a row of a live session may
+    -- still show here for a moment; a force-unlocked holder's row stays under the old number,
+    -- which no grant gets again.)
+    died := EXISTS (SELECT 1 FROM keylock_holds h
+                    WHERE h.lock_id = id AND h.mode = 'x' AND NOT keylock_alive(h.pid));
     IF m = 'x' THEN
         -- Every row left is from a holder whose session ended.
         DELETE FROM keylock_holds h WHERE h.lock_id = id;

@@ -1,9 +1,74 @@
-//! The PostgreSQL scope against a real server.
+//! The PostgreSQL scope against a real server: Debian's postgresql-15, a cluster of its own
+//! per test (initdb in a temporary directory, a free loopback port, stopped by its PID), and
+//! Debian's pgbouncer in front of it where a test says so. Never a mock.
+//!
+//! Run with `cargo test -p keylock-core --features postgres --test postgres` (`make
+//! postgres-server` installs the server and pgbouncer first when they are missing). The kill -9
+//! test runs this same binary's `child_process_entry` test with `KEYLOCK_PG_CHILD` set.
 
+mod faults;
+#[path = "../common/server_grant_policy.rs"]
+mod grant_policy;
+#[path = "../common/grant_policy.rs"]
+mod grant_table;
+mod semantics;
 mod server;
 
+use std::sync::Arc;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use keylock_core::{KeyedLock, LockKey};
 use server::{Bouncer, PoolMode, Server};
-use std::time::Instant;
+
+/// Opens the scope at `url`.
+pub(crate) fn open(url: &str) -> Arc<dyn KeyedLock> {
+    keylock_core::open(url).expect("open the PostgreSQL scope")
+}
+
+pub(crate) fn key(s: &str) -> LockKey<'_> {
+    LockKey::new(s.as_bytes())
+}
+
+/// Runs `f` on its own thread and fails the test if it takes longer than `limit`, so that a
+/// hang shows up as a deadlock instead of a stuck test run.
+pub(crate) fn within<T: Send + 'static>(
+    limit: Duration,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> T {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    match rx.recv_timeout(limit) {
+        Ok(v) => v,
+        Err(_) => panic!("did not finish within {limit:?}: a deadlock or a lost wake-up"),
+    }
+}
+
+/// Waits (bounded: 20 s) until `cond` holds.
+pub(crate) fn wait_until(mut cond: impl FnMut() -> bool) {
+    let until = Instant::now() + Duration::from_secs(20);
+    while !cond() {
+        assert!(Instant::now() < until, "condition not reached within 20 s");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// The grant policy table against PostgreSQL, whose lock manager is the policy.
+#[test]
+fn postgres_follows_the_grant_policy() {
+    let server = Arc::new(Server::start());
+    grant_policy::follows_the_grant_policy(Arc::new(move |prefix: &str| open(&server.url(prefix))));
+}
+
+/// The entry point of the child processes some tests start (a no-op otherwise).
+#[test]
+fn child_process_entry() {
+    if let Ok(role) = std::env::var("KEYLOCK_PG_CHILD") {
+        faults::child(&role);
+    }
+}
 
 /// Whether a process with this PID exists (kill with signal 0 only checks).
 fn alive(pid: u32) -> bool {

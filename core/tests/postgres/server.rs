@@ -463,6 +463,12 @@ pub(crate) struct Bouncer {
 
 impl Bouncer {
     pub(crate) fn start(server: &Server, mode: PoolMode) -> Bouncer {
+        Self::with_pool(server, mode, 20)
+    }
+
+    /// A pgbouncer with at most `pool_size` server connections (1: every client shares one
+    /// server session in transaction mode).
+    pub(crate) fn with_pool(server: &Server, mode: PoolMode, pool_size: usize) -> Bouncer {
         // Made first, so that its Drop removes the directory if pgbouncer does not start.
         let mut b = Bouncer {
             port: free_port(),
@@ -495,7 +501,7 @@ impl Bouncer {
                  auth_file = {userlist}\n\
                  pool_mode = {mode}\n\
                  max_client_conn = 500\n\
-                 default_pool_size = 20\n\
+                 default_pool_size = {pool_size}\n\
                  ignore_startup_parameters = extra_float_digits\n",
                 server_port = server.port,
                 userlist = userlist.display(),

@@ -7,6 +7,7 @@
 
 mod children;
 mod failures;
+#[path = "../common/server_grant_policy.rs"]
 mod grant_policy;
 #[path = "../common/grant_policy.rs"]
 mod grant_table;
@@ -62,6 +63,15 @@ pub(crate) fn wait_until(mut cond: impl FnMut() -> bool) {
         );
         std::thread::sleep(Duration::from_millis(5));
     }
+}
+
+/// The grant policy table against Redis, where the policy is coded again in Lua.
+#[test]
+fn redis_follows_the_grant_policy() {
+    let server = Arc::new(Server::start());
+    grant_policy::follows_the_grant_policy(Arc::new(move |prefix: &str| {
+        open(&server, &format!("prefix={prefix}"))
+    }));
 }
 
 /// The entry point of the child processes some tests start (a no-op otherwise).

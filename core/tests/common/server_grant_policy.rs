@@ -1,11 +1,13 @@
-//! The grant policy table (`tests/common/grant_policy.rs`) run against Redis, where the policy
-//! is coded again in Lua. Redis has one policy, queue order: a newcomer never passes a waiter
-//! registered in the key's queue, so its answers are the table's strict column.
+//! The grant policy table (`tests/common/grant_policy.rs`) run against a server scope, where the
+//! policy is the server's (Lua in Redis, PostgreSQL's lock manager). A server scope has one
+//! policy, queue order: a newcomer never passes a waiter queued on the key, so its answers are
+//! the table's strict column. Each server's test calls [`follows_the_grant_policy`] with a
+//! way to open a scope of its own.
 //!
-//! Every holder, waiter and newcomer is a scope of its own (its own process as far as Redis
-//! knows), and each waiter blocks on a thread of its own, so every one of them queues in
-//! Redis. A waiter's place in the queue is fixed before the next one is started (the queue's
-//! length, read from the server).
+//! Every holder, waiter and newcomer is a scope object of its own (its own process as far as
+//! the server knows), and each waiter blocks on a thread of its own, so every one of them
+//! queues on the server. A waiter's place in the queue is fixed before the next one is started
+//! (the queue's length, read from the server).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -15,16 +17,19 @@ use std::time::{Duration, Instant};
 use keylock_core::{Acquisition, Error, KeyedLock, LockOptions, Mode, Result, Wait};
 
 use crate::grant_table::{Event, SCENARIOS, Scenario};
-use crate::{Server, key, open, wait_until, within};
+use crate::{key, wait_until, within};
+
+/// Opens a new scope object with this key prefix.
+pub(crate) type Opener = Arc<dyn Fn(&str) -> Arc<dyn KeyedLock> + Send + Sync>;
 
 const KEY: &str = "k";
 
 /// The scope of each one holding the key, and what it holds, by its index in the scenario.
 type Holding = BTreeMap<usize, (Arc<dyn KeyedLock>, Acquisition)>;
 
-struct Run<'s> {
-    server: &'s Server,
-    query: String,
+struct Run {
+    opener: Opener,
+    prefix: String,
     observer: Arc<dyn KeyedLock>,
     granted: Holding,
     tx: Sender<(usize, Arc<dyn KeyedLock>, Result<Acquisition>)>,
@@ -34,9 +39,9 @@ struct Run<'s> {
     reported: usize,
 }
 
-impl Run<'_> {
+impl Run {
     fn scope(&self) -> Arc<dyn KeyedLock> {
-        open(self.server, &self.query)
+        (self.opener)(&self.prefix)
     }
 
     fn queued(&self) -> usize {
@@ -87,13 +92,13 @@ impl Run<'_> {
 }
 
 /// Runs `scenario` with its own key prefix: the waiters (and newcomer) holding afterwards.
-fn run(server: &Server, n: usize, scenario: &Scenario) -> Vec<usize> {
-    let query = format!("prefix=gp{n}");
+fn run(opener: &Opener, n: usize, scenario: &Scenario) -> Vec<usize> {
+    let prefix = format!("gp{n}");
     let (tx, rx) = mpsc::channel();
     let mut run = Run {
-        server,
-        observer: open(server, &query),
-        query,
+        opener: Arc::clone(opener),
+        observer: opener(&prefix),
+        prefix,
         granted: BTreeMap::new(),
         tx,
         rx,
@@ -188,13 +193,13 @@ fn run(server: &Server, n: usize, scenario: &Scenario) -> Vec<usize> {
     out
 }
 
-#[test]
-fn redis_follows_the_grant_policy() {
-    within(Duration::from_secs(300), || {
-        let server = Server::start();
+/// Runs every scenario on scopes that `opener` opens, and fails with the list of those whose
+/// answers differ from the strict column.
+pub(crate) fn follows_the_grant_policy(opener: Opener) {
+    within(Duration::from_secs(300), move || {
         let mut failures = Vec::new();
         for (n, scenario) in SCENARIOS.iter().enumerate() {
-            let got = run(&server, n, scenario);
+            let got = run(&opener, n, scenario);
             if got != scenario.strict {
                 failures.push(format!(
                     "{}: holding {got:?}, expected {:?}",

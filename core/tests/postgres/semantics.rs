@@ -1,0 +1,405 @@
+//! What the PostgreSQL scope promises, between scope objects of one server (each its own
+//! client as far as the server knows).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use keylock_core::{Error, LockKey, LockOptions, Mode, OpenOptions, Wait, open_with};
+
+use crate::server::Server;
+use crate::{key, open, wait_until, within};
+
+fn try_opts() -> LockOptions {
+    LockOptions::new().wait(Wait::No)
+}
+
+#[test]
+fn exclusive_and_shared_across_scope_objects() {
+    within(Duration::from_secs(60), || {
+        let pg = Server::start();
+        let (a, b) = (open(&pg.url("sem")), open(&pg.url("sem")));
+        let x = a.acquire(key("k"), &LockOptions::new()).unwrap();
+        assert!(matches!(
+            b.acquire(key("k"), &try_opts()),
+            Err(Error::WouldBlock)
+        ));
+        assert!(matches!(
+            b.acquire(key("k"), &try_opts().mode(Mode::Shared)),
+            Err(Error::WouldBlock)
+        ));
+        let info = b.info(key("k")).unwrap().expect("held");
+        assert_eq!(
+            (info.mode, info.holders, info.fence),
+            (Mode::Exclusive, 1, x.fence())
+        );
+        assert!(info.lease_remaining.is_none());
+        let xf = x.fence();
+        a.release(x).unwrap();
+        assert!(
+            b.info(key("k")).unwrap().is_none(),
+            "free after the release"
+        );
+
+        let y = b.acquire(key("k"), &try_opts()).unwrap();
+        assert!(y.fence() > xf, "fences rise per key across clients");
+        let yf = y.fence();
+        b.release(y).unwrap();
+        let s1 = a.acquire(key("k"), &try_opts().mode(Mode::Shared)).unwrap();
+        let s2 = b.acquire(key("k"), &try_opts().mode(Mode::Shared)).unwrap();
+        assert!(s1.fence() > yf);
+        assert_eq!(
+            s1.fence(),
+            s2.fence(),
+            "shared holders at once share a fence"
+        );
+        let info = a.info(key("k")).unwrap().unwrap();
+        assert_eq!((info.mode, info.holders), (Mode::Shared, 2));
+        assert!(matches!(
+            a.acquire(key("k"), &try_opts()),
+            Err(Error::WouldBlock)
+        ));
+        a.release(s1).unwrap();
+        b.release(s2).unwrap();
+        // Web Locks names and plain keys never meet.
+        let n = a.acquire(LockKey::name(b"k"), &try_opts()).unwrap();
+        let p = b.acquire(key("k"), &try_opts()).unwrap();
+        a.release(n).unwrap();
+        b.release(p).unwrap();
+        // Prefixes never meet either.
+        let other = open(&pg.url("other"));
+        let q = a.acquire(key("k"), &try_opts()).unwrap();
+        other
+            .release(other.acquire(key("k"), &try_opts()).unwrap())
+            .unwrap();
+        a.release(q).unwrap();
+    });
+}
+
+/// Two keys never block each other, even where PostgreSQL's own text hash (what an
+/// application's `pg_advisory_lock(hashtext(key))` would lock) gives them the same number.
+#[test]
+fn keys_whose_hashes_collide_never_block_each_other() {
+    within(Duration::from_secs(120), || {
+        let pg = Server::start();
+        let pair = pg.psql(
+            "SELECT string_agg(k, ',') FROM (SELECT 'key:' || i AS k, hashtext('key:' || i) AS h \
+             FROM generate_series(1, 300000) i) t GROUP BY h HAVING count(*) > 1 LIMIT 1",
+        );
+        let pair: Vec<&str> = pair.trim().split(',').collect();
+        assert!(
+            pair.len() >= 2,
+            "no hashtext collision among 300,000 keys: {pair:?}"
+        );
+        let (a, b) = (open(&pg.url("hash")), open(&pg.url("hash")));
+        let x = a.acquire(key(pair[0]), &try_opts()).unwrap();
+        let y = b
+            .acquire(key(pair[1]), &try_opts())
+            .expect("a key whose hash collides with a held key's is still free");
+        assert!(matches!(
+            b.acquire(key(pair[0]), &try_opts()),
+            Err(Error::WouldBlock)
+        ));
+        a.release(x).unwrap();
+        b.release(y).unwrap();
+        // Many keys at once: exactly the held ones are taken.
+        let held: Vec<_> = (0..300)
+            .map(|i| a.acquire(key(&format!("m{i}")), &try_opts()).unwrap())
+            .collect();
+        for i in 0..600 {
+            let got = b.acquire(key(&format!("m{i}")), &try_opts());
+            match (i < 300, got) {
+                (true, Err(Error::WouldBlock)) => {}
+                (false, Ok(acq)) => b.release(acq).unwrap(),
+                (held, other) => panic!("key m{i} (held: {held}): {other:?}"),
+            }
+        }
+        for acq in held {
+            a.release(acq).unwrap();
+        }
+    });
+}
+
+#[test]
+fn try_timed_blocking_and_async() {
+    within(Duration::from_secs(60), || {
+        let pg = Server::start();
+        let url = pg.url("wait");
+        let (a, b) = (open(&url), open(&url));
+        let x = a.acquire(key("k"), &LockOptions::new()).unwrap();
+        let t = Instant::now();
+        let r = b.acquire(
+            key("k"),
+            &LockOptions::new().wait(Wait::For(Duration::from_millis(300))),
+        );
+        assert!(matches!(r, Err(Error::TimedOut)), "{r:?}");
+        assert!(
+            t.elapsed() >= Duration::from_millis(290),
+            "{:?}",
+            t.elapsed()
+        );
+        wait_until(|| a.info(key("k")).unwrap().unwrap().waiters == 0);
+
+        // A blocking waiter is queued on the server, and woken by the release (pushed).
+        let b2 = Arc::clone(&b);
+        let waiter = std::thread::spawn(move || b2.acquire(key("k"), &LockOptions::new()));
+        wait_until(|| a.info(key("k")).unwrap().unwrap().waiters == 1);
+        assert_eq!(b.stats().unwrap().waiting_here, 1);
+        let xf = x.fence();
+        a.release(x).unwrap();
+        let y = waiter.join().unwrap().unwrap();
+        assert!(y.fence() > xf && !y.owner_died());
+        let yf = y.fence();
+
+        // Async: a future that waits, and one dropped while it waits (cancelled), which leaves
+        // nothing queued on the server.
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let pending = Arc::clone(&a).acquire_async(key("k"), &LockOptions::new());
+            let cut = tokio::time::timeout(Duration::from_millis(300), pending).await;
+            assert!(cut.is_err(), "still waiting while b holds");
+        });
+        wait_until(|| a.info(key("k")).unwrap().unwrap().waiters == 0);
+        let got = rt.block_on(async {
+            let fut = Arc::clone(&a).acquire_async(key("k"), &LockOptions::new());
+            let releaser = {
+                let b = Arc::clone(&b);
+                std::thread::spawn(move || {
+                    std::thread::sleep(Duration::from_millis(100));
+                    b.release(y).unwrap();
+                })
+            };
+            let got = fut.await;
+            releaser.join().unwrap();
+            got
+        });
+        let z = got.unwrap();
+        assert!(z.fence() > yf);
+        a.release(z).unwrap();
+        assert!(a.info(key("k")).unwrap().is_none());
+    });
+}
+
+#[test]
+fn acquire_many_is_all_or_nothing() {
+    within(Duration::from_secs(60), || {
+        let pg = Server::start();
+        let url = pg.url("many");
+        let (a, b) = (open(&url), open(&url));
+        let keys = [
+            (key("k1"), Mode::Exclusive),
+            (key("k2"), Mode::Exclusive),
+            (key("k3"), Mode::Shared),
+        ];
+        let held = b.acquire(key("k2"), &try_opts()).unwrap();
+        assert!(matches!(
+            a.acquire_many(&keys, &try_opts()),
+            Err(Error::WouldBlock)
+        ));
+        assert!(!b.is_locked(key("k1")).unwrap() && !b.is_locked(key("k3")).unwrap());
+        assert!(matches!(
+            a.acquire_many(
+                &keys,
+                &LockOptions::new().wait(Wait::For(Duration::from_millis(200)))
+            ),
+            Err(Error::TimedOut)
+        ));
+        assert!(
+            !b.is_locked(key("k1")).unwrap(),
+            "nothing kept after a timeout"
+        );
+        let b2 = Arc::clone(&b);
+        let releaser = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(200));
+            b2.release(held).unwrap();
+        });
+        let got = a.acquire_many(&keys, &LockOptions::new()).unwrap();
+        releaser.join().unwrap();
+        assert_eq!(got.len(), 3);
+        assert_eq!(got[2].mode(), Mode::Shared);
+        for acq in got {
+            a.release(acq).unwrap();
+        }
+    });
+}
+
+/// Threads of several scope objects on a few keys: never two inside a key at once, and the
+/// count is exact.
+#[test]
+fn contended_threads_never_overlap() {
+    within(Duration::from_secs(120), || {
+        let pg = Server::start();
+        let url = pg.url("stress");
+        let inside: Arc<Vec<AtomicUsize>> = Arc::new((0..4).map(|_| AtomicUsize::new(0)).collect());
+        let done = Arc::new(AtomicUsize::new(0));
+        let threads: Vec<_> = (0..3)
+            .flat_map(|_| {
+                let scope = open(&url);
+                (0..2).map(move |t| (Arc::clone(&scope), t))
+            })
+            .map(|(scope, t)| {
+                let (inside, done) = (Arc::clone(&inside), Arc::clone(&done));
+                std::thread::spawn(move || {
+                    let mut last = [0u64; 4];
+                    for i in 0..60usize {
+                        let k = (i + t) % 4;
+                        let name = format!("s{k}");
+                        let opts = match i % 3 {
+                            0 => LockOptions::new(),
+                            1 => LockOptions::new().wait(Wait::For(Duration::from_secs(30))),
+                            _ => LockOptions::new().wait(Wait::No),
+                        };
+                        let acq = match scope.acquire(key(&name), &opts) {
+                            Ok(acq) => acq,
+                            Err(Error::WouldBlock) => continue,
+                            Err(e) => panic!("{e}"),
+                        };
+                        assert_eq!(
+                            inside[k].fetch_add(1, Ordering::SeqCst),
+                            0,
+                            "two inside {name}"
+                        );
+                        assert!(acq.fence() > last[k], "fences rise per key");
+                        last[k] = acq.fence();
+                        std::thread::sleep(Duration::from_micros(300));
+                        inside[k].fetch_sub(1, Ordering::SeqCst);
+                        scope.release(acq).unwrap();
+                        done.fetch_add(1, Ordering::Relaxed);
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert!(
+            done.load(Ordering::Relaxed) >= 6 * 40,
+            "the blocking and timed ones all ran"
+        );
+        let check = open(&url);
+        for k in 0..4 {
+            assert!(!check.is_locked(key(&format!("s{k}"))).unwrap());
+        }
+    });
+}
+
+#[test]
+fn force_unlock_moves_the_key_and_the_old_holder_learns() {
+    within(Duration::from_secs(60), || {
+        let pg = Server::start();
+        let url = format!("{}&lease=1500ms", pg.url("force"));
+        let (a, b, c) = (open(&url), open(&url), open(&url));
+        let x = a.acquire(key("k"), &LockOptions::new()).unwrap();
+        let lost = a.lost_signal(&x).expect("a server hold has a lost signal");
+        // A waiter queued before the force-unlock.
+        let c2 = Arc::clone(&c);
+        let queued = std::thread::spawn(move || {
+            c2.acquire(
+                key("k"),
+                &LockOptions::new().wait(Wait::For(Duration::from_secs(20))),
+            )
+        });
+        wait_until(|| b.info(key("k")).unwrap().unwrap().waiters == 1);
+        assert!(b.force_unlock(key("k")).unwrap());
+        assert!(
+            !b.force_unlock(key("free")).unwrap(),
+            "a free key was not held"
+        );
+        let y = b
+            .acquire(key("k"), &try_opts())
+            .expect("free at once for a new request");
+        assert!(y.fence() > x.fence());
+        assert!(!y.owner_died(), "force-unlocked, not dead");
+        let t = Instant::now();
+        wait_until(|| lost.is_lost());
+        assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+        assert!(!a.is_current(&x).unwrap());
+        assert!(matches!(a.release(x), Err(Error::NotOwner)));
+        // The queued waiter moved to the key's new lock, and gets it after y.
+        let yf = y.fence();
+        b.release(y).unwrap();
+        let z = queued.join().unwrap().unwrap();
+        assert!(z.fence() > yf);
+        c.release(z).unwrap();
+    });
+}
+
+#[test]
+fn an_acquisitions_own_lease_ends_it() {
+    within(Duration::from_secs(60), || {
+        let pg = Server::start();
+        let url = format!("{}&lease=3s", pg.url("lease"));
+        let (a, b) = (open(&url), open(&url));
+        let x = a
+            .acquire(
+                key("k"),
+                &LockOptions::new().lease(Duration::from_millis(400)),
+            )
+            .unwrap();
+        let t = Instant::now();
+        let y = b
+            .acquire(
+                key("k"),
+                &LockOptions::new().wait(Wait::For(Duration::from_secs(10))),
+            )
+            .unwrap();
+        assert!(
+            t.elapsed() >= Duration::from_millis(350),
+            "{:?}",
+            t.elapsed()
+        );
+        assert!(y.fence() > x.fence());
+        assert!(matches!(a.release(x), Err(Error::LeaseExpired)));
+        b.release(y).unwrap();
+    });
+}
+
+#[test]
+fn reentrant_owners_and_stats() {
+    within(Duration::from_secs(60), || {
+        let pg = Server::start();
+        let url = pg.url("reent");
+        let r = open_with(&url, &OpenOptions::new().reentrant(true)).unwrap();
+        let other = open(&url);
+        let owner = keylock_core::Owner::new(7).unwrap();
+        let opts = LockOptions::new().owner(owner);
+        let one = r.acquire(key("k"), &opts).unwrap();
+        let two = r.acquire(key("k"), &opts).unwrap();
+        assert_eq!(
+            one.fence(),
+            two.fence(),
+            "an owner's holds share one remote hold"
+        );
+        assert_eq!(r.stats().unwrap().held_here, 1);
+        r.release(two).unwrap();
+        assert!(other.is_locked(key("k")).unwrap());
+        r.release(one).unwrap();
+        assert!(!other.is_locked(key("k")).unwrap());
+        assert_eq!(r.stats().unwrap().held_here, 0);
+    });
+}
+
+#[test]
+fn what_the_scope_refuses() {
+    within(Duration::from_secs(60), || {
+        let pg = Server::start();
+        let url = pg.url("refuse");
+        let sem = open_with(&url, &OpenOptions::new().permits(3));
+        assert!(matches!(sem, Err(Error::InvalidArgument(_))), "{sem:?}");
+        let striped = open_with(&url, &OpenOptions::new().stripes(8));
+        assert!(matches!(striped, Err(Error::InvalidArgument(_))));
+        let a = open(&url);
+        assert!(matches!(
+            a.acquire(key("k"), &LockOptions::new().weight(2)),
+            Err(Error::InvalidArgument(_))
+        ));
+        let shown = format!("{a:?}");
+        assert!(
+            shown.contains(":***@") && !shown.contains(pg.password()),
+            "{shown}"
+        );
+    });
+}
