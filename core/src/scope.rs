@@ -1,5 +1,5 @@
 //! One trait for a keyed lock at every scope: in this process, across processes on one host
-//! (shared memory), across machines (Redis).
+//! (shared memory), across machines (Redis, PostgreSQL).
 //!
 //! [`KeyedLock`] is what generic code and the front ends (C, Python, Node) talk to. Keys are
 //! bytes (the [`keys`](crate::keys) module says how every language turns its keys into bytes),
@@ -9,7 +9,8 @@
 //!
 //! [`open`](crate::open) picks the scope from a name, so that a program changes scope by changing one
 //! string: `""` or `"local:"` for this process, `"shm:NAME"` for shared memory,
-//! `"redis://HOST:PORT/DB"` for Redis (each behind a cargo feature).
+//! `"redis://HOST:PORT/DB"` for Redis, `"postgres://USER@HOST/DB"` for PostgreSQL (each behind a cargo
+//! feature).
 //!
 //! ```
 //! use keylock_core::{KeyPool, KeyedLock, LockKey, LockOptions};
