@@ -447,14 +447,12 @@ impl Server for PgServer {
                 self.done_with(s);
                 Err(Error::TimedOut)
             }
-            (Err(_), true) => {
-                self.done_with(s);
-                Err(Error::TimedOut)
-            }
+            // A wait that ended in an error may have left something taken in its session
+            // (the function lets go of what it took, but a session that broke off cannot):
+            // the session is dropped, never reused, and its end frees whatever it had.
+            (Err(_), true) => Err(Error::TimedOut),
             (Err(e), false) => {
                 let deadlock = e.code() == Some(&SqlState::T_R_DEADLOCK_DETECTED);
-                self.forget(Arc::clone(&s), token);
-                self.done_with(s);
                 if deadlock {
                     return Err(Error::Unavailable(
                         format!(

@@ -224,8 +224,9 @@ BEGIN
             END LOOP;
             taken := taken || id;
         END LOOP;
-    EXCEPTION WHEN OTHERS THEN
+    EXCEPTION WHEN OTHERS OR query_canceled THEN
         -- Cancelled, or a deadlock found: let go of what this call took, then say so.
+        -- (OTHERS alone does not catch a cancel.)
         PERFORM keylock_untake(taken, ms);
         RAISE;
     END;

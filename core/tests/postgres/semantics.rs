@@ -211,6 +211,23 @@ fn acquire_many_is_all_or_nothing() {
             !b.is_locked(key("k1")).unwrap(),
             "nothing kept after a timeout"
         );
+        // A wait cancelled (its future dropped) after the server gave it k1 and while it waits
+        // for k2 keeps nothing either.
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let fut = Arc::clone(&a).acquire_many_async(&keys, &LockOptions::new());
+            assert!(
+                tokio::time::timeout(Duration::from_millis(400), fut)
+                    .await
+                    .is_err()
+            );
+        });
+        wait_until(|| {
+            !b.is_locked(key("k1")).unwrap() && b.info(key("k2")).unwrap().unwrap().waiters == 0
+        });
         let b2 = Arc::clone(&b);
         let releaser = std::thread::spawn(move || {
             std::thread::sleep(Duration::from_millis(200));
