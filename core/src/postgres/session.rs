@@ -131,8 +131,18 @@ impl Session {
     }
 }
 
-/// Installs the tables and functions, once per version, serialized among processes.
+/// Installs the tables and functions, once per version, serialized among processes. A
+/// database that has this version already needs no DDL, so a role without `CREATE` can use
+/// what another role installed.
 async fn install_functions(client: &Client) -> std::result::Result<(), tokio_postgres::Error> {
+    let installed = client
+        .query_one("SELECT max(version) FROM keylock_schema", &[])
+        .await
+        .ok()
+        .and_then(|row| row.get::<_, Option<i32>>(0));
+    if installed == Some(sql::VERSION) {
+        return Ok(());
+    }
     client.batch_execute(sql::INSTALL).await?;
     let version: Option<i32> = client
         .query_one("SELECT max(version) FROM keylock_schema", &[])

@@ -289,3 +289,41 @@ fn a_silent_server_is_bounded_by_connect_timeout() {
         assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
     });
 }
+
+/// A role without `CREATE` uses the tables and functions another role installed, and on a
+/// database where nothing is installed its open is `PermissionDenied`, saying why.
+#[test]
+fn a_role_without_create_privilege() {
+    within(Duration::from_secs(60), || {
+        let pg = Server::start();
+        // (PostgreSQL 15 grants no CREATE on schema public to other roles.)
+        pg.psql("CREATE ROLE app LOGIN PASSWORD 'app-pw'");
+        pg.psql("CREATE DATABASE fresh");
+        let limited = |db: &str| format!("postgres://app:app-pw@127.0.0.1:{}/{db}", pg.port());
+        match keylock_core::open(&limited("fresh")) {
+            Err(Error::PermissionDenied(msg)) => {
+                assert!(
+                    msg.contains("permission denied") && !msg.contains("app-pw"),
+                    "{msg}"
+                )
+            }
+            other => panic!("a role that cannot create the tables: {other:?}"),
+        }
+        // Installed by the owner, then granted.
+        let owner = open(&pg.url("shared"));
+        owner
+            .release(owner.acquire(key("k"), &LockOptions::new()).unwrap())
+            .unwrap();
+        pg.psql(
+            "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO app; \
+             GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO app",
+        );
+        let app = open(&format!("{}?prefix=shared", limited("keylock")));
+        let x = app.acquire(key("k"), &LockOptions::new()).unwrap();
+        assert!(matches!(
+            owner.acquire(key("k"), &LockOptions::new().wait(Wait::No)),
+            Err(Error::WouldBlock)
+        ));
+        app.release(x).unwrap();
+    });
+}
