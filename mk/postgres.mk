@@ -36,3 +36,14 @@ test-postgres: postgres-server
 
 lint-postgres:
 	$(CARGO) clippy --locked -p keylock-core --features postgres --lib --test postgres -- -D warnings
+
+# The scope against the bare pg_advisory_lock / pg_advisory_unlock pair (psycopg, from .venv)
+# and against keylock's Redis scope, on one server each, in one run: core/benches/postgres.rs
+# into bench/results/postgres.json (and a table on stdout). The Python worker is
+# bench/postgres_peers.py; the keylock wheel comes from build-py.
+.PHONY: bench-postgres
+BENCH_TARGETS += bench-postgres
+
+bench-postgres: postgres-server redis-server $(VENV)/.stamp build-py
+	KEYLOCK_BENCH_DIR=$(ROOT)/bench/results KEYLOCK_BENCH_PY=$(PY) \
+		$(CARGO) bench --locked -p keylock-core --features postgres,redis --bench postgres
