@@ -28,10 +28,9 @@ use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use keylock_core::{KeyedLock, LockKey, LockOptions};
+use keylock_core::{LockKey, LockOptions};
 use server::Server;
 
 const PROCESSES: usize = 4;
@@ -182,7 +181,13 @@ enum Worker<'a> {
 
 /// Runs `PROCESSES` workers of `w` on `keys` keys for `duration_ms`; returns their records and
 /// the measured window (s).
-fn contend(w: &Worker, keys: usize, duration_ms: u64, tmp: &Path, tag: &str) -> (Vec<Rec>, f64) {
+fn contend(
+    w: &Worker<'_>,
+    keys: usize,
+    duration_ms: u64,
+    tmp: &Path,
+    tag: &str,
+) -> (Vec<Rec>, f64) {
     let go = tmp.join(format!("{tag}.go"));
     let _ = std::fs::remove_file(&go);
     let outs: Vec<PathBuf> = (0..PROCESSES)
@@ -393,7 +398,10 @@ fn main() {
         if py_ok {
             for (name, imp) in [
                 ("keylock (Python)", "keylock"),
-                ("bare pg_advisory_lock/unlock (psycopg, prepared)", "psycopg"),
+                (
+                    "bare pg_advisory_lock/unlock (psycopg, prepared)",
+                    "psycopg",
+                ),
             ] {
                 let got = py_latencies(&py, imp, &url, per_round);
                 lat.entry(name).or_default().extend(got);
@@ -430,9 +438,7 @@ fn main() {
         }));
         table.push(format!(
             "uncontended {name:<50} p50 {p50:>8.1} us  p99 {p99:>8.1} us{}",
-            ratio
-                .map(|r| format!("  {r:.2}x bare"))
-                .unwrap_or_default()
+            ratio.map(|r| format!("  {r:.2}x bare")).unwrap_or_default()
         ));
     }
 
@@ -441,7 +447,7 @@ fn main() {
     let redis = redis_server::Server::start();
     #[cfg(feature = "redis")]
     let redis_url = redis.url("prefix=bench");
-    let mut contenders: Vec<(String, Worker, bool)> =
+    let mut contenders: Vec<(String, Worker<'_>, bool)> =
         vec![("keylock-postgres".to_owned(), Worker::Rust(&url), true)];
     if py_ok {
         contenders.push((
@@ -502,7 +508,10 @@ fn main() {
             .find(|r| r["group"] == g && r["impl"] == bare_name)
             .and_then(|r| r["median"].as_f64());
         if let Some(b) = base {
-            for r in rows.iter_mut().filter(|r| r["group"] == g && r["impl"] != bare_name) {
+            for r in rows
+                .iter_mut()
+                .filter(|r| r["group"] == g && r["impl"] != bare_name)
+            {
                 let m = r["median"].as_f64().unwrap_or(f64::NAN);
                 r["baseline"] = serde_json::json!(format!("{g}: {bare_name}"));
                 r["ratio"] = serde_json::json!(m / b);
