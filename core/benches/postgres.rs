@@ -286,7 +286,7 @@ fn delta(
         })
         .filter(|(_, c)| *c > 0)
         .collect();
-    out.sort_by(|x, y| y.1.cmp(&x.1));
+    out.sort_by_key(|x| std::cmp::Reverse(x.1));
     (out.iter().map(|(_, c)| c).sum(), ms, out)
 }
 
