@@ -3,7 +3,10 @@
 # cross-language tests).
 #
 #   make test-postgres     core/tests/postgres (each test starts its own cluster), and the URL tests
-#   make lint-postgres     clippy on the scope and its tests
+#   make lint-postgres     clippy on the scope, its tests and its benchmark
+#   make bench-postgres    core/benches/postgres.rs into bench/results/postgres.json: round trips,
+#                          uncontended latency, hand-off and throughput against the bare
+#                          pg_advisory_lock pair (psycopg, bench/postgres_peers.py) and the Redis scope
 #   make postgres-server   installs Debian's postgresql-15 and pgbouncer if missing, and leaves
 #                          neither Debian's own cluster nor its pgbouncer service running (each
 #                          test runs initdb in a temporary directory and starts its own postgres
@@ -36,3 +39,15 @@ test-postgres: postgres-server
 
 lint-postgres:
 	$(CARGO) clippy --locked -p keylock-core --features postgres --lib --test postgres -- -D warnings
+	$(CARGO) clippy --locked -p keylock-core --features postgres,redis --bench postgres -- -D warnings
+
+# The scope against the bare pg_advisory_lock / pg_advisory_unlock pair (psycopg, from .venv)
+# and against keylock's Redis scope, on one server each, in one run: core/benches/postgres.rs
+# into bench/results/postgres.json (and a table on stdout). The Python worker is
+# bench/postgres_peers.py; the keylock wheel comes from build-py.
+.PHONY: bench-postgres
+BENCH_TARGETS += bench-postgres
+
+bench-postgres: postgres-server redis-server $(VENV)/.stamp build-py
+	KEYLOCK_BENCH_DIR=$(ROOT)/bench/results KEYLOCK_BENCH_PY=$(PY) \
+		$(CARGO) bench --locked -p keylock-core --features postgres,redis --bench postgres
