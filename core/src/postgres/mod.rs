@@ -512,8 +512,16 @@ impl Server for PgServer {
         if s.is_closed() {
             return Ok(false);
         }
+        let mode = if key.mode == Mode::Exclusive {
+            "x"
+        } else {
+            "s"
+        };
         let row = self
-            .bounded(s.client.query_one(&s.st.check, &[&s.pid, &id, &token]))
+            .bounded(
+                s.client
+                    .query_one(&s.st.check, &[&s.pid, &id, &token, &mode]),
+            )
             .await?;
         Ok(row.get(0))
     }

@@ -103,7 +103,7 @@ impl Session {
                 .await
                 .map_err(fail)?,
             check: client
-                .prepare("SELECT keylock_check($1, $2, $3)")
+                .prepare("SELECT keylock_check($1, $2, $3, $4)")
                 .await
                 .map_err(fail)?,
             force: client

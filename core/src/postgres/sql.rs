@@ -16,12 +16,14 @@
 //! - `keylock_fences` (a logged sequence): every exclusive acquisition's fence, so fences rise
 //!   across keys, sessions, force-unlocks and restarts, and are never reused (a sequence logs
 //!   ahead and flushes at commit; a crash skips values, never repeats them).
-//! - `keylock_holds(lock_id, token)` (unlogged: written per acquire without a WAL flush, and
-//!   empty after a crash, when no session survives either): who holds what, with the holder's
-//!   backend pid, mode, fence and since when. A row left by a holder whose session ended tells
-//!   the next holder `owner_died`. A force-unlock marks the rows of the old number `forced`:
-//!   the holder's release then frees its lock on the old number (so that requests already
-//!   queued on it move to the new one) and reports the hold lost.
+//! - `keylock_owners(lock_id)` and `keylock_holds(lock_id, token)` (unlogged: written per
+//!   acquire without a WAL flush, and empty after a crash, when no session survives either):
+//!   who holds what, with the holder's backend pid, fence and since when. The exclusive holder
+//!   of a key is one row per key, marked `held` and updated in place (a hot key leaves no trail
+//!   of dead index entries); shared holders have a row each. A mark left by a holder whose
+//!   session ended tells the next holder `owner_died`. A force-unlock marks the holders of the
+//!   old number `forced`: the holder's release then frees its lock on the old number (so that
+//!   requests already queued on it move to the new one) and reports the hold lost.
 //! - A *guard* per lock number (transaction-level advisory lock, first key `KL_GUARD` plus the
 //!   high bits): a grant holds it shared while it re-reads the key's number and records itself,
 //!   a force-unlock holds it exclusively while it moves the key to a new number, so a grant is
@@ -33,7 +35,7 @@
 //!   sessions gets an error, never a grant in a session that is not its own.
 
 /// The version of the functions below; an open that finds another replaces them.
-pub(crate) const VERSION: i32 = 1;
+pub(crate) const VERSION: i32 = 2;
 
 /// Serializes the installs of every process (a transaction-level advisory lock).
 pub(crate) const INSTALL: &str = "\
@@ -53,6 +55,15 @@ CREATE TABLE IF NOT EXISTS keylock_keys (
 );
 CREATE SEQUENCE IF NOT EXISTS keylock_lock_ids MAXVALUE 281474976710655;
 CREATE SEQUENCE IF NOT EXISTS keylock_fences;
+CREATE UNLOGGED TABLE IF NOT EXISTS keylock_owners (
+    lock_id bigint PRIMARY KEY,
+    token text NOT NULL,
+    pid int NOT NULL,
+    fence bigint NOT NULL,
+    since timestamptz NOT NULL,
+    forced boolean NOT NULL,
+    held boolean NOT NULL
+) WITH (fillfactor = 50);
 CREATE UNLOGGED TABLE IF NOT EXISTS keylock_holds (
     lock_id bigint NOT NULL,
     token text NOT NULL,
@@ -152,25 +163,37 @@ END $$;
 CREATE OR REPLACE FUNCTION keylock_grant(id bigint, m text, tok text, me int,
                                          OUT fence bigint, OUT died boolean)
 LANGUAGE plpgsql AS $$
+DECLARE
+    o keylock_owners;
 BEGIN
-    -- An exclusive holder's row whose session has ended: it died holding. (A release frees the
-    -- lock before its transaction commits the row's removal, so a row of a live session may
-    -- still show here for a moment; a force-unlocked holder's row stays under the old number,
-    -- which no grant gets again.)
-    died := EXISTS (SELECT 1 FROM keylock_holds h
-                    WHERE h.lock_id = id AND h.mode = 'x' AND NOT keylock_alive(h.pid));
+    SELECT * INTO o FROM keylock_owners WHERE lock_id = id;
+    -- The last exclusive holder still marked as holding: it died holding if its session has
+    -- ended. (A release frees the lock before its transaction commits the mark, so a live
+    -- session's mark may still show here for a moment; a force-unlocked holder's mark stays
+    -- under the old number, which no grant gets again.)
+    died := coalesce(o.held, false) AND NOT keylock_alive(o.pid);
     IF m = 'x' THEN
-        -- Every row left is from a holder whose session ended.
-        DELETE FROM keylock_holds h WHERE h.lock_id = id;
+        IF EXISTS (SELECT 1 FROM keylock_holds h WHERE h.lock_id = id) THEN
+            -- Shared holders whose sessions ended.
+            DELETE FROM keylock_holds h WHERE h.lock_id = id;
+        END IF;
         fence := nextval('keylock_fences');
+        -- One row per key, updated in place (no index change, so a hot key leaves no trail
+        -- of dead index entries behind).
+        INSERT INTO keylock_owners AS w (lock_id, token, pid, fence, since, forced, held)
+            VALUES (id, tok, me, fence, clock_timestamp(), false, true)
+            ON CONFLICT (lock_id) DO UPDATE SET token = excluded.token, pid = excluded.pid,
+                fence = excluded.fence, since = excluded.since, forced = false, held = true;
     ELSE
-        DELETE FROM keylock_holds h WHERE h.lock_id = id AND h.mode = 'x';
+        IF died THEN
+            UPDATE keylock_owners w SET held = false WHERE w.lock_id = id;
+        END IF;
         SELECT max(h.fence) INTO fence FROM keylock_holds h WHERE h.lock_id = id;
         IF fence IS NULL THEN
             fence := nextval('keylock_fences');
         END IF;
+        INSERT INTO keylock_holds (lock_id, token, pid, mode, fence) VALUES (id, tok, me, m, fence);
     END IF;
-    INSERT INTO keylock_holds (lock_id, token, pid, mode, fence) VALUES (id, tok, me, m, fence);
 END $$;
 
 -- Takes every key or none. `wait_ms`: NULL never waits (a try), 0 waits without a limit, else
@@ -240,16 +263,22 @@ BEGIN
     END LOOP;
 END $$;
 
--- Ends `tok`'s hold of lock number `id` (its row and its lock in this session); whether it was
--- still the token's (not force-unlocked). A token with no row holds nothing here.
+-- Ends `tok`'s hold of lock number `id` (its mark and its lock in this session); whether it
+-- was still the token's (not force-unlocked). A token with no mark holds nothing here.
 CREATE OR REPLACE FUNCTION keylock_release(me int, id bigint, tok text, m text) RETURNS boolean
 LANGUAGE plpgsql AS $$
 DECLARE
     was_forced boolean;
 BEGIN
     PERFORM keylock_same_session(me);
-    DELETE FROM keylock_holds h WHERE h.lock_id = id AND h.token = tok
-        RETURNING h.forced INTO was_forced;
+    IF m = 'x' THEN
+        UPDATE keylock_owners w SET held = false
+            WHERE w.lock_id = id AND w.token = tok AND w.held
+            RETURNING w.forced INTO was_forced;
+    ELSE
+        DELETE FROM keylock_holds h WHERE h.lock_id = id AND h.token = tok
+            RETURNING h.forced INTO was_forced;
+    END IF;
     IF NOT FOUND THEN
         RETURN false;
     END IF;
@@ -270,14 +299,23 @@ BEGIN
         PERFORM keylock_untake(ARRAY[r.lock_id], r.mode);
         n := n + 1;
     END LOOP;
+    FOR r IN UPDATE keylock_owners w SET held = false
+             WHERE w.token = tok AND w.pid = me AND w.held RETURNING w.lock_id LOOP
+        PERFORM keylock_untake(ARRAY[r.lock_id], 'x');
+        n := n + 1;
+    END LOOP;
     RETURN n;
 END $$;
 
 -- Whether `tok` still holds lock number `id`.
-CREATE OR REPLACE FUNCTION keylock_check(me int, id bigint, tok text) RETURNS boolean
+CREATE OR REPLACE FUNCTION keylock_check(me int, id bigint, tok text, m text) RETURNS boolean
 LANGUAGE plpgsql AS $$
 BEGIN
     PERFORM keylock_same_session(me);
+    IF m = 'x' THEN
+        RETURN EXISTS (SELECT 1 FROM keylock_owners w
+                       WHERE w.lock_id = id AND w.token = tok AND w.held AND NOT w.forced);
+    END IF;
     RETURN EXISTS (SELECT 1 FROM keylock_holds h
                    WHERE h.lock_id = id AND h.token = tok AND NOT h.forced);
 END $$;
@@ -303,6 +341,7 @@ BEGIN
     -- The holders keep their rows (and their locks on the old number) until they release:
     -- their releases and checks then say the hold was lost.
     UPDATE keylock_holds h SET forced = true WHERE h.lock_id = old;
+    UPDATE keylock_owners w SET forced = true WHERE w.lock_id = old AND w.held;
     RETURN true;
 END $$;
 
@@ -328,7 +367,11 @@ BEGIN
     IF holders = 0 THEN
         RETURN;
     END IF;
-    SELECT max(h.fence) INTO fence FROM keylock_holds h WHERE h.lock_id = id;
+    IF exclusive THEN
+        SELECT w.fence INTO fence FROM keylock_owners w WHERE w.lock_id = id;
+    ELSE
+        SELECT max(h.fence) INTO fence FROM keylock_holds h WHERE h.lock_id = id;
+    END IF;
     fence := coalesce(fence, 0);
     RETURN NEXT;
 END $$;
