@@ -436,14 +436,17 @@ impl Server for PgServer {
             }
         };
         self.queued.fetch_sub(1, Ordering::Relaxed);
+        // A session that was sent a cancel is never used again: the cancel travels apart from
+        // the call (over a connection of its own) and could still arrive after the call ended,
+        // cutting off whatever the session ran next. Its end frees whatever it had.
         match answer {
             (Ok(Some(answer)), false) => Ok(self.record(&s, keys, token, answer)),
             (Ok(Some(_)), true) => {
-                self.forget(Arc::clone(&s), token);
-                self.done_with(s);
+                self.forget(s, token);
                 Err(Error::TimedOut)
             }
-            (Ok(None), _) => {
+            (Ok(None), true) => Err(Error::TimedOut),
+            (Ok(None), false) => {
                 self.done_with(s);
                 Err(Error::TimedOut)
             }

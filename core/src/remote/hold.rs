@@ -44,6 +44,8 @@ pub(crate) struct Hold {
     confirmed: Mutex<Instant>,
     stopped: AtomicBool,
     stop: Notify,
+    /// A user came or its deadline moved: the renewal looks at the bound again.
+    users_changed: Notify,
 }
 
 impl Hold {
@@ -67,6 +69,7 @@ impl Hold {
             confirmed: Mutex::new(confirmed),
             stopped: AtomicBool::new(false),
             stop: Notify::new(),
+            users_changed: Notify::new(),
         })
     }
 
@@ -90,6 +93,14 @@ impl Hold {
         }
         self.halt();
         self.lost.fire();
+    }
+
+    /// Adds user `id` with its own lease deadline (or moves it), and has the renewal look at
+    /// the bound again: a scope whose server keeps no lease (PostgreSQL) ends the hold only
+    /// when the renewal sees the bound pass.
+    pub(crate) fn add_user(&self, id: u64, deadline: Option<Instant>) {
+        self.users.lock().insert(id, deadline);
+        self.users_changed.notify_one();
     }
 
     /// Stops the renewal (the hold was released, or lost).
@@ -124,12 +135,17 @@ impl Hold {
             if let Some(bound) = self.bound() {
                 next = next.min(bound);
             }
-            tokio::select! {
-                () = tokio::time::sleep_until(next.into()) => {}
-                () = self.stop.notified() => {}
-            }
+            let woken = tokio::select! {
+                () = tokio::time::sleep_until(next.into()) => false,
+                () = self.stop.notified() => false,
+                () = self.users_changed.notified() => true,
+            };
             if self.stopped.load(Ordering::Acquire) {
                 return;
+            }
+            if woken && Instant::now() < next {
+                // Only the bound may have moved: look at it again before sleeping.
+                continue;
             }
             let now = Instant::now();
             let mut lease = remote.lease();

@@ -388,7 +388,7 @@ impl<S: Server> Inner<S> {
         let slots = self.slots.lock();
         match slots.get(lkey)? {
             Slot::Live(h) if h.joinable(plan.opts.mode, plan.opts.owner, self.reentrant) => {
-                h.users.lock().insert(id, plan_deadline(plan));
+                h.add_user(id, plan_deadline(plan));
                 Some(Ok(Arc::clone(h)))
             }
             Slot::Live(_) => None,
@@ -398,7 +398,7 @@ impl<S: Server> Inner<S> {
 
     /// Makes `hold` the key's live hold, with user `id`.
     fn install(&self, lkey: &[u8], hold: &Arc<Hold>, id: u64, plan: &Plan) {
-        hold.users.lock().insert(id, plan_deadline(plan));
+        hold.add_user(id, plan_deadline(plan));
         self.slots
             .lock()
             .insert(lkey.to_vec(), Slot::Live(Arc::clone(hold)));
@@ -730,7 +730,7 @@ impl<S: Server> KeyedLock for RemoteLock<S> {
             }
             inner.local.extend(&mut rec.local, lease)?;
             let until = rec.local.lease_deadline();
-            rec.hold.users.lock().insert(acquisition.at, until);
+            rec.hold.add_user(acquisition.at, until);
             (Arc::clone(&rec.hold), until)
         };
         let remote = Arc::clone(&inner.remote);

@@ -280,6 +280,7 @@ fn contended_threads_never_overlap() {
                             "two inside {name}"
                         );
                         assert!(acq.fence() > last[k], "fences rise per key");
+                        assert!(!acq.owner_died(), "nobody died: every holder released");
                         last[k] = acq.fence();
                         std::thread::sleep(Duration::from_micros(300));
                         inside[k].fetch_sub(1, Ordering::SeqCst);
@@ -348,7 +349,9 @@ fn force_unlock_moves_the_key_and_the_old_holder_learns() {
 fn an_acquisitions_own_lease_ends_it() {
     within(Duration::from_secs(60), || {
         let pg = Server::start();
-        let url = format!("{}&lease=3s", pg.url("lease"));
+        // The scope's own lease is long (a check every 10 s): the acquisition's lease must
+        // end the hold by itself, well before.
+        let url = format!("{}&lease=30s", pg.url("lease"));
         let (a, b) = (open(&url), open(&url));
         let x = a
             .acquire(
@@ -360,7 +363,7 @@ fn an_acquisitions_own_lease_ends_it() {
         let y = b
             .acquire(
                 key("k"),
-                &LockOptions::new().wait(Wait::For(Duration::from_secs(10))),
+                &LockOptions::new().wait(Wait::For(Duration::from_secs(5))),
             )
             .unwrap();
         assert!(
