@@ -155,8 +155,8 @@ test-c-api: build-ffi
 TEST_TARGETS += test-c-scopes
 .PHONY: test-c-scopes
 test-c-scopes: redis-server postgres-server build-ffi
-	tmp=$$(mktemp -d); pid=; region=keylock-c-test-$$$$; \
-	trap 'test -n "$$pid" && { kill $$pid; wait $$pid; }; .ci/pg-server stop "$$tmp/pg"; rm -rf "$$tmp"; rm -f /dev/shm/keylock.'"$$region" EXIT; \
+	tmp=$$(mktemp -d); pgdir=$$(mktemp -d); pid=; region=keylock-c-test-$$$$; \
+	trap 'test -n "$$pid" && { kill $$pid; wait $$pid; }; .ci/pg-server stop "$$pgdir"; rm -rf "$$tmp"; rm -f /dev/shm/keylock.'"$$region" EXIT; \
 	install -m 0755 $(TARGET_DIR)/release/libkeylock.so "$$tmp/libkeylock.so.$(KEYLOCK_MAJOR)"; \
 	ln -s libkeylock.so.$(KEYLOCK_MAJOR) "$$tmp/libkeylock.so"; \
 	$(CC) -std=c99 -g -O1 $(C_WARN) $(C_SANITIZE) ffi-c/tests/c/test_scope.c -Iinclude \
@@ -168,7 +168,7 @@ test-c-scopes: redis-server postgres-server build-ffi
 		>"$$tmp/redis.log" 2>&1 & pid=$$!; \
 	for i in $$(seq 100); do redis-cli -p $$port ping >/dev/null 2>&1 && break; sleep 0.1; done; \
 	timeout 120 "$$tmp/test_scope" "redis://127.0.0.1:$$port/0"; \
-	url=$$(.ci/pg-server start "$$tmp/pg"); \
+	url=$$(.ci/pg-server start "$$pgdir"); \
 	timeout 120 "$$tmp/test_scope" "$$url"
 
 # ---- benchmark ---------------------------------------------------------------------------------
