@@ -1,7 +1,8 @@
-"""Cross-language process tests of the host (shm:) and Redis scopes: C, Python and Node
-processes on the same keys (`make test-xlang`; .ci/xlang/README.md has the protocol).
+"""Cross-language process tests of the host (shm:), Redis and PostgreSQL scopes: C, Python and
+Node processes on the same keys (`make test-xlang`; .ci/xlang/README.md has the protocol).
 
-    run.py --c-child BIN [--node-module DIR] [--only shm|redis|units] [--redis-server PATH]
+    run.py --c-child BIN [--node-module DIR] [--only shm|redis|postgres|units]
+           [--redis-server PATH]
 
 Every child runs under `timeout`, every answer is awaited with a deadline, and the whole run has
 a global deadline: a hang fails as a deadlock. Exit status 0 only if every check held.
@@ -28,7 +29,8 @@ import keylock
 HERE = os.path.dirname(os.path.abspath(__file__))
 CHILD_LIMIT_S = 240  # `timeout` of every child: past it the child is killed whatever it does
 ANSWER_S = 60.0  # the longest any one answer may take before the run calls it a deadlock
-GLOBAL_S = 280  # the whole run
+GLOBAL_S = 340  # the whole run
+PG_SERVER = os.path.join(HERE, os.pardir, "pg-server")  # a PostgreSQL cluster of our own
 
 
 class Failure(Exception):
@@ -690,6 +692,120 @@ class Run:
         )
 
 
+    # ---- PostgreSQL -------------------------------------------------------------------------
+
+    def postgres(self) -> None:
+        """The PostgreSQL scope on a cluster of our own (.ci/pg-server, stopped and removed at
+        the end, whatever happened). The children's records are in the `file` store: every child
+        runs on this host. Each phase has a prefix of its own, so none meets another's keys."""
+        server = PostgresServer()
+        try:
+            base = server.url
+            plan = [(lang, 1) for lang in self.langs if lang != "c" for _ in range(2)] + [("c", 4)]
+            for mode, iters, hold in (("exclusive", 60, 0), ("shared", 45, 2000)):
+                url = f"{base}?prefix=xlang-{mode}"
+                fig = self.counts(f"postgres-{mode}", url, "file", mode, plan, iters, 3, hold)
+                pool = keylock.KeyPool.open(url)
+                self.all_free(pool, [f"k{k}" for k in range(3)], f"postgres-{mode}")
+                self.figures[f"postgres {mode}"] = fig
+                print(
+                    f"postgres {mode}: {' + '.join(f'{lang}x{t}' for lang, t in plan)} "
+                    "(processes x threads), "
+                    f"counts {fig['counted']} = expected, most inside at once: exclusive "
+                    f"{fig['max_exclusive_inside']}, shared {fig['max_shared_inside']}",
+                    flush=True,
+                )
+            # A force-unlocked holder's release is refused with NOT_OWNER, one whose own lease
+            # (LockOptions lease, 300 ms) ran out with LEASE_EXPIRED, as on the other scopes.
+            url = f"{base}?prefix=xlang-stale"
+            self.stale("postgres stale", url, "file", keylock.KeyPool.open(url))
+            self.postgres_kill(base)
+        finally:
+            server.stop()
+
+    def postgres_kill(self, base: str, rounds: int = 30) -> None:
+        """A holder per round (C, Python, Node in turn) killed with SIGKILL while it holds; the
+        server ends its session when the socket closes, so the next language's waiter gets the
+        key with owner_died and a higher fence. The URL's lease (3 s) is not what frees the key:
+        every recovery must come well within it, and within the 5 s hang bound."""
+        url = f"{base}?prefix=xlang-kill&lease=3s"
+        d = self.workdir("postgres-kill")
+        pool = keylock.KeyPool.open(url)
+        langs = self.langs
+        waiters = {lang: self.spawn(lang, url, "file", d).ready() for lang in langs}
+        spares = {lang: self.spawn(lang, url, "file", d) for lang in langs}
+        recovery = []
+        by_lang: dict[str, int] = {}
+        for r in range(rounds):
+            hl, wl = langs[r % len(langs)], langs[(r + 1) % len(langs)]
+            holder = spares[hl].ready()
+            spares[hl] = self.spawn(hl, url, "file", d)
+            holder.send("hold k0 0")
+            fence, died = map(int, holder.expect("held").split()[1:])
+            check(not died, f"postgres round {r}: owner_died for a key released by its holder")
+            waiters[wl].send("acquire k0 10000 0")
+            # The waiter's request reaches the server (it waits there); then the kill, at a
+            # random point.
+            time.sleep(0.05 + self.rng.random() * 0.02)
+            killed = time.monotonic_ns()
+            holder.kill9()
+            _, f2, died2, t = waiters[wl].expect("got", limit=15).split()
+            took = (int(t) - killed) / 1e6
+            recovery.append(took)
+            check(
+                died2 == "1",
+                f"postgres round {r}: the {wl} acquirer after a killed {hl} holder saw no "
+                "owner_died",
+            )
+            check(int(f2) > fence, f"postgres round {r}: fence {f2} after the dead holder's {fence}")
+            by_lang[hl] = by_lang.get(hl, 0) + 1
+        count, last = self.read_record("file", d, "k0")
+        check(count == rounds, f"postgres kill: {count} increments, expected {rounds}")
+        self.all_free(pool, ["k0"], "postgres kill")
+        for c in waiters.values():
+            c.quit()
+        for c in spares.values():
+            c.ready().quit()
+        recovery.sort()
+        p = lambda q: recovery[max(0, math.ceil(q * len(recovery)) - 1)]  # noqa: E731 (nearest rank)
+        self.figures["postgres kill -9"] = {
+            "rounds": rounds,
+            "killed": by_lang,
+            "recovery_ms": {"p50": p(0.5), "p99": p(0.99), "max": recovery[-1]},
+            "count": count,
+            "last_fence": last,
+        }
+        print(
+            f"postgres kill -9: {rounds} holders killed ({by_lang}); the next language's waiter "
+            f"had the key after p50 {p(0.5):.1f} ms, p99 {p(0.99):.1f} ms, max "
+            f"{recovery[-1]:.1f} ms, with owner_died and a higher fence; count {count} exact; "
+            "k0 free",
+            flush=True,
+        )
+        # A hang bound, not a promptness target: the server frees a dead session's locks when
+        # it sees the socket close, but a loaded machine may be slow to schedule it.
+        check(recovery[-1] < 5000, f"postgres kill: a key came free only {recovery[-1]:.0f} ms late")
+
+
+class PostgresServer:
+    """A PostgreSQL cluster of our own: .ci/pg-server in a temporary directory (outside the
+    run's own, which is private to this user: as root the server runs as the postgres user).
+    The URL carries the cluster's random password; nothing here prints it."""
+
+    def __init__(self) -> None:
+        self.dir = tempfile.mkdtemp(prefix="keylock-xlang-pg-")
+        started = subprocess.run(
+            [PG_SERVER, "start", self.dir], capture_output=True, text=True, timeout=120
+        )
+        if started.returncode != 0:
+            self.stop()
+            raise Failure(f"PostgreSQL did not start: {started.stderr.strip()}")
+        self.url = started.stdout.strip()
+
+    def stop(self) -> None:
+        subprocess.run([PG_SERVER, "stop", self.dir], timeout=120, check=False)
+
+
 def redis_call(port: int, *args: bytes) -> bytes | None:
     with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
         s.sendall(b"*%d\r\n" % len(args) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in args))
@@ -750,7 +866,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--c-child", required=True)
     ap.add_argument("--node-module", help="the node/ directory; without it, no Node children")
-    ap.add_argument("--only", choices=["shm", "redis", "units"])
+    ap.add_argument("--only", choices=["shm", "redis", "postgres", "units"])
     ap.add_argument("--redis-server", default="redis-server")
     ap.add_argument("--json", help="write the figures here")
     args = ap.parse_args()
@@ -773,6 +889,8 @@ def main() -> int:
             run.shm_units()
         if args.only in (None, "redis"):
             run.redis()
+        if args.only in (None, "postgres"):
+            run.postgres()
         if args.only == "units":
             run.shm_units()
             server = RedisServer(args.redis_server, run.workdir("redis"))
