@@ -500,22 +500,29 @@ static void test_stats(keylock_pool *pool) {
 }
 
 /*
- * keylock_semaphore_open on the same name: the PostgreSQL scope has no semaphores yet, so an open
- * with permits is refused there (and *out set to NULL); every other scope opens one.
+ * keylock_semaphore_open on this scope (a region or a prefix of its own, since a shm region is
+ * either a pool or a semaphore): the PostgreSQL scope has no semaphores yet, so an open with
+ * permits is refused there (and *out set to NULL); every other scope opens one.
  */
 static void test_semaphore_open(keylock_pool *pool) {
     bool postgres = strncmp(scope_name, "postgres://", 11) == 0 ||
                     strncmp(scope_name, "postgresql://", 13) == 0;
+    bool shm = strncmp(scope_name, "shm:", 4) == 0;
+    char name[256];
     keylock_semaphore *sem = (keylock_semaphore *)&sem; /* not NULL: the call must set it */
     (void)pool;
+    if (server_scope()) snprintf(name, sizeof name, "%s?prefix=%s-sem", scope_name, tag);
+    else if (shm) snprintf(name, sizeof name, "%s-sem", scope_name);
+    else snprintf(name, sizeof name, "%s", scope_name);
     if (postgres) {
-        CHECK_RESULT(keylock_semaphore_open(scope_name, 2, NULL, &sem), KEYLOCK_INVALID_ARGUMENT);
+        CHECK_RESULT(keylock_semaphore_open(name, 2, NULL, &sem), KEYLOCK_INVALID_ARGUMENT);
         CHECK(sem == NULL);
         return;
     }
-    OK(keylock_semaphore_open(scope_name, 2, NULL, &sem));
+    OK(keylock_semaphore_open(name, 2, NULL, &sem));
     CHECK(sem != NULL);
     keylock_semaphore_free(sem);
+    if (shm) OK(keylock_unlink(name, NULL));
 }
 
 int main(int argc, char **argv) {
