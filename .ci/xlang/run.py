@@ -691,7 +691,6 @@ class Run:
             flush=True,
         )
 
-
     # ---- PostgreSQL -------------------------------------------------------------------------
 
     def postgres(self) -> None:
@@ -757,7 +756,9 @@ class Run:
                 f"postgres round {r}: the {wl} acquirer after a killed {hl} holder saw no "
                 "owner_died",
             )
-            check(int(f2) > fence, f"postgres round {r}: fence {f2} after the dead holder's {fence}")
+            check(
+                int(f2) > fence, f"postgres round {r}: fence {f2} after the dead holder's {fence}"
+            )
             by_lang[hl] = by_lang.get(hl, 0) + 1
         count, last = self.read_record("file", d, "k0")
         check(count == rounds, f"postgres kill: {count} increments, expected {rounds}")
@@ -784,7 +785,9 @@ class Run:
         )
         # A hang bound, not a promptness target: the server frees a dead session's locks when
         # it sees the socket close, but a loaded machine may be slow to schedule it.
-        check(recovery[-1] < 5000, f"postgres kill: a key came free only {recovery[-1]:.0f} ms late")
+        check(
+            recovery[-1] < 5000, f"postgres kill: a key came free only {recovery[-1]:.0f} ms late"
+        )
 
 
 class PostgresServer:

@@ -296,10 +296,7 @@ test('Semaphore.open on this scope: refused on PostgreSQL, units shared elsewher
   const [a, b] = opens(() => Semaphore.open(name, { permits: 2 }));
   const p1 = await a.acquire('k');
   const p2 = await b.acquire('k');
-  await assert.rejects(
-    b.acquire('k', { timeout: 20 }),
-    (e) => e.code === 'KEYLOCK_TIMEOUT',
-  );
+  await assert.rejects(b.acquire('k', { timeout: 20 }), (e) => e.code === 'KEYLOCK_TIMEOUT');
   p1.release();
   const p3 = await a.acquire('k', { timeout: 5_000 });
   p2.release();

@@ -297,7 +297,10 @@ def postgres_url() -> Iterator[str]:
 
     import keylock
 
-    if not os.path.exists("/usr/lib/postgresql/15/bin/initdb") and shutil.which("pg_config") is None:
+    if (
+        not os.path.exists("/usr/lib/postgresql/15/bin/initdb")
+        and shutil.which("pg_config") is None
+    ):
         pytest.skip("PostgreSQL is not installed (make test-py installs it)")
     # Not under pytest's tmp_path: that is private to this user, and as root the server runs as
     # the postgres user, which must reach the directory (.ci/pg-server gives it to postgres).
