@@ -44,12 +44,11 @@ def test_two_opens_exclude_each_other_with_rising_fences(url: str) -> None:
     assert b.is_locked("x")
     info = b.info("x")
     assert info is not None and info.mode == "exclusive" and info.fence == f1
-    started = time.monotonic()
     assert other.acquire(timeout=0.05) is False
-    assert time.monotonic() - started >= 0.05
     first.release()
     assert other.acquire(timeout=DEADLOCK)
-    assert other.fence is not None and other.fence > f1
+    f2 = other.fence
+    assert f2 is not None and f2 > f1
     assert first.is_current() is False and other.is_current()
     other.release()
     assert not a.is_locked("x")
@@ -59,7 +58,7 @@ def test_two_opens_exclude_each_other_with_rising_fences(url: str) -> None:
         with pool.lock("x") as h:
             fences.append(pool.info("x").fence)
             assert h
-    assert fences == sorted(fences) and len(set(fences)) == 4 and fences[0] > other.fence
+    assert fences == sorted(fences) and len(set(fences)) == 4 and fences[0] > f2
 
 
 def test_with_timeout_raises_lock_timeout(url: str) -> None:
@@ -169,7 +168,7 @@ def test_force_unlock_makes_the_old_holders_release_fail(url: str) -> None:
     assert b.force_unlock("f") is True
     new = b.lock("f")
     assert new.acquire(timeout=DEADLOCK)
-    assert new.fence > old.fence
+    assert new.fence is not None and old.fence is not None and new.fence > old.fence
     assert old.is_current() is False
     with pytest.raises(keylock.NotOwnerError):
         old.release()
