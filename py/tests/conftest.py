@@ -285,6 +285,19 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 PG_SERVER = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, ".ci", "pg-server")
 
 
+class RedactedUrl(str):
+    """A URL whose repr hides its password, so that pytest's reports (a failed test's
+    arguments, parameter ids) never show it; as a str it is the URL itself."""
+
+    def __repr__(self) -> str:
+        scheme, sep, rest = str.partition(self, "://")
+        userinfo, at, host = rest.partition("@")
+        user, colon, _ = userinfo.partition(":")
+        if sep and at and colon:
+            return repr(f"{scheme}://{user}:***@{host}")
+        return str.__repr__(self)
+
+
 @pytest.fixture(scope="session")
 def postgres_url() -> Iterator[str]:
     """A PostgreSQL cluster of this test session, made by .ci/pg-server: initdb in a temporary
@@ -314,7 +327,7 @@ def postgres_url() -> Iterator[str]:
         )
         if started.returncode != 0:
             pytest.fail(f"PostgreSQL did not start: {started.stderr}")
-        url = started.stdout.strip()
+        url = RedactedUrl(started.stdout.strip())
         try:
             keylock.KeyPool.open(url)
         except ValueError as e:

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 import keylock
-from conftest import DEADLOCK, wait_until
+from conftest import DEADLOCK, RedactedUrl, wait_until
 
 KEYS = {
     "held",
@@ -45,7 +45,7 @@ def scope(request: pytest.FixtureRequest) -> Iterator[str]:
         keylock.unlink(name)
     else:
         url = request.getfixturevalue(f"{request.param}_url")
-        yield f"{url}?prefix=stats{os.getpid()}-{next(_names)}"
+        yield RedactedUrl(f"{url}?prefix=stats{os.getpid()}-{next(_names)}")
 
 
 def test_stats_and_len_on_every_scope(scope: str) -> None:
