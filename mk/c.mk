@@ -147,15 +147,16 @@ test-c-api: build-ffi
 	timeout 60 "$$tmp/bank_static" 4 64 100
 
 # The scope test (ffi-c/tests/c/test_scope.c) through keylock_pool_open on the scopes beyond
-# this process: the library as built (its default features are shm and redis), on a
-# fresh shm:NAME region (its file removed afterwards) and on a redis-server of our own (a free
-# loopback port, a temporary directory, stopped by its PID). The same C ABI and the same test as
-# on local:, with only the name changed.
+# this process: the library as built (its default features are shm, redis and postgres), on a
+# fresh shm:NAME region (its file removed afterwards), on a redis-server of our own (a free
+# loopback port, a temporary directory, stopped by its PID) and on a PostgreSQL cluster of our
+# own (.ci/pg-server in a temporary directory, stopped and removed afterwards, even on failure).
+# The same C ABI and the same test as on local:, with only the name changed.
 TEST_TARGETS += test-c-scopes
 .PHONY: test-c-scopes
-test-c-scopes: redis-server build-ffi
-	tmp=$$(mktemp -d); pid=; region=keylock-c-test-$$$$; \
-	trap 'test -n "$$pid" && { kill $$pid; wait $$pid; }; rm -rf "$$tmp"; rm -f /dev/shm/keylock.'"$$region" EXIT; \
+test-c-scopes: redis-server postgres-server build-ffi
+	tmp=$$(mktemp -d); pgdir=$$(mktemp -d); pid=; region=keylock-c-test-$$$$; \
+	trap 'test -n "$$pid" && { kill $$pid; wait $$pid; }; .ci/pg-server stop "$$pgdir"; rm -rf "$$tmp"; rm -f /dev/shm/keylock.'"$$region" EXIT; \
 	install -m 0755 $(TARGET_DIR)/release/libkeylock.so "$$tmp/libkeylock.so.$(KEYLOCK_MAJOR)"; \
 	ln -s libkeylock.so.$(KEYLOCK_MAJOR) "$$tmp/libkeylock.so"; \
 	$(CC) -std=c99 -g -O1 $(C_WARN) $(C_SANITIZE) ffi-c/tests/c/test_scope.c -Iinclude \
@@ -166,7 +167,9 @@ test-c-scopes: redis-server build-ffi
 	redis-server --port $$port --bind 127.0.0.1 --save '' --appendonly no --dir "$$tmp" \
 		>"$$tmp/redis.log" 2>&1 & pid=$$!; \
 	for i in $$(seq 100); do redis-cli -p $$port ping >/dev/null 2>&1 && break; sleep 0.1; done; \
-	timeout 120 "$$tmp/test_scope" "redis://127.0.0.1:$$port/0"
+	timeout 120 "$$tmp/test_scope" "redis://127.0.0.1:$$port/0"; \
+	url=$$(.ci/pg-server start "$$pgdir"); \
+	timeout 120 "$$tmp/test_scope" "$$url"
 
 # ---- benchmark ---------------------------------------------------------------------------------
 

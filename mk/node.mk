@@ -8,8 +8,9 @@
 #   make bench-node        withLock vs async-lock vs async-mutex, locks.request vs async-lock
 #                          -> bench/results/node.json
 #                          (bench-node-quick: fewer runs)
-#   make test-node-scopes  test/scopes.test.js on shm:NAME and on a redis-server of our own (the
-#                          addon built with the shm and redis features, in its own target dir)
+#   make test-node-scopes  test/scopes.test.js on shm:NAME, on a redis-server of our own and on a
+#                          PostgreSQL cluster of our own (.ci/pg-server; the addon's default
+#                          features include shm, redis and postgres)
 #   make lint-node         clippy for the addon (-D warnings), the TypeScript check, prettier --check
 #   make fmt-node          rustfmt for the addon, prettier for the JavaScript and TypeScript
 
@@ -53,19 +54,23 @@ test-node: build-node redis-server
 	cd $(NODE_DIR) && npx --no-install tsc -p test/tsconfig.dom.json
 	node examples/node/bank.js
 
-# The same scope tests on the scopes beyond this process (the addon's default features are shm
-# and redis): on a fresh shm:NAME region (its file removed afterwards) and on a
-# redis-server of our own (a free loopback port, a temporary directory, stopped by its PID).
-test-node-scopes: build-node redis-server
-	set -e; tmp=$$(mktemp -d); pid=; region=keylock-node-test-$$$$; \
-	trap 'test -n "$$pid" && { kill $$pid; wait $$pid; }; rm -rf "$$tmp"; rm -f /dev/shm/keylock.'"$$region"'-*' EXIT; \
+# The same scope tests on the scopes beyond this process (the addon's default features are shm,
+# redis and postgres): on a fresh shm:NAME region (its file removed afterwards), on a
+# redis-server of our own (a free loopback port, a temporary directory, stopped by its PID) and
+# on a PostgreSQL cluster of our own (.ci/pg-server in a temporary directory, stopped and removed
+# afterwards, even on failure).
+test-node-scopes: build-node redis-server postgres-server
+	set -e; tmp=$$(mktemp -d); pgdir=$$(mktemp -d); pid=; region=keylock-node-test-$$$$; pgserver=$(ROOT)/.ci/pg-server; \
+	trap 'test -n "$$pid" && { kill $$pid; wait $$pid; }; "$$pgserver" stop "$$pgdir"; rm -rf "$$tmp"; rm -f /dev/shm/keylock.'"$$region"'-*' EXIT; \
 	cd $(NODE_DIR); \
 	KEYLOCK_TEST_SCOPE="shm:$$region" node --test $(NODE_TEST_FLAGS) test/scopes.test.js; \
 	port=$$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'); \
 	redis-server --port $$port --bind 127.0.0.1 --save '' --appendonly no --dir "$$tmp" \
 		>"$$tmp/redis.log" 2>&1 & pid=$$!; \
 	for i in $$(seq 100); do redis-cli -p $$port ping >/dev/null 2>&1 && break; sleep 0.1; done; \
-	KEYLOCK_TEST_SCOPE="redis://127.0.0.1:$$port/0" node --test $(NODE_TEST_FLAGS) test/scopes.test.js
+	KEYLOCK_TEST_SCOPE="redis://127.0.0.1:$$port/0" node --test $(NODE_TEST_FLAGS) test/scopes.test.js; \
+	url=$$("$$pgserver" start "$$pgdir"); \
+	KEYLOCK_TEST_SCOPE="$$url" node --test $(NODE_TEST_FLAGS) test/scopes.test.js
 
 bench-node: build-node
 	node $(NODE_DIR)/bench/bench.js --out bench/results/node.json

@@ -2,7 +2,8 @@
 #
 #   make build-py        build the abi3 extension with maturin (release) and install it into .venv
 #   make demo-py         run the bank demos of examples/python (threads, then asyncio)
-#   make test-py         pytest py/tests (per-test timeout; includes the demos)
+#   make test-py         pytest py/tests (per-test timeout; includes the demos; the server scopes
+#                        on a redis-server and a PostgreSQL cluster of their own)
 #   make bench-py        benchmarks -> bench/results/python.json (bench-py-quick: fewer runs)
 #   make bench-py-callgrind  instructions per operation under callgrind (stable on a loaded
 #                        machine) -> bench/results/python-callgrind.json
@@ -33,7 +34,9 @@ build-py: $(VENV)/.stamp
 demo-py: build-py
 	@for ex in $(PY_EXAMPLES); do echo "== $$ex"; $(PY) $$ex; done
 
-test-py: build-py redis-server
+# redis-server and PostgreSQL: the server scopes' tests start a server of their own of each
+# (the conftest fixtures redis_url and postgres_url).
+test-py: build-py redis-server postgres-server
 	$(PY) -m pytest py/tests -q
 
 # The benchmark measures every alternative in one run, interleaved; the machine's load average

@@ -1,7 +1,8 @@
-"""Cross-language process tests of the host (shm:) and Redis scopes: C, Python and Node
-processes on the same keys (`make test-xlang`; .ci/xlang/README.md has the protocol).
+"""Cross-language process tests of the host (shm:), Redis and PostgreSQL scopes: C, Python and
+Node processes on the same keys (`make test-xlang`; .ci/xlang/README.md has the protocol).
 
-    run.py --c-child BIN [--node-module DIR] [--only shm|redis|units] [--redis-server PATH]
+    run.py --c-child BIN [--node-module DIR] [--only shm|redis|postgres|units]
+           [--redis-server PATH]
 
 Every child runs under `timeout`, every answer is awaited with a deadline, and the whole run has
 a global deadline: a hang fails as a deadlock. Exit status 0 only if every check held.
@@ -28,7 +29,23 @@ import keylock
 HERE = os.path.dirname(os.path.abspath(__file__))
 CHILD_LIMIT_S = 240  # `timeout` of every child: past it the child is killed whatever it does
 ANSWER_S = 60.0  # the longest any one answer may take before the run calls it a deadlock
-GLOBAL_S = 280  # the whole run
+GLOBAL_S = 340  # the whole run
+PG_SERVER = os.path.join(HERE, os.pardir, "pg-server")  # a PostgreSQL cluster of our own
+# A known bug of the core's PostgreSQL scope (core/src/postgres/sql.rs): keylock_release deletes
+# the holder's keylock_holds row and then frees the advisory lock inside one transaction; the
+# advisory unlock takes effect at once, the DELETE only at commit, so a waiter woken in between
+# still sees the row in keylock_grant and is told owner_died although nobody died (about 5% of
+# acquisitions of a contended key, across processes or two opens in one process). The children
+# treat an unexplained owner_died as a failure, so the PostgreSQL count phases are expected to
+# fail with exactly that complaint until the core is fixed; any other failure still fails.
+PG_FALSE_OWNER_DIED = "owner_died without a death"
+# A second known bug of the PostgreSQL scope: an acquisition's own lease (LockOptions lease) that
+# runs out does not free the key for other lock objects (other processes, or another open in the
+# same process): they wait their whole timeout, info still shows the holder, and the holder's
+# release is refused with LEASE_EXPIRED. The module's documentation says the lease "ends it, on
+# the server too". The lease half of the stale phase is expected to fail with the acquirer's
+# KEYLOCK_TIMEOUT until the core is fixed.
+PG_LEASE_NOT_ENFORCED = "an own lease that ran out does not free the key on the server"
 
 
 class Failure(Exception):
@@ -537,23 +554,31 @@ class Run:
         )
         self.figures["shm killed waiters"] = {"killed": len(waiters), "capacity": cap}
 
-    def stale(self, label: str, scope: str, store: str, pool: keylock.KeyPool) -> None:
+    STALE_CASES = (("k1", 0, "KEYLOCK_NOT_OWNER"), ("k2", 300, "KEYLOCK_LEASE_EXPIRED"))
+
+    def stale(
+        self,
+        label: str,
+        scope: str,
+        store: str,
+        pool: keylock.KeyPool,
+        cases: tuple[tuple[str, int, str], ...] = STALE_CASES,
+        acquire_ms: int = 10000,
+    ) -> None:
         """Fences across a force-unlock and a lease's end, with the holder and the next
         acquirer in different languages: the next fence is higher, and the old holder's release
-        is refused without touching the new holder."""
+        is refused without touching the new holder. `cases`: (key, the holder's lease in ms, 0
+        for a force-unlock instead, the status its release must be refused with)."""
         d = self.workdir(label)
         kids = {lang: self.spawn(lang, scope, store, d).ready() for lang in self.langs}
         for i, hl in enumerate(self.langs):
             holder, other = kids[hl], kids[self.langs[(i + 1) % len(self.langs)]]
-            for key, lease_ms, refused in (
-                ("k1", 0, "KEYLOCK_NOT_OWNER"),
-                ("k2", 300, "KEYLOCK_LEASE_EXPIRED"),
-            ):
+            for key, lease_ms, refused in cases:
                 holder.send(f"hold {key} {lease_ms}")
                 fence = int(holder.expect("held").split()[1])
                 if not lease_ms:
                     check(pool.force_unlock(key), f"{label}: force_unlock found {key} free")
-                other.send(f"acquire {key} 10000 0")
+                other.send(f"acquire {key} {acquire_ms} 0")
                 f2 = int(other.expect("got", limit=15).split()[1])
                 check(f2 > fence, f"{label}: {other.lang} got {key} with fence {f2} after {fence}")
                 holder.send("release")
@@ -561,12 +586,16 @@ class Run:
                 check(said == f"released {refused}", f"{label}: {hl}'s stale release said '{said}'")
         for c in kids.values():
             c.quit()
-        for key in ("k1", "k2"):
+        for key, _, _ in cases:
             count = self.read_record(store, d, key)[0]
             check(count == len(self.langs), f"{label}: {key} counted {count}")
-        self.all_free(pool, ["k1", "k2"], label)
+        self.all_free(pool, [key for key, _, _ in cases], label)
+        what = " and ".join(
+            "force-unlock" if not lease_ms else f"lease end ({lease_ms} ms)"
+            for _, lease_ms, _ in cases
+        )
         print(
-            f"{label}: force-unlock and lease end ({'+'.join(self.langs)} holders, the next "
+            f"{label}: {what} ({'+'.join(self.langs)} holders, the next "
             "language acquiring): fences rose, the stale releases were refused",
             flush=True,
         )
@@ -689,6 +718,168 @@ class Run:
             flush=True,
         )
 
+    # ---- PostgreSQL -------------------------------------------------------------------------
+
+    def postgres(self) -> None:
+        """The PostgreSQL scope on a cluster of our own (.ci/pg-server, stopped and removed at
+        the end, whatever happened). The children's records are in the `file` store: every child
+        runs on this host. Each phase has a prefix of its own, so none meets another's keys."""
+        server = PostgresServer()
+        try:
+            base = server.url
+            plan = [(lang, 1) for lang in self.langs if lang != "c" for _ in range(2)] + [("c", 4)]
+            for mode, iters, hold in (("exclusive", 60, 0), ("shared", 45, 2000)):
+                url = f"{base}?prefix=xlang-{mode}"
+                try:
+                    fig = self.counts(f"postgres-{mode}", url, "file", mode, plan, iters, 3, hold)
+                except Failure as e:
+                    # xfail: the known false owner_died (PG_FALSE_OWNER_DIED's comment), and
+                    # nothing else: every child's complaint must be that one.
+                    complaints = [c for c in str(e).split("; ") if c.startswith("fail ")]
+                    if not complaints or not all(PG_FALSE_OWNER_DIED in c for c in complaints):
+                        raise
+                    for c in self.children:
+                        c.stop()
+                    self.figures[f"postgres {mode}"] = {"xfail": str(e)}
+                    print(
+                        f"postgres {mode}: XFAIL (core bug: owner_died reported under contention "
+                        f"without a death, see PG_FALSE_OWNER_DIED): {e}",
+                        flush=True,
+                    )
+                    continue
+                print(
+                    f"postgres {mode}: XPASS: the known false owner_died did not show this run",
+                    flush=True,
+                )
+                pool = keylock.KeyPool.open(url)
+                self.all_free(pool, [f"k{k}" for k in range(3)], f"postgres-{mode}")
+                self.figures[f"postgres {mode}"] = fig
+                print(
+                    f"postgres {mode}: {' + '.join(f'{lang}x{t}' for lang, t in plan)} "
+                    "(processes x threads), "
+                    f"counts {fig['counted']} = expected, most inside at once: exclusive "
+                    f"{fig['max_exclusive_inside']}, shared {fig['max_shared_inside']}",
+                    flush=True,
+                )
+            # A force-unlocked holder's release is refused with NOT_OWNER, as on the other scopes.
+            url = f"{base}?prefix=xlang-stale"
+            force = self.STALE_CASES[:1]
+            self.stale("postgres stale", url, "file", keylock.KeyPool.open(url), force)
+            # A holder whose own lease (LockOptions lease, 300 ms) ran out: xfail, a known bug
+            # (PG_LEASE_NOT_ENFORCED's comment); the acquirer waits 2 s, not 10, for it.
+            url = f"{base}?prefix=xlang-lease"
+            try:
+                self.stale(
+                    "postgres lease",
+                    url,
+                    "file",
+                    keylock.KeyPool.open(url),
+                    self.STALE_CASES[1:],
+                    acquire_ms=2000,
+                )
+            except Failure as e:
+                if "error KEYLOCK_TIMEOUT" not in str(e):
+                    raise
+                for c in self.children:
+                    c.stop()
+                self.figures["postgres lease"] = {"xfail": str(e)}
+                print(
+                    "postgres lease: XFAIL (core bug: an own lease that ran out does not free the "
+                    f"key on the server, see PG_LEASE_NOT_ENFORCED): {e}",
+                    flush=True,
+                )
+            else:
+                print("postgres lease: XPASS: the known lease bug did not show", flush=True)
+            self.postgres_kill(base)
+        finally:
+            server.stop()
+
+    def postgres_kill(self, base: str, rounds: int = 30) -> None:
+        """A holder per round (C, Python, Node in turn) killed with SIGKILL while it holds; the
+        server ends its session when the socket closes, so the next language's waiter gets the
+        key with owner_died and a higher fence. The URL's lease (3 s) is not what frees the key:
+        every recovery must come well within it, and within the 5 s hang bound."""
+        url = f"{base}?prefix=xlang-kill&lease=3s"
+        d = self.workdir("postgres-kill")
+        pool = keylock.KeyPool.open(url)
+        langs = self.langs
+        waiters = {lang: self.spawn(lang, url, "file", d).ready() for lang in langs}
+        spares = {lang: self.spawn(lang, url, "file", d) for lang in langs}
+        recovery = []
+        by_lang: dict[str, int] = {}
+        for r in range(rounds):
+            hl, wl = langs[r % len(langs)], langs[(r + 1) % len(langs)]
+            holder = spares[hl].ready()
+            spares[hl] = self.spawn(hl, url, "file", d)
+            holder.send("hold k0 0")
+            fence, died = map(int, holder.expect("held").split()[1:])
+            check(not died, f"postgres round {r}: owner_died for a key released by its holder")
+            waiters[wl].send("acquire k0 10000 0")
+            # The waiter's request reaches the server (it waits there); then the kill, at a
+            # random point.
+            time.sleep(0.05 + self.rng.random() * 0.02)
+            killed = time.monotonic_ns()
+            holder.kill9()
+            _, f2, died2, t = waiters[wl].expect("got", limit=15).split()
+            took = (int(t) - killed) / 1e6
+            recovery.append(took)
+            check(
+                died2 == "1",
+                f"postgres round {r}: the {wl} acquirer after a killed {hl} holder saw no "
+                "owner_died",
+            )
+            check(
+                int(f2) > fence, f"postgres round {r}: fence {f2} after the dead holder's {fence}"
+            )
+            by_lang[hl] = by_lang.get(hl, 0) + 1
+        count, last = self.read_record("file", d, "k0")
+        check(count == rounds, f"postgres kill: {count} increments, expected {rounds}")
+        self.all_free(pool, ["k0"], "postgres kill")
+        for c in waiters.values():
+            c.quit()
+        for c in spares.values():
+            c.ready().quit()
+        recovery.sort()
+        p = lambda q: recovery[max(0, math.ceil(q * len(recovery)) - 1)]  # noqa: E731 (nearest rank)
+        self.figures["postgres kill -9"] = {
+            "rounds": rounds,
+            "killed": by_lang,
+            "recovery_ms": {"p50": p(0.5), "p99": p(0.99), "max": recovery[-1]},
+            "count": count,
+            "last_fence": last,
+        }
+        print(
+            f"postgres kill -9: {rounds} holders killed ({by_lang}); the next language's waiter "
+            f"had the key after p50 {p(0.5):.1f} ms, p99 {p(0.99):.1f} ms, max "
+            f"{recovery[-1]:.1f} ms, with owner_died and a higher fence; count {count} exact; "
+            "k0 free",
+            flush=True,
+        )
+        # A hang bound, not a promptness target: the server frees a dead session's locks when
+        # it sees the socket close, but a loaded machine may be slow to schedule it.
+        check(
+            recovery[-1] < 5000, f"postgres kill: a key came free only {recovery[-1]:.0f} ms late"
+        )
+
+
+class PostgresServer:
+    """A PostgreSQL cluster of our own: .ci/pg-server in a temporary directory (outside the
+    run's own, which is private to this user: as root the server runs as the postgres user).
+    The URL carries the cluster's random password; nothing here prints it."""
+
+    def __init__(self) -> None:
+        self.dir = tempfile.mkdtemp(prefix="keylock-xlang-pg-")
+        started = subprocess.run(
+            [PG_SERVER, "start", self.dir], capture_output=True, text=True, timeout=120
+        )
+        if started.returncode != 0:
+            self.stop()
+            raise Failure(f"PostgreSQL did not start: {started.stderr.strip()}")
+        self.url = started.stdout.strip()
+
+    def stop(self) -> None:
+        subprocess.run([PG_SERVER, "stop", self.dir], timeout=120, check=False)
+
 
 def redis_call(port: int, *args: bytes) -> bytes | None:
     with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
@@ -750,7 +941,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--c-child", required=True)
     ap.add_argument("--node-module", help="the node/ directory; without it, no Node children")
-    ap.add_argument("--only", choices=["shm", "redis", "units"])
+    ap.add_argument("--only", choices=["shm", "redis", "postgres", "units"])
     ap.add_argument("--redis-server", default="redis-server")
     ap.add_argument("--json", help="write the figures here")
     args = ap.parse_args()
@@ -773,6 +964,8 @@ def main() -> int:
             run.shm_units()
         if args.only in (None, "redis"):
             run.redis()
+        if args.only in (None, "postgres"):
+            run.postgres()
         if args.only == "units":
             run.shm_units()
             server = RedisServer(args.redis_server, run.workdir("redis"))

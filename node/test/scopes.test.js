@@ -1,9 +1,14 @@
 'use strict';
 // The same API on a scope beyond this process: KeyPool.open / StripedLock.open of the lock name
-// in KEYLOCK_TEST_SCOPE ('shm:NAME' or 'redis://HOST:PORT/DB'), on a build with that scope.
-// `make test-node-scopes` builds one and runs this file on a fresh shm region and on a
-// redis-server of its own; without KEYLOCK_TEST_SCOPE these tests are skipped (and
-// ownership.test.js checks that a build without the scopes refuses the names).
+// in KEYLOCK_TEST_SCOPE ('shm:NAME', 'redis://HOST:PORT/DB' or 'postgres://USER:PASSWORD@HOST:PORT/DB'),
+// on a build with that scope. `make test-node-scopes` builds one and runs this file on a fresh
+// shm region, on a redis-server of its own and on a PostgreSQL cluster of its own; without
+// KEYLOCK_TEST_SCOPE these tests are skipped (and ownership.test.js checks that a build without
+// the scopes refuses the names).
+//
+// Redis and PostgreSQL are both server scopes, with one front in the core: the same tests run on
+// both. The one thing the PostgreSQL scope lacks is the keyed semaphore: there, the semaphore
+// test checks that Semaphore.open is refused (by the scope's scheme), and nothing else differs.
 //
 // Two opens of one name are two lock objects on one scope, as two processes' opens would be:
 // what one holds, the other must see held.
@@ -11,7 +16,7 @@
 const test = require('node:test');
 const assert = require('node:assert/strict');
 const { setImmediate: tick } = require('node:timers/promises');
-const { KeyPool, StripedLock } = require('..');
+const { KeyPool, Semaphore, StripedLock } = require('..');
 const { Occupancy } = require('./occupancy.js');
 
 const SCOPE = process.env.KEYLOCK_TEST_SCOPE;
@@ -24,12 +29,14 @@ function opens(make) {
 }
 
 // A shared-memory region is either a pool or a striped lock (one region for each) and takes a
-// capacity; a Redis scope has exact keys only (the core refuses stripes there).
+// capacity; a server scope (Redis, PostgreSQL) has exact keys only (the core refuses stripes
+// there).
 const SHM = SCOPE !== undefined && SCOPE.startsWith('shm:');
+const POSTGRES = SCOPE !== undefined && /^postgres(ql)?:\/\//.test(SCOPE);
 const kinds = [['KeyPool', () => KeyPool.open(SHM ? `${SCOPE}-pool` : SCOPE, SHM ? { capacity: 256 } : {})]];
 if (SHM) kinds.push(['StripedLock', () => StripedLock.open(`${SCOPE}-striped`, { stripes: 64 })]);
 
-test('a Redis scope refuses stripes', { ...T, skip: T.skip || (SHM && 'not a Redis scope') }, () => {
+test('a server scope refuses stripes', { ...T, skip: T.skip || (SHM && 'not a server scope') }, () => {
   assert.throws(
     () => StripedLock.open(SCOPE, { stripes: 64 }),
     (e) => e.code === 'KEYLOCK_INVALID_ARGUMENT' && /not stripes/.test(e.message),
@@ -129,12 +136,14 @@ function abortOf(signal) {
   );
 }
 
-// A Redis scope with a short lease (renewed every third of it), for the lost-signal tests.
-const SHORT = SCOPE !== undefined && !SHM ? `${SCOPE}?lease=600ms&prefix=${RUN}lost` : undefined;
+// A server scope with a short lease (checked every third of it), for the lost-signal tests:
+// 600 ms on Redis, 1 s (the least it takes) on PostgreSQL.
+const LEASE = POSTGRES ? '1s' : '600ms';
+const SHORT = SCOPE !== undefined && !SHM ? `${SCOPE}?lease=${LEASE}&prefix=${RUN}lost` : undefined;
 
 test(
-  'a guard whose Redis lock is force-unlocked elsewhere has its signal aborted',
-  { ...T, skip: T.skip || (SHM && 'not a Redis scope') },
+  'a guard whose server lock is force-unlocked elsewhere has its signal aborted',
+  { ...T, skip: T.skip || (SHM && 'not a server scope') },
   async () => {
     const holder = KeyPool.open(SHORT);
     const other = KeyPool.open(SHORT);
@@ -145,7 +154,8 @@ test(
     assert.equal(g.signal, signal, 'the same signal every time');
     const aborted = abortOf(signal);
     assert.equal(other.forceUnlock('k'), true);
-    // The holder's renewal (every 200 ms here) finds the token gone; the test's timeout bounds it.
+    // The holder's renewal (every third of the lease) finds the hold gone; the test's timeout
+    // bounds it.
     await aborted;
     assert.equal(signal.aborted, true);
     assert.equal(signal.reason.code, 'KEYLOCK_NOT_OWNER');
@@ -172,15 +182,15 @@ test(
 );
 
 test(
-  'a guard held normally on a Redis scope keeps its signal unaborted past several leases',
-  { ...T, skip: T.skip || (SHM && 'not a Redis scope') },
+  'a guard held normally on a server scope keeps its signal unaborted past a lease and more',
+  { ...T, skip: T.skip || (SHM && 'not a server scope') },
   async () => {
     const pool = KeyPool.open(SHORT);
     const g = await pool.lock('held');
     const signal = g.signal;
     let fired = false;
     signal.addEventListener('abort', () => (fired = true));
-    // Three leases' time: renewals keep it held.
+    // Three leases' time on Redis, nearly two on PostgreSQL: renewals keep it held.
     await new Promise((resolve) => setTimeout(resolve, 1800));
     assert.equal(fired, false);
     assert.equal(g.isCurrent(), true);
@@ -232,7 +242,7 @@ test('KeyPool stats on this scope: the same fields, null where the scope cannot 
   if (SHM) {
     assert.deepEqual([sa.held, sa.waiting, sa.sharedHolds, sa.capacity, sa.entriesInUse], [2, 1, 2, 64, 2]);
   } else {
-    // Redis: only this process's figures; the rest is null, not a guess.
+    // Redis and PostgreSQL: only this process's figures; the rest is null, not a guess.
     assert.deepEqual(
       [sa.held, sa.waiting, sa.sharedHolds, sa.capacity, sa.entriesInUse],
       [null, null, null, null, null],
@@ -270,3 +280,25 @@ test(
     assert.equal(a.size, 0);
   },
 );
+
+// The keyed semaphore on this scope's name: the PostgreSQL scope has none yet, so its open is
+// refused with KEYLOCK_INVALID_ARGUMENT; every other scope opens one that counts units across
+// opens.
+test('Semaphore.open on this scope: refused on PostgreSQL, units shared elsewhere', T, async () => {
+  const name = SHM ? `${SCOPE}-sem` : `${SCOPE}?prefix=${RUN}sem`;
+  if (POSTGRES) {
+    assert.throws(
+      () => Semaphore.open(name, { permits: 2 }),
+      (e) => e.code === 'KEYLOCK_INVALID_ARGUMENT' && !e.message.includes(new URL(SCOPE).password),
+    );
+    return;
+  }
+  const [a, b] = opens(() => Semaphore.open(name, { permits: 2 }));
+  const p1 = await a.acquire('k');
+  const p2 = await b.acquire('k');
+  await assert.rejects(b.acquire('k', { timeout: 20 }), (e) => e.code === 'KEYLOCK_TIMEOUT');
+  p1.release();
+  const p3 = await a.acquire('k', { timeout: 5_000 });
+  p2.release();
+  p3.release();
+});

@@ -279,3 +279,65 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             proc.kill()
             proc.wait()
         log.close()
+
+
+#: The repository's test-server script for PostgreSQL (`make postgres-server` installs the server).
+PG_SERVER = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, ".ci", "pg-server")
+
+
+class RedactedUrl(str):
+    """A URL whose repr hides its password, so that pytest's reports (a failed test's
+    arguments, parameter ids) never show it; as a str it is the URL itself."""
+
+    def __repr__(self) -> str:
+        scheme, sep, rest = str.partition(self, "://")
+        userinfo, at, host = rest.partition("@")
+        user, colon, _ = userinfo.partition(":")
+        if sep and at and colon:
+            return repr(f"{scheme}://{user}:***@{host}")
+        return str.__repr__(self)
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """A PostgreSQL cluster of this test session, made by .ci/pg-server: initdb in a temporary
+    directory, postgres on a free loopback port, a random password; stopped by its PID and its
+    directory removed afterwards, whatever the tests did. The URL is
+    postgres://keylock:PASSWORD@127.0.0.1:PORT/keylock. Skips when PostgreSQL is not installed
+    (`make test-py` installs it) or this build lacks the PostgreSQL scope."""
+    import shutil
+    import tempfile
+
+    import keylock
+
+    if (
+        not os.path.exists("/usr/lib/postgresql/15/bin/initdb")
+        and shutil.which("pg_config") is None
+    ):
+        pytest.skip("PostgreSQL is not installed (make test-py installs it)")
+    # Not under pytest's tmp_path: that is private to this user, and as root the server runs as
+    # the postgres user, which must reach the directory (.ci/pg-server gives it to postgres).
+    workdir = tempfile.mkdtemp(prefix="keylock-py-pg-")
+    try:
+        started = subprocess.run(
+            [PG_SERVER, "start", workdir],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        if started.returncode != 0:
+            pytest.fail(f"PostgreSQL did not start: {started.stderr}")
+        url = RedactedUrl(started.stdout.strip())
+        try:
+            keylock.KeyPool.open(url)
+        except ValueError as e:
+            pytest.skip(f"this build has no PostgreSQL scope: {e}")
+        yield url
+    finally:
+        subprocess.run([PG_SERVER, "stop", workdir], timeout=120, check=False)
+
+
+def server_url(request: pytest.FixtureRequest, scheme: str) -> str:
+    """The URL of this session's server of `scheme` ("redis" or "postgres"), started on first
+    use."""
+    return request.getfixturevalue(f"{scheme}_url")

@@ -1,8 +1,9 @@
 """A lock lost behind its holder's back: handle.lost, wait_lost() and lost_future().
 
-On a real redis-server (the `redis_url` fixture): a holder with a short lease whose key is
+On the server scopes, a real redis-server and a real PostgreSQL cluster (the `redis_url` and
+`postgres_url` fixtures, through the `server` fixture): a holder with a short lease whose key is
 force-unlocked through another lock object learns of it at its next renewal (every third of the
-lease); a normal hold stays unlost past several leases. In-process and shared-memory holders
+lease); a normal hold stays unlost past a lease and more. In-process and shared-memory holders
 never report a loss.
 """
 
@@ -15,16 +16,24 @@ import time
 import pytest
 
 import keylock
-from conftest import DEADLOCK, run_script
+from conftest import DEADLOCK, run_script, server_url
+
+
+@pytest.fixture(params=["redis", "postgres"])
+def server(request: pytest.FixtureRequest) -> str:
+    """The URL of this session's redis-server, then of its PostgreSQL cluster."""
+    return server_url(request, request.param)
 
 
 def short(url: str, tag: str) -> str:
-    """The scope with a 600 ms lease (renewed every 200 ms) and keys of this test only."""
-    return f"{url}?lease=600ms&prefix=py-{os.getpid()}-{tag}-{time.monotonic_ns()}"
+    """The scope with a short lease and keys of this test only: 600 ms on Redis (renewed every
+    200 ms), 1 s on PostgreSQL (the least it takes; checked every 333 ms)."""
+    lease = "1s" if url.startswith("postgres") else "600ms"
+    return f"{url}?lease={lease}&prefix=py-{os.getpid()}-{tag}-{time.monotonic_ns()}"
 
 
-def test_a_force_unlocked_redis_holder_learns_it_lost(redis_url: str) -> None:
-    name = short(redis_url, "force")
+def test_a_force_unlocked_server_holder_learns_it_lost(server: str) -> None:
+    name = short(server, "force")
     holder, other = keylock.KeyPool.open(name), keylock.KeyPool.open(name)
     h = holder.lock("k")
     assert h.acquire(blocking=False)
@@ -41,18 +50,18 @@ def test_a_force_unlocked_redis_holder_learns_it_lost(redis_url: str) -> None:
         h.wait_lost(timeout=0.0)
 
 
-def test_a_normal_redis_hold_is_not_lost(redis_url: str) -> None:
-    pool = keylock.KeyPool.open(short(redis_url, "normal"))
+def test_a_normal_server_hold_is_not_lost(server: str) -> None:
+    pool = keylock.KeyPool.open(short(server, "normal"))
     h = pool.lock("k")
     with h:
-        # Three leases' time: the renewals keep it held.
+        # Three leases' time on Redis, nearly two on PostgreSQL: the renewals keep it held.
         assert h.wait_lost(timeout=1.8) is False
         assert h.lost is False and h.is_current()
     assert not pool.is_locked("k")
 
 
-def test_lost_future_resolves_on_the_loop(redis_url: str) -> None:
-    name = short(redis_url, "async")
+def test_lost_future_resolves_on_the_loop(server: str) -> None:
+    name = short(server, "async")
     holder, other = keylock.KeyPool.open(name), keylock.KeyPool.open(name)
 
     async def main() -> None:
@@ -105,13 +114,13 @@ def test_other_scopes_never_report_a_loss(scope: str) -> None:
             keylock.unlink(name)
 
 
-def test_a_loss_found_while_python_waits_on_the_scope_does_not_deadlock(redis_url: str) -> None:
+def test_a_loss_found_while_python_waits_on_the_scope_does_not_deadlock(server: str) -> None:
     """The renewal that finds a loss runs on the scope's one runtime thread, and the lost
     future is resolved from there. Meanwhile the main thread keeps calling into the scope
     (`is_locked` waits for that same runtime thread). If either side kept the GIL while it
     waited for the other, this would hang; it runs in a child interpreter so that a hang fails
     the test at the timeout instead of hanging pytest."""
-    name = short(redis_url, "gil")
+    name = short(server, "gil")
     run_script(
         f"""
 import asyncio, time

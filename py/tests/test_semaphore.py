@@ -402,6 +402,19 @@ def test_permits_and_scopes() -> None:
         keylock.Semaphore("3")  # type: ignore[arg-type]
 
 
+def test_a_postgres_semaphore_is_refused(postgres_url: str) -> None:
+    """The PostgreSQL scope has no keyed semaphore yet: an open with permits is refused with
+    ValueError (the core's InvalidArgument), naming the scope without its password; the same
+    URL opens a KeyPool."""
+    password = postgres_url.split("://", 1)[1].split("@", 1)[0].split(":", 1)[1]
+    name = f"{postgres_url}?prefix=sem{os.getpid()}-{next(_names)}"
+    with pytest.raises(ValueError) as refused:
+        keylock.Semaphore.open(name, 2)
+    assert password not in str(refused.value) and password not in repr(refused.value)
+    with keylock.KeyPool.open(name).lock("k", timeout=DEADLOCK):
+        pass
+
+
 @pytest.mark.parametrize("weight", [0, -1, 4, 2**40])
 def test_bad_weight_raises_value_error(weight: int) -> None:
     sem = keylock.Semaphore(3)
@@ -511,7 +524,17 @@ def _shm(kind: str) -> keylock.KeyedLock:
         pytest.skip(f"this build has no shared-memory scope: {e}")
 
 
-PRIMITIVES = ["pool", "striped", "semaphore", "pool-shm", "striped-shm", "pool-redis"]
+# The server scopes carry the lock decorator (KeyPool.synchronized); the PostgreSQL scope has no
+# semaphore (see test_a_postgres_semaphore_is_refused).
+PRIMITIVES = [
+    "pool",
+    "striped",
+    "semaphore",
+    "pool-shm",
+    "striped-shm",
+    "pool-redis",
+    "pool-postgres",
+]
 
 
 @pytest.fixture(params=PRIMITIVES)
@@ -527,7 +550,7 @@ def guard(request: pytest.FixtureRequest) -> Iterator[Any]:
     elif kind.endswith("-shm"):
         made = _shm(kind.removesuffix("-shm"))
     else:
-        url = request.getfixturevalue("redis_url")
+        url = request.getfixturevalue(f"{kind.removeprefix('pool-')}_url")
         made = keylock.KeyPool.open(f"{url}?prefix=deco{os.getpid()}-{next(_names)}")
     yield made
     if kind.endswith("-shm"):

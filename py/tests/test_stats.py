@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 import keylock
-from conftest import DEADLOCK, wait_until
+from conftest import DEADLOCK, RedactedUrl, wait_until
 
 KEYS = {
     "held",
@@ -30,7 +30,7 @@ KEYS = {
 _names = itertools.count()
 
 
-@pytest.fixture(params=["local", "shm", "redis"])
+@pytest.fixture(params=["local", "shm", "redis", "postgres"])
 def scope(request: pytest.FixtureRequest) -> Iterator[str]:
     """The name of a fresh pool at each scope (two opens of it are two lock objects)."""
     if request.param == "local":
@@ -44,8 +44,8 @@ def scope(request: pytest.FixtureRequest) -> Iterator[str]:
         yield name
         keylock.unlink(name)
     else:
-        url = request.getfixturevalue("redis_url")
-        yield f"{url}?prefix=stats{os.getpid()}-{next(_names)}"
+        url = request.getfixturevalue(f"{request.param}_url")
+        yield RedactedUrl(f"{url}?prefix=stats{os.getpid()}-{next(_names)}")
 
 
 def test_stats_and_len_on_every_scope(scope: str) -> None:
@@ -74,8 +74,8 @@ def test_stats_and_len_on_every_scope(scope: str) -> None:
     s = pool.stats()
     assert len(pool) == 2
     assert s["held_here"] == 2
-    if scope.startswith("redis"):
-        # Only this process's figures: the rest is None, not a guess.
+    if scope.startswith(("redis", "postgres")):
+        # A server scope: only this process's figures; the rest is None, not a guess.
         assert (s["held"], s["waiting"], s["shared_holds"]) == (None, None, None)
         assert (s["capacity"], s["entries_in_use"]) == (None, None)
     else:

@@ -3,8 +3,14 @@
  * do the same way through keylock_pool_open(NAME): acquisitions and their releases, stale records
  * (force-unlock, lease run out) that never release the next holder, fences, modes, lock_many,
  * and a short mixed stress that counts holders inside. `make test` runs it on "local:" and, with
- * the library built with the shm and redis features, on a fresh shm:NAME region and on a
- * redis-server of its own (`make test-c-scopes`).
+ * the library built with the shm, redis and postgres features, on a fresh shm:NAME region, on a
+ * redis-server of its own and on a PostgreSQL cluster of its own (`make test-c-scopes`).
+ *
+ * The server scopes (redis://, postgres:// and postgresql://) share one front in the core, so
+ * they are checked the same way: a lost signal at a renewal, and only this process's counts in
+ * stats. The one thing the PostgreSQL scope lacks is the keyed semaphore: test_semaphore_open
+ * checks that opening one there is refused with KEYLOCK_INVALID_ARGUMENT (keyed on the scheme),
+ * and that it opens on every other scope; every other test runs unchanged on every scope.
  *
  * Every key is prefixed with a random tag, so that runs against a shared server never meet.
  * Closing line: "test_scope: N passed, M failed"; the exit status is non-zero on any failure.
@@ -61,6 +67,32 @@ static uint64_t now_ns(void) {
 }
 
 static const char *scope_name;
+static char shown_name[256]; /* scope_name as printed: a URL's password replaced by "***" */
+
+/* Fills shown_name: "scheme://user:PASSWORD@host..." becomes "scheme://user:***@host...", so a
+ * test server's password never reaches the log. */
+static void redact_name(void) {
+    const char *rest = strstr(scope_name, "://");
+    const char *at = rest ? strchr(rest + 3, '@') : NULL;
+    const char *colon = rest ? strchr(rest + 3, ':') : NULL;
+    if (at && colon && colon < at)
+        snprintf(shown_name, sizeof shown_name, "%.*s***%s", (int)(colon + 1 - scope_name),
+                 scope_name, at);
+    else snprintf(shown_name, sizeof shown_name, "%s", scope_name);
+}
+
+/* Whether the scope is a server's (Redis or PostgreSQL): holds renewed every third of the URL's
+ * lease, a loss seen at a renewal, and stats that count only this process. */
+static bool server_scope(void) {
+    return strncmp(scope_name, "redis://", 8) == 0 || strncmp(scope_name, "rediss://", 9) == 0 ||
+           strncmp(scope_name, "postgres://", 11) == 0 ||
+           strncmp(scope_name, "postgresql://", 13) == 0;
+}
+
+/* The shortest lease the scope accepts that keeps test_lost short: PostgreSQL's least is 1s. */
+static const char *short_lease(void) {
+    return strncmp(scope_name, "postgres", 8) == 0 ? "1s" : "600ms";
+}
 static char tag[32]; /* this run's key prefix */
 
 /* A key of this run: the tag, then `name`. Returns its length. */
@@ -81,7 +113,7 @@ static key_t_ key(const char *name) {
 static keylock_pool *open_scope(void) {
     keylock_pool *pool = NULL;
     keylock_result r = keylock_pool_open(scope_name, NULL, &pool);
-    if (r != KEYLOCK_OK) fprintf(stderr, "  keylock_pool_open(%s): %s\n", scope_name,
+    if (r != KEYLOCK_OK) fprintf(stderr, "  keylock_pool_open(%s): %s\n", shown_name,
                                  keylock_result_str(r));
     return pool;
 }
@@ -273,21 +305,21 @@ static void sleep_ms(long ms) {
 }
 
 /*
- * keylock_pool_lost: a Redis holder whose key is force-unlocked through another lock object
- * learns of it at its next renewal (every third of the lease: 200 ms here); a normal hold stays
- * unlost past several leases. Other scopes never report a loss (their holders learn of a
- * force-unlock at release).
+ * keylock_pool_lost: a Redis or PostgreSQL holder whose key is force-unlocked through another
+ * lock object learns of it at its next renewal (every third of the lease: 200 ms on Redis here,
+ * 333 ms on PostgreSQL); a normal hold stays unlost past a lease and more. Other scopes never
+ * report a loss (their holders learn of a force-unlock at release).
  */
 static void test_lost(keylock_pool *pool) {
-    bool redis = strncmp(scope_name, "redis", 5) == 0;
+    bool server = server_scope();
     bool shm = strncmp(scope_name, "shm:", 4) == 0;
     char name[256];
     keylock_pool *holder = pool, *other = pool;
     key_t_ k = key("lost");
     keylock_acquisition a;
     bool lost = true, was = false;
-    if (redis) {
-        snprintf(name, sizeof name, "%s?lease=600ms&prefix=%s-lost", scope_name, tag);
+    if (server) {
+        snprintf(name, sizeof name, "%s?lease=%s&prefix=%s-lost", scope_name, short_lease(), tag);
         holder = open_named(name);
         other = open_named(name);
     } else if (shm) {
@@ -297,14 +329,14 @@ static void test_lost(keylock_pool *pool) {
     OK(keylock_pool_lock(holder, KB(k), &a));
     OK(keylock_pool_lost(holder, &a, &lost));
     CHECK(!lost);
-    if (redis) {
-        sleep_ms(1800); /* three leases: renewals keep it held */
+    if (server) {
+        sleep_ms(1800); /* three leases on Redis, nearly two on PostgreSQL: renewals keep it held */
         OK(keylock_pool_lost(holder, &a, &lost));
         CHECK(!lost && current(holder, &a));
     }
     OK(keylock_pool_force_unlock(other, KB(k), &was));
     CHECK(was);
-    if (redis) {
+    if (server) {
         /* Bounded by the watchdog as well: the loss must show at a renewal. */
         uint64_t until = now_ns() + MS(10000);
         do {
@@ -378,8 +410,8 @@ static void test_unlink(keylock_pool *pool) {
  * keylock_pool_stats: the same counts on every scope. On a scope of its own (a fresh pool, a
  * region or a Redis prefix of this test), one handle holds one key exclusively and another
  * shared twice while a thread of a second handle queues for the first key. Scope-wide figures
- * are exact where the scope can tell them and KEYLOCK_STATS_UNKNOWN on Redis, which counts only
- * this process.
+ * are exact where the scope can tell them and KEYLOCK_STATS_UNKNOWN on Redis and PostgreSQL,
+ * which count only this process.
  */
 typedef struct {
     keylock_pool *pool;
@@ -402,7 +434,7 @@ static keylock_stats stats_of(keylock_pool *pool) {
 }
 
 static void test_stats(keylock_pool *pool) {
-    bool redis = strncmp(scope_name, "redis", 5) == 0;
+    bool server = server_scope(); /* Redis or PostgreSQL */
     bool shm = strncmp(scope_name, "shm:", 4) == 0;
     const uint64_t unknown = KEYLOCK_STATS_UNKNOWN;
     char name[256];
@@ -413,17 +445,17 @@ static void test_stats(keylock_pool *pool) {
     pthread_t t;
     uint64_t until;
     (void)pool;
-    if (redis) snprintf(name, sizeof name, "%s?prefix=%s-stats", scope_name, tag);
+    if (server) snprintf(name, sizeof name, "%s?prefix=%s-stats", scope_name, tag);
     else if (shm) snprintf(name, sizeof name, "%s-stats", scope_name);
     else snprintf(name, sizeof name, "%s", scope_name);
     a = open_named(name);
-    b = (redis || shm) ? open_named(name) : a; /* local: one pool, one "here" */
+    b = (server || shm) ? open_named(name) : a; /* local: one pool, one "here" */
     if (!a || !b) return;
     CHECK_RESULT(keylock_pool_stats(NULL, &s), KEYLOCK_NULL_ARGUMENT);
     CHECK_RESULT(keylock_pool_stats(a, NULL), KEYLOCK_NULL_ARGUMENT);
     s = stats_of(a);
     CHECK(s.held_here == 0 && s.waiting_here == 0);
-    CHECK(s.held == (redis ? unknown : 0) && s.waiting == (redis ? unknown : 0));
+    CHECK(s.held == (server ? unknown : 0) && s.waiting == (server ? unknown : 0));
     w.pool = b;
     w.k = key("stats-x");
     w.result = KEYLOCK_PANIC;
@@ -438,7 +470,7 @@ static void test_stats(keylock_pool *pool) {
     while (stats_of(b).waiting_here != 1 && now_ns() < until) sleep_ms(1);
     s = stats_of(a);
     CHECK(s.held_here == 2);
-    if (redis) {
+    if (server) {
         CHECK(s.held == unknown && s.waiting == unknown && s.shared_holds == unknown);
         CHECK(s.capacity == unknown && s.entries_in_use == unknown);
         CHECK(s.waiting_here == 0 && stats_of(b).waiting_here == 1 && stats_of(b).held_here == 0);
@@ -461,18 +493,46 @@ static void test_stats(keylock_pool *pool) {
     OK(keylock_pool_release(b, &w.got));
     s = stats_of(a);
     CHECK(s.held_here == 0 && s.waiting_here == 0);
-    if (!redis) CHECK(s.held == 0 && s.waiting == 0 && s.shared_holds == 0 && s.entries_in_use == 0);
+    if (!server) CHECK(s.held == 0 && s.waiting == 0 && s.shared_holds == 0 && s.entries_in_use == 0);
     if (b != a) keylock_pool_free(b);
     keylock_pool_free(a);
+    if (shm) OK(keylock_unlink(name, NULL));
+}
+
+/*
+ * keylock_semaphore_open on this scope (a region or a prefix of its own, since a shm region is
+ * either a pool or a semaphore): the PostgreSQL scope has no semaphores yet, so an open with
+ * permits is refused there (and *out set to NULL); every other scope opens one.
+ */
+static void test_semaphore_open(keylock_pool *pool) {
+    bool postgres = strncmp(scope_name, "postgres://", 11) == 0 ||
+                    strncmp(scope_name, "postgresql://", 13) == 0;
+    bool shm = strncmp(scope_name, "shm:", 4) == 0;
+    char name[256];
+    keylock_semaphore *sem = (keylock_semaphore *)&sem; /* not NULL: the call must set it */
+    (void)pool;
+    if (server_scope()) snprintf(name, sizeof name, "%s?prefix=%s-sem", scope_name, tag);
+    else if (shm) snprintf(name, sizeof name, "%s-sem", scope_name);
+    else snprintf(name, sizeof name, "%s", scope_name);
+    if (postgres) {
+        CHECK_RESULT(keylock_semaphore_open(name, 2, NULL, &sem), KEYLOCK_INVALID_ARGUMENT);
+        CHECK(sem == NULL);
+        return;
+    }
+    OK(keylock_semaphore_open(name, 2, NULL, &sem));
+    CHECK(sem != NULL);
+    keylock_semaphore_free(sem);
     if (shm) OK(keylock_unlink(name, NULL));
 }
 
 int main(int argc, char **argv) {
     static void (*const tests[])(keylock_pool *) = {test_basics, test_shared, test_stale,
                                                     test_lease,  test_many,   test_mixed,
-                                                    test_lost,   test_unlink, test_stats};
-    static const char *const names[] = {"basics", "shared", "stale",  "lease", "many",
-                                        "mixed",  "lost",   "unlink", "stats"};
+                                                    test_lost,   test_unlink, test_stats,
+                                                    test_semaphore_open};
+    static const char *const names[] = {"basics", "shared", "stale",  "lease",
+                                        "many",   "mixed",  "lost",   "unlink",
+                                        "stats",  "semaphore_open"};
     int passed = 0, failed = 0;
     keylock_pool *pool;
     if (argc != 2) {
@@ -480,18 +540,19 @@ int main(int argc, char **argv) {
         return 2;
     }
     scope_name = argv[1];
+    redact_name();
     snprintf(tag, sizeof tag, "c-test-%ld-%ld", (long)getpid(), (long)(now_ns() % 1000000007u));
     signal(SIGALRM, watchdog);
     alarm(120);
     pool = open_scope();
     if (!pool) {
-        printf("test_scope: 0 passed, 1 failed (could not open %s)\n", scope_name);
+        printf("test_scope: 0 passed, 1 failed (could not open %s)\n", shown_name);
         return 1;
     }
     for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
         checks_failed = 0;
         tests[i](pool);
-        printf("%s %s (%s)\n", checks_failed ? "FAIL" : "ok  ", names[i], scope_name);
+        printf("%s %s (%s)\n", checks_failed ? "FAIL" : "ok  ", names[i], shown_name);
         fflush(stdout);
         if (checks_failed) failed++;
         else passed++;
