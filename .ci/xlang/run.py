@@ -31,21 +31,6 @@ CHILD_LIMIT_S = 240  # `timeout` of every child: past it the child is killed wha
 ANSWER_S = 60.0  # the longest any one answer may take before the run calls it a deadlock
 GLOBAL_S = 340  # the whole run
 PG_SERVER = os.path.join(HERE, os.pardir, "pg-server")  # a PostgreSQL cluster of our own
-# A known bug of the core's PostgreSQL scope (core/src/postgres/sql.rs): keylock_release deletes
-# the holder's keylock_holds row and then frees the advisory lock inside one transaction; the
-# advisory unlock takes effect at once, the DELETE only at commit, so a waiter woken in between
-# still sees the row in keylock_grant and is told owner_died although nobody died (about 5% of
-# acquisitions of a contended key, across processes or two opens in one process). The children
-# treat an unexplained owner_died as a failure, so the PostgreSQL count phases are expected to
-# fail with exactly that complaint until the core is fixed; any other failure still fails.
-PG_FALSE_OWNER_DIED = "owner_died without a death"
-# A second known bug of the PostgreSQL scope: an acquisition's own lease (LockOptions lease) that
-# runs out does not free the key for other lock objects (other processes, or another open in the
-# same process): they wait their whole timeout, info still shows the holder, and the holder's
-# release is refused with LEASE_EXPIRED. The module's documentation says the lease "ends it, on
-# the server too". The lease half of the stale phase is expected to fail with the acquirer's
-# KEYLOCK_TIMEOUT until the core is fixed.
-PG_LEASE_NOT_ENFORCED = "an own lease that ran out does not free the key on the server"
 
 
 class Failure(Exception):
@@ -563,7 +548,6 @@ class Run:
         store: str,
         pool: keylock.KeyPool,
         cases: tuple[tuple[str, int, str], ...] = STALE_CASES,
-        acquire_ms: int = 10000,
     ) -> None:
         """Fences across a force-unlock and a lease's end, with the holder and the next
         acquirer in different languages: the next fence is higher, and the old holder's release
@@ -578,7 +562,7 @@ class Run:
                 fence = int(holder.expect("held").split()[1])
                 if not lease_ms:
                     check(pool.force_unlock(key), f"{label}: force_unlock found {key} free")
-                other.send(f"acquire {key} {acquire_ms} 0")
+                other.send(f"acquire {key} 10000 0")
                 f2 = int(other.expect("got", limit=15).split()[1])
                 check(f2 > fence, f"{label}: {other.lang} got {key} with fence {f2} after {fence}")
                 holder.send("release")
@@ -730,27 +714,7 @@ class Run:
             plan = [(lang, 1) for lang in self.langs if lang != "c" for _ in range(2)] + [("c", 4)]
             for mode, iters, hold in (("exclusive", 60, 0), ("shared", 45, 2000)):
                 url = f"{base}?prefix=xlang-{mode}"
-                try:
-                    fig = self.counts(f"postgres-{mode}", url, "file", mode, plan, iters, 3, hold)
-                except Failure as e:
-                    # xfail: the known false owner_died (PG_FALSE_OWNER_DIED's comment), and
-                    # nothing else: every child's complaint must be that one.
-                    complaints = [c for c in str(e).split("; ") if c.startswith("fail ")]
-                    if not complaints or not all(PG_FALSE_OWNER_DIED in c for c in complaints):
-                        raise
-                    for c in self.children:
-                        c.stop()
-                    self.figures[f"postgres {mode}"] = {"xfail": str(e)}
-                    print(
-                        f"postgres {mode}: XFAIL (core bug: owner_died reported under contention "
-                        f"without a death, see PG_FALSE_OWNER_DIED): {e}",
-                        flush=True,
-                    )
-                    continue
-                print(
-                    f"postgres {mode}: XPASS: the known false owner_died did not show this run",
-                    flush=True,
-                )
+                fig = self.counts(f"postgres-{mode}", url, "file", mode, plan, iters, 3, hold)
                 pool = keylock.KeyPool.open(url)
                 self.all_free(pool, [f"k{k}" for k in range(3)], f"postgres-{mode}")
                 self.figures[f"postgres {mode}"] = fig
@@ -765,31 +729,12 @@ class Run:
             url = f"{base}?prefix=xlang-stale"
             force = self.STALE_CASES[:1]
             self.stale("postgres stale", url, "file", keylock.KeyPool.open(url), force)
-            # A holder whose own lease (LockOptions lease, 300 ms) ran out: xfail, a known bug
-            # (PG_LEASE_NOT_ENFORCED's comment); the acquirer waits 2 s, not 10, for it.
+            # A holder whose own lease (LockOptions lease, 300 ms) ran out: its key is free for
+            # the next language's acquirer, and its release is refused with LEASE_EXPIRED.
             url = f"{base}?prefix=xlang-lease"
-            try:
-                self.stale(
-                    "postgres lease",
-                    url,
-                    "file",
-                    keylock.KeyPool.open(url),
-                    self.STALE_CASES[1:],
-                    acquire_ms=2000,
-                )
-            except Failure as e:
-                if "error KEYLOCK_TIMEOUT" not in str(e):
-                    raise
-                for c in self.children:
-                    c.stop()
-                self.figures["postgres lease"] = {"xfail": str(e)}
-                print(
-                    "postgres lease: XFAIL (core bug: an own lease that ran out does not free the "
-                    f"key on the server, see PG_LEASE_NOT_ENFORCED): {e}",
-                    flush=True,
-                )
-            else:
-                print("postgres lease: XPASS: the known lease bug did not show", flush=True)
+            self.stale(
+                "postgres lease", url, "file", keylock.KeyPool.open(url), self.STALE_CASES[1:]
+            )
             self.postgres_kill(base)
         finally:
             server.stop()

@@ -60,21 +60,7 @@ def test_two_opens_exclude_each_other_with_rising_fences(url: str) -> None:
     assert fences == sorted(fences) and len(set(fences)) == 4 and fences[0] > f2
 
 
-# A core bug of the PostgreSQL scope, found by this test: an acquire that timed out waiting on
-# the server (another lock object held the key) can leave the key held by nobody once the holder
-# releases it (info: holders 1, fence 0), so every later acquire of it, from any lock object,
-# times out; and a later call on the same lock object can fail with UnavailableError "canceling
-# statement due to user request". Intermittent (2 of 40 rounds in a loop). Other tests here keep
-# their timed-out acquires on keys they never take again, so that only this one shows it.
-PG_TIMED_OUT_WAIT_LEAKS = (
-    "core bug: a timed-out server wait on postgres:// can leave the key held by nobody, "
-    "so later acquires time out"
-)
-
-
-def test_with_timeout_raises_lock_timeout(url: str, request: pytest.FixtureRequest) -> None:
-    if url.startswith("postgres"):
-        request.applymarker(pytest.mark.xfail(reason=PG_TIMED_OUT_WAIT_LEAKS, strict=False))
+def test_with_timeout_raises_lock_timeout(url: str) -> None:
     a, b = opens(url)
     with a.lock("t"):
         with pytest.raises(keylock.LockTimeout):
@@ -148,13 +134,25 @@ def test_threads_on_both_opens_count_exactly_one_holder_inside(url: str) -> None
     assert not any(a.is_locked(f"c{k}") for k in range(keys))
 
 
+def test_timed_out_waits_leave_nothing_held(url: str) -> None:
+    """Waits cut off by their timeout, again and again on one key: each leaves nothing held or
+    queued, so the next acquire after the holder's release gets the key, and no later call is
+    cut off by a cancel meant for an earlier wait."""
+    a, b = opens(url)
+    for _ in range(30):
+        with a.lock("again"):
+            assert b.lock("again").acquire(timeout=0.05) is False
+        with b.lock("again", timeout=DEADLOCK):
+            assert a.is_locked("again")
+
+
 def test_asyncio_acquire_waits_without_blocking_the_loop(url: str) -> None:
     a, b = opens(url)
 
     async def main() -> None:
         held = a.lock("aio")
         assert await held.acquire_async(timeout=DEADLOCK)
-        # A timed-out wait, on a key of its own (see PG_TIMED_OUT_WAIT_LEAKS).
+        # A timed-out wait (on a key of its own).
         blocker, timed = b.lock("aio-timeout"), a.lock("aio-timeout")
         assert await blocker.acquire_async(timeout=DEADLOCK) is True
         assert await timed.acquire_async(timeout=0.05) is False
