@@ -166,11 +166,17 @@ LANGUAGE plpgsql AS $$
 DECLARE
     o keylock_owners;
 BEGIN
-    SELECT * INTO o FROM keylock_owners WHERE lock_id = id;
     -- The last exclusive holder still marked as holding: it died holding if its session has
-    -- ended. (A release frees the lock before its transaction commits the mark, so a live
-    -- session's mark may still show here for a moment; a force-unlocked holder's mark stays
-    -- under the old number, which no grant gets again.)
+    -- ended. A release frees the lock before its transaction commits the mark, so an exclusive
+    -- grant first waits for that commit (the row lock), and then sees the released mark
+    -- without asking which sessions live; a shared grant does not wait, and may find a live
+    -- session's mark for a moment. (A force-unlocked holder's mark stays under the old
+    -- number, which no grant gets again.)
+    IF m = 'x' THEN
+        SELECT * INTO o FROM keylock_owners WHERE lock_id = id FOR UPDATE;
+    ELSE
+        SELECT * INTO o FROM keylock_owners WHERE lock_id = id;
+    END IF;
     died := coalesce(o.held, false) AND NOT keylock_alive(o.pid);
     IF m = 'x' THEN
         IF EXISTS (SELECT 1 FROM keylock_holds h WHERE h.lock_id = id) THEN
