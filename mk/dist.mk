@@ -89,8 +89,12 @@ define third_party_notices
 	mv $(2).tmp $(2)
 endef
 
+# The fetch is for every platform, not only DIST_TRIPLE: cargo-about reads `cargo metadata`, which
+# needs the sources of every package in Cargo.lock (tokio-postgres, under keylock-core's postgres
+# feature, brings in crates only wasm targets build, such as bumpalo) and cannot download them
+# itself under --frozen.
 dist-notices: $(CARGO_ABOUT_STAMP)
-	$(CARGO) fetch --locked --quiet --target $(DIST_TRIPLE)
+	$(CARGO) fetch --locked --quiet
 	$(call third_party_notices,core/Cargo.toml,$(CORE_NOTICES),--all-features)
 	$(call third_party_notices,py/Cargo.toml,$(PY_NOTICES))
 	$(call third_party_notices,node/Cargo.toml,$(NODE_NOTICES))
