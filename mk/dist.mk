@@ -150,10 +150,14 @@ dist-c: $(DIST_TOOLS_STAMP) dist-notices
 # ---- Rust --------------------------------------------------------------------------------------
 
 # --allow-dirty: make dist and make test run in a working tree with edits; `cargo publish`
-# checks for a clean tree itself.
+# checks for a clean tree itself. cargo package verifies the crate: a `cargo build` of it,
+# unpacked, with its own lock file. make test-dist skips that (DIST_PACKAGE_VERIFY, set below),
+# because test-rust.sh builds the same unpacked crate from dist/ on its own, with its Cargo.lock,
+# and runs its doc tests: the verification would be that build done twice.
+DIST_PACKAGE_VERIFY ?=
 dist-rust: dist-notices
 	@mkdir -p $(DIST_DIR)
-	$(CARGO) package --locked --allow-dirty -p keylock-core
+	$(CARGO) package --locked --allow-dirty $(DIST_PACKAGE_VERIFY) -p keylock-core
 	rm -f $(DIST_DIR)/keylock-core-*.crate
 	cp $(TARGET_DIR)/package/keylock-core-$(DIST_VERSION).crate $(DIST_DIR)/
 
@@ -161,10 +165,15 @@ dist-rust: dist-notices
 
 # Each install runs in a fresh temporary venv / npm project / prefix with every folder that
 # holds cargo or rustc taken off PATH (and fails if either is still found), so an install that
-# needs a compiler fails. The from-source paths (the sdist, the npm fallback, the crate's doc
-# tests) are built separately, with cargo, into target/dist-* folders kept between runs.
+# needs a compiler fails. The from-source paths are built separately, with cargo: the sdist and
+# the npm fallback into target/ itself, so that the dependencies `make` already built there in
+# release mode are not compiled again (their own crates are other packages to cargo, from their
+# unpacked folders, and are always compiled from the packages' sources); the crate's doc tests
+# (a dev build) into target/dist-crate, kept between runs.
 DIST_TEST_ENV := KEYLOCK_VERSION=$(DIST_VERSION) KEYLOCK_MAJOR=$(DIST_MAJOR) DIST_DIR=$(DIST_DIR) \
 	DIST_GLIBC=$(DIST_GLIBC) ROOT=$(ROOT) VENV=$(VENV) TARGET_DIR=$(TARGET_DIR)
+# (A target-specific variable: it holds for dist-rust when test-dist makes it, not for make dist.)
+test-dist: DIST_PACKAGE_VERIFY := --no-verify
 test-dist: dist
 	$(DIST_TEST_ENV) bash .ci/dist/test-py.sh
 	$(DIST_TEST_ENV) bash .ci/dist/test-node.sh
