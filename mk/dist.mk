@@ -165,11 +165,12 @@ dist-rust: dist-notices
 
 # Each install runs in a fresh temporary venv / npm project / prefix with every folder that
 # holds cargo or rustc taken off PATH (and fails if either is still found), so an install that
-# needs a compiler fails. The from-source paths are built separately, with cargo: the sdist and
-# the npm fallback into target/ itself, so that the dependencies `make` already built there in
-# release mode are not compiled again (their own crates are other packages to cargo, from their
-# unpacked folders, and are always compiled from the packages' sources); the crate's doc tests
-# (a dev build) into target/dist-crate, kept between runs.
+# needs a compiler fails. The from-source paths are built separately, with cargo: the sdist into
+# target/ itself, so that the dependencies `make` already built there in release mode are not
+# compiled again (its own crates are other packages to cargo, from its unpacked folder, and are
+# always compiled from its sources); the npm fallback and the crate's doc tests into
+# target/dist-* folders kept between runs (the npm package's manifest has no [profile] section, so
+# its release build matches nothing `make` built, and the doc tests are a dev build).
 DIST_TEST_ENV := KEYLOCK_VERSION=$(DIST_VERSION) KEYLOCK_MAJOR=$(DIST_MAJOR) DIST_DIR=$(DIST_DIR) \
 	DIST_GLIBC=$(DIST_GLIBC) ROOT=$(ROOT) VENV=$(VENV) TARGET_DIR=$(TARGET_DIR)
 # (A target-specific variable: it holds for dist-rust when test-dist makes it, not for make dist.)

@@ -82,13 +82,11 @@ if (expectFrom === 'prebuilt') {
 JS
 
 # The same check from a project with cargo on PATH: the main package alone (npm leaves the
-# optional binary package out) builds from its own sources. The build goes to the workspace's
-# target folder, as the sdist's does (test-py.sh): the dependencies `make` built in release mode
-# are reused, and the package's own crates (other packages to cargo, from node_modules) are
-# compiled from the sources it carries.
+# optional binary package out) builds from its own sources. The build goes to a folder kept
+# between runs.
 say "installing $(basename "$main") without its binary package, with cargo: builds from source"
 new_project "$WORK/fallback"
-(cd "$WORK/fallback" && CARGO_TARGET_DIR="$TARGET_DIR" \
+(cd "$WORK/fallback" && CARGO_TARGET_DIR="$TARGET_DIR/dist-npm-fallback" \
 	"${NPM[@]}" install --foreground-scripts --omit=optional "$main" 2>&1 | tee "$WORK/fallback.log")
 grep -q 'no prebuilt binary' "$WORK/fallback.log" || grep -q 'is not installed' "$WORK/fallback.log" ||
 	fail "the fallback did not say why it builds"

@@ -71,8 +71,7 @@ install_and_run() { # venv-folder label
 # own crates (keylock-py and the keylock-core it carries are other packages to cargo, from their
 # unpacked folder, so they are always built from the sdist's sources) and the rest of what
 # fingerprints show changed (pyo3's crates, for this venv's interpreter). Like build-py, it leaves
-# its library in target/release/; build-py rebuilds over it whenever py/ changes. The npm fallback
-# build (test-node.sh) shares the folder the same way.
+# its library in target/release/; build-py rebuilds over it whenever py/ changes.
 say "building $(basename "$sdist") from source"
 python3 -m venv "$WORK/sdist-venv"
 CARGO_TARGET_DIR="$TARGET_DIR" "$WORK/sdist-venv/bin/pip" wheel --quiet --no-deps \
