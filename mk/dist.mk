@@ -89,8 +89,12 @@ define third_party_notices
 	mv $(2).tmp $(2)
 endef
 
+# The fetch is for every platform, not only DIST_TRIPLE: cargo-about reads `cargo metadata`, which
+# needs the sources of every package in Cargo.lock (tokio-postgres, under keylock-core's postgres
+# feature, brings in crates only wasm targets build, such as bumpalo) and cannot download them
+# itself under --frozen.
 dist-notices: $(CARGO_ABOUT_STAMP)
-	$(CARGO) fetch --locked --quiet --target $(DIST_TRIPLE)
+	$(CARGO) fetch --locked --quiet
 	$(call third_party_notices,core/Cargo.toml,$(CORE_NOTICES),--all-features)
 	$(call third_party_notices,py/Cargo.toml,$(PY_NOTICES))
 	$(call third_party_notices,node/Cargo.toml,$(NODE_NOTICES))
@@ -146,10 +150,14 @@ dist-c: $(DIST_TOOLS_STAMP) dist-notices
 # ---- Rust --------------------------------------------------------------------------------------
 
 # --allow-dirty: make dist and make test run in a working tree with edits; `cargo publish`
-# checks for a clean tree itself.
+# checks for a clean tree itself. cargo package verifies the crate: a `cargo build` of it,
+# unpacked, with its own lock file. make test-dist skips that (DIST_PACKAGE_VERIFY, set below),
+# because test-rust.sh builds the same unpacked crate from dist/ on its own, with its Cargo.lock,
+# and runs its doc tests: the verification would be that build done twice.
+DIST_PACKAGE_VERIFY ?=
 dist-rust: dist-notices
 	@mkdir -p $(DIST_DIR)
-	$(CARGO) package --locked --allow-dirty -p keylock-core
+	$(CARGO) package --locked --allow-dirty $(DIST_PACKAGE_VERIFY) -p keylock-core
 	rm -f $(DIST_DIR)/keylock-core-*.crate
 	cp $(TARGET_DIR)/package/keylock-core-$(DIST_VERSION).crate $(DIST_DIR)/
 
@@ -157,10 +165,16 @@ dist-rust: dist-notices
 
 # Each install runs in a fresh temporary venv / npm project / prefix with every folder that
 # holds cargo or rustc taken off PATH (and fails if either is still found), so an install that
-# needs a compiler fails. The from-source paths (the sdist, the npm fallback, the crate's doc
-# tests) are built separately, with cargo, into target/dist-* folders kept between runs.
+# needs a compiler fails. The from-source paths are built separately, with cargo: the sdist into
+# target/ itself, so that the dependencies `make` already built there in release mode are not
+# compiled again (its own crates are other packages to cargo, from its unpacked folder, and are
+# always compiled from its sources); the npm fallback and the crate's doc tests into
+# target/dist-* folders kept between runs (the npm package's manifest has no [profile] section, so
+# its release build matches nothing `make` built, and the doc tests are a dev build).
 DIST_TEST_ENV := KEYLOCK_VERSION=$(DIST_VERSION) KEYLOCK_MAJOR=$(DIST_MAJOR) DIST_DIR=$(DIST_DIR) \
 	DIST_GLIBC=$(DIST_GLIBC) ROOT=$(ROOT) VENV=$(VENV) TARGET_DIR=$(TARGET_DIR)
+# (A target-specific variable: it holds for dist-rust when test-dist makes it, not for make dist.)
+test-dist: DIST_PACKAGE_VERIFY := --no-verify
 test-dist: dist
 	$(DIST_TEST_ENV) bash .ci/dist/test-py.sh
 	$(DIST_TEST_ENV) bash .ci/dist/test-node.sh

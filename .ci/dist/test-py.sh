@@ -66,10 +66,15 @@ install_and_run() { # venv-folder label
 
 # The sdist first, while cargo is on PATH: pip builds it in an isolated environment with the
 # maturin that pyproject.toml asks for, as a user without a wheel for their platform would.
-# (Its cargo build goes to a folder kept between runs.)
+# Its cargo build goes to the workspace's target folder, where `make` has already built the same
+# dependencies in release mode (build-py, build-ffi), so only what differs is compiled: the sdist's
+# own crates (keylock-py and the keylock-core it carries are other packages to cargo, from their
+# unpacked folder, so they are always built from the sdist's sources) and the rest of what
+# fingerprints show changed (pyo3's crates, for this venv's interpreter). Like build-py, it leaves
+# its library in target/release/; build-py rebuilds over it whenever py/ changes.
 say "building $(basename "$sdist") from source"
 python3 -m venv "$WORK/sdist-venv"
-CARGO_TARGET_DIR="$TARGET_DIR/dist-sdist" "$WORK/sdist-venv/bin/pip" wheel --quiet --no-deps \
+CARGO_TARGET_DIR="$TARGET_DIR" "$WORK/sdist-venv/bin/pip" wheel --quiet --no-deps \
 	-w "$WORK/sdist-wheel" "$sdist"
 "$WORK/sdist-venv/bin/pip" install --quiet --no-index "$WORK"/sdist-wheel/*.whl
 mkdir "$WORK/sdist-wheel-unzipped"
