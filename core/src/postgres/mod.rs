@@ -461,7 +461,7 @@ impl Server for PgServer {
                         format!(
                             "PostgreSQL at {}: the server found a deadlock between this request \
                              and others (keys held while waiting for keys in another order)",
-                            self.url.redacted()
+                            self.url.name.redacted()
                         )
                         .into(),
                     ));

@@ -50,7 +50,7 @@ impl Session {
             Err(_) => Err(Error::Unavailable(
                 format!(
                     "PostgreSQL at {}: no connection within connect_timeout ({} ms)",
-                    url.redacted(),
+                    url.name.redacted(),
                     url.connect_timeout.as_millis()
                 )
                 .into(),
@@ -165,7 +165,11 @@ pub(crate) fn error(url: &PostgresUrl, e: &tokio_postgres::Error) -> Error {
         Some(db) => db.message().to_owned(),
         None => e.to_string(),
     };
-    let text = format!("PostgreSQL at {}: {}", url.redacted(), url.scrub(&text));
+    let text = format!(
+        "PostgreSQL at {}: {}",
+        url.name.redacted(),
+        url.name.scrub(&text)
+    );
     match e.code() {
         Some(c)
             if *c == SqlState::INVALID_PASSWORD
@@ -193,7 +197,7 @@ pub(crate) fn timed_out(url: &PostgresUrl, after: Duration) -> Error {
     Error::Unavailable(
         format!(
             "PostgreSQL at {}: timed out waiting for the server (after {} ms)",
-            url.redacted(),
+            url.name.redacted(),
             after.as_millis()
         )
         .into(),

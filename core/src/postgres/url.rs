@@ -18,8 +18,7 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
-use crate::redact::redact_scope_name;
-use crate::remote::url::{UrlParts, decode, duration};
+use crate::remote::url::{UrlName, UrlParts, decode, duration};
 
 /// A parsed PostgreSQL scope URL. See the [module docs](self).
 #[derive(Clone, PartialEq, Eq)]
@@ -27,14 +26,13 @@ pub(crate) struct PostgresUrl {
     pub(crate) host: String,
     pub(crate) port: u16,
     pub(crate) user: String,
-    password: Option<String>,
     pub(crate) database: String,
     pub(crate) prefix: String,
     pub(crate) lease: Duration,
     pub(crate) connect_timeout: Duration,
     pub(crate) timeout: Duration,
-    /// The URL as given, with its password as `***` ([`redact_scope_name`]).
-    redacted: String,
+    /// The URL as given, shown with its password as `***`.
+    pub(crate) name: UrlName,
 }
 
 const DEFAULT_LEASE: Duration = Duration::from_secs(30);
@@ -63,13 +61,12 @@ impl PostgresUrl {
             host: parts.host,
             port: parts.port,
             user,
-            password: parts.password,
+            name: UrlName::new(url, parts.password),
             database,
             prefix: "keylock".to_owned(),
             lease: DEFAULT_LEASE,
             connect_timeout: DEFAULT_TIMEOUT,
             timeout: DEFAULT_TIMEOUT,
-            redacted: redact_scope_name(url),
         };
         for (name, value) in parts.options {
             match name {
@@ -119,7 +116,7 @@ impl PostgresUrl {
             .keepalives(true)
             .keepalives_idle(self.keepalive_idle())
             .ssl_mode(tokio_postgres::config::SslMode::Disable);
-        if let Some(p) = &self.password {
+        if let Some(p) = self.name.password() {
             c.password(p.as_bytes());
         }
         c
@@ -144,25 +141,12 @@ impl PostgresUrl {
              SET idle_in_transaction_session_timeout = 0"
         )
     }
-
-    /// The URL with its password as `***`.
-    pub(crate) fn redacted(&self) -> &str {
-        &self.redacted
-    }
-
-    /// Removes the password from any text that might quote it.
-    pub(crate) fn scrub(&self, text: &str) -> String {
-        match &self.password {
-            Some(p) if !p.is_empty() => text.replace(p.as_str(), "***"),
-            _ => text.to_owned(),
-        }
-    }
 }
 
 impl fmt::Debug for PostgresUrl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PostgresUrl")
-            .field("url", &self.redacted)
+            .field("url", &self.name.redacted())
             .field("prefix", &self.prefix)
             .field("lease", &self.lease)
             .field("connect_timeout", &self.connect_timeout)
@@ -190,7 +174,7 @@ mod tests {
             ),
             ("db.example", 6543, "app", "orders")
         );
-        assert_eq!(u.password.as_deref(), Some("s@cret"));
+        assert_eq!(u.name.password(), Some("s@cret"));
         assert_eq!((u.prefix.as_str(), u.lease), ("p", Duration::from_secs(3)));
         assert_eq!(u.timeout, Duration::from_millis(500));
         let shown = format!("{u:?}");

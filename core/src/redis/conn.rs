@@ -146,7 +146,7 @@ impl Conns {
         Error::Unavailable(
             format!(
                 "{}: timed out waiting for Redis (after {} ms)",
-                self.url.redacted(),
+                self.url.name.redacted(),
                 waited.as_millis()
             )
             .into(),
@@ -159,7 +159,7 @@ impl Conns {
         Error::Unavailable(
             format!(
                 "{}: a reply from Redis did not answer its request (the connection was dropped)",
-                self.url.redacted()
+                self.url.name.redacted()
             )
             .into(),
         )
@@ -191,7 +191,7 @@ fn client(url: &RedisUrl) -> Result<Client> {
     if let Some(user) = &url.username {
         redis_info = redis_info.set_username(user);
     }
-    if let Some(password) = url.password() {
+    if let Some(password) = url.name.password() {
         redis_info = redis_info.set_password(password);
     }
     let info = addr
@@ -205,12 +205,12 @@ fn client(url: &RedisUrl) -> Result<Client> {
 /// else (refused or lost connections, server errors) `Unavailable`. The text names the
 /// redacted URL and is scrubbed of the password in case the client quoted it.
 pub(crate) fn error(url: &RedisUrl, e: &redis::RedisError) -> Error {
-    let text = url.scrub(&e.to_string());
+    let text = url.name.scrub(&e.to_string());
     let auth = matches!(e.kind(), redis::ErrorKind::AuthenticationFailed)
         || text.contains("WRONGPASS")
         || text.contains("NOAUTH")
         || text.contains("invalid password");
-    let what = format!("{}: {text}", url.redacted());
+    let what = format!("{}: {text}", url.name.redacted());
     if auth {
         Error::PermissionDenied(format!("authentication failed: {what}").into())
     } else {

@@ -146,17 +146,15 @@ mod remote;
 mod scripts;
 mod url;
 
-use std::fmt;
-use std::future::Future;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use self::conn::Conns;
 pub(crate) use self::remote::RedisServer;
 use self::url::RedisUrl;
 use crate::error::Result;
-use crate::remote::{RemoteGrant, RemoteInfo, RemoteKey, RemoteLock, Server};
-use crate::scope::{KeySpace, KeyedLock, OpenOptions};
+use crate::remote::RemoteLock;
+use crate::scope::{KeyedLock, OpenOptions};
 
 /// Opens the Redis scope that `url` names, as a [`KeyedLock`] (what [`open_with`](crate::open_with)
 /// does for `redis://` and `rediss://`). Fails with `InvalidArgument` for a malformed URL or
@@ -183,65 +181,4 @@ pub(crate) fn connect(url: &str, options: &OpenOptions) -> Result<RedisLock> {
         server.claim_permits(cutoff).await?;
         Ok(Arc::new(server))
     })
-}
-
-impl Server for RedisServer {
-    const KIND: &'static str = "Redis";
-
-    fn url(&self) -> &dyn fmt::Debug {
-        &self.conns.url
-    }
-
-    fn lease(&self) -> Duration {
-        self.lease
-    }
-
-    fn fresh_id(&self) -> String {
-        RedisServer::fresh_id(self)
-    }
-
-    fn queued_here(&self) -> usize {
-        self.queued_here.load(std::sync::atomic::Ordering::Relaxed)
-    }
-
-    fn acquire(
-        self: &Arc<Self>,
-        keys: &[RemoteKey],
-        token: &str,
-        lease: Duration,
-        deadline: Option<Instant>,
-        try_only: bool,
-        cancelled: impl Future<Output = ()> + Send,
-    ) -> impl Future<Output = Result<Vec<RemoteGrant>>> + Send {
-        RedisServer::acquire(self, keys, token, lease, deadline, try_only, cancelled)
-    }
-
-    fn release(&self, key: &RemoteKey, token: &str) -> impl Future<Output = Result<bool>> + Send {
-        RedisServer::release(self, key, token)
-    }
-
-    fn renew(
-        &self,
-        key: &RemoteKey,
-        token: &str,
-        lease: Duration,
-    ) -> impl Future<Output = Result<bool>> + Send {
-        RedisServer::renew(self, key, token, lease)
-    }
-
-    fn check(&self, key: &RemoteKey, token: &str) -> impl Future<Output = Result<bool>> + Send {
-        RedisServer::check(self, key, token)
-    }
-
-    fn force(&self, space: KeySpace, key: &[u8]) -> impl Future<Output = Result<bool>> + Send {
-        RedisServer::force(self, space, key)
-    }
-
-    fn info(
-        &self,
-        space: KeySpace,
-        key: &[u8],
-    ) -> impl Future<Output = Result<Option<RemoteInfo>>> + Send {
-        RedisServer::info(self, space, key)
-    }
 }

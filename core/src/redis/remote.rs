@@ -12,7 +12,7 @@ use super::conn::{CmdConn, Conns};
 use super::scripts::{Names, Scripts, mode_char};
 use crate::acquisition::Mode;
 use crate::error::{Error, Result};
-use crate::remote::{RemoteGrant, RemoteInfo, RemoteKey};
+use crate::remote::{RemoteGrant, RemoteInfo, RemoteKey, Server};
 use crate::scope::KeySpace;
 
 /// The longest a waiter blocks before it looks again by itself (the bounded safety re-check).
@@ -234,6 +234,123 @@ impl RedisServer {
         }
     }
 
+    /// Undoes an attempt whose outcome is unknown: releases `token` on every key and takes
+    /// `waiter` out of the queues, first on `conn` (the connection the attempt went on, so
+    /// that Redis runs this after it), then, for a release that got no answer there, on the
+    /// command connection. Both are safe to repeat.
+    async fn forget(
+        self: Arc<Self>,
+        conn: Option<CmdConn>,
+        keys: Vec<RemoteKey>,
+        token: String,
+        waiter: String,
+    ) {
+        for k in &keys {
+            if self.release_on(k, &token, conn.clone()).await.is_err() && conn.is_some() {
+                let _ = self.release_on(k, &token, None).await;
+            }
+        }
+        if self.leave(&keys, &waiter, conn.clone()).await.is_err() && conn.is_some() {
+            let _ = self.leave(&keys, &waiter, None).await;
+        }
+    }
+
+    /// Blocks on the waiter's own list for at most `wait` (and not past `deadline`).
+    async fn block(&self, waiter: &str, wait: Duration, deadline: Option<Instant>) -> Result<()> {
+        let own = Instant::now() + wait + self.conns.url.timeout;
+        let cutoff = deadline.map_or(own, |d| own.min(d));
+        let mut con = match self.conns.blocker(cutoff).await {
+            Ok(con) => con,
+            // The deadline came first: the loop's next turn says so.
+            Err(_) if deadline.is_some_and(|d| Instant::now() >= d) => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        let list = self.names.notify_list(waiter);
+        let cmd = redis::cmd("BLPOP")
+            .arg(&list[..])
+            .arg(format!("{:.3}", wait.as_secs_f64()))
+            .clone();
+        match tokio::time::timeout_at(cutoff.into(), cmd.query_async::<Value>(&mut con)).await {
+            // Nothing pushed in time, or a push to this waiter's own list: the answer to this
+            // request (a BLPOP reply names its list), so the connection may serve again.
+            Ok(Ok(Value::Nil)) => {
+                self.conns.idle(con);
+                Ok(())
+            }
+            Ok(Ok(Value::Array(items)))
+                if items.len() == 2 && matches!(&items[0], Value::BulkString(l) if *l == list) =>
+            {
+                self.conns.idle(con);
+                Ok(())
+            }
+            // Any other reply does not answer this request: the connection is dropped.
+            Ok(Ok(_)) => Err(self.conns.unexpected_reply()),
+            // A connection torn since it was last used (a server restart): dropped here, and
+            // the next attempt's script, on a fresh command connection, says whether Redis is
+            // really gone.
+            Ok(Err(e)) if e.is_io_error() || e.is_connection_dropped() => Ok(()),
+            Ok(Err(e)) => Err(self.conns.error(&e)),
+            // Cut off by the deadline: the loop's next turn ends the acquire.
+            Err(_) if deadline.is_some_and(|d| Instant::now() >= d) => Ok(()),
+            Err(_) => Err(self.conns.timed_out(wait + self.conns.url.timeout)),
+        }
+    }
+
+    async fn leave(&self, keys: &[RemoteKey], waiter: &str, on: Option<CmdConn>) -> Result<()> {
+        let mut args = vec![waiter.as_bytes().to_vec()];
+        args.extend(keys.iter().map(|k| self.mode_arg(k)));
+        let cutoff = self.cutoff(None);
+        self.eval(&self.scripts.leave, &self.keys_of(keys), &args, cutoff, on)
+            .await
+            .map(drop)
+            .map_err(|f| f.error)
+    }
+
+    async fn release_on(&self, key: &RemoteKey, token: &str, on: Option<CmdConn>) -> Result<bool> {
+        let args = [token.as_bytes().to_vec(), self.mode_arg(key)];
+        let cutoff = self.cutoff(None);
+        let v = self
+            .eval(
+                &self.scripts.release,
+                &self.keys_of([key]),
+                &args,
+                cutoff,
+                on,
+            )
+            .await
+            .map_err(|f| f.error)?;
+        self.flag(&v)
+    }
+
+    /// A script's 0-or-1 answer.
+    fn flag(&self, v: &Value) -> Result<bool> {
+        match int(v) {
+            Some(0) => Ok(false),
+            Some(1) => Ok(true),
+            _ => Err(self.conns.unexpected_reply()),
+        }
+    }
+}
+
+impl Server for RedisServer {
+    const KIND: &'static str = "Redis";
+
+    fn url(&self) -> &dyn std::fmt::Debug {
+        &self.conns.url
+    }
+
+    fn lease(&self) -> Duration {
+        self.lease
+    }
+
+    fn fresh_id(&self) -> String {
+        RedisServer::fresh_id(self)
+    }
+
+    fn queued_here(&self) -> usize {
+        self.queued_here.load(Ordering::Relaxed)
+    }
+
     /// Takes every key of `keys` or none, waiting (by push) until `deadline`; `try_only`
     /// neither waits nor queues. Stops waiting, leaving the queue, once `cancelled` resolves.
     ///
@@ -243,14 +360,14 @@ impl RedisServer {
     /// taken the keys on the server: its token is released and its waiter taken out of the
     /// queues in the background, on the same connection (so Redis runs that after the
     /// attempt), and the key is never left held by a token nobody has.
-    pub(crate) async fn acquire(
+    async fn acquire(
         self: &Arc<Self>,
         keys: &[RemoteKey],
         token: &str,
         lease: Duration,
         deadline: Option<Instant>,
         try_only: bool,
-        cancelled: impl Future<Output = ()>,
+        cancelled: impl Future<Output = ()> + Send,
     ) -> Result<Vec<RemoteGrant>> {
         let waiter = self.fresh_id();
         // A try is bounded by the URL's timeout alone.
@@ -336,106 +453,13 @@ impl RedisServer {
         result
     }
 
-    /// Undoes an attempt whose outcome is unknown: releases `token` on every key and takes
-    /// `waiter` out of the queues, first on `conn` (the connection the attempt went on, so
-    /// that Redis runs this after it), then, for a release that got no answer there, on the
-    /// command connection. Both are safe to repeat.
-    async fn forget(
-        self: Arc<Self>,
-        conn: Option<CmdConn>,
-        keys: Vec<RemoteKey>,
-        token: String,
-        waiter: String,
-    ) {
-        for k in &keys {
-            if self.release_on(k, &token, conn.clone()).await.is_err() && conn.is_some() {
-                let _ = self.release_on(k, &token, None).await;
-            }
-        }
-        if self.leave(&keys, &waiter, conn.clone()).await.is_err() && conn.is_some() {
-            let _ = self.leave(&keys, &waiter, None).await;
-        }
-    }
-
-    /// Blocks on the waiter's own list for at most `wait` (and not past `deadline`).
-    async fn block(&self, waiter: &str, wait: Duration, deadline: Option<Instant>) -> Result<()> {
-        let own = Instant::now() + wait + self.conns.url.timeout;
-        let cutoff = deadline.map_or(own, |d| own.min(d));
-        let mut con = match self.conns.blocker(cutoff).await {
-            Ok(con) => con,
-            // The deadline came first: the loop's next turn says so.
-            Err(_) if deadline.is_some_and(|d| Instant::now() >= d) => return Ok(()),
-            Err(e) => return Err(e),
-        };
-        let list = self.names.notify_list(waiter);
-        let cmd = redis::cmd("BLPOP")
-            .arg(&list[..])
-            .arg(format!("{:.3}", wait.as_secs_f64()))
-            .clone();
-        match tokio::time::timeout_at(cutoff.into(), cmd.query_async::<Value>(&mut con)).await {
-            // Nothing pushed in time, or a push to this waiter's own list: the answer to this
-            // request (a BLPOP reply names its list), so the connection may serve again.
-            Ok(Ok(Value::Nil)) => {
-                self.conns.idle(con);
-                Ok(())
-            }
-            Ok(Ok(Value::Array(items)))
-                if items.len() == 2 && matches!(&items[0], Value::BulkString(l) if *l == list) =>
-            {
-                self.conns.idle(con);
-                Ok(())
-            }
-            // Any other reply does not answer this request: the connection is dropped.
-            Ok(Ok(_)) => Err(self.conns.unexpected_reply()),
-            // A connection torn since it was last used (a server restart): dropped here, and
-            // the next attempt's script, on a fresh command connection, says whether Redis is
-            // really gone.
-            Ok(Err(e)) if e.is_io_error() || e.is_connection_dropped() => Ok(()),
-            Ok(Err(e)) => Err(self.conns.error(&e)),
-            // Cut off by the deadline: the loop's next turn ends the acquire.
-            Err(_) if deadline.is_some_and(|d| Instant::now() >= d) => Ok(()),
-            Err(_) => Err(self.conns.timed_out(wait + self.conns.url.timeout)),
-        }
-    }
-
-    async fn leave(&self, keys: &[RemoteKey], waiter: &str, on: Option<CmdConn>) -> Result<()> {
-        let mut args = vec![waiter.as_bytes().to_vec()];
-        args.extend(keys.iter().map(|k| self.mode_arg(k)));
-        let cutoff = self.cutoff(None);
-        self.eval(&self.scripts.leave, &self.keys_of(keys), &args, cutoff, on)
-            .await
-            .map(drop)
-            .map_err(|f| f.error)
-    }
-
     /// Releases one key's hold; `false` if it was not the token's any more.
-    pub(crate) async fn release(&self, key: &RemoteKey, token: &str) -> Result<bool> {
+    async fn release(&self, key: &RemoteKey, token: &str) -> Result<bool> {
         self.release_on(key, token, None).await
     }
 
-    async fn release_on(&self, key: &RemoteKey, token: &str, on: Option<CmdConn>) -> Result<bool> {
-        let args = [token.as_bytes().to_vec(), self.mode_arg(key)];
-        let cutoff = self.cutoff(None);
-        let v = self
-            .eval(
-                &self.scripts.release,
-                &self.keys_of([key]),
-                &args,
-                cutoff,
-                on,
-            )
-            .await
-            .map_err(|f| f.error)?;
-        self.flag(&v)
-    }
-
     /// Moves the hold's lease end to `lease` from now; `false` if it is lost.
-    pub(crate) async fn renew(
-        &self,
-        key: &RemoteKey,
-        token: &str,
-        lease: Duration,
-    ) -> Result<bool> {
+    async fn renew(&self, key: &RemoteKey, token: &str, lease: Duration) -> Result<bool> {
         let args = [
             token.as_bytes().to_vec(),
             self.mode_arg(key),
@@ -456,7 +480,7 @@ impl RedisServer {
     }
 
     /// Whether the hold is current.
-    pub(crate) async fn check(&self, key: &RemoteKey, token: &str) -> Result<bool> {
+    async fn check(&self, key: &RemoteKey, token: &str) -> Result<bool> {
         let keys: Vec<Vec<u8>> = self.keys_of([key]).into_iter().take(2).collect();
         let args = [token.as_bytes().to_vec(), self.mode_arg(key)];
         let cutoff = self.cutoff(None);
@@ -468,7 +492,7 @@ impl RedisServer {
     }
 
     /// Frees the key whoever holds it; whether it was held.
-    pub(crate) async fn force(&self, space: KeySpace, key: &[u8]) -> Result<bool> {
+    async fn force(&self, space: KeySpace, key: &[u8]) -> Result<bool> {
         let k = RemoteKey {
             space,
             key: key.to_vec(),
@@ -484,7 +508,7 @@ impl RedisServer {
     }
 
     /// A snapshot of the key: `None` when free.
-    pub(crate) async fn info(&self, space: KeySpace, key: &[u8]) -> Result<Option<RemoteInfo>> {
+    async fn info(&self, space: KeySpace, key: &[u8]) -> Result<Option<RemoteInfo>> {
         let k = RemoteKey {
             space,
             key: key.to_vec(),
@@ -519,15 +543,6 @@ impl RedisServer {
             waiters: waiters.max(0) as usize,
             units: units.max(0) as u32,
         }))
-    }
-
-    /// A script's 0-or-1 answer.
-    fn flag(&self, v: &Value) -> Result<bool> {
-        match int(v) {
-            Some(0) => Ok(false),
-            Some(1) => Ok(true),
-            _ => Err(self.conns.unexpected_reply()),
-        }
     }
 }
 

@@ -13,15 +13,14 @@
 //! Durations are a number with a unit (`ms`, `s`), e.g. `lease=2s`, `timeout=500ms`.
 //!
 //! The password is kept only inside the client's connection settings: [`RedisUrl`]'s `Debug`
-//! and [`RedisUrl::redacted`] show `***` in its place, and every error of this scope names the
+//! and its redacted name show `***` in its place, and every error of this scope names the
 //! redacted URL.
 
 use std::fmt;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
-use crate::redact::redact_scope_name;
-use crate::remote::url::{UrlParts, duration};
+use crate::remote::url::{UrlName, UrlParts, duration};
 
 /// A parsed Redis scope URL. See the [module docs](self).
 #[derive(Clone, PartialEq, Eq)]
@@ -31,13 +30,12 @@ pub(crate) struct RedisUrl {
     pub(crate) port: u16,
     pub(crate) db: i64,
     pub(crate) username: Option<String>,
-    password: Option<String>,
     pub(crate) prefix: String,
     pub(crate) lease: Duration,
     pub(crate) connect_timeout: Duration,
     pub(crate) timeout: Duration,
-    /// The URL as given, with its password as `***` ([`redact_scope_name`]).
-    redacted: String,
+    /// The URL as given, shown with its password as `***`.
+    pub(crate) name: UrlName,
 }
 
 /// The lease every remote acquisition gets unless the URL says otherwise.
@@ -81,12 +79,11 @@ impl RedisUrl {
             port,
             db,
             username,
-            password,
+            name: UrlName::new(url, password),
             prefix: "keylock".to_owned(),
             lease: DEFAULT_LEASE,
             connect_timeout: DEFAULT_TIMEOUT,
             timeout: DEFAULT_TIMEOUT,
-            redacted: redact_scope_name(url),
         };
         for (name, value) in parts.options {
             match name {
@@ -115,30 +112,12 @@ impl RedisUrl {
         }
         Ok(out)
     }
-
-    pub(crate) fn password(&self) -> Option<&str> {
-        self.password.as_deref()
-    }
-
-    /// The URL without its password (what errors and `Debug` show): the core's one rule for
-    /// names, [`redact_scope_name`], so that it reads the same here as in every front end.
-    pub(crate) fn redacted(&self) -> &str {
-        &self.redacted
-    }
-
-    /// Removes the password from any text that might quote it (a client error, say).
-    pub(crate) fn scrub(&self, text: &str) -> String {
-        match &self.password {
-            Some(p) if !p.is_empty() => text.replace(p.as_str(), "***"),
-            _ => text.to_owned(),
-        }
-    }
 }
 
 impl fmt::Debug for RedisUrl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisUrl")
-            .field("url", &self.redacted)
+            .field("url", &self.name.redacted())
             .field("prefix", &self.prefix)
             .field("lease", &self.lease)
             .field("connect_timeout", &self.connect_timeout)
@@ -160,23 +139,23 @@ mod tests {
         assert!(u.tls);
         assert_eq!((u.host.as_str(), u.port, u.db), ("db.example", 6380, 3));
         assert_eq!(u.username.as_deref(), Some("bob"));
-        assert_eq!(u.password(), Some("s@cret"));
+        assert_eq!(u.name.password(), Some("s@cret"));
         assert_eq!(u.prefix, "app");
         assert_eq!(u.lease, Duration::from_secs(2));
         assert_eq!(u.timeout, Duration::from_millis(250));
         assert_eq!(
-            u.redacted(),
+            u.name.redacted(),
             "rediss://bob:***@db.example:6380/3?prefix=app&lease=2s&timeout=250ms"
         );
         assert!(!format!("{u:?}").contains("cret"));
-        assert_eq!(u.scrub("auth s@cret failed"), "auth *** failed");
+        assert_eq!(u.name.scrub("auth s@cret failed"), "auth *** failed");
         let d = RedisUrl::parse("redis://[::1]").unwrap();
         assert_eq!(
             (d.host.as_str(), d.port, d.db, d.lease),
             ("::1", 6379, 0, DEFAULT_LEASE)
         );
         assert_eq!(
-            RedisUrl::parse("redis://:pw@h").unwrap().redacted(),
+            RedisUrl::parse("redis://:pw@h").unwrap().name.redacted(),
             "redis://:***@h"
         );
     }

@@ -5,6 +5,43 @@
 use std::time::Duration;
 
 use crate::error::{Error, Result};
+use crate::redact::redact_scope_name;
+
+/// A server URL as it may be shown, and the one secret it must never show: `Debug`, errors and
+/// log lines take [`redacted`](Self::redacted) (the core's one rule, [`redact_scope_name`]),
+/// and any text a client library wrote goes through [`scrub`](Self::scrub) first.
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) struct UrlName {
+    redacted: String,
+    password: Option<String>,
+}
+
+impl UrlName {
+    pub(crate) fn new(url: &str, password: Option<String>) -> Self {
+        Self {
+            redacted: redact_scope_name(url),
+            password,
+        }
+    }
+
+    /// The password, for the client's connection settings only.
+    pub(crate) fn password(&self) -> Option<&str> {
+        self.password.as_deref()
+    }
+
+    /// The URL with its password as `***`.
+    pub(crate) fn redacted(&self) -> &str {
+        &self.redacted
+    }
+
+    /// `text` with the password replaced by `***`, in case a client error quoted it.
+    pub(crate) fn scrub(&self, text: &str) -> String {
+        match &self.password {
+            Some(p) if !p.is_empty() => text.replace(p.as_str(), "***"),
+            _ => text.to_owned(),
+        }
+    }
+}
 
 /// A server URL after its scheme, split into its parts (user, password and option values
 /// percent-decoded).
