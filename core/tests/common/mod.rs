@@ -46,6 +46,18 @@ pub(crate) fn within<T: Send + 'static>(
     }
 }
 
+/// Waits (bounded: 20 s) until `cond` holds, looking every 5 ms; fails the test otherwise.
+pub(crate) fn wait_until(mut cond: impl FnMut() -> bool) {
+    let until = std::time::Instant::now() + Duration::from_secs(20);
+    while !cond() {
+        assert!(
+            std::time::Instant::now() < until,
+            "condition not reached within 20 s"
+        );
+        thread::sleep(Duration::from_millis(5));
+    }
+}
+
 /// A counter that is deliberately not atomic: only the lock under test makes it correct.
 pub(crate) struct Racy(std::cell::UnsafeCell<u64>);
 

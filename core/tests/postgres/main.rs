@@ -6,6 +6,8 @@
 //! postgres-server` installs the server and pgbouncer first when they are missing). The kill -9
 //! test runs this same binary's `child_process_entry` test with `KEYLOCK_PG_CHILD` set.
 
+#[path = "../common/mod.rs"]
+mod common;
 mod faults;
 #[path = "../common/server_grant_policy.rs"]
 mod grant_policy;
@@ -15,9 +17,9 @@ mod semantics;
 mod server;
 
 use std::sync::Arc;
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
+pub(crate) use common::{wait_until, within};
 use keylock_core::{KeyedLock, LockKey};
 use server::{Bouncer, PoolMode, Server};
 
@@ -28,31 +30,6 @@ pub(crate) fn open(url: &str) -> Arc<dyn KeyedLock> {
 
 pub(crate) fn key(s: &str) -> LockKey<'_> {
     LockKey::new(s.as_bytes())
-}
-
-/// Runs `f` on its own thread and fails the test if it takes longer than `limit`, so that a
-/// hang shows up as a deadlock instead of a stuck test run.
-pub(crate) fn within<T: Send + 'static>(
-    limit: Duration,
-    f: impl FnOnce() -> T + Send + 'static,
-) -> T {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(f());
-    });
-    match rx.recv_timeout(limit) {
-        Ok(v) => v,
-        Err(_) => panic!("did not finish within {limit:?}: a deadlock or a lost wake-up"),
-    }
-}
-
-/// Waits (bounded: 20 s) until `cond` holds.
-pub(crate) fn wait_until(mut cond: impl FnMut() -> bool) {
-    let until = Instant::now() + Duration::from_secs(20);
-    while !cond() {
-        assert!(Instant::now() < until, "condition not reached within 20 s");
-        std::thread::sleep(Duration::from_millis(5));
-    }
 }
 
 /// The grant policy table against PostgreSQL, whose lock manager is the policy.

@@ -6,6 +6,8 @@
 //! set.
 
 mod children;
+#[path = "../common/mod.rs"]
+mod common;
 mod failures;
 #[path = "../common/server_grant_policy.rs"]
 mod grant_policy;
@@ -21,9 +23,8 @@ mod stats;
 mod tls;
 
 use std::sync::Arc;
-use std::sync::mpsc;
-use std::time::Duration;
 
+pub(crate) use common::{wait_until, within};
 use keylock_core::{KeyedLock, LockKey};
 
 use server::Server;
@@ -35,34 +36,6 @@ pub(crate) fn open(server: &Server, query: &str) -> Arc<dyn KeyedLock> {
 
 pub(crate) fn key(s: &str) -> LockKey<'_> {
     LockKey::new(s.as_bytes())
-}
-
-/// Runs `f` on its own thread and fails the test if it takes longer than `limit`, so that a
-/// hang shows up as a deadlock instead of a stuck test run.
-pub(crate) fn within<T: Send + 'static>(
-    limit: Duration,
-    f: impl FnOnce() -> T + Send + 'static,
-) -> T {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(f());
-    });
-    match rx.recv_timeout(limit) {
-        Ok(v) => v,
-        Err(_) => panic!("no result within {limit:?}: deadlock or lost wake-up"),
-    }
-}
-
-/// Waits until `cond` holds; fails the test after 20 s.
-pub(crate) fn wait_until(mut cond: impl FnMut() -> bool) {
-    let until = std::time::Instant::now() + Duration::from_secs(20);
-    while !cond() {
-        assert!(
-            std::time::Instant::now() < until,
-            "condition not reached within 20 s"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
 }
 
 /// The grant policy table against Redis, where the policy is coded again in Lua.
