@@ -19,13 +19,16 @@
 #[allow(dead_code)] // the tests use more of the server helper than this benchmark does
 mod server;
 
+#[path = "common/contention.rs"]
+mod contention;
 #[cfg(feature = "redis")]
 #[path = "../tests/redis/server.rs"]
 #[allow(dead_code)]
 mod redis_server;
 
+use contention::{Rec, handoffs, percentile, read_recs, uptime, wait_for_start, write_recs};
+
 use std::collections::HashMap;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -49,37 +52,9 @@ fn mono_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i]
-}
-
 fn sorted(mut v: Vec<f64>) -> Vec<f64> {
     v.sort_by(|a, b| a.total_cmp(b));
     v
-}
-
-fn wait_for_start(go: &str) -> u64 {
-    loop {
-        if let Ok(text) = std::fs::read_to_string(go)
-            && let Ok(t) = text.trim().parse()
-        {
-            return t;
-        }
-        std::thread::sleep(Duration::from_millis(1));
-    }
-}
-
-/// One acquisition in a contended run (CLOCK_MONOTONIC ns): asked, inside, release call.
-#[derive(Clone, Copy)]
-struct Rec {
-    key: usize,
-    req: u64,
-    inside: u64,
-    rel: u64,
 }
 
 /// A worker process (this binary with `KEYLOCK_BENCH_CHILD`): one thread on `KEYLOCK_KEYS`
@@ -129,46 +104,7 @@ fn child() {
             rel,
         });
     }
-    let mut f = std::io::BufWriter::new(std::fs::File::create(out).unwrap());
-    for r in recs {
-        writeln!(f, "{} {} {} {}", r.key, r.req, r.inside, r.rel).unwrap();
-    }
-}
-
-fn read_recs(path: &Path) -> Vec<Rec> {
-    std::fs::read_to_string(path)
-        .unwrap()
-        .lines()
-        .map(|l| {
-            let f: Vec<u64> = l.split(' ').map(|x| x.parse().unwrap()).collect();
-            Rec {
-                key: f[0] as usize,
-                req: f[1],
-                inside: f[2],
-                rel: f[3],
-            }
-        })
-        .collect()
-}
-
-/// Hand-off latencies (µs), sorted: per key, holders in the order they got in; a next holder
-/// that asked before the previous one's release call was handed the key.
-fn handoffs(recs: &[Rec]) -> Vec<f64> {
-    let mut by_key: HashMap<usize, Vec<Rec>> = HashMap::new();
-    for r in recs {
-        by_key.entry(r.key).or_default().push(*r);
-    }
-    let mut out = Vec::new();
-    for v in by_key.values_mut() {
-        v.sort_by_key(|r| r.inside);
-        for w in v.windows(2) {
-            let (p, n) = (w[0], w[1]);
-            if n.req < p.rel && n.inside >= p.rel {
-                out.push((n.inside - p.rel) as f64 / 1e3);
-            }
-        }
-    }
-    sorted(out)
+    write_recs(&out, &recs);
 }
 
 /// How to start one contending worker of an implementation.
@@ -242,13 +178,6 @@ fn contend(
 
 fn peers_script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../bench/postgres_peers.py")
-}
-
-fn uptime() -> String {
-    Command::new("uptime")
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
-        .unwrap_or_default()
 }
 
 /// Top-level statements clients ran in the benchmark's database so far (less the counting

@@ -13,11 +13,16 @@
 //! `KEYLOCK_BENCH_PY`, default `python3`), and node-redlock (`bench/redis-peers-node`, after
 //! `npm ci` there). A peer that cannot run here is left out, and the report says so.
 
+#[path = "common/contention.rs"]
+mod contention;
 #[path = "../tests/redis/server.rs"]
 #[allow(dead_code)] // the tests use more of the server helper than this benchmark does
 mod server;
 
-use std::collections::HashMap;
+use contention::{
+    Rec, handoffs, median, percentile, read_recs, uptime, wait_for_start, write_recs,
+};
+
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -40,44 +45,6 @@ fn now_ns() -> u64 {
         .as_nanos() as u64
 }
 
-fn median(v: &mut [f64]) -> f64 {
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
-}
-
-/// Waits for the file `go` to hold the start time (ns since the epoch), as every worker does.
-fn wait_for_start(go: &str) -> u64 {
-    loop {
-        if let Ok(text) = std::fs::read_to_string(go)
-            && let Ok(t) = text.trim().parse()
-        {
-            return t;
-        }
-        std::thread::sleep(Duration::from_millis(1));
-    }
-}
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i]
-}
-
-/// One acquisition in a contended run: key, when it was asked for, when the holder was
-/// inside, when it began to release (ns since the epoch: one clock for every process).
-#[derive(Clone, Copy)]
-struct Rec {
-    key: usize,
-    req: u64,
-    inside: u64,
-    rel: u64,
-}
-
 fn child() {
     let url = std::env::var("KEYLOCK_REDIS_URL").unwrap();
     let duration: u64 = std::env::var("KEYLOCK_DURATION_MS")
@@ -92,10 +59,7 @@ fn child() {
     std::fs::write(format!("{out}.ready"), "").unwrap();
     let start = wait_for_start(&go);
     let recs = contend(&locks, threads, keys, start, duration);
-    let mut f = std::io::BufWriter::new(std::fs::File::create(out).unwrap());
-    for r in recs {
-        writeln!(f, "{} {} {} {}", r.key, r.req, r.inside, r.rel).unwrap();
-    }
+    write_recs(&out, &recs);
 }
 
 fn contend(
@@ -145,43 +109,6 @@ fn contend(
     handles
         .into_iter()
         .flat_map(|h| h.join().unwrap())
-        .collect()
-}
-
-/// Hand-off latencies (µs): for each key, holders in the order they got in; a next holder that
-/// asked before the previous one released was handed the key.
-fn handoffs(recs: &[Rec]) -> Vec<f64> {
-    let mut by_key: HashMap<usize, Vec<Rec>> = HashMap::new();
-    for r in recs {
-        by_key.entry(r.key).or_default().push(*r);
-    }
-    let mut out = Vec::new();
-    for v in by_key.values_mut() {
-        v.sort_by_key(|r| r.inside);
-        for w in v.windows(2) {
-            let (p, n) = (w[0], w[1]);
-            if n.req < p.rel && n.inside >= p.rel {
-                out.push((n.inside - p.rel) as f64 / 1e3);
-            }
-        }
-    }
-    out.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    out
-}
-
-fn read_recs(path: &Path) -> Vec<Rec> {
-    std::fs::read_to_string(path)
-        .unwrap()
-        .lines()
-        .map(|l| {
-            let f: Vec<u64> = l.split(' ').map(|x| x.parse().unwrap()).collect();
-            Rec {
-                key: f[0] as usize,
-                req: f[1],
-                inside: f[2],
-                rel: f[3],
-            }
-        })
         .collect()
 }
 
@@ -319,13 +246,6 @@ fn peers(port: u16, notes: &mut Vec<String>) -> Vec<Peer> {
         notes.push("node-redlock left out: bench/redis-peers-node not installed".into());
     }
     out
-}
-
-fn uptime() -> String {
-    Command::new("uptime")
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
-        .unwrap_or_default()
 }
 
 fn main() {

@@ -13,9 +13,13 @@
 //! The peer runs from `bench/redis-peers-node` (`node peer.js PORT semaphore PERMITS ...`, after
 //! `npm ci` there); if it cannot run here it is left out, and the report says so.
 
+#[path = "common/contention.rs"]
+mod contention;
 #[path = "../tests/redis/server.rs"]
 #[allow(dead_code)] // the tests use more of the server helper than this benchmark does
 mod server;
+
+use contention::{Rec, median, percentile, read_recs, uptime, wait_for_start, write_recs};
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -44,44 +48,6 @@ fn now_ns() -> u64 {
         .duration_since(UNIX_EPOCH)
         .unwrap()
         .as_nanos() as u64
-}
-
-fn median(v: &mut [f64]) -> f64 {
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
-}
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i]
-}
-
-/// Waits for the file `go` to hold the start time (ns since the epoch), as every worker does.
-fn wait_for_start(go: &str) -> u64 {
-    loop {
-        if let Ok(text) = std::fs::read_to_string(go)
-            && let Ok(t) = text.trim().parse()
-        {
-            return t;
-        }
-        std::thread::sleep(Duration::from_millis(1));
-    }
-}
-
-/// One acquisition in a contended run: key, when it was asked for, when the holder was
-/// inside, when it began to release (ns since the epoch: one clock for every process).
-#[derive(Clone, Copy)]
-struct Rec {
-    key: usize,
-    req: u64,
-    inside: u64,
-    rel: u64,
 }
 
 fn open_sem(url: &str) -> Arc<dyn KeyedLock> {
@@ -130,10 +96,7 @@ fn child() {
             rel,
         });
     }
-    let mut f = std::io::BufWriter::new(std::fs::File::create(out).unwrap());
-    for r in recs {
-        writeln!(f, "{} {} {} {}", r.key, r.req, r.inside, r.rel).unwrap();
-    }
+    write_recs(&out, &recs);
 }
 
 /// Hand-off latencies (µs) with `permits` units per key. Per key, the acquisitions in the order
@@ -164,22 +127,6 @@ fn handoffs(recs: &[Rec], permits: usize) -> Vec<f64> {
     }
     out.sort_by(|a, b| a.total_cmp(b));
     out
-}
-
-fn read_recs(path: &Path) -> Vec<Rec> {
-    std::fs::read_to_string(path)
-        .unwrap()
-        .lines()
-        .map(|l| {
-            let f: Vec<u64> = l.split(' ').map(|x| x.parse().unwrap()).collect();
-            Rec {
-                key: f[0] as usize,
-                req: f[1],
-                inside: f[2],
-                rel: f[3],
-            }
-        })
-        .collect()
 }
 
 /// Counts the commands that clients send (not those scripts run inside the server), from a
@@ -293,13 +240,6 @@ fn peer(port: u16, notes: &mut Vec<String>) -> Option<Command> {
         .arg(port.to_string())
         .args(["semaphore", &PERMITS.to_string()]);
     Some(c)
-}
-
-fn uptime() -> String {
-    Command::new("uptime")
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
-        .unwrap_or_default()
 }
 
 fn main() {
