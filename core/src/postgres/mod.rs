@@ -69,9 +69,10 @@
 //!
 //! A session's advisory lock can only be released by that session, so a force-unlock gives the
 //! key a fresh lock number: new requests take the key at once, with a higher fence. The old
-//! holder still has the old number; its next check finds the hold force-unlocked, fires its
-//! lost signal and lets the old number go, and requests that were already queued on the old
-//! number then move to the new one (so they wait at most a third of the lease longer).
+//! holder still has the old number; the force-unlock notifies it (`NOTIFY`, which every scope
+//! object's main session listens for), and its process lets the old number go and fires the
+//! hold's lost signal at once. Requests that were already queued on the old number then move to
+//! the new one. (A holder that misses the notification learns at its next check.)
 //!
 //! # Failures, poolers and replicas
 //!
@@ -113,6 +114,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use tokio::sync::Semaphore;
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 use tokio_postgres::NoTls;
 use tokio_postgres::error::SqlState;
 
@@ -142,8 +144,11 @@ pub fn open(url: &str, options: &OpenOptions) -> Result<Arc<dyn KeyedLock>> {
     }
     let url = PostgresUrl::parse(url)?;
     let lock = RemoteLock::start(options, move |_| async move {
-        let main = Session::open(&url, true, None).await?;
-        Ok(Arc::new(PgServer::new(url, main)?))
+        let (forces, seen) = unbounded_channel();
+        let main = Session::open(&url, true, None, Some(forces.clone())).await?;
+        let server = Arc::new(PgServer::new(url, main, forces)?);
+        tokio::spawn(PgServer::watch_forces(Arc::downgrade(&server), seen));
+        Ok(server)
     })?;
     Ok(Arc::new(lock))
 }
@@ -159,8 +164,14 @@ pub(crate) struct PgServer {
     idle: Mutex<Vec<Arc<Session>>>,
     /// One permit per extra session.
     slots: Arc<Semaphore>,
-    /// What each token holds: (token, space, key) -> (lock number, session).
-    holds: Mutex<HashMap<HoldKey, (i64, Arc<Session>)>>,
+    /// What each token holds: (token, space, key) -> (lock number, mode, session).
+    holds: Mutex<HashMap<HoldKey, HeldIn>>,
+    /// Where the main session sends the old lock numbers of force-unlocks it hears of.
+    forces: UnboundedSender<i64>,
+    /// The tokens of holds found force-unlocked, for the front to fire their lost signals;
+    /// the receiver until the front takes it.
+    lost: UnboundedSender<String>,
+    lost_here: Mutex<Option<UnboundedReceiver<String>>>,
     /// Random, per scope: tokens start with it.
     id: String,
     next: AtomicU64,
@@ -170,14 +181,18 @@ pub(crate) struct PgServer {
 /// A token's hold of one key: (token, space, key).
 type HoldKey = (String, KeySpace, Vec<u8>);
 
+/// Where a hold is: its lock number, its mode, the session it was granted in.
+type HeldIn = (i64, Mode, Arc<Session>);
+
 /// What an acquire call answered: the grants with their lock numbers, or nothing.
 type Answer = Option<Vec<(i64, RemoteGrant)>>;
 
 impl PgServer {
-    fn new(url: PostgresUrl, main: Arc<Session>) -> Result<Self> {
+    fn new(url: PostgresUrl, main: Arc<Session>, forces: UnboundedSender<i64>) -> Result<Self> {
         let mut seed = [0u8; 16];
         getrandom::fill(&mut seed)
             .map_err(|e| Error::Unavailable(format!("no random numbers for tokens: {e}").into()))?;
+        let (lost_tx, lost_rx) = unbounded_channel();
         Ok(Self {
             url,
             main: Mutex::new(main),
@@ -185,6 +200,9 @@ impl PgServer {
             idle: Mutex::new(Vec::new()),
             slots: Arc::new(Semaphore::new(MAX_EXTRA_SESSIONS)),
             holds: Mutex::new(HashMap::new()),
+            forces,
+            lost: lost_tx,
+            lost_here: Mutex::new(Some(lost_rx)),
             id: seed.iter().map(|b| format!("{b:02x}")).collect(),
             next: AtomicU64::new(1),
             queued: AtomicUsize::new(0),
@@ -202,7 +220,7 @@ impl PgServer {
         if !s.is_closed() {
             return Ok(s);
         }
-        let fresh = Session::open(&self.url, false, None).await?;
+        let fresh = Session::open(&self.url, false, None, Some(self.forces.clone())).await?;
         *self.main.lock() = Arc::clone(&fresh);
         Ok(fresh)
     }
@@ -241,7 +259,7 @@ impl PgServer {
         if let Some(s) = self.idle.lock().pop().filter(|s| !s.is_closed()) {
             return Ok(Some(s));
         }
-        Session::open(&self.url, false, Some(permit))
+        Session::open(&self.url, false, Some(permit), None)
             .await
             .map(Some)
     }
@@ -326,7 +344,7 @@ impl PgServer {
             .map(|(k, (id, grant))| {
                 holds.insert(
                     (token.to_owned(), k.space, k.key.clone()),
-                    (id, Arc::clone(s)),
+                    (id, k.mode, Arc::clone(s)),
                 );
                 grant
             })
@@ -346,7 +364,40 @@ impl PgServer {
         self.holds
             .lock()
             .get(&(token.to_owned(), key.space, key.key.clone()))
-            .cloned()
+            .map(|(id, _, s)| (*id, Arc::clone(s)))
+    }
+
+    /// Handles the force-unlocks the main session hears of, while the scope lives.
+    async fn watch_forces(server: std::sync::Weak<Self>, mut seen: UnboundedReceiver<i64>) {
+        while let Some(old) = seen.recv().await {
+            let Some(server) = server.upgrade() else {
+                return;
+            };
+            server.forced(old).await;
+        }
+    }
+
+    /// Lock number `old` was force-unlocked: each hold of it here lets the old number go now
+    /// (requests queued on it then move to the key's new number), and the front hears that
+    /// the hold was lost.
+    async fn forced(&self, old: i64) {
+        let hit: Vec<(HoldKey, Mode)> = self
+            .holds
+            .lock()
+            .iter()
+            .filter(|(_, (id, _, _))| *id == old)
+            .map(|(k, (_, mode, _))| (k.clone(), *mode))
+            .collect();
+        for ((token, space, key), mode) in hit {
+            let key = RemoteKey {
+                space,
+                key,
+                mode,
+                units: 0,
+            };
+            let _ = Server::release(self, &key, &token).await;
+            let _ = self.lost.send(token);
+        }
     }
 }
 
@@ -367,6 +418,10 @@ impl Server for PgServer {
 
     fn queued_here(&self) -> usize {
         self.queued.load(Ordering::Relaxed)
+    }
+
+    fn take_lost(&self) -> Option<UnboundedReceiver<String>> {
+        self.lost_here.lock().take()
     }
 
     async fn acquire(

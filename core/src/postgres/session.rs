@@ -7,8 +7,9 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use tokio::sync::OwnedSemaphorePermit;
+use tokio::sync::mpsc::UnboundedSender;
 use tokio_postgres::error::SqlState;
-use tokio_postgres::{Client, NoTls, Statement};
+use tokio_postgres::{AsyncMessage, Client, NoTls, Statement};
 
 use super::sql;
 use super::url::PostgresUrl;
@@ -40,12 +41,16 @@ pub(crate) struct Session {
 impl Session {
     /// Connects, applies the session settings, installs the functions if `install` (the main
     /// session of an open) and claims the session. Bounded by the URL's `connect_timeout`.
+    /// With `forces`, the session listens for force-unlocks and sends each one's old lock
+    /// number there.
     pub(crate) async fn open(
         url: &PostgresUrl,
         install: bool,
         slot: Option<OwnedSemaphorePermit>,
+        forces: Option<UnboundedSender<i64>>,
     ) -> Result<Arc<Session>> {
-        match tokio::time::timeout(url.connect_timeout, Self::connect(url, install, slot)).await {
+        let connect = Self::connect(url, install, slot, forces);
+        match tokio::time::timeout(url.connect_timeout, connect).await {
             Ok(r) => r,
             Err(_) => Err(Error::Unavailable(
                 format!(
@@ -62,16 +67,26 @@ impl Session {
         url: &PostgresUrl,
         install: bool,
         slot: Option<OwnedSemaphorePermit>,
+        forces: Option<UnboundedSender<i64>>,
     ) -> Result<Arc<Session>> {
-        let (client, conn) = url
+        let (client, mut conn) = url
             .config()
             .connect(NoTls)
             .await
             .map_err(|e| error(url, &e))?;
         let closed = Arc::new(AtomicBool::new(false));
         let ended = Arc::clone(&closed);
+        let listen = forces.is_some();
+        // The connection's task: it runs the protocol, and hands on the notifications of
+        // force-unlocks (notices are dropped).
         tokio::spawn(async move {
-            let _ = conn.await;
+            while let Some(Ok(message)) = std::future::poll_fn(|cx| conn.poll_message(cx)).await {
+                if let (AsyncMessage::Notification(n), Some(forces)) = (message, &forces)
+                    && let Ok(id) = n.payload().parse::<i64>()
+                {
+                    let _ = forces.send(id);
+                }
+            }
             ended.store(true, Ordering::Release);
         });
         let fail = |e: tokio_postgres::Error| error(url, &e);
@@ -87,6 +102,12 @@ impl Session {
             .await
             .map_err(fail)?
             .get(0);
+        if listen {
+            client
+                .batch_execute(&format!("LISTEN {}", sql::FORCES))
+                .await
+                .map_err(fail)?;
+        }
         let st = Statements {
             acquire: client
                 .prepare(

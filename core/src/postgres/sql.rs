@@ -35,7 +35,12 @@
 //!   sessions gets an error, never a grant in a session that is not its own.
 
 /// The version of the functions below; an open that finds another replaces them.
-pub(crate) const VERSION: i32 = 2;
+pub(crate) const VERSION: i32 = 3;
+
+/// The channel a force-unlock notifies, with the old lock number as the payload: the holders'
+/// processes (listening on their main sessions) let the old number go at once and fire the
+/// holds' lost signals, so requests queued on the old number move to the new one.
+pub(crate) const FORCES: &str = "keylock_force";
 
 /// Serializes the installs of every process (a transaction-level advisory lock).
 pub(crate) const INSTALL: &str = "\
@@ -348,6 +353,7 @@ BEGIN
     -- their releases and checks then say the hold was lost.
     UPDATE keylock_holds h SET forced = true WHERE h.lock_id = old;
     UPDATE keylock_owners w SET forced = true WHERE w.lock_id = old AND w.held;
+    PERFORM pg_notify('keylock_force', old::text);
     RETURN true;
 END $$;
 

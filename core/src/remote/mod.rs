@@ -142,18 +142,31 @@ impl<S: Server> RemoteLock<S> {
                 return Err(e);
             }
         };
+        let lost = remote.take_lost();
+        let inner = Arc::new(Inner {
+            remote,
+            handle,
+            local,
+            permits,
+            gate: Arc::new(KeyPool::new()),
+            slots: Mutex::new(HashMap::new()),
+            records: Mutex::new(HashMap::new()),
+            next: AtomicU64::new(1),
+            reentrant: options.reentrant,
+        });
+        if let Some(mut lost) = lost {
+            let inner = Arc::downgrade(&inner);
+            runtime.spawn(async move {
+                while let Some(token) = lost.recv().await {
+                    let Some(inner) = inner.upgrade() else {
+                        return;
+                    };
+                    inner.lose_token(&token);
+                }
+            });
+        }
         Ok(Self {
-            inner: Arc::new(Inner {
-                remote,
-                handle,
-                local,
-                permits,
-                gate: Arc::new(KeyPool::new()),
-                slots: Mutex::new(HashMap::new()),
-                records: Mutex::new(HashMap::new()),
-                next: AtomicU64::new(1),
-                reentrant: options.reentrant,
-            }),
+            inner,
             runtime: Some(runtime),
         })
     }
@@ -340,6 +353,17 @@ impl Plan {
 }
 
 impl<S: Server> Inner<S> {
+    /// The server says `token`'s hold is lost: its users learn it now.
+    fn lose_token(&self, token: &str) {
+        for slot in self.slots.lock().values() {
+            if let Slot::Live(hold) = slot
+                && hold.token == token
+            {
+                hold.lose(false);
+            }
+        }
+    }
+
     /// Takes fresh remote holds of `keys` (all or none), on the scope's runtime; dropping the
     /// future cancels the wait and releases anything granted meanwhile.
     ///

@@ -68,6 +68,13 @@ pub(crate) trait Server: Send + Sync + 'static {
     /// This process's acquires queued on the server now, for [`stats`](crate::KeyedLock::stats).
     fn queued_here(&self) -> usize;
 
+    /// The tokens of holds the server says were lost behind their holders' backs (a
+    /// force-unlock it announces), for the front to fire their lost signals at once; taken
+    /// once, at start. `None` (the default) for a server whose holders learn it at renewal.
+    fn take_lost(&self) -> Option<tokio::sync::mpsc::UnboundedReceiver<String>> {
+        None
+    }
+
     /// Takes every key of `keys` or none for `token`, waiting (pushed, never polled) until
     /// `deadline`; `try_only` neither waits nor queues. Stops waiting (`TimedOut`) once
     /// `cancelled` resolves. An attempt whose outcome is unknown is undone in the background:

@@ -308,7 +308,9 @@ fn contended_threads_never_overlap() {
 fn force_unlock_moves_the_key_and_the_old_holder_learns() {
     within(Duration::from_secs(60), || {
         let pg = Server::start();
-        let url = format!("{}&lease=1500ms", pg.url("force"));
+        // A long scope lease (a check every 10 s): the old holder must hear of the
+        // force-unlock from the server's notification, well before its next check.
+        let url = format!("{}&lease=30s", pg.url("force"));
         let (a, b, c) = (open(&url), open(&url), open(&url));
         let x = a.acquire(key("k"), &LockOptions::new()).unwrap();
         let lost = a.lost_signal(&x).expect("a server hold has a lost signal");
@@ -336,7 +338,16 @@ fn force_unlock_moves_the_key_and_the_old_holder_learns() {
         assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
         assert!(!a.is_current(&x).unwrap());
         assert!(matches!(a.release(x), Err(Error::NotOwner)));
-        // The queued waiter moved to the key's new lock, and gets it after y.
+        // The old holder let the old number go, so the queued waiter moved to the key's new
+        // number, behind y: it queues there now, and gets the key after y.
+        let t = Instant::now();
+        while b.info(key("k")).unwrap().unwrap().waiters != 1 {
+            assert!(
+                t.elapsed() < Duration::from_secs(5),
+                "the queued waiter did not move to the new number"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
         let yf = y.fence();
         b.release(y).unwrap();
         let z = queued.join().unwrap().unwrap();
