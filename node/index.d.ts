@@ -312,8 +312,9 @@ export class KeyPool extends KeyedLock {
   static shared(name: string, options?: MakeOptions): KeyPool;
   /**
    * The pool that the lock name `name` names: `'local:'` (or `''`) for a new in-process pool,
-   * `'shm:NAME'` for one in shared memory, `'redis://HOST:PORT/DB'` for one in Redis, where this
-   * build of keylock has the scope (otherwise a `TypeError` says so).
+   * `'shm:NAME'` for one in shared memory, `'redis://HOST:PORT/DB'` for one in Redis,
+   * `'postgres://USER:PASSWORD@HOST:PORT/DB'` for one in PostgreSQL, where this build of keylock
+   * has the scope (otherwise a `TypeError` says so).
    */
   static open(name: string, options?: MakeOptions): KeyPool;
   /** Keys held now: by anyone in the scope, or by this process where the scope cannot tell (Redis). */

@@ -53,8 +53,9 @@ pub extern "C" fn keylock_pool_new() -> *mut keylock_pool {
 /// Opens the pool that `name` names, with `options` (NULL: the defaults), and stores its handle
 /// in `*out`. `name` picks the scope: `"local:"` (or `""`) a new pool in this process;
 /// `"shm:NAME"` a pool in shared memory, the same for every process that opens the name;
-/// `"redis://HOST:PORT/DB"` a pool in Redis. (The last two exist in builds with the
-/// library's `shm` and `redis` features; others refuse them with `KEYLOCK_INVALID_ARGUMENT`.)
+/// `"redis://HOST:PORT/DB"` a pool in Redis; `"postgres://USER:PASSWORD@HOST:PORT/DB"` a pool
+/// in PostgreSQL. (The last three exist in builds with the library's `shm`, `redis` and
+/// `postgres` features; others refuse them with `KEYLOCK_INVALID_ARGUMENT`.)
 /// Reentrant and strict-FIFO pools are made here (`keylock_open_options`).
 ///
 /// Returns:

@@ -601,8 +601,8 @@ class KeyPool(KeyedLock):
         permissions: int | None = None,
     ) -> KeyPool:
         """Open the pool that `name` names: "local:" (in this process, the same as KeyPool()),
-        "shm:NAME" (shared by the processes of this machine) or "redis://HOST:PORT/DB", where
-        this build has those scopes (ValueError otherwise). `capacity` (the most keys held or
+        "shm:NAME" (shared by the processes of this machine), "redis://HOST:PORT/DB" or
+        "postgres://USER:PASSWORD@HOST:PORT/DB", where this build has those scopes (ValueError otherwise). `capacity` (the most keys held or
         awaited at once) and `permissions` (of a shared-memory region this call creates) apply
         to fixed-size scopes only."""
 
