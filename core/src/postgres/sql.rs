@@ -35,7 +35,7 @@
 //!   sessions gets an error, never a grant in a session that is not its own.
 
 /// The version of the functions below; an open that finds another replaces them.
-pub(crate) const VERSION: i32 = 3;
+pub(crate) const VERSION: i32 = 4;
 
 /// The channel a force-unlock notifies, with the old lock number as the payload: the holders'
 /// processes (listening on their main sessions) let the old number go at once and fire the
@@ -112,13 +112,6 @@ BEGIN
     END IF;
 END $$;
 
--- Whether the session of backend `pid` is a live keylock session (it holds its life lock).
-CREATE OR REPLACE FUNCTION keylock_alive(pid int) RETURNS boolean
-    LANGUAGE sql STABLE AS $$
-    SELECT EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted
-                   AND l.pid = keylock_alive.pid AND l.classid = 1802371072::oid
-                   AND l.objid = keylock_alive.pid::oid AND l.objsubid = 2) $$;
-
 -- A key's lock number, made the first time the key is locked.
 CREATE OR REPLACE FUNCTION keylock_id(p text, sp smallint, k bytea) RETURNS bigint
 LANGUAGE plpgsql AS $$
@@ -168,21 +161,16 @@ END $$;
 CREATE OR REPLACE FUNCTION keylock_grant(id bigint, m text, tok text, me int,
                                          OUT fence bigint, OUT died boolean)
 LANGUAGE plpgsql AS $$
-DECLARE
-    o keylock_owners;
 BEGIN
-    -- The last exclusive holder still marked as holding: it died holding if its session has
-    -- ended. A release frees the lock before its transaction commits the mark, so an exclusive
-    -- grant first waits for that commit (the row lock), and then sees the released mark
-    -- without asking which sessions live; a shared grant does not wait, and may find a live
-    -- session's mark for a moment. (A force-unlocked holder's mark stays under the old
-    -- number, which no grant gets again.)
-    IF m = 'x' THEN
-        SELECT * INTO o FROM keylock_owners WHERE lock_id = id FOR UPDATE;
-    ELSE
-        SELECT * INTO o FROM keylock_owners WHERE lock_id = id;
-    END IF;
-    died := coalesce(o.held, false) AND NOT keylock_alive(o.pid);
+    -- The last exclusive holder still marked as holding, now that this grant holds the lock:
+    -- it died holding (its session ended, which freed the lock). A release clears the mark
+    -- and then frees the lock, and the update below waits for the releaser's commit (the
+    -- row's lock) before it looks at the mark again, so a live holder's release is never
+    -- taken for a death. Nothing asks which sessions live: a dying session frees its locks in
+    -- no set order. The first grant after a death clears the mark and says so. (A
+    -- force-unlocked holder's mark stays under the old number, which no grant gets again.)
+    UPDATE keylock_owners w SET held = false WHERE w.lock_id = id AND w.held;
+    died := FOUND;
     IF m = 'x' THEN
         IF EXISTS (SELECT 1 FROM keylock_holds h WHERE h.lock_id = id) THEN
             -- Shared holders whose sessions ended.
@@ -196,9 +184,6 @@ BEGIN
             ON CONFLICT (lock_id) DO UPDATE SET token = excluded.token, pid = excluded.pid,
                 fence = excluded.fence, since = excluded.since, forced = false, held = true;
     ELSE
-        IF died THEN
-            UPDATE keylock_owners w SET held = false WHERE w.lock_id = id;
-        END IF;
         SELECT max(h.fence) INTO fence FROM keylock_holds h WHERE h.lock_id = id;
         IF fence IS NULL THEN
             fence := nextval('keylock_fences');
