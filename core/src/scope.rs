@@ -268,7 +268,8 @@ pub struct OpenOptions {
     /// process running the same build (default: random per lock object).
     pub seed: Option<u64>,
     /// A keyed semaphore with this many units per key instead of a lock
-    /// ([`KeyedSemaphore`](crate::KeyedSemaphore); in-process so far).
+    /// ([`KeyedSemaphore`](crate::KeyedSemaphore); in this process, in `shm:` and on Redis;
+    /// the PostgreSQL scope refuses it).
     pub permits: Option<u32>,
 }
 

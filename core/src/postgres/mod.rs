@@ -99,7 +99,11 @@
 //!
 //! # Semaphores
 //!
-//! Not yet: an open with `permits` is refused with `InvalidArgument`.
+//! Not yet: an open with `permits` is refused with `InvalidArgument`. Advisory locks have no
+//! counting mode: a keyed semaphore would take units as slot locks behind a FIFO "door" lock,
+//! and its waiting head could block on one slot only, so a release of another slot (or the
+//! death of its holder) would have to wake it some other way. Until that is pushed rather than
+//! polled, the scope offers locks only.
 
 mod session;
 mod sql;
