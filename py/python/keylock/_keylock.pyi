@@ -602,9 +602,9 @@ class KeyPool(KeyedLock):
     ) -> KeyPool:
         """Open the pool that `name` names: "local:" (in this process, the same as KeyPool()),
         "shm:NAME" (shared by the processes of this machine), "redis://HOST:PORT/DB" or
-        "postgres://USER:PASSWORD@HOST:PORT/DB", where this build has those scopes (ValueError otherwise). `capacity` (the most keys held or
-        awaited at once) and `permissions` (of a shared-memory region this call creates) apply
-        to fixed-size scopes only."""
+        "postgres://USER:PASSWORD@HOST:PORT/DB", where this build has those scopes (ValueError
+        otherwise). `capacity` (the most keys held or awaited at once) and `permissions` (of a
+        shared-memory region this call creates) apply to fixed-size scopes only."""
 
     def __len__(self) -> int:
         """The number of keys held now: by anyone in the scope, or, for a Redis pool (which
