@@ -312,17 +312,15 @@ fn force_unlock_moves_the_key_and_the_old_holder_learns() {
         // force-unlock from the server's notification, well before its next check.
         let url = format!("{}&lease=30s", pg.url("force"));
         let (a, b, c) = (open(&url), open(&url), open(&url));
+        let learns = |lost: &keylock_core::LostSignal| {
+            let t = Instant::now();
+            wait_until(|| lost.is_lost());
+            assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+        };
+
+        // Nobody queued: the key is free at once for a new request.
         let x = a.acquire(key("k"), &LockOptions::new()).unwrap();
         let lost = a.lost_signal(&x).expect("a server hold has a lost signal");
-        // A waiter queued before the force-unlock.
-        let c2 = Arc::clone(&c);
-        let queued = std::thread::spawn(move || {
-            c2.acquire(
-                key("k"),
-                &LockOptions::new().wait(Wait::For(Duration::from_secs(20))),
-            )
-        });
-        wait_until(|| b.info(key("k")).unwrap().unwrap().waiters == 1);
         assert!(b.force_unlock(key("k")).unwrap());
         assert!(
             !b.force_unlock(key("free")).unwrap(),
@@ -333,25 +331,38 @@ fn force_unlock_moves_the_key_and_the_old_holder_learns() {
             .expect("free at once for a new request");
         assert!(y.fence() > x.fence());
         assert!(!y.owner_died(), "force-unlocked, not dead");
-        let t = Instant::now();
-        wait_until(|| lost.is_lost());
-        assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+        learns(&lost);
         assert!(!a.is_current(&x).unwrap());
         assert!(matches!(a.release(x), Err(Error::NotOwner)));
-        // The old holder let the old number go, so the queued waiter moved to the key's new
-        // number, behind y: it queues there now, and gets the key after y.
-        let t = Instant::now();
-        while b.info(key("k")).unwrap().unwrap().waiters != 1 {
-            assert!(
-                t.elapsed() < Duration::from_secs(5),
-                "the queued waiter did not move to the new number"
-            );
-            std::thread::sleep(Duration::from_millis(5));
-        }
         let yf = y.fence();
         b.release(y).unwrap();
-        let z = queued.join().unwrap().unwrap();
-        assert!(z.fence() > yf);
+
+        // A waiter queued before the force-unlock: once the old holder lets the old number go
+        // (told by the notification), the waiter moves to the key's new number and, first in
+        // line, gets the key.
+        let x = a.acquire(key("k"), &LockOptions::new()).unwrap();
+        assert!(x.fence() > yf);
+        let lost = a.lost_signal(&x).unwrap();
+        let c2 = Arc::clone(&c);
+        let queued = std::thread::spawn(move || {
+            c2.acquire(
+                key("k"),
+                &LockOptions::new().wait(Wait::For(Duration::from_secs(5))),
+            )
+        });
+        wait_until(|| b.info(key("k")).unwrap().unwrap().waiters == 1);
+        assert!(b.force_unlock(key("k")).unwrap());
+        let z = queued
+            .join()
+            .unwrap()
+            .expect("the queued waiter moved to the new number");
+        assert!(z.fence() > x.fence() && !z.owner_died());
+        learns(&lost);
+        assert!(matches!(a.release(x), Err(Error::NotOwner)));
+        assert!(matches!(
+            b.acquire(key("k"), &try_opts()),
+            Err(Error::WouldBlock)
+        ));
         c.release(z).unwrap();
     });
 }
