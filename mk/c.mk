@@ -61,7 +61,7 @@ endef
 # ---- tools -------------------------------------------------------------------------------------
 
 $(CBINDGEN_STAMP):
-	$(CARGO) install --locked --force --version $(CBINDGEN_VERSION) --root $(CBINDGEN_ROOT) cbindgen
+	$(TOOL_INSTALL) --version $(CBINDGEN_VERSION) --root $(CBINDGEN_ROOT) cbindgen
 	touch $@
 
 # ---- build -------------------------------------------------------------------------------------

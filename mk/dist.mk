@@ -57,15 +57,13 @@ dist: dist-py dist-node dist-c dist-rust
 
 # ---- third-party notices -----------------------------------------------------------------------
 
-# cargo-about, pinned as cbindgen is (mk/c.mk), into the same folder. Its release profile asks for
-# LTO, turned off here: it only lengthens the one-time build of a tool that runs for seconds.
+# cargo-about, pinned and built as cbindgen is (TOOL_INSTALL in rust.mk), into the same folder.
 CARGO_ABOUT_VERSION := 0.8.4
 CARGO_ABOUT_ROOT := $(ROOT)/build/tools
 CARGO_ABOUT := $(CARGO_ABOUT_ROOT)/bin/cargo-about
 CARGO_ABOUT_STAMP := $(CARGO_ABOUT_ROOT)/.cargo-about-$(CARGO_ABOUT_VERSION)
 $(CARGO_ABOUT_STAMP):
-	CARGO_PROFILE_RELEASE_LTO=false $(CARGO) install --locked --force --version $(CARGO_ABOUT_VERSION) \
-		--root $(CARGO_ABOUT_ROOT) cargo-about
+	$(TOOL_INSTALL) --version $(CARGO_ABOUT_VERSION) --root $(CARGO_ABOUT_ROOT) cargo-about
 	touch $@
 
 # Where each artifact's notices go: the crate's and the wheel's into their crate folders (cargo
@@ -102,12 +100,16 @@ dist-notices: $(CARGO_ABOUT_STAMP)
 
 # ---- Python ------------------------------------------------------------------------------------
 
-# --auditwheel check: the build fails unless the wheel meets the policy it is tagged with.
+# --auditwheel check: the build fails unless the wheel meets the policy it is tagged with. The
+# wheel builds in a target folder of its own: maturin's zig build configures cargo differently
+# from cargo-zigbuild's (cargo reports "config settings changed"), so in one folder each would
+# rebuild every dependency the other built, on every make dist.
 dist-py: $(DIST_TOOLS_STAMP) dist-notices
 	@mkdir -p $(DIST_DIR)
 	rm -f $(DIST_DIR)/keylock_py-*
 	$(DIST_ENV) $(VENV)/bin/maturin build --locked --quiet --profile dist --target $(DIST_TRIPLE) \
-		--zig --compatibility manylinux2014 --auditwheel check -m py/Cargo.toml -o $(DIST_DIR)
+		--zig --compatibility manylinux2014 --auditwheel check -m py/Cargo.toml -o $(DIST_DIR) \
+		--target-dir $(TARGET_DIR)/dist-wheel
 	$(DIST_ENV) $(VENV)/bin/maturin sdist -m py/Cargo.toml -o $(DIST_DIR)
 
 # ---- Node.js -----------------------------------------------------------------------------------
@@ -165,12 +167,12 @@ dist-rust: dist-notices
 
 # Each install runs in a fresh temporary venv / npm project / prefix with every folder that
 # holds cargo or rustc taken off PATH (and fails if either is still found), so an install that
-# needs a compiler fails. The from-source paths are built separately, with cargo: the sdist into
-# target/ itself, so that the dependencies `make` already built there in release mode are not
-# compiled again (its own crates are other packages to cargo, from its unpacked folder, and are
-# always compiled from its sources); the npm fallback and the crate's doc tests into
-# target/dist-* folders kept between runs (the npm package's manifest has no [profile] section, so
-# its release build matches nothing `make` built, and the doc tests are a dev build).
+# needs a compiler fails. The from-source paths are built separately, with cargo, into target/
+# itself, so that the dependencies `make` and test-rust already built there are not compiled
+# again: the sdist and the npm fallback in release mode (the npm package's manifest has no
+# [profile] section, so the workspace's is given through the environment), the crate's doc tests
+# in the test build. keylock's own crates are other packages to cargo there, from their unpacked
+# folders, and are always compiled from their sources.
 DIST_TEST_ENV := KEYLOCK_VERSION=$(DIST_VERSION) KEYLOCK_MAJOR=$(DIST_MAJOR) DIST_DIR=$(DIST_DIR) \
 	DIST_GLIBC=$(DIST_GLIBC) ROOT=$(ROOT) VENV=$(VENV) TARGET_DIR=$(TARGET_DIR)
 # (A target-specific variable: it holds for dist-rust when test-dist makes it, not for make dist.)

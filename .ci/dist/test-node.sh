@@ -82,11 +82,13 @@ if (expectFrom === 'prebuilt') {
 JS
 
 # The same check from a project with cargo on PATH: the main package alone (npm leaves the
-# optional binary package out) builds from its own sources. The build goes to a folder kept
-# between runs.
+# optional binary package out) builds from its own sources. The build goes to the workspace's
+# target folder with the workspace's release profile (the package's manifest has none, so
+# CARGO_PROFILE_RELEASE_DEBUG says it), where `make` built the same dependencies with the same
+# features: only keylock's own two crates, from the unpacked package, are compiled again.
 say "installing $(basename "$main") without its binary package, with cargo: builds from source"
 new_project "$WORK/fallback"
-(cd "$WORK/fallback" && CARGO_TARGET_DIR="$TARGET_DIR/dist-npm-fallback" \
+(cd "$WORK/fallback" && CARGO_TARGET_DIR="$TARGET_DIR" CARGO_PROFILE_RELEASE_DEBUG=1 \
 	"${NPM[@]}" install --foreground-scripts --omit=optional "$main" 2>&1 | tee "$WORK/fallback.log")
 grep -q 'no prebuilt binary' "$WORK/fallback.log" || grep -q 'is not installed' "$WORK/fallback.log" ||
 	fail "the fallback did not say why it builds"

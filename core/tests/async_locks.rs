@@ -26,7 +26,7 @@ fn runtime() -> tokio::runtime::Runtime {
 fn assert_send<T: Send>(_: &T) {}
 
 #[test]
-fn pool_tasks_and_threads_exact_counts() {
+fn tokio_pool_tasks_and_threads_exact_counts() {
     within(LIMIT, || {
         let pool: Arc<KeyPool<u64>> = Arc::new(KeyPool::new());
         let counts: Arc<Vec<Racy>> = Arc::new((0..KEYS).map(|_| Racy::new()).collect());
@@ -91,7 +91,7 @@ fn pool_tasks_and_threads_exact_counts() {
 }
 
 #[test]
-fn striped_tasks_and_threads_exact_counts() {
+fn tokio_striped_tasks_and_threads_exact_counts() {
     within(LIMIT, || {
         let lock = Arc::new(StripedLock::new(4).unwrap());
         let counts: Arc<Vec<Racy>> = Arc::new((0..4).map(|_| Racy::new()).collect());
@@ -149,7 +149,7 @@ fn striped_tasks_and_threads_exact_counts() {
 /// stripe, and no reader beside a writer), every entry completed or interrupted, increments
 /// equal to completed entries, and nothing held or queued afterwards.
 #[test]
-fn cancellation_storm_leaves_nothing_behind() {
+fn tokio_cancellation_storm_leaves_nothing_behind() {
     within(LIMIT, || {
         let pool: Arc<KeyPool<u64>> = Arc::new(KeyPool::new());
         let striped = Arc::new(StripedLock::new(2).unwrap());
@@ -241,7 +241,7 @@ fn cancellation_storm_leaves_nothing_behind() {
 }
 
 #[test]
-fn lock_many_async_overlapping_sets_finish() {
+fn tokio_lock_many_async_overlapping_sets_finish() {
     within(LIMIT, || {
         let pool: Arc<KeyPool<u64>> = Arc::new(KeyPool::new());
         let striped = Arc::new(StripedLock::new(16).unwrap());

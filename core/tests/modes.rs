@@ -144,7 +144,7 @@ fn neither_readers_nor_writers_starve() {
 /// on a pool and a striped lock, with try, timed and cancelled attempts: exclusive holders
 /// never overlap anything, every entry is accounted for, and nothing is left held or queued.
 #[test]
-fn mixed_modes_oversubscribed_with_timeouts_and_cancels() {
+fn tokio_mixed_modes_oversubscribed_with_timeouts_and_cancels() {
     within(LIMIT, || {
         let pool: Arc<KeyPool<u64>> = Arc::new(KeyPool::builder().retain(2).build());
         let stripes = Arc::new(StripedLock::new(4).unwrap());

@@ -352,7 +352,7 @@ fn occupancy_never_exceeds_permits_under_threads() {
 /// Tasks on a runtime, a third of them cancelled by a timeout while waiting or while holding:
 /// never more than `permits` units inside, and nothing held or queued afterwards.
 #[test]
-fn async_cancellation_storm_leaves_nothing_held() {
+fn tokio_cancellation_storm_leaves_no_permit_held() {
     const KEYS: usize = 3;
     const PERMITS: u32 = 3;
     const TASKS: usize = 300;
