@@ -53,6 +53,7 @@ mod redact;
 pub mod redis;
 #[cfg(any(feature = "redis", feature = "postgres"))]
 mod remote;
+mod report;
 mod rwlock;
 pub mod scope;
 mod semaphore;
@@ -69,8 +70,9 @@ pub use acquisition::{Acquisition, LockInfo, LockOptions, Mode, Owner, Wait};
 pub use error::{Error, Result};
 pub use guard::KeyedGuard;
 pub use lost::{Lost, LostSignal};
-pub use open::{open, open_with};
+pub use open::{inspect, open, open_with};
 pub use redact::redact_scope_name;
+pub use report::{KeyReport, LockId, Party};
 pub use scope::{KeySpace, KeyedLock, LockKey, OpenOptions};
 pub use stats::ScopeStats;
 pub use status::Status;

@@ -57,6 +57,24 @@ pub fn open_with(name: &str, options: &OpenOptions) -> Result<Arc<dyn KeyedLock>
     }
 }
 
+/// Opens `scope` to look at it from outside: `shm:NAME` as its creator made it (a key pool or
+/// a striped lock, any capacity, policy or permits), `redis://...` and `postgres://...` as
+/// [`open`](crate::open) does. A missing region is [`Error::Unavailable`] (this never creates
+/// one); a scope only one process can see (`local:`) is [`Error::InvalidArgument`].
+pub fn inspect(scope: &str) -> Result<Arc<dyn KeyedLock>> {
+    let scheme = scope.split_once(':').map_or(scope, |(scheme, _)| scheme);
+    match scheme {
+        "" | "local" => Err(Error::InvalidArgument(
+            "local: lives in one process; only shm:, redis:// and postgres:// can be inspected from outside",
+        )),
+        #[cfg(all(feature = "shm", target_os = "linux"))]
+        "shm" => Ok(crate::shm::ShmLock::open_existing(&scope[4..])?),
+        // Everything else as open takes it, with its errors for unknown schemes and scopes
+        // this build has not.
+        _ => open(scope),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -32,7 +32,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::acquisition::{Acquisition, LockInfo, LockOptions, Mode, Owner};
-use crate::error::Result;
+use crate::error::{Error, Result};
+use crate::report::KeyReport;
 use crate::stats::ScopeStats;
 
 /// The namespace of a key. Two keys in different spaces never name the same lock.
@@ -206,6 +207,17 @@ pub trait KeyedLock: Send + Sync + fmt::Debug {
     /// locks. Fails only where reading the counts needs the scope itself (a shared-memory
     /// region that cannot be locked, a process that forked: `Unavailable`).
     fn stats(&self) -> Result<ScopeStats>;
+
+    /// Every key (stripe) held or awaited now, by anyone in the scope, with its holders and
+    /// waiters where the scope records them: what `keylock list` shows
+    /// ([`inspect`](crate::inspect) opens a scope to look at it). The scopes other
+    /// processes share (shared memory, Redis, PostgreSQL) list their keys; a lock object of one
+    /// process, which nothing outside it can see, answers `InvalidArgument`.
+    fn list(&self) -> Result<Vec<KeyReport>> {
+        Err(Error::InvalidArgument(
+            "only shm:, redis:// and postgres:// lock objects list their keys",
+        ))
+    }
 
     /// A semaphore's units per key; `None` for a lock object.
     fn permits(&self) -> Option<u32> {

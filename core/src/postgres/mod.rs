@@ -600,6 +600,27 @@ impl Server for PgServer {
         Ok(row.get(0))
     }
 
+    async fn keys(&self) -> Result<Vec<(KeySpace, Vec<u8>)>> {
+        let s = self.main().await?;
+        let rows = self
+            .bounded(s.client.query(sql::KEYS, &[&self.url.prefix]))
+            .await?;
+        rows.iter()
+            .map(|r| {
+                let space = match r.get::<_, i16>(0) {
+                    0 => KeySpace::Keys,
+                    1 => KeySpace::Names,
+                    _ => {
+                        return Err(Error::Incompatible(
+                            "keylock_keys holds a key space this build does not know".into(),
+                        ));
+                    }
+                };
+                Ok((space, r.get::<_, Vec<u8>>(1)))
+            })
+            .collect()
+    }
+
     async fn info(&self, space: KeySpace, key: &[u8]) -> Result<Option<RemoteInfo>> {
         let s = self.main().await?;
         let sp = i16::from(space as u8);

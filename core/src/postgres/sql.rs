@@ -49,6 +49,19 @@ SELECT pg_advisory_xact_lock(1802436608, 0);
 CREATE TABLE IF NOT EXISTS keylock_schema (version int NOT NULL);
 ";
 
+/// The keys of prefix `$1` whose current lock number is held or awaited now (granted or
+/// waiting in `pg_locks`), for `list`: one pass over the server's advisory locks, joined with
+/// the prefix's keys.
+pub(crate) const KEYS: &str = "
+WITH l AS (
+    SELECT DISTINCT classid, objid FROM pg_locks
+    WHERE locktype = 'advisory' AND objsubid = 2
+      AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+)
+SELECT k.space, k.key FROM keylock_keys k
+JOIN l ON l.classid = keylock_k1(k.lock_id)::oid AND l.objid = keylock_k2(k.lock_id)::oid
+WHERE k.prefix = $1";
+
 /// The schema, run inside the install transaction when the recorded version is not [`VERSION`].
 pub(crate) const SCHEMA: &str = r#"
 CREATE TABLE IF NOT EXISTS keylock_keys (

@@ -507,6 +507,44 @@ impl Server for RedisServer {
         self.flag(&v)
     }
 
+    /// The keys with a name on the server (held, queued for, or with a fence kept from an
+    /// earlier hold; `list` asks `info` which are held), by `SCAN` over the prefix's names.
+    async fn keys(&self) -> Result<Vec<(KeySpace, Vec<u8>)>> {
+        let pattern = self.names.scan_pattern();
+        let mut found = std::collections::BTreeSet::new();
+        let mut cursor = 0u64;
+        loop {
+            let cutoff = self.cutoff(None);
+            let c = self.conns.cmd(cutoff).await?;
+            let mut con = c.conn.clone();
+            let reply = self
+                .conns
+                .by(
+                    cutoff,
+                    redis::cmd("SCAN")
+                        .arg(cursor)
+                        .arg("MATCH")
+                        .arg(&pattern[..])
+                        .arg("COUNT")
+                        .arg(1000)
+                        .query_async::<(u64, Vec<Vec<u8>>)>(&mut con),
+                )
+                .await;
+            let (next, names) = match reply {
+                Ok(r) => r,
+                Err(e) => {
+                    self.conns.discard(c.generation);
+                    return Err(e);
+                }
+            };
+            found.extend(names.iter().filter_map(|n| self.names.key_of(n)));
+            if next == 0 {
+                return Ok(found.into_iter().collect());
+            }
+            cursor = next;
+        }
+    }
+
     /// A snapshot of the key: `None` when free.
     async fn info(&self, space: KeySpace, key: &[u8]) -> Result<Option<RemoteInfo>> {
         let k = RemoteKey {

@@ -122,6 +122,37 @@ impl Names {
         })
     }
 
+    /// A `SCAN ... MATCH` pattern for every name of the scope's prefix (its glob characters
+    /// escaped).
+    pub(crate) fn scan_pattern(&self) -> Vec<u8> {
+        let mut pattern = Vec::with_capacity(self.base.len() + 1);
+        for &b in &self.base {
+            if matches!(b, b'*' | b'?' | b'[' | b']' | b'\\') {
+                pattern.push(b'\\');
+            }
+            pattern.push(b);
+        }
+        pattern.push(b'*');
+        pattern
+    }
+
+    /// The lock key a name of [`Names::lock`] belongs to, for the names that show it held or
+    /// awaited (`l`, `s`, `q`); `None` for any other name.
+    pub(crate) fn key_of(&self, name: &[u8]) -> Option<(KeySpace, Vec<u8>)> {
+        let rest = name.strip_prefix(self.base.as_slice())?;
+        let (&[s, kind, b':'], key) = rest.split_first_chunk::<3>()? else {
+            return None;
+        };
+        let space = if s == self.keys {
+            KeySpace::Keys
+        } else if s == b'n' {
+            KeySpace::Names
+        } else {
+            return None;
+        };
+        matches!(kind, b'l' | b's' | b'q').then(|| (space, key.to_vec()))
+    }
+
     /// The prefix of every waiter's wake-up list (the waiter id follows).
     pub(crate) fn notify(&self) -> Vec<u8> {
         let mut name = self.base.clone();

@@ -113,4 +113,9 @@ pub(crate) trait Server: Send + Sync + 'static {
         space: KeySpace,
         key: &[u8],
     ) -> impl Future<Output = Result<Option<RemoteInfo>>> + Send;
+
+    /// The keys of this scope's prefix that are held or awaited on the server now, in any
+    /// order (each once): for [`KeyedLock::list`](crate::KeyedLock::list), which then asks
+    /// `info` of each. It costs the server a pass over the prefix's keys.
+    fn keys(&self) -> impl Future<Output = Result<Vec<(KeySpace, Vec<u8>)>>> + Send;
 }

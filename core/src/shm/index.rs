@@ -34,6 +34,23 @@ fn key_word(key: &[u8], i: usize) -> u64 {
     w
 }
 
+/// The key entry `e` is bound to, as its space and bytes (under the table mutex, where the
+/// binding cannot change). A length or space out of range is `Incompatible`.
+pub(crate) fn stored_key(r: &Region, e: &Entry) -> Result<(u8, Vec<u8>)> {
+    let len = e.key_len.load(Ordering::Relaxed) as usize;
+    let space = e.space.load(Ordering::Relaxed);
+    if len > KEY_MAX {
+        return Err(r.corrupt("a key length"));
+    }
+    let space = u8::try_from(space).map_err(|_| r.corrupt("a key space"))?;
+    let mut bytes = Vec::with_capacity(len.next_multiple_of(8));
+    for w in &e.key[..len.div_ceil(8)] {
+        bytes.extend_from_slice(&w.load(Ordering::Relaxed).to_le_bytes());
+    }
+    bytes.truncate(len);
+    Ok((space, bytes))
+}
+
 /// Whether entry `e` holds (`space`, `key`), by relaxed reads (callers validate).
 #[inline(always)]
 fn holds_key(e: &Entry, h: u64, space: u8, key: &[u8]) -> bool {

@@ -136,8 +136,22 @@ impl ShmLock {
                 "mode is permission bits (at most 0o777)",
             ));
         }
+        Self::start(Region::open(name, &want)?, permits)
+    }
+
+    /// Opens region `name` as its creator made it (a key pool or a striped lock, any
+    /// capacity, policy or permits), never creating it: what [`crate::inspect`] opens.
+    /// A missing region is `Unavailable`.
+    pub fn open_existing(name: &str) -> Result<Arc<ShmLock>> {
+        let region = Region::open_existing(name)?;
+        let permits = region.header.permits;
+        Self::start(region, permits)
+    }
+
+    /// This process's attachment to a mapped region: its process slot and agent thread.
+    fn start(region: Region, permits: u32) -> Result<Arc<ShmLock>> {
         let fork_gen = sys::watch_forks();
-        let region = Arc::new(Region::open(name, &want)?);
+        let region = Arc::new(region);
         let agent = Arc::new(Agent::default());
         let (proc, thread) = agent::start(Arc::clone(&region), Arc::clone(&agent))?;
         let tag = region.header.region_id & TAG_MASK;

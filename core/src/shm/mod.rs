@@ -209,6 +209,7 @@
 mod agent;
 mod index;
 mod layout;
+mod list;
 mod lock;
 mod lockword;
 mod nodes;

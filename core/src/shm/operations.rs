@@ -13,6 +13,7 @@ use super::wait::{self, AcquireOne};
 use crate::acquisition::{Acquisition, LockInfo, LockOptions, Mode, Owner};
 use crate::error::{Error, Result};
 use crate::many;
+use crate::report::KeyReport;
 use crate::scope::{AcquireFuture, AcquireManyFuture, KeySpace, KeyedLock, LockKey, OpenOptions};
 use crate::stats::ScopeStats;
 
@@ -318,6 +319,17 @@ impl KeyedLock for ShmLock {
         let result = (|| {
             let t = self.table(&mut wakes)?;
             super::stats::stats_locked(&t, proc, &mut wakes)
+        })();
+        wakes.run(&self.region);
+        result
+    }
+
+    fn list(&self) -> Result<Vec<KeyReport>> {
+        self.me()?;
+        let mut wakes = TableWakes::default();
+        let result = (|| {
+            let t = self.table(&mut wakes)?;
+            super::list::list_locked(&t, &mut wakes)
         })();
         wakes.run(&self.region);
         result

@@ -118,7 +118,7 @@ impl Region {
                 .write(true)
                 .open(&path)
             {
-                Ok(file) => return Self::attach(name, &path, &file, want),
+                Ok(file) => return Self::attach(name, &path, &file, Some(want)),
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {}
                 Err(e) => return Err(io_error("open", &path, &e)),
             }
@@ -130,6 +130,24 @@ impl Region {
         Err(Error::Unavailable(
             format!("{path} keeps appearing and disappearing").into(),
         ))
+    }
+
+    /// Opens region `name` as its creator made it (any kind, capacity, policy or permits),
+    /// never creating it: for looking at it from outside ([`crate::inspect`]). A
+    /// missing region is `Unavailable`.
+    pub(crate) fn open_existing(name: &str) -> Result<Region> {
+        let path = path_of(name)?;
+        match std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+        {
+            Ok(file) => Self::attach(name, &path, &file, None),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Err(Error::Unavailable(
+                format!("no region shm:{name} ({path} does not exist)").into(),
+            )),
+            Err(e) => Err(io_error("open", &path, &e)),
+        }
     }
 
     /// Makes a new region under a temporary name, initializes it, and links it to `path`;
@@ -196,8 +214,8 @@ impl Region {
         result
     }
 
-    /// Maps and validates an existing region.
-    fn attach(name: &str, path: &str, file: &File, want: &Want) -> Result<Region> {
+    /// Maps and validates an existing region, against `want` if given (else as it is).
+    fn attach(name: &str, path: &str, file: &File, want: Option<&Want>) -> Result<Region> {
         let len = file
             .metadata()
             .map_err(|e| io_error("stat", path, &e))?
@@ -225,6 +243,9 @@ impl Region {
             return Err(incompatible(problem));
         }
         region.header = header;
+        let Some(want) = want else {
+            return Ok(region);
+        };
         let kind_name = |k| {
             if k == KIND_POOL {
                 "key pool"
