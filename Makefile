@@ -40,6 +40,8 @@ include mk/shm.mk
 include mk/redis.mk
 # Debian's postgresql-15 and pgbouncer for the PostgreSQL scope's tests.
 include mk/postgres.mk
+# The keylock command for operators (core/cli) and its tests' terminal (tmux).
+include mk/cli.mk
 # Cross-language process tests of the shm and Redis scopes (after redis.mk: it needs redis-server).
 include mk/xlang.mk
 include mk/bench.mk

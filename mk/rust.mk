@@ -9,7 +9,7 @@ TOOL_INSTALL := CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_OPT_LEVEL=
 	CARGO_PROFILE_RELEASE_DEBUG=false $(CARGO) install --locked --force
 
 build-rust:
-	$(CARGO) build --locked --release -p keylock-core -p keylock-bank
+	$(CARGO) build --locked --release -p keylock-core -p keylock-bank -p keylock-cli
 
 demo-rust: build-rust
 	$(TARGET_DIR)/release/keylock-bank
@@ -17,10 +17,11 @@ demo-rust: build-rust
 # One build of the core's tests with every scope (features shm, redis and postgres) runs them all:
 # the in-process suites, the host scope's, the Redis scope's and the PostgreSQL scope's (which
 # start their own redis-server and PostgreSQL clusters), and the doc tests. `make test-shm` and
-# `make test-redis` run their parts of the same build.
+# `make test-redis` run their parts of the same build. The keylock command's tests (core/cli,
+# mk/cli.mk) are in it too: the command builds the core with the same features.
 CORE_TEST_FEATURES := --features keylock-core/shm,keylock-core/redis,keylock-core/postgres
-test-rust: redis-server postgres-server
-	$(CARGO) test --locked -p keylock-core -p keylock-bank $(CORE_TEST_FEATURES)
+test-rust: redis-server postgres-server tmux
+	$(CARGO) test --locked -p keylock-core -p keylock-bank -p keylock-cli $(CORE_TEST_FEATURES)
 	$(CARGO) run --locked -q -p keylock-bank -- 8 64 200
 	$(MAKE) loom LOOM_MAX_PREEMPTIONS=3
 	$(MAKE) loom-swap
@@ -75,7 +76,7 @@ lint-rust: msrv cycles
 
 # A module imports only from the ones below it, never in a circle: fails on any import cycle
 # between the modules (or folders of modules) of each crate, and prints the lines that make it.
-CYCLES_DIRS := core/src py/src ffi-c/src node/src
+CYCLES_DIRS := core/src core/cli/src py/src ffi-c/src node/src
 cycles:
 	python3 .ci/cycles.py $(CYCLES_DIRS)
 

@@ -313,6 +313,15 @@ impl KeyedLock for ShmLock {
         ShmLock::permits(self)
     }
 
+    fn stripes(&self) -> Option<usize> {
+        self.is_striped().then(|| self.capacity())
+    }
+
+    fn stripe_of(&self, key: LockKey<'_>) -> Option<usize> {
+        self.is_striped()
+            .then(|| ShmLock::stripe_of(self, key.space, key.bytes) as usize)
+    }
+
     fn stats(&self) -> Result<ScopeStats> {
         let proc = self.me()?;
         let mut wakes = TableWakes::default();
