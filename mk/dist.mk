@@ -5,9 +5,9 @@
 #   make dist-node   npm pack tarballs, napi-rs layout: @keylock/keylock (JavaScript, plus the
 #                    sources for a build on platforms without a binary) and
 #                    @keylock/keylock-linux-x64-gnu (the binary)
-#   make dist-c      keylock-V-linux-x86_64.tar.gz: lib/ (libkeylock.so.V, its SONAME and dev
-#                    links, libkeylock.a), include/, lib/pkgconfig/keylock.pc (relocatable),
-#                    README.md and the license files
+#   make dist-c      keylock-V-linux-x86_64.tar.gz: bin/keylock (the command), lib/
+#                    (libkeylock.so.V, its SONAME and dev links, libkeylock.a), include/,
+#                    lib/pkgconfig/keylock.pc (relocatable), README.md and the license files
 #   make dist-rust   keylock-core-V.crate (cargo package --locked, which builds it)
 #   make test-dist   installs each from dist/ into a fresh venv, npm project and C build, with
 #                    no cargo or rustc on PATH (part of make test)
@@ -23,7 +23,7 @@
 # wheel, the crate, the .so and keylock_version() take it from cargo, and stage-node.js and the
 # tests fail when a package.json under node/ says otherwise.
 
-.PHONY: dist dist-py dist-node dist-c dist-rust dist-tools dist-notices test-dist
+.PHONY: dist dist-py dist-node dist-c dist-rust dist-cli dist-tools dist-notices test-dist
 
 TEST_TARGETS += test-dist
 
@@ -38,7 +38,9 @@ DIST_TRIPLE := x86_64-unknown-linux-gnu
 DIST_GLIBC := 2.17
 DIST_BIN := $(TARGET_DIR)/$(DIST_TRIPLE)/dist
 # zig (the ziglang wheel) and cargo-zigbuild come from the venv, pinned in requirements-dist.txt.
-DIST_ENV := PATH="$(VENV)/bin:$$PATH"
+# --cfg keylock_glibc_compat: the core defines what Rust's standard library needs from a newer
+# glibc than 2.17 (core/src/glibc_compat.rs).
+DIST_ENV := PATH="$(VENV)/bin:$$PATH" RUSTFLAGS="--cfg keylock_glibc_compat"
 ZIGBUILD := $(DIST_ENV) $(CARGO) zigbuild --locked --profile dist --target $(DIST_TRIPLE).$(DIST_GLIBC)
 
 C_DIST_NAME := keylock-$(DIST_VERSION)-linux-x86_64
@@ -74,6 +76,9 @@ CORE_NOTICES := $(ROOT)/core/$(NOTICES)
 PY_NOTICES := $(ROOT)/py/$(NOTICES)
 NODE_NOTICES := $(DIST_STAGE)/notices/node/$(NOTICES)
 C_NOTICES := $(DIST_STAGE)/notices/c/$(NOTICES)
+# The keylock command's (core/cli), which every package carries beside its library: its notices
+# follow the library's in the wheel's, the npm packages' and the C tarball's.
+CLI_NOTICES := $(DIST_STAGE)/notices/cli/$(NOTICES)
 
 # $(call third_party_notices,Cargo.toml,output[,cargo-about options]): the notices for the crates
 # that one package builds from, with the features its artifact is built with. --frozen: from
@@ -97,6 +102,15 @@ dist-notices: $(CARGO_ABOUT_STAMP)
 	$(call third_party_notices,py/Cargo.toml,$(PY_NOTICES))
 	$(call third_party_notices,node/Cargo.toml,$(NODE_NOTICES))
 	$(call third_party_notices,ffi-c/Cargo.toml,$(C_NOTICES))
+	$(call third_party_notices,core/cli/Cargo.toml,$(CLI_NOTICES))
+	for n in $(PY_NOTICES) $(NODE_NOTICES) $(C_NOTICES); do \
+		printf '\n\n%s\n\n' "The keylock command (the program this package carries) is built from these:" >>"$$n"; \
+		cat $(CLI_NOTICES) >>"$$n"; \
+	done
+
+# The keylock command, for every package to carry (a static Rust program, glibc 2.17 as the rest).
+dist-cli: $(DIST_TOOLS_STAMP)
+	$(ZIGBUILD) -p keylock-cli
 
 # ---- Python ------------------------------------------------------------------------------------
 
@@ -104,12 +118,19 @@ dist-notices: $(CARGO_ABOUT_STAMP)
 # wheel builds in a target folder of its own: maturin's zig build configures cargo differently
 # from cargo-zigbuild's (cargo reports "config settings changed"), so in one folder each would
 # rebuild every dependency the other built, on every make dist.
-dist-py: $(DIST_TOOLS_STAMP) dist-notices
+#
+# The wheel carries the keylock command as keylock/_bin/keylock, which its console script
+# `keylock` (keylock._cli) runs; it is put there for the wheel's build only, so the sdist and a
+# development install have none (their `keylock` says so).
+PY_CLI := py/python/keylock/_bin/keylock
+dist-py: $(DIST_TOOLS_STAMP) dist-notices dist-cli
 	@mkdir -p $(DIST_DIR)
 	rm -f $(DIST_DIR)/keylock_py-*
+	install -D -m 0755 $(DIST_BIN)/keylock $(PY_CLI)
 	$(DIST_ENV) $(VENV)/bin/maturin build --locked --quiet --profile dist --target $(DIST_TRIPLE) \
 		--zig --compatibility manylinux2014 --auditwheel check -m py/Cargo.toml -o $(DIST_DIR) \
-		--target-dir $(TARGET_DIR)/dist-wheel
+		--target-dir $(TARGET_DIR)/dist-wheel || { rm -rf $(dir $(PY_CLI)); exit 1; }
+	rm -rf $(dir $(PY_CLI))
 	$(DIST_ENV) $(VENV)/bin/maturin sdist -m py/Cargo.toml -o $(DIST_DIR)
 
 # ---- Node.js -----------------------------------------------------------------------------------
@@ -117,7 +138,7 @@ dist-py: $(DIST_TOOLS_STAMP) dist-notices
 # cargo package makes the sources the main package carries for its build from source (the
 # keylock-node crate, and keylock-core for vendor/); it builds nothing, and packs into a folder of
 # its own so that it never races dist-rust.
-dist-node: $(DIST_TOOLS_STAMP) dist-notices
+dist-node: $(DIST_TOOLS_STAMP) dist-notices dist-cli
 	@mkdir -p $(DIST_DIR)
 	$(ZIGBUILD) -p keylock-node
 	$(CARGO) package --locked --allow-dirty --no-verify --quiet -p keylock-core -p keylock-node \
@@ -125,7 +146,7 @@ dist-node: $(DIST_TOOLS_STAMP) dist-notices
 	rm -f $(DIST_DIR)/keylock-keylock-*.tgz
 	node .ci/dist/stage-node.js --version $(DIST_VERSION) --crates $(DIST_STAGE)/cargo/package \
 		--notices $(NODE_NOTICES) --stage $(DIST_STAGE)/node --out $(DIST_DIR) \
-		--binary linux-x64-gnu=$(DIST_BIN)/libkeylock_node.so
+		--binary linux-x64-gnu=$(DIST_BIN)/libkeylock_node.so --program linux-x64-gnu=$(DIST_BIN)/keylock
 
 # ---- C -----------------------------------------------------------------------------------------
 
@@ -134,10 +155,11 @@ dist-node: $(DIST_TOOLS_STAMP) dist-notices
 # debug sections stripped from the archive (the .so is stripped by the dist profile).
 dist-c: FFI_LIB := $(DIST_BIN)/libkeylock
 dist-c: DESTDIR :=
-dist-c: $(DIST_TOOLS_STAMP) dist-notices
+dist-c: $(DIST_TOOLS_STAMP) dist-notices dist-cli
 	@mkdir -p $(DIST_DIR)
 	$(ZIGBUILD) -p keylock-ffi
 	rm -rf $(DIST_STAGE)/c && mkdir -p $(C_DIST_STAGE)
+	install -D -m 0755 $(DIST_BIN)/keylock $(C_DIST_STAGE)/bin/keylock
 	$(call c_install,$(C_DIST_STAGE),$(C_DIST_STAGE)/lib,$(C_DIST_STAGE)/include,$(C_DIST_STAGE)/lib/pkgconfig)
 	sed -e 's|@PREFIX@|$${pcfiledir}/../..|' -e 's|@LIBDIR@|$${prefix}/lib|' \
 		-e 's|@INCLUDEDIR@|$${prefix}/include|' -e 's|@VERSION@|$(DIST_VERSION)|' \

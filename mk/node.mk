@@ -31,7 +31,7 @@ NPM_FLAGS := --no-audit --no-fund --loglevel=error
 NODE_TEST_FLAGS := --test-timeout=120000
 # The JavaScript and TypeScript that prettier formats (pinned in package.json, configured by the
 # repository's .prettierrc.json), relative to node/.
-NODE_FORMATTED := index.js index.mjs index.d.ts binding.js lib build.js test bench ../examples/node
+NODE_FORMATTED := bin index.js index.mjs index.d.ts binding.js lib build.js test bench ../examples/node
 
 # npm ci installs the pinned devDependencies (@napi-rs/cli, typescript, the benchmark's
 # competitors) and runs the package's install script, which builds the addon. It runs again

@@ -43,12 +43,34 @@ no_rust() {
 
 # The newest glibc symbol version an ELF file needs; fails above DIST_GLIBC.
 check_glibc() {
-	local newest
+	local newest late
 	newest=$(objdump -T "$1" | grep -o 'GLIBC_[0-9][0-9.]*' | sed 's/GLIBC_//' | sort -uV | tail -n 1)
 	[[ -n $newest ]] || fail "$1 needs no glibc symbol at all?"
 	[[ $(printf '%s\n%s\n' "$newest" "$DIST_GLIBC" | sort -V | tail -n 1) == "$DIST_GLIBC" ]] ||
 		fail "$1 needs glibc $newest, newer than $DIST_GLIBC"
+	# A function glibc added after 2.17, referenced without a version (the link against 2.17's
+	# symbols could not give it one), would be missing on an older glibc: these are the ones
+	# Rust's standard library calls by name.
+	late=$(objdump -T "$1" | awk '$2 != "w" && /[*]UND[*]/ { print $NF }' |
+		grep -xE 'gettid|statx|copy_file_range|getrandom|memfd_create|renameat2|close_range|pidfd_[a-z_]+|posix_spawn_file_actions_addchdir_np' || true)
+	[[ -z $late ]] || fail "$1 calls $(tr '\n' ' ' <<<"$late")from a glibc newer than $DIST_GLIBC, unversioned"
 	say "$(basename "$1"): newest glibc symbol $newest (at most $DIST_GLIBC)"
+}
+
+# The keylock command at PROGRAM, as a package installed it: its version is the package's, a
+# missing region is exit 3 with a message, and it lists key "dist:1" of region shm:REGION, which
+# the caller's process holds (HOLDER_PID: the holder's pid, which the listing must show).
+check_command() { # PROGRAM REGION HOLDER_PID
+	local program=$1 region=$2 holder=$3 out rc
+	[[ $("$program" --version) == "keylock $KEYLOCK_VERSION" ]] ||
+		fail "$program --version says $("$program" --version), not keylock $KEYLOCK_VERSION"
+	rc=0
+	out=$("$program" list "shm:keylock-dist-missing-$$" 2>&1) || rc=$?
+	[[ $rc == 3 && $out == *"no region"* ]] || fail "$program on a missing region: exit $rc, $out"
+	out=$("$program" list "shm:$region" --json) || fail "$program list shm:$region failed"
+	grep -q '"key":"dist:1"' <<<"$out" || fail "$program list does not show dist:1: $out"
+	grep -q "\"pid\":$holder[,}]" <<<"$out" || fail "$program list does not show holder $holder: $out"
+	say "$program: keylock $KEYLOCK_VERSION, lists the held key with its holder's pid"
 }
 
 # The version of crate NAME that Cargo.lock pins (the first, if it pins several).

@@ -14,7 +14,10 @@
 // its tests import it by.
 //
 //   node stage-node.js --version V --crates DIR --notices FILE --stage DIR --out DIR \
-//     --binary PLATFORM=FILE...
+//     --binary PLATFORM=FILE... --program PLATFORM=FILE...
+//
+// --binary is a platform's addon, --program its keylock command (core/cli), which the platform
+// package carries beside the addon and the main package's bin/keylock.js runs.
 //
 // --crates holds keylock-core-V.crate and keylock-node-V.crate. Every package gets version V
 // (the workspace version): a package.json under node/ that says otherwise is an error. Every
@@ -53,14 +56,14 @@ function fail(message) {
 }
 
 function parseArgs(argv) {
-  const args = { binary: {} };
+  const args = { binary: {}, program: {} };
   for (let i = 0; i < argv.length; i += 2) {
     const [flag, value] = [argv[i], argv[i + 1]];
     if (value === undefined) fail(`${flag} needs a value`);
-    if (flag === '--binary') {
+    if (flag === '--binary' || flag === '--program') {
       const eq = value.indexOf('=');
-      if (eq < 0) fail(`--binary takes PLATFORM=FILE, not ${value}`);
-      args.binary[value.slice(0, eq)] = path.resolve(value.slice(eq + 1));
+      if (eq < 0) fail(`${flag} takes PLATFORM=FILE, not ${value}`);
+      args[flag.slice(2)][value.slice(0, eq)] = path.resolve(value.slice(eq + 1));
     } else if (['--version', '--crates', '--notices', '--stage', '--out'].includes(flag)) {
       args[flag.slice(2)] = flag === '--version' ? value : path.resolve(value);
     } else {
@@ -154,9 +157,14 @@ function main() {
     copy(src, dir);
     fs.copyFileSync(binary, path.join(dir, file));
     fs.chmodSync(path.join(dir, file), 0o755);
+    // The keylock command, which the main package's bin/keylock.js runs.
+    const program = args.program[platform];
+    if (!program || !fs.existsSync(program)) fail(`no keylock program for ${platform}: pass --program ${platform}=FILE`);
+    fs.copyFileSync(program, path.join(dir, 'keylock'));
+    fs.chmodSync(path.join(dir, 'keylock'), 0o755);
     addLicenses(dir, args.notices, pkg.files, `node/npm/${platform}/package.json`);
     const packed = pack(dir, args.out);
-    for (const need of [file, ...LICENSE_FILES, NOTICES_FILE]) {
+    for (const need of [file, 'keylock', ...LICENSE_FILES, NOTICES_FILE]) {
       if (!packed.files.includes(need)) fail(`${packed.file} lacks ${need}`);
     }
     optional[name] = version;
@@ -214,6 +222,7 @@ function main() {
     'lib/pools.js',
     'lib/web-locks.js',
     'binding.js',
+    'bin/keylock.js',
     'install.js',
     'Cargo.toml',
     'vendor/keylock-core/src/lib.rs',

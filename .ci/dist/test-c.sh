@@ -8,7 +8,7 @@ tarball=$(dist_file "$name.tar.gz")
 so="libkeylock.so.$KEYLOCK_VERSION"
 
 listing=$(tar -tvzf "$tarball")
-for want in "$name/lib/$so" "$name/lib/libkeylock.so.$KEYLOCK_MAJOR -> $so" \
+for want in "$name/bin/keylock" "$name/lib/$so" "$name/lib/libkeylock.so.$KEYLOCK_MAJOR -> $so" \
 	"$name/lib/libkeylock.so -> libkeylock.so.$KEYLOCK_MAJOR" "$name/lib/libkeylock.a" \
 	"$name/include/keylock.h" "$name/include/keylock.hpp" "$name/lib/pkgconfig/keylock.pc" \
 	"$name/README.md" "$name/LICENSE-MIT" "$name/LICENSE-APACHE" "$name/THIRD-PARTY-NOTICES"; do
@@ -25,6 +25,7 @@ check_licenses "$prefix" "$(basename "$tarball")" parking_lot lock_api redis rin
 
 readelf -d "$lib/$so" | grep -q "SONAME.*\[libkeylock\.so\.$KEYLOCK_MAJOR\]" || fail "$so has no SONAME libkeylock.so.$KEYLOCK_MAJOR"
 check_glibc "$lib/$so"
+check_glibc "$prefix/bin/keylock"
 
 no_rust
 
@@ -67,4 +68,31 @@ static="$(pkg-config --cflags keylock) $(pkg-config --static --libs keylock | se
 cc -std=c11 -O2 "$ROOT/examples/c/bank.c" -o "$WORK/bank_static" $static -pthread
 if readelf -d "$WORK/bank_static" | grep -q 'NEEDED.*libkeylock'; then fail "the static build loads libkeylock"; fi
 timeout 60 "$WORK/bank_static" 4 64 100
-say "ok: $(basename "$tarball") builds C and C++ programs with pkg-config alone, wherever it is unpacked"
+# bin/keylock, looking at a region a C program holds a key in (until its stdin closes).
+cat >"$WORK/holder.c" <<'C'
+#include <keylock.h>
+#include <stdio.h>
+
+int main(int argc, char **argv) {
+    keylock_pool *pool;
+    keylock_acquisition acq;
+    if (argc != 2 || keylock_pool_open(argv[1], NULL, &pool) != KEYLOCK_OK) return 1;
+    if (keylock_pool_lock(pool, (const uint8_t *)"dist:1", 6, &acq) != KEYLOCK_OK) return 1;
+    printf("held\n");
+    fflush(stdout);
+    while (getchar() != EOF) {}
+    return keylock_pool_release(pool, &acq) == KEYLOCK_OK ? 0 : 1;
+}
+C
+cc -std=c99 -Wall -Wextra -Werror "$WORK/holder.c" -o "$WORK/holder" $flags
+region="keylock-dist-c-$$"
+mkfifo "$WORK/hold-in" "$WORK/hold-out"
+LD_LIBRARY_PATH="$libdir" "$WORK/holder" "shm:$region" <"$WORK/hold-in" >"$WORK/hold-out" &
+holder=$!
+exec 8>"$WORK/hold-in"
+read -r -t 30 line <"$WORK/hold-out" && [[ $line == held ]] || fail "the C holder did not take dist:1"
+check_command "$prefix/bin/keylock" "$region" "$holder"
+exec 8>&-
+wait "$holder" || fail "the C holder failed to release"
+"$prefix/bin/keylock" unlink "shm:$region" >/dev/null
+say "ok: $(basename "$tarball") builds C and C++ programs with pkg-config alone, wherever it is unpacked, and its bin/keylock works"

@@ -16,6 +16,7 @@ mkdir "$WORK/platform-package" "$WORK/main-package"
 tar -xzf "$platform" -C "$WORK/platform-package"
 tar -xzf "$main" -C "$WORK/main-package"
 check_glibc "$WORK/platform-package/package/keylock_node.linux-x64-gnu.node"
+check_glibc "$WORK/platform-package/package/keylock"
 check_licenses "$WORK/platform-package/package" "$(basename "$platform")" parking_lot lock_api napi redis ring
 check_licenses "$WORK/main-package/package" "$(basename "$main")" parking_lot lock_api napi redis ring
 
@@ -105,6 +106,31 @@ new_project "$WORK/app"
 if grep -q 'from source' "$WORK/install.log"; then fail "the install built from source"; fi
 cp "$WORK/smoke.js" "$WORK/app/"
 (cd "$WORK/app" && node smoke.js "$KEYLOCK_VERSION" prebuilt)
+
+# The keylock command the package installs (node_modules/.bin/keylock, what npx runs), looking
+# at a region this Node program holds a key in (until its stdin closes).
+region="keylock-dist-node-$$"
+cat >"$WORK/app/holder.js" <<'JS'
+const { KeyPool } = require('@keylock/keylock');
+const pool = KeyPool.open(`shm:${process.argv[2]}`);
+const guard = pool.tryLock('dist:1');
+if (!guard) process.exit(1);
+console.log('held');
+process.stdin.resume();
+process.stdin.on('end', () => {
+  guard.release();
+  process.exit(0);
+});
+JS
+mkfifo "$WORK/hold-in" "$WORK/hold-out"
+(cd "$WORK/app" && exec node holder.js "$region" <"$WORK/hold-in" >"$WORK/hold-out") &
+holder=$!
+exec 8>"$WORK/hold-in"
+read -r -t 30 line <"$WORK/hold-out" && [[ $line == held ]] || fail "the Node holder did not take dist:1"
+check_command "$WORK/app/node_modules/.bin/keylock" "$region" "$holder"
+exec 8>&-
+wait "$holder" || fail "the Node holder failed to release"
+"$WORK/app/node_modules/.bin/keylock" unlink "shm:$region" >/dev/null
 
 # napi-rs's layout needs no install script: with scripts off, the binary package still loads.
 say "the same with --ignore-scripts"

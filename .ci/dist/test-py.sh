@@ -17,6 +17,7 @@ grep -q 'is consistent with the following platform tag: "manylinux_2_17_x86_64"'
 mkdir "$WORK/unzipped"
 python3 -m zipfile -e "$wheel" "$WORK/unzipped"
 check_glibc "$WORK/unzipped/keylock/_keylock.abi3.so"
+check_glibc "$WORK/unzipped/keylock/_bin/keylock"
 LINKED=(parking_lot lock_api pyo3 redis ring)
 check_licenses "$WORK/unzipped/keylock_py-$KEYLOCK_VERSION.dist-info/licenses" "$(basename "$wheel")" "${LINKED[@]}"
 mkdir "$WORK/sdist-unpacked"
@@ -82,6 +83,11 @@ python3 -m zipfile -e "$WORK"/sdist-wheel/*.whl "$WORK/sdist-wheel-unzipped"
 check_licenses "$WORK/sdist-wheel-unzipped/keylock_py-$KEYLOCK_VERSION.dist-info/licenses" \
 	"the wheel built from $(basename "$sdist")" "${LINKED[@]}"
 install_and_run "$WORK/sdist-venv"
+# Built from source, the package has no program to run, and its `keylock` says so.
+rc=0
+out=$("$WORK/sdist-venv/bin/keylock" --version 2>&1) || rc=$?
+[[ $rc == 7 && $out == *"has no keylock command"* ]] ||
+	fail "keylock from the sdist's install: exit $rc, $out"
 
 no_rust
 python3 -m venv "$WORK/venv"
@@ -89,4 +95,23 @@ python3 -m venv "$WORK/venv"
 "$WORK/venv/bin/pip" install --quiet --no-index --only-binary=:all: --find-links "$DIST_DIR" \
 	"keylock-py==$KEYLOCK_VERSION"
 install_and_run "$WORK/venv"
-say "ok: $(basename "$wheel") installs and runs without Rust; the sdist builds"
+
+# The keylock command the wheel installs on PATH, looking at a region this Python holds a key in.
+region="keylock-dist-py-$$"
+mkfifo "$WORK/held"
+"$WORK/venv/bin/python" -c '
+import sys, keylock
+pool = keylock.KeyPool.open("shm:" + sys.argv[1])
+with pool.lock("dist:1"):
+    open(sys.argv[2], "w").close()
+    sys.stdin.read()
+' "$region" "$WORK/held-ready" <"$WORK/held" &
+holder=$!
+exec 9>"$WORK/held"
+for _ in $(seq 200); do [[ -e $WORK/held-ready ]] && break; sleep 0.05; done
+[[ -e $WORK/held-ready ]] || fail "the holder did not take dist:1"
+check_command "$WORK/venv/bin/keylock" "$region" "$holder"
+exec 9>&-
+wait "$holder"
+"$WORK/venv/bin/keylock" unlink "shm:$region" >/dev/null
+say "ok: $(basename "$wheel") installs and runs without Rust, with its keylock command; the sdist builds"

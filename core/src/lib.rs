@@ -37,6 +37,7 @@ mod adder;
 mod entry;
 mod error;
 mod front;
+mod glibc_compat;
 mod guard;
 mod guarded;
 mod hash;
