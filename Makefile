@@ -57,14 +57,31 @@ build: $(BUILD_TARGETS)
 demo: $(DEMO_TARGETS)
 # Formatting and lints first: they fail in seconds, before any long suite runs. Each suite runs
 # in turn through .ci/suites.sh, which prints its duration as it ends and a table of them all at
-# the end, so the cost of every suite can be seen.
+# the end, so the cost of every suite can be seen. Meanwhile, at the lowest priority, the tools
+# that test-c and test-dist run, the release packages and the ThreadSanitizer builds compile in
+# the background (PREBUILD below; .ci/suites.sh says how), each waited for by the suite that uses
+# it: the middle suites leave the two cores idle much of the time.
+TEST_PREBUILD := tools:test-c dist:test-dist tsan:tsan
 test:
-	@MAKE="$(MAKE)" bash .ci/suites.sh lint $(TEST_TARGETS)
+	@MAKE="$(MAKE)" PREBUILD="$(TEST_PREBUILD)" bash .ci/suites.sh lint $(TEST_TARGETS)
 bench: $(BENCH_TARGETS)
 lint: $(LINT_TARGETS)
+# Under `make lint`, lint-rust's workspace clippy (every crate, every target, default features)
+# has already checked the bindings and the PostgreSQL benchmark (all features), so lint-c,
+# lint-py, lint-node and lint-postgres's benchmark run skip their own clippy run, which they do
+# when made alone; the runs on a subset of the core's features (redis alone, postgres alone) stay.
+lint: LINT_CLIPPY_ALONE := @: skipped under make lint, done by lint-rust: \#
 fmt: $(FMT_TARGETS)
 # The core's and the C ABI's test suites under ThreadSanitizer (nightly toolchain).
 tsan: $(TSAN_TARGETS)
+
+# make test's background phases (TEST_PREBUILD). prebuild-tools runs alongside lint, so it needs
+# nothing lint sets up; the others start once lint has passed.
+.PHONY: prebuild-tools prebuild-dist prebuild-tsan
+prebuild-tools: $(CBINDGEN_STAMP) $(CARGO_ABOUT_STAMP)
+prebuild-dist: DIST_PACKAGE_VERIFY := --no-verify
+prebuild-dist: dist
+prebuild-tsan: tsan-build
 
 # The virtual environment; front ends add their packages to requirements-dev.txt.
 venv: $(VENV)/.stamp

@@ -193,7 +193,7 @@ bench-c-quick:
 
 # --no-deps: this lints the C crate; keylock-core is lint-rust's.
 lint-c:
-	$(CARGO) clippy --locked -p keylock-ffi --no-deps --all-targets -- -D warnings
+	$(LINT_CLIPPY_ALONE)$(CARGO) clippy --locked -p keylock-ffi --no-deps --all-targets -- -D warnings
 	$(CC) -std=c99 $(C_WARN) -fsyntax-only -x c include/keylock.h
 	$(CXX) $(CXX_STD) $(C_WARN) -fsyntax-only -x c++ include/keylock.hpp -Iinclude
 
@@ -205,17 +205,22 @@ fmt-c:
 # The C and C++ tests under ThreadSanitizer: libkeylock.a built by the nightly toolchain with
 # -Zsanitizer=thread, the tests compiled with -fsanitize=thread, and both linked against the
 # nightly's own (LLVM) TSan runtime: gcc 12's libtsan lacks entry points that LLVM's
-# instrumentation calls. Suppressions: .ci/tsan.supp (std's blind spots only).
+# instrumentation calls. Suppressions: .ci/tsan.supp (std's blind spots only). The library is
+# built in the dev profile with the host scope only, as tsan-rust builds the core, so it reuses
+# that build and compiles only the C ABI (the server scopes' C paths run in test-c-scopes;
+# KEYLOCK_TEST_NO_SERVER_SCOPES tells the tests that the library refuses their URLs).
 TSAN_TARGETS += tsan-c
-.PHONY: tsan-c
-tsan-c:
-	$(TSAN_CARGO) build --locked --release -p keylock-ffi --target $(TSAN_TARGET) --target-dir $(TARGET_DIR)/tsan
+.PHONY: tsan-c tsan-c-build
+tsan-c-build:
+	$(TSAN_CARGO) build --locked -p keylock-ffi --no-default-features --features shm \
+		--target $(TSAN_TARGET) --target-dir $(TARGET_DIR)/tsan
+tsan-c: tsan-c-build
 	tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
 	rt="$$(rustc +nightly --print sysroot)/lib/rustlib/$(TSAN_TARGET)/lib/librustc-nightly_rt.tsan.a"; \
-	lib=$(TARGET_DIR)/tsan/$(TSAN_TARGET)/release/libkeylock.a; \
+	lib=$(TARGET_DIR)/tsan/$(TSAN_TARGET)/debug/libkeylock.a; \
 	$(CC) -std=c99 -g -O1 -fsanitize=thread -Iinclude -c ffi-c/tests/c/test_keylock.c -o "$$tmp/c.o"; \
 	$(CXX) $(CXX_STD) -g -O1 -fsanitize=thread -Iinclude -c ffi-c/tests/cpp/test_keylock.cpp -o "$$tmp/cpp.o"; \
-	$(CC) -std=c99 -g -O1 -fsanitize=thread -Iinclude -c ffi-c/tests/c/test_semaphore.c -o "$$tmp/sem.o"; \
+	$(CC) -std=c99 -g -O1 -fsanitize=thread -DKEYLOCK_TEST_NO_SERVER_SCOPES -Iinclude -c ffi-c/tests/c/test_semaphore.c -o "$$tmp/sem.o"; \
 	$(CC) "$$tmp/c.o" -Wl,--whole-archive "$$rt" -Wl,--no-whole-archive "$$lib" -o "$$tmp/c" -pthread -ldl -lm -lrt -lstdc++; \
 	$(CC) "$$tmp/sem.o" -Wl,--whole-archive "$$rt" -Wl,--no-whole-archive "$$lib" -o "$$tmp/sem" -pthread -ldl -lm -lrt -lstdc++; \
 	$(CXX) "$$tmp/cpp.o" -Wl,--whole-archive "$$rt" -Wl,--no-whole-archive "$$lib" -o "$$tmp/cpp" -pthread -ldl -lm -lrt; \

@@ -198,8 +198,9 @@ dist-rust: dist-notices
 DIST_TEST_ENV := KEYLOCK_VERSION=$(DIST_VERSION) KEYLOCK_MAJOR=$(DIST_MAJOR) DIST_DIR=$(DIST_DIR) \
 	DIST_GLIBC=$(DIST_GLIBC) ROOT=$(ROOT) VENV=$(VENV) TARGET_DIR=$(TARGET_DIR)
 # (A target-specific variable: it holds for dist-rust when test-dist makes it, not for make dist.)
+# PREBUILT=1: make test has built dist/ already (prebuild-dist, in the background).
 test-dist: DIST_PACKAGE_VERIFY := --no-verify
-test-dist: dist
+test-dist: $(if $(PREBUILT),,dist)
 	$(DIST_TEST_ENV) bash .ci/dist/test-py.sh
 	$(DIST_TEST_ENV) bash .ci/dist/test-node.sh
 	$(DIST_TEST_ENV) bash .ci/dist/test-c.sh

@@ -83,7 +83,7 @@ bench-node-quick: build-node
 	node $(NODE_DIR)/bench/bench.js --quick --out bench/results/node.json
 
 lint-node: $(NODE_MODULES_STAMP)
-	$(CARGO) clippy --locked -p keylock-node --all-targets -- -D warnings
+	$(LINT_CLIPPY_ALONE)$(CARGO) clippy --locked -p keylock-node --all-targets -- -D warnings
 	cd $(NODE_DIR) && npx --no-install tsc -p test
 	cd $(NODE_DIR) && npx --no-install tsc -p test/tsconfig.dom.json
 	cd $(NODE_DIR) && npx --no-install prettier --check $(NODE_FORMATTED)

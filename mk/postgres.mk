@@ -39,7 +39,7 @@ test-postgres: postgres-server
 
 lint-postgres:
 	$(CARGO) clippy --locked -p keylock-core --features postgres --lib --test postgres -- -D warnings
-	$(CARGO) clippy --locked -p keylock-core --features postgres,redis --bench postgres -- -D warnings
+	$(LINT_CLIPPY_ALONE)$(CARGO) clippy --locked -p keylock-core --features postgres,redis --bench postgres -- -D warnings
 
 # The scope against the bare pg_advisory_lock / pg_advisory_unlock pair (psycopg, from .venv)
 # and against keylock's Redis scope, on one server each, in one run: core/benches/postgres.rs

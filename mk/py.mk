@@ -55,7 +55,7 @@ bench-py-quick: build-py
 	$(PY) py/bench/bench_python.py --quick --out $(TARGET_DIR)/bench-python-quick.json
 
 lint-py: build-py
-	$(CARGO) clippy --locked -p keylock-py --all-targets --no-deps -- -D warnings
+	$(LINT_CLIPPY_ALONE)$(CARGO) clippy --locked -p keylock-py --all-targets --no-deps -- -D warnings
 	$(RUFF) check --config py/pyproject.toml $(PY_LINTED)
 	$(RUFF) format --check --config py/pyproject.toml $(PY_LINTED)
 	$(PY) -m mypy.stubtest keylock --allowlist py/stubtest-allowlist.txt

@@ -110,9 +110,16 @@ TSAN_SKIP := --skip tokio_ $(TSAN_SKIP_DEATHS)
 # one-process suite (tsan-shm's, which then reuses it). Not shm_procs: TSan cannot see into
 # other processes. Not loom: it is a model, not threads.
 TSAN_CORE_TESTS := $(patsubst %,--test %,$(filter-out shm_procs shm_hostile loom,$(basename $(notdir $(wildcard core/tests/*.rs)))))
+TSAN_CORE_BUILD := --locked -p keylock-core --features shm --target $(TSAN_TARGET) \
+	--target-dir $(TARGET_DIR)/tsan --lib $(TSAN_CORE_TESTS)
 tsan-rust:
-	KEYLOCK_TSAN=1 $(TSAN_CARGO) test --locked -p keylock-core --features shm --target $(TSAN_TARGET) \
-		--target-dir $(TARGET_DIR)/tsan --lib $(TSAN_CORE_TESTS) -- --test-threads=1 $(TSAN_SKIP)
+	KEYLOCK_TSAN=1 $(TSAN_CARGO) test $(TSAN_CORE_BUILD) -- --test-threads=1 $(TSAN_SKIP)
+
+# Everything make tsan compiles, without running it (make test builds it early, in the background).
+.PHONY: tsan-build
+tsan-build:
+	$(TSAN_CARGO) test --no-run $(TSAN_CORE_BUILD)
+	$(MAKE) tsan-c-build
 
 # Soak: every language's bank stress at once for SOAK_SECONDS (default 10 minutes), reporting
 # transfers, errors and peak memory, and failing if memory grows after warm-up.

@@ -154,9 +154,15 @@ static void test_open(void) {
         keylock_semaphore_free(shm);
         OK(keylock_unlink(name, NULL));
     }
-    /* Redis has semaphores: an unreachable server is the error. */
+    /* Redis has semaphores: an unreachable server is the error. (make tsan builds a library
+     * without the server scopes, where the scheme is refused, and defines this.) */
+#ifndef KEYLOCK_TEST_NO_SERVER_SCOPES
     CHECK_RESULT(keylock_semaphore_open("redis://127.0.0.1:1/0?connect_timeout=200ms", 2, NULL, &s),
                  KEYLOCK_UNAVAILABLE);
+#else
+    CHECK_RESULT(keylock_semaphore_open("redis://127.0.0.1:1/0?connect_timeout=200ms", 2, NULL, &s),
+                 KEYLOCK_INVALID_ARGUMENT);
+#endif
     CHECK_RESULT(keylock_semaphore_open("nope:", 2, NULL, &s), KEYLOCK_INVALID_ARGUMENT);
     o.fifo = true; /* a semaphore is always FIFO: the option is refused, not ignored */
     CHECK_RESULT(keylock_semaphore_open("local:", 2, &o, &s), KEYLOCK_INVALID_ARGUMENT);
