@@ -73,6 +73,24 @@ check_command() { # PROGRAM REGION HOLDER_PID
 	say "$program: keylock $KEYLOCK_VERSION, lists the held key with its holder's pid"
 }
 
+# Starts HOLDER... (a program that takes dist:1 in shm:REGION, prints "held", and releases when
+# its standard input ends) on fifos, runs check_command on PROGRAM while it holds, then lets it go
+# and unlinks the region with PROGRAM.
+check_command_on_holder() { # PROGRAM REGION WHAT HOLDER...
+	local program=$1 region=$2 what=$3 holder line
+	shift 3
+	rm -f "$WORK/hold-in" "$WORK/hold-out"
+	mkfifo "$WORK/hold-in" "$WORK/hold-out"
+	"$@" <"$WORK/hold-in" >"$WORK/hold-out" &
+	holder=$!
+	exec 8>"$WORK/hold-in"
+	read -r -t 30 line <"$WORK/hold-out" && [[ $line == held ]] || fail "the $what holder did not take dist:1"
+	check_command "$program" "$region" "$holder"
+	exec 8>&-
+	wait "$holder" || fail "the $what holder failed to release"
+	"$program" unlink "shm:$region" >/dev/null
+}
+
 # The version of crate NAME that Cargo.lock pins (the first, if it pins several).
 locked_version() {
 	awk -v want="\"$1\"" '$1 == "name" && $3 == want { getline; gsub(/"/, "", $3); print $3; exit }' "$ROOT/Cargo.lock"

@@ -86,13 +86,6 @@ int main(int argc, char **argv) {
 C
 cc -std=c99 -Wall -Wextra -Werror "$WORK/holder.c" -o "$WORK/holder" $flags
 region="keylock-dist-c-$$"
-mkfifo "$WORK/hold-in" "$WORK/hold-out"
-LD_LIBRARY_PATH="$libdir" "$WORK/holder" "shm:$region" <"$WORK/hold-in" >"$WORK/hold-out" &
-holder=$!
-exec 8>"$WORK/hold-in"
-read -r -t 30 line <"$WORK/hold-out" && [[ $line == held ]] || fail "the C holder did not take dist:1"
-check_command "$prefix/bin/keylock" "$region" "$holder"
-exec 8>&-
-wait "$holder" || fail "the C holder failed to release"
-"$prefix/bin/keylock" unlink "shm:$region" >/dev/null
+check_command_on_holder "$prefix/bin/keylock" "$region" C \
+	env LD_LIBRARY_PATH="$libdir" "$WORK/holder" "shm:$region"
 say "ok: $(basename "$tarball") builds C and C++ programs with pkg-config alone, wherever it is unpacked, and its bin/keylock works"

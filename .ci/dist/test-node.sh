@@ -122,15 +122,8 @@ process.stdin.on('end', () => {
   process.exit(0);
 });
 JS
-mkfifo "$WORK/hold-in" "$WORK/hold-out"
-(cd "$WORK/app" && exec node holder.js "$region" <"$WORK/hold-in" >"$WORK/hold-out") &
-holder=$!
-exec 8>"$WORK/hold-in"
-read -r -t 30 line <"$WORK/hold-out" && [[ $line == held ]] || fail "the Node holder did not take dist:1"
-check_command "$WORK/app/node_modules/.bin/keylock" "$region" "$holder"
-exec 8>&-
-wait "$holder" || fail "the Node holder failed to release"
-"$WORK/app/node_modules/.bin/keylock" unlink "shm:$region" >/dev/null
+check_command_on_holder "$WORK/app/node_modules/.bin/keylock" "$region" Node \
+	node "$WORK/app/holder.js" "$region"
 
 # napi-rs's layout needs no install script: with scripts off, the binary package still loads.
 say "the same with --ignore-scripts"
