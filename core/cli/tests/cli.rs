@@ -337,6 +337,16 @@ fn watch_under_tmux() {
         lock.info(key(b"busy")).unwrap().unwrap().waiters == 1
     });
     let socket = format!("keylock-cli-{}", std::process::id());
+    // The test's own tmux server, ended however the test ends (a failed assertion too).
+    struct Server<'a>(&'a str);
+    impl Drop for Server<'_> {
+        fn drop(&mut self) {
+            let _ = Command::new("tmux")
+                .args(["-L", self.0, "kill-server"])
+                .output();
+        }
+    }
+    let _server = Server(&socket);
     let tmux = |args: &[&str]| {
         let o = Command::new("tmux")
             .args(["-L", &socket])
@@ -359,10 +369,16 @@ fn watch_under_tmux() {
             &shell,
         ]);
         let screen = || tmux(&["capture-pane", "-p", "-t", session]);
-        eventually("watch to draw both keys", || {
-            let s = screen();
-            s.contains("busy") && s.contains("quiet")
-        });
+        let mut last = String::new();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !(last.contains("busy") && last.contains("quiet")) {
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for watch ({stop_with}) to draw both keys; the screen:\n{last}"
+            );
+            thread::sleep(Duration::from_millis(20));
+            last = screen();
+        }
         let s = screen();
         assert!(
             s.contains(&format!(
@@ -385,7 +401,6 @@ fn watch_under_tmux() {
         assert!(!s.contains("KEY  "), "{s}");
         tmux(&["kill-session", "-t", session]);
     }
-    tmux(&["kill-server"]);
     lock.release(busy).unwrap();
     w.join().unwrap();
     lock.release(quiet).unwrap();
