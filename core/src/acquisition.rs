@@ -300,6 +300,9 @@ pub struct Acquisition {
     pub(crate) owner_died: bool,
     /// The units of a semaphore this acquisition holds (0 for a lock's).
     pub(crate) units: u32,
+    /// When the hold started, kept by a lock object with metrics ([`crate::Metered`]) for the
+    /// hold-time histogram; `None` everywhere else (a scope never sees it set).
+    pub(crate) metered_since: Option<Instant>,
 }
 
 impl Acquisition {
@@ -349,6 +352,7 @@ impl Acquisition {
             mode,
             owner_died: false,
             units: 0,
+            metered_since: None,
         }
     }
 

@@ -45,6 +45,7 @@ pub mod keys;
 mod local;
 mod lost;
 mod many;
+pub mod metrics;
 mod open;
 mod pool;
 #[cfg(feature = "postgres")]
@@ -71,6 +72,7 @@ pub use acquisition::{Acquisition, LockInfo, LockOptions, Mode, Owner, Wait};
 pub use error::{Error, Result};
 pub use guard::KeyedGuard;
 pub use lost::{Lost, LostSignal};
+pub use metrics::{HistogramSnapshot, Metered, MetricsSnapshot};
 pub use open::{inspect, open, open_with};
 pub use redact::redact_scope_name;
 pub use report::{KeyReport, LockId, Party};

@@ -13,8 +13,19 @@ pub fn open(name: &str) -> Result<Arc<dyn KeyedLock>> {
     open_with(name, &OpenOptions::default())
 }
 
-/// Opens the lock object that `name` names, with `options`.
+/// Opens the lock object that `name` names, with `options` (with metrics, in a
+/// [`Metered`](crate::Metered) labelled with the name, its password left out).
 pub fn open_with(name: &str, options: &OpenOptions) -> Result<Arc<dyn KeyedLock>> {
+    let locks = open_scope(name, options)?;
+    if options.metrics {
+        let label = crate::redact_scope_name(name);
+        return Ok(Arc::new(crate::metrics::Metered::new(locks, &label)));
+    }
+    Ok(locks)
+}
+
+/// The scope's own lock object that `name` names.
+fn open_scope(name: &str, options: &OpenOptions) -> Result<Arc<dyn KeyedLock>> {
     let (scheme, rest) = match name.split_once(':') {
         Some((scheme, rest)) => (scheme, rest),
         None if name.is_empty() => ("local", ""),

@@ -260,6 +260,13 @@ pub trait KeyedLock: Send + Sync + fmt::Debug {
         let _ = acquisition;
         None
     }
+
+    /// The lock object's metrics (see [`metrics`](crate::metrics)): a snapshot of its counts
+    /// and histograms when it was opened with [`OpenOptions::metrics`] (or wrapped in a
+    /// [`Metered`](crate::Metered)); `None` otherwise, and then nothing is counted.
+    fn metrics(&self) -> Option<crate::MetricsSnapshot> {
+        None
+    }
 }
 
 /// How to make a lock object by name ([`open_with`](crate::open_with)).
@@ -283,6 +290,9 @@ pub struct OpenOptions {
     /// ([`KeyedSemaphore`](crate::KeyedSemaphore); in this process, in `shm:` and on Redis;
     /// the PostgreSQL scope refuses it).
     pub permits: Option<u32>,
+    /// Metrics on the lock object (see [`metrics`](crate::metrics)): off by default, and then
+    /// nothing is counted and no path does anything more.
+    pub metrics: bool,
 }
 
 impl Default for OpenOptions {
@@ -302,7 +312,14 @@ impl OpenOptions {
             mode: None,
             seed: None,
             permits: None,
+            metrics: false,
         }
+    }
+
+    /// Metrics on the lock object ([`KeyedLock::metrics`] reads them).
+    pub const fn metrics(mut self, metrics: bool) -> Self {
+        self.metrics = metrics;
+        self
     }
 
     /// A keyed semaphore with `permits` units per key.

@@ -25,6 +25,7 @@ fn acquisition(place: u64, hold: &Hold, lease_until: Option<Instant>) -> Acquisi
         mode: hold.mode,
         owner_died: false,
         units: hold.units,
+        metered_since: None,
     }
 }
 

@@ -439,6 +439,7 @@ impl<S: Server> Inner<S> {
             mode: local.mode(),
             owner_died: hold.died,
             units: local.units,
+            metered_since: None,
         };
         self.records.lock().insert(
             id,

@@ -367,6 +367,7 @@ impl ShmLock {
             mode: g.mode,
             owner_died: g.died,
             units: g.units,
+            metered_since: None,
         }
     }
 
