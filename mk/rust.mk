@@ -19,7 +19,7 @@ demo-rust: build-rust
 # start their own redis-server and PostgreSQL clusters), and the doc tests. `make test-shm` and
 # `make test-redis` run their parts of the same build. The keylock command's tests (core/cli,
 # mk/cli.mk) are in it too: the command builds the core with the same features.
-CORE_TEST_FEATURES := --features keylock-core/shm,keylock-core/redis,keylock-core/postgres
+CORE_TEST_FEATURES := --features keylock-core/shm,keylock-core/redis,keylock-core/postgres,keylock-core/metrics
 test-rust: redis-server postgres-server tmux
 	$(CARGO) test --locked -p keylock-core -p keylock-bank -p keylock-cli $(CORE_TEST_FEATURES)
 	$(CARGO) run --locked -q -p keylock-bank -- 8 64 200

@@ -225,3 +225,39 @@ fn many_threads_count_every_grant() {
         "every grant at once waited 0 ns, every contended one more"
     );
 }
+
+#[cfg(feature = "metrics")]
+#[test]
+fn the_metrics_facade_gets_every_count_labelled_with_the_lock() {
+    use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    metrics::with_local_recorder(&recorder, || {
+        let locks = open_with("local:", &OpenOptions::new().metrics(true)).unwrap();
+        let held = locks.acquire(K, &LockOptions::new()).unwrap();
+        let tried = locks.acquire(K, &LockOptions::new().wait(Wait::No));
+        assert!(matches!(tried, Err(Error::WouldBlock)));
+        locks.release(held).unwrap();
+    });
+    let mut seen = std::collections::BTreeMap::new();
+    for (key, _, _, value) in snapshotter.snapshot().into_vec() {
+        let labels: Vec<_> = key
+            .key()
+            .labels()
+            .map(|l| (l.key().to_owned(), l.value().to_owned()))
+            .collect();
+        assert_eq!(labels, [("lock".to_owned(), "local:".to_owned())]);
+        let value = match value {
+            DebugValue::Counter(n) => n,
+            DebugValue::Histogram(v) => v.len() as u64,
+            DebugValue::Gauge(_) => panic!("keylock sends no gauges"),
+        };
+        seen.insert(key.key().name().to_owned(), value);
+    }
+    assert_eq!(seen["keylock_acquired_total"], 1);
+    assert_eq!(seen["keylock_would_block_total"], 1);
+    assert_eq!(seen["keylock_contended_total"], 0);
+    assert_eq!(seen["keylock_wait_seconds"], 1);
+    assert_eq!(seen["keylock_hold_seconds"], 1);
+    assert_eq!(seen.len(), 11, "nine counters and two histograms: {seen:?}");
+}
