@@ -77,7 +77,7 @@ fn main() {
     let metered_striped = opened(Some(1024), true);
     let pool: KeyPool<Vec<u8>> = KeyPool::new();
     let striped = StripedLock::new(1024).unwrap();
-    let mut one = |k: usize| match which.as_str() {
+    let one = |k: usize| match which.as_str() {
         "trait_pool" => through_trait(&*trait_pool, &keys[k]),
         "trait_striped" => through_trait(&*trait_striped, &keys[k]),
         "metered_pool" => through_trait(&*metered_pool, &keys[k]),

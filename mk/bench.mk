@@ -11,9 +11,11 @@
 #   make bench-semaphore  the keyed semaphore against its peers in Rust (a map of tokio
 #                      Semaphores, callgrind instructions beside the times), Python (a defaultdict
 #                      of BoundedSemaphores) and Node (a Map of async-mutex Semaphores)
+#   make bench-metrics  what metrics cost: the uncontended acquire+release before metrics, and
+#                      with them off and on (bench/metrics.py, callgrind beside the times)
 
 .PHONY: bench-core bench-uncontended bench-report bench-quick bench-before-after-bindings \
-	bench-semaphore
+	bench-semaphore bench-metrics
 
 BENCH_RESULTS := $(ROOT)/bench/results
 # Thread counts for the scaling runs; a bigger machine can pass more: make bench BENCH_THREADS="1 2 4 8 16 32 64"
@@ -22,7 +24,10 @@ BENCH_CARGO := $(CARGO) bench --locked -p keylock-core
 
 # bench-core writes the same figures bench-rust would, plus the JSON; running both would
 # measure everything twice, so make bench runs only this one.
-BENCH_TARGETS := $(filter-out bench-rust,$(BENCH_TARGETS)) bench-core bench-semaphore bench-report
+BENCH_TARGETS := $(filter-out bench-rust,$(BENCH_TARGETS)) bench-core bench-semaphore bench-metrics bench-report
+
+bench-metrics:
+	python3 bench/metrics.py --out $(BENCH_RESULTS)/rust-metrics.json
 
 bench-semaphore: build-py build-node
 	python3 bench/semaphore.py --out $(BENCH_RESULTS)/rust-semaphore.json
