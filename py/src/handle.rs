@@ -101,10 +101,13 @@ impl LockHandle {
         let py = slf.py();
         let this = slf.get();
         let owner = this.owner(py)?;
-        if wait::try_acquire(py, this, this.lease, owner)? {
+        // A lock object with metrics counts a failed try: there the awaitable's first poll
+        // takes a free lock instead (and awaiting it does not suspend either).
+        let tries = !this.target.metered() || this.timeout.is_some_and(|t| t <= 0.0);
+        if tries && wait::try_acquire(py, this, this.lease, owner)? {
             return ready::get(py);
         }
-        Ok(Acquire::new(slf, this.timeout, this.lease, owner, true, true)?.into_any())
+        Ok(Acquire::new(slf, this.timeout, this.lease, owner, true, tries)?.into_any())
     }
 }
 

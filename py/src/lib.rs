@@ -9,6 +9,8 @@
 //!   it holds ([`lock`]), and their `threading.Lock` / `threading.RLock` protocol ([`handle`]);
 //!   owners of reentrant locks are threads and asyncio tasks ([`owner`]); a lock lost behind
 //!   its holder's back is told by flag, blocking wait or asyncio future ([`lost`]);
+//! - metrics ([`metrics`]): what a lock object opened with metrics counted, as the core
+//!   counts it, in seconds;
 //! - waiting styles ([`wait`]): a blocking acquire waits in the core with the GIL released and
 //!   checks for signals between slices; an asyncio acquire polls the core's future from the event
 //!   loop with a waker that resolves an asyncio future;
@@ -26,6 +28,7 @@ mod key;
 mod lock;
 mod locks;
 mod lost;
+mod metrics;
 mod owner;
 mod ready;
 mod rwlock;
@@ -48,6 +51,8 @@ fn _keylock(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<locks::KeyPool>()?;
     m.add_class::<locks::StripedLock>()?;
     m.add_class::<locks::LockInfo>()?;
+    m.add_class::<metrics::MetricsSnapshot>()?;
+    m.add_class::<metrics::HistogramSnapshot>()?;
     m.add_class::<rwlock::RwLock>()?;
     m.add_class::<semaphore::Semaphore>()?;
     m.add_class::<lock::LockHandle>()?;

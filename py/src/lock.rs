@@ -12,7 +12,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use keylock_core::scope::{AcquireFuture, AcquireManyFuture};
 use keylock_core::{
@@ -38,6 +38,10 @@ pub(crate) struct Keyed {
     /// trip, another process's mutex), so that it must be made with the GIL released. The
     /// in-process lock objects (those that give the core's `as_any`) answer at once.
     pub(crate) may_block: bool,
+    /// Whether it was opened with metrics, so that the core counts every call: then the
+    /// waiting styles make only the calls the caller asked for (no try of their own before a
+    /// wait, which the core would count as a failed try).
+    pub(crate) metered: bool,
     pub(crate) reentrant: bool,
     pub(crate) fifo: bool,
 }
@@ -132,6 +136,16 @@ impl Target {
         }
     }
 
+    /// Whether the target's lock object counts its calls (see [`Keyed::metered`]); an
+    /// RwLock's never does.
+    #[inline]
+    pub(crate) fn metered(&self) -> bool {
+        match self {
+            Target::Key { lock, .. } | Target::Many { lock, .. } => lock.get().metered,
+            Target::Read(_) | Target::Write(_) => false,
+        }
+    }
+
     /// The lock object, for keyed targets.
     pub(crate) fn keyed(&self) -> Option<&Arc<dyn KeyedLock>> {
         match self {
@@ -178,9 +192,11 @@ impl Target {
         }
     }
 
-    /// The core's future for this lock (it waits for as long as it is polled).
-    pub(crate) fn future(&self, opts: LockOptions) -> HoldFuture {
-        let opts = opts.wait(Wait::Forever);
+    /// The core's future for this lock: it waits until `deadline` (then it ends with
+    /// `TimedOut`, unless the lock was handed to it), or for as long as it is polled. (An
+    /// RwLock's waits for as long as it is polled.)
+    pub(crate) fn future(&self, opts: LockOptions, deadline: Option<Instant>) -> HoldFuture {
+        let opts = opts.wait(deadline.map_or(Wait::Forever, Wait::Until));
         match self {
             Target::Key { lock, key, .. } => HoldFuture::One(
                 Arc::clone(&lock.get().inner).acquire_async(LockKey::new(key), &opts),

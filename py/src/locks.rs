@@ -15,6 +15,7 @@ use crate::gil::with_gil_released;
 use crate::handle::{self, KeyLock, ManyLock, ReentrantKeyLock};
 use crate::key::{to_key, to_owned_entries, to_owned_key};
 use crate::lock::{Keyed, LockHandle, Target};
+use crate::metrics::MetricsSnapshot;
 
 impl Keyed {
     /// Opens the lock object (or semaphore) `name` names, with `options`.
@@ -25,7 +26,11 @@ impl Keyed {
             .map_err(|e| errors::to_py(py, e))?;
         Ok(Self {
             reentrant: inner.is_reentrant(),
+            // A lock object with metrics is the core's `Metered`, which gives no `as_any` (its
+            // calls must go through the trait to be counted): it is treated as one that may
+            // block, and calls into it let the GIL go.
             may_block: inner.as_any().is_none(),
+            metered: inner.metrics().is_some(),
             inner,
             name: core::redact_scope_name(name),
             fifo: options.fifo,
@@ -74,10 +79,14 @@ impl Keyed {
 fn options(
     reentrant: bool,
     fifo: bool,
+    metrics: bool,
     capacity: Option<usize>,
     permissions: Option<u32>,
 ) -> OpenOptions {
-    let mut o = OpenOptions::new().reentrant(reentrant).fifo(fifo);
+    let mut o = OpenOptions::new()
+        .reentrant(reentrant)
+        .fifo(fifo)
+        .metrics(metrics);
     if let Some(capacity) = capacity {
         o = o.capacity(capacity);
     }
@@ -171,6 +180,12 @@ impl Keyed {
     fn fifo(&self) -> bool {
         self.fifo
     }
+
+    /// Return the lock object's metrics, totals since it was opened (a MetricsSnapshot), or
+    /// None when it was opened without `metrics=True`.
+    pub(crate) fn metrics(&self) -> Option<MetricsSnapshot> {
+        self.inner.metrics().map(MetricsSnapshot::from)
+    }
 }
 
 /// What `info(key)` reports about a held key: a snapshot.
@@ -220,8 +235,9 @@ impl LockInfo {
 /// `pool.lock(key)` returns a handle that follows threading.Lock's protocol and asyncio's
 /// (`with`, `async with`, acquire/release/locked); `pool.read(key)` a shared one. With
 /// `reentrant=True` handles follow threading.RLock's protocol; with `fifo=True` every release
-/// hands the key to the next waiter in order. Keys are str (UTF-8), bytes, bytearray,
-/// memoryview or int (see keylock.key_bytes).
+/// hands the key to the next waiter in order; with `metrics=True` the pool counts what it does
+/// (see `metrics()`). Keys are str (UTF-8), bytes, bytearray, memoryview or int (see
+/// keylock.key_bytes).
 #[pyclass(module = "keylock", name = "KeyPool", extends = Keyed, frozen)]
 pub(crate) struct KeyPool;
 
@@ -249,28 +265,37 @@ impl KeyPool {
 #[pymethods]
 impl KeyPool {
     #[new]
-    #[pyo3(signature = (*, reentrant = false, fifo = false))]
-    fn new(py: Python<'_>, reentrant: bool, fifo: bool) -> PyResult<PyClassInitializer<Self>> {
-        Self::init(py, "local:", &options(reentrant, fifo, None, None))
+    #[pyo3(signature = (*, reentrant = false, fifo = false, metrics = false))]
+    fn new(
+        py: Python<'_>,
+        reentrant: bool,
+        fifo: bool,
+        metrics: bool,
+    ) -> PyResult<PyClassInitializer<Self>> {
+        Self::init(py, "local:", &options(reentrant, fifo, metrics, None, None))
     }
 
     /// Open the pool that `name` names: "local:" (in this process, the same as KeyPool()),
     /// "shm:NAME" (shared by the processes of this machine) or "redis://HOST:PORT/DB", where
     /// this build has those scopes (ValueError otherwise). `capacity` (the most keys held or
     /// awaited at once) and `permissions` (of a shared-memory region this call creates) apply
-    /// to fixed-size scopes only.
+    /// to fixed-size scopes only. `metrics=True` counts what this lock object does (see
+    /// `metrics()`).
     #[classmethod]
-    #[pyo3(signature = (name, *, reentrant = false, fifo = false, capacity = None, permissions = None))]
+    #[pyo3(signature = (name, *, reentrant = false, fifo = false, metrics = false, capacity = None, permissions = None))]
+    #[allow(clippy::too_many_arguments)] // the keyword arguments of a Python classmethod
     fn open(
         cls: &Bound<'_, PyType>,
         name: &str,
         reentrant: bool,
         fifo: bool,
+        metrics: bool,
         capacity: Option<usize>,
         permissions: Option<u32>,
     ) -> PyResult<Py<KeyPool>> {
         let py = cls.py();
-        let init = Self::init(py, name, &options(reentrant, fifo, capacity, permissions))?;
+        let o = options(reentrant, fifo, metrics, capacity, permissions);
+        let init = Self::init(py, name, &o)?;
         Py::new(py, init)
     }
 
@@ -325,17 +350,19 @@ pub(crate) fn stats_dict<'py>(
 /// block each other. With `seed`, keys map to the same stripes in every process.
 ///
 /// `striped.lock(key)` returns a handle that follows threading.Lock's protocol and asyncio's;
-/// `read`, `write`, `lock_many`, `reentrant` and `fifo` as for KeyPool. Keys are str (UTF-8),
-/// bytes, bytearray, memoryview or int (see keylock.key_bytes).
+/// `read`, `write`, `lock_many`, `reentrant`, `fifo` and `metrics` as for KeyPool. Keys are
+/// str (UTF-8), bytes, bytearray, memoryview or int (see keylock.key_bytes).
 #[pyclass(module = "keylock", name = "StripedLock", extends = Keyed, frozen)]
 pub(crate) struct StripedLock;
 
 /// The options of a striped lock object.
+#[allow(clippy::too_many_arguments)] // the keyword arguments of the Python openers
 fn striped_options(
     stripes: i64,
     seed: Option<u64>,
     reentrant: bool,
     fifo: bool,
+    metrics: bool,
     capacity: Option<usize>,
     permissions: Option<u32>,
 ) -> PyResult<OpenOptions> {
@@ -343,7 +370,7 @@ fn striped_options(
         .ok()
         .filter(|&n| n >= 1)
         .ok_or_else(|| PyValueError::new_err("stripes must be at least 1"))?;
-    let o = options(reentrant, fifo, capacity, permissions).stripes(n);
+    let o = options(reentrant, fifo, metrics, capacity, permissions).stripes(n);
     Ok(match seed {
         Some(seed) => o.seed(seed),
         None => o,
@@ -353,22 +380,23 @@ fn striped_options(
 #[pymethods]
 impl StripedLock {
     #[new]
-    #[pyo3(signature = (stripes = 1024, *, seed = None, reentrant = false, fifo = false))]
+    #[pyo3(signature = (stripes = 1024, *, seed = None, reentrant = false, fifo = false, metrics = false))]
     fn new(
         py: Python<'_>,
         stripes: i64,
         seed: Option<u64>,
         reentrant: bool,
         fifo: bool,
+        metrics: bool,
     ) -> PyResult<PyClassInitializer<Self>> {
-        let o = striped_options(stripes, seed, reentrant, fifo, None, None)?;
+        let o = striped_options(stripes, seed, reentrant, fifo, metrics, None, None)?;
         Ok(PyClassInitializer::from(Keyed::open(py, "local:", &o)?).add_subclass(StripedLock))
     }
 
     /// Open the striped lock that `name` names ("local:", or "shm:NAME" / "redis://..." where
     /// this build has those scopes), with `stripes` stripes (see KeyPool.open).
     #[classmethod]
-    #[pyo3(signature = (name, stripes = 1024, *, seed = None, reentrant = false, fifo = false, capacity = None, permissions = None))]
+    #[pyo3(signature = (name, stripes = 1024, *, seed = None, reentrant = false, fifo = false, metrics = false, capacity = None, permissions = None))]
     #[allow(clippy::too_many_arguments)] // the keyword arguments of a Python classmethod
     fn open(
         cls: &Bound<'_, PyType>,
@@ -377,11 +405,20 @@ impl StripedLock {
         seed: Option<u64>,
         reentrant: bool,
         fifo: bool,
+        metrics: bool,
         capacity: Option<usize>,
         permissions: Option<u32>,
     ) -> PyResult<Py<StripedLock>> {
         let py = cls.py();
-        let o = striped_options(stripes, seed, reentrant, fifo, capacity, permissions)?;
+        let o = striped_options(
+            stripes,
+            seed,
+            reentrant,
+            fifo,
+            metrics,
+            capacity,
+            permissions,
+        )?;
         Py::new(
             py,
             PyClassInitializer::from(Keyed::open(py, name, &o)?).add_subclass(StripedLock),

@@ -19,6 +19,7 @@ use crate::handle::{self, Permit};
 use crate::key::to_owned_key;
 use crate::lock::{Keyed, LockHandle, Target};
 use crate::locks::{LockInfo, stats_dict};
+use crate::metrics::MetricsSnapshot;
 
 /// A number of units as the core takes it. Out of `u32`'s range it becomes a value the core
 /// refuses with its own message (0 below, `u32::MAX` above), so every bad count is judged by
@@ -31,16 +32,17 @@ fn units(n: i64) -> u32 {
 /// host. `sem.acquire(key, weight)` returns a handle that takes `weight` units of `key` (with
 /// `with`, `async with`, or acquire/release as a threading.BoundedSemaphore of one permit).
 /// Strict FIFO per key: a heavy request at the head of the queue is never passed by lighter
-/// ones that came after it. Every acquisition has its own fence, rising per key. Keys are str
-/// (UTF-8), bytes, bytearray, memoryview or int (see keylock.key_bytes).
+/// ones that came after it. Every acquisition has its own fence, rising per key. With
+/// `metrics=True` the semaphore counts what it does (see `metrics()`). Keys are str (UTF-8),
+/// bytes, bytearray, memoryview or int (see keylock.key_bytes).
 #[pyclass(module = "keylock", name = "Semaphore", frozen)]
 pub(crate) struct Semaphore {
     keyed: Py<Keyed>,
 }
 
 impl Semaphore {
-    fn open(py: Python<'_>, name: &str, permits: i64) -> PyResult<Self> {
-        let options = OpenOptions::new().permits(units(permits));
+    fn open(py: Python<'_>, name: &str, permits: i64, metrics: bool) -> PyResult<Self> {
+        let options = OpenOptions::new().permits(units(permits)).metrics(metrics);
         let keyed = Py::new(py, Keyed::open(py, name, &options)?)?;
         Ok(Self { keyed })
     }
@@ -56,20 +58,26 @@ impl Semaphore {
 #[pymethods]
 impl Semaphore {
     #[new]
-    #[pyo3(signature = (permits))]
-    fn new(py: Python<'_>, permits: i64) -> PyResult<Self> {
-        Self::open(py, "local:", permits)
+    #[pyo3(signature = (permits, *, metrics = false))]
+    fn new(py: Python<'_>, permits: i64, metrics: bool) -> PyResult<Self> {
+        Self::open(py, "local:", permits, metrics)
     }
 
     /// Open the semaphore that `name` names with `permits` units per key: "local:" (in this
     /// process, the same as Semaphore(permits)), "shm:NAME" (shared by the processes of this
     /// machine) or "redis://..." (shared by every process that opens the same prefix); every
     /// open of a shared one must give the same permits (IncompatibleError otherwise).
+    /// `metrics=True` counts what this semaphore object does (see `metrics()`).
     #[classmethod]
-    #[pyo3(name = "open", signature = (name, permits))]
-    fn open_named(cls: &Bound<'_, PyType>, name: &str, permits: i64) -> PyResult<Py<Self>> {
+    #[pyo3(name = "open", signature = (name, permits, *, metrics = false))]
+    fn open_named(
+        cls: &Bound<'_, PyType>,
+        name: &str,
+        permits: i64,
+        metrics: bool,
+    ) -> PyResult<Py<Self>> {
         let py = cls.py();
-        Py::new(py, Self::open(py, name, permits)?)
+        Py::new(py, Self::open(py, name, permits, metrics)?)
     }
 
     /// Return the handle of `weight` units of `key` (it takes nothing until it is acquired):
@@ -133,6 +141,13 @@ impl Semaphore {
     /// `release()` raises NotOwnerError). Return whether the key was held.
     fn force_release(&self, key: &Bound<'_, PyAny>) -> PyResult<bool> {
         self.keyed.get().force_unlock(key)
+    }
+
+    /// Return the semaphore object's metrics, totals since it was opened (a MetricsSnapshot;
+    /// `acquired` counts acquisitions, whatever their weight), or None when it was opened
+    /// without `metrics=True`.
+    fn metrics(&self) -> Option<MetricsSnapshot> {
+        self.keyed.get().metrics()
     }
 
     /// The number of keys with units held now.

@@ -7,9 +7,11 @@
 //! the core's future and poll it once with the GIL held ([`poll_once`]), so that it stands in the
 //! key's queue before any other thread can run; then wait for it with [`block_on_until`] with the
 //! GIL released, in slices of [`SLICE`], calling `check_signals` between slices so that Ctrl-C
-//! interrupts the wait promptly. The future keeps its place in the queue between slices; dropping
-//! it (timeout, signal) cancels the wait exactly: if the lock had just been handed to it, the core
-//! passes it on.
+//! interrupts the wait promptly. The future keeps its place in the queue between slices and has
+//! the caller's deadline, so the core ends a wait that runs out itself (`TimedOut`); dropping it
+//! (signal) cancels the wait exactly: if the lock had just been handed to it, the core passes it
+//! on. A lock object with metrics counts every call, so there the first try is left to the
+//! future's first poll: a call that waits is one call to the core, as the caller made it.
 //!
 //! **asyncio.** [`Acquire`] is an awaitable that polls the core's future on the event loop's
 //! thread. While pending it yields an asyncio future to the task; the waker it gave the core
@@ -38,7 +40,7 @@ use crate::args::Wait;
 use crate::errors;
 use crate::gil::with_gil_released;
 use crate::handoff::run_in_python;
-use crate::lock::{HoldFuture, LockHandle};
+use crate::lock::{Held, HoldFuture, LockHandle};
 
 /// How long a blocking wait stays in the core before looking for signals.
 pub(crate) const SLICE: Duration = Duration::from_millis(50);
@@ -85,7 +87,10 @@ pub(crate) fn acquire_blocking(
     lease: Option<Duration>,
 ) -> PyResult<bool> {
     let owner = handle.owner(py)?;
-    if try_acquire(py, handle, lease, owner)? {
+    // A lock object with metrics counts a failed try: there the future below is the only call
+    // (its first poll tries, and the core counts the call as one that had to wait only if that
+    // try fails).
+    if (wait == Wait::Try || !handle.target.metered()) && try_acquire(py, handle, lease, owner)? {
         return Ok(true);
     }
     let deadline = match wait {
@@ -94,18 +99,16 @@ pub(crate) fn acquire_blocking(
         // A deadline past what Instant can represent is as good as none.
         Wait::For(d) => Instant::now().checked_add(d),
     };
-    let mut fut = handle.target.future(handle.target.options(lease, owner));
+    // The core has the deadline, and ends the wait itself (`TimedOut`, which is what it counts).
+    let mut fut = handle
+        .target
+        .future(handle.target.options(lease, owner), deadline);
     // Queue the waiter before the GIL goes: from then on every other thread may run, and a
     // request made after this one must find it in the queue (a reader behind a waiting writer
     // waits). A poll never waits, whatever the scope (a remote one sends its request and
     // returns), so it runs with the GIL held.
-    match poll_once(Pin::new(&mut fut)) {
-        Poll::Ready(Ok(held)) => {
-            handle.push(py, held, owner);
-            return Ok(true);
-        }
-        Poll::Ready(Err(e)) => return Err(errors::to_py(py, e)),
-        Poll::Pending => {}
+    if let Poll::Ready(result) = poll_once(Pin::new(&mut fut)) {
+        return taken(py, handle, result, owner);
     }
     let mut first = true;
     loop {
@@ -117,20 +120,35 @@ pub(crate) fn acquire_blocking(
             }
             block_on_until(Pin::new(&mut fut), Some(until))
         });
-        match waited {
-            Poll::Ready(Ok(held)) => {
-                handle.push(py, held, owner);
-                return Ok(true);
-            }
-            Poll::Ready(Err(e)) => return Err(errors::to_py(py, e)),
-            Poll::Pending => {}
+        if let Poll::Ready(result) = waited {
+            return taken(py, handle, result, owner);
         }
         if deadline.is_some_and(|d| Instant::now() >= d) {
-            // Dropping the future leaves the queue; a lock granted meanwhile is passed on.
+            // The core's future ended at the deadline in the last poll; one that did not (an
+            // RwLock's, or a remote scope's still waiting for its server) is dropped, which
+            // leaves the queue (a lock granted meanwhile is passed on).
             return Ok(false);
         }
         // A raising signal handler propagates; `fut` is dropped on the way out.
         py.check_signals()?;
+    }
+}
+
+/// The end of a wait in the core: the acquisition kept in the handle (true), the deadline
+/// reached (false), or the error raised.
+fn taken(
+    py: Python<'_>,
+    handle: &LockHandle,
+    result: Result<Held, Error>,
+    owner: Option<Owner>,
+) -> PyResult<bool> {
+    match result {
+        Ok(held) => {
+            handle.push(py, held, owner);
+            Ok(true)
+        }
+        Err(Error::TimedOut) => Ok(false),
+        Err(e) => Err(errors::to_py(py, e)),
     }
 }
 
@@ -307,14 +325,25 @@ impl Acquire {
         let handle = this.handle.get();
         let mut st = lock(py, &this.state);
         if let State::Start { tried } = *st {
-            if !tried && crate::wait::try_acquire(py, handle, this.lease, this.owner)? {
+            let only_try = this.timeout.is_some_and(|t| t <= 0.0);
+            // As for a blocking acquire: no try of our own before a wait that the core counts.
+            if !tried
+                && (only_try || !handle.target.metered())
+                && crate::wait::try_acquire(py, handle, this.lease, this.owner)?
+            {
                 *st = State::Done;
                 return this.finish(py, true);
             }
-            if this.timeout.is_some_and(|t| t <= 0.0) {
+            if only_try {
                 *st = State::Done;
                 return this.finish(py, false);
             }
+            // The core's deadline, taken before the loop's timer is set, so that it has passed
+            // when the timer runs.
+            let deadline = this
+                .timeout
+                .and_then(|t| Duration::try_from_secs_f64(t).ok())
+                .and_then(|d| Instant::now().checked_add(d));
             let event_loop = running_loop(py)?;
             let timer = match this.timeout {
                 Some(t) => Some(
@@ -335,7 +364,7 @@ impl Acquire {
             *st = State::Waiting {
                 fut: handle
                     .target
-                    .future(handle.target.options(this.lease, this.owner)),
+                    .future(handle.target.options(this.lease, this.owner), deadline),
                 std_waker: Waker::from(Arc::clone(&waker)),
                 waker,
                 timer,
@@ -374,9 +403,15 @@ impl Acquire {
                 drop(st);
                 // The core future is spent.
                 this.abandon(py);
-                let held = result.map_err(|e| errors::to_py(py, e))?;
-                handle.push(py, held, this.owner);
-                this.finish(py, true)
+                match result {
+                    Ok(held) => {
+                        handle.push(py, held, this.owner);
+                        this.finish(py, true)
+                    }
+                    // The core's deadline (the same as the loop's timer).
+                    Err(Error::TimedOut) => this.finish(py, false),
+                    Err(e) => Err(errors::to_py(py, e)),
+                }
             }
             (Poll::Pending, Some(aio_fut)) if !expired => {
                 drop(st);
@@ -385,7 +420,8 @@ impl Acquire {
             }
             (Poll::Pending, _) => {
                 drop(st);
-                // Timed out: dropping the future cancels the wait.
+                // Timed out, and the future did not end by itself (an RwLock's, or a remote
+                // scope's still waiting for its server): dropping it cancels the wait.
                 this.abandon(py);
                 this.finish(py, false)
             }

@@ -104,6 +104,22 @@ front end reports.
 A handle that is garbage-collected while it still holds releases what it holds, with a
 ``ResourceWarning`` (as an unclosed file does): release handles explicitly, or use ``with``.
 
+Metrics
+-------
+``KeyPool(metrics=True)`` (and the same keyword on :class:`StripedLock`, :class:`Semaphore`
+and their ``open``) makes a lock object that counts what it does; ``metrics()`` reads the
+totals since it was opened as a frozen :class:`MetricsSnapshot` (None without ``metrics=True``,
+and then nothing is counted)::
+
+    pool = keylock.KeyPool(metrics=True)
+    m = pool.metrics()
+    m.acquired, m.contended, m.timed_out, m.would_block, m.cancelled  # ints
+    m.wait.count, m.wait.sum, m.wait.max, m.wait.quantile(0.99)     # seconds, as floats
+    m._asdict()                                                     # a dict
+
+``wait`` and ``hold`` are :class:`HistogramSnapshot` objects, in power-of-two buckets of
+nanoseconds. :mod:`keylock.prometheus` exports them to prometheus_client.
+
 Fork
 ----
 ``os.fork()`` copies every lock as it is at that moment. In the child, a key held by the
@@ -121,6 +137,7 @@ from typing import Any
 
 from ._keylock import (
     CapacityExceededError,
+    HistogramSnapshot,
     IncompatibleError,
     KeyedLock,
     KeyLock,
@@ -131,6 +148,7 @@ from ._keylock import (
     LockInfo,
     LockTimeout,
     ManyLock,
+    MetricsSnapshot,
     NotLockedError,
     NotOwnerError,
     PermissionDeniedError,
@@ -151,6 +169,7 @@ from ._keylock import (
 
 __all__ = [
     "CapacityExceededError",
+    "HistogramSnapshot",
     "IncompatibleError",
     "KeyLock",
     "KeyPool",
@@ -161,6 +180,7 @@ __all__ = [
     "LockInfo",
     "LockTimeout",
     "ManyLock",
+    "MetricsSnapshot",
     "NotLockedError",
     "NotOwnerError",
     "PermissionDeniedError",

@@ -465,6 +465,121 @@ class LockInfo:
         """A semaphore's units held now (the sum of its holders' weights); for a lock, the same
         as `holders`."""
 
+@final
+class HistogramSnapshot:
+    """A histogram of durations from a MetricsSnapshot (`wait` or `hold`): how many were
+    recorded, their sum and the longest, in seconds, and how many fell in each power-of-two
+    bucket of nanoseconds. A snapshot: it does not change. Equal when every count is equal."""
+
+    BOUNDS: ClassVar[tuple[float, ...]]
+    """The upper bound of each of the 64 buckets, in seconds: 0.0 (durations of 0 ns), then
+    (2**i - 1) ns for bucket i, and math.inf for the last."""
+
+    @property
+    def count(self) -> int:
+        """How many durations were recorded."""
+
+    @property
+    def sum(self) -> float:
+        """The sum of every recorded duration, in seconds."""
+
+    @property
+    def max(self) -> float:
+        """The longest recorded duration, in seconds (0.0 when nothing was recorded)."""
+
+    @property
+    def buckets(self) -> tuple[tuple[float, int], ...]:
+        """`(upper_bound, count)` for each bucket that counted anything, in order: `count`
+        durations were at most `upper_bound` seconds and above the previous bucket's bound (see
+        BOUNDS)."""
+
+    def quantile(self, q: float) -> float | None:
+        """Return the `q` quantile (0 <= q <= 1) in seconds, None when nothing was recorded:
+        the upper bound of the bucket that holds it, capped at the longest duration (an
+        overestimate by less than a factor of two). ValueError for q outside 0..1."""
+
+    def _asdict(self) -> HistogramDict:
+        """Return the histogram as a dict: count, sum, max, buckets."""
+
+class HistogramDict(TypedDict):
+    """`HistogramSnapshot._asdict()`."""
+
+    count: int
+    sum: float
+    max: float
+    buckets: tuple[tuple[float, int], ...]
+
+class MetricsDict(TypedDict):
+    """`MetricsSnapshot._asdict()`: the counts, and the histograms as dicts of their own."""
+
+    acquired: int
+    contended: int
+    timed_out: int
+    would_block: int
+    cancelled: int
+    lease_expired: int
+    owner_died: int
+    lost: int
+    force_unlocked: int
+    wait: HistogramDict
+    hold: HistogramDict
+
+@final
+class MetricsSnapshot:
+    """What a lock object opened with `metrics=True` counted, from its `metrics()`: totals since
+    it was opened, the same names in every keylock front end. A snapshot: it does not change.
+    Equal when every count is equal."""
+
+    @property
+    def acquired(self) -> int:
+        """Acquisitions granted (a lock_many acquire counts each key it takes)."""
+
+    @property
+    def contended(self) -> int:
+        """Calls that could not be granted at once: they waited (then were granted, timed out
+        or were cancelled)."""
+
+    @property
+    def timed_out(self) -> int:
+        """Calls that waited as long as their timeout allowed and failed."""
+
+    @property
+    def would_block(self) -> int:
+        """Tries (a non-blocking acquire, or a timeout of 0) that failed."""
+
+    @property
+    def cancelled(self) -> int:
+        """asyncio acquires given up before they finished (the task was cancelled)."""
+
+    @property
+    def lease_expired(self) -> int:
+        """Releases refused because the acquisition's lease had ended (LeaseExpiredError)."""
+
+    @property
+    def owner_died(self) -> int:
+        """Acquisitions whose previous holder died holding the key (cross-process scopes)."""
+
+    @property
+    def lost(self) -> int:
+        """Releases refused (NotOwnerError) because the hold had ended behind its holder's
+        back: force-unlocked, or lost by a remote scope."""
+
+    @property
+    def force_unlocked(self) -> int:
+        """Force-unlocks through this object that freed a held key."""
+
+    @property
+    def wait(self) -> HistogramSnapshot:
+        """How long each granted call waited (0 when granted at once)."""
+
+    @property
+    def hold(self) -> HistogramSnapshot:
+        """How long each released acquisition was held, from its grant to its release."""
+
+    def _asdict(self) -> MetricsDict:
+        """Return the snapshot as a dict: the counts, and `wait` and `hold` as dicts of their
+        own (see HistogramSnapshot._asdict)."""
+
 class PoolStats(TypedDict):
     """The counts of a KeyPool, the same keys on every scope. A figure the scope cannot tell is
     None: a Redis pool sees only this process's acquisitions, so held, waiting and shared_holds
@@ -557,6 +672,10 @@ class KeyedLock:
     def info(self, key: Key) -> LockInfo | None:
         """Return who holds `key` and how (a snapshot), or None when it is free."""
 
+    def metrics(self) -> MetricsSnapshot | None:
+        """Return the lock object's metrics, totals since it was opened (a MetricsSnapshot), or
+        None when it was opened without `metrics=True`."""
+
     def synchronized(
         self,
         key: KeyOf,
@@ -585,11 +704,14 @@ class KeyPool(KeyedLock):
     `pool.lock(key)` returns a handle that follows threading.Lock's protocol and asyncio's
     (`with`, `async with`, acquire/release/locked); `pool.read(key)` a shared one. With
     `reentrant=True` handles follow threading.RLock's protocol; with `fifo=True` every release
-    hands the key to the next waiter in order. Keys are str (UTF-8), bytes, bytearray,
-    memoryview or int (see keylock.key_bytes).
+    hands the key to the next waiter in order; with `metrics=True` the pool counts what it does
+    (see `metrics()`). Keys are str (UTF-8), bytes, bytearray, memoryview or int (see
+    keylock.key_bytes).
     """
 
-    def __new__(cls, *, reentrant: bool = False, fifo: bool = False) -> KeyPool: ...
+    def __new__(
+        cls, *, reentrant: bool = False, fifo: bool = False, metrics: bool = False
+    ) -> KeyPool: ...
     @classmethod
     def open(
         cls,
@@ -597,6 +719,7 @@ class KeyPool(KeyedLock):
         *,
         reentrant: bool = False,
         fifo: bool = False,
+        metrics: bool = False,
         capacity: int | None = None,
         permissions: int | None = None,
     ) -> KeyPool:
@@ -604,7 +727,8 @@ class KeyPool(KeyedLock):
         "shm:NAME" (shared by the processes of this machine), "redis://HOST:PORT/DB" or
         "postgres://USER:PASSWORD@HOST:PORT/DB", where this build has those scopes (ValueError
         otherwise). `capacity` (the most keys held or awaited at once) and `permissions` (of a
-        shared-memory region this call creates) apply to fixed-size scopes only."""
+        shared-memory region this call creates) apply to fixed-size scopes only. `metrics=True`
+        counts what this lock object does (see `metrics()`)."""
 
     def __len__(self) -> int:
         """The number of keys held now: by anyone in the scope, or, for a Redis pool (which
@@ -622,8 +746,8 @@ class StripedLock(KeyedLock):
     block each other. With `seed`, keys map to the same stripes in every process.
 
     `striped.lock(key)` returns a handle that follows threading.Lock's protocol and asyncio's;
-    `read`, `write`, `lock_many`, `reentrant` and `fifo` as for KeyPool. Keys are str (UTF-8),
-    bytes, bytearray, memoryview or int (see keylock.key_bytes).
+    `read`, `write`, `lock_many`, `reentrant`, `fifo` and `metrics` as for KeyPool. Keys are
+    str (UTF-8), bytes, bytearray, memoryview or int (see keylock.key_bytes).
     """
 
     MAX_STRIPES: ClassVar[int]
@@ -636,6 +760,7 @@ class StripedLock(KeyedLock):
         seed: int | None = None,
         reentrant: bool = False,
         fifo: bool = False,
+        metrics: bool = False,
     ) -> StripedLock: ...
     @classmethod
     def open(
@@ -646,6 +771,7 @@ class StripedLock(KeyedLock):
         seed: int | None = None,
         reentrant: bool = False,
         fifo: bool = False,
+        metrics: bool = False,
         capacity: int | None = None,
         permissions: int | None = None,
     ) -> StripedLock:
@@ -689,20 +815,22 @@ class Semaphore:
     host. `sem.acquire(key, weight)` returns a handle that takes `weight` units of `key` (with
     `with`, `async with`, or acquire/release as a threading.BoundedSemaphore of one permit).
     Strict FIFO per key: a heavy request at the head of the queue is never passed by lighter
-    ones that came after it. Every acquisition has its own fence, rising per key. Keys are str
-    (UTF-8), bytes, bytearray, memoryview or int (see keylock.key_bytes).
+    ones that came after it. Every acquisition has its own fence, rising per key. With
+    `metrics=True` the semaphore counts what it does (see `metrics()`). Keys are str (UTF-8),
+    bytes, bytearray, memoryview or int (see keylock.key_bytes).
     """
 
     MAX_PERMITS: ClassVar[int]
     """The most permits a semaphore can have."""
 
-    def __new__(cls, permits: int) -> Semaphore: ...
+    def __new__(cls, permits: int, *, metrics: bool = False) -> Semaphore: ...
     @classmethod
-    def open(cls, name: str, permits: int) -> Semaphore:
+    def open(cls, name: str, permits: int, *, metrics: bool = False) -> Semaphore:
         """Open the semaphore that `name` names with `permits` units per key: "local:" (in this
         process, the same as Semaphore(permits)), "shm:NAME" (shared by the processes of this
         machine) or "redis://..." (shared by every process that opens the same prefix); every
-        open of a shared one must give the same permits (IncompatibleError otherwise)."""
+        open of a shared one must give the same permits (IncompatibleError otherwise).
+        `metrics=True` counts what this semaphore object does (see `metrics()`)."""
 
     @property
     def permits(self) -> int:
@@ -731,6 +859,11 @@ class Semaphore:
         """End every hold of `key` whoever holds it, advancing its fence, for units left behind
         by holders that will never release them. Their handles then release nothing (their
         `release()` raises NotOwnerError). Return whether the key was held."""
+
+    def metrics(self) -> MetricsSnapshot | None:
+        """Return the semaphore object's metrics, totals since it was opened (a MetricsSnapshot;
+        `acquired` counts acquisitions, whatever their weight), or None when it was opened
+        without `metrics=True`."""
 
     def __len__(self) -> int:
         """The number of keys with units held now."""
