@@ -230,6 +230,69 @@ export interface MakeOptions {
    * this open creates. Other scopes refuse it (`KEYLOCK_INVALID_ARGUMENT`). Default: the core's.
    */
   capacity?: number;
+  /**
+   * Metrics on the lock object, counted by the core: `metrics()` reads them (see `LockMetrics`).
+   * Default false: nothing is counted, and no path does anything more. A shared lock's must
+   * agree with the existing lock's, if given (else `KEYLOCK_SHARED_MISMATCH`).
+   */
+  metrics?: boolean;
+}
+
+/**
+ * A histogram of durations from `metrics()`, in milliseconds (fractions kept, as `perf_hooks`
+ * gives them). The core records each duration in a power-of-two bucket of nanoseconds.
+ */
+export interface HistogramMetrics {
+  /** Durations recorded. */
+  readonly count: number;
+  /** Their sum, in ms. */
+  readonly sumMs: number;
+  /** The longest, in ms. */
+  readonly maxMs: number;
+  /**
+   * The non-empty buckets in order, each `[upperBoundMs, count]`: the bucket counts durations up
+   * to `upperBoundMs` and above the previous bucket's bound (the first bucket, bound 0, counts
+   * durations of 0 ns; the last one has the bound `Infinity`).
+   */
+  readonly buckets: ReadonlyArray<readonly [upperBoundMs: number, count: number]>;
+  /**
+   * The `q` quantile (0 to 1) in ms, by the core's rule: the upper bound of the bucket that
+   * holds it, capped at `maxMs` (an overestimate by less than a factor of two). `null` when
+   * nothing was recorded. A `q` outside 0..1 throws a `RangeError`.
+   */
+  quantile(q: number): number | null;
+}
+
+/**
+ * A lock object's metrics (`metrics()`), counted by the core: totals since it was opened, the
+ * same names in every keylock front end. A frozen snapshot; counts are safe integers.
+ */
+export interface LockMetrics {
+  /** Acquisitions granted (a multi-key acquire counts each lock it returns). */
+  readonly acquired: number;
+  /** Calls that could not be granted at once: they waited, timed out or were cancelled. */
+  readonly contended: number;
+  /** Calls that waited as long as their `timeout` allowed and failed with `KEYLOCK_TIMEOUT`. */
+  readonly timedOut: number;
+  /** Tries that failed because the key was taken (`tryLock`, `timeout: 0`, `ifAvailable`). */
+  readonly wouldBlock: number;
+  /** Async acquires given up before they finished (an `AbortSignal`, a worker that ended). */
+  readonly cancelled: number;
+  /** Releases refused because the acquisition's lease had ended (`KEYLOCK_LEASE_EXPIRED`). */
+  readonly leaseExpired: number;
+  /** Acquisitions whose previous holder died holding the key (`ownerDied`). */
+  readonly ownerDied: number;
+  /**
+   * Releases refused with `KEYLOCK_NOT_OWNER` because the hold ended behind its holder's back:
+   * force-unlocked, stolen, or lost by a remote scope.
+   */
+  readonly lost: number;
+  /** Force-unlocks (`forceUnlock`, `forceRelease`) through this lock object that freed a held key. */
+  readonly forceUnlocked: number;
+  /** How long each granted call waited (0 when granted at once). */
+  readonly wait: HistogramMetrics;
+  /** How long each released acquisition was held, from its grant to its release. */
+  readonly hold: HistogramMetrics;
 }
 
 /** The keyed API shared by `KeyPool` and `StripedLock`. */
@@ -295,6 +358,8 @@ declare abstract class KeyedLock {
   readonly reentrant: boolean;
   /** Whether it was made with `fifo: true`. */
   readonly fifo: boolean;
+  /** Its metrics, counted by the core; `null` unless it was opened with `metrics: true`. */
+  metrics(): LockMetrics | null;
 }
 
 /**
@@ -401,8 +466,14 @@ export interface PermitInfo {
   waiters: number;
 }
 
+/** How a semaphore is made (`new Semaphore(permits, options)`). */
+export interface SemaphoreMakeOptions {
+  /** Metrics on the semaphore, counted by the core (see `MakeOptions.metrics`). */
+  metrics?: boolean;
+}
+
 /** How a semaphore is opened: its units per key. */
-export interface SemaphoreOptions {
+export interface SemaphoreOptions extends SemaphoreMakeOptions {
   /** Units of each key that may be held at once: a whole number from 1 to 32767. */
   permits: number;
 }
@@ -414,7 +485,7 @@ export interface SemaphoreOptions {
  */
 export class Semaphore {
   /** An in-process semaphore with `permits` units per key (1 to 32767). */
-  constructor(permits: number);
+  constructor(permits: number, options?: SemaphoreMakeOptions);
   /**
    * The semaphore that the lock name `name` names: `'local:'` (or `''`) for a new in-process
    * one, `'shm:NAME'` for one shared by the processes of this machine, `'redis://...'` for one
@@ -461,6 +532,65 @@ export class Semaphore {
   forceRelease(key: Key): boolean;
   /** Counts, as `KeyPool.stats()`: `held` is keys with units held, `waiting` waiters queued. */
   stats(): PoolStats;
+  /** Its metrics, counted by the core; `null` unless it was made with `metrics: true`. */
+  metrics(): LockMetrics | null;
+}
+
+// ---------------------------------------------------------------------------------------------
+// diagnostics_channel: the messages of the channels `keylock:wait`, `keylock:acquire` and
+// `keylock:release`, published by KeyPool, StripedLock and Semaphore (not by RwLock or the Web
+// Locks API), only while a channel has subscribers.
+
+/** What every message says about the acquire. */
+export interface DiagnosticsMessage {
+  /** The lock object's name (`lock.name`: a URL's password replaced by `***`). */
+  name: string;
+  /** The key, for an acquire of one key; else `undefined`. */
+  key: Key | undefined;
+  /** The keys, for a multi-key acquire; else `undefined`. */
+  keys: readonly Key[] | undefined;
+  /** The units, for a semaphore's acquire; else `undefined`. */
+  weight: number | undefined;
+}
+
+/** `keylock:wait`: an async acquire could not be granted at once, and waits. */
+export interface WaitMessage extends DiagnosticsMessage {
+  /** The mode asked for (one per key where `lockMany` was given one per key). */
+  mode: LockMode | LockMode[];
+  /** The acquire's `timeout` in ms; `null` for none. */
+  timeout: number | null;
+}
+
+/** `keylock:acquire`: an acquisition was granted. */
+export interface AcquireMessage extends DiagnosticsMessage {
+  mode: LockMode;
+  /** The guard's fence (for several keys, that of the first in the lock's order). */
+  fence: bigint;
+  /** The guard (or permit) the acquire returns. */
+  guard: Guard;
+  /**
+   * Milliseconds from the call to the grant: 0 for a call granted without waiting, the time in
+   * the call for a blocking one (`lockSync`), `null` when not known (the wait began before
+   * anyone subscribed to `keylock:acquire`).
+   */
+  waitedMs: number | null;
+}
+
+/** `keylock:release`: a guard was released, or its release refused (`error`). */
+export interface ReleaseMessage extends DiagnosticsMessage {
+  mode: LockMode;
+  fence: bigint;
+  guard: Guard;
+  /**
+   * Milliseconds from the grant to this release; `null` when not known (granted while neither
+   * `keylock:acquire` nor `keylock:release` had subscribers).
+   */
+  heldMs: number | null;
+  /**
+   * The error the release throws (`KEYLOCK_NOT_OWNER`, `KEYLOCK_LEASE_EXPIRED`; a disposal
+   * ignores those), or `undefined` when it released the acquisition.
+   */
+  error: KeylockError | undefined;
 }
 
 /** A reader-writer lock: many readers or one writer. */

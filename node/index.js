@@ -12,8 +12,10 @@
 //   lib/options.js    options and arguments, validated
 //   lib/thread.js     this thread's state (waiters, owners, the addon's buffers)
 //   lib/owners.js     owner values as the core's owner numbers
+//   lib/diagnostics.js  the diagnostics_channel events (keylock:wait, :acquire, :release)
 //   lib/waiting.js    native waiters as promises (timeouts, AbortSignal), completions
 //   lib/guard.js      Guard: one acquisition, released exactly once
+//   lib/metrics.js    metrics(): the core's counts and histograms, as a frozen object
 //   lib/pools.js      KeyPool and StripedLock over any scope, unlink()
 //   lib/semaphore.js  Semaphore (keyed, weighted) and its Permit
 //   lib/wrap.js       wrap(): a function run under the key its arguments name

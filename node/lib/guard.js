@@ -11,8 +11,9 @@ const { millis } = require('./options.js');
 const { state } = require('./thread.js');
 const { dropOwner } = require('./owners.js');
 const { released } = require('./waiting.js');
+const { ACQUIRE, RELEASE, setHandleOfGuard, publishAcquire, publishRelease, since } = require('./diagnostics.js');
 
-const { FLAG_SHARED, FLAG_OWNER_DIED } = native;
+const { FLAG_SHARED, FLAG_OWNER_DIED, LOCAL_WAKE } = native;
 const OUT = state.out;
 const OUT_FENCE_LOW = OUTPUT.fenceLow;
 const OUT_FENCE_HIGH = OUTPUT.fenceHigh;
@@ -45,6 +46,10 @@ class Guard {
   #ctl;
   #watch = 0;
 
+  static {
+    setHandleOfGuard((guard) => guard.#h);
+  }
+
   constructor(token, h, slot, lo, hi, flags, owner, kind, of) {
     if (token !== INTERNAL) throw new TypeError('Illegal constructor');
     this.#h = h;
@@ -68,9 +73,13 @@ class Guard {
       state.watched.delete(this.#watch);
       this.#watch = 0;
     }
-    const status = released(this.#h.release(slot));
+    const r = this.#h.release(slot);
+    // Published before a waiter of this thread that the release woke is served (its acquire
+    // is published then), so that subscribers see the release first.
+    const error = RELEASE.hasSubscribers ? publishRelease(this, r & (LOCAL_WAKE - 1), () => this.#what()) : undefined;
+    const status = released(r);
     if (this.#owner !== 0) dropOwner(this.#owner);
-    if (status !== OK) throw statusError(status, () => this.#what());
+    if (status !== OK) throw error ?? statusError(status, () => this.#what());
   }
 
   /** Whether release() (or dispose) was called. */
@@ -214,9 +223,14 @@ async function runHolding(guard, fn) {
 }
 
 // The guard of the acquisition a call just made (slot `slot`): its fence and flags are in the
-// output buffer.
-function guardNow(h, slot, owner, kind, of) {
-  return new Guard(INTERNAL, h, slot, OUT[OUT_FENCE_LOW], OUT[OUT_FENCE_HIGH], OUT[OUT_FLAGS], owner, kind, of);
+// output buffer. `started`: the start of a blocking call (see diagnostics.js's startClock);
+// omitted for a call that did not wait.
+function guardNow(h, slot, owner, kind, of, started) {
+  const guard = new Guard(INTERNAL, h, slot, OUT[OUT_FENCE_LOW], OUT[OUT_FENCE_HIGH], OUT[OUT_FLAGS], owner, kind, of);
+  if (ACQUIRE.hasSubscribers || RELEASE.hasSubscribers) {
+    publishAcquire(guard, started === undefined ? 0 : since(started));
+  }
+  return guard;
 }
 
 module.exports = { INTERNAL, ONE_KEY, KEYS, READ, WRITE, Guard, guardNow, runHolding };

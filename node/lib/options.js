@@ -119,12 +119,13 @@ function checkStripes(stripes) {
   return stripes;
 }
 
-// `{ reentrant, fifo }` of a constructor (and `stripes` for open/shared of a StripedLock).
+// `{ reentrant, fifo, metrics, capacity }` of a constructor (and `stripes` for open/shared of a
+// StripedLock).
 function makeOptions(opts, stripes) {
   if (opts === undefined || opts === null) opts = {};
   else if (typeof opts !== 'object') throw typeError(`options must be an object, not ${describe(opts)}`);
   const out = {};
-  for (const k of ['reentrant', 'fifo']) {
+  for (const k of ['reentrant', 'fifo', 'metrics']) {
     const v = opts[k];
     if (v === undefined) continue;
     if (typeof v !== 'boolean') throw typeError(`${k} must be a boolean, not ${describe(v)}`);

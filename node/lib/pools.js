@@ -9,9 +9,11 @@ const { WOULD_BLOCK, TIMED_OUT, statusError, timeoutError, typeError, nativeCall
 const { keyWhat } = require('./keys.js');
 const { NO_OPTIONS, parseOptions, makeOptions, checkFn, checkName, checkScope } = require('./options.js');
 const { holdOwner, dropOwner, ownerValue } = require('./owners.js');
-const { released, outcome } = require('./waiting.js');
+const { released, outcome, coreTimeout } = require('./waiting.js');
 const { INTERNAL, ONE_KEY, KEYS, Guard, guardNow, runHolding } = require('./guard.js');
 const { wrapKeyed } = require('./wrap.js');
+const { metricsOf, metered } = require('./metrics.js');
+const { WAIT, nameHandle, publishWait, startClock } = require('./diagnostics.js');
 
 // The native handle behind a KeyPool or StripedLock, for the subclasses and the LockManager.
 let handleOf;
@@ -24,11 +26,17 @@ class KeyedLock {
   }
 
   #name;
+  // Whether an acquire first tries with a plain try, cheaper than starting a waiter. Not for a
+  // lock object with metrics: its own async acquire tries first, and a try here would count as
+  // a failed try that the caller never made.
+  #tryFirst;
 
   constructor(h, name) {
     this.#h = h;
     // Kept as printed: a URL's password is never stored here.
     this.#name = native.redactScopeName(name);
+    this.#tryFirst = !metered(h);
+    nameHandle(h, this.#name);
   }
 
   /**
@@ -61,7 +69,7 @@ class KeyedLock {
     let owner = 0;
     const make = (slot, lo, hi, flags) => new Guard(INTERNAL, h, slot, lo, hi, flags, owner, ONE_KEY, key);
     const what = () => keyWhat(key);
-    if (o.plain && !tried) {
+    if (o.plain && !tried && this.#tryFirst) {
       // A free key is taken with a plain try, cheaper than starting a waiter.
       const r = h.tryLock(key);
       if (r > 0) return Promise.resolve(guardNow(h, r, 0, ONE_KEY, key));
@@ -69,12 +77,16 @@ class KeyedLock {
     if (o.owner !== undefined) owner = holdOwner(o.owner);
     let r;
     try {
-      r = o.timeout === 0 ? h.tryLockWith(key, o.mode, o.lease, owner) : h.lockAsync(key, o.mode, o.lease, owner);
+      r =
+        o.timeout === 0
+          ? h.tryLockWith(key, o.mode, o.lease, owner)
+          : h.lockAsync(key, o.mode, o.lease, owner, coreTimeout(o.timeout));
     } catch (err) {
       dropOwner(owner);
       throw err;
     }
-    return outcome(r, make, what, o, owner);
+    if (WAIT.hasSubscribers && r === 0) publishWait(h, key, undefined, o.mode, undefined, o.timeout);
+    return outcome(r, make, what, o, owner, true);
   }
 
   /** Takes `key` now if it can be: a guard, or null. Options: `{ mode, lease, owner }`. */
@@ -108,6 +120,7 @@ class KeyedLock {
   lockSync(key, opts) {
     const o = parseOptions(opts, true);
     const owner = o.owner === undefined ? 0 : holdOwner(o.owner);
+    const started = startClock();
     let r;
     try {
       r = this.#h.lockSync(key, o.mode, o.lease, owner, o.timeout);
@@ -115,7 +128,7 @@ class KeyedLock {
       dropOwner(owner);
       throw err;
     }
-    if (r > 0) return guardNow(this.#h, r, owner, ONE_KEY, key);
+    if (r > 0) return guardNow(this.#h, r, owner, ONE_KEY, key, started);
     dropOwner(owner);
     if (-r === TIMED_OUT || (-r === WOULD_BLOCK && o.timeout === 0)) throw timeoutError(keyWhat(key), o.timeout);
     throw statusError(-r, () => keyWhat(key));
@@ -129,7 +142,7 @@ class KeyedLock {
     checkFn(fn);
     const h = this.#h;
     let guard;
-    if (opts === undefined) {
+    if (opts === undefined && this.#tryFirst) {
       // The fast path: a free key, no options.
       const r = h.tryLock(key);
       guard = r > 0 ? guardNow(h, r, 0, ONE_KEY, key) : await this.#lock(key, NO_OPTIONS, r === -WOULD_BLOCK);
@@ -180,12 +193,16 @@ class KeyedLock {
       const what = () => `${own.length} keys`;
       let r;
       try {
-        r = o.timeout === 0 ? h.tryLockMany(own, o.mode, o.lease, owner) : h.lockManyAsync(own, o.mode, o.lease, owner);
+        r =
+          o.timeout === 0
+            ? h.tryLockMany(own, o.mode, o.lease, owner)
+            : h.lockManyAsync(own, o.mode, o.lease, owner, coreTimeout(o.timeout));
       } catch (err) {
         dropOwner(owner);
         throw err;
       }
-      return outcome(r, make, what, o, owner);
+      if (WAIT.hasSubscribers && r === 0) publishWait(h, undefined, own, o.mode, undefined, o.timeout);
+      return outcome(r, make, what, o, owner, true);
     } catch (err) {
       return Promise.reject(err);
     }
@@ -214,6 +231,7 @@ class KeyedLock {
     const o = parseOptions(opts, true, true);
     const own = this.#many(keys, o);
     const owner = o.owner === undefined ? 0 : holdOwner(o.owner);
+    const started = startClock();
     let r;
     try {
       r = this.#h.lockManySync(own, o.mode, o.lease, owner, o.timeout);
@@ -221,7 +239,7 @@ class KeyedLock {
       dropOwner(owner);
       throw err;
     }
-    if (r > 0) return guardNow(this.#h, r, owner, KEYS, own);
+    if (r > 0) return guardNow(this.#h, r, owner, KEYS, own, started);
     dropOwner(owner);
     if (-r === TIMED_OUT || (-r === WOULD_BLOCK && o.timeout === 0))
       throw timeoutError(`${own.length} keys`, o.timeout);
@@ -271,6 +289,16 @@ class KeyedLock {
       waiters: r[INFO.waiters],
       units: r[INFO.units],
     };
+  }
+
+  /**
+   * The core's counts and histograms for this lock object, a frozen snapshot (totals since it
+   * was opened; durations in ms): `{ acquired, contended, timedOut, wouldBlock, cancelled,
+   * leaseExpired, ownerDied, lost, forceUnlocked, wait, hold }`, each histogram `{ count,
+   * sumMs, maxMs, buckets, quantile(q) }`. Null for one opened without `{ metrics: true }`.
+   */
+  metrics() {
+    return metricsOf(this.#h);
   }
 
   /** Whether owners reenter (the lock was made with `reentrant: true`). */

@@ -9,11 +9,13 @@ const native = require('./native.js');
 const { OUTPUT, INFO } = require('./records.js');
 const { WOULD_BLOCK, statusError, timeoutError, typeError, rangeError, nativeCall, describe } = require('./errors.js');
 const { keyWhat } = require('./keys.js');
-const { parsePermitOptions, makeOptions, units, checkFn, checkScope } = require('./options.js');
+const { SHARED, parsePermitOptions, makeOptions, units, checkFn, checkScope } = require('./options.js');
 const { state } = require('./thread.js');
-const { released, outcome } = require('./waiting.js');
+const { released, outcome, coreTimeout } = require('./waiting.js');
 const { INTERNAL, ONE_KEY, Guard, runHolding } = require('./guard.js');
 const { wrapKeyed } = require('./wrap.js');
+const { metricsOf, metered } = require('./metrics.js');
+const { WAIT, ACQUIRE, RELEASE, nameHandle, publishWait, publishAcquire } = require('./diagnostics.js');
 
 const OUT = state.out;
 const OUT_FENCE_LOW = OUTPUT.fenceLow;
@@ -54,6 +56,14 @@ function acquireError(status, key, timeout) {
   return err.code === 'KEYLOCK_INVALID_ARGUMENT' ? rangeError(err.message.replace(/^keylock: /, '')) : err;
 }
 
+// The permit of the acquisition a try just made (slot `slot`): its fence and flags are in the
+// output buffer.
+function permitNow(h, slot, key, weight) {
+  const permit = new Permit(INTERNAL, h, slot, OUT[OUT_FENCE_LOW], OUT[OUT_FENCE_HIGH], OUT[OUT_FLAGS], key, weight);
+  if (ACQUIRE.hasSubscribers || RELEASE.hasSubscribers) publishAcquire(permit, 0);
+  return permit;
+}
+
 // `{ permits, ... }` for the core's open: the lock options given (which a semaphore refuses)
 // and the permits.
 function semaphoreOptions(permits, opts) {
@@ -70,6 +80,8 @@ class Semaphore {
   #h;
   #name;
   #permits;
+  // Whether withPermit tries first (see KeyedLock's #tryFirst in pools.js).
+  #tryFirst;
 
   constructor(...args) {
     if (args[0] === INTERNAL) {
@@ -81,6 +93,8 @@ class Semaphore {
       this.#name = 'local:';
     }
     this.#permits = native.keyedMade(this.#h.handle).permits;
+    this.#tryFirst = !metered(this.#h);
+    nameHandle(this.#h, this.#name);
   }
 
   /**
@@ -122,10 +136,15 @@ class Semaphore {
       if (o.signal !== undefined && o.signal.aborted) return Promise.reject(o.signal.reason);
       const h = this.#h;
       const weight = o.weight;
-      const r = o.timeout === 0 ? h.tryAcquire(key, weight, o.lease) : h.acquireAsync(key, weight, o.lease);
+      const r =
+        o.timeout === 0
+          ? h.tryAcquire(key, weight, o.lease)
+          : h.acquireAsync(key, weight, o.lease, coreTimeout(o.timeout));
       if (r < 0) return Promise.reject(acquireError(-r, key, o.timeout));
+      // A semaphore's units are held shared, as its permits' `mode` says.
+      if (WAIT.hasSubscribers && r === 0) publishWait(h, key, undefined, SHARED, weight, o.timeout);
       const make = (slot, lo, hi, flags) => new Permit(INTERNAL, h, slot, lo, hi, flags, key, weight);
-      return outcome(r, make, () => keyWhat(key), o, 0);
+      return outcome(r, make, () => keyWhat(key), o, 0, true);
     } catch (err) {
       return Promise.reject(err);
     }
@@ -139,8 +158,7 @@ class Semaphore {
     const o = parsePermitOptions(opts, true);
     const h = this.#h;
     const r = h.tryAcquire(key, o.weight, o.lease);
-    if (r > 0)
-      return new Permit(INTERNAL, h, r, OUT[OUT_FENCE_LOW], OUT[OUT_FENCE_HIGH], OUT[OUT_FLAGS], key, o.weight);
+    if (r > 0) return permitNow(h, r, key, o.weight);
     if (r === -WOULD_BLOCK) return null;
     throw acquireError(-r, key, undefined);
   }
@@ -151,14 +169,11 @@ class Semaphore {
    */
   async withPermit(key, fn, opts) {
     checkFn(fn);
-    if (opts === undefined) {
+    if (opts === undefined && this.#tryFirst) {
       // The fast path: one unit of a free key, taken before any promise is made.
       const h = this.#h;
       const r = h.tryAcquire(key, 1, ONE.lease);
-      if (r > 0) {
-        const permit = new Permit(INTERNAL, h, r, OUT[OUT_FENCE_LOW], OUT[OUT_FENCE_HIGH], OUT[OUT_FLAGS], key, 1);
-        return runHolding(permit, fn);
-      }
+      if (r > 0) return runHolding(permitNow(h, r, key, 1), fn);
       if (r !== -WOULD_BLOCK) throw acquireError(-r, key, undefined);
     }
     return runHolding(await this.acquire(key, opts), fn);
@@ -205,6 +220,14 @@ class Semaphore {
   /** Counts, as KeyPool's stats() (held: keys with units held; waiting: waiters queued). */
   stats() {
     return nativeCall(native.keyedStats, this.#h.handle);
+  }
+
+  /**
+   * The core's counts and histograms for this semaphore (see KeyPool's metrics()); null for one
+   * opened without `{ metrics: true }`.
+   */
+  metrics() {
+    return metricsOf(this.#h);
   }
 }
 

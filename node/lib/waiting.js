@@ -13,6 +13,7 @@ const { KeylockError, WOULD_BLOCK, statusError, timeoutError } = require('./erro
 const { MAX_TIMER } = require('./options.js');
 const { state, RECORDS_HELD } = require('./thread.js');
 const { dropOwner } = require('./owners.js');
+const { ACQUIRE, RELEASE, publishAcquire, startClock, since } = require('./diagnostics.js');
 
 const { FLAG_FAILED, FLAG_STOLEN, FLAG_LOST, STATUS_SHIFT } = native;
 // Added to a release's status when it woke a waiter of this thread (served at once, below).
@@ -120,16 +121,52 @@ function untrack(id) {
   native.cancel(id);
 }
 
+// The timeout to give the core for an async acquire: the core's waiter then ends itself at
+// the deadline, and the core counts it as timed out (with metrics) rather than cancelled.
+// Longer than a timer can wait (see MAX_TIMER), none, as the timers below take it.
+function coreTimeout(timeout) {
+  return timeout <= MAX_TIMER ? timeout : undefined;
+}
+
+// Timer ticks (of about 1 ms) that a wait the core ends at its deadline is given for its
+// answer to arrive, before it is cancelled here instead.
+const GRACE_TICKS = 1000;
+
+// The timer of a wait that the core ends at its deadline (`coreTimeout`), fired at that
+// deadline: the core's answer comes through the event loop once the core's timer thread wakes
+// the waiter, so this serves any answer that is in, and otherwise looks again a tick later
+// (keeping the event loop alive meanwhile). An answer that never comes is a timeout all the
+// same, after GRACE_TICKS.
+function atDeadline(id, w, timeout, ticks) {
+  if (waiters.get(id) !== w) return;
+  state.drain();
+  if (waiters.get(id) !== w) return;
+  if (ticks >= GRACE_TICKS) {
+    cancelWaiter(id, () => timeoutError(w.what, timeout));
+    return;
+  }
+  w.timer = setTimeout(atDeadline, 1, id, w, timeout, ticks + 1);
+}
+
 // The promise of the waiter just started. `make(slot, lo, hi, flags)` builds what it resolves
-// to; `onFail()` undoes the caller's bookkeeping (an owner in use).
-function waitFor(make, what, timeout, signal, onFail) {
+// to; `onFail()` undoes the caller's bookkeeping (an owner in use). `timedByCore`: the waiter
+// was given `coreTimeout(timeout)` and ends itself then; otherwise the timeout cancels it here.
+function waitFor(make, what, timeout, signal, onFail, timedByCore) {
   const id = OUT[OUT_WAITER];
+  const started = startClock();
+  const limited = timeout !== undefined && timeout <= MAX_TIMER;
   return new Promise((resolve, reject) => {
     const w = {
-      granted: (slot, lo, hi, flags) => resolve(make(slot, lo, hi, flags)),
+      granted: (slot, lo, hi, flags) => {
+        const got = make(slot, lo, hi, flags);
+        if (ACQUIRE.hasSubscribers || RELEASE.hasSubscribers) publishAcquire(got, since(started));
+        resolve(got);
+      },
       fail: (e) => {
         onFail();
-        reject(e);
+        // The core's own timeout reads as one made here.
+        const timedOut = limited && e instanceof KeylockError && e.code === 'KEYLOCK_TIMEOUT';
+        reject(timedOut ? timeoutError(what, timeout) : e);
       },
       what,
       timer: undefined,
@@ -137,8 +174,10 @@ function waitFor(make, what, timeout, signal, onFail) {
       onAbort: undefined,
     };
     waiters.set(id, w);
-    if (timeout !== undefined && timeout <= MAX_TIMER) {
-      w.timer = setTimeout(() => cancelWaiter(id, () => timeoutError(what, timeout)), timeout);
+    if (limited) {
+      w.timer = timedByCore
+        ? setTimeout(atDeadline, timeout, id, w, timeout, 0)
+        : setTimeout(() => cancelWaiter(id, () => timeoutError(what, timeout)), timeout);
     }
     if (signal !== undefined) {
       w.signal = signal;
@@ -150,15 +189,20 @@ function waitFor(make, what, timeout, signal, onFail) {
 
 // An acquire's outcome. `r` is what the native call returned: a slot, minus a status, or 0 for
 // a waiter (async starts). The fence and flags of a slot are in the output buffer now.
-function outcome(r, make, what, o, owner) {
-  if (r > 0) return Promise.resolve(make(r, OUT[OUT_FENCE_LOW], OUT[OUT_FENCE_HIGH], OUT[OUT_FLAGS]));
+// `timedByCore`: the native start was given `coreTimeout(o.timeout)`.
+function outcome(r, make, what, o, owner, timedByCore = false) {
+  if (r > 0) {
+    const got = make(r, OUT[OUT_FENCE_LOW], OUT[OUT_FENCE_HIGH], OUT[OUT_FLAGS]);
+    if (ACQUIRE.hasSubscribers || RELEASE.hasSubscribers) publishAcquire(got, 0);
+    return Promise.resolve(got);
+  }
   if (r < 0) {
     dropOwner(owner);
     const status = -r;
     if (status === WOULD_BLOCK && o.timeout === 0) return Promise.reject(timeoutError(what, 0));
     return Promise.reject(statusError(status, what));
   }
-  return waitFor(make, what, o.timeout, o.signal, () => dropOwner(owner));
+  return waitFor(make, what, o.timeout, o.signal, () => dropOwner(owner), timedByCore);
 }
 
-module.exports = { released, outcome, startedWaiter, acquiredFlags, track, untrack };
+module.exports = { released, outcome, coreTimeout, startedWaiter, acquiredFlags, track, untrack };

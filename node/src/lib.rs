@@ -18,6 +18,7 @@
 mod handle;
 pub mod keys;
 mod locks;
+mod metrics;
 mod out;
 mod raw;
 mod reactor;
@@ -34,7 +35,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 
-use keylock_core::{KeyedLock, OpenOptions, RwLock, StripedLock};
+use keylock_core::{KeyedLock, LockKey, OpenOptions, RwLock, StripedLock};
 use napi::bindgen_prelude::{FromNapiValue, Function, Unknown};
 use napi::{Env, Error, JsValue, Result, Status};
 use napi_derive::napi;
@@ -118,6 +119,8 @@ pub struct MakeOptions {
     pub capacity: Option<u32>,
     /// A keyed semaphore with this many units per key (`new Semaphore(permits)`).
     pub permits: Option<u32>,
+    /// The core's metrics on the lock object (`OpenOptions::metrics`; `metrics()` reads them).
+    pub metrics: Option<bool>,
 }
 
 impl MakeOptions {
@@ -126,6 +129,7 @@ impl MakeOptions {
             stripes: self.stripes.map(|n| n as usize),
             reentrant: self.reentrant.unwrap_or(false),
             fifo: self.fifo.unwrap_or(false),
+            metrics: self.metrics.unwrap_or(false),
         }
     }
 
@@ -137,13 +141,13 @@ impl MakeOptions {
         opts.fifo = made.fifo;
         opts.capacity = self.capacity.map(|n| n as usize);
         opts.permits = self.permits;
+        opts.metrics = made.metrics;
         let core = keylock_core::open_with(name, &opts).map_err(|e| core_error(&e))?;
-        // A striped lock reports the stripe count it has (a power of two).
-        let stripes = made.stripes.map(|asked| {
-            core.as_any()
-                .and_then(|any| any.downcast_ref::<StripedLock>())
-                .map_or(asked.next_power_of_two(), StripedLock::stripes)
-        });
+        // A striped lock reports the stripe count it has (a power of two), through the trait:
+        // a lock object with metrics is the core's layer over the striped one.
+        let stripes = made
+            .stripes
+            .map(|asked| core.stripes().unwrap_or(asked.next_power_of_two()));
         Ok((core, Made { stripes, ..made }))
     }
 }
@@ -193,7 +197,8 @@ pub fn keyed_shared<'e>(
     let want_stripes = options.stripes.map(|n| (n as usize).next_power_of_two());
     let mismatch = (striped && want_stripes.is_some_and(|n| Some(n) != have.stripes))
         || options.reentrant.is_some_and(|r| r != have.reentrant)
-        || options.fifo.is_some_and(|f| f != have.fifo);
+        || options.fifo.is_some_and(|f| f != have.fifo)
+        || options.metrics.is_some_and(|m| m != have.metrics);
     if mismatch {
         return Err(Error::new(
             Status::GenericFailure,
@@ -218,6 +223,7 @@ fn describe_made(m: &Made) -> String {
     }
     parts.push(format!("reentrant: {}", m.reentrant));
     parts.push(format!("fifo: {}", m.fifo));
+    parts.push(format!("metrics: {}", m.metrics));
     parts.join(", ")
 }
 
@@ -266,8 +272,8 @@ pub fn rw_shared(env: &Env, name: String) -> Result<Unknown<'_>> {
     give(env, Handle::Rw(Rw::new(shared.core.clone(), live)))
 }
 
-/// How a keyed lock was made: `{ stripes, reentrant, fifo, permits }` (`stripes` undefined but
-/// for a striped lock, `permits` (the core's) but for a semaphore).
+/// How a keyed lock was made: `{ stripes, reentrant, fifo, permits, metrics }` (`stripes`
+/// undefined but for a striped lock, `permits` (the core's) but for a semaphore).
 #[napi(catch_unwind)]
 pub fn keyed_made(env: &Env, handle: Unknown<'_>) -> Result<MakeOptions> {
     let keyed = keyed(env, &handle)?;
@@ -278,6 +284,7 @@ pub fn keyed_made(env: &Env, handle: Unknown<'_>) -> Result<MakeOptions> {
         fifo: Some(m.fifo),
         capacity: None,
         permits: keyed.core.permits(),
+        metrics: Some(m.metrics),
     })
 }
 
@@ -343,11 +350,20 @@ pub fn keyed_len(env: &Env, handle: Unknown<'_>) -> Result<f64> {
 pub fn striped_stripe_of(env: &Env, handle: Unknown<'_>, key: Unknown<'_>) -> Result<Option<u32>> {
     let key = Key::from_arg(env, &key)?;
     let keyed = keyed(env, &handle)?;
-    let striped = keyed
+    // Through the trait, so that a striped lock object with metrics (the core's layer over it)
+    // says too.
+    Ok(keyed
         .core
-        .as_any()
-        .and_then(|any| any.downcast_ref::<StripedLock>());
-    Ok(striped.map(|s| s.stripe_of(key.as_bytes()) as u32))
+        .stripe_of(LockKey::new(key.as_bytes()))
+        .map(|s| s as u32))
+}
+
+/// A keyed lock's metrics (`metrics()`), read from the core; `null` for one opened without
+/// them.
+#[napi(catch_unwind)]
+pub fn keyed_metrics(env: &Env, handle: Unknown<'_>) -> Result<Option<metrics::MetricsReading>> {
+    let keyed = keyed(env, &handle)?;
+    Ok(keyed.core.metrics().map(metrics::MetricsReading::from))
 }
 
 /// Slots this thread's handle holds now (guards not yet released), for tests.

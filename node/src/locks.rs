@@ -27,6 +27,8 @@ pub(crate) struct Made {
     pub(crate) stripes: Option<usize>,
     pub(crate) reentrant: bool,
     pub(crate) fifo: bool,
+    /// Opened with the core's metrics (`OpenOptions::metrics`): `metrics()` reads them.
+    pub(crate) metrics: bool,
 }
 
 pub(crate) type Core = Arc<dyn KeyedLock>;

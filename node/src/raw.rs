@@ -184,6 +184,13 @@ impl<const N: usize> Call<'_, N> {
         status::timeout(self.number(i))
     }
 
+    /// Argument `i` as how long an async acquire may wait: milliseconds (see [`Self::millis`]),
+    /// or anything else for no limit. The core's future then ends the wait itself (`TimedOut`),
+    /// so that the core sees a timeout as a timeout, not as a cancelled wait.
+    fn deadline(&self, i: usize) -> Wait {
+        self.millis(i).map_or(Wait::Forever, Wait::For)
+    }
+
     /// Argument `i` as a slot number.
     fn slot(&self, i: usize) -> u32 {
         self.number(i)
@@ -446,12 +453,14 @@ entry_points! {
         let mut key = Key::new();
         Ok(acquired(c.keyed()?.acquire(c.key(0, &mut key)?, &opts)))
     }
-    /// `lockAsync(key, mode, leaseMs, owner)`.
-    fn lock_async[4](c) {
+    /// `lockAsync(key, mode, leaseMs, owner, timeoutMs)`: the core ends the wait after
+    /// `timeoutMs` (none: no limit).
+    fn lock_async[5](c) {
         let k = c.keyed()?;
         let mut key = Key::new();
         let key = c.key(0, &mut key)?;
-        let fut = Arc::clone(&k.core).acquire_async(LockKey::new(key), &c.options(1));
+        let opts = c.options(1).wait(c.deadline(4));
+        let fut = Arc::clone(&k.core).acquire_async(LockKey::new(key), &opts);
         let lock = c.arc();
         start_waiter(k.live.clone(), async move { stored_one(&lock, fut.await) })
     }
@@ -462,12 +471,14 @@ entry_points! {
         let mut key = Key::new();
         Ok(acquired(c.keyed()?.acquire(c.key(0, &mut key)?, &opts)))
     }
-    /// `acquireAsync(key, weight, leaseMs)`: waits for `weight` units of `key`.
-    fn acquire_async[3](c) {
+    /// `acquireAsync(key, weight, leaseMs, timeoutMs)`: waits for `weight` units of `key`, at
+    /// most `timeoutMs` (none: no limit).
+    fn acquire_async[4](c) {
         let k = c.keyed()?;
         let mut key = Key::new();
         let key = c.key(0, &mut key)?;
-        let fut = Arc::clone(&k.core).acquire_async(LockKey::new(key), &c.weighted(1));
+        let opts = c.weighted(1).wait(c.deadline(3));
+        let fut = Arc::clone(&k.core).acquire_async(LockKey::new(key), &opts);
         let lock = c.arc();
         start_waiter(k.live.clone(), async move { stored_one(&lock, fut.await) })
     }
@@ -486,11 +497,12 @@ entry_points! {
         let k = c.keyed()?;
         Ok(acquired(k.stored_many(k.core.acquire_many(&pairs(&keys, &modes), &opts))))
     }
-    /// `lockManyAsync(keys, modes, leaseMs, owner)`.
-    fn lock_many_async[4](c) {
+    /// `lockManyAsync(keys, modes, leaseMs, owner, timeoutMs)`.
+    fn lock_many_async[5](c) {
         let (keys, modes) = keys_and_modes(c)?;
         let k = c.keyed()?;
-        let fut = Arc::clone(&k.core).acquire_many_async(&pairs(&keys, &modes), &c.options(1));
+        let opts = c.options(1).wait(c.deadline(4));
+        let fut = Arc::clone(&k.core).acquire_many_async(&pairs(&keys, &modes), &opts);
         let lock = c.arc();
         start_waiter(k.live.clone(), async move { stored_many(&lock, fut.await) })
     }
@@ -624,6 +636,10 @@ entry_points! {
             // that step frees the name and then asks for it like any request.
             let now = if steal {
                 core.steal(key, &now_opts)
+            } else if k.made.metrics && !if_available {
+                // A lock object with metrics tries first in its own async acquire, below; a try
+                // here would count a failed try that the request never made.
+                Err(keylock_core::Error::WouldBlock)
             } else {
                 core.acquire(key, &now_opts)
             };

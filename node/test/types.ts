@@ -20,8 +20,14 @@ import {
   type LockManagerSnapshot,
   type PermitInfo,
   type PermitAcquireOptions,
+  type LockMetrics,
+  type HistogramMetrics,
+  type WaitMessage,
+  type AcquireMessage,
+  type ReleaseMessage,
 } from 'keylock';
 import keylock from 'keylock';
+import { subscribe } from 'node:diagnostics_channel';
 
 async function usage(): Promise<number> {
   const pool = new KeyPool({ reentrant: true, fifo: false });
@@ -135,6 +141,34 @@ async function usage(): Promise<number> {
   const firstName: string | undefined = snap.held[0]?.name;
   const manager = new LockManager(new KeyPool({ fifo: true }));
   await manager.request('x', () => 'x');
+
+  // Metrics, and the diagnostics_channel messages.
+  const metered = new KeyPool({ metrics: true });
+  const m: LockMetrics | null = metered.metrics();
+  const semMetrics: LockMetrics | null = new Semaphore(2, { metrics: true }).metrics();
+  void Semaphore.open('local:', { permits: 2, metrics: false });
+  void StripedLock.open('local:', { stripes: 8, metrics: true }).metrics()?.wait.count;
+  if (m !== null) {
+    const waits: HistogramMetrics = m.wait;
+    const p99: number | null = waits.quantile(0.99);
+    const le: number = waits.buckets[0]?.[0] ?? 0;
+    const counted: number =
+      m.acquired + m.contended + m.timedOut + m.wouldBlock + m.cancelled + m.leaseExpired + m.ownerDied + m.lost;
+    void [p99, le, counted + m.forceUnlocked + m.hold.sumMs + m.hold.maxMs, semMetrics];
+  }
+  subscribe('keylock:wait', (message) => {
+    const w = message as WaitMessage;
+    void [w.name, w.key, w.keys, w.mode, w.weight, w.timeout];
+  });
+  subscribe('keylock:acquire', (message) => {
+    const a = message as AcquireMessage;
+    const held: Guard = a.guard;
+    void [held, a.fence, a.mode, a.waitedMs];
+  });
+  subscribe('keylock:release', (message) => {
+    const rel = message as ReleaseMessage;
+    void [rel.heldMs, rel.error?.code, rel.guard.released];
+  });
   void [
     n,
     s,
@@ -181,6 +215,10 @@ function misuse(pool: KeyPool, guard: KeyGuard): void {
   void locks.request('x', { mode: 'shared' });
   // @ts-expect-error guards are made by locks
   new Guard();
+  // @ts-expect-error metrics is a boolean
+  new KeyPool({ metrics: 1 });
+  // @ts-expect-error a reading is read-only
+  pool.metrics()!.acquired = 3;
 }
 
 // Semaphore misuse that must not type-check.
