@@ -154,19 +154,20 @@ def main() -> None:
                 impl = (f"before metrics ({args.rev})" if k == "before" else
                         "metrics on" if loop.startswith("metered") else "metrics off")
                 off = loop.replace("metered", "trait")
-                base = (f"{loop}: before" if k == "after" and "before" in which
-                        else f"{off}: after" if loop.startswith("metered") else None)
+                base = ("before metrics" if k == "after" and "before" in which
+                        else "metrics off" if loop.startswith("metered") else None)
+                label = "before metrics" if k == "before" else impl
                 common = {"group": f"metrics: {off}", "impl": impl, "loop": loop,
                           "target": None, "met": None}
                 figures.append({
-                    "name": f"{loop}: {k}", "unit": "ns", "runs": times[k],
+                    "name": f"{off}: {label}", "unit": "ns", "runs": times[k],
                     "median": statistics.median(times[k]), "min": min(times[k]),
-                    "max": max(times[k]), "baseline": base, **common})
+                    "max": max(times[k]), "baseline": base and f"{off}: {base}", **common})
                 figures.append({
-                    "name": f"{loop}: {k}, instructions", "unit": "instructions",
+                    "name": f"{off}: {label}, instructions", "unit": "instructions",
                     "runs": [ins[k]], "median": ins[k], "min": ins[k], "max": ins[k],
-                    "baseline": f"{base}, instructions" if base else None, **common})
-                print(f"{loop:16} {k:6} {statistics.median(times[k]):7.2f} ns "
+                    "baseline": base and f"{off}: {base}, instructions", **common})
+                print(f"{loop:16} {label:15} {statistics.median(times[k]):7.2f} ns "
                       f"{ins[k]:7.1f} instructions", flush=True)
         by = {f["name"]: f["median"] for f in figures}
         for f in figures:
