@@ -11,6 +11,8 @@
  * in this process or in a shared scope by name (keylock_pool_open, keylock_striped_open).
  * Semaphores (keylock_semaphore_new, keylock_semaphore_open) take a weight per acquire, in
  * strict FIFO order per key, with optional leases and timeouts; in this process only, so far.
+ * A pool, striped lock or semaphore opened with keylock_open_options.metrics counts what it
+ * does (keylock_pool_metrics, keylock_striped_metrics, keylock_semaphore_metrics).
  *
  * Acquisitions: every acquire fills a keylock_acquisition in the caller's memory (its fence,
  * mode, owner_died and weight are public) and every release takes one and ends exactly that
@@ -89,6 +91,12 @@
  * process's acquisitions; an in-process pool has no capacity).
  */
 #define KEYLOCK_STATS_UNKNOWN UINT64_MAX
+
+/**
+ * The buckets of a `keylock_histogram`: one for 0 ns, then one per power of two of
+ * nanoseconds.
+ */
+#define KEYLOCK_HISTOGRAM_BUCKETS 64
 
 /**
  * The 64-bit words of private storage in a `keylock_acquisition` (part of the ABI: the
@@ -183,6 +191,32 @@ typedef struct keylock_striped keylock_striped;
 typedef uint32_t keylock_result;
 
 /**
+ * Durations in power-of-two buckets of nanoseconds: part of a `keylock_metrics`.
+ *
+ * `buckets[0]` counts durations of 0 ns, `buckets[i]` those of `2^(i-1)` to `2^i - 1` ns (the
+ * last everything from `2^62` ns up); `keylock_histogram_upper_bound_ns(i)` is bucket `i`'s
+ * upper bound, and `keylock_histogram_quantile` reads a quantile from the buckets.
+ */
+typedef struct keylock_histogram {
+    /**
+     * How many durations were recorded: the sum of `buckets`.
+     */
+    uint64_t count;
+    /**
+     * The sum of every recorded duration, in nanoseconds.
+     */
+    uint64_t sum_ns;
+    /**
+     * The longest recorded duration, in nanoseconds (0 when none was).
+     */
+    uint64_t max_ns;
+    /**
+     * The count of each bucket (see above).
+     */
+    uint64_t buckets[KEYLOCK_HISTOGRAM_BUCKETS];
+} keylock_histogram;
+
+/**
  * How an acquisition holds its key: `KEYLOCK_EXCLUSIVE` (one holder) or `KEYLOCK_SHARED` (any
  * number of shared holders, and no exclusive one). A fixed-width integer, like
  * `keylock_result`; any other value is refused with `KEYLOCK_INVALID_ARGUMENT`.
@@ -253,8 +287,8 @@ typedef struct keylock_acquisition {
 } keylock_acquisition;
 
 /**
- * How `keylock_pool_open` and `keylock_striped_open` make a lock object. Zero-initialise it
- * (`keylock_open_options o = {0};`) for the defaults, or pass NULL.
+ * How `keylock_pool_open`, `keylock_striped_open` and `keylock_semaphore_open` make a lock
+ * object. Zero-initialise it (`keylock_open_options o = {0};`) for the defaults, or pass NULL.
  */
 typedef struct keylock_open_options {
     /**
@@ -284,6 +318,16 @@ typedef struct keylock_open_options {
      * faster, and still hands it to a waiter that has waited 0.5 ms.
      */
     bool fifo;
+    /**
+     * Metrics: the object counts its acquisitions, waits, timeouts, failed tries, lease ends,
+     * losses and force-unlocks, with histograms of wait and hold times, which
+     * `keylock_pool_metrics` (`_striped_`, `_semaphore_`) read (see `keylock_metrics`). Off
+     * by default, and then free; on, every acquire and release of the object pays for a
+     * clock read or two and a few atomic additions, and the in-process fast paths are not
+     * taken. (The last field, so that the others kept their offsets when it was added; it sits
+     * in what was padding, so the struct kept its size too.)
+     */
+    bool metrics;
 } keylock_open_options;
 
 /**
@@ -421,6 +465,67 @@ typedef struct keylock_stats {
 } keylock_stats;
 
 /**
+ * The counts of a lock object opened with metrics (`keylock_open_options.metrics`): what
+ * `keylock_pool_metrics`, `keylock_striped_metrics` and `keylock_semaphore_metrics` report.
+ * Totals since the object was opened, counted by this handle (each handle of a shared scope
+ * counts its own calls); a snapshot whose fields may be read a moment apart. Every front end
+ * of keylock shows these under the same names.
+ */
+typedef struct keylock_metrics {
+    /**
+     * Acquisitions granted. A `_many` call counts each acquisition it returns (`*count`).
+     */
+    uint64_t acquired;
+    /**
+     * Acquire calls that could not be granted at once and waited, whether they were then
+     * granted, timed out or failed otherwise. Tries (`KEYLOCK_NO_WAIT`) are never counted
+     * here.
+     */
+    uint64_t contended;
+    /**
+     * Acquire calls that failed with `KEYLOCK_TIMEOUT`.
+     */
+    uint64_t timed_out;
+    /**
+     * Tries that failed with `KEYLOCK_WOULD_BLOCK`.
+     */
+    uint64_t would_block;
+    /**
+     * Waits cancelled by their caller. The C ABI has no cancellable (asynchronous) acquire, so
+     * this counts only other front ends' calls on the same object (always 0 from C alone).
+     */
+    uint64_t cancelled;
+    /**
+     * Releases refused with `KEYLOCK_LEASE_EXPIRED`.
+     */
+    uint64_t lease_expired;
+    /**
+     * Acquisitions whose previous holder died holding the key (`owner_died`).
+     */
+    uint64_t owner_died;
+    /**
+     * Releases refused with `KEYLOCK_NOT_OWNER` because the hold had ended behind its holder's
+     * back (force-unlocked, or lost by a remote scope). A second release of the same record is
+     * refused by the record itself and not counted.
+     */
+    uint64_t lost;
+    /**
+     * Force-unlocks through this handle that freed a held key.
+     */
+    uint64_t force_unlocked;
+    /**
+     * How long each granted acquire call waited, 0 ns when granted at once: one per call (a
+     * `_many` call counts once).
+     */
+    struct keylock_histogram wait;
+    /**
+     * How long each released acquisition was held, from its grant to its release: one per
+     * release that succeeded.
+     */
+    struct keylock_histogram hold;
+} keylock_metrics;
+
+/**
  * Success.
  */
 #define KEYLOCK_OK 0
@@ -451,7 +556,8 @@ typedef struct keylock_stats {
 /**
  * An argument was out of range or malformed: `n == 0` in a `_many` call, a length over
  * `PTRDIFF_MAX`, an unknown mode or lock name, an acquisition record of another lock
- * object, or text that is not a key (`keylock_key_from_utf16`).
+ * object, text that is not a key (`keylock_key_from_utf16`), or a `_metrics` call on a lock
+ * object opened without metrics.
  */
 #define KEYLOCK_INVALID_ARGUMENT 5
 
@@ -575,6 +681,26 @@ keylock_result keylock_key_from_utf16(const uint16_t *units,
 keylock_result keylock_key_from_i64(int64_t value, uint8_t *out);
 
 /**
+ * The `q` quantile (0 to 1; NaN is 1) of `histogram`, in nanoseconds: the upper bound of the
+ * bucket that holds it, capped at `max_ns`, so an overestimate by less than a factor of two.
+ * `q = 1` gives `max_ns`. Reads `buckets` and `max_ns` (not `count`).
+ *
+ * Returns 0 for an empty histogram (`count == 0`), and for NULL.
+ *
+ * # Safety
+ * `histogram` is NULL or points to a readable `keylock_histogram`.
+ */
+uint64_t keylock_histogram_quantile(const struct keylock_histogram *histogram, double q);
+
+/**
+ * The longest duration bucket `bucket` of a `keylock_histogram` counts, in nanoseconds:
+ * `2^bucket - 1` (0 for bucket 0), and `UINT64_MAX` for the last bucket
+ * (`KEYLOCK_HISTOGRAM_BUCKETS - 1`) and any number past it. The `le` bound a Prometheus
+ * exporter gives the bucket.
+ */
+uint64_t keylock_histogram_upper_bound_ns(size_t bucket);
+
+/**
  * Whether `acquisition` holds an acquisition that has not been released through it: true
  * from a successful acquire until its release call (even if the lock was force-unlocked or
  * its lease ran out meanwhile: ask `_is_current` for that). False for NULL, an empty record
@@ -621,7 +747,8 @@ struct keylock_pool *keylock_pool_new(void);
  * `"redis://HOST:PORT/DB"` a pool in Redis; `"postgres://USER:PASSWORD@HOST:PORT/DB"` a pool
  * in PostgreSQL. (The last three exist in builds with the library's `shm`, `redis` and
  * `postgres` features; others refuse them with `KEYLOCK_INVALID_ARGUMENT`.)
- * Reentrant and strict-FIFO pools are made here (`keylock_open_options`).
+ * Reentrant and strict-FIFO pools, and pools with metrics, are made here
+ * (`keylock_open_options`).
  *
  * Returns:
  * - `KEYLOCK_OK`: `*out` is a handle that the caller owns and frees with `keylock_pool_free`.
@@ -991,6 +1118,24 @@ keylock_result keylock_pool_info(const struct keylock_pool *pool,
 keylock_result keylock_pool_stats(const struct keylock_pool *pool, struct keylock_stats *out);
 
 /**
+ * Stores in `*out` the metrics of the pool, a lock object opened with metrics
+ * (`keylock_open_options.metrics`): its acquisitions, contended calls, timeouts, failed tries,
+ * lease ends, losses and force-unlocks, and histograms of wait and hold times, totals since it
+ * was opened (see `keylock_metrics`). A snapshot for monitoring and tests; it asks no server.
+ *
+ * Returns:
+ * - `KEYLOCK_OK`: `*out` is set.
+ * - `KEYLOCK_INVALID_ARGUMENT`: `pool` was opened without metrics (or made by
+ *   `keylock_pool_new`, which has none); `*out` is unchanged.
+ * - `KEYLOCK_NULL_ARGUMENT`: `pool` or `out` is NULL.
+ * - `KEYLOCK_PANIC`: internal error; `*out` is unchanged.
+ *
+ * # Safety
+ * `pool` is NULL or a live handle; `out` is NULL or points to a writable `keylock_metrics`.
+ */
+keylock_result keylock_pool_metrics(const struct keylock_pool *pool, struct keylock_metrics *out);
+
+/**
  * Creates a striped lock in this process with `stripes` stripes, rounded up to a power of two
  * (as `keylock_striped_open("local:", ...)`). Each handle hashes keys with its own random seed.
  * A few times the number of threads is plenty; `KEYLOCK_DEFAULT_STRIPES` (1024) is a good
@@ -1005,7 +1150,7 @@ struct keylock_striped *keylock_striped_new(size_t stripes);
  * Opens the striped lock that `name` names, with `options` (NULL: the defaults), and stores
  * its handle in `*out`. `name` picks the scope as for `keylock_pool_open`; `options->stripes`
  * is the number of stripes (0: `KEYLOCK_DEFAULT_STRIPES`). Reentrant and strict-FIFO striped
- * locks are made here.
+ * locks, and striped locks with metrics, are made here.
  *
  * Returns:
  * - `KEYLOCK_OK`: `*out` is a handle that the caller owns and frees with
@@ -1377,6 +1522,25 @@ keylock_result keylock_striped_stats(const struct keylock_striped *striped,
                                      struct keylock_stats *out);
 
 /**
+ * Stores in `*out` the metrics of the striped lock, a lock object opened with metrics
+ * (`keylock_open_options.metrics`): its acquisitions, contended calls, timeouts, failed tries,
+ * lease ends, losses and force-unlocks, and histograms of wait and hold times, totals since it
+ * was opened (see `keylock_metrics`). A snapshot for monitoring and tests; it asks no server.
+ *
+ * Returns:
+ * - `KEYLOCK_OK`: `*out` is set.
+ * - `KEYLOCK_INVALID_ARGUMENT`: `striped` was opened without metrics (or made by
+ *   `keylock_striped_new`, which has none); `*out` is unchanged.
+ * - `KEYLOCK_NULL_ARGUMENT`: `striped` or `out` is NULL.
+ * - `KEYLOCK_PANIC`: internal error; `*out` is unchanged.
+ *
+ * # Safety
+ * `striped` is NULL or a live handle; `out` is NULL or points to a writable `keylock_metrics`.
+ */
+keylock_result keylock_striped_metrics(const struct keylock_striped *striped,
+                                       struct keylock_metrics *out);
+
+/**
  * Creates a semaphore in this process with `permits` units per key (as
  * `keylock_semaphore_open("local:", permits, NULL, &sem)`).
  *
@@ -1394,7 +1558,7 @@ struct keylock_semaphore *keylock_semaphore_new(uint32_t permits);
  * otherwise). A semaphore is
  * always strict FIFO and has no stripes and no owners: `options->stripes` must be 0 and
  * `options->reentrant` and `options->fifo` false (`capacity` and `permissions` are for scopes
- * of fixed size, and must be 0 for `local:`).
+ * of fixed size, and must be 0 for `local:`; `metrics` turns on `keylock_semaphore_metrics`).
  *
  * Returns:
  * - `KEYLOCK_OK`: `*out` is a handle that the caller owns and frees with
@@ -1701,6 +1865,25 @@ keylock_result keylock_semaphore_info(const struct keylock_semaphore *sem,
  */
 keylock_result keylock_semaphore_stats(const struct keylock_semaphore *sem,
                                        struct keylock_stats *out);
+
+/**
+ * Stores in `*out` the metrics of the semaphore, a lock object opened with metrics
+ * (`keylock_open_options.metrics`): its acquisitions, contended calls, timeouts, failed tries,
+ * lease ends, losses and force-unlocks, and histograms of wait and hold times, totals since it
+ * was opened (see `keylock_metrics`). A snapshot for monitoring and tests; it asks no server.
+ *
+ * Returns:
+ * - `KEYLOCK_OK`: `*out` is set.
+ * - `KEYLOCK_INVALID_ARGUMENT`: `sem` was opened without metrics (or made by
+ *   `keylock_semaphore_new`, which has none); `*out` is unchanged.
+ * - `KEYLOCK_NULL_ARGUMENT`: `sem` or `out` is NULL.
+ * - `KEYLOCK_PANIC`: internal error; `*out` is unchanged.
+ *
+ * # Safety
+ * `sem` is NULL or a live handle; `out` is NULL or points to a writable `keylock_metrics`.
+ */
+keylock_result keylock_semaphore_metrics(const struct keylock_semaphore *sem,
+                                         struct keylock_metrics *out);
 
 /**
  * Creates an unlocked reader-writer lock.

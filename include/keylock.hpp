@@ -17,6 +17,9 @@
 //   auto outer = reentrant.lock("k", keylock::options().owner(7));
 //   auto inner = reentrant.lock("k", keylock::options().owner(7));   // same owner: nested
 //
+//   auto counted = keylock::KeyPool::open("local:", keylock::open_options().metrics());
+//   if (auto m = counted.metrics()) report(m->contended, m->wait.quantile(0.99));
+//
 //   keylock::RwLock rw;
 //   { auto r = rw.read(); ... }
 //   { auto w = rw.write(); ... }
@@ -181,6 +184,11 @@ public:
         raw_.permissions = bits;
         return *this;
     }
+    /// Metrics: the object counts what it does, read by metrics() (see keylock::metrics).
+    open_options &metrics(bool on = true) noexcept {
+        raw_.metrics = on;
+        return *this;
+    }
     const keylock_open_options &raw() const noexcept { return raw_; }
 
 private:
@@ -218,6 +226,76 @@ struct stats {
 
 namespace detail {
 
+/// Nanoseconds from the C ABI as a duration, saturated at std::chrono::nanoseconds::max().
+inline std::chrono::nanoseconds ns(std::uint64_t n) noexcept {
+    const auto max = static_cast<std::uint64_t>(std::chrono::nanoseconds::max().count());
+    return std::chrono::nanoseconds(static_cast<std::chrono::nanoseconds::rep>(n < max ? n : max));
+}
+
+}  // namespace detail
+
+/// Durations in power-of-two buckets of nanoseconds (keylock_histogram): metrics::wait and
+/// metrics::hold. Bucket 0 counts 0 ns, bucket i durations up to upper_bound(i).
+class histogram {
+public:
+    explicit histogram(const keylock_histogram &raw) noexcept : raw_(raw) {}
+    /// How many durations were recorded.
+    std::uint64_t count() const noexcept { return raw_.count; }
+    /// The sum of every recorded duration.
+    std::chrono::nanoseconds sum() const noexcept { return detail::ns(raw_.sum_ns); }
+    /// The longest recorded duration (0 when none was).
+    std::chrono::nanoseconds max() const noexcept { return detail::ns(raw_.max_ns); }
+    /// The `q` quantile (0 to 1), as the upper bound of the bucket that holds it capped at
+    /// max() (keylock_histogram_quantile); std::nullopt when nothing was recorded.
+    std::optional<std::chrono::nanoseconds> quantile(double q) const noexcept {
+        if (raw_.count == 0) return std::nullopt;
+        return detail::ns(keylock_histogram_quantile(&raw_, q));
+    }
+    /// The count of bucket `i` (0 for a number past the last, KEYLOCK_HISTOGRAM_BUCKETS - 1).
+    std::uint64_t bucket(std::size_t i) const noexcept { return i < KEYLOCK_HISTOGRAM_BUCKETS ? raw_.buckets[i] : 0; }
+    /// The longest duration bucket `i` counts (keylock_histogram_upper_bound_ns; saturated).
+    static std::chrono::nanoseconds upper_bound(std::size_t i) noexcept {
+        return detail::ns(keylock_histogram_upper_bound_ns(i));
+    }
+    const keylock_histogram &raw() const noexcept { return raw_; }
+
+private:
+    keylock_histogram raw_;
+};
+
+/// The counts of a lock object opened with open_options::metrics(), totals since it was opened
+/// (a snapshot): KeyPool::metrics / StripedLock::metrics / Semaphore::metrics. See
+/// keylock_metrics for what each counts.
+struct metrics {
+    std::uint64_t acquired;
+    std::uint64_t contended;
+    std::uint64_t timed_out;
+    std::uint64_t would_block;
+    std::uint64_t cancelled;  // always 0 from C and C++: they have no cancellable acquire
+    std::uint64_t lease_expired;
+    std::uint64_t owner_died;
+    std::uint64_t lost;
+    std::uint64_t force_unlocked;
+    keylock::histogram wait;
+    keylock::histogram hold;
+};
+
+namespace detail {
+
+/// The metrics `get` stores (a `_metrics` call), or std::nullopt when the object was opened
+/// without metrics (KEYLOCK_INVALID_ARGUMENT); any other failure throws.
+template <class Get>
+std::optional<keylock::metrics> read_metrics(Get get) {
+    keylock_metrics raw{};
+    const keylock_result r = get(&raw);
+    if (r == KEYLOCK_INVALID_ARGUMENT) return std::nullopt;
+    check(r);
+    return keylock::metrics{raw.acquired,      raw.contended,  raw.timed_out,
+                            raw.would_block,   raw.cancelled,  raw.lease_expired,
+                            raw.owner_died,    raw.lost,       raw.force_unlocked,
+                            keylock::histogram(raw.wait), keylock::histogram(raw.hold)};
+}
+
 /// A keylock_stats field as an optional.
 inline std::optional<std::uint64_t> known(std::uint64_t n) {
     if (n == KEYLOCK_STATS_UNKNOWN) return std::nullopt;
@@ -247,8 +325,7 @@ inline std::optional<std::chrono::nanoseconds> lease_left(const keylock_acquisit
     std::uint64_t ns = 0;
     check(keylock_acquisition_lease_remaining(&a, &ns));
     if (ns == KEYLOCK_NO_LEASE) return std::nullopt;
-    const auto max = static_cast<std::uint64_t>(std::chrono::nanoseconds::max().count());
-    return std::chrono::nanoseconds(static_cast<std::chrono::nanoseconds::rep>(ns < max ? ns : max));
+    return detail::ns(ns);
 }
 
 // The C functions of each keyed primitive, so that KeyPool and StripedLock share one template.
@@ -267,6 +344,7 @@ struct pool_api {
     static keylock_result is_locked(const handle *h, const std::uint8_t *k, std::size_t n, bool *out) { return keylock_pool_is_locked(h, k, n, out); }
     static keylock_result info(const handle *h, const std::uint8_t *k, std::size_t n, keylock_lock_info *out) { return keylock_pool_info(h, k, n, out); }
     static keylock_result stats(const handle *h, keylock_stats *out) { return keylock_pool_stats(h, out); }
+    static keylock_result metrics(const handle *h, keylock_metrics *out) { return keylock_pool_metrics(h, out); }
 };
 
 struct striped_api {
@@ -284,6 +362,7 @@ struct striped_api {
     static keylock_result is_locked(const handle *h, const std::uint8_t *k, std::size_t n, bool *out) { return keylock_striped_is_locked(h, k, n, out); }
     static keylock_result info(const handle *h, const std::uint8_t *k, std::size_t n, keylock_lock_info *out) { return keylock_striped_info(h, k, n, out); }
     static keylock_result stats(const handle *h, keylock_stats *out) { return keylock_striped_stats(h, out); }
+    static keylock_result metrics(const handle *h, keylock_metrics *out) { return keylock_striped_metrics(h, out); }
 };
 
 template <class> class keyed;
@@ -617,6 +696,11 @@ public:
         check(Api::stats(handle_, &raw));
         return to_stats(raw);
     }
+    /// The metrics of an object opened with open_options::metrics() (a snapshot; see
+    /// keylock::metrics); std::nullopt for one opened without.
+    std::optional<keylock::metrics> metrics() const {
+        return read_metrics([this](keylock_metrics *out) { return Api::metrics(handle_, out); });
+    }
 
     /// The C handle, still owned by this object (NULL after a move).
     native_handle_type native_handle() const noexcept { return handle_; }
@@ -894,6 +978,11 @@ public:
         keylock_stats raw{};
         detail::check(keylock_semaphore_stats(handle_, &raw));
         return detail::to_stats(raw);
+    }
+    /// The metrics of a semaphore opened with open_options::metrics() (a snapshot; see
+    /// keylock::metrics); std::nullopt for one opened without.
+    std::optional<keylock::metrics> metrics() const {
+        return detail::read_metrics([this](keylock_metrics *out) { return keylock_semaphore_metrics(handle_, out); });
     }
 
     /// The C handle, still owned by this object (NULL after a move).

@@ -107,7 +107,8 @@ test-c: check-header
 	$(MAKE) test-c-api
 	$(MAKE) demo-c
 
-# The C and C++ tests (test_semaphore.c: the keyed semaphore), built against a fresh `make
+# The C and C++ tests (test_semaphore.c: the keyed semaphore; test_metrics.c: exact counts of
+# lock objects opened with metrics), built against a fresh `make
 # install` into a temporary prefix with the flags pkg-config gives, under AddressSanitizer and
 # UBSan, the scope test on local:, and the C
 # half of the cross-language key fixture (core/tests/keys.json, which the Rust, Python and Node suites check too). Also
@@ -130,6 +131,8 @@ test-c-api: build-ffi
 		-o "$$tmp/test_keylock_cpp" $$flags; \
 	$(CC) -std=c99 -g -O1 $(C_WARN) $(C_SANITIZE) ffi-c/tests/c/test_semaphore.c \
 		-o "$$tmp/test_semaphore" $$flags; \
+	$(CC) -std=c99 -g -O1 $(C_WARN) $(C_SANITIZE) ffi-c/tests/c/test_metrics.c \
+		-o "$$tmp/test_metrics" $$flags; \
 	$(CC) -std=c99 -g -O1 $(C_WARN) $(C_SANITIZE) ffi-c/tests/c/test_keys.c \
 		-o "$$tmp/test_keys" $$flags; \
 	$(CC) -std=c99 -g -O1 $(C_WARN) $(C_SANITIZE) ffi-c/tests/c/test_scope.c \
@@ -142,6 +145,7 @@ test-c-api: build-ffi
 	timeout 180 "$$tmp/test_keylock"; \
 	timeout 180 "$$tmp/test_keylock_cpp"; \
 	timeout 180 "$$tmp/test_semaphore"; \
+	timeout 150 "$$tmp/test_metrics"; \
 	timeout 60 "$$tmp/test_keys" core/tests/keys.json; \
 	timeout 120 "$$tmp/test_scope" local:; \
 	timeout 60 "$$tmp/bank_static" 4 64 100
@@ -221,13 +225,16 @@ tsan-c: tsan-c-build
 	$(CC) -std=c99 -g -O1 -fsanitize=thread -Iinclude -c ffi-c/tests/c/test_keylock.c -o "$$tmp/c.o"; \
 	$(CXX) $(CXX_STD) -g -O1 -fsanitize=thread -Iinclude -c ffi-c/tests/cpp/test_keylock.cpp -o "$$tmp/cpp.o"; \
 	$(CC) -std=c99 -g -O1 -fsanitize=thread -DKEYLOCK_TEST_NO_SERVER_SCOPES -Iinclude -c ffi-c/tests/c/test_semaphore.c -o "$$tmp/sem.o"; \
+	$(CC) -std=c99 -g -O1 -fsanitize=thread -Iinclude -c ffi-c/tests/c/test_metrics.c -o "$$tmp/metrics.o"; \
 	$(CC) "$$tmp/c.o" -Wl,--whole-archive "$$rt" -Wl,--no-whole-archive "$$lib" -o "$$tmp/c" -pthread -ldl -lm -lrt -lstdc++; \
 	$(CC) "$$tmp/sem.o" -Wl,--whole-archive "$$rt" -Wl,--no-whole-archive "$$lib" -o "$$tmp/sem" -pthread -ldl -lm -lrt -lstdc++; \
+	$(CC) "$$tmp/metrics.o" -Wl,--whole-archive "$$rt" -Wl,--no-whole-archive "$$lib" -o "$$tmp/metrics" -pthread -ldl -lm -lrt -lstdc++; \
 	$(CXX) "$$tmp/cpp.o" -Wl,--whole-archive "$$rt" -Wl,--no-whole-archive "$$lib" -o "$$tmp/cpp" -pthread -ldl -lm -lrt; \
 	export TSAN_OPTIONS="suppressions=$(ROOT)/.ci/tsan.supp halt_on_error=1"; \
 	timeout 300 "$$tmp/c"; \
 	timeout 300 "$$tmp/cpp"; \
-	timeout 300 "$$tmp/sem"
+	timeout 300 "$$tmp/sem"; \
+	timeout 300 "$$tmp/metrics"
 
 # ---- the semaphore test against a broken library -------------------------------------------------
 

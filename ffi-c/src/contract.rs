@@ -39,7 +39,8 @@ pub const KEYLOCK_NULL_ARGUMENT: keylock_result = 4;
 
 /// An argument was out of range or malformed: `n == 0` in a `_many` call, a length over
 /// `PTRDIFF_MAX`, an unknown mode or lock name, an acquisition record of another lock
-/// object, or text that is not a key (`keylock_key_from_utf16`).
+/// object, text that is not a key (`keylock_key_from_utf16`), or a `_metrics` call on a lock
+/// object opened without metrics.
 pub const KEYLOCK_INVALID_ARGUMENT: keylock_result = 5;
 
 /// The library hit an internal error (a Rust panic), caught before it reached the caller. The

@@ -14,6 +14,7 @@ use keylock_core::{Acquisition, KeyPool, KeyedLock, LockKey, LockOptions, Mode, 
 use crate::acquisition::*;
 use crate::boundary::*;
 use crate::contract::*;
+use crate::metrics::keylock_metrics;
 use crate::options::*;
 use crate::result::*;
 use crate::stats::keylock_stats;
@@ -33,6 +34,11 @@ pub(crate) struct Keyed {
 /// the record keeps, and every `Acquisition` record's release first tries the core's
 /// `try_release_fast`; other acquires keep the core's guard of the hold. Other scopes, and
 /// `lock_many`, go through the trait and keep an `Acquisition`.
+///
+/// A lock object opened with metrics is the core's `Metered` layer over the scope's object,
+/// whose `as_any` is `None`: it is `Direct::None`, so that every call goes through the layer
+/// and is counted. Nothing but speed depends on `Direct` (the trait's methods answer
+/// everything the in-process objects' own methods do).
 ///
 /// A record's guard is a `PoolGuard<&'static KeyPool>` / `StripeGuard<&'static StripedLock>`:
 /// the `'static` stands for "as long as the handle", which the C contract makes true wherever
@@ -702,6 +708,22 @@ pub(crate) unsafe fn stats<H: Handle>(h: *const H, out: *mut keylock_stats) -> k
         let stats = keylock_stats::of(&h.locks.stats()?);
         // SAFETY: out is non-NULL and writable (caller).
         unsafe { out.write(stats) };
+        Ok(())
+    })
+}
+
+/// The body of `_metrics`: `KEYLOCK_INVALID_ARGUMENT` for an object opened without metrics.
+///
+/// # Safety
+/// `h` is NULL or a live handle; `out` is NULL or points to a writable `keylock_metrics`.
+pub(crate) unsafe fn metrics<H: Handle>(h: *const H, out: *mut keylock_metrics) -> keylock_result {
+    ffi_boundary(|| {
+        // SAFETY: the caller's contract above.
+        let h = unsafe { handle(h)? }.keyed();
+        let out = crate::boundary::out(out)?;
+        let metrics = h.locks.metrics().ok_or(Fail(KEYLOCK_INVALID_ARGUMENT))?;
+        // SAFETY: out is non-NULL and writable (caller).
+        unsafe { out.write(keylock_metrics::of(&metrics)) };
         Ok(())
     })
 }

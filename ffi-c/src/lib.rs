@@ -4,12 +4,13 @@
 //! One module per handle type ([`pool`], [`striped`], [`semaphore`], [`rwlock`]), plus
 //! [`keys`], the key encoders every front end shares, [`options`] (what an acquire and an open
 //! take) and [`acquisition`] (the record of one hold, in caller memory), [`stats`] (what
-//! `_stats` reports). [`keyed`] holds the bodies that the pool, striped and semaphore exports
-//! share, on a lock object from `keylock_core::open_with` (any scope); [`boundary`] what every export shares: panic catching, NULL checks, and the
-//! translation of keys. [`contract`] is generated from keylock-core (`make header`): the result
-//! codes, modes and key sizes and their integer types, so that no number is copied; it is the
-//! bottom layer, with [`result`] (describing results, and turning core errors into them) on it,
-//! then [`options`], then [`boundary`].
+//! `_stats` reports), [`metrics`] (what `_metrics` reports, for objects opened with metrics).
+//! [`keyed`] holds the bodies that the pool, striped and semaphore exports share, on a lock
+//! object from `keylock_core::open_with` (any scope); [`boundary`] what every export shares:
+//! panic catching, NULL checks, and the translation of keys. [`contract`] is generated from
+//! keylock-core (`make header`): the result codes, modes and key sizes and their integer types,
+//! so that no number is copied; it is the bottom layer, with [`result`] (describing results,
+//! and turning core errors into them) on it, then [`options`], then [`boundary`].
 //!
 //! The locking itself is keylock-core's: each export converts its arguments, calls the core,
 //! and converts the answer. Every acquire writes the core's record of the hold into the
@@ -33,6 +34,8 @@ pub mod keys;
 pub mod options;
 
 pub mod stats;
+
+pub mod metrics;
 
 pub mod acquisition;
 

@@ -113,8 +113,8 @@ pub(crate) fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).map_or(KEYLOCK_NO_LEASE - 1, |ns| ns.min(KEYLOCK_NO_LEASE - 1))
 }
 
-/// How `keylock_pool_open` and `keylock_striped_open` make a lock object. Zero-initialise it
-/// (`keylock_open_options o = {0};`) for the defaults, or pass NULL.
+/// How `keylock_pool_open`, `keylock_striped_open` and `keylock_semaphore_open` make a lock
+/// object. Zero-initialise it (`keylock_open_options o = {0};`) for the defaults, or pass NULL.
 #[allow(non_camel_case_types)] // C naming: this is the name C programs see.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -136,7 +136,26 @@ pub struct keylock_open_options {
     /// order). The default lets a running thread take a just-released lock first, which is
     /// faster, and still hands it to a waiter that has waited 0.5 ms.
     pub fifo: bool,
+    /// Metrics: the object counts its acquisitions, waits, timeouts, failed tries, lease ends,
+    /// losses and force-unlocks, with histograms of wait and hold times, which
+    /// `keylock_pool_metrics` (`_striped_`, `_semaphore_`) read (see `keylock_metrics`). Off
+    /// by default, and then free; on, every acquire and release of the object pays for a
+    /// clock read or two and a few atomic additions, and the in-process fast paths are not
+    /// taken. (The last field, so that the others kept their offsets when it was added; it sits
+    /// in what was padding, so the struct kept its size too.)
+    pub metrics: bool,
 }
+
+// The ABI: `metrics` took the padding after `fifo`, so every other field kept its offset and the
+// struct its size (24 bytes on 64-bit targets). The C test checks the size from C.
+#[cfg(target_pointer_width = "64")]
+const _: () = {
+    assert!(std::mem::size_of::<keylock_open_options>() == 24);
+    assert!(std::mem::offset_of!(keylock_open_options, permissions) == 16);
+    assert!(std::mem::offset_of!(keylock_open_options, reentrant) == 20);
+    assert!(std::mem::offset_of!(keylock_open_options, fifo) == 21);
+    assert!(std::mem::offset_of!(keylock_open_options, metrics) == 22);
+};
 
 impl keylock_open_options {
     /// The core's options for these; `stripes` is the caller's, already checked.
@@ -145,6 +164,7 @@ impl keylock_open_options {
         opts.stripes = stripes;
         opts.reentrant = self.reentrant;
         opts.fifo = self.fifo;
+        opts.metrics = self.metrics;
         opts.capacity = (self.capacity != 0).then_some(self.capacity);
         opts.mode = (self.permissions != 0).then_some(self.permissions);
         opts

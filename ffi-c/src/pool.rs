@@ -9,6 +9,7 @@ use keylock_core::{LockOptions, Mode, Wait};
 use crate::acquisition::keylock_acquisition;
 use crate::boundary::*;
 use crate::keyed::{self, Handle, Keyed};
+use crate::metrics::keylock_metrics;
 use crate::options::*;
 use crate::result::*;
 use crate::stats::keylock_stats;
@@ -56,7 +57,8 @@ pub extern "C" fn keylock_pool_new() -> *mut keylock_pool {
 /// `"redis://HOST:PORT/DB"` a pool in Redis; `"postgres://USER:PASSWORD@HOST:PORT/DB"` a pool
 /// in PostgreSQL. (The last three exist in builds with the library's `shm`, `redis` and
 /// `postgres` features; others refuse them with `KEYLOCK_INVALID_ARGUMENT`.)
-/// Reentrant and strict-FIFO pools are made here (`keylock_open_options`).
+/// Reentrant and strict-FIFO pools, and pools with metrics, are made here
+/// (`keylock_open_options`).
 ///
 /// Returns:
 /// - `KEYLOCK_OK`: `*out` is a handle that the caller owns and frees with `keylock_pool_free`.
@@ -506,4 +508,27 @@ pub unsafe extern "C" fn keylock_pool_stats(
 ) -> keylock_result {
     // SAFETY: forwarded from our caller.
     unsafe { keyed::stats(pool, out) }
+}
+
+/// Stores in `*out` the metrics of the pool, a lock object opened with metrics
+/// (`keylock_open_options.metrics`): its acquisitions, contended calls, timeouts, failed tries,
+/// lease ends, losses and force-unlocks, and histograms of wait and hold times, totals since it
+/// was opened (see `keylock_metrics`). A snapshot for monitoring and tests; it asks no server.
+///
+/// Returns:
+/// - `KEYLOCK_OK`: `*out` is set.
+/// - `KEYLOCK_INVALID_ARGUMENT`: `pool` was opened without metrics (or made by
+///   `keylock_pool_new`, which has none); `*out` is unchanged.
+/// - `KEYLOCK_NULL_ARGUMENT`: `pool` or `out` is NULL.
+/// - `KEYLOCK_PANIC`: internal error; `*out` is unchanged.
+///
+/// # Safety
+/// `pool` is NULL or a live handle; `out` is NULL or points to a writable `keylock_metrics`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn keylock_pool_metrics(
+    pool: *const keylock_pool,
+    out: *mut keylock_metrics,
+) -> keylock_result {
+    // SAFETY: forwarded from our caller.
+    unsafe { keyed::metrics(pool, out) }
 }

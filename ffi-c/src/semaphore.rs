@@ -15,6 +15,7 @@ use crate::acquisition::keylock_acquisition;
 use crate::boundary::*;
 use crate::contract::*;
 use crate::keyed::{self, Handle, Keyed};
+use crate::metrics::keylock_metrics;
 use crate::options::*;
 use crate::result::*;
 use crate::stats::keylock_stats;
@@ -83,7 +84,7 @@ pub extern "C" fn keylock_semaphore_new(permits: u32) -> *mut keylock_semaphore 
 /// otherwise). A semaphore is
 /// always strict FIFO and has no stripes and no owners: `options->stripes` must be 0 and
 /// `options->reentrant` and `options->fifo` false (`capacity` and `permissions` are for scopes
-/// of fixed size, and must be 0 for `local:`).
+/// of fixed size, and must be 0 for `local:`; `metrics` turns on `keylock_semaphore_metrics`).
 ///
 /// Returns:
 /// - `KEYLOCK_OK`: `*out` is a handle that the caller owns and frees with
@@ -478,6 +479,29 @@ pub unsafe extern "C" fn keylock_semaphore_stats(
 ) -> keylock_result {
     // SAFETY: forwarded from our caller.
     unsafe { keyed::stats(sem, out) }
+}
+
+/// Stores in `*out` the metrics of the semaphore, a lock object opened with metrics
+/// (`keylock_open_options.metrics`): its acquisitions, contended calls, timeouts, failed tries,
+/// lease ends, losses and force-unlocks, and histograms of wait and hold times, totals since it
+/// was opened (see `keylock_metrics`). A snapshot for monitoring and tests; it asks no server.
+///
+/// Returns:
+/// - `KEYLOCK_OK`: `*out` is set.
+/// - `KEYLOCK_INVALID_ARGUMENT`: `sem` was opened without metrics (or made by
+///   `keylock_semaphore_new`, which has none); `*out` is unchanged.
+/// - `KEYLOCK_NULL_ARGUMENT`: `sem` or `out` is NULL.
+/// - `KEYLOCK_PANIC`: internal error; `*out` is unchanged.
+///
+/// # Safety
+/// `sem` is NULL or a live handle; `out` is NULL or points to a writable `keylock_metrics`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn keylock_semaphore_metrics(
+    sem: *const keylock_semaphore,
+    out: *mut keylock_metrics,
+) -> keylock_result {
+    // SAFETY: forwarded from our caller.
+    unsafe { keyed::metrics(sem, out) }
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@ use keylock_core::{LockOptions, Mode, Wait};
 use crate::acquisition::keylock_acquisition;
 use crate::boundary::*;
 use crate::keyed::{self, Handle, Keyed};
+use crate::metrics::keylock_metrics;
 use crate::options::*;
 use crate::result::*;
 use crate::stats::keylock_stats;
@@ -67,7 +68,7 @@ pub extern "C" fn keylock_striped_new(stripes: usize) -> *mut keylock_striped {
 /// Opens the striped lock that `name` names, with `options` (NULL: the defaults), and stores
 /// its handle in `*out`. `name` picks the scope as for `keylock_pool_open`; `options->stripes`
 /// is the number of stripes (0: `KEYLOCK_DEFAULT_STRIPES`). Reentrant and strict-FIFO striped
-/// locks are made here.
+/// locks, and striped locks with metrics, are made here.
 ///
 /// Returns:
 /// - `KEYLOCK_OK`: `*out` is a handle that the caller owns and frees with
@@ -520,4 +521,27 @@ pub unsafe extern "C" fn keylock_striped_stats(
 ) -> keylock_result {
     // SAFETY: forwarded from our caller.
     unsafe { keyed::stats(striped, out) }
+}
+
+/// Stores in `*out` the metrics of the striped lock, a lock object opened with metrics
+/// (`keylock_open_options.metrics`): its acquisitions, contended calls, timeouts, failed tries,
+/// lease ends, losses and force-unlocks, and histograms of wait and hold times, totals since it
+/// was opened (see `keylock_metrics`). A snapshot for monitoring and tests; it asks no server.
+///
+/// Returns:
+/// - `KEYLOCK_OK`: `*out` is set.
+/// - `KEYLOCK_INVALID_ARGUMENT`: `striped` was opened without metrics (or made by
+///   `keylock_striped_new`, which has none); `*out` is unchanged.
+/// - `KEYLOCK_NULL_ARGUMENT`: `striped` or `out` is NULL.
+/// - `KEYLOCK_PANIC`: internal error; `*out` is unchanged.
+///
+/// # Safety
+/// `striped` is NULL or a live handle; `out` is NULL or points to a writable `keylock_metrics`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn keylock_striped_metrics(
+    striped: *const keylock_striped,
+    out: *mut keylock_metrics,
+) -> keylock_result {
+    // SAFETY: forwarded from our caller.
+    unsafe { keyed::metrics(striped, out) }
 }

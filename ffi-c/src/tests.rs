@@ -174,7 +174,8 @@ fn c_doc(status: Status) -> Option<&'static [&'static str]> {
         Status::InvalidArgument => &[
             "An argument was out of range or malformed: `n == 0` in a `_many` call, a length over",
             "`PTRDIFF_MAX`, an unknown mode or lock name, an acquisition record of another lock",
-            "object, or text that is not a key (`keylock_key_from_utf16`).",
+            "object, text that is not a key (`keylock_key_from_utf16`), or a `_metrics` call on a lock",
+            "object opened without metrics.",
         ],
         Status::Panic => &[
             "The library hit an internal error (a Rust panic), caught before it reached the caller. The",
@@ -303,5 +304,170 @@ fn an_uncontended_plain_lock_keeps_the_cores_fast_record() {
         assert_eq!(keylock_pool_release(pool, &mut a), KEYLOCK_NOT_OWNER);
         keylock_striped_free(striped);
         keylock_pool_free(pool);
+    }
+}
+
+/// A pool opened with metrics through the C ABI: every call goes through the core's `Metered`
+/// layer (no in-process fast path keeps a guard), and `keylock_pool_metrics` reports exactly
+/// what the calls did; one opened without metrics reports `KEYLOCK_INVALID_ARGUMENT`.
+#[test]
+fn metrics_count_what_the_c_calls_did() {
+    use std::time::Duration;
+
+    use crate::acquisition::state;
+    use crate::metrics::keylock_metrics;
+    use crate::pool::*;
+
+    struct Pool(*mut keylock_pool);
+    // SAFETY: a pool handle may be used from any thread (see handles_are_send_and_sync).
+    unsafe impl Send for Pool {}
+    // SAFETY: as above.
+    unsafe impl Sync for Pool {}
+
+    let key = b"k".as_ptr();
+    let opts = keylock_open_options {
+        metrics: true,
+        ..Default::default()
+    };
+    let (mut pool, mut plain) = (std::ptr::null_mut(), std::ptr::null_mut());
+    // SAFETY: live handles and records, freed once; every key points to 1 byte.
+    unsafe {
+        assert_eq!(
+            keylock_pool_open(c"local:".as_ptr(), &opts, &mut pool),
+            KEYLOCK_OK
+        );
+        assert_eq!(
+            keylock_pool_open(c"local:".as_ptr(), std::ptr::null(), &mut plain),
+            KEYLOCK_OK
+        );
+        let mut m: keylock_metrics = std::mem::zeroed();
+        assert_eq!(
+            keylock_pool_metrics(plain, &mut m),
+            KEYLOCK_INVALID_ARGUMENT
+        );
+        assert_eq!(
+            keylock_pool_metrics(std::ptr::null(), &mut m),
+            KEYLOCK_NULL_ARGUMENT
+        );
+        assert_eq!(
+            keylock_pool_metrics(pool, std::ptr::null_mut()),
+            KEYLOCK_NULL_ARGUMENT
+        );
+        assert_eq!(keylock_pool_metrics(pool, &mut m), KEYLOCK_OK);
+        assert_eq!((m.acquired, m.wait.count, m.hold.count), (0, 0, 0));
+
+        // Without metrics, a pool's first plain lock of a key keeps the core's guard; with
+        // them, the trait's Acquisition (the layer's record, which it counts).
+        let (mut a, mut b) = (keylock_acquisition::EMPTY, keylock_acquisition::EMPTY);
+        assert_eq!(keylock_pool_lock(plain, key, 1, &mut a), KEYLOCK_OK);
+        assert_eq!(a._private_state, state::POOL);
+        assert_eq!(keylock_pool_release(plain, &mut a), KEYLOCK_OK);
+        assert_eq!(keylock_pool_lock(pool, key, 1, &mut a), KEYLOCK_OK);
+        assert_eq!(a._private_state, state::KEYED);
+        assert_eq!(
+            keylock_pool_try_lock(pool, key, 1, &mut b),
+            KEYLOCK_WOULD_BLOCK
+        );
+
+        // A waiter on another thread, granted when the key is released.
+        let shared = Pool(pool);
+        let waiter = std::thread::spawn(move || {
+            let shared = &shared;
+            let mut w = keylock_acquisition::EMPTY;
+            // (Inside the test's unsafe block: the pool outlives the thread, joined before the
+            // pool is freed.)
+            let r = keylock_pool_lock_timeout(shared.0, b"k".as_ptr(), 1, 10_000_000_000, &mut w);
+            assert_eq!(r, KEYLOCK_OK);
+            assert_eq!(keylock_pool_release(shared.0, &mut w), KEYLOCK_OK);
+        });
+        let mut info = keylock_lock_info::FREE;
+        let start = std::time::Instant::now();
+        while info.waiters == 0 {
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "the waiter never queued"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+            assert_eq!(keylock_pool_info(pool, key, 1, &mut info), KEYLOCK_OK);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(keylock_pool_release(pool, &mut a), KEYLOCK_OK);
+        waiter.join().unwrap();
+
+        // A force-unlock, and the old holder's release refused.
+        assert_eq!(keylock_pool_lock(pool, key, 1, &mut a), KEYLOCK_OK);
+        let mut was_held = false;
+        assert_eq!(
+            keylock_pool_force_unlock(pool, key, 1, &mut was_held),
+            KEYLOCK_OK
+        );
+        assert!(was_held);
+        assert_eq!(keylock_pool_release(pool, &mut a), KEYLOCK_NOT_OWNER);
+        // A second release of the same record is the record's refusal: not counted.
+        assert_eq!(keylock_pool_release(pool, &mut a), KEYLOCK_NOT_OWNER);
+
+        assert_eq!(keylock_pool_metrics(pool, &mut m), KEYLOCK_OK);
+        let counts = (
+            m.acquired,
+            m.contended,
+            m.timed_out,
+            m.would_block,
+            m.cancelled,
+            m.lease_expired,
+            m.owner_died,
+            m.lost,
+            m.force_unlocked,
+        );
+        assert_eq!(counts, (3, 1, 0, 1, 0, 0, 0, 1, 1));
+        assert_eq!((m.wait.count, m.wait.buckets[0]), (3, 2));
+        assert!(m.wait.max_ns >= 20_000_000, "{}", m.wait.max_ns);
+        assert_eq!(m.hold.count, 2);
+        assert!(m.hold.max_ns >= 20_000_000, "{}", m.hold.max_ns);
+        assert_eq!(m.wait.count, m.wait.buckets.iter().sum::<u64>());
+
+        keylock_pool_free(pool);
+        keylock_pool_free(plain);
+    }
+}
+
+/// `metrics` joined `keylock_open_options` in its padding: the open calls of every handle take
+/// it to the core, and a zeroed struct leaves it off.
+#[test]
+fn open_options_carry_metrics() {
+    let off = keylock_open_options::default();
+    assert!(!off.to_core(None).metrics);
+    let on = keylock_open_options {
+        metrics: true,
+        ..off
+    };
+    assert!(on.to_core(None).metrics);
+    let mut striped = std::ptr::null_mut();
+    let mut sem = std::ptr::null_mut();
+    let mut m = std::mem::MaybeUninit::<crate::metrics::keylock_metrics>::zeroed();
+    // SAFETY: live handles, freed once; `m` is writable.
+    unsafe {
+        assert_eq!(
+            keylock_striped_open(c"local:".as_ptr(), &on, &mut striped),
+            KEYLOCK_OK
+        );
+        assert_eq!(keylock_striped_metrics(striped, m.as_mut_ptr()), KEYLOCK_OK);
+        assert_eq!(
+            keylock_semaphore_open(c"local:".as_ptr(), 2, &on, &mut sem),
+            KEYLOCK_OK
+        );
+        assert_eq!(keylock_semaphore_metrics(sem, m.as_mut_ptr()), KEYLOCK_OK);
+        keylock_striped_free(striped);
+        keylock_semaphore_free(sem);
+        let (striped, sem) = (keylock_striped_new(8), keylock_semaphore_new(2));
+        assert_eq!(
+            keylock_striped_metrics(striped, m.as_mut_ptr()),
+            KEYLOCK_INVALID_ARGUMENT
+        );
+        assert_eq!(
+            keylock_semaphore_metrics(sem, m.as_mut_ptr()),
+            KEYLOCK_INVALID_ARGUMENT
+        );
+        keylock_striped_free(striped);
+        keylock_semaphore_free(sem);
     }
 }

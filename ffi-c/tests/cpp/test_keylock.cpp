@@ -648,6 +648,63 @@ void test_stats() {
     CHECK(s.capacity == 8u && s.held == 1u && s.held_here == 1u && !s.entries_allocated);
 }
 
+// metrics(): std::nullopt without them; with them, exact counts of what the guards did (a grant
+// at once, a failed try, a timed acquire that timed out while another thread held the key, a
+// waiter granted on release, a force-unlock and the stale guard's refused release), and the
+// histograms through keylock::histogram.
+void test_metrics() {
+    CHECK(!keylock::KeyPool().metrics());
+    CHECK(!keylock::StripedLock(8).metrics());
+    CHECK(!keylock::Semaphore(2).metrics());
+    CHECK(!keylock::KeyPool::open("local:").metrics());
+    auto pool = keylock::KeyPool::open("local:", keylock::open_options().metrics());
+    {
+        auto m = pool.metrics();
+        CHECK(m && m->acquired == 0 && m->wait.count() == 0 && !m->wait.quantile(0.5));
+    }
+    auto held = pool.lock("a");
+    CHECK(!pool.try_lock("a"));
+    std::thread([&] { CHECK(!pool.try_lock_for("a", 20ms)); }).join();
+    std::atomic<bool> granted{false};
+    std::thread waiter([&] {
+        if (auto g = pool.try_lock_for("a", 20s)) granted = true;
+    });
+    for (int i = 0; i < 20000 && pool.info("a")->waiters == 0; i++) std::this_thread::sleep_for(1ms);
+    std::this_thread::sleep_for(30ms);
+    held.unlock();
+    waiter.join();
+    CHECK(granted);
+    auto f = pool.lock("f");
+    CHECK(pool.force_unlock("f"));
+    CHECK_THROWS(f.unlock(), KEYLOCK_NOT_OWNER);
+
+    auto m = pool.metrics();
+    CHECK(m.has_value());
+    if (!m) return;
+    CHECK(m->acquired == 3 && m->contended == 2 && m->timed_out == 1 && m->would_block == 1);
+    CHECK(m->cancelled == 0 && m->lease_expired == 0 && m->owner_died == 0);
+    CHECK(m->lost == 1 && m->force_unlocked == 1);
+    CHECK(m->wait.count() == 3 && m->wait.bucket(0) == 2 && m->wait.bucket(KEYLOCK_HISTOGRAM_BUCKETS) == 0);
+    CHECK(m->wait.max() >= 30ms && m->wait.sum() >= m->wait.max());
+    CHECK(m->wait.quantile(0.5) == std::chrono::nanoseconds(0));
+    CHECK(m->wait.quantile(1.0) == m->wait.max());
+    CHECK(m->hold.count() == 2 && m->hold.max() >= 30ms);
+    CHECK(keylock::histogram::upper_bound(10) == std::chrono::nanoseconds(1023));
+    CHECK(keylock::histogram::upper_bound(KEYLOCK_HISTOGRAM_BUCKETS - 1) == std::chrono::nanoseconds::max());
+
+    auto sem = keylock::Semaphore::open("local:", 2, keylock::open_options().metrics());
+    {
+        auto p = sem.acquire("s", 2);
+        CHECK(!sem.try_acquire("s", 1));
+    }
+    auto sm = sem.metrics();
+    CHECK(sm && sm->acquired == 1 && sm->would_block == 1 && sm->hold.count() == 1);
+    auto striped = keylock::StripedLock::open("local:", keylock::open_options().stripes(8).metrics());
+    { auto g = striped.lock("k"); }
+    auto stm = striped.metrics();
+    CHECK(stm && stm->acquired == 1 && stm->hold.count() == 1);
+}
+
 // keylock::Semaphore and its permit guard: weights, units given back by the destructor (and
 // exactly once), try/timed acquires, a stale permit after force_release, leases, moves.
 void test_semaphore() {
@@ -793,6 +850,7 @@ int main() {
     run("stats", test_stats);
     run("semaphore_permits", test_semaphore);
     run("semaphore_threads", test_semaphore_threads);
+    run("metrics", test_metrics);
     std::printf("test_keylock_cpp: %d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
 }
