@@ -33,10 +33,8 @@ import report  # noqa: E402
 # The revision before the ownership/modes/speed rework (what main held when it began).
 DEFAULT_REV = "2418144"
 
-PROGRAM = r"""
-use std::hint::black_box;
-use keylock_core::{KeyPool, StripedLock};
-
+# The thread's CPU time in ns, for the timed runs of the loop programs (here and in metrics.py).
+CPU_NS = r"""
 #[repr(C)]
 struct Ts { s: i64, ns: i64 }
 unsafe extern "C" { fn clock_gettime(c: i32, t: *mut Ts) -> i32; }
@@ -46,6 +44,13 @@ fn cpu_ns() -> f64 {
     unsafe { clock_gettime(3, &mut t) };
     t.s as f64 * 1e9 + t.ns as f64
 }
+"""
+
+PROGRAM = r"""
+use std::hint::black_box;
+use keylock_core::{KeyPool, StripedLock};
+
+CPU_NS
 fn ready<F: std::future::Future>(fut: F) -> F::Output {
     let mut fut = std::pin::pin!(fut);
     let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
@@ -91,6 +96,7 @@ fn main() {
     }
 }
 """
+PROGRAM = PROGRAM.replace("CPU_NS\n", CPU_NS)
 
 LOOPS = ["floor", "striped_u64", "striped_str16", "striped_async", "pool_u64", "pool_str16",
          "pool_async"]

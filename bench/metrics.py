@@ -32,7 +32,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 import report  # noqa: E402
-from before_after import cpu_time, per_op_instructions  # noqa: E402
+from before_after import CPU_NS, cpu_time, per_op_instructions  # noqa: E402
 
 # The last revision before metrics.
 DEFAULT_REV = "3261903"
@@ -41,15 +41,7 @@ PROGRAM = r"""
 use std::hint::black_box;
 use keylock_core::{KeyPool, KeyedLock, LockKey, LockOptions, OpenOptions, StripedLock, open_with};
 
-#[repr(C)]
-struct Ts { s: i64, ns: i64 }
-unsafe extern "C" { fn clock_gettime(c: i32, t: *mut Ts) -> i32; }
-fn cpu_ns() -> f64 {
-    let mut t = Ts { s: 0, ns: 0 };
-    // SAFETY: a valid pointer to a timespec-shaped struct; clock 3 is the thread's CPU time.
-    unsafe { clock_gettime(3, &mut t) };
-    t.s as f64 * 1e9 + t.ns as f64
-}
+CPU_NS
 #[inline(never)]
 fn through_trait(l: &dyn KeyedLock, k: &[u8]) {
     let acq = l.acquire(LockKey::new(black_box(k)), &LockOptions::new()).unwrap();
@@ -119,7 +111,7 @@ debug = 1
 """)
     on = "o.metrics = metrics;" if has_metrics else "let _ = metrics;"
     with open(os.path.join(proj, "src", "main.rs"), "w") as f:
-        f.write(PROGRAM.replace("METRICS_ON", on))
+        f.write(PROGRAM.replace("METRICS_ON", on).replace("CPU_NS\n", CPU_NS))
     subprocess.run(["cargo", "build", "--release", "--quiet"], cwd=proj, check=True,
                    env={**os.environ, "CARGO_TARGET_DIR": os.path.join(proj, "target")})
     return os.path.join(proj, "target", "release", f"kl-{name}")
