@@ -98,6 +98,16 @@ pub struct HistogramSnapshot {
 }
 
 impl HistogramSnapshot {
+    /// A histogram of these buckets, sum and maximum (a front end's copy, read back to ask
+    /// [`quantile`](Self::quantile)).
+    pub const fn new(buckets: [u64; BUCKETS], sum_ns: u64, max_ns: u64) -> Self {
+        Self {
+            buckets,
+            sum_ns,
+            max_ns,
+        }
+    }
+
     /// How many durations were recorded.
     pub fn count(&self) -> u64 {
         self.buckets.iter().sum()
@@ -106,7 +116,7 @@ impl HistogramSnapshot {
     /// The largest duration bucket `i` counts, in nanoseconds (`2^i - 1`; `u64::MAX` for the
     /// last): the `le` bound a Prometheus exporter gives it.
     pub fn upper_bound_ns(i: usize) -> u64 {
-        if i + 1 >= BUCKETS {
+        if i >= BUCKETS - 1 {
             u64::MAX
         } else {
             (1u64 << i) - 1

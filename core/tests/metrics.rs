@@ -261,3 +261,27 @@ fn the_metrics_facade_gets_every_count_labelled_with_the_lock() {
     assert_eq!(seen["keylock_hold_seconds"], 1);
     assert_eq!(seen.len(), 11, "nine counters and two histograms: {seen:?}");
 }
+
+#[test]
+fn histogram_bounds_and_quantiles() {
+    use keylock_core::HistogramSnapshot;
+    assert_eq!(HistogramSnapshot::upper_bound_ns(0), 0);
+    assert_eq!(HistogramSnapshot::upper_bound_ns(1), 1);
+    assert_eq!(HistogramSnapshot::upper_bound_ns(10), 1023);
+    assert_eq!(HistogramSnapshot::upper_bound_ns(63), u64::MAX);
+    assert_eq!(HistogramSnapshot::upper_bound_ns(usize::MAX), u64::MAX);
+    let mut buckets = [0; keylock_core::metrics::BUCKETS];
+    buckets[0] = 4;
+    buckets[20] = 1; // 2^19 to 2^20 - 1 ns
+    let h = HistogramSnapshot::new(buckets, 600_000, 600_000);
+    assert_eq!(h.count(), 5);
+    assert_eq!(h.quantile(0.8), Some(Duration::ZERO));
+    assert_eq!(
+        h.quantile(0.81),
+        Some(Duration::from_nanos(600_000)),
+        "capped at the max"
+    );
+    assert_eq!(h.quantile(f64::NAN), Some(Duration::from_nanos(600_000)));
+    let empty = HistogramSnapshot::new([0; keylock_core::metrics::BUCKETS], 0, 0);
+    assert_eq!(empty.quantile(0.5), None);
+}

@@ -6,9 +6,7 @@
 //!
 //! The core counts everything; nothing here counts or decides.
 
-use std::sync::{Arc, OnceLock};
-
-use keylock_core::{HistogramSnapshot, KeyPool, KeyedLock, Metered, MetricsSnapshot};
+use keylock_core::{HistogramSnapshot, MetricsSnapshot};
 
 /// The buckets of a `keylock_histogram`: one for 0 ns, then one per power of two of
 /// nanoseconds.
@@ -47,21 +45,8 @@ impl keylock_histogram {
     }
 
     /// The core's histogram of these buckets, to ask it what only it knows how to answer.
-    /// `None` only if the core could not give an empty one (it always can).
-    ///
-    /// The core's `HistogramSnapshot` has no constructor for outside code (it may grow fields),
-    /// so an empty one, read once from a metered lock object of our own, is filled with the
-    /// caller's public fields.
-    fn to_core(self) -> Option<HistogramSnapshot> {
-        static EMPTY: OnceLock<Option<HistogramSnapshot>> = OnceLock::new();
-        let mut h = (*EMPTY.get_or_init(|| {
-            let locks = Metered::new(Arc::new(KeyPool::<Vec<u8>>::new()), "");
-            locks.metrics().map(|m| m.wait)
-        }))?;
-        h.buckets = self.buckets;
-        h.sum_ns = self.sum_ns;
-        h.max_ns = self.max_ns;
-        Some(h)
+    fn to_core(self) -> HistogramSnapshot {
+        HistogramSnapshot::new(self.buckets, self.sum_ns, self.max_ns)
     }
 }
 
@@ -142,7 +127,7 @@ pub unsafe extern "C" fn keylock_histogram_quantile(
     };
     // A panic (none is expected: the core's quantile only adds and compares) reads as 0.
     std::panic::catch_unwind(|| {
-        let q = histogram.to_core()?.quantile(q)?;
+        let q = histogram.to_core().quantile(q)?;
         Some(u64::try_from(q.as_nanos()).unwrap_or(u64::MAX))
     })
     .ok()
@@ -156,7 +141,7 @@ pub unsafe extern "C" fn keylock_histogram_quantile(
 /// exporter gives the bucket.
 #[unsafe(no_mangle)]
 pub extern "C" fn keylock_histogram_upper_bound_ns(bucket: usize) -> u64 {
-    HistogramSnapshot::upper_bound_ns(bucket.min(KEYLOCK_HISTOGRAM_BUCKETS - 1))
+    HistogramSnapshot::upper_bound_ns(bucket)
 }
 
 #[cfg(test)]
@@ -180,7 +165,7 @@ mod tests {
     #[test]
     fn a_histogram_round_trips_through_the_core() {
         let h = histogram(&[(0, 3), (5, 2), (63, 1)], 1234, u64::MAX);
-        let core = h.to_core().unwrap();
+        let core = h.to_core();
         assert_eq!(keylock_histogram::of(&core), h);
         assert_eq!(core.count(), 6);
     }
@@ -189,7 +174,7 @@ mod tests {
     fn quantiles_are_the_cores() {
         // 4 at 0 ns, 1 in bucket 20 (2^19 to 2^20 - 1 ns), whose longest was 600 000 ns.
         let h = histogram(&[(0, 4), (20, 1)], 600_000, 600_000);
-        let core = h.to_core().unwrap();
+        let core = h.to_core();
         for q in [0.0, 0.5, 0.8, 0.81, 0.99, 1.0, -1.0, 2.0, f64::NAN] {
             let want = core.quantile(q).map_or(0, |d| d.as_nanos() as u64);
             // SAFETY: a live histogram.
