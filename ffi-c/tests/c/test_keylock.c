@@ -23,63 +23,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#define HARNESS_NAME "test_keylock"
+#include "harness.h"
+
 /* The ABI's sizes, checked at compile time too. */
 typedef char acquisition_is_128_bytes[sizeof(keylock_acquisition) == 128 ? 1 : -1];
-
-/* ---- a tiny harness ---------------------------------------------------------------------- */
-
-static int checks_failed; /* in the current test */
-
-#define CHECK(cond)                                                                           \
-    do {                                                                                      \
-        if (!(cond)) {                                                                        \
-            fprintf(stderr, "  %s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #cond);        \
-            checks_failed++;                                                                  \
-        }                                                                                     \
-    } while (0)
-
-#define CHECK_RESULT(expr, expected)                                                          \
-    do {                                                                                      \
-        keylock_result got_ = (expr);                                                         \
-        keylock_result want_ = (expected);                                                    \
-        if (got_ != want_) {                                                                  \
-            fprintf(stderr, "  %s:%d: %s\n    returned %s\n    expected %s\n", __FILE__,      \
-                    __LINE__, #expr, keylock_result_str(got_), keylock_result_str(want_));    \
-            checks_failed++;                                                                  \
-        }                                                                                     \
-    } while (0)
-
-#define OK(expr) CHECK_RESULT(expr, KEYLOCK_OK)
-
-static void watchdog(int sig) {
-    static const char msg[] = "test_keylock: watchdog fired: a deadlock or hang (FAILED)\n";
-    (void)sig;
-    if (write(STDERR_FILENO, msg, sizeof msg - 1) < 0) _exit(3);
-    _exit(3);
-}
-
-static void sleep_ms(long ms) {
-    struct timespec t = {ms / 1000, (ms % 1000) * 1000000L};
-    nanosleep(&t, NULL);
-}
-
-static uint64_t now_ns(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
-}
-
-#define MS(n) ((uint64_t)(n) * 1000000u) /* milliseconds in nanoseconds */
-#define K(s) ((const uint8_t *)(s)), (sizeof(s) - 1) /* a string literal as key, len */
-
-/* A small deterministic random number generator per thread (xorshift). */
-static uint32_t next_random(uint32_t *state) {
-    uint32_t x = *state;
-    x ^= x << 13;
-    x ^= x >> 17;
-    x ^= x << 5;
-    return *state = x;
-}
 
 /* ---- the two keyed primitives behind one table, so each test runs on both ------------------ */
 
@@ -1841,8 +1789,7 @@ int main(void) {
         "keyed_shared_overlap", "keyed_mixed_stress", "keyed_fences",
         "keyed_reaped_stress",
     };
-    signal(SIGALRM, watchdog);
-    alarm(240);
+    watchdog_arm(240);
 
     run("version", NULL, test_version, NULL, NULL);
     run("result_codes", NULL, test_result_codes, NULL, NULL);

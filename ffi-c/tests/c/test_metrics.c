@@ -32,37 +32,15 @@
 #include <time.h>
 #include <unistd.h>
 
+#define HARNESS_NAME "test_metrics"
+#include "harness.h"
+
 /* The ABI: `metrics` took the padding after `fifo`, so the options struct kept its size. */
 #if UINTPTR_MAX == UINT64_MAX
 typedef char open_options_is_24_bytes[sizeof(keylock_open_options) == 24 ? 1 : -1];
 typedef char metrics_follows_fifo[offsetof(keylock_open_options, metrics) == 22 ? 1 : -1];
 #endif
 typedef char histogram_has_64_buckets[KEYLOCK_HISTOGRAM_BUCKETS == 64 ? 1 : -1];
-
-/* ---- a tiny harness (as test_keylock.c's) ---------------------------------------------------- */
-
-static int checks_failed; /* in the current test */
-
-#define CHECK(cond)                                                                           \
-    do {                                                                                      \
-        if (!(cond)) {                                                                        \
-            fprintf(stderr, "  %s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #cond);        \
-            __atomic_add_fetch(&checks_failed, 1, __ATOMIC_SEQ_CST);                          \
-        }                                                                                     \
-    } while (0)
-
-#define CHECK_RESULT(expr, expected)                                                          \
-    do {                                                                                      \
-        keylock_result got_ = (expr);                                                         \
-        keylock_result want_ = (expected);                                                    \
-        if (got_ != want_) {                                                                  \
-            fprintf(stderr, "  %s:%d: %s\n    returned %s\n    expected %s\n", __FILE__,      \
-                    __LINE__, #expr, keylock_result_str(got_), keylock_result_str(want_));    \
-            __atomic_add_fetch(&checks_failed, 1, __ATOMIC_SEQ_CST);                          \
-        }                                                                                     \
-    } while (0)
-
-#define OK(expr) CHECK_RESULT(expr, KEYLOCK_OK)
 
 /* A count, printed with what it should have been when it is not. */
 #define CHECK_COUNT(got, want)                                                                \
@@ -74,30 +52,6 @@ static int checks_failed; /* in the current test */
             __atomic_add_fetch(&checks_failed, 1, __ATOMIC_SEQ_CST);                          \
         }                                                                                     \
     } while (0)
-
-static void watchdog(int sig) {
-    static const char msg[] = "test_metrics: watchdog fired: a deadlock or hang (FAILED)\n";
-    (void)sig;
-    if (write(STDERR_FILENO, msg, sizeof msg - 1) < 0) _exit(3);
-    _exit(3);
-}
-
-static void sleep_ms(long ms) {
-    struct timespec t = {ms / 1000, (ms % 1000) * 1000000L};
-    nanosleep(&t, NULL);
-}
-
-static uint64_t now_ns(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
-}
-
-#define MS(n) ((uint64_t)(n) * 1000000u) /* milliseconds in nanoseconds */
-#define K(s) ((const uint8_t *)(s)), (sizeof(s) - 1) /* a string literal as key, len */
-
-/* Every blocking acquire waits at most this long: a hang fails instead. */
-#define PATIENCE MS(20000)
 
 typedef keylock_acquisition acq_t;
 
@@ -594,8 +548,7 @@ static void run(const char *name, void (*test)(void)) {
 }
 
 int main(void) {
-    signal(SIGALRM, watchdog);
-    alarm(120);
+    watchdog_arm(120);
     run("metrics_off", test_off);
     run("histogram_helpers", test_histogram_helpers);
     run("pool_workload_exact_counts", test_pool_workload);

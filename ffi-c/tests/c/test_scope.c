@@ -29,42 +29,8 @@
 #include <time.h>
 #include <unistd.h>
 
-static int checks_failed;
-
-#define CHECK(cond)                                                                           \
-    do {                                                                                      \
-        if (!(cond)) {                                                                        \
-            fprintf(stderr, "  %s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #cond);        \
-            checks_failed++;                                                                  \
-        }                                                                                     \
-    } while (0)
-
-#define CHECK_RESULT(expr, expected)                                                          \
-    do {                                                                                      \
-        keylock_result got_ = (expr);                                                         \
-        keylock_result want_ = (expected);                                                    \
-        if (got_ != want_) {                                                                  \
-            fprintf(stderr, "  %s:%d: %s\n    returned %s\n    expected %s\n", __FILE__,      \
-                    __LINE__, #expr, keylock_result_str(got_), keylock_result_str(want_));    \
-            checks_failed++;                                                                  \
-        }                                                                                     \
-    } while (0)
-
-#define OK(expr) CHECK_RESULT(expr, KEYLOCK_OK)
-#define MS(n) ((uint64_t)(n) * 1000000u)
-
-static void watchdog(int sig) {
-    static const char msg[] = "test_scope: watchdog fired: a deadlock or hang (FAILED)\n";
-    (void)sig;
-    if (write(STDERR_FILENO, msg, sizeof msg - 1) < 0) _exit(3);
-    _exit(3);
-}
-
-static uint64_t now_ns(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
-}
+#define HARNESS_NAME "test_scope"
+#include "harness.h"
 
 static const char *scope_name;
 static char shown_name[256]; /* scope_name as printed: a URL's password replaced by "***" */
@@ -297,11 +263,6 @@ static keylock_pool *open_named(const char *name) {
     keylock_pool *pool = NULL;
     OK(keylock_pool_open(name, NULL, &pool));
     return pool;
-}
-
-static void sleep_ms(long ms) {
-    struct timespec t = {ms / 1000, (ms % 1000) * 1000000L};
-    nanosleep(&t, NULL);
 }
 
 /*
@@ -542,8 +503,7 @@ int main(int argc, char **argv) {
     scope_name = argv[1];
     redact_name();
     snprintf(tag, sizeof tag, "c-test-%ld-%ld", (long)getpid(), (long)(now_ns() % 1000000007u));
-    signal(SIGALRM, watchdog);
-    alarm(120);
+    watchdog_arm(120);
     pool = open_scope();
     if (!pool) {
         printf("test_scope: 0 passed, 1 failed (could not open %s)\n", shown_name);

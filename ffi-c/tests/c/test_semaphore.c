@@ -24,56 +24,8 @@
 #include <time.h>
 #include <unistd.h>
 
-/* ---- a tiny harness (as test_keylock.c's) ---------------------------------------------------- */
-
-static int checks_failed; /* in the current test */
-
-#define CHECK(cond)                                                                           \
-    do {                                                                                      \
-        if (!(cond)) {                                                                        \
-            fprintf(stderr, "  %s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #cond);        \
-            __atomic_add_fetch(&checks_failed, 1, __ATOMIC_SEQ_CST);                          \
-        }                                                                                     \
-    } while (0)
-
-#define CHECK_RESULT(expr, expected)                                                          \
-    do {                                                                                      \
-        keylock_result got_ = (expr);                                                         \
-        keylock_result want_ = (expected);                                                    \
-        if (got_ != want_) {                                                                  \
-            fprintf(stderr, "  %s:%d: %s\n    returned %s\n    expected %s\n", __FILE__,      \
-                    __LINE__, #expr, keylock_result_str(got_), keylock_result_str(want_));    \
-            __atomic_add_fetch(&checks_failed, 1, __ATOMIC_SEQ_CST);                          \
-        }                                                                                     \
-    } while (0)
-
-#define OK(expr) CHECK_RESULT(expr, KEYLOCK_OK)
-
-static void watchdog(int sig) {
-    static const char msg[] = "test_semaphore: watchdog fired: a deadlock or hang (FAILED)\n";
-    (void)sig;
-    if (write(STDERR_FILENO, msg, sizeof msg - 1) < 0) _exit(3);
-    _exit(3);
-}
-
-static void sleep_ms(long ms) {
-    struct timespec t = {ms / 1000, (ms % 1000) * 1000000L};
-    nanosleep(&t, NULL);
-}
-
-#define MS(n) ((uint64_t)(n) * 1000000u) /* milliseconds in nanoseconds */
-#define K(s) ((const uint8_t *)(s)), (sizeof(s) - 1) /* a string literal as key, len */
-
-/* Every blocking acquire in the threads below waits at most this long: a hang fails. */
-#define PATIENCE MS(20000)
-
-static uint32_t next_random(uint32_t *state) {
-    uint32_t x = *state;
-    x ^= x << 13;
-    x ^= x >> 17;
-    x ^= x << 5;
-    return *state = x;
-}
+#define HARNESS_NAME "test_semaphore"
+#include "harness.h"
 
 typedef keylock_acquisition acq_t;
 
@@ -645,8 +597,7 @@ static void run(const char *name, void (*test)(void)) {
 }
 
 int main(void) {
-    signal(SIGALRM, watchdog);
-    alarm(150);
+    watchdog_arm(150);
     run("semaphore_open", test_open);
     run("semaphore_bad_weight", test_bad_weight);
     run("semaphore_try_when_full", test_try_when_full);
