@@ -400,6 +400,34 @@ impl Metered {
     pub fn inner(&self) -> &Arc<dyn KeyedLock> {
         &self.inner
     }
+
+    /// A blocking acquire (`call`, of one key or several) as `opts` asks, counted: a call
+    /// that may wait first tries without waiting, and waits (counted as contended) only when
+    /// the try would block, until the deadline the call began with.
+    fn counted<T: Grants>(
+        &self,
+        opts: &LockOptions,
+        call: impl Fn(&LockOptions) -> Result<T>,
+    ) -> Result<T> {
+        let m = &*self.metrics;
+        if opts.wait == Wait::No {
+            let mut got = call(opts);
+            m.ended(&mut got, None);
+            return got;
+        }
+        let start = Instant::now();
+        let (first, then) = try_then(opts, start);
+        let mut got = call(&first);
+        let waited = if matches!(got, Err(Error::WouldBlock)) {
+            m.add(Count::Contended, 1);
+            got = call(&then);
+            Some(start)
+        } else {
+            None
+        };
+        m.ended(&mut got, waited);
+        got
+    }
 }
 
 /// Counts a cancelled call if dropped while armed: the async acquires' guard.
@@ -415,24 +443,7 @@ impl Drop for CancelGuard<'_> {
 
 impl KeyedLock for Metered {
     fn acquire(&self, key: LockKey<'_>, opts: &LockOptions) -> Result<Acquisition> {
-        let m = &*self.metrics;
-        if opts.wait == Wait::No {
-            let mut got = self.inner.acquire(key, opts);
-            m.ended(&mut got, None);
-            return got;
-        }
-        let start = Instant::now();
-        let (first, then) = try_then(opts, start);
-        let mut got = self.inner.acquire(key, &first);
-        let waited = if matches!(got, Err(Error::WouldBlock)) {
-            m.add(Count::Contended, 1);
-            got = self.inner.acquire(key, &then);
-            Some(start)
-        } else {
-            None
-        };
-        m.ended(&mut got, waited);
-        got
+        self.counted(opts, |o| self.inner.acquire(key, o))
     }
 
     fn acquire_async(self: Arc<Self>, key: LockKey<'_>, opts: &LockOptions) -> AcquireFuture {
@@ -463,24 +474,7 @@ impl KeyedLock for Metered {
         keys: &[(LockKey<'_>, Mode)],
         opts: &LockOptions,
     ) -> Result<Vec<Acquisition>> {
-        let m = &*self.metrics;
-        if opts.wait == Wait::No {
-            let mut got = self.inner.acquire_many(keys, opts);
-            m.ended(&mut got, None);
-            return got;
-        }
-        let start = Instant::now();
-        let (first, then) = try_then(opts, start);
-        let mut got = self.inner.acquire_many(keys, &first);
-        let waited = if matches!(got, Err(Error::WouldBlock)) {
-            m.add(Count::Contended, 1);
-            got = self.inner.acquire_many(keys, &then);
-            Some(start)
-        } else {
-            None
-        };
-        m.ended(&mut got, waited);
-        got
+        self.counted(opts, |o| self.inner.acquire_many(keys, o))
     }
 
     fn acquire_many_async(
