@@ -28,7 +28,7 @@
 //! assert!(tried.is_err());
 //! locks.release(held).unwrap();
 //! let m = locks.metrics().unwrap();
-//! assert_eq!((m.acquired, m.would_block, m.contended, m.hold.count), (1, 1, 0, 1));
+//! assert_eq!((m.acquired, m.would_block, m.contended, m.hold.count()), (1, 1, 0, 1));
 //! ```
 
 use std::fmt;
