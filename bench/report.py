@@ -26,6 +26,8 @@ import subprocess
 import sys
 from collections import OrderedDict
 
+import habits  # bench/habits.py, beside this script
+
 
 def machine() -> dict:
     cpu = "unknown"
@@ -50,6 +52,8 @@ def machine() -> dict:
         "os": f"{platform.system()} {platform.release()}",
         "rustc": ver("rustc", "--version"),
         "criterion": lock_version("criterion"),
+        # Read when the runs are converted, just after the last one.
+        "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
     }
 
 
@@ -288,7 +292,8 @@ def render(results_dir: str, md_path: str, docs_dir: str) -> None:
     plots = [p for p in ("throughput-threads.png", "rwlock-read-ratio.png", "memory-keys.png")
              if os.path.exists(os.path.join(docs_dir, p))]
 
-    # Targets first: the lead copies these verdicts.
+    # The issue-26 rows first, then every suite's own targets: the lead copies these verdicts.
+    out.extend(habits.render(docs, fmt))
     out.append("## Targets\n")
     out.append("| target | figure | baseline | ratio | verdict | suite |")
     out.append("|---|---|---|---|---|---|")
