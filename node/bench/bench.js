@@ -174,11 +174,11 @@ function summary(runs) {
 const loadAtStart = os.loadavg().map((x) => Math.round(x * 100) / 100);
 
 async function main() {
-  // How often a key was found held in this workload (KeyPool's own count).
-  const probe = new KeyPool();
+  // How often a key was found held in this workload (KeyPool's own counts).
+  const probe = new KeyPool({ metrics: true });
   await withLockRun((key, fn) => probe.withLock(key, fn));
-  const probeStats = probe.stats();
-  const contendedShare = probeStats.contended / probeStats.acquisitions;
+  const probeCounts = probe.metrics();
+  const contendedShare = probeCounts.contended / probeCounts.acquired;
 
   // Warm-up: JIT every path once.
   for (const [, make] of withLockContenders) await withLockRun(make());
