@@ -305,8 +305,11 @@ def asyncio_loop(kind: str, per_task: int) -> float:
 
 # ---- signal latency ----
 
+# Python's own SIGINT handler first: a shell starts a background job with SIGINT ignored, and
+# the child would inherit that (the acquire would then wait for ever).
 SIGNAL_SCRIPT = """
 import os, signal, threading, time, keylock
+signal.signal(signal.SIGINT, signal.default_int_handler)
 pool = keylock.KeyPool()
 holder = pool.lock("k")
 holder.acquire()
