@@ -114,6 +114,15 @@ where
         Ok(tagged(acq, key.space))
     }
 
+    fn try_acquire_fast(&self, key: LockKey<'_>, mode: Mode) -> Option<Acquisition> {
+        // Names live in a pool of their own, which has no fast path here.
+        if key.space != KeySpace::Keys {
+            return None;
+        }
+        // The inherent method (the lock object's own fast path), not this one.
+        KeyPool::try_acquire_fast(self, key.bytes, mode)
+    }
+
     fn acquire_async(self: Arc<Self>, key: LockKey<'_>, opts: &LockOptions) -> AcquireFuture {
         let space = key.space;
         match space {
@@ -340,6 +349,10 @@ impl KeyedLock for StripedLock {
             return Ok(acq);
         }
         Ok(self.lock_stripe_with(stripe, *opts)?.into_acquisition())
+    }
+
+    fn try_acquire_fast(&self, key: LockKey<'_>, mode: Mode) -> Option<Acquisition> {
+        self.acquire_stripe_fast(self.stripe_of_key(key), mode)
     }
 
     fn acquire_async(self: Arc<Self>, key: LockKey<'_>, opts: &LockOptions) -> AcquireFuture {

@@ -127,6 +127,33 @@ pub trait KeyedLock: Send + Sync + fmt::Debug {
         self.release_as(acquisition, None)
     }
 
+    /// The uncontended case of an exclusive or shared plain acquire of `key` (no lease, no
+    /// owner, weight 1: one unit of a semaphore, which has no modes), taken with one
+    /// compare-and-swap of the key's lock word where the lock object has one in this process:
+    /// its acquisition, or `None` when that alone cannot grant it (the key is held or awaited,
+    /// has no lock word yet, or the lock object has no such path: every scope but the
+    /// in-process ones, and a lock object with metrics, which counts each acquire on its full
+    /// path). `None` says nothing about why: the caller takes the full path
+    /// ([`acquire`](Self::acquire) or [`acquire_async`](Self::acquire_async)), which decides. An
+    /// async front end calls this before making a future, so that a free key costs no future
+    /// and a held one costs no second attempt. Never waits.
+    ///
+    /// ```
+    /// use keylock_core::{LockKey, LockOptions, Mode, open};
+    /// let locks = open("local:").unwrap();
+    /// let k = LockKey::new(b"k");
+    /// assert!(locks.try_acquire_fast(k, Mode::Exclusive).is_none()); // no lock word yet
+    /// let first = locks.acquire(k, &LockOptions::new()).unwrap(); // made on the full path
+    /// locks.release(first).unwrap();
+    /// let acq = locks.try_acquire_fast(k, Mode::Exclusive).unwrap();
+    /// assert!(locks.try_acquire_fast(k, Mode::Exclusive).is_none()); // held
+    /// locks.release(acq).unwrap();
+    /// ```
+    fn try_acquire_fast(&self, key: LockKey<'_>, mode: Mode) -> Option<Acquisition> {
+        let _ = (key, mode);
+        None
+    }
+
     /// Moves the end of `acquisition`'s lease to `lease` from now.
     fn extend(&self, acquisition: &mut Acquisition, lease: Duration) -> Result<()>;
 

@@ -339,6 +339,11 @@ where
         Ok(permit.into_acquisition())
     }
 
+    /// One unit (a semaphore has no modes).
+    fn try_acquire_fast(&self, key: LockKey<'_>, _mode: Mode) -> Option<Acquisition> {
+        self.pool.try_acquire_fast_units(plain_key(key).ok()?, 1)
+    }
+
     fn acquire_async(
         self: Arc<Self>,
         key: LockKey<'_>,

@@ -410,3 +410,110 @@ fn stats_count_holders_shared_holds_and_queued_waiters_on_every_scope() {
         );
     }
 }
+
+/// `try_acquire_fast` through the trait: a grant only where the key's lock word alone allows
+/// it, `None` everywhere else, and never a grant the full path would refuse.
+#[test]
+fn the_fast_path_through_the_trait_grants_only_free_lock_words() {
+    let plain = LockOptions::new();
+    for locks in scopes() {
+        let what = format!("{locks:?}");
+        let k = LockKey::new(b"fast");
+        let fast = |mode| locks.try_acquire_fast(k, mode);
+        // A pool's key has no lock word until the full path makes one; a stripe always has.
+        let striped = locks.stripes().is_some();
+        let in_process = locks.as_any().is_some();
+        if !striped || !in_process {
+            assert!(
+                fast(Mode::Exclusive).is_none(),
+                "{what}: granted before any acquire"
+            );
+        }
+        locks.release(locks.acquire(k, &plain).unwrap()).unwrap();
+        let Some(acq) = fast(Mode::Exclusive) else {
+            // The scopes without the path (shared memory) always answer None.
+            assert!(!in_process, "{what}: no fast grant of a free key");
+            continue;
+        };
+        assert!(locks.is_locked(k).unwrap(), "{what}");
+        assert!(
+            fast(Mode::Exclusive).is_none(),
+            "{what}: granted a held key"
+        );
+        assert!(
+            fast(Mode::Shared).is_none(),
+            "{what}: shared beside exclusive"
+        );
+        assert!(
+            matches!(
+                locks.acquire(k, &plain.wait(Wait::No)),
+                Err(Error::WouldBlock)
+            ),
+            "{what}"
+        );
+        // Its record is an ordinary acquisition: a force-unlock makes it stale, and then its
+        // release frees nobody else's hold.
+        assert!(locks.is_current(&acq).unwrap(), "{what}");
+        assert!(locks.force_unlock(k).unwrap(), "{what}");
+        let next = fast(Mode::Exclusive).expect("a force-unlocked key is free");
+        assert!(next.fence() > acq.fence(), "{what}");
+        assert_eq!(locks.release(acq), Err(Error::NotOwner), "{what}");
+        assert!(
+            locks.is_locked(k).unwrap(),
+            "{what}: the stale release freed the new holder"
+        );
+        locks.release(next).unwrap();
+        assert!(!locks.is_locked(k).unwrap(), "{what}");
+        // Shared holders share it; an exclusive request does not pass them.
+        let (a, b) = (fast(Mode::Shared).unwrap(), fast(Mode::Shared).unwrap());
+        assert!(fast(Mode::Exclusive).is_none(), "{what}");
+        locks.release(a).unwrap();
+        locks.release(b).unwrap();
+        // A waiter queued on the key keeps the fast path out (it is the waiter's turn).
+        let held = locks.acquire(k, &plain).unwrap();
+        let waiter = Arc::clone(&locks).acquire_async(k, &plain);
+        let waiting = std::thread::spawn(move || futures::executor::block_on(waiter));
+        wait_until("the waiter queues", || {
+            locks.info(k).unwrap().is_some_and(|i| i.waiters == 1)
+        });
+        locks.release(held).unwrap();
+        assert!(
+            fast(Mode::Exclusive).is_none(),
+            "{what}: passed a queued waiter"
+        );
+        locks.release(waiting.join().unwrap().unwrap()).unwrap();
+        // A pool's names are a pool of their own, without the path; a striped lock's names
+        // take stripes as keys do.
+        let name = LockKey::name(b"fast");
+        locks.release(locks.acquire(name, &plain).unwrap()).unwrap();
+        match locks.try_acquire_fast(name, Mode::Exclusive) {
+            Some(acq) if striped => locks.release(acq).unwrap(),
+            got => assert!(got.is_none(), "{what}: a name's fast grant"),
+        }
+    }
+    // A semaphore's fast path takes one unit of a key nobody holds; a second holder is
+    // recorded on the full path.
+    let sem = open_with("local:", &OpenOptions::new().permits(2)).unwrap();
+    let k = LockKey::new(b"s");
+    sem.release(sem.acquire(k, &plain).unwrap()).unwrap();
+    let a = sem.try_acquire_fast(k, Mode::Exclusive).unwrap();
+    assert_eq!(a.weight(), 1);
+    assert!(sem.try_acquire_fast(k, Mode::Exclusive).is_none());
+    let b = sem.acquire(k, &plain.wait(Wait::No)).unwrap();
+    assert_eq!(sem.info(k).unwrap().unwrap().units, 2);
+    assert!(
+        sem.try_acquire_fast(k, Mode::Exclusive).is_none(),
+        "a third unit of two"
+    );
+    sem.release(a).unwrap();
+    sem.release(b).unwrap();
+    assert!(sem.info(k).unwrap().is_none());
+    // A lock object with metrics counts every acquire on its full path: no fast grants.
+    for options in [OpenOptions::new(), OpenOptions::new().stripes(8)] {
+        let locks = open_with("local:", &options.metrics(true)).unwrap();
+        let k = LockKey::new(b"m");
+        locks.release(locks.acquire(k, &plain).unwrap()).unwrap();
+        assert!(locks.try_acquire_fast(k, Mode::Exclusive).is_none());
+        assert_eq!(locks.metrics().unwrap().acquired, 1);
+    }
+}

@@ -30,9 +30,4 @@ function metricsOf(h) {
   return Object.freeze({ ...reading.counts(), wait: histogram(reading.wait()), hold: histogram(reading.hold()) });
 }
 
-// Whether the lock object behind `h` was opened with metrics.
-function metered(h) {
-  return native.keyedMade(h.handle).metrics === true;
-}
-
-module.exports = { metricsOf, metered };
+module.exports = { metricsOf };

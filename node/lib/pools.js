@@ -12,7 +12,7 @@ const { holdOwner, dropOwner, ownerValue } = require('./owners.js');
 const { released, outcome, coreTimeout } = require('./waiting.js');
 const { INTERNAL, ONE_KEY, KEYS, Guard, guardNow, runHolding } = require('./guard.js');
 const { wrapKeyed } = require('./wrap.js');
-const { metricsOf, metered } = require('./metrics.js');
+const { metricsOf } = require('./metrics.js');
 const { WAIT, nameHandle, publishWait, startClock } = require('./diagnostics.js');
 
 // The native handle behind a KeyPool or StripedLock, for the subclasses and the LockManager.
@@ -26,16 +26,11 @@ class KeyedLock {
   }
 
   #name;
-  // Whether an acquire first tries with a plain try, cheaper than starting a waiter. Not for a
-  // lock object with metrics: its own async acquire tries first, and a try here would count as
-  // a failed try that the caller never made.
-  #tryFirst;
 
   constructor(h, name) {
     this.#h = h;
     // Kept as printed: a URL's password is never stored here.
     this.#name = native.redactScopeName(name);
-    this.#tryFirst = !metered(h);
     nameHandle(h, this.#name);
   }
 
@@ -57,30 +52,28 @@ class KeyedLock {
    */
   lock(key, opts) {
     try {
-      return this.#lock(key, parseOptions(opts), false);
+      return this.#lock(key, parseOptions(opts));
     } catch (err) {
       return Promise.reject(err);
     }
   }
 
-  #lock(key, o, tried) {
+  #lock(key, o) {
     if (o.signal !== undefined && o.signal.aborted) return Promise.reject(o.signal.reason);
     const h = this.#h;
     let owner = 0;
     const make = (slot, lo, hi, flags) => new Guard(INTERNAL, h, slot, lo, hi, flags, owner, ONE_KEY, key);
     const what = () => keyWhat(key);
-    if (o.plain && !tried && this.#tryFirst) {
-      // A free key is taken with a plain try, cheaper than starting a waiter.
-      const r = h.tryLock(key);
-      if (r > 0) return Promise.resolve(guardNow(h, r, 0, ONE_KEY, key));
-    }
     if (o.owner !== undefined) owner = holdOwner(o.owner);
     let r;
     try {
+      // A plain acquire takes a free key in the one native call that starts a waiter otherwise.
       r =
         o.timeout === 0
           ? h.tryLockWith(key, o.mode, o.lease, owner)
-          : h.lockAsync(key, o.mode, o.lease, owner, coreTimeout(o.timeout));
+          : o.plain
+            ? h.lock(key, coreTimeout(o.timeout))
+            : h.lockAsync(key, o.mode, o.lease, owner, coreTimeout(o.timeout));
     } catch (err) {
       dropOwner(owner);
       throw err;
@@ -140,14 +133,14 @@ class KeyedLock {
    */
   async withLock(key, fn, opts) {
     checkFn(fn);
-    const h = this.#h;
     let guard;
-    if (opts === undefined && this.#tryFirst) {
-      // The fast path: a free key, no options.
-      const r = h.tryLock(key);
-      guard = r > 0 ? guardNow(h, r, 0, ONE_KEY, key) : await this.#lock(key, NO_OPTIONS, r === -WOULD_BLOCK);
+    if (opts === undefined) {
+      // No options: a free key is taken in one native call, without a promise.
+      const h = this.#h;
+      const r = h.lock(key);
+      guard = r > 0 ? guardNow(h, r, 0, ONE_KEY, key) : await this.#notAtOnce(key, r);
     } else {
-      guard = await this.#lock(key, parseOptions(opts), false);
+      guard = await this.#lock(key, parseOptions(opts));
     }
     let result;
     try {
@@ -158,6 +151,15 @@ class KeyedLock {
     }
     guard.release();
     return result;
+  }
+
+  // The outcome of a plain `lock(key)` call that did not take the key at once: the waiter it
+  // started (r = 0), or its failure (minus a status).
+  #notAtOnce(key, r) {
+    const h = this.#h;
+    if (WAIT.hasSubscribers && r === 0) publishWait(h, key, undefined, NO_OPTIONS.mode, undefined, undefined);
+    const make = (slot, lo, hi, flags) => new Guard(INTERNAL, h, slot, lo, hi, flags, 0, ONE_KEY, key);
+    return outcome(r, make, () => keyWhat(key), NO_OPTIONS, 0, true);
   }
 
   /**

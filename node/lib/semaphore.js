@@ -14,7 +14,7 @@ const { state } = require('./thread.js');
 const { released, outcome, coreTimeout } = require('./waiting.js');
 const { INTERNAL, ONE_KEY, Guard, runHolding } = require('./guard.js');
 const { wrapKeyed } = require('./wrap.js');
-const { metricsOf, metered } = require('./metrics.js');
+const { metricsOf } = require('./metrics.js');
 const { WAIT, ACQUIRE, RELEASE, nameHandle, publishWait, publishAcquire } = require('./diagnostics.js');
 
 const OUT = state.out;
@@ -80,8 +80,6 @@ class Semaphore {
   #h;
   #name;
   #permits;
-  // Whether withPermit tries first (see KeyedLock's #tryFirst in pools.js).
-  #tryFirst;
 
   constructor(...args) {
     if (args[0] === INTERNAL) {
@@ -93,7 +91,6 @@ class Semaphore {
       this.#name = 'local:';
     }
     this.#permits = native.keyedMade(this.#h.handle).permits;
-    this.#tryFirst = !metered(this.#h);
     nameHandle(this.#h, this.#name);
   }
 
@@ -136,10 +133,14 @@ class Semaphore {
       if (o.signal !== undefined && o.signal.aborted) return Promise.reject(o.signal.reason);
       const h = this.#h;
       const weight = o.weight;
+      // One unit without a lease: a free key taken in the one native call that starts a
+      // waiter otherwise.
       const r =
         o.timeout === 0
           ? h.tryAcquire(key, weight, o.lease)
-          : h.acquireAsync(key, weight, o.lease, coreTimeout(o.timeout));
+          : weight === 1 && o.lease === undefined
+            ? h.lock(key, coreTimeout(o.timeout))
+            : h.acquireAsync(key, weight, o.lease, coreTimeout(o.timeout));
       if (r < 0) return Promise.reject(acquireError(-r, key, o.timeout));
       // A semaphore's units are held shared, as its permits' `mode` says.
       if (WAIT.hasSubscribers && r === 0) publishWait(h, key, undefined, SHARED, weight, o.timeout);
@@ -169,12 +170,15 @@ class Semaphore {
    */
   async withPermit(key, fn, opts) {
     checkFn(fn);
-    if (opts === undefined && this.#tryFirst) {
-      // The fast path: one unit of a free key, taken before any promise is made.
+    if (opts === undefined) {
+      // One unit of a free key, taken in one native call before any promise is made.
       const h = this.#h;
-      const r = h.tryAcquire(key, 1, ONE.lease);
+      const r = h.lock(key);
       if (r > 0) return runHolding(permitNow(h, r, key, 1), fn);
-      if (r !== -WOULD_BLOCK) throw acquireError(-r, key, undefined);
+      if (r < 0) throw acquireError(-r, key, undefined);
+      if (WAIT.hasSubscribers) publishWait(h, key, undefined, SHARED, 1, undefined);
+      const make = (slot, lo, hi, flags) => new Permit(INTERNAL, h, slot, lo, hi, flags, key, 1);
+      return runHolding(await outcome(r, make, () => keyWhat(key), ONE, 0, true), fn);
     }
     return runHolding(await this.acquire(key, opts), fn);
   }

@@ -453,6 +453,24 @@ entry_points! {
         let mut key = Key::new();
         Ok(acquired(c.keyed()?.acquire(c.key(0, &mut key)?, &opts)))
     }
+    /// `lock(key, timeoutMs)`: an exclusive plain acquire (no lease, no owner) that waits at
+    /// most `timeoutMs` (none: no limit). The slot if the key's lock word alone grants it now
+    /// (the core's `try_acquire_fast`: no future is made); otherwise a waiter, whose first poll
+    /// takes the core's full path once (which still grants at once a free key that has no lock
+    /// word yet). So a free key costs this one call, and a held one no second attempt. A lock
+    /// object with metrics has no fast path: every acquire takes the full path, which counts it.
+    fn lock[2](c) {
+        let k = c.keyed()?;
+        let mut key = Key::new();
+        let key = LockKey::new(c.key(0, &mut key)?);
+        if let Some(acq) = k.core.try_acquire_fast(key, Mode::Exclusive) {
+            return Ok(acquired(k.stored(Ok(acq))));
+        }
+        let opts = LockOptions::new().wait(c.deadline(1));
+        let fut = Arc::clone(&k.core).acquire_async(key, &opts);
+        let lock = c.arc();
+        start_waiter(k.live.clone(), async move { stored_one(&lock, fut.await) })
+    }
     /// `lockAsync(key, mode, leaseMs, owner, timeoutMs)`: the core ends the wait after
     /// `timeoutMs` (none: no limit).
     fn lock_async[5](c) {
@@ -868,6 +886,7 @@ const KEYED: &[(&CStr, RawFn)] = &[
     (c"tryLock", try_lock),
     (c"tryLockWith", try_lock_with),
     (c"lockSync", lock_sync),
+    (c"lock", lock),
     (c"lockAsync", lock_async),
     (c"tryAcquire", try_acquire),
     (c"acquireAsync", acquire_async),

@@ -153,6 +153,26 @@ impl<T: LockTable> Locks<T> {
         self.lock_units_slow(found, key, units, wait)
     }
 
+    /// The fast path of [`lock_units`](Self::lock_units) alone: a semaphore's `units` of a
+    /// free `key` with one compare-and-swap, or `None` (take the full path).
+    #[inline]
+    pub(crate) fn try_acquire_fast_units<Q: ?Sized>(
+        &self,
+        key: &Q,
+        units: u32,
+    ) -> Option<Acquisition>
+    where
+        T: TakeKey<Q>,
+    {
+        let found = self.table.find(key);
+        let (word, fence) = self.table.take_fast_units(found, key, units)?;
+        let shape = crate::entry::shape(Mode::Shared, units);
+        Some(
+            LockGuard::plain_at(self, std::ptr::NonNull::from(word), shape, fence)
+                .into_acquisition(),
+        )
+    }
+
     #[cold]
     fn lock_units_slow<Q: ?Sized>(
         &self,
