@@ -142,13 +142,8 @@ impl<T: LockTable> Locks<T> {
         T: TakeKey<Q>,
     {
         let found = self.table.find(key);
-        if let Some((word, fence)) = self.table.take_fast_units(found, key, units) {
-            return Ok(LockGuard::plain_at(
-                self,
-                std::ptr::NonNull::from(word),
-                crate::entry::shape(Mode::Shared, units),
-                fence,
-            ));
+        if let Some(guard) = self.take_units_fast(found, key, units) {
+            return Ok(guard);
         }
         self.lock_units_slow(found, key, units, wait)
     }
@@ -165,12 +160,25 @@ impl<T: LockTable> Locks<T> {
         T: TakeKey<Q>,
     {
         let found = self.table.find(key);
+        Some(self.take_units_fast(found, key, units)?.into_acquisition())
+    }
+
+    /// `units` of the key `found` with one compare-and-swap of its lock word, if that alone
+    /// grants them: the fast half of [`lock_units`](Self::lock_units) and all of
+    /// [`try_acquire_fast_units`](Self::try_acquire_fast_units).
+    #[inline]
+    fn take_units_fast<Q: ?Sized>(
+        &self,
+        found: <T as Take<Q>>::Found,
+        key: &Q,
+        units: u32,
+    ) -> Option<LockGuard<&Self>>
+    where
+        T: TakeKey<Q>,
+    {
         let (word, fence) = self.table.take_fast_units(found, key, units)?;
         let shape = crate::entry::shape(Mode::Shared, units);
-        Some(
-            LockGuard::plain_at(self, std::ptr::NonNull::from(word), shape, fence)
-                .into_acquisition(),
-        )
+        Some(LockGuard::plain_at(self, std::ptr::NonNull::from(word), shape, fence))
     }
 
     #[cold]
