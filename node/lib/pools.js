@@ -61,10 +61,7 @@ class KeyedLock {
   #lock(key, o) {
     if (o.signal !== undefined && o.signal.aborted) return Promise.reject(o.signal.reason);
     const h = this.#h;
-    let owner = 0;
-    const make = (slot, lo, hi, flags) => new Guard(INTERNAL, h, slot, lo, hi, flags, owner, ONE_KEY, key);
-    const what = () => keyWhat(key);
-    if (o.owner !== undefined) owner = holdOwner(o.owner);
+    const owner = o.owner === undefined ? 0 : holdOwner(o.owner);
     let r;
     try {
       // A plain acquire takes a free key in the one native call that starts a waiter otherwise.
@@ -78,8 +75,16 @@ class KeyedLock {
       dropOwner(owner);
       throw err;
     }
+    return this.#started(key, r, o, owner);
+  }
+
+  // The outcome of a native acquire of one key (`r`: a slot, minus a status, or 0 for the waiter
+  // it started) made with options `o` for `owner`.
+  #started(key, r, o, owner) {
+    const h = this.#h;
     if (WAIT.hasSubscribers && r === 0) publishWait(h, key, undefined, o.mode, undefined, o.timeout);
-    return outcome(r, make, what, o, owner, true);
+    const make = (slot, lo, hi, flags) => new Guard(INTERNAL, h, slot, lo, hi, flags, owner, ONE_KEY, key);
+    return outcome(r, make, () => keyWhat(key), o, owner, true);
   }
 
   /** Takes `key` now if it can be: a guard, or null. Options: `{ mode, lease, owner }`. */
@@ -138,7 +143,7 @@ class KeyedLock {
       // No options: a free key is taken in one native call, without a promise.
       const h = this.#h;
       const r = h.lock(key);
-      guard = r > 0 ? guardNow(h, r, 0, ONE_KEY, key) : await this.#notAtOnce(key, r);
+      guard = r > 0 ? guardNow(h, r, 0, ONE_KEY, key) : await this.#started(key, r, NO_OPTIONS, 0);
     } else {
       guard = await this.#lock(key, parseOptions(opts));
     }
@@ -151,15 +156,6 @@ class KeyedLock {
     }
     guard.release();
     return result;
-  }
-
-  // The outcome of a plain `lock(key)` call that did not take the key at once: the waiter it
-  // started (r = 0), or its failure (minus a status).
-  #notAtOnce(key, r) {
-    const h = this.#h;
-    if (WAIT.hasSubscribers && r === 0) publishWait(h, key, undefined, NO_OPTIONS.mode, undefined, undefined);
-    const make = (slot, lo, hi, flags) => new Guard(INTERNAL, h, slot, lo, hi, flags, 0, ONE_KEY, key);
-    return outcome(r, make, () => keyWhat(key), NO_OPTIONS, 0, true);
   }
 
   /**

@@ -142,13 +142,21 @@ class Semaphore {
             ? h.lock(key, coreTimeout(o.timeout))
             : h.acquireAsync(key, weight, o.lease, coreTimeout(o.timeout));
       if (r < 0) return Promise.reject(acquireError(-r, key, o.timeout));
-      // A semaphore's units are held shared, as its permits' `mode` says.
-      if (WAIT.hasSubscribers && r === 0) publishWait(h, key, undefined, SHARED, weight, o.timeout);
-      const make = (slot, lo, hi, flags) => new Permit(INTERNAL, h, slot, lo, hi, flags, key, weight);
-      return outcome(r, make, () => keyWhat(key), o, 0, true);
+      return this.#started(key, r, o);
     } catch (err) {
       return Promise.reject(err);
     }
+  }
+
+  // The outcome of a native acquire of `o.weight` units of `key` that did not fail (`r`: a slot,
+  // or 0 for the waiter it started).
+  #started(key, r, o) {
+    const h = this.#h;
+    const weight = o.weight;
+    // A semaphore's units are held shared, as its permits' `mode` says.
+    if (WAIT.hasSubscribers && r === 0) publishWait(h, key, undefined, SHARED, weight, o.timeout);
+    const make = (slot, lo, hi, flags) => new Permit(INTERNAL, h, slot, lo, hi, flags, key, weight);
+    return outcome(r, make, () => keyWhat(key), o, 0, true);
   }
 
   /**
@@ -176,9 +184,7 @@ class Semaphore {
       const r = h.lock(key);
       if (r > 0) return runHolding(permitNow(h, r, key, 1), fn);
       if (r < 0) throw acquireError(-r, key, undefined);
-      if (WAIT.hasSubscribers) publishWait(h, key, undefined, SHARED, 1, undefined);
-      const make = (slot, lo, hi, flags) => new Permit(INTERNAL, h, slot, lo, hi, flags, key, 1);
-      return runHolding(await outcome(r, make, () => keyWhat(key), ONE, 0, true), fn);
+      return runHolding(await this.#started(key, r, ONE), fn);
     }
     return runHolding(await this.acquire(key, opts), fn);
   }
