@@ -178,7 +178,12 @@ impl<T: LockTable> Locks<T> {
     {
         let (word, fence) = self.table.take_fast_units(found, key, units)?;
         let shape = crate::entry::shape(Mode::Shared, units);
-        Some(LockGuard::plain_at(self, std::ptr::NonNull::from(word), shape, fence))
+        Some(LockGuard::plain_at(
+            self,
+            std::ptr::NonNull::from(word),
+            shape,
+            fence,
+        ))
     }
 
     #[cold]
