@@ -309,33 +309,39 @@ impl Acquisition {
     /// The fencing token: strictly greater than the fence of every earlier exclusive
     /// acquisition of the same key (or stripe, or RwLock writer) in the same lock object.
     /// Shared holders read the fence of the last exclusive acquisition (or force-unlock).
+    #[inline]
     pub fn fence(&self) -> u64 {
         self.fence
     }
 
     /// Shared or exclusive.
+    #[inline]
     pub fn mode(&self) -> Mode {
         self.mode
     }
 
     /// The owner given at acquire time, if any.
+    #[inline]
     pub fn owner(&self) -> Option<Owner> {
         self.owner
     }
 
     /// When the lease ends, if the acquisition has one (as last extended through this record).
+    #[inline]
     pub fn lease_deadline(&self) -> Option<Instant> {
         self.lease_until
     }
 
     /// The units of a [`KeyedSemaphore`](crate::KeyedSemaphore) that the acquisition holds;
     /// 1 for a lock's acquisition.
+    #[inline]
     pub fn weight(&self) -> u32 {
         self.units.max(1)
     }
 
     /// Whether the previous holder died holding the lock (cross-process scopes only; always
     /// `false` in one process). The data it protected may be half-changed.
+    #[inline]
     pub fn owner_died(&self) -> bool {
         self.owner_died
     }
