@@ -506,17 +506,25 @@ impl Entry {
     pub(crate) fn release_fast(&self, mode: Mode, fence: u64) -> bool {
         let want_lo = fence & LO_MAX;
         if mode == Mode::Exclusive && !cfg!(keylock_mutant_unfenced) {
-            // A plain exclusive holder's word is exactly this (an acquire sets REF); anything
-            // else (REF cleared by the pool's eviction hand, QUEUED, SLOW, another fence) goes
-            // to the slow path, which sorts it out.
-            let held = (want_lo << FENCE_SHIFT) | EXCL | REF;
-            return self
-                .word
-                .compare_exchange(held, held & !EXCL, Ordering::Release, Ordering::Relaxed)
-                .is_ok()
-                || self.release_fast_unref(want_lo);
+            return self.release_exclusive_cas(fence) || self.release_fast_unref(want_lo);
         }
         self.release_fast_loop(mode, want_lo)
+    }
+
+    /// The exclusive fast release's one compare-and-swap: a plain exclusive holder's word is
+    /// exactly this (an acquire sets REF); anything else (REF cleared by the pool's eviction
+    /// hand, QUEUED, SLOW, another fence) is `false`, for [`release_fast`](Self::release_fast)
+    /// and the slow path to sort out. (In the `keylock_mutant_unfenced` build always `false`:
+    /// there the fence-blind loop releases.)
+    #[inline]
+    pub(crate) fn release_exclusive_cas(&self, fence: u64) -> bool {
+        if cfg!(keylock_mutant_unfenced) {
+            return false;
+        }
+        let held = ((fence & LO_MAX) << FENCE_SHIFT) | EXCL | REF;
+        self.word
+            .compare_exchange(held, held & !EXCL, Ordering::Release, Ordering::Relaxed)
+            .is_ok()
     }
 
     /// Takes `units` units of a free semaphore entry with one compare-and-swap (the word then

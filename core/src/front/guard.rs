@@ -265,13 +265,31 @@ where
     #[inline]
     fn drop(&mut self) {
         if let Some(table) = &self.table {
+            // A plain exclusive hold (the common case) is released here, with one
+            // compare-and-swap of the exact word it left; everything else is out of line, so
+            // that the drop stays small enough to inline where the guard dies.
             let entry = <P::Target as super::table::Table>::entry(self.word());
-            if self.rec.is_plain() && entry.release_fast_shape(self.rec.shape, self.rec.fence) {
+            if self.rec.shape == 0
+                && self.rec.is_plain()
+                && entry.release_exclusive_cas(self.rec.fence)
+            {
                 return;
             }
-            release_slow(&**table, self.word(), &self.rec);
+            release_on_drop(&**table, self.word(), &self.rec);
         }
     }
+}
+
+/// A guard's release beyond the inline case: the fast paths of shared holds and permits, then
+/// waiters to wake, holder state, or a hold that is not current any more (force-unlocked,
+/// lease ended: nothing of ours to release).
+#[inline(never)]
+fn release_on_drop<T: LockTable + ?Sized>(table: &T, word: &T::Word, rec: &GuardHold) {
+    let entry = T::entry(word);
+    if rec.is_plain() && entry.release_fast_shape(rec.shape, rec.fence) {
+        return;
+    }
+    release_slow(table, word, rec);
 }
 
 /// The rest of a guard's release, out of line: waiters to wake, holder state, or a hold that is
