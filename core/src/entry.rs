@@ -504,11 +504,21 @@ impl Entry {
     /// acquisition that is not current, which the slow path reports).
     #[inline]
     pub(crate) fn release_fast(&self, mode: Mode, fence: u64) -> bool {
-        let want_lo = fence & LO_MAX;
-        if mode == Mode::Exclusive && !cfg!(keylock_mutant_unfenced) {
-            return self.release_exclusive_cas(fence) || self.release_fast_unref(want_lo);
+        if mode == Mode::Exclusive {
+            return self.release_exclusive_cas(fence) || self.release_exclusive_rest(fence);
         }
-        self.release_fast_loop(mode, want_lo)
+        self.release_fast_loop(mode, fence & LO_MAX)
+    }
+
+    /// The exclusive fast release once [`release_exclusive_cas`](Self::release_exclusive_cas)
+    /// failed: the word without `REF` (cleared by the pool's eviction hand); `false` for the
+    /// slow path otherwise.
+    #[inline]
+    pub(crate) fn release_exclusive_rest(&self, fence: u64) -> bool {
+        if cfg!(keylock_mutant_unfenced) {
+            return self.release_fast_loop(Mode::Exclusive, fence & LO_MAX);
+        }
+        self.release_fast_unref(fence & LO_MAX)
     }
 
     /// The exclusive fast release's one compare-and-swap: a plain exclusive holder's word is

@@ -285,9 +285,16 @@ where
 /// lease ended: nothing of ours to release).
 #[inline(never)]
 fn release_on_drop<T: LockTable + ?Sized>(table: &T, word: &T::Word, rec: &GuardHold) {
-    let entry = T::entry(word);
-    if rec.is_plain() && entry.release_fast_shape(rec.shape, rec.fence) {
-        return;
+    if rec.is_plain() {
+        let entry = T::entry(word);
+        // A plain exclusive hold is here because its compare-and-swap failed: not again.
+        let released = match rec.shape {
+            0 => entry.release_exclusive_rest(rec.fence),
+            shape => entry.release_fast_shape(shape, rec.fence),
+        };
+        if released {
+            return;
+        }
     }
     release_slow(table, word, rec);
 }
