@@ -171,6 +171,26 @@ impl Target {
         opts
     }
 
+    /// The core's uncontended plain acquire of one key ([`KeyedLock::try_acquire_fast`]: one
+    /// compare-and-swap of a free key's lock word), for an acquire with no lease and no owner;
+    /// `None` where it does not apply or the key is taken, for [`try_now`](Self::try_now).
+    #[inline]
+    pub(crate) fn try_fast(&self) -> Option<Held> {
+        match self {
+            Target::Key {
+                lock,
+                key,
+                mode,
+                weight: 1,
+            } => lock
+                .get()
+                .inner
+                .try_acquire_fast(LockKey::new(key), *mode)
+                .map(Held::One),
+            _ => None,
+        }
+    }
+
     /// Takes the lock now if it can be taken without waiting: `Err(WouldBlock)` otherwise.
     /// Never releases the GIL.
     #[inline]

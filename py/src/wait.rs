@@ -65,6 +65,13 @@ pub(crate) fn try_acquire(
     lease: Option<Duration>,
     owner: Option<Owner>,
 ) -> PyResult<bool> {
+    if lease.is_none()
+        && owner.is_none()
+        && let Some(held) = handle.target.try_fast()
+    {
+        handle.push(py, held, None);
+        return Ok(true);
+    }
     let opts = handle.target.options(lease, owner);
     let tried = with_gil_released(py, handle.target.may_block(), || {
         handle.target.try_now(opts)
