@@ -172,17 +172,18 @@ impl Target {
     }
 
     /// The core's uncontended plain acquire of one key ([`KeyedLock::try_acquire_fast`]: one
-    /// compare-and-swap of a free key's lock word), for an acquire with no lease and no owner;
-    /// `None` where it does not apply or the key is taken, for [`try_now`](Self::try_now).
+    /// compare-and-swap of a free key's lock word), for an acquire of one unit with no lease
+    /// and no owner; `None` where it does not apply or the key is taken, for
+    /// [`try_now`](Self::try_now).
     #[inline]
-    pub(crate) fn try_fast(&self) -> Option<Held> {
+    pub(crate) fn try_fast(&self, lease: Option<Duration>, owner: Option<Owner>) -> Option<Held> {
         match self {
             Target::Key {
                 lock,
                 key,
                 mode,
                 weight: 1,
-            } => lock
+            } if lease.is_none() && owner.is_none() => lock
                 .get()
                 .inner
                 .try_acquire_fast(LockKey::new(key), *mode)

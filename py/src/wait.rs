@@ -65,10 +65,7 @@ pub(crate) fn try_acquire(
     lease: Option<Duration>,
     owner: Option<Owner>,
 ) -> PyResult<bool> {
-    if lease.is_none()
-        && owner.is_none()
-        && let Some(held) = handle.target.try_fast()
-    {
+    if let Some(held) = handle.target.try_fast(lease, owner) {
         handle.push(py, held, None);
         return Ok(true);
     }
