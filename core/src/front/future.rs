@@ -21,7 +21,7 @@ use crate::acquisition::{Mode, Wait, Want};
 use crate::entry::Hold;
 use crate::error::{Error, Result};
 use crate::guarded::EntryQueue;
-use crate::wait::{Attempt, Grant, LazyWaiter, timer};
+use crate::wait::{Attempt, Grant, LazyWaiter, Waiter, timer};
 
 /// An async acquire of one word. The uncontended case, the word taken on its fast path when
 /// the future was made, is kept as scalars (the guard is made when the future is polled), so
@@ -48,6 +48,10 @@ where
 
 /// An async acquire past the fast path: granted, failed, or waiting; `Done` once polled to the
 /// end.
+#[expect(
+    clippy::large_enum_variant,
+    reason = "always boxed: the waiting variant keeps its queue node in that box"
+)]
 pub(crate) enum Slow<P>
 where
     P: Deref,
@@ -138,9 +142,11 @@ where
                 want,
                 wait,
                 polled: false,
-                waiter: LazyWaiter::new(),
+                waiter: Waiter::new(),
             }),
         };
+        // Boxed before the waiter is first polled (it is not registered yet, so it may move):
+        // from here on the box keeps it in place.
         Box::new(slow)
     }
 
@@ -266,7 +272,23 @@ where
     deadline: Option<Instant>,
     /// The waiter has been polled, so the reservation is its to use up.
     polled: bool,
-    waiter: LazyWaiter,
+    /// The queue node, in place: the node needs no box of its own (so a contended acquire
+    /// allocates once), because a `Waiting` never moves while its waiter is registered. It is
+    /// made only as `Slow::Waiting` in `One::start_slow`, which boxes it before the waiter is
+    /// first polled, and never leaves that box: `Slow::poll_slow` replaces it in place
+    /// (dropping it there) and moves out only the other variants, and `One` keeps the box until
+    /// it drops it. Its `Drop` abandons a registered waiter, so the node is unlinked before its
+    /// memory goes. Hence [`pinned`] may pin it where it is.
+    waiter: Waiter,
+}
+
+/// The waiter of a [`Waiting`], pinned where it is.
+///
+/// # Safety
+/// `waiter` is the `waiter` field of a `Waiting` (whose docs say why it never moves).
+unsafe fn pinned(waiter: &mut Waiter) -> Pin<&mut Waiter> {
+    // SAFETY: the caller's contract.
+    unsafe { Pin::new_unchecked(waiter) }
 }
 
 impl<P> Waiting<P>
@@ -286,7 +308,8 @@ where
             let queue = EntryQueue(&guarded);
             if self.deadline.is_some_and(|d| Instant::now() >= d) {
                 if self.polled {
-                    self.waiter
+                    // SAFETY: the field of this `Waiting`.
+                    unsafe { pinned(&mut self.waiter) }
                         .abandon(&queue, true)
                         .ok_or_else(|| ran_out(self.wait))
                 } else {
@@ -295,7 +318,8 @@ where
                 }
             } else {
                 self.polled = true;
-                match self.waiter.poll(&queue, &self.want, cx) {
+                // SAFETY: the field of this `Waiting`.
+                match unsafe { pinned(&mut self.waiter) }.poll_task(&queue, &self.want, cx) {
                     Poll::Ready(result) => result,
                     Poll::Pending => {
                         if let Some(d) = self.deadline {
@@ -323,9 +347,9 @@ where
         if !self.polled {
             table.unreserve(word);
         } else {
-            let _ = self
-                .waiter
-                .abandon(&EntryQueue(&table.guarded(word)), false);
+            let queue = EntryQueue(&table.guarded(word));
+            // SAFETY: the field of this `Waiting` (dropped in place, as its docs say).
+            let _ = unsafe { pinned(&mut self.waiter) }.abandon(&queue, false);
         }
     }
 }
@@ -685,8 +709,8 @@ macro_rules! debug_many {
 }
 debug_many!(ManyLockFuture, ManyAcquireFuture);
 
-// The futures pin nothing: their queue nodes are boxed (`LazyWaiter`), so moving one is
-// harmless whatever `P` is.
+// The futures pin nothing: their queue nodes are boxed (in the box of a one-key future's slow
+// state, `Waiting`, or a `LazyWaiter`'s own), so moving one is harmless whatever `P` is.
 impl<P: Deref> Unpin for LockFuture<P> where P::Target: LockTable {}
 impl<P: Deref> Unpin for AcquireFuture<P> where P::Target: LockTable {}
 impl<P: Deref> Unpin for ManyLockFuture<P> where P::Target: LockTable {}

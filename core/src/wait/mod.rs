@@ -424,6 +424,25 @@ impl Waiter {
         None
     }
 
+    /// [`poll`](Self::poll) for an async task: the task in `cx` is the one woken, and a pending
+    /// wait that should look again at some time (a lease ends then) gets a timer for it.
+    pub(crate) fn poll_task<Q: Queue + ?Sized>(
+        self: Pin<&mut Self>,
+        queue: &Q,
+        want: &Want,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<Grant>> {
+        match self.poll(queue, want, || Wake::Task(cx.waker().clone())) {
+            WaitPoll::Ready(result) => Poll::Ready(result),
+            WaitPoll::Pending(recheck) => {
+                if let Some(at) = recheck {
+                    timer::wake_at(at, cx.waker().clone());
+                }
+                Poll::Pending
+            }
+        }
+    }
+
     /// Whether a registered waiter may have been completed (granted or notified) since it last
     /// looked. A parked thread re-polls when this turns true.
     fn completed(&self) -> bool {
@@ -458,18 +477,7 @@ impl LazyWaiter {
         cx: &mut Context<'_>,
     ) -> Poll<Result<Grant>> {
         let waiter = self.0.get_or_insert_with(|| Box::pin(Waiter::new()));
-        match waiter
-            .as_mut()
-            .poll(queue, want, || Wake::Task(cx.waker().clone()))
-        {
-            WaitPoll::Ready(result) => Poll::Ready(result),
-            WaitPoll::Pending(recheck) => {
-                if let Some(at) = recheck {
-                    timer::wake_at(at, cx.waker().clone());
-                }
-                Poll::Pending
-            }
-        }
+        waiter.as_mut().poll_task(queue, want, cx)
     }
 
     /// [`Waiter::abandon`], if a waiter exists.
