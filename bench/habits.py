@@ -247,6 +247,22 @@ ROWS = [
         1.5,
     ),
     Row(
+        "Rust: the same on one thread (a current-thread runtime), time",
+        "rust-async-contended-1thread.json",
+        "async 1000 tasks on 1000 keys, one thread, held across an await: keylock KeyPool lock_async_owned",
+        "async 1000 tasks on 1000 keys, one thread, held across an await: Mutex<HashMap<K, Arc<tokio::sync::Mutex>>>",
+        "speedup",
+        1.5,
+    ),
+    Row(
+        "Rust: the same on one thread, instructions",
+        "rust-async-contended-1thread.json",
+        "async 1000 tasks on 1000 keys, one thread, held across an await: keylock KeyPool lock_async_owned, instructions",
+        "async 1000 tasks on 1000 keys, one thread, held across an await: Mutex<HashMap<K, Arc<tokio::sync::Mutex>>>, instructions",
+        "speedup",
+        1.5,
+    ),
+    Row(
         "host scope: uncontended shm KeyPool vs a flock pair",
         "rust-shm.json",
         "uncontended/keylock shm KeyPool",

@@ -39,11 +39,13 @@ def build() -> str:
     return os.path.join(target, "release", "examples", "semaphore_ops")
 
 
-def instructions(exe: str, op: str, n: int) -> int:
+def instructions(exe: str, *args: object) -> int:
+    """The instructions callgrind counts in one run of `exe` with `args` (bench/async_contended.py
+    uses it too)."""
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "cg.out")
         subprocess.run(
-            ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", exe, op, str(n)],
+            ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", exe, *map(str, args)],
             check=True,
             capture_output=True,
         )

@@ -13,9 +13,11 @@
 #                      of BoundedSemaphores) and Node (a Map of async-mutex Semaphores)
 #   make bench-metrics  what metrics cost: the uncontended acquire+release before metrics, and
 #                      with them off and on (bench/metrics.py, callgrind beside the times)
+#   make bench-async-contended  contended async on a current-thread runtime against a map of
+#                      tokio mutexes (bench/async_contended.py, callgrind beside the times)
 
 .PHONY: bench-core bench-uncontended bench-report bench-quick bench-before-after-bindings \
-	bench-semaphore bench-metrics
+	bench-semaphore bench-metrics bench-async-contended
 
 BENCH_RESULTS := $(ROOT)/bench/results
 # Thread counts for the scaling runs; a bigger machine can pass more: make bench BENCH_THREADS="1 2 4 8 16 32 64"
@@ -24,10 +26,14 @@ BENCH_CARGO := $(CARGO) bench --locked -p keylock-core
 
 # bench-core writes the same figures bench-rust would, plus the JSON; running both would
 # measure everything twice, so make bench runs only this one.
-BENCH_TARGETS := $(filter-out bench-rust,$(BENCH_TARGETS)) bench-core bench-semaphore bench-metrics bench-report
+BENCH_TARGETS := $(filter-out bench-rust,$(BENCH_TARGETS)) bench-core bench-semaphore bench-metrics \
+	bench-async-contended bench-report
 
 bench-metrics:
 	python3 bench/metrics.py --out $(BENCH_RESULTS)/rust-metrics.json
+
+bench-async-contended:
+	python3 bench/async_contended.py --out $(BENCH_RESULTS)/rust-async-contended-1thread.json
 
 bench-semaphore: build-py build-node
 	python3 bench/semaphore.py --out $(BENCH_RESULTS)/rust-semaphore.json
