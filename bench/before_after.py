@@ -98,8 +98,62 @@ fn main() {
 """
 PROGRAM = PROGRAM.replace("CPU_NS\n", CPU_NS)
 
+# The same locks taken in a task: one future runs the whole batch, each lock future made in
+# place and awaited there (as the criterion suite's "in a task" rows). A program of its own, so
+# that these loops' calls leave the inlining of the loops above as it was.
+TASK_PROGRAM = r"""
+use std::hint::black_box;
+use keylock_core::{KeyPool, StripedLock};
+
+CPU_NS
+fn ready<F: std::future::Future>(fut: F) -> F::Output {
+    let mut fut = std::pin::pin!(fut);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    match fut.as_mut().poll(&mut cx) {
+        std::task::Poll::Ready(o) => o,
+        std::task::Poll::Pending => panic!("uncontended futures are ready at once"),
+    }
+}
+#[inline(never)] fn pool_sync_task(p: &KeyPool<u64>, n: u64) {
+    ready(async { for i in 0..n { drop(p.lock(&black_box(i & 1023))) } })
+}
+#[inline(never)] fn pool_async_task(p: &KeyPool<u64>, n: u64) {
+    ready(async { for i in 0..n { drop(p.lock_async(&black_box(i & 1023)).await) } })
+}
+#[inline(never)] fn striped_sync_task(s: &StripedLock, n: u64) {
+    ready(async { for i in 0..n { drop(s.lock(&black_box(i & 1023))) } })
+}
+#[inline(never)] fn striped_async_task(s: &StripedLock, n: u64) {
+    ready(async { for i in 0..n { drop(s.lock_async(&black_box(i & 1023)).await) } })
+}
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let which = args.next().unwrap_or_default();
+    let n: u64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(1_000_000);
+    let timed = args.next().is_some();
+    let pool: KeyPool<u64> = KeyPool::new();
+    let striped = StripedLock::new(1024).unwrap();
+    let task: fn(&KeyPool<u64>, &StripedLock, u64) = match which.as_str() {
+        "pool_sync_task" => |p, _, n| pool_sync_task(p, n),
+        "pool_async_task" => |p, _, n| pool_async_task(p, n),
+        "striped_sync_task" => |_, s, n| striped_sync_task(s, n),
+        "striped_async_task" => |_, s, n| striped_async_task(s, n),
+        other => panic!("unknown loop {other}"),
+    };
+    // Warm up: every key once, so the pool has its slots.
+    task(&pool, &striped, 1024);
+    let start = cpu_ns();
+    task(&pool, &striped, n);
+    if timed {
+        println!("{}", (cpu_ns() - start) / n as f64);
+    }
+}
+""".replace("CPU_NS\n", CPU_NS)
+
 LOOPS = ["floor", "striped_u64", "striped_str16", "striped_async", "pool_u64", "pool_str16",
          "pool_async"]
+TASK_LOOPS = ["pool_sync_task", "pool_async_task", "striped_sync_task", "striped_async_task"]
 
 
 def build(core_dir: str, work: str, name: str) -> str:
@@ -124,8 +178,16 @@ debug = 1
 """)
     with open(os.path.join(proj, "src", "main.rs"), "w") as f:
         f.write(PROGRAM)
+    os.makedirs(os.path.join(proj, "src", "bin"), exist_ok=True)
+    with open(os.path.join(proj, "src", "bin", "task.rs"), "w") as f:
+        f.write(TASK_PROGRAM)
     subprocess.run(["cargo", "build", "--release", "--quiet"], cwd=proj, check=True)
     return os.path.join(proj, "target", "release", f"kl-{name}")
+
+
+def binary_for(binary: str, loop: str) -> str:
+    """The program that runs `loop`: `binary`, or its task program beside it."""
+    return os.path.join(os.path.dirname(binary), "task") if loop in TASK_LOOPS else binary
 
 
 def instructions(binary: str, loop: str, n: int) -> int:
@@ -165,12 +227,12 @@ def main() -> None:
             after = build(os.path.join(ROOT, "core"), work, "after")
             load = os.getloadavg()
             figures = []
-            for loop in LOOPS:
-                ins = {k: per_op_instructions(b, loop) for k, b in (("before", before),
-                                                                     ("after", after))}
+            for loop in LOOPS + TASK_LOOPS:
+                builds = (("before", binary_for(before, loop)), ("after", binary_for(after, loop)))
+                ins = {k: per_op_instructions(b, loop) for k, b in builds}
                 times: dict[str, list[float]] = {"before": [], "after": []}
                 for _ in range(runs):
-                    for k, b in (("before", before), ("after", after)):
+                    for k, b in builds:
                         times[k].append(cpu_time(b, loop))
                 for k in ("before", "after"):
                     common = {"group": f"before/after: {loop}", "impl": f"keylock {k} ({args.rev})"
