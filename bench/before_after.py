@@ -46,11 +46,8 @@ fn cpu_ns() -> f64 {
 }
 """
 
-PROGRAM = r"""
-use std::hint::black_box;
-use keylock_core::{KeyPool, StripedLock};
-
-CPU_NS
+# Polls a future once with a no-op waker (both loop programs below).
+READY = r"""
 fn ready<F: std::future::Future>(fut: F) -> F::Output {
     let mut fut = std::pin::pin!(fut);
     let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
@@ -59,6 +56,13 @@ fn ready<F: std::future::Future>(fut: F) -> F::Output {
         std::task::Poll::Pending => panic!("uncontended futures are ready at once"),
     }
 }
+"""
+
+PROGRAM = r"""
+use std::hint::black_box;
+use keylock_core::{KeyPool, StripedLock};
+
+CPU_NS
 #[inline(never)] fn pool_u64(p: &KeyPool<u64>, k: u64) { drop(p.lock(&black_box(k))) }
 #[inline(never)] fn pool_str(p: &KeyPool<String>, k: &str) { drop(p.lock(black_box(k))) }
 #[inline(never)] fn pool_async(p: &KeyPool<u64>, k: u64) { drop(ready(p.lock_async(&black_box(k)))) }
@@ -77,7 +81,7 @@ fn main() {
     let pool_s: KeyPool<String> = KeyPool::new();
     let striped = StripedLock::new(1024).unwrap();
     let m = parking_lot::Mutex::new(());
-    let mut one = |k: u64| match which.as_str() {
+    let one = |k: u64| match which.as_str() {
         "pool_u64" => pool_u64(&pool, k),
         "pool_str16" => pool_str(&pool_s, &keys[k as usize]),
         "pool_async" => pool_async(&pool, k),
@@ -96,7 +100,7 @@ fn main() {
     }
 }
 """
-PROGRAM = PROGRAM.replace("CPU_NS\n", CPU_NS)
+PROGRAM = PROGRAM.replace("CPU_NS\n", CPU_NS + READY)
 
 # The same locks taken in a task: one future runs the whole batch, each lock future made in
 # place and awaited there (as the criterion suite's "in a task" rows). A program of its own, so
@@ -106,14 +110,6 @@ use std::hint::black_box;
 use keylock_core::{KeyPool, StripedLock};
 
 CPU_NS
-fn ready<F: std::future::Future>(fut: F) -> F::Output {
-    let mut fut = std::pin::pin!(fut);
-    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-    match fut.as_mut().poll(&mut cx) {
-        std::task::Poll::Ready(o) => o,
-        std::task::Poll::Pending => panic!("uncontended futures are ready at once"),
-    }
-}
 #[inline(never)] fn pool_sync_task(p: &KeyPool<u64>, n: u64) {
     ready(async { for i in 0..n { drop(p.lock(&black_box(i & 1023))) } })
 }
@@ -149,7 +145,7 @@ fn main() {
         println!("{}", (cpu_ns() - start) / n as f64);
     }
 }
-""".replace("CPU_NS\n", CPU_NS)
+""".replace("CPU_NS\n", CPU_NS + READY)
 
 LOOPS = ["floor", "striped_u64", "striped_str16", "striped_async", "pool_u64", "pool_str16",
          "pool_async"]

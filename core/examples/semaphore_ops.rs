@@ -17,21 +17,9 @@ use keylock_core::{KeyPool, KeyedSemaphore};
 
 const KEYS: u64 = 1024;
 
-#[repr(C)]
-struct Ts {
-    s: i64,
-    ns: i64,
-}
-unsafe extern "C" {
-    fn clock_gettime(c: i32, t: *mut Ts) -> i32;
-}
-
-fn cpu_ns() -> f64 {
-    let mut t = Ts { s: 0, ns: 0 };
-    // SAFETY: a valid pointer to a timespec-shaped struct; clock 3 is the thread's CPU time.
-    unsafe { clock_gettime(3, &mut t) };
-    t.s as f64 * 1e9 + t.ns as f64
-}
+#[path = "common/cpu_ns.rs"]
+mod cpu_ns;
+use cpu_ns::cpu_ns;
 
 fn ready<F: Future>(fut: F) -> F::Output {
     let mut fut = std::pin::pin!(fut);
