@@ -347,7 +347,8 @@ where
         if !self.polled {
             table.unreserve(word);
         } else {
-            let queue = EntryQueue(&table.guarded(word));
+            let guarded = table.guarded(word);
+            let queue = EntryQueue(&guarded);
             // SAFETY: the field of this `Waiting` (dropped in place, as its docs say).
             let _ = unsafe { pinned(&mut self.waiter) }.abandon(&queue, false);
         }
