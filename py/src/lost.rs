@@ -14,7 +14,7 @@ use pyo3::prelude::*;
 
 use crate::handoff::run_in_python;
 use crate::lock::LockHandle;
-use crate::wait::{SLICE, resolve_fn, running_loop};
+use crate::wait::{SLICE, post_resolve, running_loop};
 
 /// The lost signals of the handle's newest acquisition (none for scopes whose holders cannot
 /// lose a lock that way, or an RwLock); `None` if the handle holds nothing.
@@ -78,19 +78,11 @@ pub(crate) fn future(py: Python<'_>, signals: Vec<LostSignal>) -> PyResult<Py<Py
         fut.call_method1(py, intern!(py, "set_result"), (py.None(),))?;
         return Ok(fut);
     }
-    let resolve = resolve_fn(py)?.clone_ref(py);
     let (event_loop, target) = (event_loop.unbind(), fut.clone_ref(py));
     // Fired on the scope's own thread, which must never wait for the GIL: the result goes to
     // the loop by way of the hand-off thread.
     any_of(signals).on_lost(move || {
-        run_in_python(move |py| {
-            let posted =
-                event_loop.call_method1(py, intern!(py, "call_soon_threadsafe"), (resolve, target));
-            if let Err(e) = posted {
-                // Only a closed loop refuses; nobody can await the future any more.
-                e.write_unraisable(py, None);
-            }
-        });
+        run_in_python(move |py| post_resolve(py, &event_loop, target));
     });
     Ok(fut)
 }

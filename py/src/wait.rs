@@ -176,6 +176,26 @@ pub(crate) fn resolve_fn(py: Python<'_>) -> PyResult<&Py<PyAny>> {
     })
 }
 
+/// Posts `_resolve(fut)` to `event_loop` from a thread that does not run it. A closed loop
+/// refuses, and that is no error: nothing can await the future any more (a wake-up or a loss
+/// that raced the end of `asyncio.run`). Anything else is reported as unraisable.
+pub(crate) fn post_resolve(py: Python<'_>, event_loop: &Py<PyAny>, fut: Py<PyAny>) {
+    let posted = resolve_fn(py).and_then(|f| {
+        event_loop
+            .call_method1(py, intern!(py, "call_soon_threadsafe"), (f, fut))
+            .map(drop)
+    });
+    if let Err(e) = posted {
+        let closed = event_loop
+            .call_method0(py, intern!(py, "is_closed"))
+            .and_then(|c| c.is_truthy(py))
+            .unwrap_or(false);
+        if !closed {
+            e.write_unraisable(py, None);
+        }
+    }
+}
+
 /// Wake-up callback run on the event loop: resolve `fut` unless the task gave up on it.
 #[pyfunction]
 pub(crate) fn _resolve(fut: &Bound<'_, PyAny>) -> PyResult<()> {
@@ -217,19 +237,12 @@ impl Wake for LoopWaker {
         // task without a trip through the loop's self-pipe.
         let this = Arc::clone(self);
         run_in_python(move |py| {
-            let here = crate::owner::thread_number() == this.loop_thread;
-            let done = if here {
-                _resolve(fut.bind(py))
+            if crate::owner::thread_number() == this.loop_thread {
+                if let Err(e) = _resolve(fut.bind(py)) {
+                    e.write_unraisable(py, None);
+                }
             } else {
-                resolve_fn(py).and_then(|f| {
-                    this.event_loop
-                        .call_method1(py, intern!(py, "call_soon_threadsafe"), (f, fut))
-                        .map(drop)
-                })
-            };
-            if let Err(e) = done {
-                // Only a closed loop refuses; its tasks can never run again anyway.
-                e.write_unraisable(py, None);
+                post_resolve(py, &this.event_loop, fut);
             }
         });
     }

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 import time
 
 import pytest
@@ -81,6 +82,39 @@ def test_lost_future_resolves_on_the_loop(server: str) -> None:
 
     asyncio.run(main())
     assert not holder.is_locked("a"), "the key that was not lost is released all the same"
+
+
+def test_a_loss_after_its_loop_closed_is_quiet(server: str) -> None:
+    # A lost_future whose loop has closed (asyncio.run returned) before the loss: its result
+    # cannot be posted, and nothing can await it, so that is no error. A second future, on a
+    # running loop, is asked after it: the two are resolved in that order (one signal, one
+    # hand-off thread), so once the second is done the first was posted, or refused.
+    name = short(server, "closed")
+    holder, other = keylock.KeyPool.open(name), keylock.KeyPool.open(name)
+    h = holder.lock("k")
+    assert h.acquire(blocking=False)
+
+    async def ask() -> asyncio.Future[None]:
+        return h.lost_future()
+
+    orphan = asyncio.run(ask())
+
+    async def main() -> None:
+        later = h.lost_future()
+        assert other.force_unlock("k") is True
+        await asyncio.wait_for(later, DEADLOCK)
+
+    reported: list[object] = []
+    hook = sys.unraisablehook
+    sys.unraisablehook = reported.append
+    try:
+        asyncio.run(main())
+    finally:
+        sys.unraisablehook = hook
+    assert not orphan.done()
+    assert reported == [], "a result refused by a closed loop is not an error"
+    with pytest.raises(keylock.NotOwnerError):
+        h.release()
 
 
 @pytest.mark.parametrize("scope", ["local:", "shm:"])
