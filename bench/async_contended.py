@@ -29,7 +29,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 import report  # noqa: E402
-from semaphore import instructions  # noqa: E402
+from semaphore import build, instructions  # noqa: E402
 
 IMPLS = {
     "keylock": "keylock KeyPool lock_async_owned",
@@ -38,17 +38,6 @@ IMPLS = {
 WORKLOADS = {"held": "held across an await", "quick": "no await while held"}
 # Operations per task at the two lengths callgrind runs (1,000 tasks each), and for the timed runs.
 SHORT, LONG, TIMED = 50, 150, 400
-
-
-def build() -> str:
-    subprocess.run(
-        ["cargo", "build", "--locked", "--release", "-q", "-p", "keylock-core", "--example",
-         "async_contended"],
-        cwd=ROOT,
-        check=True,
-    )
-    target = os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target"))
-    return os.path.join(target, "release", "examples", "async_contended")
 
 
 def per_op_instructions(exe: str, which: str, workload: str) -> float:
@@ -69,7 +58,7 @@ def main() -> None:
                                                   "rust-async-contended-1thread.json"))
     ap.add_argument("--runs", type=int, default=9)
     args = ap.parse_args()
-    exe = build()
+    exe = build("async_contended")
     load_before = os.getloadavg()
     results = []
     for workload, wl in WORKLOADS.items():

@@ -29,14 +29,16 @@ import report  # noqa: E402
 OPS = ["pool", "sem", "sem2", "tokio_map", "pool_async", "sem_async"]
 
 
-def build() -> str:
+def build(example: str = "semaphore_ops") -> str:
+    """Builds the core's `example` (release); its binary's path (bench/async_contended.py uses
+    it too)."""
     subprocess.run(
-        ["cargo", "build", "--locked", "--release", "-q", "-p", "keylock-core", "--example", "semaphore_ops"],
+        ["cargo", "build", "--locked", "--release", "-q", "-p", "keylock-core", "--example", example],
         cwd=ROOT,
         check=True,
     )
     target = os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target"))
-    return os.path.join(target, "release", "examples", "semaphore_ops")
+    return os.path.join(target, "release", "examples", example)
 
 
 def instructions(exe: str, *args: object) -> int:
