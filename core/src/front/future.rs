@@ -301,7 +301,12 @@ where
         let table = self.table.as_ref().expect("a waiting future has its table");
         let word = match table.word(self.place) {
             Ok(word) => word,
-            Err(e) => return Poll::Ready((self.table.take().expect("checked"), Err(e))),
+            Err(e) => {
+                // A reserved place always has its word (`Table::word_if`); else a queued
+                // waiter could not be unlinked.
+                debug_assert!(!self.polled, "a queued waiter's word is gone: {e}");
+                return Poll::Ready((self.table.take().expect("checked"), Err(e)));
+            }
         };
         let result = {
             let guarded = table.guarded(word);
@@ -341,6 +346,8 @@ where
 {
     fn drop(&mut self) {
         let Some(table) = &self.table else { return };
+        // A reserved place always has its word (`Table::word_if`), so a queued waiter is
+        // always unlinked here.
         let Ok(word) = table.word(self.place) else {
             return;
         };

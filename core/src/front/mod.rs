@@ -61,7 +61,10 @@ pub(crate) mod table {
         fn guarded<'a>(&'a self, word: &'a Self::Word) -> Self::Guarded<'a>;
         /// The word's place.
         fn place(&self, word: &Self::Word) -> u64;
-        /// The word at `place`, if this table has one there.
+        /// The word at `place`, if this table has one there. A place that [`Take::reserve`]
+        /// gave always has its word until its reservation is used or dropped: a waiting
+        /// future finds its queued waiter's word again through it, to unlink the waiter before
+        /// the waiter's memory goes, and could not do that if this returned `None`.
         fn word_if(&self, place: u64) -> Option<&Self::Word>;
         /// The word at `place`; `InvalidArgument` when this table has none there.
         #[inline]
