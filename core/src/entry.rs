@@ -1012,12 +1012,22 @@ impl Entry {
 
     /// Ends the holds whose leases have run out; the fence advances for an exclusive one. The
     /// freed entry is handed on to waiters. Returns whether anything ended.
+    ///
+    /// Every acquire and release under the queue lock calls this; an entry without leases (no
+    /// `ext`) returns here, inline, and only one with leases calls the body.
+    #[inline]
     pub(crate) fn expire_locked(
         &self,
         slow: &mut SlowState,
         policy: &Policy,
         wakes: &mut Wakes,
     ) -> bool {
+        slow.ext.is_some() && self.expire_leases(slow, policy, wakes)
+    }
+
+    /// [`expire_locked`](Self::expire_locked) for an entry with an `ext`.
+    #[inline(never)]
+    fn expire_leases(&self, slow: &mut SlowState, policy: &Policy, wakes: &mut Wakes) -> bool {
         let Some(earliest) = slow.earliest_lease() else {
             return false;
         };

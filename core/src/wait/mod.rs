@@ -131,13 +131,24 @@ impl Wakes {
     }
 
     /// Runs them all. Call with no keylock lock held.
-    #[inline]
+    ///
+    /// Inline, so that the common case (nothing to wake: every uncontended acquire and release
+    /// under the queue lock) costs a test; the wake-ups themselves are out of line.
+    #[inline(always)]
     pub(crate) fn run(self) {
-        if let Some(first) = self.first {
-            first.wake();
-            for wake in self.rest {
-                wake.wake();
-            }
+        let Wakes { first, rest } = self;
+        match first {
+            Some(first) => Self::run_all(first, rest),
+            // `rest` is only pushed to once `first` is there: empty, nothing to free.
+            None => drop(rest),
+        }
+    }
+
+    #[inline(never)]
+    fn run_all(first: Wake, rest: Vec<Wake>) {
+        first.wake();
+        for wake in rest {
+            wake.wake();
         }
     }
 }
