@@ -27,8 +27,14 @@ fn key_word(key: &[u8], i: usize) -> u64 {
         buf.copy_from_slice(chunk);
         return u64::from_le_bytes(buf);
     }
+    tail_word(&key[start.min(key.len())..])
+}
+
+/// A key's last bytes (fewer than 8) as the region stores them: zero-padded.
+#[inline(always)]
+fn tail_word(tail: &[u8]) -> u64 {
     let mut w = 0u64;
-    for (j, &b) in key[start.min(key.len())..].iter().enumerate() {
+    for (j, &b) in tail.iter().enumerate() {
         w |= u64::from(b) << (8 * j);
     }
     w
@@ -63,7 +69,18 @@ fn holds_key(e: &Entry, h: u64, space: u8, key: &[u8]) -> bool {
     {
         return false;
     }
-    (0..key.len().div_ceil(8)).all(|i| e.key[i].load(Ordering::Relaxed) == key_word(key, i))
+    // Whole words first, then the zero-padded tail (as `key_word` stores it).
+    let words = &e.key[..key.len().div_ceil(8)];
+    let chunks = key.chunks_exact(8);
+    let tail = chunks.remainder();
+    for (stored, chunk) in words.iter().zip(chunks) {
+        let mut buf = [0u8; 8];
+        buf.copy_from_slice(chunk);
+        if stored.load(Ordering::Relaxed) != u64::from_le_bytes(buf) {
+            return false;
+        }
+    }
+    tail.is_empty() || words[words.len() - 1].load(Ordering::Relaxed) == tail_word(tail)
 }
 
 /// The longest chain a lock-free lookup walks before leaving the search to the mutex.
@@ -72,7 +89,7 @@ const FAST_WALK: usize = 32;
 /// Finds the entry bound to the key without the table mutex: the entry and a lock word read
 /// while the entry was bound to this key (a compare-and-swap expecting that word can only
 /// succeed on this key's entry). `None`: not found (the caller asks under the mutex).
-#[inline]
+#[inline(always)]
 pub(crate) fn find_fast(r: &Region, h: u64, space: u8, key: &[u8]) -> Option<(u32, u64)> {
     let mask = r.header.buckets - 1;
     let mut next = r.bucket((h as u32) & mask).ok()?.load(Ordering::Acquire);
@@ -349,6 +366,30 @@ mod tests {
         assert!(!holds_key(e, h, 0, b"abcdefg"));
         assert!(!holds_key(e, h, 1, key));
         assert!(!holds_key(e, h ^ 1, 0, key));
+    }
+
+    #[test]
+    fn every_byte_of_a_key_of_every_length_is_compared() {
+        // Whole words and the zero-padded tail: for each length, the bound key matches and a
+        // key that differs from it in any one byte (same hash, length and space) does not.
+        let r = pool(KEY_MAX as u32 + 1);
+        for len in 0..=KEY_MAX {
+            let key: Vec<u8> = (0..len).map(|i| (i * 7 + len) as u8 | 1).collect();
+            let e = r.entry(bind(&r, 0, &key).unwrap()).unwrap();
+            let h = hash_key(0, &key);
+            assert!(holds_key(e, h, 0, &key), "length {len}");
+            for at in 0..len {
+                let mut other = key.clone();
+                other[at] ^= 0x80;
+                assert!(!holds_key(e, h, 0, &other), "length {len}, byte {at}");
+                other[at] = 0;
+                assert!(!holds_key(e, h, 0, &other), "length {len}, byte {at} zero");
+            }
+            assert_eq!(
+                find(&r, 0, &key).map(|i| r.entry(i).unwrap() as *const _),
+                Some(e as *const _)
+            );
+        }
     }
 
     #[test]

@@ -356,7 +356,7 @@ impl ShmLock {
     }
 
     /// The acquisition record of a grant.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn acquisition(&self, g: TableGrant, opts: &LockOptions) -> Acquisition {
         Acquisition {
             fence: g.fence,
