@@ -232,18 +232,19 @@ pub(crate) struct Want {
 }
 
 impl Want {
-    pub(crate) const EXCLUSIVE: Want = Want {
-        mode: Mode::Exclusive,
-        lease: None,
-        owner: None,
-        units: 0,
-    };
-    pub(crate) const SHARED: Want = Want {
-        mode: Mode::Shared,
-        lease: None,
-        owner: None,
-        units: 0,
-    };
+    pub(crate) const EXCLUSIVE: Want = Want::of_mode(Mode::Exclusive);
+    pub(crate) const SHARED: Want = Want::of_mode(Mode::Shared);
+
+    /// A plain request in `mode`: no lease, no owner, no units.
+    #[inline]
+    pub(crate) const fn of_mode(mode: Mode) -> Want {
+        Want {
+            mode,
+            lease: None,
+            owner: None,
+            units: 0,
+        }
+    }
 
     /// Whether a semaphore's acquire of `units` needs nothing kept beside the lock word (no
     /// lease), so that its fast path may take it.

@@ -109,13 +109,29 @@ where
     /// The rest of an async acquire once the word's fast path failed: one attempt with its entry
     /// locked, then a wait. The caller holds a reservation on the word if its table has them;
     /// it is used up or handed to the wait.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn after_fast_path(table: P, place: u64, want: Want, wait: Wait) -> Self {
         // The slow start returns one pointer (in a register), so that a caller's fast path
-        // and this one meet without the future going through memory.
-        One::Slow(ManuallyDrop::new(Self::start_slow(
-            table, place, want, wait,
-        )))
+        // and this one meet without the future going through memory. A plain request that waits
+        // for as long as it takes (`lock_async`, `lock_shared_async`) is passed as its mode
+        // alone: the whole request and wait would be written to memory on the fast path too,
+        // for the slow start to read (5 instructions of an uncontended `lock_async`). Inlined
+        // always: with two calls in it, the compiler kept it out of line, and the future came
+        // back through memory (10 instructions more, not 5 fewer).
+        let slow = if want == Want::of_mode(want.mode) && wait == Wait::Forever {
+            Self::start_slow_plain(table, place, want.mode)
+        } else {
+            Self::start_slow(table, place, want, wait)
+        };
+        One::Slow(ManuallyDrop::new(slow))
+    }
+
+    /// [`start_slow`](Self::start_slow) of a plain request in `mode` that waits for as long as
+    /// it takes.
+    #[cold]
+    #[inline(never)]
+    fn start_slow_plain(table: P, place: u64, mode: Mode) -> Box<Slow<P>> {
+        Self::start_slow(table, place, Want::of_mode(mode), Wait::Forever)
     }
 
     #[cold]
