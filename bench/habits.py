@@ -352,6 +352,16 @@ def load_of(doc: dict) -> str:
     return "-"
 
 
+def host_of(doc: dict) -> str:
+    """The suite's processor, shortened ('AMD EPYC', 'Intel Xeon'), or '-' if it gives none."""
+    m = doc.get("machine") or {}
+    cpu = m.get("cpu") if isinstance(m, dict) else None
+    if not isinstance(cpu, str) or not cpu.strip():
+        return "-"
+    words = [w for w in cpu.replace("(R)", "").replace("(TM)", "").split() if w != "Processor"]
+    return " ".join(words[:2]) or "-"
+
+
 def judge(ratio: float, row: Row) -> str:
     def reaches(goal: float) -> bool:
         return ratio >= goal if row.kind in HIGHER else ratio <= goal
@@ -372,9 +382,17 @@ def render(docs: list[dict], fmt) -> list[str]:
             "(its contenders interleaved). *speedup*: the habit's time over keylock's; *ops/s*: "
             "keylock's throughput over the habit's; *cost*: keylock's time or instructions over "
             "the baseline's; *added*: keylock's added cost over the baseline's. Load: the "
-            "machine's load average when the suite ran, as the suite recorded it.\n"
+            "machine's load average when the suite ran, as the suite recorded it; host: its "
+            "processor. A time ratio to a baseline that is mostly atomic operations (a "
+            "parking_lot or pthread mutex) depends on the host: an atomic read-modify-write "
+            "costs about 3 ns on one kind of host these suites ran on and about 5.5 ns on "
+            "another, which hides the rest of either side's work. The instruction rows beside "
+            "them compare across hosts.\n"
         ),
-        "| row | keylock | baseline | ratio | target | moonshot | verdict | suite (date, load) |",
+        (
+            "| row | keylock | baseline | ratio | target | moonshot | verdict "
+            "| suite (date, load, host) |"
+        ),
         "|---|---|---|---|---|---|---|---|",
     ]
     for row in ROWS:
@@ -405,7 +423,7 @@ def render(docs: list[dict], fmt) -> list[str]:
         out.append(
             f"| {what} | {fmt(a, ours['unit'])} | {base} | {ratio:.2f}x {label} "
             f"| {sign} {row.target:g}x | {'-' if row.moonshot is None else f'{sign} {row.moonshot:g}x'} "
-            f"| {judge(ratio, row)} | {row.suite} ({date}, {load_of(doc)}) |"
+            f"| {judge(ratio, row)} | {row.suite} ({date}, {load_of(doc)}, {host_of(doc)}) |"
         )
     out.append("")
     return out
