@@ -61,7 +61,7 @@ use std::time::Instant;
 use crate::acquisition::{LockInfo, Mode, Owner, Want};
 use crate::error::Error;
 use crate::sync::{AtomicU64, Ordering};
-use crate::wait::{Attempt, Grant, WaitList, Wakes};
+use crate::wait::{Attempt, FairClock, Grant, WaitList, Wakes};
 
 /// Bit 0: held by one exclusive holder.
 const EXCL: u64 = 1 << 0;
@@ -224,6 +224,8 @@ pub(crate) struct SlowState {
     ext: Option<Box<HolderDetail>>,
     /// Tickets for leased shared holders, never reused within this entry.
     next_ticket: u64,
+    /// When this entry last handed its lock to a waiting thread (eventual fairness).
+    fair: FairClock,
 }
 
 impl SlowState {
@@ -233,6 +235,7 @@ impl SlowState {
             notified: 0,
             ext: None,
             next_ticket: 0,
+            fair: FairClock::new(),
         }
     }
 
@@ -1079,7 +1082,9 @@ impl Entry {
                 wakes.push(head.grant(grant));
                 continue;
             }
-            if want.mode == Mode::Exclusive && !slow.waiters.front_is_due(policy.fifo) {
+            if want.mode == Mode::Exclusive
+                && !slow.waiters.front_is_due(policy.fifo, &mut slow.fair)
+            {
                 // Notify: the lock stays free and the waiter competes for it again (a running
                 // caller may take it first: eventual fairness).
                 if !Self::compatible(self.word.load(Ordering::Acquire), want.mode) {

@@ -48,7 +48,9 @@ where
 
 /// An async acquire past the fast path: granted, failed, or waiting; `Done` once polled to the
 /// end.
-#[expect(
+// `allow`, not `expect`: whether the waiting variant is large enough for the lint depends on the
+// platform and the build's cfgs (the queue node's fields).
+#[allow(
     clippy::large_enum_variant,
     reason = "always boxed: the waiting variant keeps its queue node in that box"
 )]

@@ -48,8 +48,6 @@ pub(crate) struct Links {
     /// When this waiter first queued (for eventual fairness).
     #[cfg(not(keylock_loom))]
     pub(crate) since: Option<Instant>,
-    /// Whether this waiter was notified before and lost the race (it then queues at the front).
-    pub(crate) requeued: bool,
 }
 
 /// One waiter's place in a [`WaitList`].
@@ -74,7 +72,6 @@ impl WaitNode {
                 grant: Grant::default(),
                 #[cfg(not(keylock_loom))]
                 since: None,
-                requeued: false,
             }),
             _pin: PhantomPinned,
         }
@@ -201,9 +198,9 @@ impl WaitList {
 
     /// Whether the head waiter is due to be handed the lock (see [`Completion::is_due`]).
     #[inline]
-    pub(crate) fn front_is_due(&self, fifo: bool) -> bool {
+    pub(crate) fn front_is_due(&self, fifo: bool, clock: &mut super::FairClock) -> bool {
         match self.head {
-            Some(node) => Completion { node }.is_due(fifo),
+            Some(node) => Completion { node }.is_due(fifo, clock),
             None => false,
         }
     }
@@ -229,27 +226,26 @@ pub(crate) struct Completion {
 }
 
 impl Completion {
-    /// Whether this waiter has waited long enough to be handed the lock rather than notified
-    /// (`fifo`: always).
-    pub(crate) fn is_due(&self, fifo: bool) -> bool {
+    /// Whether this waiter is to be handed the lock rather than notified (`fifo`: always), by
+    /// the entry whose fairness clock is `clock` (see [`FairClock::due`](super::FairClock::due)).
+    pub(crate) fn is_due(&self, fifo: bool, clock: &mut super::FairClock) -> bool {
         // SAFETY: the node was unlinked under the list lock, which the caller still holds, and
         // its owner cannot free it before we store its final state.
         let links = unsafe { self.node.as_ref().links() };
-        if fifo || links.requeued {
+        if fifo {
             return true;
         }
         #[cfg(not(keylock_loom))]
         {
             // A task is always handed the lock: woken to compete, it would only come back for
-            // one more poll (and the lock's queue order is kept). A thread competes unless it
-            // has waited long enough: a running thread may take the lock meanwhile.
-            matches!(links.wake, Some(super::Wake::Task(_)))
-                || links
-                    .since
-                    .is_some_and(|t| t.elapsed() >= super::FAIR_AFTER)
+            // one more poll (and the lock's queue order is kept). A thread competes, also after
+            // losing once (it is back at the front), until the entry's clock says it is due: a
+            // running thread may take the lock meanwhile.
+            matches!(links.wake, Some(super::Wake::Task(_))) || clock.due(links.since)
         }
         #[cfg(keylock_loom)]
         {
+            let _ = clock;
             super::loom_hand_off_on()
         }
     }

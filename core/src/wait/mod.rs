@@ -67,12 +67,50 @@ pub(crate) mod timer;
 
 pub(crate) use list::{GRANTED, Grant, NOTIFIED, WAITING, WaitList, WaitNode};
 
-/// A waiter that has waited this long is handed the lock directly instead of competing for it.
+/// A waiting thread that has waited this long is handed the lock directly instead of competing
+/// for it, at the next release that finds it at the head of the queue; a lock object hands a key
+/// (or stripe) over this way at most once per this long (parking_lot's fair unlock timer).
 ///
 /// ```
 /// assert_eq!(keylock_core::wait::FAIR_AFTER, std::time::Duration::from_micros(500));
 /// ```
 pub const FAIR_AFTER: Duration = Duration::from_micros(500);
+
+/// An entry's clock for eventual fairness (kept under its queue lock): when it last handed its
+/// lock to a waiting thread. Handing every release to a sleeping thread once the waiters have
+/// all waited [`FAIR_AFTER`] (as any hot key's soon have) leaves the lock idle for a wake-up on
+/// every release, so that throughput falls to the rate of wake-ups; spaced out, the hand-offs
+/// still bound how long a waiter can be passed over.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct FairClock {
+    #[cfg(not(keylock_loom))]
+    next: Option<Instant>,
+}
+
+impl FairClock {
+    pub(crate) const fn new() -> Self {
+        Self {
+            #[cfg(not(keylock_loom))]
+            next: None,
+        }
+    }
+
+    /// Whether a thread that first queued at `since` is due to be handed the lock now: it has
+    /// waited [`FAIR_AFTER`], and the entry's last such hand-off is at least that long ago. A
+    /// `true` starts the next interval (if the hand-off then finds the lock taken by a running
+    /// caller, the waiter stays at the head and is due again at the interval's end).
+    #[cfg(not(keylock_loom))]
+    #[inline]
+    pub(crate) fn due(&mut self, since: Option<Instant>) -> bool {
+        let Some(since) = since else { return false };
+        let now = Instant::now();
+        if now.duration_since(since) < FAIR_AFTER || self.next.is_some_and(|n| now < n) {
+            return false;
+        }
+        self.next = Some(now + FAIR_AFTER);
+        true
+    }
+}
 
 /// Under loom, time does not pass, so the fairness rule is replaced by this switch: the models
 /// run once with plain notification and once with hand-off to every waiter.
@@ -375,7 +413,6 @@ impl Waiter {
             let links = node.links();
             links.wake = Some(wake());
             links.want = *want;
-            links.requeued = front;
             #[cfg(not(keylock_loom))]
             if links.since.is_none() {
                 links.since = Some(Instant::now());
@@ -606,5 +643,34 @@ pub fn block_on_until<F: Future + ?Sized>(
         if !park(until) {
             return fut.as_mut().poll(&mut cx);
         }
+    }
+}
+
+#[cfg(all(test, not(keylock_loom)))]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use super::{FAIR_AFTER, FairClock};
+
+    #[test]
+    fn the_fair_clock_hands_over_to_a_long_waiter_once_per_interval() {
+        let long_ago = Instant::now().checked_sub(Duration::from_secs(1));
+        let later = Instant::now() + Duration::from_secs(3600);
+        let mut clock = FairClock::new();
+        // A waiter with no start, or one that has not waited FAIR_AFTER, is not due.
+        assert!(!clock.due(None));
+        assert!(!clock.due(Some(later)));
+        assert_eq!(clock.next, None);
+        let Some(long_ago) = long_ago else { return };
+        // One that has: due, and the next hand-off waits FAIR_AFTER from now.
+        let before = Instant::now();
+        assert!(clock.due(Some(long_ago)));
+        let next = clock.next.expect("the interval started");
+        assert!(next >= before + FAIR_AFTER);
+        // Within the interval nobody is due, however long they waited; after it, they are.
+        clock.next = Some(later);
+        assert!(!clock.due(Some(long_ago)));
+        clock.next = Some(before);
+        assert!(clock.due(Some(long_ago)));
     }
 }
