@@ -353,13 +353,15 @@ def load_of(doc: dict) -> str:
 
 
 def host_of(doc: dict) -> str:
-    """The suite's processor, shortened ('AMD EPYC', 'Intel Xeon'), or '-' if it gives none."""
+    """The suite's processor, shortened ('AMD EPYC', 'Intel Xeon'), with its cores where the
+    suite gives them ('Intel Xeon, 16 cores'), or '-' if it gives no processor."""
     m = doc.get("machine") or {}
     cpu = m.get("cpu") if isinstance(m, dict) else None
     if not isinstance(cpu, str) or not cpu.strip():
         return "-"
     words = [w for w in cpu.replace("(R)", "").replace("(TM)", "").split() if w != "Processor"]
-    return " ".join(words[:2]) or "-"
+    cores = m.get("cores")
+    return " ".join(words[:2]) + (f", {cores} cores" if isinstance(cores, int) and cores else "")
 
 
 def judge(ratio: float, row: Row) -> str:
