@@ -7,64 +7,51 @@
 mod common;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use common::within;
+use common::{Occupancy, within};
 use keylock_core::{KeyedLock, LockKey, LockOptions, OpenOptions, open_with};
 
 const KEY: LockKey<'static> = LockKey::new(b"hot");
 const LIMIT: Duration = Duration::from_secs(30);
 
-/// Counts a holder in, checking that nobody else is inside (`leave` counts it out before its
-/// release).
-fn enter(inside: &AtomicU32) {
-    assert_eq!(
-        inside.fetch_add(1, Ordering::SeqCst),
-        0,
-        "two holders at once"
-    );
-}
-
-fn leave(inside: &AtomicU32) {
-    inside.fetch_sub(1, Ordering::SeqCst);
-}
-
 /// The looping holder against one waiting thread: the waiter gets the key while the loop
-/// goes on, and the two are never inside together. Returns the loop's rounds.
+/// goes on, and nobody is ever inside with another. Returns the loop's rounds.
 fn waiter_gets_in(locks: Arc<dyn KeyedLock>) -> u64 {
     within(LIMIT, move || {
         let plain = LockOptions::new();
-        let inside = Arc::new(AtomicU32::new(0));
+        let occupancy = Arc::new(Occupancy::new(1));
         let got = Arc::new(AtomicBool::new(false));
         let mut held = locks.acquire(KEY, &plain).unwrap();
-        enter(&inside);
+        let mut inside = occupancy.hold(0);
         let waiter = {
-            let (locks, inside, got) = (Arc::clone(&locks), Arc::clone(&inside), Arc::clone(&got));
+            let (locks, occupancy, got) =
+                (Arc::clone(&locks), Arc::clone(&occupancy), Arc::clone(&got));
             std::thread::spawn(move || {
                 let acq = locks.acquire(KEY, &LockOptions::new()).unwrap();
-                enter(&inside);
+                let inside = occupancy.hold(0);
                 got.store(true, Ordering::SeqCst);
-                leave(&inside);
+                inside.complete();
                 locks.release(acq).unwrap();
             })
         };
         while locks.info(KEY).unwrap().map_or(0, |i| i.waiters) < 1 {
             std::thread::yield_now();
         }
-        let rounds = AtomicU64::new(0);
+        let mut rounds = 0u64;
         while !got.load(Ordering::SeqCst) {
-            leave(&inside);
+            inside.complete();
             locks.release(held).unwrap();
             held = locks.acquire(KEY, &plain).unwrap();
-            enter(&inside);
-            rounds.fetch_add(1, Ordering::Relaxed);
+            inside = occupancy.hold(0);
+            rounds += 1;
         }
-        leave(&inside);
+        inside.complete();
         locks.release(held).unwrap();
         waiter.join().unwrap();
-        assert_eq!(inside.load(Ordering::SeqCst), 0);
-        rounds.load(Ordering::Relaxed)
+        occupancy.check();
+        rounds
     })
 }
 
