@@ -316,7 +316,8 @@ typedef struct keylock_open_options {
     /**
      * Strict FIFO per key: every release hands the lock to the longest waiter (the Web Locks
      * order). The default lets a running thread take a just-released lock first, which is
-     * faster, and still hands it to a waiter that has waited 0.5 ms.
+     * faster, and still hands it to a waiter that has waited 0.5 ms (at most once per 0.5 ms
+     * per key).
      */
     bool fifo;
     /**

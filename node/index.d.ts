@@ -222,7 +222,8 @@ export interface MakeOptions {
   /**
    * Strict FIFO per key: every release hands the key to the next waiter, and nobody takes a key
    * others wait for (the Web Locks order). Default false: eventual fairness (a running caller
-   * may take a just-released key; a waiter older than 0.5 ms is handed it).
+   * may take a just-released key; a waiter older than 0.5 ms is handed it, at most once per
+   * 0.5 ms per key).
    */
   fifo?: boolean;
   /**

@@ -104,7 +104,8 @@ pub(crate) struct Policy {
     /// Hand every release to the next waiter and never let a newcomer take a lock that has
     /// waiters (strict FIFO, as Web Locks specifies). Otherwise a released lock may be taken by
     /// a running caller before the woken waiter gets to it, unless that waiter has waited
-    /// [`FAIR_AFTER`](crate::wait::FAIR_AFTER) (eventual fairness, parking_lot's choice).
+    /// [`FAIR_AFTER`](crate::wait::FAIR_AFTER) and the entry has not handed its lock over that
+    /// way for as long (eventual fairness, parking_lot's choice, with its fair-unlock timer).
     pub(crate) fifo: bool,
     /// An exclusive acquire by the owner that holds the entry exclusively succeeds at once.
     pub(crate) reentrant: bool,

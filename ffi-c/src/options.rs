@@ -134,7 +134,8 @@ pub struct keylock_open_options {
     pub reentrant: bool,
     /// Strict FIFO per key: every release hands the lock to the longest waiter (the Web Locks
     /// order). The default lets a running thread take a just-released lock first, which is
-    /// faster, and still hands it to a waiter that has waited 0.5 ms.
+    /// faster, and still hands it to a waiter that has waited 0.5 ms (at most once per 0.5 ms
+    /// per key).
     pub fifo: bool,
     /// Metrics: the object counts its acquisitions, waits, timeouts, failed tries, lease ends,
     /// losses and force-unlocks, with histograms of wait and hold times, which

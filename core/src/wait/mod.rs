@@ -19,8 +19,10 @@
 //!   going back to the *front* of the queue if it loses.
 //!
 //! Notifying lets a running thread re-take a lock without a context switch (throughput, the
-//! parking_lot way); a waiter that has waited longer than [`FAIR_AFTER`] is always handed the
-//! lock, so nobody starves (eventual fairness). An async task is always handed the lock: a task
+//! parking_lot way); a thread at the head that has waited longer than [`FAIR_AFTER`] is handed
+//! the lock, at most once per [`FAIR_AFTER`] per entry (its fairness clock), so nobody starves
+//! and a hot key is not handed to a sleeping thread at every release (eventual fairness, with
+//! parking_lot's fair-unlock timer). An async task is always handed the lock: a task
 //! woken to compete would only come back for one more poll. A shared request never takes a lock
 //! ahead of a notified writer (FIFO between modes), and a lock object built `fifo` hands every
 //! release to the next waiter.
