@@ -385,7 +385,7 @@ def render(docs: list[dict], fmt) -> list[str]:
             "keylock's throughput over the habit's; *cost*: keylock's time or instructions over "
             "the baseline's; *added*: keylock's added cost over the baseline's. Load: the "
             "machine's load average when the suite ran, as the suite recorded it; host: its "
-            "processor. A time ratio to a baseline that is mostly atomic operations (a "
+            "processor and cores. A time ratio to a baseline that is mostly atomic operations (a "
             "parking_lot or pthread mutex) depends on the host: an atomic read-modify-write "
             "costs about 3 ns on one kind of host these suites ran on and about 5.5 ns on "
             "another, which hides the rest of either side's work. The instruction rows beside "
