@@ -229,14 +229,14 @@ impl Completion {
     /// Whether this waiter is to be handed the lock rather than notified (`fifo`: always), by
     /// the entry whose fairness clock is `clock` (see [`FairClock::due`](super::FairClock::due)).
     pub(crate) fn is_due(&self, fifo: bool, clock: &mut super::FairClock) -> bool {
-        // SAFETY: the node was unlinked under the list lock, which the caller still holds, and
-        // its owner cannot free it before we store its final state.
-        let links = unsafe { self.node.as_ref().links() };
         if fifo {
             return true;
         }
         #[cfg(not(keylock_loom))]
         {
+            // SAFETY: the node was unlinked under the list lock, which the caller still holds,
+            // and its owner cannot free it before we store its final state.
+            let links = unsafe { self.node.as_ref().links() };
             // A task is always handed the lock: woken to compete, it would only come back for
             // one more poll (and the lock's queue order is kept). A thread competes, also after
             // losing once (it is back at the front), until the entry's clock says it is due: a

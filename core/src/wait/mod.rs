@@ -70,8 +70,9 @@ pub(crate) mod timer;
 pub(crate) use list::{GRANTED, Grant, NOTIFIED, WAITING, WaitList, WaitNode};
 
 /// A waiting thread that has waited this long is handed the lock directly instead of competing
-/// for it, at the next release that finds it at the head of the queue; a lock object hands a key
-/// (or stripe) over this way at most once per this long (parking_lot's fair unlock timer).
+/// for it, at the next release that finds it at the head of the queue; a lock object in this
+/// process hands a key (or stripe) over this way at most once per this long (parking_lot's fair
+/// unlock timer). The `shm:` scope hands its key to every waiter that has waited this long.
 ///
 /// ```
 /// assert_eq!(keylock_core::wait::FAIR_AFTER, std::time::Duration::from_micros(500));
@@ -83,7 +84,7 @@ pub const FAIR_AFTER: Duration = Duration::from_micros(500);
 /// all waited [`FAIR_AFTER`] (as any hot key's soon have) leaves the lock idle for a wake-up on
 /// every release, so that throughput falls to the rate of wake-ups; spaced out, the hand-offs
 /// still bound how long a waiter can be passed over.
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Default)]
 pub(crate) struct FairClock {
     #[cfg(not(keylock_loom))]
     next: Option<Instant>,
@@ -656,14 +657,15 @@ mod tests {
 
     #[test]
     fn the_fair_clock_hands_over_to_a_long_waiter_once_per_interval() {
-        let long_ago = Instant::now().checked_sub(Duration::from_secs(1));
+        let long_ago = Instant::now()
+            .checked_sub(Duration::from_secs(1))
+            .expect("the clock reaches a second back");
         let later = Instant::now() + Duration::from_secs(3600);
         let mut clock = FairClock::new();
         // A waiter with no start, or one that has not waited FAIR_AFTER, is not due.
         assert!(!clock.due(None));
         assert!(!clock.due(Some(later)));
         assert_eq!(clock.next, None);
-        let Some(long_ago) = long_ago else { return };
         // One that has: due, and the next hand-off waits FAIR_AFTER from now.
         let before = Instant::now();
         assert!(clock.due(Some(long_ago)));
