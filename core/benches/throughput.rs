@@ -4,7 +4,8 @@
 //! 16). Every figure is the median of several timed runs (~200 ms each, 5 runs; `--quick`:
 //! 60 ms, 3 runs); the alternatives run interleaved with keylock in the same process, so the
 //! ratios compare like with like. With `KEYLOCK_BENCH_DIR` set, writes `rust-throughput.json`
-//! and `rust-async.json` there.
+//! and `rust-async-contended.json` there. `KEYLOCK_BENCH_GROUPS=keys,rwlock` runs only the
+//! groups named (keys, latency, rwlock, modes, async), for a short look at one of them.
 
 mod common;
 
@@ -616,29 +617,47 @@ fn main() {
         (5, Duration::from_millis(200))
     };
     let mut figures = Vec::new();
-    per_key(&mut figures, &threads, runs, dur);
-    latency(
-        &mut figures,
-        runs,
-        if quick {
-            Duration::from_millis(100)
-        } else {
-            Duration::from_millis(300)
-        },
-    );
-    rwlocks(&mut figures, &threads, runs, dur);
-    per_key_modes(&mut figures, &threads, runs, dur);
-    report(
-        "keylock-core: multi-thread throughput, latency and fairness",
-        "rust-throughput.json",
-        &figures,
-    );
+    if group("keys") {
+        per_key(&mut figures, &threads, runs, dur);
+    }
+    if group("latency") {
+        latency(
+            &mut figures,
+            runs,
+            if quick {
+                Duration::from_millis(100)
+            } else {
+                Duration::from_millis(300)
+            },
+        );
+    }
+    if group("rwlock") {
+        rwlocks(&mut figures, &threads, runs, dur);
+    }
+    if group("modes") {
+        per_key_modes(&mut figures, &threads, runs, dur);
+    }
+    if !figures.is_empty() {
+        report(
+            "keylock-core: multi-thread throughput, latency and fairness",
+            "rust-throughput.json",
+            &figures,
+        );
+    }
 
-    let mut figures = Vec::new();
-    async_contended(&mut figures, runs, 1000, if quick { 50 } else { 200 });
-    report(
-        "keylock-core: contended async (tokio multi-thread runtime)",
-        "rust-async-contended.json",
-        &figures,
-    );
+    if group("async") {
+        let mut figures = Vec::new();
+        async_contended(&mut figures, runs, 1000, if quick { 50 } else { 200 });
+        report(
+            "keylock-core: contended async (tokio multi-thread runtime)",
+            "rust-async-contended.json",
+            &figures,
+        );
+    }
+}
+
+/// Whether the group `name` runs: every group unless `KEYLOCK_BENCH_GROUPS` names some (a
+/// comma-separated list of keys, latency, rwlock, modes, async).
+fn group(name: &str) -> bool {
+    std::env::var("KEYLOCK_BENCH_GROUPS").map_or(true, |v| v.split(',').any(|g| g.trim() == name))
 }
