@@ -1070,7 +1070,8 @@ impl Entry {
     /// Hands the entry on to the waiters at the head of the queue that it can serve now: one
     /// exclusive waiter, or every shared waiter up to the next exclusive one. A waiter that is
     /// due (or every waiter, in `fifo` mode) is granted the lock directly; otherwise the head is
-    /// notified and competes for it. Clears `QUEUED` when the queue empties.
+    /// notified and competes for it, unless a waiter notified before is still on its way back.
+    /// Clears `QUEUED` when the queue empties.
     pub(crate) fn dispatch_locked(&self, slow: &mut SlowState, policy: &Policy, wakes: &mut Wakes) {
         while let Some(want) = slow.waiters.front_want() {
             if want.units != 0 {
@@ -1088,7 +1089,14 @@ impl Entry {
             {
                 // Notify: the lock stays free and the waiter competes for it again (a running
                 // caller may take it first: eventual fairness).
-                if !Self::compatible(self.word.load(Ordering::Acquire), want.mode) {
+                // At most one notified waiter is on its way back at a time: waking another
+                // for each release would only send more threads to find the lock taken again
+                // (and the releaser into the kernel each time). The one out comes back and
+                // competes, or hands its notification on if it leaves; a due waiter is still
+                // granted the lock below.
+                if !Self::compatible(self.word.load(Ordering::Acquire), want.mode)
+                    || slow.notified > 0
+                {
                     break;
                 }
                 let head = slow.waiters.pop_front().expect("the list has a head");
@@ -1514,6 +1522,63 @@ mod tests {
         assert!(b > a);
         assert!(e.release_fast(Mode::Exclusive, b));
         assert_eq!(e.try_fast(Mode::Exclusive, false), Some(b + 1));
+        wakes.run();
+    }
+
+    #[test]
+    fn one_notified_waiter_is_out_at_a_time() {
+        use crate::wait::{NOTIFIED, WAITING, WaitNode};
+        use std::ptr::NonNull;
+        let e = Entry::new();
+        let mut slow = SlowState::new();
+        let policy = Policy::DEFAULT;
+        let mut wakes = Wakes::default();
+        let want = plain(Mode::Exclusive);
+        let release = |e: &Entry, slow: &mut SlowState, fence, wakes: &mut Wakes| {
+            let hold = Hold {
+                mode: Mode::Exclusive,
+                fence,
+                ticket: 0,
+                owner: None,
+                units: 0,
+            };
+            assert!(e.release_locked(slow, &hold, &policy, wakes).is_ok());
+        };
+        let take = |e: &Entry, slow: &mut SlowState, front, wakes: &mut Wakes| match e
+            .acquire_locked(slow, &want, front, &policy, wakes)
+        {
+            Attempt::Acquired(g) => g.fence,
+            other => panic!("{other:?}"),
+        };
+        // A holder, and two waiting threads (neither has waited long: both are notified, not
+        // handed the lock).
+        let f = take(&e, &mut slow, false, &mut wakes);
+        let (a, b) = (WaitNode::new(), WaitNode::new());
+        // SAFETY: the nodes outlive the list's use of them and do not move while linked; this
+        // test holds the slow state the list lives in.
+        unsafe {
+            slow.waiters.push(NonNull::from(&a), false);
+            slow.waiters.push(NonNull::from(&b), false);
+        }
+        e.fix_flags(&slow);
+        assert!(e.is_queued());
+        // The release notifies the head only.
+        release(&e, &mut slow, f, &mut wakes);
+        assert_eq!((a.state(), b.state()), (NOTIFIED, WAITING));
+        // A running thread takes the free lock before `a` is back, and releases it: `a` is
+        // still out, so nobody else is woken.
+        let g = e.try_fast(Mode::Exclusive, false).expect("free");
+        release(&e, &mut slow, g, &mut wakes);
+        assert_eq!(b.state(), WAITING, "a second waiter woken, one still out");
+        // `a` comes back and takes the lock; its release notifies `b`.
+        let h = take(&e, &mut slow, true, &mut wakes);
+        release(&e, &mut slow, h, &mut wakes);
+        assert_eq!(b.state(), NOTIFIED);
+        // `b` comes back, takes the lock and releases it; nobody is left queued.
+        let i = take(&e, &mut slow, true, &mut wakes);
+        release(&e, &mut slow, i, &mut wakes);
+        assert!(!e.is_queued());
+        assert!(!e.is_held());
         wakes.run();
     }
 

@@ -228,6 +228,44 @@ fn async_and_thread_waiters_share_a_queue() {
     });
 }
 
+/// Two threads wait for a key that a third holds; it releases the key (notifying one), takes it
+/// again at once and releases it again. With at most one notified waiter out at a time, the
+/// second release wakes nobody, and both waiters must still get in: a model in which one of
+/// them is never woken ends with every thread parked, which loom reports as a deadlock.
+#[test]
+fn a_release_while_a_notified_waiter_is_out_loses_nobody() {
+    // Three threads: bounded to fewer preemptions than the two-thread models, to stay short
+    // (the schedule that matters needs none: the holder runs on while the waiters sleep).
+    let mut builder = loom::model::Builder::new();
+    builder.preemption_bound = Some(2);
+    builder.check(|| {
+        let pool = Arc::new(pool());
+        let inside = Arc::new(AtomicUsize::new(0));
+        let g = pool.lock(&1);
+        let waiters: Vec<_> = (0..2)
+            .map(|_| {
+                let (pool, inside) = (pool.clone(), inside.clone());
+                thread::spawn(move || {
+                    let _g = pool.lock(&1);
+                    enter(&inside);
+                    leave(&inside);
+                })
+            })
+            .collect();
+        drop(g);
+        {
+            let _g = pool.lock(&1);
+            enter(&inside);
+            leave(&inside);
+        }
+        for t in waiters {
+            t.join().unwrap();
+        }
+        let stats = pool.stats();
+        assert_eq!((stats.held, stats.waiting), (0, 0));
+    });
+}
+
 /// Waits (yielding to loom) until `flag` is set.
 fn wait_for(flag: &AtomicUsize) {
     while flag.load(Ordering::SeqCst) == 0 {
