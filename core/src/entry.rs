@@ -1443,7 +1443,7 @@ impl Entry {
     }
 
     /// Test hook: sets the fence (the entry must be free and unqueued).
-    #[cfg(test)]
+    #[cfg(all(test, not(keylock_loom)))]
     pub(crate) fn set_fence_for_test(&self, fence: u64) {
         self.hi.store(fence >> LO_BITS, Ordering::Relaxed);
         self.word
