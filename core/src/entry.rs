@@ -1535,13 +1535,13 @@ mod tests {
         let mut wakes = Wakes::default();
         let want = plain(Mode::Exclusive);
         let release = |e: &Entry, slow: &mut SlowState, fence, wakes: &mut Wakes| {
-            let hold = Hold {
-                mode: Mode::Exclusive,
-                fence,
-                ticket: 0,
-                owner: None,
-                units: 0,
-            };
+            let hold = Hold::of(
+                &want,
+                Grant {
+                    fence,
+                    ..Grant::default()
+                },
+            );
             assert!(e.release_locked(slow, &hold, &policy, wakes).is_ok());
         };
         let take = |e: &Entry, slow: &mut SlowState, front, wakes: &mut Wakes| match e
