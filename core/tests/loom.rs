@@ -234,8 +234,9 @@ fn async_and_thread_waiters_share_a_queue() {
 /// them is never woken ends with every thread parked, which loom reports as a deadlock.
 #[test]
 fn a_release_while_a_notified_waiter_is_out_loses_nobody() {
-    // Three threads: bounded to fewer preemptions than the two-thread models, to stay short
-    // (the schedule that matters needs none: the holder runs on while the waiters sleep).
+    // Three threads: two preemptions rather than the other models' three, to stay short (about
+    // a minute). Two are enough: with a waiter that never paid its notification back (a
+    // deliberately broken build, tried by hand), two report the deadlock and one does not.
     let mut builder = loom::model::Builder::new();
     builder.preemption_bound = Some(2);
     builder.check(|| {
