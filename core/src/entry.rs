@@ -1550,15 +1550,16 @@ mod tests {
             Attempt::Acquired(g) => g.fence,
             other => panic!("{other:?}"),
         };
-        // A holder, and two waiting threads (neither has waited long: both are notified, not
+        // A holder, and three waiting threads (none has waited long: each is notified, not
         // handed the lock).
         let f = take(&e, &mut slow, false, &mut wakes);
-        let (a, b) = (WaitNode::new(), WaitNode::new());
+        let (a, b, c) = (WaitNode::new(), WaitNode::new(), WaitNode::new());
         // SAFETY: the nodes outlive the list's use of them and do not move while linked; this
         // test holds the slow state the list lives in.
         unsafe {
-            slow.waiters.push(NonNull::from(&a), false);
-            slow.waiters.push(NonNull::from(&b), false);
+            for node in [&a, &b, &c] {
+                slow.waiters.push(NonNull::from(node), false);
+            }
         }
         e.fix_flags(&slow);
         assert!(e.is_queued());
@@ -1570,11 +1571,14 @@ mod tests {
         let g = e.try_fast(Mode::Exclusive, false).expect("free");
         release(&e, &mut slow, g, &mut wakes);
         assert_eq!(b.state(), WAITING, "a second waiter woken, one still out");
-        // `a` comes back and takes the lock; its release notifies `b`.
+        // `a` gives up (a timeout) instead of coming back: its notification passes to `b`.
+        e.leave_locked(&mut slow, true, &policy, &mut wakes);
+        assert_eq!((b.state(), c.state()), (NOTIFIED, WAITING));
+        // `b` comes back and takes the lock; its release notifies `c`.
         let h = take(&e, &mut slow, true, &mut wakes);
         release(&e, &mut slow, h, &mut wakes);
-        assert_eq!(b.state(), NOTIFIED);
-        // `b` comes back, takes the lock and releases it; nobody is left queued.
+        assert_eq!(c.state(), NOTIFIED);
+        // `c` comes back, takes the lock and releases it; nobody is left queued.
         let i = take(&e, &mut slow, true, &mut wakes);
         release(&e, &mut slow, i, &mut wakes);
         assert!(!e.is_queued());
