@@ -116,24 +116,15 @@ impl Keyed {
         }
     }
 
-    /// Counts a hold of this thread's on a lock of other threads.
-    fn entered(&self) {
-        if let Liveness::Shared(p) = &self.live {
-            p.enter();
-        }
-    }
-
-    /// Stores what an acquire took; its record. A full slab (millions of holds by one thread)
+    /// Stores what an acquire took; its record. (Its caller counts it on a lock of other
+    /// threads, before the acquire: see [`Liveness::enter`].) A full slab (millions of holds by one thread)
     /// gives the holding back to the core and fails with `CapacityExceeded`.
     #[inline]
     pub(crate) fn store(&self, holding: Holding) -> Record {
         let record = record(0, holding.first());
         let inserted = self.held.borrow_mut().insert(holding);
         match inserted {
-            Ok(slot) => {
-                self.entered();
-                [slot, record[1], record[2], record[3]]
-            }
+            Ok(slot) => [slot, record[1], record[2], record[3]],
             Err(holding) => {
                 let _ = end(&self.core, holding);
                 failure(&Error::CapacityExceeded)
@@ -246,7 +237,18 @@ impl Keyed {
 
     /// Acquires with `opts` now (blocking as `opts.wait` says) and stores the acquisition.
     pub(crate) fn acquire(&self, key: &[u8], opts: &LockOptions) -> Record {
-        self.stored(self.core.acquire(keylock_core::LockKey::new(key), opts))
+        self.live
+            .counted(|| self.stored(self.core.acquire(keylock_core::LockKey::new(key), opts)))
+    }
+
+    /// Acquires several keys with `opts` now, all or none, and stores the acquisitions.
+    pub(crate) fn acquire_many(
+        &self,
+        keys: &[(keylock_core::LockKey<'_>, Mode)],
+        opts: &LockOptions,
+    ) -> Record {
+        self.live
+            .counted(|| self.stored_many(self.core.acquire_many(keys, opts)))
     }
 }
 
@@ -299,7 +301,8 @@ impl Rw {
         }
     }
 
-    /// Stores a guard; its record (the writer's fence for a write guard).
+    /// Stores a guard; its record (the writer's fence for a write guard). Its caller counts it
+    /// on a lock of other threads, before the acquire ([`Liveness::enter`]).
     pub(crate) fn store(&self, holding: RwHolding) -> Record {
         let fence = match &holding {
             RwHolding::Write(w) => w.fence(),
@@ -307,12 +310,7 @@ impl Rw {
         };
         let shared = matches!(holding, RwHolding::Read(_));
         match self.held.borrow_mut().insert(holding) {
-            Ok(slot) => {
-                if let Liveness::Shared(p) = &self.live {
-                    p.enter();
-                }
-                [slot, fence as u32, (fence >> 32) as u32, u32::from(shared)]
-            }
+            Ok(slot) => [slot, fence as u32, (fence >> 32) as u32, u32::from(shared)],
             // Dropping the guard releases it.
             Err(_) => failure(&Error::CapacityExceeded),
         }

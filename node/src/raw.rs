@@ -375,9 +375,14 @@ fn check(status: sys::napi_status) -> Result<(), Fail> {
 }
 
 /// Starts `fut` as a waiter (a future that stores what it acquires and reports its record):
-/// the acquire's result (see the module docs).
-fn start_waiter(live: reactor::Liveness, fut: impl Future<Output = Record> + 'static) -> Outcome {
-    Ok(match reactor::start(Box::pin(fut), live)? {
+/// the acquire's result (see the module docs). `entered`: the caller counted it on `live`
+/// already (see [`reactor::start`]).
+fn start_waiter(
+    live: reactor::Liveness,
+    entered: bool,
+    fut: impl Future<Output = Record> + 'static,
+) -> Outcome {
+    Ok(match reactor::start(Box::pin(fut), live, entered)? {
         Started::Done(record) => acquired(record),
         Started::Waiting(id) => {
             crate::out::put_waiter(id);
@@ -463,13 +468,15 @@ entry_points! {
         let k = c.keyed()?;
         let mut key = Key::new();
         let key = LockKey::new(c.key(0, &mut key)?);
-        if let Some(acq) = k.core.try_acquire_fast(key, Mode::Exclusive) {
-            return Ok(acquired(k.stored(Ok(acq))));
-        }
         let opts = LockOptions::new().wait(c.deadline(1));
+        // Counted once, before the fast attempt, and still counted as the waiter if it fails.
+        k.live.enter();
+        if let Some(acq) = k.core.try_acquire_fast(key, Mode::Exclusive) {
+            return Ok(acquired(k.live.settle(k.stored(Ok(acq)))));
+        }
         let fut = Arc::clone(&k.core).acquire_async(key, &opts);
         let lock = c.arc();
-        start_waiter(k.live.clone(), async move { stored_one(&lock, fut.await) })
+        start_waiter(k.live.clone(), true, async move { stored_one(&lock, fut.await) })
     }
     /// `lockAsync(key, mode, leaseMs, owner, timeoutMs)`: the core ends the wait after
     /// `timeoutMs` (none: no limit).
@@ -480,7 +487,7 @@ entry_points! {
         let opts = c.options(1).wait(c.deadline(4));
         let fut = Arc::clone(&k.core).acquire_async(LockKey::new(key), &opts);
         let lock = c.arc();
-        start_waiter(k.live.clone(), async move { stored_one(&lock, fut.await) })
+        start_waiter(k.live.clone(), false, async move { stored_one(&lock, fut.await) })
     }
     /// `tryAcquire(key, weight, leaseMs)`: `weight` units of `key` if they can be taken now
     /// (a semaphore's; a lock refuses every weight but 1).
@@ -498,14 +505,14 @@ entry_points! {
         let opts = c.weighted(1).wait(c.deadline(3));
         let fut = Arc::clone(&k.core).acquire_async(LockKey::new(key), &opts);
         let lock = c.arc();
-        start_waiter(k.live.clone(), async move { stored_one(&lock, fut.await) })
+        start_waiter(k.live.clone(), false, async move { stored_one(&lock, fut.await) })
     }
     /// `tryLockMany(keys, modes, leaseMs, owner)`: all now or none.
     fn try_lock_many[4](c) {
         let (keys, modes) = keys_and_modes(c)?;
         let opts = c.options(1).wait(Wait::No);
         let k = c.keyed()?;
-        Ok(acquired(k.stored_many(k.core.acquire_many(&pairs(&keys, &modes), &opts))))
+        Ok(acquired(k.acquire_many(&pairs(&keys, &modes), &opts)))
     }
     /// `lockManySync(keys, modes, leaseMs, owner, timeoutMs)`.
     fn lock_many_sync[5](c) {
@@ -513,7 +520,7 @@ entry_points! {
         let wait = c.millis(4).map_or(Wait::Forever, Wait::For);
         let opts = c.options(1).wait(wait);
         let k = c.keyed()?;
-        Ok(acquired(k.stored_many(k.core.acquire_many(&pairs(&keys, &modes), &opts))))
+        Ok(acquired(k.acquire_many(&pairs(&keys, &modes), &opts)))
     }
     /// `lockManyAsync(keys, modes, leaseMs, owner, timeoutMs)`.
     fn lock_many_async[5](c) {
@@ -522,7 +529,7 @@ entry_points! {
         let opts = c.options(1).wait(c.deadline(4));
         let fut = Arc::clone(&k.core).acquire_many_async(&pairs(&keys, &modes), &opts);
         let lock = c.arc();
-        start_waiter(k.live.clone(), async move { stored_many(&lock, fut.await) })
+        start_waiter(k.live.clone(), false, async move { stored_many(&lock, fut.await) })
     }
     /// `release(slot)`: a status.
     fn release[1](c) {
@@ -648,6 +655,8 @@ entry_points! {
         };
         let key = LockKey { space: KeySpace::Names, bytes: &name.bytes };
         let core = &k.core;
+        // Counted before it can be granted or queued; uncounted below if it is neither.
+        k.live.enter();
         let (ticket, began) = weblocks::enqueue(asking, steal, || {
             let now_opts = LockOptions::new().mode(mode).wait(Wait::No);
             // A steal goes ahead of every queued request (the core's steal); a scope without
@@ -678,12 +687,17 @@ entry_points! {
                 Err(e) => Began::Declined(WebStart::Failed(e)),
             }
         });
+        if !matches!(began, WebStart::Now(_) | WebStart::Wait(_)) || ticket.is_none() {
+            k.live.leave();
+        }
         match (began, ticket) {
-            (WebStart::Now(acq), Some(ticket)) => Ok(acquired(k.store(Holding::Web { acq, _ticket: ticket }))),
+            (WebStart::Now(acq), Some(ticket)) => {
+                Ok(acquired(k.live.settle(k.store(Holding::Web { acq, _ticket: ticket }))))
+            }
             (WebStart::Wait(fut), Some(ticket)) => {
                 let lock = c.arc();
                 let core = Arc::clone(&k.core);
-                start_waiter(k.live.clone(), async move {
+                start_waiter(k.live.clone(), true, async move {
                     match fut.await {
                         Ok(acq) => {
                             let stolen = weblocks::granted(&ticket, &core, &acq);
@@ -745,31 +759,31 @@ entry_points! {
     /// `tryRead()`.
     fn try_read[0](c) {
         let r = c.rw()?;
-        Ok(acquired(r.stored_read(r.core.read_with_owned(Wait::No))))
+        Ok(acquired(r.live.counted(|| r.stored_read(r.core.read_with_owned(Wait::No)))))
     }
     /// `tryWrite()`.
     fn try_write[0](c) {
         let r = c.rw()?;
-        Ok(acquired(r.stored_write(r.core.write_with_owned(Wait::No))))
+        Ok(acquired(r.live.counted(|| r.stored_write(r.core.write_with_owned(Wait::No)))))
     }
     /// `readSync(timeoutMs)`.
     fn read_sync[1](c) {
         let r = c.rw()?;
         let wait = c.millis(0).map_or(Wait::Forever, Wait::For);
-        Ok(acquired(r.stored_read(r.core.read_with_owned(wait))))
+        Ok(acquired(r.live.counted(|| r.stored_read(r.core.read_with_owned(wait)))))
     }
     /// `writeSync(timeoutMs)`.
     fn write_sync[1](c) {
         let r = c.rw()?;
         let wait = c.millis(0).map_or(Wait::Forever, Wait::For);
-        Ok(acquired(r.stored_write(r.core.write_with_owned(wait))))
+        Ok(acquired(r.live.counted(|| r.stored_write(r.core.write_with_owned(wait)))))
     }
     /// `readAsync()`.
     fn read_async[0](c) {
         let r = c.rw()?;
         let fut = r.core.read_async_owned();
         let lock = c.arc();
-        start_waiter(r.live.clone(), async move {
+        start_waiter(r.live.clone(), false, async move {
             let guard = fut.await;
             match &*lock {
                 Handle::Rw(r) => r.stored_read(Ok(guard)),
@@ -782,7 +796,7 @@ entry_points! {
         let r = c.rw()?;
         let fut = r.core.write_async_owned();
         let lock = c.arc();
-        start_waiter(r.live.clone(), async move {
+        start_waiter(r.live.clone(), false, async move {
             let guard = fut.await;
             match &*lock {
                 Handle::Rw(r) => r.stored_write(Ok(guard)),

@@ -27,7 +27,9 @@
 //! would with a pure-JavaScript lock. A waiter must keep its thread alive when the lock can be
 //! released by *another* thread, which is only possible for the shared locks of
 //! `KeyPool.shared(name)` and friends. For those, every thread records its activity on the lock
-//! (locks it holds plus waiters it has pending, see [`crate::shared::Presence`]); a waiter keeps
+//! (locks it holds plus waiters it has pending, see [`crate::shared::Presence`]), each counted
+//! once, from before the core can grant or queue it until it is released, fails or is cancelled
+//! (so a thread about to hold the lock is never seen idle by another thread's waiter); a waiter keeps
 //! its thread alive while some other thread is active on the same lock. The reactor counts such
 //! waiters and references the threadsafe function while the count is above zero. The decision is
 //! made when the waiter starts, again at every poll that leaves it pending, and, for waiters that
@@ -98,6 +100,38 @@ impl Liveness {
             Liveness::Shared(p) => Some(p),
             _ => None,
         }
+    }
+
+    /// Counts one more acquisition of this thread on a lock of other threads. Called *before*
+    /// the core can grant or queue it: a waiter of another thread that looks meanwhile must
+    /// find this thread active, or it could stay dormant and miss the release that this
+    /// acquisition's holder will make (see the module documentation).
+    pub(crate) fn enter(&self) {
+        if let Liveness::Shared(p) = self {
+            p.enter();
+        }
+    }
+
+    /// Undoes [`Liveness::enter`]: a release, or an acquisition that failed or was cancelled.
+    pub(crate) fn leave(&self) {
+        if let Liveness::Shared(p) = self {
+            p.leave();
+        }
+    }
+
+    /// Settles an acquisition counted with [`Liveness::enter`] once its `record` is known: a
+    /// granted one stays counted as held, a failed one is uncounted. Returns `record`.
+    pub(crate) fn settle(&self, record: Record) -> Record {
+        if record[0] == 0 {
+            self.leave();
+        }
+        record
+    }
+
+    /// Runs a synchronous acquire (`acquire` gives its record), counted from before it starts.
+    pub(crate) fn counted(&self, acquire: impl FnOnce() -> Record) -> Record {
+        self.enter();
+        self.settle(acquire())
     }
 }
 
@@ -584,32 +618,38 @@ pub(crate) enum Started {
     Waiting(u32),
 }
 
-/// Starts an acquisition: polls it once, and keeps it as a waiter if it is pending.
-pub(crate) fn start(fut: Acquire, live: Liveness) -> Result<Started> {
-    let started = start_in(fut, live);
+/// Starts an acquisition: polls it once, and keeps it as a waiter if it is pending. It is
+/// counted on `live` ([`Liveness::enter`]) before that poll, unless the caller `entered` it
+/// already (an acquisition whose queueing began before this call); a granted one stays counted
+/// as held, a failed one is uncounted.
+pub(crate) fn start(fut: Acquire, live: Liveness, entered: bool) -> Result<Started> {
+    let started = start_in(fut, live, entered);
     // The first poll may have woken a waiter of this thread (its own, even).
     flush_local();
     started
 }
 
-fn start_in(fut: Acquire, live: Liveness) -> Result<Started> {
+fn start_in(fut: Acquire, live: Liveness, entered: bool) -> Result<Started> {
     // The first poll runs outside the reactor's borrow: it may store into a lock's slab and
     // call into the core, which is free to wake waiters of this thread.
-    let (notifier, id) = with_reactor(|r| (r.notifier.clone(), r.pending.vacant()))?;
+    let (notifier, id) = match with_reactor(|r| (r.notifier.clone(), r.pending.vacant())) {
+        Ok(found) => found,
+        Err(e) => {
+            if entered {
+                live.leave();
+            }
+            return Err(e);
+        }
+    };
+    if !entered {
+        live.enter();
+    }
     let waker = Waker::from(Arc::new(WaiterWaker { notifier, id }));
     let mut fut = fut;
     if let Poll::Ready(record) = fut.as_mut().poll(&mut Context::from_waker(&waker)) {
-        if record[0] != 0
-            && let Some(presence) = live.presence()
-        {
-            presence.enter();
-        }
-        return Ok(Started::Done(record));
+        return Ok(Started::Done(live.settle(record)));
     }
     with_reactor(move |reactor| {
-        if let Some(presence) = live.presence() {
-            presence.enter();
-        }
         let mode = match live {
             Liveness::Private => 0,
             Liveness::Shared(_) => 1,

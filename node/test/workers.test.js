@@ -7,7 +7,8 @@ const assert = require('node:assert/strict');
 const path = require('node:path');
 const { Worker } = require('node:worker_threads');
 const { setTimeout: sleep } = require('node:timers/promises');
-const { KeyPool, StripedLock, RwLock } = require('..');
+const { KeyPool, StripedLock, RwLock, LockManager } = require('..');
+const native = require('../binding.js').load();
 const { Occupancy } = require('./occupancy.js');
 
 const T = { timeout: 60_000 };
@@ -225,6 +226,46 @@ test('a waiter for a lock only its own worker holds does not keep that worker al
   assert.equal(pool.stats().waiting, 0);
   assert.equal(pool.isLocked('k'), false);
   assert.equal(pool.stats().entriesInUse, 0);
+});
+
+test('acquisitions a thread has ended no longer count it as active on the lock', T, async () => {
+  // This thread takes and releases the shared locks every way there is: at once, after a wait,
+  // many keys, reads and writes, Web Locks. Then a worker waits for a key only it holds: if any
+  // of those acquisitions were still counted here, the worker's waiter would keep it alive, and
+  // it would never exit.
+  const pool = KeyPool.shared('idle-after');
+  const rw = RwLock.shared('idle-after');
+  (await pool.lock('a')).release();
+  (await pool.lock('a', { mode: 'shared', timeout: 1000 })).release();
+  (await pool.lockMany(['a', 'b'])).release();
+  pool.lockSync('a').release();
+  pool.tryLockMany(['a', 'b']).release();
+  const held = pool.tryLock('w');
+  const waited = pool.lock('w');
+  const waitedMany = pool.lockMany(['v', 'w']);
+  held.release();
+  (await waited).release();
+  (await waitedMany).release();
+  (await rw.read()).release();
+  (await rw.write()).release();
+  rw.tryRead().release();
+  rw.writeSync().release();
+  await new LockManager(pool).request('n', async () => {});
+  const w = rw.tryWrite();
+  const readWaiting = rw.read();
+  w.release();
+  (await readWaiting).release();
+  assert.deepEqual(native.waiterCounts(), [0, 0]);
+  const { done } = runWorker(`
+    const pool = KeyPool.shared('idle-after');
+    globalThis.kept = pool.tryLock('k');
+    pool.lock('k').then(() => post('NOT expected'));
+    post('waiting');
+  `);
+  const { code, messages } = await done;
+  assert.deepEqual(messages, ['waiting']);
+  assert.equal(code, 0);
+  assert.equal(pool.isLocked('k'), false);
 });
 
 test('a worker that ends holding locks releases them; one terminated while holding too', T, async () => {
