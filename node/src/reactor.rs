@@ -249,11 +249,12 @@ impl Notifier {
         self.post(watch | LOST_ID);
     }
 
-    /// Takes the queued ids; the next post from another thread schedules a new call.
-    fn drain(&self) -> Vec<u32> {
+    /// Moves the queued ids into `into` (empty; its buffer becomes the queue's, so neither side
+    /// allocates once both have grown); the next post from another thread schedules a new call.
+    fn drain_into(&self, into: &mut Vec<u32>) {
         let mut queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
         queue.scheduled = false;
-        std::mem::take(&mut queue.ids)
+        std::mem::swap(&mut queue.ids, into);
     }
 
     /// Makes sure a threadsafe-function call will drain the queue.
@@ -387,9 +388,38 @@ struct Reactor {
     /// Pending waiters on shared locks that do not keep the loop alive now (re-examined when this
     /// thread releases a shared lock).
     dormant: usize,
+    /// The wakers of ended waiters, by id less one, for the next waiter with the same id (a
+    /// waker is just the id and the notifier, so one is made per id, not per wait).
+    wakers: Vec<Option<Waker>>,
+    /// The buffer [`run_ready`] drains woken ids into, kept between calls.
+    woken: Vec<u32>,
 }
 
 impl Reactor {
+    /// The waker for waiter `id`: a kept one, or a new one.
+    fn waker_for(&mut self, id: u32) -> Waker {
+        let kept = self
+            .wakers
+            .get_mut((id as usize).wrapping_sub(1))
+            .and_then(Option::take);
+        kept.unwrap_or_else(|| {
+            Waker::from(Arc::new(WaiterWaker {
+                notifier: self.notifier.clone(),
+                id,
+            }))
+        })
+    }
+
+    /// Keeps `waker`, the waker of waiter `id`, for the next waiter with that id. (A clone the
+    /// core still holds can wake that next waiter once, which only polls it once more.)
+    fn keep_waker(&mut self, id: u32, waker: Waker) {
+        let i = id as usize - 1;
+        if self.wakers.len() <= i {
+            self.wakers.resize_with(i + 1, || None);
+        }
+        self.wakers[i] = Some(waker);
+    }
+
     /// Sets whether `id` keeps the loop alive, and (un)references the threadsafe function when
     /// the count crosses zero.
     fn set_keep_alive(&mut self, id: u32, keep: bool) {
@@ -412,9 +442,10 @@ impl Reactor {
         });
     }
 
-    /// Removes a waiter and undoes its bookkeeping. `acquired` tells whether its activity on a
-    /// shared lock turns into a hold (kept) or ends (removed).
-    fn remove(&mut self, id: u32, acquired: bool) -> Option<Pending> {
+    /// Removes a waiter and undoes its bookkeeping; its future, for the caller to drop.
+    /// `acquired` tells whether its activity on a shared lock turns into a hold (kept) or ends
+    /// (removed).
+    fn remove(&mut self, id: u32, acquired: bool) -> Option<Acquire> {
         if self
             .pending
             .get(id)
@@ -432,7 +463,8 @@ impl Reactor {
             // Counted as dormant by `set_keep_alive(false)` above; it is gone, not dormant.
             self.dormant -= 1;
         }
-        Some(p)
+        self.keep_waker(id, p.waker);
+        Some(p.fut)
     }
 
     /// Re-decides whether a pending waiter on a lock of other threads keeps the loop alive.
@@ -508,6 +540,8 @@ pub(crate) fn init(env: &Env, drain: Function<'_, (), Unknown<'static>>) -> Resu
             notifier,
             pending: Slab::default(),
             dormant: 0,
+            wakers: Vec::new(),
+            woken: Vec::new(),
         })
     });
     // When the environment goes away (a worker ends), drop every pending future: that cancels
@@ -564,16 +598,17 @@ pub(crate) fn run_ready() -> Vec<u32> {
             return Vec::new();
         };
         let mut done = Vec::new();
+        let mut woken = std::mem::take(&mut reactor.woken);
         // Polling (or dropping) a future may wake another waiter of this thread: go round
         // again, a bounded number of times (a future that woke itself on every poll would
         // otherwise hold the thread); what is left then goes by the threadsafe function.
         for _ in 0..16 {
             LOOP_REF.with(|r| r.delivery.set(false));
-            let woken = reactor.notifier.drain();
+            reactor.notifier.drain_into(&mut woken);
             if woken.is_empty() {
                 break;
             }
-            for id in woken {
+            for id in woken.drain(..) {
                 if id & STOLEN_ID != 0 {
                     done.extend(records::notice(id & !STOLEN_ID, STOLEN));
                     continue;
@@ -588,6 +623,7 @@ pub(crate) fn run_ready() -> Vec<u32> {
                 }
             }
         }
+        reactor.woken = woken;
         if LOOP_REF.with(|r| r.delivery.get()) {
             reactor.notifier.ensure_scheduled();
         }
@@ -600,9 +636,14 @@ pub(crate) fn run_ready() -> Vec<u32> {
 /// an acquire that must be enqueued (its first poll) before its waiter starts, as a Web Locks
 /// request is under the registry's mutex. `start` then polls it again under the same id.
 pub(crate) fn poll_once<T>(fut: Pin<&mut (dyn Future<Output = T> + Send)>) -> Option<T> {
-    let (notifier, id) = with_reactor(|r| (r.notifier.clone(), r.pending.vacant())).ok()?;
-    let waker = Waker::from(Arc::new(WaiterWaker { notifier, id }));
-    match fut.poll(&mut Context::from_waker(&waker)) {
+    let (waker, id) = with_reactor(|r| {
+        let id = r.pending.vacant();
+        (r.waker_for(id), id)
+    })
+    .ok()?;
+    let polled = fut.poll(&mut Context::from_waker(&waker));
+    let _ = with_reactor(|r| r.keep_waker(id, waker));
+    match polled {
         Poll::Ready(v) => Some(v),
         Poll::Pending => None,
     }
@@ -632,7 +673,10 @@ pub(crate) fn start(fut: Acquire, live: Liveness, entered: bool) -> Result<Start
 fn start_in(fut: Acquire, live: Liveness, entered: bool) -> Result<Started> {
     // The first poll runs outside the reactor's borrow: it may store into a lock's slab and
     // call into the core, which is free to wake waiters of this thread.
-    let (notifier, id) = match with_reactor(|r| (r.notifier.clone(), r.pending.vacant())) {
+    let (waker, id) = match with_reactor(|r| {
+        let id = r.pending.vacant();
+        (r.waker_for(id), id)
+    }) {
         Ok(found) => found,
         Err(e) => {
             if entered {
@@ -644,9 +688,9 @@ fn start_in(fut: Acquire, live: Liveness, entered: bool) -> Result<Started> {
     if !entered {
         live.enter();
     }
-    let waker = Waker::from(Arc::new(WaiterWaker { notifier, id }));
     let mut fut = fut;
     if let Poll::Ready(record) = fut.as_mut().poll(&mut Context::from_waker(&waker)) {
+        let _ = with_reactor(|r| r.keep_waker(id, waker));
         return Ok(Started::Done(live.settle(record)));
     }
     with_reactor(move |reactor| {
