@@ -517,7 +517,6 @@ pub fn testing_panic_waiter() -> Result<u32> {
     match reactor::start(
         Box::pin(PanicOnSecondPoll { polled: false }),
         Liveness::Private,
-        false,
     )? {
         reactor::Started::Waiting(id) => Ok(id),
         reactor::Started::Done(_) => Ok(0),

@@ -375,14 +375,10 @@ fn check(status: sys::napi_status) -> Result<(), Fail> {
 }
 
 /// Starts `fut` as a waiter (a future that stores what it acquires and reports its record):
-/// the acquire's result (see the module docs). `entered`: the caller counted it on `live`
-/// already (see [`reactor::start`]).
-fn start_waiter(
-    live: reactor::Liveness,
-    entered: bool,
-    fut: impl Future<Output = Record> + 'static,
-) -> Outcome {
-    Ok(match reactor::start(Box::pin(fut), live, entered)? {
+/// the acquire's result (see the module docs). The caller counted it on `live` before it made
+/// `fut` (see [`reactor::start`]).
+fn start_waiter(live: reactor::Liveness, fut: impl Future<Output = Record> + 'static) -> Outcome {
+    Ok(match reactor::start(Box::pin(fut), live)? {
         Started::Done(record) => acquired(record),
         Started::Waiting(id) => {
             crate::out::put_waiter(id);
@@ -476,7 +472,7 @@ entry_points! {
         }
         let fut = Arc::clone(&k.core).acquire_async(key, &opts);
         let lock = c.arc();
-        start_waiter(k.live.clone(), true, async move { stored_one(&lock, fut.await) })
+        start_waiter(k.live.clone(), async move { stored_one(&lock, fut.await) })
     }
     /// `lockAsync(key, mode, leaseMs, owner, timeoutMs)`: the core ends the wait after
     /// `timeoutMs` (none: no limit).
@@ -485,9 +481,10 @@ entry_points! {
         let mut key = Key::new();
         let key = c.key(0, &mut key)?;
         let opts = c.options(1).wait(c.deadline(4));
+        k.live.enter();
         let fut = Arc::clone(&k.core).acquire_async(LockKey::new(key), &opts);
         let lock = c.arc();
-        start_waiter(k.live.clone(), false, async move { stored_one(&lock, fut.await) })
+        start_waiter(k.live.clone(), async move { stored_one(&lock, fut.await) })
     }
     /// `tryAcquire(key, weight, leaseMs)`: `weight` units of `key` if they can be taken now
     /// (a semaphore's; a lock refuses every weight but 1).
@@ -503,9 +500,10 @@ entry_points! {
         let mut key = Key::new();
         let key = c.key(0, &mut key)?;
         let opts = c.weighted(1).wait(c.deadline(3));
+        k.live.enter();
         let fut = Arc::clone(&k.core).acquire_async(LockKey::new(key), &opts);
         let lock = c.arc();
-        start_waiter(k.live.clone(), false, async move { stored_one(&lock, fut.await) })
+        start_waiter(k.live.clone(), async move { stored_one(&lock, fut.await) })
     }
     /// `tryLockMany(keys, modes, leaseMs, owner)`: all now or none.
     fn try_lock_many[4](c) {
@@ -527,9 +525,10 @@ entry_points! {
         let (keys, modes) = keys_and_modes(c)?;
         let k = c.keyed()?;
         let opts = c.options(1).wait(c.deadline(4));
+        k.live.enter();
         let fut = Arc::clone(&k.core).acquire_many_async(&pairs(&keys, &modes), &opts);
         let lock = c.arc();
-        start_waiter(k.live.clone(), false, async move { stored_many(&lock, fut.await) })
+        start_waiter(k.live.clone(), async move { stored_many(&lock, fut.await) })
     }
     /// `release(slot)`: a status.
     fn release[1](c) {
@@ -697,7 +696,7 @@ entry_points! {
             (WebStart::Wait(fut), Some(ticket)) => {
                 let lock = c.arc();
                 let core = Arc::clone(&k.core);
-                start_waiter(k.live.clone(), true, async move {
+                start_waiter(k.live.clone(), async move {
                     match fut.await {
                         Ok(acq) => {
                             let stolen = weblocks::granted(&ticket, &core, &acq);
@@ -781,9 +780,10 @@ entry_points! {
     /// `readAsync()`.
     fn read_async[0](c) {
         let r = c.rw()?;
+        r.live.enter();
         let fut = r.core.read_async_owned();
         let lock = c.arc();
-        start_waiter(r.live.clone(), false, async move {
+        start_waiter(r.live.clone(), async move {
             let guard = fut.await;
             match &*lock {
                 Handle::Rw(r) => r.stored_read(Ok(guard)),
@@ -794,9 +794,10 @@ entry_points! {
     /// `writeAsync()`.
     fn write_async[0](c) {
         let r = c.rw()?;
+        r.live.enter();
         let fut = r.core.write_async_owned();
         let lock = c.arc();
-        start_waiter(r.live.clone(), false, async move {
+        start_waiter(r.live.clone(), async move {
             let guard = fut.await;
             match &*lock {
                 Handle::Rw(r) => r.stored_write(Ok(guard)),

@@ -659,18 +659,17 @@ pub(crate) enum Started {
     Waiting(u32),
 }
 
-/// Starts an acquisition: polls it once, and keeps it as a waiter if it is pending. It is
-/// counted on `live` ([`Liveness::enter`]) before that poll, unless the caller `entered` it
-/// already (an acquisition whose queueing began before this call); a granted one stays counted
-/// as held, a failed one is uncounted.
-pub(crate) fn start(fut: Acquire, live: Liveness, entered: bool) -> Result<Started> {
-    let started = start_in(fut, live, entered);
+/// Starts an acquisition: polls it once, and keeps it as a waiter if it is pending. The caller
+/// counted it on `live` ([`Liveness::enter`]) before it made `fut` (a future may take its lock
+/// as it is made); a granted one stays counted as held, a failed one is uncounted.
+pub(crate) fn start(fut: Acquire, live: Liveness) -> Result<Started> {
+    let started = start_in(fut, live);
     // The first poll may have woken a waiter of this thread (its own, even).
     flush_local();
     started
 }
 
-fn start_in(fut: Acquire, live: Liveness, entered: bool) -> Result<Started> {
+fn start_in(fut: Acquire, live: Liveness) -> Result<Started> {
     // The first poll runs outside the reactor's borrow: it may store into a lock's slab and
     // call into the core, which is free to wake waiters of this thread.
     let (waker, id) = match with_reactor(|r| {
@@ -679,15 +678,10 @@ fn start_in(fut: Acquire, live: Liveness, entered: bool) -> Result<Started> {
     }) {
         Ok(found) => found,
         Err(e) => {
-            if entered {
-                live.leave();
-            }
+            live.leave();
             return Err(e);
         }
     };
-    if !entered {
-        live.enter();
-    }
     let mut fut = fut;
     if let Poll::Ready(record) = fut.as_mut().poll(&mut Context::from_waker(&waker)) {
         let _ = with_reactor(|r| r.keep_waker(id, waker));
