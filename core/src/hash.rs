@@ -1,8 +1,10 @@
-//! Key hashing: ahash, seeded per instance at random or from a caller's seed.
+//! Key hashing, seeded per instance at random or from a caller's seed: ahash for the pools'
+//! indexes, foldhash for a striped lock's stripes.
 
 use std::hash::{BuildHasher, Hash};
 
-/// The default hasher of keylock's maps and stripes.
+/// The default hasher of keylock's pools (a striped lock hashes with foldhash: see
+/// `StripeHashBuilder`).
 ///
 /// ```
 /// use keylock_core::{DefaultHashBuilder, KeyPool};
@@ -17,22 +19,25 @@ pub(crate) fn random() -> DefaultHashBuilder {
     ahash::RandomState::new()
 }
 
-/// A hasher that gives the same hashes for the same seed in every process running the same
-/// build of keylock.
-pub(crate) fn seeded(seed: u64) -> DefaultHashBuilder {
-    // Four independent-looking words from one seed (splitmix64 steps).
-    let mut state = seed;
-    let mut next = || {
-        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    };
-    ahash::RandomState::with_seeds(next(), next(), next(), next())
-}
-
 #[inline]
 pub(crate) fn hash_of<K: Hash + ?Sized, S: BuildHasher>(hasher: &S, key: &K) -> u64 {
     hasher.hash_one(key)
+}
+
+/// The hasher of a striped lock's stripes: foldhash, about half of ahash's instructions on a
+/// short key. A stripe number has only as many bits as the stripe count's logarithm, so whoever
+/// picks keys finds one that shares a given key's stripe by trying about as many keys as there
+/// are stripes, whatever the hash; resistance to hash flooding, which the pools' indexes keep
+/// (ahash: a flooded index would probe long chains), buys a striped lock nothing.
+pub(crate) type StripeHashBuilder = foldhash::fast::SeedableRandomState;
+
+/// A stripe hasher with a random per-instance seed.
+pub(crate) fn stripe_random() -> StripeHashBuilder {
+    foldhash::fast::SeedableRandomState::random()
+}
+
+/// A stripe hasher that gives the same stripes for the same seed in every process running the
+/// same build of keylock.
+pub(crate) fn stripe_seeded(seed: u64) -> StripeHashBuilder {
+    foldhash::fast::SeedableRandomState::with_seed(seed, foldhash::SharedSeed::global_fixed())
 }

@@ -100,7 +100,7 @@ impl Keyed {
     /// The uncontended plain acquire of an in-process striped lock, straight from the core's
     /// lock word (`StripedLock::try_acquire_fast`): its record, or `None` (take the full path).
     ///
-    /// Called outside the panic guard, because nothing on it can panic: the key's hash (ahash
+    /// Called outside the panic guard, because nothing on it can panic: the key's hash (foldhash
     /// over the bytes: arithmetic and reads within the slice), the stripe (`hash & mask`, an
     /// unchecked index that the mask keeps in range) and one compare-and-swap whose additions
     /// are bounded by the checks before them. A pool's probe is not as simple (a slot recycled

@@ -114,8 +114,8 @@
 //! stable across versions by its authors' promise, fast on short keys (a few ns, which the
 //! uncontended path needs), and implemented in every language keylock serves (C `xxhash.h`,
 //! Python `xxhash`, Node), so another implementation can join a region; the Rust code is the
-//! `xxhash-rust` crate. ahash, the in-process default, promises neither a specification nor
-//! stable output.
+//! `xxhash-rust` crate. ahash and foldhash, the in-process hashers, promise neither a
+//! specification nor stable output.
 //!
 //! # Death and recovery, and why this way
 //!

@@ -15,7 +15,7 @@ use crate::acquisition::{Acquisition, LockInfo, LockOptions, Mode, Wait, Want};
 use crate::entry::Policy;
 use crate::error::{Error, Result};
 use crate::guarded::{self, RawLock, RawLockEntry};
-use crate::hash::{DefaultHashBuilder, hash_of, random, seeded};
+use crate::hash::{StripeHashBuilder, hash_of, stripe_random, stripe_seeded};
 use crate::many;
 
 use crate::entry::SlowState;
@@ -75,7 +75,7 @@ pub type StripedLock = Locks<StripeTable>;
 pub struct StripeTable {
     stripes: Box<[CachePadded<RawLock>]>,
     mask: usize,
-    hasher: DefaultHashBuilder,
+    hasher: StripeHashBuilder,
     policy: Policy,
 }
 
@@ -123,7 +123,7 @@ impl StripedLockBuilder {
     /// The lock. `Err(InvalidArgument)` when the stripe count is 0 or more than
     /// [`StripedLock::MAX_STRIPES`].
     pub fn build(self) -> Result<StripedLock> {
-        let hasher = self.seed.map_or_else(random, seeded);
+        let hasher = self.seed.map_or_else(stripe_random, stripe_seeded);
         StripeTable::build(self.stripes, hasher, self.policy).map(|table| Locks { table })
     }
 }
@@ -136,7 +136,7 @@ impl StripedLock {
     ///
     /// `Err(InvalidArgument)` when `stripes` is 0 or more than [`MAX_STRIPES`](Self::MAX_STRIPES).
     pub fn new(stripes: usize) -> Result<Self> {
-        StripeTable::build(stripes, random(), Policy::DEFAULT).map(|table| Locks { table })
+        StripeTable::build(stripes, stripe_random(), Policy::DEFAULT).map(|table| Locks { table })
     }
 
     /// Like [`new`](Self::new), but with a fixed seed: the same key maps to the same stripe in
@@ -149,7 +149,8 @@ impl StripedLock {
     /// assert_eq!(a.stripe_of("user:42"), b.stripe_of("user:42"));
     /// ```
     pub fn with_seed(stripes: usize, seed: u64) -> Result<Self> {
-        StripeTable::build(stripes, seeded(seed), Policy::DEFAULT).map(|table| Locks { table })
+        StripeTable::build(stripes, stripe_seeded(seed), Policy::DEFAULT)
+            .map(|table| Locks { table })
     }
 
     /// Options beyond the stripe count: seed, FIFO, reentrancy.
@@ -312,7 +313,7 @@ fn plan_of(stripes: Vec<(usize, Mode)>) -> Plan {
 }
 
 impl StripeTable {
-    fn build(stripes: usize, hasher: DefaultHashBuilder, policy: Policy) -> Result<Self> {
+    fn build(stripes: usize, hasher: StripeHashBuilder, policy: Policy) -> Result<Self> {
         if stripes == 0 {
             return Err(Error::InvalidArgument("stripes must be at least 1"));
         }
