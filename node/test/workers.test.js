@@ -209,11 +209,12 @@ test('lockSync in a worker blocks until another thread releases', T, async () =>
   assert.equal(code, 0);
 });
 
-test('a waiter for a lock only its own worker holds does not keep that worker alive', T, async () => {
-  // Another thread is present on the lock but idle: the worker must still exit.
-  const pool = KeyPool.shared('self');
+// Runs a worker that holds key 'k' of KeyPool.shared(name) and then waits for it again, with
+// nothing else to do: only another thread's activity on the lock could keep it alive, so it
+// must exit (and this resolves when it has).
+async function selfWaiterExits(name) {
   const { done } = runWorker(`
-    const pool = KeyPool.shared('self');
+    const pool = KeyPool.shared(${JSON.stringify(name)});
     globalThis.kept = pool.tryLock('k');
     pool.lock('k').then(() => post('NOT expected'));
     post('waiting');
@@ -221,6 +222,12 @@ test('a waiter for a lock only its own worker holds does not keep that worker al
   const { code, messages } = await done;
   assert.deepEqual(messages, ['waiting']);
   assert.equal(code, 0);
+}
+
+test('a waiter for a lock only its own worker holds does not keep that worker alive', T, async () => {
+  // Another thread is present on the lock but idle: the worker must still exit.
+  const pool = KeyPool.shared('self');
+  await selfWaiterExits('self');
   // Its waiter was cancelled when the worker went away, and the lock its guard still held was
   // released with it (as dropping a guard releases in Rust).
   assert.equal(pool.stats().waiting, 0);
@@ -256,15 +263,7 @@ test('acquisitions a thread has ended no longer count it as active on the lock',
   w.release();
   (await readWaiting).release();
   assert.deepEqual(native.waiterCounts(), [0, 0]);
-  const { done } = runWorker(`
-    const pool = KeyPool.shared('idle-after');
-    globalThis.kept = pool.tryLock('k');
-    pool.lock('k').then(() => post('NOT expected'));
-    post('waiting');
-  `);
-  const { code, messages } = await done;
-  assert.deepEqual(messages, ['waiting']);
-  assert.equal(code, 0);
+  await selfWaiterExits('idle-after');
   assert.equal(pool.isLocked('k'), false);
 });
 
