@@ -117,8 +117,8 @@ impl Keyed {
     }
 
     /// Stores what an acquire took; its record. (Its caller counts it on a lock of other
-    /// threads, before the acquire: see [`Liveness::enter`].) A full slab (millions of holds by one thread)
-    /// gives the holding back to the core and fails with `CapacityExceeded`.
+    /// threads, before the acquire: see [`Liveness::enter`].) A full slab (millions of holds by
+    /// one thread) gives the holding back to the core and fails with `CapacityExceeded`.
     #[inline]
     pub(crate) fn store(&self, holding: Holding) -> Record {
         let record = record(0, holding.first());

@@ -29,8 +29,8 @@
 //! `KeyPool.shared(name)` and friends. For those, every thread records its activity on the lock
 //! (locks it holds plus waiters it has pending, see [`crate::shared::Presence`]), each counted
 //! once, from before the core can grant or queue it until it is released, fails or is cancelled
-//! (so a thread about to hold the lock is never seen idle by another thread's waiter); a waiter keeps
-//! its thread alive while some other thread is active on the same lock. The reactor counts such
+//! (so a thread about to hold the lock is never seen idle by another thread's waiter); a waiter
+//! keeps its thread alive while some other thread is active on the same lock. The reactor counts such
 //! waiters and references the threadsafe function while the count is above zero. The decision is
 //! made when the waiter starts, again at every poll that leaves it pending, and, for waiters that
 //! do not keep the thread alive, whenever this thread releases a shared lock (after which the
