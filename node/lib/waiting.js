@@ -148,43 +148,59 @@ function atDeadline(id, w, timeout, ticks) {
   w.timer = setTimeout(atDeadline, 1, id, w, timeout, ticks + 1);
 }
 
-// The promise of the waiter just started. `make(slot, lo, hi, flags)` builds what it resolves
-// to; `onFail()` undoes the caller's bookkeeping (an owner in use). `timedByCore`: the waiter
-// was given `coreTimeout(timeout)` and ends itself then; otherwise the timeout cancels it here.
-function waitFor(make, what, timeout, signal, onFail, timedByCore) {
+// A waiter's promise and what settles it: `make(slot, lo, hi, flags)` builds what it resolves
+// to; `owner` (0: none) is dropped if it fails. One object of a class, not closures, per wait.
+class Waiter {
+  constructor(make, what, timeout, limited, owner) {
+    this.make = make;
+    this.what = what;
+    this.timeout = timeout;
+    this.limited = limited;
+    this.owner = owner;
+    this.started = startClock();
+    this.resolve = undefined;
+    this.reject = undefined;
+    this.timer = undefined;
+    this.signal = undefined;
+    this.onAbort = undefined;
+  }
+
+  granted(slot, lo, hi, flags) {
+    const got = this.make(slot, lo, hi, flags);
+    if (ACQUIRE.hasSubscribers || RELEASE.hasSubscribers) publishAcquire(got, since(this.started));
+    this.resolve(got);
+  }
+
+  fail(e) {
+    dropOwner(this.owner);
+    // The core's own timeout reads as one made here.
+    const timedOut = this.limited && e instanceof KeylockError && e.code === 'KEYLOCK_TIMEOUT';
+    this.reject(timedOut ? timeoutError(this.what, this.timeout) : e);
+  }
+}
+
+// The promise of the waiter just started (see Waiter). `timedByCore`: the waiter was given
+// `coreTimeout(timeout)` and ends itself then; otherwise the timeout cancels it here.
+function waitFor(make, what, timeout, signal, owner, timedByCore) {
   const id = OUT[OUT_WAITER];
-  const started = startClock();
   const limited = timeout !== undefined && timeout <= MAX_TIMER;
-  return new Promise((resolve, reject) => {
-    const w = {
-      granted: (slot, lo, hi, flags) => {
-        const got = make(slot, lo, hi, flags);
-        if (ACQUIRE.hasSubscribers || RELEASE.hasSubscribers) publishAcquire(got, since(started));
-        resolve(got);
-      },
-      fail: (e) => {
-        onFail();
-        // The core's own timeout reads as one made here.
-        const timedOut = limited && e instanceof KeylockError && e.code === 'KEYLOCK_TIMEOUT';
-        reject(timedOut ? timeoutError(what, timeout) : e);
-      },
-      what,
-      timer: undefined,
-      signal: undefined,
-      onAbort: undefined,
-    };
-    waiters.set(id, w);
-    if (limited) {
-      w.timer = timedByCore
-        ? setTimeout(atDeadline, timeout, id, w, timeout, 0)
-        : setTimeout(() => cancelWaiter(id, () => timeoutError(what, timeout)), timeout);
-    }
-    if (signal !== undefined) {
-      w.signal = signal;
-      w.onAbort = () => cancelWaiter(id, signal.reason);
-      signal.addEventListener('abort', w.onAbort, { once: true });
-    }
+  const w = new Waiter(make, what, timeout, limited, owner);
+  const promise = new Promise((resolve, reject) => {
+    w.resolve = resolve;
+    w.reject = reject;
   });
+  waiters.set(id, w);
+  if (limited) {
+    w.timer = timedByCore
+      ? setTimeout(atDeadline, timeout, id, w, timeout, 0)
+      : setTimeout(() => cancelWaiter(id, () => timeoutError(what, timeout)), timeout);
+  }
+  if (signal !== undefined) {
+    w.signal = signal;
+    w.onAbort = () => cancelWaiter(id, signal.reason);
+    signal.addEventListener('abort', w.onAbort, { once: true });
+  }
+  return promise;
 }
 
 // An acquire's outcome. `r` is what the native call returned: a slot, minus a status, or 0 for
@@ -202,7 +218,7 @@ function outcome(r, make, what, o, owner, timedByCore = false) {
     if (status === WOULD_BLOCK && o.timeout === 0) return Promise.reject(timeoutError(what, 0));
     return Promise.reject(statusError(status, what));
   }
-  return waitFor(make, what, o.timeout, o.signal, () => dropOwner(owner), timedByCore);
+  return waitFor(make, what, o.timeout, o.signal, owner, timedByCore);
 }
 
 module.exports = { released, outcome, coreTimeout, startedWaiter, acquiredFlags, track, untrack };
