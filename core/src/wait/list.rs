@@ -45,7 +45,8 @@ pub(crate) struct Links {
     pub(crate) want: Want,
     /// Written by the releaser before it publishes `GRANTED`.
     pub(crate) grant: Grant,
-    /// When this waiter first queued (for eventual fairness).
+    /// When this waiter first queued (for eventual fairness): a thread's only (a task is always
+    /// handed the lock).
     #[cfg(not(keylock_loom))]
     pub(crate) since: Option<Instant>,
 }

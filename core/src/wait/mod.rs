@@ -422,8 +422,10 @@ impl Waiter {
             let links = node.links();
             links.wake = Some(wake());
             links.want = *want;
+            // Only a thread's wait is timed: a task is always handed the lock (see
+            // `Completion::is_due`), so it needs no clock read.
             #[cfg(not(keylock_loom))]
-            if links.since.is_none() {
+            if links.since.is_none() && matches!(links.wake, Some(Wake::Thread(_))) {
                 links.since = Some(Instant::now());
             }
             node.set_waiting();
