@@ -15,7 +15,7 @@ use keylock_core::{
     Acquisition, Error, KeyedLock, LockOptions, LostSignal, Mode, ReadGuard, RwLock, WriteGuard,
 };
 
-use crate::reactor::{self, Liveness, Record};
+use crate::reactor::{Liveness, Record};
 use crate::shared::Registry;
 use crate::slab::Slab;
 use crate::status;
@@ -159,10 +159,7 @@ impl Keyed {
             Some(holding) => status::of(end(&self.core, holding)),
             None => return status::NOT_HELD,
         };
-        if let Liveness::Shared(p) = &self.live {
-            p.leave();
-            reactor::after_shared_release();
-        }
+        self.live.released();
         status::with_local_wake(code)
     }
 
@@ -277,9 +274,7 @@ impl Drop for Keyed {
     fn drop(&mut self) {
         for holding in self.held.get_mut().drain() {
             let _ = end(&self.core, holding);
-            if let Liveness::Shared(p) = &self.live {
-                p.leave();
-            }
+            self.live.leave();
         }
     }
 }
@@ -341,10 +336,7 @@ impl Rw {
         let code = match taken {
             Some(guard) => {
                 drop(guard);
-                if let Liveness::Shared(p) = &self.live {
-                    p.leave();
-                    reactor::after_shared_release();
-                }
+                self.live.released();
                 status::OK
             }
             None => status::NOT_HELD,
@@ -357,9 +349,7 @@ impl Drop for Rw {
     fn drop(&mut self) {
         for guard in self.held.get_mut().drain() {
             drop(guard);
-            if let Liveness::Shared(p) = &self.live {
-                p.leave();
-            }
+            self.live.leave();
         }
     }
 }

@@ -686,9 +686,6 @@ entry_points! {
                 Err(e) => Began::Declined(WebStart::Failed(e)),
             }
         });
-        if !matches!(began, WebStart::Now(_) | WebStart::Wait(_)) || ticket.is_none() {
-            k.live.leave();
-        }
         match (began, ticket) {
             (WebStart::Now(acq), Some(ticket)) => {
                 Ok(acquired(k.live.settle(k.store(Holding::Web { acq, _ticket: ticket }))))
@@ -713,10 +710,20 @@ entry_points! {
                     }
                 })
             }
-            (WebStart::Declined, _) => Ok(Ret::Int(-(status::WOULD_BLOCK as i32))),
-            (WebStart::Failed(e), _) => Ok(Ret::Int(-(status::code(&e) as i32))),
+            // Neither held nor waiting: uncounted.
+            (WebStart::Declined, _) => {
+                k.live.leave();
+                Ok(Ret::Int(-(status::WOULD_BLOCK as i32)))
+            }
+            (WebStart::Failed(e), _) => {
+                k.live.leave();
+                Ok(Ret::Int(-(status::code(&e) as i32)))
+            }
             // `enqueue` gives a ticket exactly for held and waiting requests.
-            (_, None) => Err(Fail::Error("keylock: a Web Locks request without a ticket".into())),
+            (_, None) => {
+                k.live.leave();
+                Err(Fail::Error("keylock: a Web Locks request without a ticket".into()))
+            }
         }
     }
     /// `webQuery()`: the requests on this lock, in request order, each an array laid out as

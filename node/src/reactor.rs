@@ -119,6 +119,15 @@ impl Liveness {
         }
     }
 
+    /// A release by this thread: uncounts it and, on a lock of other threads, lets this
+    /// thread's dormant waiters look again ([`after_shared_release`]).
+    pub(crate) fn released(&self) {
+        if let Liveness::Shared(p) = self {
+            p.leave();
+            after_shared_release();
+        }
+    }
+
     /// Settles an acquisition counted with [`Liveness::enter`] once its `record` is known: a
     /// granted one stays counted as held, a failed one is uncounted. Returns `record`.
     pub(crate) fn settle(&self, record: Record) -> Record {
@@ -729,7 +738,7 @@ pub(crate) fn cancel(id: u32) -> Result<bool> {
 
 /// Called after this thread released a shared lock: waiters that did not keep the loop alive
 /// look again, as the lock may now belong to another thread.
-pub(crate) fn after_shared_release() {
+fn after_shared_release() {
     REACTOR.with(|cell| {
         let mut guard = cell.borrow_mut();
         let Some(reactor) = guard.as_mut() else {
