@@ -125,14 +125,28 @@ impl Keyed {
         }
     }
 
-    /// The core's fast release (`try_release_fast`) of a plain record of an in-process object;
-    /// the record back when the full path must release it.
+    /// The core's one-CAS release (`try_release_cas`) of a plain exclusive record of an
+    /// in-process object; the record back when more must be done to release it.
     ///
     /// Called outside the panic guard, because nothing on it can panic: the record's checks
     /// (plain, its stripe or its shard and slot looked up with checked `get`s), and one
-    /// compare-and-swap (a shared hold's loop of them) on the lock word.
+    /// compare-and-swap on the lock word. Nor does it call anything, so the release that
+    /// finishes here needs no stack frame: the rest ([`Self::release_fast`], then the full
+    /// release) is a jump away.
     /// `H` is the handle's type: a striped lock's handle only ever holds a striped lock or
     /// another scope, and a pool's a pool or another scope, so each export checks for its own.
+    #[inline(always)]
+    fn release_cas<H: Handle>(&self, acq: Acquisition) -> Result<(), Acquisition> {
+        match self.local() {
+            Local::Striped(s) if H::STRIPED => s.try_release_cas(acq),
+            Local::Pool(p) if !H::STRIPED => p.try_release_cas(acq),
+            _ => Err(acq),
+        }
+    }
+
+    /// The core's whole fast release (`try_release_fast`) of a plain record of an in-process
+    /// object, for what [`Self::release_cas`] left: a shared hold's loop of compare-and-swaps,
+    /// or a word the pool's eviction hand has marked. Inside the panic guard.
     #[inline(always)]
     fn release_fast<H: Handle>(&self, acq: Acquisition) -> Result<(), Acquisition> {
         match self.local() {
@@ -314,10 +328,36 @@ pub(crate) unsafe fn acquire_plain<H: Handle>(
     mode: Mode,
     out: *mut keylock_acquisition,
 ) -> keylock_result {
-    // SAFETY: the caller's contract above; the key is checked as `key` checks it.
-    if H::STRIPED && unsafe { acquire_plain_fast(h, key, len, mode, out, Keyed::acquire_fast) } {
+    // A key longer than `INLINE_KEY_MAX` takes the guarded path: its hash is a call, and a
+    // call anywhere on the fast path would give every call a stack frame.
+    if H::STRIPED
+        && len <= StripedLock::INLINE_KEY_MAX
+        // SAFETY: the caller's contract above; the key is checked as `key` checks it.
+        && unsafe { acquire_plain_fast(h, key, len, mode, out, Keyed::acquire_fast) }
+    {
         return KEYLOCK_OK;
     }
+    // SAFETY: forwarded from our caller.
+    unsafe { acquire_plain_guarded(h, key, len, mode, out) }
+}
+
+/// [`acquire_plain`] inside the panic guard: a pool's fast path, or the full path. Its own
+/// function, taking the call's arguments as they came, so that the striped lock's fast path
+/// reaches it with a jump: a call through the guard's closure would give every call a stack
+/// frame and six saved registers. `extern "C"` because such a function cannot unwind: a call
+/// from an export to a Rust function carries an unwind edge (to the abort that keeps a panic
+/// out of C), and a call with one cannot be a jump.
+///
+/// # Safety
+/// As [`acquire`].
+#[inline(never)]
+unsafe extern "C" fn acquire_plain_guarded<H: Handle>(
+    h: *const H,
+    key: *const u8,
+    len: usize,
+    mode: Mode,
+    out: *mut keylock_acquisition,
+) -> keylock_result {
     ffi_boundary(move || {
         // A pool's fast path runs inside the guard (see `Keyed::acquire_fast`).
         let pool_fast = Keyed::acquire_pool_fast;
@@ -535,12 +575,35 @@ pub(crate) unsafe fn release<H: Handle>(
     // SAFETY: the caller's contract above.
     if let (Some(handle), Some(record)) = unsafe { (h.as_ref(), acq.as_mut()) } {
         let h = handle.keyed();
-        if record.release_keyed_fast(h.id, |a| h.release_fast::<H>(a)) {
+        if record.release_keyed_fast(h.id, |a| h.release_cas::<H>(a)) {
             return KEYLOCK_OK;
         }
     }
     // SAFETY: as above.
-    ffi_boundary(move || unsafe { release_slow(h, acq) })
+    unsafe { release_guarded(h, acq) }
+}
+
+/// [`release`] inside the panic guard, in a function of its own for the reason
+/// [`acquire_plain_guarded`] gives.
+///
+/// # Safety
+/// As [`release`].
+#[inline(never)]
+unsafe extern "C" fn release_guarded<H: Handle>(
+    h: *const H,
+    acq: *mut keylock_acquisition,
+) -> keylock_result {
+    ffi_boundary(move || {
+        // SAFETY: the caller's contract (as `release`'s).
+        if let (Some(handle), Some(record)) = unsafe { (h.as_ref(), acq.as_mut()) } {
+            let h = handle.keyed();
+            if record.release_keyed_fast(h.id, |a| h.release_fast::<H>(a)) {
+                return Ok(());
+            }
+        }
+        // SAFETY: as above.
+        unsafe { release_slow(h, acq) }
+    })
 }
 
 /// [`release`] beyond the uncontended case: the full release, which also says what is wrong.

@@ -132,6 +132,12 @@ impl StripedLock {
     /// The largest number of stripes accepted (2^20: 128 MiB of padded locks).
     pub const MAX_STRIPES: usize = 1 << 20;
 
+    /// The longest key whose stripe is found without a call: the stripe hash (foldhash) hashes
+    /// up to 16 bytes inline and calls out of line for longer keys. A caller whose fast path
+    /// must make no call, so as to need no stack frame (the C library's), sends longer keys
+    /// down its other path.
+    pub const INLINE_KEY_MAX: usize = 16;
+
     /// `stripes` locks (rounded up to a power of two) with a random hash seed.
     ///
     /// `Err(InvalidArgument)` when `stripes` is 0 or more than [`MAX_STRIPES`](Self::MAX_STRIPES).

@@ -504,6 +504,45 @@ static void test_keyed_shared(const keyed_api *api) {
     api->destroy(h);
 }
 
+/*
+ * Keys of every length from 0 to 40 bytes, in both modes: the striped lock's fast path takes
+ * keys of up to 16 bytes and sends longer ones down its guarded path, and a release finishes
+ * with one compare-and-swap or in the guarded path (a shared hold, a longer key's record).
+ * Each hold is exact: the key is held while its record is, free after, its fence grows with
+ * each exclusive hold, and a second release of one record is refused.
+ */
+static void test_keyed_key_lengths(const keyed_api *api) {
+    void *h = api->make();
+    uint8_t key[40];
+    if (!h) return;
+    for (size_t i = 0; i < sizeof key; i++) key[i] = (uint8_t)('a' + i % 26);
+    for (size_t len = 0; len <= sizeof key; len++) {
+        acq_t x, y, s1, s2;
+        OK(api->lock(h, key, len, &x));
+        CHECK(x.mode == KEYLOCK_EXCLUSIVE && current(api, h, &x) && locked(api, h, key, len));
+        CHECK_RESULT(api->try_lock(h, key, len, &y), KEYLOCK_WOULD_BLOCK);
+        OK(api->release(h, &x));
+        CHECK(!locked(api, h, key, len));
+        CHECK_RESULT(api->release(h, &x), KEYLOCK_NOT_OWNER);
+
+        OK(api->lock_shared(h, key, len, &s1));
+        OK(api->lock_shared(h, key, len, &s2));
+        CHECK(s1.mode == KEYLOCK_SHARED && s1.fence == x.fence && s2.fence == x.fence);
+        CHECK(info_of(api, h, key, len).holders == 2);
+        OK(api->release(h, &s2));
+        CHECK(locked(api, h, key, len) && info_of(api, h, key, len).holders == 1);
+        CHECK_RESULT(api->release(h, &s2), KEYLOCK_NOT_OWNER);
+        OK(api->release(h, &s1));
+        CHECK(!locked(api, h, key, len));
+
+        OK(api->lock(h, key, len, &y));
+        CHECK(y.fence > x.fence);
+        OK(api->release(h, &y));
+        CHECK(!locked(api, h, key, len));
+    }
+    api->destroy(h);
+}
+
 /* keylock_lock_options: every field, the timeout encoding, and bad values. */
 static void test_keyed_options(const keyed_api *api) {
     void *h = api->make();
@@ -1779,7 +1818,7 @@ int main(void) {
         test_keyed_many,          test_keyed_bad_input,    test_keyed_cross_thread,
         test_keyed_fifo,
         test_keyed_shared_overlap, test_keyed_mixed_stress, test_keyed_fences,
-        test_keyed_reaped_stress,
+        test_keyed_reaped_stress, test_keyed_key_lengths,
     };
     static const char *const keyed_names[] = {
         "keyed_basics",        "keyed_shared",       "keyed_options",
@@ -1787,7 +1826,7 @@ int main(void) {
         "keyed_many",          "keyed_bad_input",    "keyed_cross_thread",
         "keyed_fifo",
         "keyed_shared_overlap", "keyed_mixed_stress", "keyed_fences",
-        "keyed_reaped_stress",
+        "keyed_reaped_stress", "keyed_key_lengths",
     };
     watchdog_arm(240);
 
