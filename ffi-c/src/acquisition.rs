@@ -339,6 +339,26 @@ impl keylock_acquisition {
         true
     }
 
+    /// Like [`Self::release_keyed_fast`] with a release that reads the acquisition in place and
+    /// says whether it released (the core's `try_release_cas`).
+    #[inline(always)]
+    pub(crate) fn release_keyed_cas(
+        &mut self,
+        lock: u64,
+        release: impl FnOnce(&Acquisition) -> bool,
+    ) -> bool {
+        if self._private_state != state::KEYED || self._private_lock != lock {
+            return false;
+        }
+        // SAFETY: the state says KEYED: fill_keyed wrote an Acquisition there, not taken out
+        // since; it is only read.
+        if !release(unsafe { &*self.storage::<Acquisition>() }) {
+            return false;
+        }
+        self._private_state = state::RELEASED;
+        true
+    }
+
     /// Takes the RwLock hold out and drops it (releasing it), marking the record released.
     pub(crate) fn release_rw(&mut self, lock: u64) -> Outcome {
         self.check(lock, &[state::READ, state::WRITE])?;

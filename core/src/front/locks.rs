@@ -423,33 +423,32 @@ impl<T: LockTable> Locks<T> {
 
     /// The first step of [`try_release_fast`](Self::try_release_fast) alone: releases a plain
     /// exclusive `acquisition` whose lock word is exactly as its acquire left it, with one
-    /// compare-and-swap and no call. Otherwise changes nothing and hands the record back (a
-    /// shared hold, waiters to wake, a word the pool's eviction hand has marked...), for
-    /// `try_release_fast` or [`release`](Self::release). For a caller whose fast path must make
-    /// no call, so as to need no stack frame (the C library's).
+    /// compare-and-swap and no call, and says whether it did. After `true` the record is spent:
+    /// releasing it again is refused as stale (`NotOwner`), as for any released acquisition.
+    /// `false` changes nothing (a shared hold, waiters to wake, a word the pool's eviction hand
+    /// has marked...): `try_release_fast` or [`release`](Self::release) then does the rest.
+    /// For a caller whose fast path must make no call, so as to need no stack frame (the C
+    /// library's); by reference, so that no `Result` carrying the record is made and tested.
     ///
     /// ```
-    /// use keylock_core::{Mode, StripedLock};
+    /// use keylock_core::{Error, Mode, StripedLock};
     /// let locks = StripedLock::new(8).unwrap();
     /// let shared = locks.try_acquire_fast("k", Mode::Shared).unwrap();
-    /// let shared = locks.try_release_cas(shared).unwrap_err(); // a shared hold: not this step's
+    /// assert!(!locks.try_release_cas(&shared)); // a shared hold: not this step's
     /// assert!(locks.try_release_fast(shared).is_ok());
     /// let acq = locks.try_acquire_fast("k", Mode::Exclusive).unwrap();
-    /// assert!(locks.try_release_cas(acq).is_ok());
+    /// assert!(locks.try_release_cas(&acq));
     /// assert!(!locks.is_locked("k"));
+    /// assert_eq!(locks.release(acq), Err(Error::NotOwner)); // spent
     /// ```
     #[inline]
-    pub fn try_release_cas(
-        &self,
-        acquisition: Acquisition,
-    ) -> std::result::Result<(), Acquisition> {
-        let released = acquisition.is_plain()
+    pub fn try_release_cas(&self, acquisition: &Acquisition) -> bool {
+        acquisition.is_plain()
             && acquisition.mode == Mode::Exclusive
             && self
                 .table
                 .word_if(acquisition.at)
-                .is_some_and(|word| T::entry(word).release_exclusive_cas(acquisition.fence));
-        if released { Ok(()) } else { Err(acquisition) }
+                .is_some_and(|word| T::entry(word).release_exclusive_cas(acquisition.fence))
     }
 
     /// [`try_release_fast`](Self::try_release_fast) by reference: whether it released.
