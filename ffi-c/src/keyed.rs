@@ -315,8 +315,8 @@ pub(crate) unsafe fn acquire<H: Handle>(
 
 /// The body of the plain untimed acquires (`_lock`, `_lock_shared`). The uncontended case of an
 /// in-process object is one call to the core's fast path and a record filled in place; anything
-/// else (a NULL, a bad length, a held key, another scope) takes [`acquire_plain_slow`], which
-/// also reports the errors.
+/// else (a NULL, a bad length, a held key, another scope) takes [`acquire_plain_guarded`], whose
+/// [`acquire_plain_slow`] also reports the errors.
 ///
 /// # Safety
 /// As [`acquire`].
@@ -361,7 +361,7 @@ unsafe extern "C" fn acquire_plain_guarded<H: Handle>(
     ffi_boundary(move || {
         // A pool's fast path runs inside the guard (see `Keyed::acquire_fast`).
         let pool_fast = Keyed::acquire_pool_fast;
-        // SAFETY: as above.
+        // SAFETY: the caller's contract (as `acquire`'s); the key is checked as `key` checks it.
         if !H::STRIPED && unsafe { acquire_plain_fast(h, key, len, mode, out, pool_fast) } {
             return Ok(());
         }
