@@ -12,9 +12,10 @@
  *
  * The process starts one thread (which returns at once) before it measures anything. A lock
  * serves a program with threads, and glibc's pthread mutex knows whether the process has ever
- * had a second thread: until it has, lock and unlock skip the atomic instructions' lock
- * prefix, and the pair costs a third of what it costs in any program that needs it (about 3.4
- * against 13.5 ns on the host this was found on). keylock's atomics never skip it.
+ * had a second thread: until it has, a private mutex is taken with a plain load and store
+ * instead of an atomic compare-and-swap (glibc's __libc_single_threaded), and the pair costs a
+ * third of what it costs in any program that needs it (about 3.4 against 13.5 ns on the host
+ * this was found on). keylock's lock words are always atomic.
  *
  * Usage: bench_c ITERS ROUNDS. Prints two lines per case: "name ns_per_op" (wall time) and
  * "name:cpu ns_per_op" (the thread's CPU time, which leaves out the time the thread waited for a
