@@ -9,7 +9,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use common::within;
-use keylock_core::{Error, KeyPool, LockOptions, Owner, StripedLock, Wait};
+use keylock_core::{Error, KeyPool, LockOptions, Mode, Owner, StripedLock, Wait};
 
 const LIMIT: Duration = Duration::from_secs(120);
 
@@ -183,5 +183,79 @@ fn reentrancy_nests_and_limits() {
         assert_eq!(pool.info(&9).unwrap().holds, 1);
         assert!(pool.force_unlock(&9));
         assert!(pool.lock_with(&9, theirs).is_ok());
+    });
+}
+
+/// `try_release_cas` releases only a plain exclusive hold whose word is exactly as its acquire
+/// left it, and changes nothing otherwise: with a waiter queued it leaves the key held and the
+/// waiter waiting (the full release then hands the key over), a shared hold or one with a lease
+/// is not its to release, and a record force-unlocked since releases nothing. For the pool and
+/// the striped lock.
+#[test]
+fn try_release_cas_leaves_what_it_cannot_release() {
+    within(LIMIT, || {
+        let pool: Arc<KeyPool<String>> = Arc::new(KeyPool::new());
+        drop(pool.lock("k")); // the key's slot, which the fast path needs
+        let striped = Arc::new(StripedLock::new(4).unwrap());
+        let waited = |locked: &dyn Fn() -> bool, waiters: &dyn Fn() -> usize| {
+            while waiters() == 0 {
+                assert!(locked());
+                thread::yield_now();
+            }
+        };
+
+        // A waiter queued behind a fast hold.
+        let acq = pool.try_acquire_fast("k", Mode::Exclusive).unwrap();
+        let waiter = {
+            let pool = pool.clone();
+            thread::spawn(move || pool.lock("k").fence())
+        };
+        waited(&|| pool.is_locked("k"), &|| {
+            pool.info("k").map_or(0, |i| i.waiters)
+        });
+        assert!(!pool.try_release_cas(&acq));
+        assert!(pool.is_locked("k") && pool.info("k").unwrap().waiters == 1);
+        let fence = acq.fence();
+        pool.release(acq).unwrap();
+        assert!(waiter.join().unwrap() > fence);
+        assert!(!pool.is_locked("k"));
+
+        let acq = striped.try_acquire_fast("k", Mode::Exclusive).unwrap();
+        let waiter = {
+            let striped = striped.clone();
+            thread::spawn(move || striped.lock("k").fence())
+        };
+        waited(&|| striped.is_locked("k"), &|| {
+            striped.info("k").map_or(0, |i| i.waiters)
+        });
+        assert!(!striped.try_release_cas(&acq));
+        assert!(striped.is_locked("k") && striped.info("k").unwrap().waiters == 1);
+        let fence = acq.fence();
+        striped.release(acq).unwrap();
+        assert!(waiter.join().unwrap() > fence);
+        assert!(!striped.is_locked("k"));
+
+        // A shared hold, and one with a lease: not this step's.
+        let shared = striped.try_acquire_fast("k", Mode::Shared).unwrap();
+        assert!(!striped.try_release_cas(&shared));
+        assert!(striped.is_locked("k"));
+        striped.release(shared).unwrap();
+        let leased = striped
+            .lock_with("k", LockOptions::new().lease(Duration::from_secs(60)))
+            .unwrap()
+            .into_acquisition();
+        assert!(!striped.try_release_cas(&leased));
+        assert!(striped.is_locked("k"));
+        striped.release(leased).unwrap();
+
+        // A record force-unlocked since releases nothing, not even the next holder.
+        let stale = pool.try_acquire_fast("k", Mode::Exclusive).unwrap();
+        assert!(pool.force_unlock("k"));
+        let next = pool.lock("k");
+        assert!(!pool.try_release_cas(&stale));
+        assert!(pool.is_locked("k") && next.is_current());
+        assert_eq!(pool.release(stale), Err(Error::NotOwner));
+        drop(next);
+        assert!(!pool.is_locked("k") && !striped.is_locked("k"));
     });
 }
