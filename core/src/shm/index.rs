@@ -86,11 +86,17 @@ fn holds_key(e: &Entry, h: u64, space: u8, key: &[u8]) -> bool {
 /// The longest chain a lock-free lookup walks before leaving the search to the mutex.
 const FAST_WALK: usize = 32;
 
-/// Finds the entry bound to the key without the table mutex: the entry and a lock word read
-/// while the entry was bound to this key (a compare-and-swap expecting that word can only
-/// succeed on this key's entry). `None`: not found (the caller asks under the mutex).
+/// Finds the entry bound to the key without the table mutex: the entry's index, the entry and
+/// a lock word read while the entry was bound to this key (a compare-and-swap expecting that
+/// word can only succeed on this key's entry). `None`: not found (the caller asks under the
+/// mutex).
 #[inline(always)]
-pub(crate) fn find_fast(r: &Region, h: u64, space: u8, key: &[u8]) -> Option<(u32, u64)> {
+pub(crate) fn find_fast<'r>(
+    r: &'r Region,
+    h: u64,
+    space: u8,
+    key: &[u8],
+) -> Option<(u32, &'r Entry, u64)> {
     let mask = r.header.buckets - 1;
     let mut next = r.bucket((h as u32) & mask).ok()?.load(Ordering::Acquire);
     for _ in 0..FAST_WALK {
@@ -103,7 +109,7 @@ pub(crate) fn find_fast(r: &Region, h: u64, space: u8, key: &[u8]) -> Option<(u3
             fence(Ordering::Acquire);
             let w = e.word.load(Ordering::Acquire);
             if e.bind.load(Ordering::Relaxed) == bind {
-                return Some((index, w));
+                return Some((index, e, w));
             }
             return None;
         }
@@ -303,7 +309,7 @@ mod tests {
     fn find(r: &Region, space: u8, key: &[u8]) -> Option<u32> {
         let h = hash_key(space, key);
         let locked = find_locked(&r.lock_table().unwrap(), h, space, key).unwrap();
-        let fast = find_fast(r, h, space, key).map(|(index, _)| index);
+        let fast = find_fast(r, h, space, key).map(|(index, ..)| index);
         assert_eq!(locked, fast, "the two lookups disagree on {key:?}");
         locked
     }
@@ -516,7 +522,7 @@ mod tests {
             let missing = b"not bound";
             let h = (hash_key(0, &keys[0]) & !u64::from(u32::MAX))
                 | u64::from(bucket_of(&region, &keys[0]));
-            let fast = find_fast(&region, h, 0, missing);
+            let fast = find_fast(&region, h, 0, missing).map(|(index, ..)| index);
             let t = region.lock_table().unwrap();
             let locked = find_locked(&t, h, 0, missing).map_err(|e| e.to_string());
             (fast, locked)

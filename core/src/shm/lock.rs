@@ -278,21 +278,15 @@ impl ShmLock {
         if !req.is_plain() {
             return None;
         }
-        let (entry, w) = if self.region.is_pool() {
-            index::find_fast(
-                &self.region,
-                index::hash_key(space as u8, key),
-                space as u8,
-                key,
-            )?
+        let h = index::hash_key(space as u8, key);
+        let (entry, e, w) = if self.region.is_pool() {
+            index::find_fast(&self.region, h, space as u8, key)?
         } else {
-            let entry = self.stripe_of(space, key);
-            (
-                entry,
-                self.region.entry(entry).ok()?.word.load(Ordering::Acquire),
-            )
+            let entry = (h as u32) & (self.region.header.capacity - 1);
+            let e = self.region.entry(entry).ok()?;
+            (entry, e, e.word.load(Ordering::Acquire))
         };
-        let fence = lockword::fast_acquire(self.region.entry(entry).ok()?, w, req.proc)?;
+        let fence = lockword::fast_acquire(e, w, req.proc)?;
         Some(TableGrant {
             entry,
             fence,

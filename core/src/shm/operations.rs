@@ -38,6 +38,31 @@ fn plan(lock: &ShmLock, keys: &[(LockKey<'_>, Mode)]) -> Vec<Step> {
     }))
 }
 
+impl ShmLock {
+    /// The rest of [`KeyedLock::acquire`], out of line so that the fast path keeps a small
+    /// frame: checks the request, then tries the fast path with the request's own fields and
+    /// else waits.
+    #[inline(never)]
+    fn acquire_slow(&self, key: LockKey<'_>, opts: &LockOptions) -> Result<Acquisition> {
+        self.check_request(key.space, opts)?;
+        let proc = self.me()?;
+        let req = self.req(opts, proc);
+        if let Some(g) = self.try_fast(key.space, key.bytes, &req) {
+            return Ok(self.acquisition(g, opts));
+        }
+        let deadline = Self::deadline_of(opts.wait);
+        let g = wait::acquire_blocking(
+            self,
+            key.space,
+            key.bytes,
+            &req,
+            deadline,
+            opts.wait.failure(),
+        )?;
+        Ok(self.acquisition(g, opts))
+    }
+}
+
 impl KeyedLock for ShmLock {
     #[inline]
     fn acquire(&self, key: LockKey<'_>, opts: &LockOptions) -> Result<Acquisition> {
@@ -61,24 +86,8 @@ impl KeyedLock for ShmLock {
                 return Ok(self.acquisition(g, opts));
             }
         }
-        self.check_request(key.space, opts)?;
-        let proc = self.me()?;
-        let req = self.req(opts, proc);
-        if let Some(g) = self.try_fast(key.space, key.bytes, &req) {
-            return Ok(self.acquisition(g, opts));
-        }
-        let deadline = Self::deadline_of(opts.wait);
-        let g = wait::acquire_blocking(
-            self,
-            key.space,
-            key.bytes,
-            &req,
-            deadline,
-            opts.wait.failure(),
-        )?;
-        Ok(self.acquisition(g, opts))
+        self.acquire_slow(key, opts)
     }
-
     fn acquire_async(self: Arc<Self>, key: LockKey<'_>, opts: &LockOptions) -> AcquireFuture {
         if let Err(e) = self.check_request(key.space, opts) {
             return Box::pin(std::future::ready(Err(e)));
@@ -178,7 +187,7 @@ impl KeyedLock for ShmLock {
         if acquisition.mode == Mode::Exclusive
             && acquisition.at >> 32 == (self.tag << (TAG_SHIFT - 32)) | u64::from(self.proc + 1)
             && sys::fork_generation() == self.fork_gen
-            && let Ok(e) = self.region.entry(entry)
+            && let Some(e) = self.region.entry(entry).ok()
             && lockword::fast_release(e, acquisition.fence, self.proc)
         {
             return Ok(());
