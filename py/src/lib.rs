@@ -20,6 +20,8 @@
 //! The Python package (`python/keylock/__init__.py`) re-exports everything defined here.
 
 mod args;
+#[cfg(not(Py_GIL_DISABLED))]
+mod bound;
 mod errors;
 mod gil;
 mod handle;

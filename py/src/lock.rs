@@ -412,6 +412,9 @@ pub(crate) struct LockHandle {
     /// Acquisitions belong to the calling thread or task (a reentrant lock object).
     pub(crate) reentrant: bool,
     records: GilCell<Records>,
+    /// Its bound `__enter__` and `__exit__` ([`crate::bound`]).
+    #[cfg(not(Py_GIL_DISABLED))]
+    pub(crate) bound: crate::bound::Slots,
 }
 
 impl LockHandle {
@@ -427,6 +430,8 @@ impl LockHandle {
             lease,
             reentrant,
             records: GilCell::new(Records::default()),
+            #[cfg(not(Py_GIL_DISABLED))]
+            bound: crate::bound::Slots::new(),
         }
     }
 

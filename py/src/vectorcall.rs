@@ -288,7 +288,7 @@ handle_method!(read, "KeyedLock.read", Mode::Shared);
 handle_method!(write, "KeyedLock.write", Mode::Exclusive);
 
 /// `__enter__` (`METH_NOARGS`).
-unsafe extern "C" fn enter(
+pub(crate) unsafe extern "C" fn enter(
     slf: *mut ffi::PyObject,
     _noargs: *mut ffi::PyObject,
 ) -> *mut ffi::PyObject {
@@ -319,7 +319,7 @@ unsafe fn exit_with(
 }
 
 /// `__exit__` (`METH_FASTCALL | METH_KEYWORDS`).
-unsafe extern "C" fn exit(
+pub(crate) unsafe extern "C" fn exit(
     slf: *mut ffi::PyObject,
     args: *const *mut ffi::PyObject,
     nargs: ffi::Py_ssize_t,
@@ -488,5 +488,9 @@ fn set_on(ty: &Bound<'_, PyType>, methods: impl IntoIterator<Item = Method>) -> 
 pub(crate) fn install(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     set_on(&py.get_type::<Keyed>(), keyed_methods())?;
-    set_on(&py.get_type::<LockHandle>(), handle_methods())
+    let handle = py.get_type::<LockHandle>();
+    set_on(&handle, handle_methods())?;
+    #[cfg(not(Py_GIL_DISABLED))]
+    crate::bound::install(&handle)?;
+    Ok(())
 }

@@ -7,6 +7,7 @@ from __future__ import annotations
 import gc
 import os
 import re
+import sys
 import threading
 import weakref
 from collections.abc import Callable, Iterator
@@ -273,6 +274,99 @@ def test_classes() -> None:
             cls()
     assert pool.lock("k").key == b"k"
     assert pool.lock_many(["a", 1]).keys == [b"a", keylock.key_bytes(1)]
+
+
+@exclusive
+def test_bound_enter_and_exit(make: Callable[[], keylock.LockHandle]) -> None:
+    """`h.__enter__` and `h.__exit__` behave as bound methods whichever form `with` gets (the
+    handle's own slot, or a plain bound method while the slot is held elsewhere)."""
+    h = make()
+    refs = sys.getrefcount(h)
+    for _ in range(100):
+        with h:
+            assert h.locked()
+    assert not h.locked()
+    assert sys.getrefcount(h) == refs
+    enter, leave = h.__enter__, h.__exit__
+    assert enter.__self__ is h and leave.__self__ is h
+    assert re.fullmatch(r"<bound method LockHandle.__enter__ of <.*>>", repr(enter)), repr(enter)
+    assert "__exit__" in repr(leave)
+    # Held here, so a `with` meanwhile gets plain bound methods; both forms act the same.
+    with h:
+        assert h.locked()
+    assert enter() is True and h.locked()
+    assert leave(None, None, None) is None and not h.locked()
+    assert enter(*()) is True  # a call through an argument tuple
+    assert leave(exc_type=None, _exc=None, _tb=None) is None and not h.locked()
+    with pytest.raises(TypeError, match=r"takes no arguments \(1 given\)"):
+        enter(1)
+    with pytest.raises(TypeError):
+        leave(None)
+    del enter, leave
+    assert sys.getrefcount(h) == refs
+    # On the class: the method descriptors, as on any type.
+    assert type(keylock.LockHandle.__enter__).__name__ == "method_descriptor"
+    assert keylock.LockHandle.__enter__(h) is True
+    assert type(h).__exit__(h, None, None, None) is None and not h.locked()
+    descr = vars(keylock.LockHandle)["__enter__"]
+    assert descr.__name__ == "__enter__" and descr.__doc__
+    with pytest.raises(TypeError, match="doesn't apply to a 'int' object"):
+        descr.__get__(42)
+    with pytest.raises(TypeError):
+        type(h.__enter__)()
+
+
+def test_bound_method_keeps_its_handle() -> None:
+    """A bound `__enter__` or `__exit__` keeps its handle alive, and lets it go with its last
+    reference; a handle used by `with` alone is freed when the block ends."""
+    pool = keylock.KeyPool()
+    h = pool.lock("k")
+    gone = weakref.ref(h)
+    leave = h.__exit__
+    del h
+    gc.collect()
+    assert gone() is not None
+    assert leave.__self__.acquire()
+    leave(None, None, None)
+    del leave
+    assert gone() is None
+    with pool.lock("k") as took:
+        assert took is True
+    seen: list[weakref.ref[keylock.LockHandle]] = []
+    for _ in range(3):
+        h = pool.lock("k")
+        seen.append(weakref.ref(h))
+        with h:
+            del h
+    assert [r() for r in seen] == [None, None, None]
+    assert not pool.is_locked("k")
+
+
+def test_bound_methods_nested_and_across_threads() -> None:
+    """Nested `with` blocks on one reentrant handle, and threads sharing one handle, each find
+    the handle's slot taken and get plain bound methods: the counts stay exact."""
+    h = keylock.KeyPool(reentrant=True).lock("k")
+    with h, h:
+        with h:
+            assert h.locked()
+    assert not h.locked()
+    shared = keylock.KeyPool().lock("s")
+    inside = 0
+    most = 0
+    done = 0
+
+    def worker() -> None:
+        nonlocal inside, most, done
+        for _ in range(300):
+            with shared:
+                inside += 1
+                most = max(most, inside)
+                inside -= 1
+                done += 1
+
+    run_threads([worker] * 4)
+    assert (done, most) == (1200, 1)
+    assert not shared.locked()
 
 
 def test_every_public_name_has_a_docstring() -> None:
