@@ -1,16 +1,18 @@
-//! `__enter__` and `__exit__` of a lock handle, bound without allocating.
+//! `__enter__`, `__exit__`, `__aenter__` and `__aexit__` of a lock handle, bound without
+//! allocating.
 //!
 //! A `with` statement looks `__enter__` and `__exit__` up on the handle's type and binds each
-//! to the handle through the descriptor's `__get__`. For a method descriptor that makes a new
-//! bound-method object per lookup, two per `with` block, each allocated, tracked by the garbage
-//! collector and freed: on CPython 3.11, 512 of the 3,254 instructions of an uncontended
-//! `with pool.lock(key):` went with them (callgrind). Here `LockHandle.__enter__` and `__exit__` are
-//! descriptors of their own ([`Method`]), whose `__get__` hands out one of two small objects kept
-//! inside the handle ([`Slot`]) when it is free, and a plain bound method (from the method
-//! descriptor [`crate::vectorcall`] made, kept as the fallback) when it is not: when something
-//! still holds the last one handed out, as a `with` block nested in another on the same handle
-//! does. Looked up on the class, they give that method descriptor itself, so introspection,
-//! `type(h).__enter__(h)` and `contextlib.ExitStack` see what they saw before.
+//! to the handle through the descriptor's `__get__` (`async with`: `__aenter__` and
+//! `__aexit__`). For a method descriptor that makes a new bound-method object per lookup, two
+//! per block, each allocated, tracked by the garbage collector and freed: on CPython 3.11, 512
+//! of the 3,254 instructions of an uncontended `with pool.lock(key):` went with them
+//! (callgrind). Here the four are descriptors of their own on `LockHandle` ([`Method`]), whose
+//! `__get__` hands out one of two small objects kept inside the handle ([`Slot`]) when it is
+//! free, and a plain bound method (from the method descriptor [`crate::vectorcall`] made, kept
+//! as the fallback) when it is not: when something still holds the last one handed out, as a
+//! `with` block nested in another on the same handle does. Looked up on the class, they give
+//! that method descriptor itself, so introspection, `type(h).__enter__(h)` and
+//! `contextlib.ExitStack` see what they saw before.
 //!
 //! A slot handed out holds a reference to its handle, which keeps the handle (and with it the
 //! slot's memory) alive for as long as anyone holds the slot; when the slot's last reference
@@ -41,15 +43,45 @@ const HAVE_VECTORCALL: u64 = 1 << 11;
 /// `PY_VECTORCALL_ARGUMENTS_OFFSET`: a flag bit of `nargsf`, not part of the count.
 const ARGUMENTS_OFFSET: usize = 1 << (usize::BITS - 1);
 
-/// Which method a descriptor or slot stands for.
+/// Which method a descriptor or slot stands for. `__enter__` and `__aenter__` share the
+/// handle's first slot, `__exit__` and `__aexit__` its second (a handle is rarely in a `with` and
+/// an `async with` at once; when it is, the second gets plain bound methods).
 #[derive(Clone, Copy, PartialEq, Eq)]
 #[repr(usize)]
 enum Which {
     Enter = 0,
     Exit = 1,
+    AEnter = 2,
+    AExit = 3,
 }
 
-/// One of a handle's two bound methods: a Python object living inside the handle.
+impl Which {
+    const ALL: [Which; 4] = [Which::Enter, Which::Exit, Which::AEnter, Which::AExit];
+
+    fn of(n: usize) -> Which {
+        Which::ALL[n & 3]
+    }
+
+    fn name(self) -> &'static str {
+        ["__enter__", "__exit__", "__aenter__", "__aexit__"][self as usize]
+    }
+
+    /// The handle's slot for it.
+    fn slot(self) -> usize {
+        self as usize & 1
+    }
+
+    fn call(self) -> ffi::vectorcallfunc {
+        match self {
+            Which::Enter => enter_call,
+            Which::Exit => exit_call,
+            Which::AEnter => aenter_call,
+            Which::AExit => aexit_call,
+        }
+    }
+}
+
+/// One of a handle's two bound methods at a time: a Python object living inside the handle.
 #[repr(C)]
 pub(crate) struct Slot {
     /// The object header, written as `PyObject_Init` writes it each time the slot is handed
@@ -95,8 +127,9 @@ struct Installed {
     key_lock_type: usize,
     /// The slots' type.
     slot_type: usize,
-    /// The method descriptors of `__enter__` and `__exit__` (strong references).
-    methods: [usize; 2],
+    /// The method descriptors of `__enter__`, `__exit__`, `__aenter__` and `__aexit__` (strong
+    /// references).
+    methods: [usize; 4],
 }
 
 static INSTALLED: OnceLock<Installed> = OnceLock::new();
@@ -149,11 +182,7 @@ unsafe extern "C" fn method_get(
 ) -> *mut ffi::PyObject {
     // SAFETY: CPython calls this with the GIL held, `descr` a live `Method`.
     unsafe {
-        let which = if (*descr.cast::<Method>()).which == Which::Enter as usize {
-            Which::Enter
-        } else {
-            Which::Exit
-        };
+        let which = Which::of((*descr.cast::<Method>()).which);
         let Some(installed) = INSTALLED.get() else {
             return plain(which, obj, ty);
         };
@@ -169,7 +198,7 @@ unsafe extern "C" fn method_get(
         }
         let py = Python::assume_attached();
         let handle = Borrowed::from_ptr(py, obj).cast_unchecked::<LockHandle>();
-        let slot = &handle.get().bound.0[which as usize];
+        let slot = &handle.get().bound.0[which.slot()];
         if !slot.owner.get().is_null() {
             // Still held by someone (a nested `with` on the same handle).
             return plain(which, obj, ty);
@@ -183,10 +212,7 @@ unsafe extern "C" fn method_get(
             ob_type: installed.slot_type as *mut ffi::PyTypeObject,
             ..ffi::PyObject_HEAD_INIT
         });
-        slot.vectorcall.set(Some(match which {
-            Which::Enter => enter_call,
-            Which::Exit => exit_call,
-        }));
+        slot.vectorcall.set(Some(which.call()));
         ffi::Py_IncRef(obj);
         slot.owner.set(obj);
         ob
@@ -196,10 +222,11 @@ unsafe extern "C" fn method_get(
 impl Slot {
     /// Which method the slot is bound as (while it is handed out).
     fn which(&self) -> Which {
-        match self.vectorcall.get() {
-            Some(f) if ptr::fn_addr_eq(f, enter_call as ffi::vectorcallfunc) => Which::Enter,
-            _ => Which::Exit,
-        }
+        let f = self.vectorcall.get();
+        Which::ALL
+            .into_iter()
+            .find(|w| f.is_some_and(|f| ptr::fn_addr_eq(f, w.call())))
+            .unwrap_or(Which::Exit)
     }
 }
 
@@ -218,14 +245,19 @@ fn nargs_of(nargsf: usize) -> ffi::Py_ssize_t {
     (nargsf & !ARGUMENTS_OFFSET) as ffi::Py_ssize_t
 }
 
-/// Calling a bound `__enter__`: no arguments.
-unsafe extern "C" fn enter_call(
+/// Calling a bound `__enter__` or `__aenter__`: no arguments, then `method` on the handle.
+///
+/// # Safety
+/// CPython's vectorcall arguments to a live slot object, with the GIL held.
+#[inline(always)]
+unsafe fn call_noargs(
+    which: Which,
     callable: *mut ffi::PyObject,
-    _args: *const *mut ffi::PyObject,
     nargsf: usize,
     kwnames: *mut ffi::PyObject,
+    method: unsafe extern "C" fn(*mut ffi::PyObject, *mut ffi::PyObject) -> *mut ffi::PyObject,
 ) -> *mut ffi::PyObject {
-    // SAFETY: CPython calls a live slot object with the GIL held.
+    // SAFETY: the caller's contract.
     unsafe {
         let owner = slot_of(callable).owner.get();
         let given = nargs_of(nargsf)
@@ -237,28 +269,95 @@ unsafe extern "C" fn enter_call(
         if given != 0 {
             let py = Python::assume_attached();
             PyTypeError::new_err(format!(
-                "LockHandle.__enter__() takes no arguments ({given} given)"
+                "LockHandle.{}() takes no arguments ({given} given)",
+                which.name()
             ))
             .restore(py);
             return ptr::null_mut();
         }
-        crate::vectorcall::enter(owner, ptr::null_mut())
+        method(owner, ptr::null_mut())
     }
 }
 
-/// Calling a bound `__exit__`: the exception triple.
+/// Calling a bound `__exit__` or `__aexit__`: the exception triple, taken by `method` as CPython
+/// passes it.
+///
+/// # Safety
+/// As for [`call_noargs`].
+#[inline(always)]
+unsafe fn call_triple(
+    callable: *mut ffi::PyObject,
+    args: *const *mut ffi::PyObject,
+    nargsf: usize,
+    kwnames: *mut ffi::PyObject,
+    method: unsafe extern "C" fn(
+        *mut ffi::PyObject,
+        *const *mut ffi::PyObject,
+        ffi::Py_ssize_t,
+        *mut ffi::PyObject,
+    ) -> *mut ffi::PyObject,
+) -> *mut ffi::PyObject {
+    // SAFETY: the caller's contract.
+    unsafe {
+        let owner = slot_of(callable).owner.get();
+        method(owner, args, nargs_of(nargsf), kwnames)
+    }
+}
+
+unsafe extern "C" fn enter_call(
+    callable: *mut ffi::PyObject,
+    _args: *const *mut ffi::PyObject,
+    nargsf: usize,
+    kwnames: *mut ffi::PyObject,
+) -> *mut ffi::PyObject {
+    // SAFETY: CPython calls a live slot object with the GIL held.
+    unsafe {
+        call_noargs(
+            Which::Enter,
+            callable,
+            nargsf,
+            kwnames,
+            crate::vectorcall::enter,
+        )
+    }
+}
+
+unsafe extern "C" fn aenter_call(
+    callable: *mut ffi::PyObject,
+    _args: *const *mut ffi::PyObject,
+    nargsf: usize,
+    kwnames: *mut ffi::PyObject,
+) -> *mut ffi::PyObject {
+    // SAFETY: CPython calls a live slot object with the GIL held.
+    unsafe {
+        call_noargs(
+            Which::AEnter,
+            callable,
+            nargsf,
+            kwnames,
+            crate::vectorcall::aenter,
+        )
+    }
+}
+
 unsafe extern "C" fn exit_call(
     callable: *mut ffi::PyObject,
     args: *const *mut ffi::PyObject,
     nargsf: usize,
     kwnames: *mut ffi::PyObject,
 ) -> *mut ffi::PyObject {
-    // SAFETY: CPython calls a live slot object with the GIL held, with its vectorcall
-    // arguments, which the method takes as they are.
-    unsafe {
-        let owner = slot_of(callable).owner.get();
-        crate::vectorcall::exit(owner, args, nargs_of(nargsf), kwnames)
-    }
+    // SAFETY: CPython calls a live slot object with the GIL held and its vectorcall arguments.
+    unsafe { call_triple(callable, args, nargsf, kwnames, crate::vectorcall::exit) }
+}
+
+unsafe extern "C" fn aexit_call(
+    callable: *mut ffi::PyObject,
+    args: *const *mut ffi::PyObject,
+    nargsf: usize,
+    kwnames: *mut ffi::PyObject,
+) -> *mut ffi::PyObject {
+    // SAFETY: CPython calls a live slot object with the GIL held and its vectorcall arguments.
+    unsafe { call_triple(callable, args, nargsf, kwnames, crate::vectorcall::aexit) }
 }
 
 /// A slot object called with an argument tuple (`tp_call`: `PyObject_Call`, `f(*args)`): the
@@ -299,10 +398,7 @@ unsafe extern "C" fn slot_repr(ob: *mut ffi::PyObject) -> *mut ffi::PyObject {
     unsafe {
         let py = Python::assume_attached();
         let slot = slot_of(ob);
-        let name = match slot.which() {
-            Which::Enter => "__enter__",
-            Which::Exit => "__exit__",
-        };
+        let name = slot.which().name();
         let owner = Borrowed::from_ptr(py, slot.owner.get());
         match owner.repr() {
             Ok(r) => format!("<bound method LockHandle.{name} of {r}>")
@@ -325,11 +421,7 @@ unsafe extern "C" fn method_attr(
     // SAFETY: CPython calls a getter with the GIL held, on a live `Method`; `name` is one of
     // the C strings `install` gave.
     unsafe {
-        let which = if (*descr.cast::<Method>()).which == Which::Enter as usize {
-            Which::Enter
-        } else {
-            Which::Exit
-        };
+        let which = Which::of((*descr.cast::<Method>()).which);
         match INSTALLED.get() {
             Some(installed) => ffi::PyObject_GetAttrString(
                 installed.methods[which as usize] as *mut ffi::PyObject,
@@ -368,8 +460,8 @@ fn slot(slot: c_int, pfunc: *mut c_void) -> ffi::PyType_Slot {
     ffi::PyType_Slot { slot, pfunc }
 }
 
-/// Replaces `LockHandle.__enter__` and `__exit__` (the method descriptors `vectorcall`
-/// installed) with the binding descriptors. Nothing on a free-threaded interpreter.
+/// Replaces `LockHandle`'s `__enter__`, `__exit__`, `__aenter__` and `__aexit__` (the method
+/// descriptors `vectorcall` installed) with the binding descriptors. Nothing on a free-threaded interpreter.
 pub(crate) fn install(handle_type: &Bound<'_, PyType>) -> PyResult<()> {
     let py = handle_type.py();
     let base_flags = ffi::Py_TPFLAGS_DEFAULT
@@ -432,20 +524,22 @@ pub(crate) fn install(handle_type: &Bound<'_, PyType>) -> PyResult<()> {
         ],
     )?;
 
-    let enter = handle_type.getattr("__enter__")?;
-    let exit = handle_type.getattr("__exit__")?;
+    let mut methods = [0usize; 4];
+    for which in Which::ALL {
+        methods[which as usize] = handle_type.getattr(which.name())?.into_ptr() as usize;
+    }
     let installed = Installed {
         handle_type: handle_type.as_type_ptr() as usize,
         key_lock_type: py.get_type::<crate::handle::KeyLock>().as_type_ptr() as usize,
         slot_type: slot_type.into_ptr() as usize,
-        methods: [enter.into_ptr() as usize, exit.into_ptr() as usize],
+        methods,
     };
     if INSTALLED.set(installed).is_err() {
         // (pyo3 initializes a module once per process, so this does not happen; were it to,
         // the descriptors of the first stay, and they know only the first's types.)
         return Ok(());
     }
-    for (name, which) in [("__enter__", Which::Enter), ("__exit__", Which::Exit)] {
+    for which in Which::ALL {
         // SAFETY: a live type from a spec whose basic size is a `Method`'s; the allocation is
         // zeroed with its header set, and `which` is written before anyone sees it.
         let descr = unsafe {
@@ -456,7 +550,7 @@ pub(crate) fn install(handle_type: &Bound<'_, PyType>) -> PyResult<()> {
             (*ob.cast::<Method>()).which = which as usize;
             Bound::from_owned_ptr(py, ob)
         };
-        handle_type.setattr(name, descr)?;
+        handle_type.setattr(which.name(), descr)?;
     }
     Ok(())
 }

@@ -336,7 +336,7 @@ pub(crate) unsafe extern "C" fn exit(
 }
 
 /// `__aenter__` (`METH_NOARGS`).
-unsafe extern "C" fn aenter(
+pub(crate) unsafe extern "C" fn aenter(
     slf: *mut ffi::PyObject,
     _noargs: *mut ffi::PyObject,
 ) -> *mut ffi::PyObject {
@@ -348,7 +348,7 @@ unsafe extern "C" fn aenter(
 }
 
 /// `__aexit__` (`METH_FASTCALL | METH_KEYWORDS`).
-unsafe extern "C" fn aexit(
+pub(crate) unsafe extern "C" fn aexit(
     slf: *mut ffi::PyObject,
     args: *const *mut ffi::PyObject,
     nargs: ffi::Py_ssize_t,

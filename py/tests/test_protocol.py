@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 import keylock
-from conftest import run_script, run_threads
+from conftest import arun, run_script, run_threads
 
 
 def _pool() -> keylock.LockHandle:
@@ -340,6 +340,34 @@ def test_bound_method_keeps_its_handle() -> None:
             del h
     assert [r() for r in seen] == [None, None, None]
     assert not pool.is_locked("k")
+
+
+def test_bound_async_enter_and_exit() -> None:
+    """`async with` binds `__aenter__` and `__aexit__` the same way (sharing the slots of
+    `__enter__` and `__exit__`), and a `with` inside an `async with` on the same reentrant
+    handle gets plain bound methods for the slot held."""
+    pool = keylock.KeyPool(reentrant=True)
+    h = pool.lock("k")
+    refs = sys.getrefcount(h)
+
+    async def main() -> None:
+        for _ in range(50):
+            async with h:
+                assert h.locked()
+                with h:
+                    assert pool.info("k").holds == 2
+            assert not h.locked()
+        aenter, aexit = h.__aenter__, h.__aexit__
+        assert aenter.__self__ is h and "__aenter__" in repr(aenter) and "__aexit__" in repr(aexit)
+        await aenter()
+        assert h.locked()
+        await aexit(None, None, None)
+        assert not h.locked()
+        with pytest.raises(TypeError, match=r"__aenter__\(\) takes no arguments \(1 given\)"):
+            aenter(1)
+
+    arun(main())
+    assert sys.getrefcount(h) == refs
 
 
 def test_bound_methods_nested_and_across_threads() -> None:
