@@ -304,61 +304,44 @@ unsafe fn call_triple(
     }
 }
 
-unsafe extern "C" fn enter_call(
-    callable: *mut ffi::PyObject,
-    _args: *const *mut ffi::PyObject,
-    nargsf: usize,
-    kwnames: *mut ffi::PyObject,
-) -> *mut ffi::PyObject {
-    // SAFETY: CPython calls a live slot object with the GIL held.
-    unsafe {
-        call_noargs(
-            Which::Enter,
-            callable,
-            nargsf,
-            kwnames,
-            crate::vectorcall::enter,
-        )
-    }
+/// A slot's vectorcall entry for one method: `noargs` (`__enter__`, `__aenter__`) or `triple`
+/// (`__exit__`, `__aexit__`), calling `$method` of [`crate::vectorcall`]. Each is a function of
+/// its own, as a slot's entry is a plain function pointer.
+macro_rules! slot_entry {
+    ($fn:ident, noargs, $which:expr, $method:path) => {
+        unsafe extern "C" fn $fn(
+            callable: *mut ffi::PyObject,
+            _args: *const *mut ffi::PyObject,
+            nargsf: usize,
+            kwnames: *mut ffi::PyObject,
+        ) -> *mut ffi::PyObject {
+            // SAFETY: CPython calls a live slot object with the GIL held.
+            unsafe { call_noargs($which, callable, nargsf, kwnames, $method) }
+        }
+    };
+    ($fn:ident, triple, $method:path) => {
+        unsafe extern "C" fn $fn(
+            callable: *mut ffi::PyObject,
+            args: *const *mut ffi::PyObject,
+            nargsf: usize,
+            kwnames: *mut ffi::PyObject,
+        ) -> *mut ffi::PyObject {
+            // SAFETY: CPython calls a live slot object with the GIL held and its vectorcall
+            // arguments.
+            unsafe { call_triple(callable, args, nargsf, kwnames, $method) }
+        }
+    };
 }
 
-unsafe extern "C" fn aenter_call(
-    callable: *mut ffi::PyObject,
-    _args: *const *mut ffi::PyObject,
-    nargsf: usize,
-    kwnames: *mut ffi::PyObject,
-) -> *mut ffi::PyObject {
-    // SAFETY: CPython calls a live slot object with the GIL held.
-    unsafe {
-        call_noargs(
-            Which::AEnter,
-            callable,
-            nargsf,
-            kwnames,
-            crate::vectorcall::aenter,
-        )
-    }
-}
-
-unsafe extern "C" fn exit_call(
-    callable: *mut ffi::PyObject,
-    args: *const *mut ffi::PyObject,
-    nargsf: usize,
-    kwnames: *mut ffi::PyObject,
-) -> *mut ffi::PyObject {
-    // SAFETY: CPython calls a live slot object with the GIL held and its vectorcall arguments.
-    unsafe { call_triple(callable, args, nargsf, kwnames, crate::vectorcall::exit) }
-}
-
-unsafe extern "C" fn aexit_call(
-    callable: *mut ffi::PyObject,
-    args: *const *mut ffi::PyObject,
-    nargsf: usize,
-    kwnames: *mut ffi::PyObject,
-) -> *mut ffi::PyObject {
-    // SAFETY: CPython calls a live slot object with the GIL held and its vectorcall arguments.
-    unsafe { call_triple(callable, args, nargsf, kwnames, crate::vectorcall::aexit) }
-}
+slot_entry!(enter_call, noargs, Which::Enter, crate::vectorcall::enter);
+slot_entry!(
+    aenter_call,
+    noargs,
+    Which::AEnter,
+    crate::vectorcall::aenter
+);
+slot_entry!(exit_call, triple, crate::vectorcall::exit);
+slot_entry!(aexit_call, triple, crate::vectorcall::aexit);
 
 /// A slot object called with an argument tuple (`tp_call`: `PyObject_Call`, `f(*args)`): the
 /// same call through a plain bound method.
