@@ -8,7 +8,7 @@
 //! of the 3,254 instructions of an uncontended `with pool.lock(key):` went with them
 //! (callgrind). Here the four are descriptors of their own on `LockHandle` ([`Method`]), whose
 //! `__get__` hands out one of two small objects kept inside the handle ([`Slot`]) when it is
-//! free, and a plain bound method (from the method descriptor [`crate::vectorcall`] made, kept
+//! free, and a plain bound method (from the method descriptor made when the module loaded, kept
 //! as the fallback) when it is not: when something still holds the last one handed out, as a
 //! `with` block nested in another on the same handle does. Looked up on the class, they give
 //! that method descriptor itself, so introspection, `type(h).__enter__(h)` and
@@ -34,8 +34,6 @@ use pyo3::exceptions::PyTypeError;
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::PyType;
-
-use crate::lock::LockHandle;
 
 /// `Py_TPFLAGS_HAVE_VECTORCALL` (in the limited API from 3.12; CPython honours it on a type made
 /// from a spec with a `__vectorcalloffset__` member since 3.9).
@@ -119,12 +117,43 @@ impl Slots {
     }
 }
 
-/// What `install` made, for the process's life.
+/// A `METH_NOARGS` method's function: `(self, NULL)`.
+pub(crate) type NoArgs =
+    unsafe extern "C" fn(*mut ffi::PyObject, *mut ffi::PyObject) -> *mut ffi::PyObject;
+/// A `METH_FASTCALL | METH_KEYWORDS` method's function: `(self, args, nargs, kwnames)`.
+pub(crate) type FastCall = unsafe extern "C" fn(
+    *mut ffi::PyObject,
+    *const *mut ffi::PyObject,
+    ffi::Py_ssize_t,
+    *mut ffi::PyObject,
+) -> *mut ffi::PyObject;
+
+/// What the module that defines the handles tells this one: where a handle's slots are, which
+/// type is the most common handle's, and the four methods' functions (the same ones their
+/// method descriptors call).
+pub(crate) struct Hooks {
+    /// The slots of a live instance of `LockHandle` (or of a subclass).
+    pub(crate) slots: unsafe fn(*mut ffi::PyObject) -> *const Slots,
+    /// The most common handle's type (`KeyLock`): its instances skip the subclass check.
+    pub(crate) common_type: *mut ffi::PyTypeObject,
+    pub(crate) enter: NoArgs,
+    pub(crate) exit: FastCall,
+    pub(crate) aenter: NoArgs,
+    pub(crate) aexit: FastCall,
+}
+
+/// What `install` made and was given, for the process's life.
 struct Installed {
     /// `LockHandle`'s type: a descriptor binds only to instances of it.
     handle_type: usize,
-    /// `KeyLock`'s, the most common handle: its instances skip the subclass check.
-    key_lock_type: usize,
+    /// The most common handle's type: its instances skip the subclass check.
+    common_type: usize,
+    /// Where a handle's slots are.
+    slots: unsafe fn(*mut ffi::PyObject) -> *const Slots,
+    enter: NoArgs,
+    exit: FastCall,
+    aenter: NoArgs,
+    aexit: FastCall,
     /// The slots' type.
     slot_type: usize,
     /// The method descriptors of `__enter__`, `__exit__`, `__aenter__` and `__aexit__` (strong
@@ -187,7 +216,7 @@ unsafe extern "C" fn method_get(
             return plain(which, obj, ty);
         };
         if obj.is_null()
-            || (ffi::Py_TYPE(obj) as usize != installed.key_lock_type
+            || (ffi::Py_TYPE(obj) as usize != installed.common_type
                 && ffi::PyType_IsSubtype(
                     ffi::Py_TYPE(obj),
                     installed.handle_type as *mut ffi::PyTypeObject,
@@ -196,9 +225,7 @@ unsafe extern "C" fn method_get(
             // On the class, the method descriptor itself; on another object, its error.
             return plain(which, obj, ty);
         }
-        let py = Python::assume_attached();
-        let handle = Borrowed::from_ptr(py, obj).cast_unchecked::<LockHandle>();
-        let slot = &handle.get().bound.0[which.slot()];
+        let slot = &(*(installed.slots)(obj)).0[which.slot()];
         if !slot.owner.get().is_null() {
             // Still held by someone (a nested `with` on the same handle).
             return plain(which, obj, ty);
@@ -255,7 +282,7 @@ unsafe fn call_noargs(
     callable: *mut ffi::PyObject,
     nargsf: usize,
     kwnames: *mut ffi::PyObject,
-    method: unsafe extern "C" fn(*mut ffi::PyObject, *mut ffi::PyObject) -> *mut ffi::PyObject,
+    method: NoArgs,
 ) -> *mut ffi::PyObject {
     // SAFETY: the caller's contract.
     unsafe {
@@ -290,12 +317,7 @@ unsafe fn call_triple(
     args: *const *mut ffi::PyObject,
     nargsf: usize,
     kwnames: *mut ffi::PyObject,
-    method: unsafe extern "C" fn(
-        *mut ffi::PyObject,
-        *const *mut ffi::PyObject,
-        ffi::Py_ssize_t,
-        *mut ffi::PyObject,
-    ) -> *mut ffi::PyObject,
+    method: FastCall,
 ) -> *mut ffi::PyObject {
     // SAFETY: the caller's contract.
     unsafe {
@@ -304,11 +326,18 @@ unsafe fn call_triple(
     }
 }
 
+/// The installed state, from a slot's call (there are slots only once it is set).
+fn installed() -> &'static Installed {
+    INSTALLED
+        .get()
+        .expect("a slot exists only after its descriptors were installed")
+}
+
 /// A slot's vectorcall entry for one method: `noargs` (`__enter__`, `__aenter__`) or `triple`
-/// (`__exit__`, `__aexit__`), calling `$method` of [`crate::vectorcall`]. Each is a function of
-/// its own, as a slot's entry is a plain function pointer.
+/// (`__exit__`, `__aexit__`), calling the method's function of [`Hooks`] (`$method`: its field).
+/// Each is a function of its own, as a slot's entry is a plain function pointer.
 macro_rules! slot_entry {
-    ($fn:ident, noargs, $which:expr, $method:path) => {
+    ($fn:ident, noargs, $which:expr, $method:ident) => {
         unsafe extern "C" fn $fn(
             callable: *mut ffi::PyObject,
             _args: *const *mut ffi::PyObject,
@@ -316,10 +345,10 @@ macro_rules! slot_entry {
             kwnames: *mut ffi::PyObject,
         ) -> *mut ffi::PyObject {
             // SAFETY: CPython calls a live slot object with the GIL held.
-            unsafe { call_noargs($which, callable, nargsf, kwnames, $method) }
+            unsafe { call_noargs($which, callable, nargsf, kwnames, installed().$method) }
         }
     };
-    ($fn:ident, triple, $method:path) => {
+    ($fn:ident, triple, $method:ident) => {
         unsafe extern "C" fn $fn(
             callable: *mut ffi::PyObject,
             args: *const *mut ffi::PyObject,
@@ -328,20 +357,15 @@ macro_rules! slot_entry {
         ) -> *mut ffi::PyObject {
             // SAFETY: CPython calls a live slot object with the GIL held and its vectorcall
             // arguments.
-            unsafe { call_triple(callable, args, nargsf, kwnames, $method) }
+            unsafe { call_triple(callable, args, nargsf, kwnames, installed().$method) }
         }
     };
 }
 
-slot_entry!(enter_call, noargs, Which::Enter, crate::vectorcall::enter);
-slot_entry!(
-    aenter_call,
-    noargs,
-    Which::AEnter,
-    crate::vectorcall::aenter
-);
-slot_entry!(exit_call, triple, crate::vectorcall::exit);
-slot_entry!(aexit_call, triple, crate::vectorcall::aexit);
+slot_entry!(enter_call, noargs, Which::Enter, enter);
+slot_entry!(aenter_call, noargs, Which::AEnter, aenter);
+slot_entry!(exit_call, triple, exit);
+slot_entry!(aexit_call, triple, aexit);
 
 /// A slot object called with an argument tuple (`tp_call`: `PyObject_Call`, `f(*args)`): the
 /// same call through a plain bound method.
@@ -444,8 +468,9 @@ fn slot(slot: c_int, pfunc: *mut c_void) -> ffi::PyType_Slot {
 }
 
 /// Replaces `LockHandle`'s `__enter__`, `__exit__`, `__aenter__` and `__aexit__` (the method
-/// descriptors `vectorcall` installed) with the binding descriptors. Nothing on a free-threaded interpreter.
-pub(crate) fn install(handle_type: &Bound<'_, PyType>) -> PyResult<()> {
+/// descriptors set when the module loaded) with the binding descriptors; `hooks` says what the
+/// methods do. Nothing on a free-threaded interpreter.
+pub(crate) fn install(handle_type: &Bound<'_, PyType>, hooks: Hooks) -> PyResult<()> {
     let py = handle_type.py();
     let base_flags = ffi::Py_TPFLAGS_DEFAULT
         | ffi::Py_TPFLAGS_DISALLOW_INSTANTIATION
@@ -513,7 +538,12 @@ pub(crate) fn install(handle_type: &Bound<'_, PyType>) -> PyResult<()> {
     }
     let installed = Installed {
         handle_type: handle_type.as_type_ptr() as usize,
-        key_lock_type: py.get_type::<crate::handle::KeyLock>().as_type_ptr() as usize,
+        common_type: hooks.common_type as usize,
+        slots: hooks.slots,
+        enter: hooks.enter,
+        exit: hooks.exit,
+        aenter: hooks.aenter,
+        aexit: hooks.aexit,
         slot_type: slot_type.into_ptr() as usize,
         methods,
     };

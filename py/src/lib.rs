@@ -59,6 +59,18 @@ fn _keylock(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<semaphore::Semaphore>()?;
     m.add_class::<lock::LockHandle>()?;
     vectorcall::install(m)?;
+    #[cfg(not(Py_GIL_DISABLED))]
+    bound::install(
+        &m.py().get_type::<lock::LockHandle>(),
+        bound::Hooks {
+            slots: lock::LockHandle::slots_of,
+            common_type: m.py().get_type::<handle::KeyLock>().as_type_ptr(),
+            enter: vectorcall::enter,
+            exit: vectorcall::exit,
+            aenter: vectorcall::aenter,
+            aexit: vectorcall::aexit,
+        },
+    )?;
     m.add_class::<handle::KeyLock>()?;
     m.add_class::<handle::ReentrantKeyLock>()?;
     m.add_class::<handle::ManyLock>()?;

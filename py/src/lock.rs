@@ -435,6 +435,21 @@ impl LockHandle {
         }
     }
 
+    /// The bound-method slots of a handle object.
+    ///
+    /// # Safety
+    /// `obj` is a live instance of `LockHandle` (or of a subclass), and the thread is attached.
+    #[cfg(not(Py_GIL_DISABLED))]
+    pub(crate) unsafe fn slots_of(obj: *mut pyo3::ffi::PyObject) -> *const crate::bound::Slots {
+        // SAFETY: the caller's contract; the handle outlives this call, and the slots live
+        // inside it.
+        unsafe {
+            let py = Python::assume_attached();
+            let handle = Borrowed::from_ptr(py, obj).cast_unchecked::<LockHandle>();
+            &raw const handle.get().bound
+        }
+    }
+
     /// The owner of an acquire or release made now: the calling thread or task for a reentrant
     /// lock object, none otherwise.
     #[inline]

@@ -488,9 +488,5 @@ fn set_on(ty: &Bound<'_, PyType>, methods: impl IntoIterator<Item = Method>) -> 
 pub(crate) fn install(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     set_on(&py.get_type::<Keyed>(), keyed_methods())?;
-    let handle = py.get_type::<LockHandle>();
-    set_on(&handle, handle_methods())?;
-    #[cfg(not(Py_GIL_DISABLED))]
-    crate::bound::install(&handle)?;
-    Ok(())
+    set_on(&py.get_type::<LockHandle>(), handle_methods())
 }
