@@ -29,6 +29,7 @@ use std::ffi::{CStr, c_int, c_uint, c_void};
 use std::mem::{MaybeUninit, offset_of};
 use std::ptr;
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use pyo3::exceptions::PyTypeError;
 use pyo3::ffi;
@@ -163,6 +164,30 @@ struct Installed {
 
 static INSTALLED: OnceLock<Installed> = OnceLock::new();
 
+/// Where a handle's slots are, counted from the start of its object (0 until the first bind):
+/// the same for every handle, whatever its class, as a subclass's object begins with its base's.
+static SLOTS_OFFSET: AtomicUsize = AtomicUsize::new(0);
+
+/// The slots of a live handle object: the hook's answer, kept as an offset after the first.
+///
+/// # Safety
+/// `obj` is a live instance of `LockHandle` (or of a subclass), and the GIL is held.
+#[inline(always)]
+unsafe fn slots_of(installed: &Installed, obj: *mut ffi::PyObject) -> *const Slots {
+    let offset = SLOTS_OFFSET.load(Ordering::Relaxed);
+    if offset != 0 {
+        // SAFETY: the offset of the slots inside every handle object (see SLOTS_OFFSET).
+        let slots = unsafe { obj.byte_add(offset) }.cast::<Slots>();
+        // SAFETY: the caller's contract.
+        debug_assert_eq!(slots.cast_const(), unsafe { (installed.slots)(obj) });
+        return slots;
+    }
+    // SAFETY: the caller's contract.
+    let slots = unsafe { (installed.slots)(obj) };
+    SLOTS_OFFSET.store(slots as usize - obj as usize, Ordering::Relaxed);
+    slots
+}
+
 /// The descriptor object set on `LockHandle` for one method.
 #[repr(C)]
 struct Method {
@@ -225,7 +250,7 @@ unsafe extern "C" fn method_get(
             // On the class, the method descriptor itself; on another object, its error.
             return plain(which, obj, ty);
         }
-        let slot = &(*(installed.slots)(obj)).0[which.slot()];
+        let slot = &(*slots_of(installed, obj)).0[which.slot()];
         if !slot.owner.get().is_null() {
             // Still held by someone (a nested `with` on the same handle).
             return plain(which, obj, ty);
