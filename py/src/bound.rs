@@ -297,6 +297,20 @@ fn nargs_of(nargsf: usize) -> ffi::Py_ssize_t {
     (nargsf & !ARGUMENTS_OFFSET) as ffi::Py_ssize_t
 }
 
+/// Raises the TypeError of a call with arguments to a method that takes none; NULL.
+#[cold]
+#[inline(never)]
+fn takes_no_arguments(which: Which, given: ffi::Py_ssize_t) -> *mut ffi::PyObject {
+    // SAFETY: called from a slot's call, with the GIL held.
+    let py = unsafe { Python::assume_attached() };
+    PyTypeError::new_err(format!(
+        "LockHandle.{}() takes no arguments ({given} given)",
+        which.name()
+    ))
+    .restore(py);
+    ptr::null_mut()
+}
+
 /// Calling a bound `__enter__` or `__aenter__`: no arguments, then `method` on the handle.
 ///
 /// # Safety
@@ -319,13 +333,7 @@ unsafe fn call_noargs(
                 ffi::PyTuple_Size(kwnames)
             };
         if given != 0 {
-            let py = Python::assume_attached();
-            PyTypeError::new_err(format!(
-                "LockHandle.{}() takes no arguments ({given} given)",
-                which.name()
-            ))
-            .restore(py);
-            return ptr::null_mut();
+            return takes_no_arguments(which, given);
         }
         method(owner, ptr::null_mut())
     }

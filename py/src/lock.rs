@@ -411,7 +411,8 @@ pub(crate) struct LockHandle {
     pub(crate) lease: Option<Duration>,
     /// Acquisitions belong to the calling thread or task (a reentrant lock object).
     pub(crate) reentrant: bool,
-    records: GilCell<Records>,
+    /// Never dropped as a field: `Drop` moves out whatever it owns (see there).
+    records: std::mem::ManuallyDrop<GilCell<Records>>,
     /// Its bound `__enter__` and `__exit__` ([`crate::bound`]).
     #[cfg(not(Py_GIL_DISABLED))]
     pub(crate) bound: crate::bound::Slots,
@@ -429,7 +430,7 @@ impl LockHandle {
             timeout,
             lease,
             reentrant,
-            records: GilCell::new(Records::default()),
+            records: std::mem::ManuallyDrop::new(GilCell::new(Records::default())),
             #[cfg(not(Py_GIL_DISABLED))]
             bound: crate::bound::Slots::new(),
         }
@@ -541,10 +542,13 @@ impl Drop for LockHandle {
     /// unclosed file does. Stale records release nothing.
     fn drop(&mut self) {
         let records = self.records.get_mut();
-        // The usual end: everything was released (checked in place, without moving the records).
-        if records.first.is_none() && records.more.is_empty() {
+        // The usual end: everything was released and nothing was ever allocated, so the records
+        // own nothing to drop (checked in place, which spares their drop glue's checks).
+        if records.first.is_none() && records.more.capacity() == 0 {
             return;
         }
+        // (What the field holds after this is the empty default, which owns nothing: the field
+        // is never dropped.)
         let records = std::mem::take(records);
         let mut released = 0usize;
         for record in records.first.into_iter().chain(records.more) {
