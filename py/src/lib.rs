@@ -22,6 +22,7 @@
 mod args;
 #[cfg(not(Py_GIL_DISABLED))]
 mod bound;
+mod direct;
 mod errors;
 mod gil;
 mod handle;
@@ -83,6 +84,7 @@ fn _keylock(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(wait::_resolve, m)?)?;
     m.add_function(wrap_pyfunction!(stall::_set_waiter_stall, m)?)?;
     m.add_function(wrap_pyfunction!(stall::_stalled_waiters, m)?)?;
+    m.add_function(wrap_pyfunction!(direct::_direct_handles, m)?)?;
     m.add_function(wrap_pyfunction!(key::key_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(locks::unlink, m)?)?;
     Ok(())

@@ -342,6 +342,39 @@ def test_bound_method_keeps_its_handle() -> None:
     assert not pool.is_locked("k")
 
 
+def test_direct_handles_match_pyo3s() -> None:
+    """`lock(key)` makes its KeyLock without pyo3's initializer chain after the first (which
+    pyo3 makes, and whose layout the direct way is checked against): those handles are whole
+    objects, and making and dropping them leaves every count where it was."""
+    from keylock import _keylock
+
+    pool = keylock.KeyPool()
+    first = pool.lock("k")
+    assert _keylock._direct_handles() is True
+    h = pool.lock("k", timeout=2.5)
+    assert type(h) is keylock.KeyLock and isinstance(h, keylock.LockHandle)
+    assert sys.getsizeof(h) == sys.getsizeof(first)
+    assert gc.is_tracked(h) and not hasattr(h, "__dict__")
+    assert (h.key, h.mode, h.timeout, h.lease, h.fence) == (b"k", "exclusive", 2.5, None, None)
+    with h:
+        assert pool.is_locked("k") and h.fence is not None
+    assert not pool.is_locked("k")
+    gone: list[bool] = []
+    r = weakref.ref(h, lambda _: gone.append(True))
+    del h
+    assert r() is None and gone == [True]
+    del first
+    gc.collect()
+    refs = (sys.getrefcount(pool), sys.getrefcount(keylock.KeyLock))
+    for i in range(10_000):
+        with pool.lock(f"k{i % 7}"):
+            pass
+        pool.lock(i)
+    gc.collect()
+    assert (sys.getrefcount(pool), sys.getrefcount(keylock.KeyLock)) == refs
+    assert pool.stats()["held"] == 0
+
+
 def test_bound_async_enter_and_exit() -> None:
     """`async with` binds `__aenter__` and `__aexit__` the same way (sharing the slots of
     `__enter__` and `__exit__`), and a `with` inside an `async with` on the same reentrant

@@ -147,6 +147,10 @@ def _set_waiter_stall(on: bool, /) -> None:
 def _stalled_waiters() -> int:
     """Tests only: how many blocking waiters stand stalled now."""
 
+def _direct_handles() -> bool | None:
+    """Tests only: whether KeyLock handles are made without pyo3's initializer chain (None
+    before the first is made)."""
+
 @final
 class _Acquire(Generic[_T]):
     """Awaitable returned by `acquire_async()` (result: bool) and, when the lock is taken,
