@@ -325,18 +325,12 @@ impl keylock_acquisition {
         lock: u64,
         release: impl FnOnce(Acquisition) -> Result<(), Acquisition>,
     ) -> bool {
-        if self._private_state != state::KEYED || self._private_lock != lock {
-            return false;
-        }
-        // SAFETY: the state says KEYED: fill_keyed wrote an Acquisition there, not taken out
-        // since. The copy is plain data (no drop glue, asserted above); if `release` hands it
-        // back, nothing was released and it is simply dropped, the record still holding it.
-        let acq = unsafe { self.storage::<Acquisition>().read() };
-        if release(acq).is_err() {
-            return false;
-        }
-        self._private_state = state::RELEASED;
-        true
+        self.release_keyed_cas(lock, |acq| {
+            // SAFETY: a copy of plain data (no drop glue, asserted above): if `release` hands it
+            // back, nothing was released and it is simply dropped, the record still holding it;
+            // if not, the record is marked released and never read again.
+            release(unsafe { std::ptr::read(acq) }).is_ok()
+        })
     }
 
     /// Like [`Self::release_keyed_fast`] with a release that reads the acquisition in place and

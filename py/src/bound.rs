@@ -25,7 +25,7 @@
 //! the methods are the plain method descriptors.
 
 use std::cell::{Cell, UnsafeCell};
-use std::ffi::{CStr, c_int, c_uint, c_void};
+use std::ffi::{CStr, c_void};
 use std::mem::{MaybeUninit, offset_of};
 use std::ptr;
 use std::sync::OnceLock;
@@ -35,6 +35,8 @@ use pyo3::exceptions::PyTypeError;
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::PyType;
+
+use crate::spec::{generic_instance, make_type, slot};
 
 /// `Py_TPFLAGS_HAVE_VECTORCALL` (in the limited API from 3.12; CPython honours it on a type made
 /// from a spec with a `__vectorcalloffset__` member since 3.9).
@@ -475,31 +477,6 @@ unsafe extern "C" fn method_attr(
     }
 }
 
-/// A type made from a spec; `slots` end with the zero slot.
-fn make_type<'py>(
-    py: Python<'py>,
-    name: &'static CStr,
-    basicsize: usize,
-    flags: u64,
-    slots: &mut [ffi::PyType_Slot],
-) -> PyResult<Bound<'py, PyType>> {
-    let mut spec = ffi::PyType_Spec {
-        name: name.as_ptr(),
-        basicsize: basicsize as c_int,
-        itemsize: 0,
-        flags: flags as c_uint,
-        slots: slots.as_mut_ptr(),
-    };
-    // SAFETY: a valid spec whose slots end with the zero slot; CPython copies what it keeps
-    // (the members array is leaked by the caller, as CPython reads it for the type's life).
-    let ty = unsafe { Bound::from_owned_ptr_or_err(py, ffi::PyType_FromSpec(&mut spec))? };
-    Ok(ty.cast_into::<PyType>()?)
-}
-
-fn slot(slot: c_int, pfunc: *mut c_void) -> ffi::PyType_Slot {
-    ffi::PyType_Slot { slot, pfunc }
-}
-
 /// Replaces `LockHandle`'s `__enter__`, `__exit__`, `__aenter__` and `__aexit__` (the method
 /// descriptors set when the module loaded) with the binding descriptors; `hooks` says what the
 /// methods do. Nothing on a free-threaded interpreter.
@@ -588,14 +565,10 @@ pub(crate) fn install(handle_type: &Bound<'_, PyType>, hooks: Hooks) -> PyResult
     for which in Which::ALL {
         // SAFETY: a live type from a spec whose basic size is a `Method`'s; the allocation is
         // zeroed with its header set, and `which` is written before anyone sees it.
-        let descr = unsafe {
-            let ob = ffi::PyType_GenericAlloc(method_type.as_type_ptr(), 0);
-            if ob.is_null() {
-                return Err(PyErr::fetch(py));
-            }
-            (*ob.cast::<Method>()).which = which as usize;
-            Bound::from_owned_ptr(py, ob)
-        };
+        let descr = generic_instance(&method_type)?;
+        // SAFETY: a fresh instance of a type whose basic size is a `Method`'s, not yet seen by
+        // anyone: `which` is written before it is published.
+        unsafe { (*descr.as_ptr().cast::<Method>()).which = which as usize };
         handle_type.setattr(which.name(), descr)?;
     }
     Ok(())

@@ -36,6 +36,7 @@ mod owner;
 mod ready;
 mod rwlock;
 mod semaphore;
+mod spec;
 mod stall;
 mod vectorcall;
 mod wait;

@@ -413,7 +413,8 @@ pub(crate) struct LockHandle {
     pub(crate) reentrant: bool,
     /// Never dropped as a field: `Drop` moves out whatever it owns (see there).
     records: std::mem::ManuallyDrop<GilCell<Records>>,
-    /// Its bound `__enter__` and `__exit__` ([`crate::bound`]).
+    /// The two bound-method objects its `__enter__`, `__exit__`, `__aenter__` and `__aexit__`
+    /// hand out ([`crate::bound`]).
     #[cfg(not(Py_GIL_DISABLED))]
     pub(crate) bound: crate::bound::Slots,
 }

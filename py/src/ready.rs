@@ -8,12 +8,14 @@
 //! result conversion) per slot. There is one instance, shared by every such call; it holds no
 //! state, so sharing it is safe from any thread.
 
-use std::ffi::{c_int, c_void};
+use std::ffi::c_void;
 use std::ptr;
 
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
+
+use crate::spec::{generic_instance, make_type, slot};
 
 /// `am_await`: the object is its own iterator.
 unsafe extern "C" fn ready_await(slf: *mut ffi::PyObject) -> *mut ffi::PyObject {
@@ -51,34 +53,21 @@ const DOC: &std::ffi::CStr = c"An awaitable that is already done, with result No
 fn ready(py: Python<'_>) -> PyResult<&Py<PyAny>> {
     static READY: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
     READY.get_or_try_init(py, || {
-        let slot = |slot: c_int, pfunc: *mut c_void| ffi::PyType_Slot { slot, pfunc };
-        // CPython keeps pointers into the spec's slots only while making the type, and copies
-        // the name; both live until the end of this function.
-        let mut slots = [
-            slot(ffi::Py_am_await, ready_await as *mut c_void),
-            slot(ffi::Py_am_send, ready_send as *mut c_void),
-            slot(ffi::Py_tp_iternext, ready_next as *mut c_void),
-            slot(ffi::Py_tp_iter, ffi::PyObject_SelfIter as *mut c_void),
-            slot(ffi::Py_tp_doc, DOC.as_ptr() as *mut c_void),
-            slot(0, ptr::null_mut()),
-        ];
-        let mut spec = ffi::PyType_Spec {
-            name: c"keylock._Ready".as_ptr(),
-            basicsize: 0, // a bare object: no fields
-            itemsize: 0,
-            flags: ffi::Py_TPFLAGS_DEFAULT as std::ffi::c_uint,
-            slots: slots.as_mut_ptr(),
-        };
-        // SAFETY: a valid spec, with the GIL held; the result is a new reference or NULL with
-        // an exception set.
-        let ty = unsafe { Bound::from_owned_ptr_or_err(py, ffi::PyType_FromSpec(&mut spec))? };
-        let ty = ty.cast_into::<pyo3::types::PyType>()?;
-        // SAFETY: `ty` is a live type object; the generic allocator makes a bare instance (a new
-        // reference, or NULL with an exception set).
-        let instance = unsafe {
-            let alloc = ffi::PyType_GenericAlloc(ty.as_ptr().cast(), 0);
-            Bound::from_owned_ptr_or_err(py, alloc)?
-        };
+        let ty = make_type(
+            py,
+            c"keylock._Ready",
+            0, // a bare object: no fields
+            ffi::Py_TPFLAGS_DEFAULT,
+            &mut [
+                slot(ffi::Py_am_await, ready_await as *mut c_void),
+                slot(ffi::Py_am_send, ready_send as *mut c_void),
+                slot(ffi::Py_tp_iternext, ready_next as *mut c_void),
+                slot(ffi::Py_tp_iter, ffi::PyObject_SelfIter as *mut c_void),
+                slot(ffi::Py_tp_doc, DOC.as_ptr() as *mut c_void),
+                slot(0, ptr::null_mut()),
+            ],
+        )?;
+        let instance = generic_instance(&ty)?;
         Ok(instance.unbind())
     })
 }
