@@ -1,57 +1,85 @@
-//! `KeyLock` handles made without pyo3's initializer chain: `pool.lock(key)` makes one per
-//! call, and pyo3's way (the base type's `tp_new` called with an empty tuple, then the value
-//! moved through each layer of the class chain) cost about twice the allocation itself.
+//! Handles made without pyo3's initializer chain: `pool.lock(key)` (and every other call that
+//! returns a handle) makes one per call, and pyo3's way (the base type's `tp_new` called with
+//! an empty tuple, then the value moved through each layer of the class chain) cost about twice
+//! the allocation itself.
 //!
-//! A handle made here is allocated by the type's own `tp_alloc` (zeroed, reference count 1,
+//! A handle made here is allocated by its class's own `tp_alloc` (zeroed, reference count 1,
 //! GC-tracked as the type asks) and the `LockHandle` value written where pyo3 keeps it: the
 //! object is then the one pyo3 would have made, byte for byte. That rests on what the first
-//! handle, made by pyo3, shows of pyo3's layout, so the direct way is taken only once that
-//! handle checked out: the value's offset (read through pyo3's own accessor) and nothing
-//! outside the value and the object header that pyo3 left non-zero (the class's other parts,
-//! its borrow and thread checkers and the subclass's value, are empty; the weak-reference
-//! list is a pointer that starts null). Whatever fails that check keeps pyo3's way.
+//! handle of the class, made by pyo3, shows of pyo3's layout, so the direct way is taken only
+//! once that handle checked out: the class adds no data to `LockHandle` (it is a unit struct),
+//! the value's offset is read through pyo3's own accessor, and pyo3 left nothing outside the
+//! value and the object header non-zero (the class's other parts, its borrow and thread
+//! checkers, are empty; the weak-reference list is a pointer that starts null). A class that
+//! fails that check keeps pyo3's way.
 
 use std::sync::OnceLock;
 
+use pyo3::PyClass;
 use pyo3::ffi;
 use pyo3::prelude::*;
-use pyo3::types::PyType;
+use pyo3::types::{PyDict, PyType};
 
-use crate::handle::{self, KeyLock};
 use crate::lock::LockHandle;
 
-/// What making a `KeyLock` directly needs, learned from the first one pyo3 made.
-struct Direct {
-    /// The `KeyLock` type, kept alive.
+/// What making handles of one class directly needs, learned from its first handle: `None`
+/// inside once that handle showed a layout the direct way does not handle.
+pub(crate) type Cache = OnceLock<Option<Direct>>;
+
+/// A handle class (a unit struct extending `LockHandle`), with its [`Cache`].
+pub(crate) trait HandleClass: PyClass<BaseType = LockHandle> {
+    fn cache() -> &'static Cache;
+}
+
+/// The classes made so far, by name, and whether the direct way makes them: for the tests.
+static SEEN: std::sync::Mutex<Vec<(&'static str, &'static Cache)>> =
+    std::sync::Mutex::new(Vec::new());
+
+/// Makes a handle of class `C` holding `handle`.
+#[inline]
+pub(crate) fn make<C: HandleClass>(
+    py: Python<'_>,
+    sub: C,
+    handle: LockHandle,
+) -> PyResult<Bound<'_, C>> {
+    let cache = C::cache();
+    match cache.get() {
+        // SAFETY: `d` was learned from an object of class `C` (see `Direct::learn`).
+        Some(Some(d)) => unsafe { d.make(py, handle) },
+        Some(None) => pyo3_make(py, sub, handle),
+        None => {
+            let obj = pyo3_make(py, sub, handle)?;
+            if cache.set(Direct::learn(&obj)).is_ok() {
+                let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
+                seen.push((C::NAME, cache));
+            }
+            Ok(obj)
+        }
+    }
+}
+
+/// pyo3's way.
+fn pyo3_make<C: HandleClass>(py: Python<'_>, sub: C, handle: LockHandle) -> PyResult<Bound<'_, C>> {
+    Bound::new(py, PyClassInitializer::from(handle).add_subclass(sub))
+}
+
+/// How to make handles of one class without pyo3's initializer chain.
+pub(crate) struct Direct {
+    /// The class, kept alive.
     ty: Py<PyType>,
     alloc: ffi::allocfunc,
     /// Where the `LockHandle` value is in the object, in bytes from its start.
     offset: usize,
 }
 
-/// `None` inside once the first handle showed a layout the direct way does not handle.
-static DIRECT: OnceLock<Option<Direct>> = OnceLock::new();
-
-/// Makes a `KeyLock` handle holding `handle`.
-#[inline]
-pub(crate) fn make_key_lock(py: Python<'_>, handle: LockHandle) -> PyResult<Bound<'_, KeyLock>> {
-    match DIRECT.get() {
-        // SAFETY: `d` was learned from a `KeyLock` object (see `Direct::learn`).
-        Some(Some(d)) => unsafe { d.make(py, handle) },
-        Some(None) => handle::make(py, KeyLock, handle),
-        None => {
-            let obj = handle::make(py, KeyLock, handle)?;
-            let _ = DIRECT.set(Direct::learn(&obj));
-            Ok(obj)
-        }
-    }
-}
-
 impl Direct {
-    /// How to make `KeyLock`s like `sample` (fresh from pyo3, never shared yet), if its layout
-    /// is the one described in the module docs.
-    fn learn(sample: &Bound<'_, KeyLock>) -> Option<Direct> {
-        let ty = sample.get_type();
+    /// How to make handles like `sample` (fresh from pyo3, never shared yet), if its layout is
+    /// the one described in the module docs.
+    fn learn<C: HandleClass>(sample: &Bound<'_, C>) -> Option<Direct> {
+        if std::mem::size_of::<C>() != 0 || std::mem::needs_drop::<C>() {
+            return None;
+        }
+        let ty = sample.as_any().get_type();
         let basicsize: usize = ty.getattr("__basicsize__").ok()?.extract().ok()?;
         let obj = sample.as_ptr().cast::<u8>();
         let value = std::ptr::from_ref::<LockHandle>(sample.as_super().get()).cast::<u8>();
@@ -62,7 +90,8 @@ impl Direct {
             return None;
         }
         // SAFETY: the object's `basicsize` bytes are allocated, and none of the bytes read is
-        // part of a value Rust holds a reference to (the `LockHandle` is skipped).
+        // part of a value Rust holds a reference to (the `LockHandle` is skipped; `C` has no
+        // bytes).
         let rest_zero = unsafe {
             let before = std::slice::from_raw_parts(obj.add(header), offset - header);
             let after = std::slice::from_raw_parts(obj.add(end), basicsize - end);
@@ -84,16 +113,16 @@ impl Direct {
         })
     }
 
-    /// A new `KeyLock` holding `handle`.
+    /// A new handle of class `C` holding `handle`.
     ///
     /// # Safety
-    /// `self` was learned from a `KeyLock` object by `learn`.
+    /// `self` was learned from an object of class `C` by `learn`.
     #[inline]
-    unsafe fn make<'py>(
+    unsafe fn make<'py, C: HandleClass>(
         &self,
         py: Python<'py>,
         handle: LockHandle,
-    ) -> PyResult<Bound<'py, KeyLock>> {
+    ) -> PyResult<Bound<'py, C>> {
         let ty = self.ty.bind(py).as_type_ptr();
         // SAFETY: the type's own allocator, called as `PyType_GenericAlloc` would be, with the
         // GIL held (`py`).
@@ -101,10 +130,10 @@ impl Direct {
         if obj.is_null() {
             return Err(PyErr::fetch(py));
         }
-        // SAFETY: a fresh, zeroed `KeyLock` object: the value goes where pyo3 keeps it (the
-        // offset `learn` read), and the rest is as pyo3 leaves it (zero: see the module docs).
-        // Nothing can look at the object in between (no Python code runs, and the GC cannot
-        // run without an allocation).
+        // SAFETY: a fresh, zeroed object of class `C`: the value goes where pyo3 keeps it (the
+        // offset `learn` read), and the rest is as pyo3 leaves it (zero: see the module docs;
+        // `C` itself has no bytes). Nothing can look at the object in between (no Python code
+        // runs, and the GC cannot run without an allocation).
         unsafe {
             obj.byte_add(self.offset).cast::<LockHandle>().write(handle);
             Ok(Bound::from_owned_ptr(py, obj).cast_into_unchecked())
@@ -112,8 +141,26 @@ impl Direct {
     }
 }
 
-/// Tests only: whether `KeyLock` handles are made the direct way (`None` before the first).
+/// Declares handle classes, each with its cache.
+macro_rules! handle_classes {
+    ($($class:ty),* $(,)?) => {$(
+        impl $crate::direct::HandleClass for $class {
+            fn cache() -> &'static $crate::direct::Cache {
+                static CACHE: $crate::direct::Cache = std::sync::OnceLock::new();
+                &CACHE
+            }
+        }
+    )*};
+}
+pub(crate) use handle_classes;
+
+/// Tests only: for each handle class made so far, whether the direct way makes it.
 #[pyfunction]
-pub(crate) fn _direct_handles() -> Option<bool> {
-    DIRECT.get().map(Option::is_some)
+pub(crate) fn _direct_handles(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
+    let out = PyDict::new(py);
+    let seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
+    for (name, cache) in seen.iter() {
+        out.set_item(*name, matches!(cache.get(), Some(Some(_))))?;
+    }
+    Ok(out)
 }

@@ -16,6 +16,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PySequence, PyString, PyTuple};
 
 use crate::args::{AcquireTimeout, Blocking, Extension, Lease, OptTimeout, Wait, acquire_wait};
+use crate::direct::{HandleClass, handle_classes};
 use crate::errors;
 use crate::key::OwnedKey;
 use crate::lock::{Held, LockHandle, Target};
@@ -556,10 +557,21 @@ impl WriteLock {
     }
 }
 
-/// Makes a handle of class `C` (a subclass of LockHandle).
-pub(crate) fn make<'py, C>(py: Python<'py>, sub: C, handle: LockHandle) -> PyResult<Bound<'py, C>>
-where
-    C: pyo3::PyClass<BaseType = LockHandle>,
-{
-    Bound::new(py, PyClassInitializer::from(handle).add_subclass(sub))
+/// Makes a handle of class `C` (a subclass of LockHandle): see [`crate::direct`].
+#[inline]
+pub(crate) fn make<'py, C: HandleClass>(
+    py: Python<'py>,
+    sub: C,
+    handle: LockHandle,
+) -> PyResult<Bound<'py, C>> {
+    crate::direct::make(py, sub, handle)
 }
+
+handle_classes!(
+    KeyLock,
+    ReentrantKeyLock,
+    Permit,
+    ManyLock,
+    ReadLock,
+    WriteLock
+);

@@ -12,7 +12,7 @@ use pyo3::types::{PyDict, PyType};
 use crate::args::{Lease, OptTimeout};
 use crate::errors;
 use crate::gil::with_gil_released;
-use crate::handle::{self, ManyLock, ReentrantKeyLock};
+use crate::handle::{self, KeyLock, ManyLock, ReentrantKeyLock};
 use crate::key::{to_key, to_owned_entries, to_owned_key};
 use crate::lock::{Keyed, LockHandle, Target};
 use crate::metrics::MetricsSnapshot;
@@ -70,7 +70,7 @@ impl Keyed {
         if reentrant && mode == Mode::Exclusive {
             Ok(handle::make(py, ReentrantKeyLock, handle)?.into_any())
         } else {
-            Ok(crate::direct::make_key_lock(py, handle)?.into_any())
+            Ok(handle::make(py, KeyLock, handle)?.into_any())
         }
     }
 }

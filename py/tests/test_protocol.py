@@ -343,36 +343,62 @@ def test_bound_method_keeps_its_handle() -> None:
 
 
 def test_direct_handles_match_pyo3s() -> None:
-    """`lock(key)` makes its KeyLock without pyo3's initializer chain after the first (which
-    pyo3 makes, and whose layout the direct way is checked against): those handles are whole
-    objects, and making and dropping them leaves every count where it was."""
+    """Every call that returns a handle makes it without pyo3's initializer chain after the
+    first of its class (which pyo3 makes, and whose layout the direct way is checked against):
+    those handles are whole objects, and making and dropping them leaves every count where it
+    was."""
     from keylock import _keylock
 
-    pool = keylock.KeyPool()
-    first = pool.lock("k")
-    assert _keylock._direct_handles() is True
-    h = pool.lock("k", timeout=2.5)
-    assert type(h) is keylock.KeyLock and isinstance(h, keylock.LockHandle)
-    assert sys.getsizeof(h) == sys.getsizeof(first)
-    assert gc.is_tracked(h) and not hasattr(h, "__dict__")
-    assert (h.key, h.mode, h.timeout, h.lease, h.fence) == (b"k", "exclusive", 2.5, None, None)
-    with h:
-        assert pool.is_locked("k") and h.fence is not None
-    assert not pool.is_locked("k")
-    gone: list[bool] = []
-    r = weakref.ref(h, lambda _: gone.append(True))
+    pool, rpool, rw, sem = (
+        keylock.KeyPool(),
+        keylock.KeyPool(reentrant=True),
+        keylock.RwLock(),
+        keylock.Semaphore(2),
+    )
+    makers: dict[str, Callable[[], keylock.LockHandle]] = {
+        "KeyLock": lambda: pool.lock("k", timeout=2.5),
+        "ReentrantKeyLock": lambda: rpool.lock("k", timeout=2.5),
+        "ManyLock": lambda: pool.lock_many(["k", "j"], timeout=2.5),
+        "ReadLock": lambda: rw.read(timeout=2.5),
+        "WriteLock": lambda: rw.write(timeout=2.5),
+        "Permit": lambda: sem.acquire("k", timeout=2.5),
+    }
+    gone: list[str] = []  # weak-reference callbacks run
+    for name, make in makers.items():
+        first, h = make(), make()
+        assert _keylock._direct_handles()[name] is True, name
+        assert type(h) is type(first) and type(h).__name__ == name
+        assert isinstance(h, keylock.LockHandle)
+        assert sys.getsizeof(h) == sys.getsizeof(first)
+        assert gc.is_tracked(h) and not hasattr(h, "__dict__")
+        assert (h.timeout, h.lease) == (2.5, None)
+        assert not h.locked()
+        with h:
+            assert h.locked() or name in ("ReadLock", "Permit")
+            assert h.is_current()
+        assert not h.is_current()
+        r = weakref.ref(h, lambda _, name=name: gone.append(name))
+        del h
+        assert r() is None and gone[-1] == name
+        del first
+    assert gone == list(makers)
+    h = pool.lock("k")
+    assert (h.key, h.mode, h.fence) == (b"k", "exclusive", None)
     del h
-    assert r() is None and gone == [True]
-    del first
     gc.collect()
-    refs = (sys.getrefcount(pool), sys.getrefcount(keylock.KeyLock))
-    for i in range(10_000):
-        with pool.lock(f"k{i % 7}"):
-            pass
+    owners = (pool, rpool, rw, sem)
+    refs = [sys.getrefcount(o) for o in owners]
+    types = [sys.getrefcount(getattr(keylock, name)) for name in makers]
+    for i in range(2_000):
+        for make in makers.values():
+            with make():
+                pass
+            make()
         pool.lock(i)
     gc.collect()
-    assert (sys.getrefcount(pool), sys.getrefcount(keylock.KeyLock)) == refs
-    assert pool.stats()["held"] == 0
+    assert [sys.getrefcount(o) for o in owners] == refs
+    assert [sys.getrefcount(getattr(keylock, name)) for name in makers] == types
+    assert not pool.is_locked("k") and not rw.is_locked()
 
 
 def test_bound_async_enter_and_exit() -> None:

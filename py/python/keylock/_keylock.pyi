@@ -147,9 +147,9 @@ def _set_waiter_stall(on: bool, /) -> None:
 def _stalled_waiters() -> int:
     """Tests only: how many blocking waiters stand stalled now."""
 
-def _direct_handles() -> bool | None:
-    """Tests only: whether KeyLock handles are made without pyo3's initializer chain (None
-    before the first is made)."""
+def _direct_handles() -> dict[str, bool]:
+    """Tests only: for each handle class made so far (by name), whether its handles are made
+    without pyo3's initializer chain."""
 
 @final
 class _Acquire(Generic[_T]):
