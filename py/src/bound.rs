@@ -563,8 +563,6 @@ pub(crate) fn install(handle_type: &Bound<'_, PyType>, hooks: Hooks) -> PyResult
         return Ok(());
     }
     for which in Which::ALL {
-        // SAFETY: a live type from a spec whose basic size is a `Method`'s; the allocation is
-        // zeroed with its header set, and `which` is written before anyone sees it.
         let descr = generic_instance(&method_type)?;
         // SAFETY: a fresh instance of a type whose basic size is a `Method`'s, not yet seen by
         // anyone: `which` is written before it is published.
