@@ -504,19 +504,24 @@ pub(crate) fn install(handle_type: &Bound<'_, PyType>, hooks: Hooks) -> PyResult
         },
         ffi::PyMemberDef::default(),
     ]));
-    let slot_type = make_type(
-        py,
-        c"keylock._BoundHandleMethod",
-        size_of::<Slot>(),
-        base_flags | HAVE_VECTORCALL,
-        &mut [
-            slot(ffi::Py_tp_call, slot_call as *mut c_void),
-            slot(ffi::Py_tp_dealloc, slot_dealloc as *mut c_void),
-            slot(ffi::Py_tp_repr, slot_repr as *mut c_void),
-            slot(ffi::Py_tp_members, members.as_mut_ptr().cast()),
-            slot(0, ptr::null_mut()),
-        ],
-    )?;
+    // SAFETY: each function slot has its slot's signature (below), the members array is
+    // leaked (it lives as long as the type) and ends with the zero member, the list ends with
+    // the zero slot, and the instances are `Slot`s (their size is the basic size).
+    let slot_type = unsafe {
+        make_type(
+            py,
+            c"keylock._BoundHandleMethod",
+            size_of::<Slot>(),
+            base_flags | HAVE_VECTORCALL,
+            &mut [
+                slot(ffi::Py_tp_call, slot_call as *mut c_void),
+                slot(ffi::Py_tp_dealloc, slot_dealloc as *mut c_void),
+                slot(ffi::Py_tp_repr, slot_repr as *mut c_void),
+                slot(ffi::Py_tp_members, members.as_mut_ptr().cast()),
+                slot(0, ptr::null_mut()),
+            ],
+        )
+    }?;
     let attr = |name: &'static CStr| ffi::PyGetSetDef {
         name: name.as_ptr(),
         get: Some(method_attr),
@@ -530,17 +535,21 @@ pub(crate) fn install(handle_type: &Bound<'_, PyType>, hooks: Hooks) -> PyResult
         attr(c"__qualname__"),
         ffi::PyGetSetDef::default(),
     ]));
-    let method_type = make_type(
-        py,
-        c"keylock._HandleMethod",
-        size_of::<Method>(),
-        base_flags,
-        &mut [
-            slot(ffi::Py_tp_descr_get, method_get as *mut c_void),
-            slot(ffi::Py_tp_getset, getset.as_mut_ptr().cast()),
-            slot(0, ptr::null_mut()),
-        ],
-    )?;
+    // SAFETY: as for the slot type: `method_get` has the descriptor slot's signature, the
+    // getset array is leaked and ends with the zero entry, and the instances are `Method`s.
+    let method_type = unsafe {
+        make_type(
+            py,
+            c"keylock._HandleMethod",
+            size_of::<Method>(),
+            base_flags,
+            &mut [
+                slot(ffi::Py_tp_descr_get, method_get as *mut c_void),
+                slot(ffi::Py_tp_getset, getset.as_mut_ptr().cast()),
+                slot(0, ptr::null_mut()),
+            ],
+        )
+    }?;
 
     let mut methods = [0usize; 4];
     for which in Which::ALL {

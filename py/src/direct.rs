@@ -31,10 +31,6 @@ pub(crate) trait HandleClass: PyClass<BaseType = LockHandle> {
     fn cache() -> &'static Cache;
 }
 
-/// The classes made so far, by name, and whether the direct way makes them: for the tests.
-static SEEN: std::sync::Mutex<Vec<(&'static str, &'static Cache)>> =
-    std::sync::Mutex::new(Vec::new());
-
 /// Makes a handle of class `C` holding `handle`.
 #[inline]
 pub(crate) fn make<C: HandleClass>(
@@ -49,10 +45,9 @@ pub(crate) fn make<C: HandleClass>(
         Some(None) => pyo3_make(py, sub, handle),
         None => {
             let obj = pyo3_make(py, sub, handle)?;
-            if cache.set(Direct::learn(&obj)).is_ok() {
-                let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
-                seen.push((C::NAME, cache));
-            }
+            // If another thread learned first, its answer stands: both came from handles of
+            // this class.
+            let _ = cache.set(Direct::learn(&obj));
             Ok(obj)
         }
     }
@@ -141,26 +136,43 @@ impl Direct {
     }
 }
 
-/// Declares handle classes, each with its cache.
+/// Declares the handle classes, each with its cache, and `_direct_handles` over them.
 macro_rules! handle_classes {
-    ($($class:ty),* $(,)?) => {$(
-        impl $crate::direct::HandleClass for $class {
-            fn cache() -> &'static $crate::direct::Cache {
-                static CACHE: $crate::direct::Cache = std::sync::OnceLock::new();
-                &CACHE
+    ($($class:ty),* $(,)?) => {
+        $(
+            impl $crate::direct::HandleClass for $class {
+                fn cache() -> &'static $crate::direct::Cache {
+                    static CACHE: $crate::direct::Cache = std::sync::OnceLock::new();
+                    &CACHE
+                }
             }
+        )*
+
+        /// Tests only: for each handle class made so far, whether the direct way makes it.
+        #[pyo3::pyfunction]
+        pub(crate) fn _direct_handles(
+            py: pyo3::Python<'_>,
+        ) -> pyo3::PyResult<pyo3::Bound<'_, pyo3::types::PyDict>> {
+            $crate::direct::report(py, &[$((
+                <$class as pyo3::PyClass>::NAME,
+                <$class as $crate::direct::HandleClass>::cache(),
+            )),*])
         }
-    )*};
+    };
 }
 pub(crate) use handle_classes;
 
-/// Tests only: for each handle class made so far, whether the direct way makes it.
-#[pyfunction]
-pub(crate) fn _direct_handles(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
+/// `_direct_handles`' dict: of `classes` (name, cache), those made so far, each with whether
+/// the direct way makes it.
+pub(crate) fn report<'py>(
+    py: Python<'py>,
+    classes: &[(&'static str, &'static Cache)],
+) -> PyResult<Bound<'py, PyDict>> {
     let out = PyDict::new(py);
-    let seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
-    for (name, cache) in seen.iter() {
-        out.set_item(*name, matches!(cache.get(), Some(Some(_))))?;
+    for (name, cache) in classes {
+        if let Some(direct) = cache.get() {
+            out.set_item(*name, direct.is_some())?;
+        }
     }
     Ok(out)
 }

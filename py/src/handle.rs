@@ -16,7 +16,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PySequence, PyString, PyTuple};
 
 use crate::args::{AcquireTimeout, Blocking, Extension, Lease, OptTimeout, Wait, acquire_wait};
-use crate::direct::{HandleClass, handle_classes};
+use crate::direct::handle_classes;
 use crate::errors;
 use crate::key::OwnedKey;
 use crate::lock::{Held, LockHandle, Target};
@@ -555,16 +555,6 @@ impl WriteLock {
     fn fence(slf: &Bound<'_, Self>) -> Option<u64> {
         slf.as_super().get().fence(slf.py())
     }
-}
-
-/// Makes a handle of class `C` (a subclass of LockHandle): see [`crate::direct`].
-#[inline]
-pub(crate) fn make<'py, C: HandleClass>(
-    py: Python<'py>,
-    sub: C,
-    handle: LockHandle,
-) -> PyResult<Bound<'py, C>> {
-    crate::direct::make(py, sub, handle)
 }
 
 handle_classes!(

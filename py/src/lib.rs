@@ -85,7 +85,7 @@ fn _keylock(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(wait::_resolve, m)?)?;
     m.add_function(wrap_pyfunction!(stall::_set_waiter_stall, m)?)?;
     m.add_function(wrap_pyfunction!(stall::_stalled_waiters, m)?)?;
-    m.add_function(wrap_pyfunction!(direct::_direct_handles, m)?)?;
+    m.add_function(wrap_pyfunction!(handle::_direct_handles, m)?)?;
     m.add_function(wrap_pyfunction!(key::key_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(locks::unlink, m)?)?;
     Ok(())

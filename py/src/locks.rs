@@ -10,9 +10,10 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyType};
 
 use crate::args::{Lease, OptTimeout};
+use crate::direct;
 use crate::errors;
 use crate::gil::with_gil_released;
-use crate::handle::{self, KeyLock, ManyLock, ReentrantKeyLock};
+use crate::handle::{KeyLock, ManyLock, ReentrantKeyLock};
 use crate::key::{to_key, to_owned_entries, to_owned_key};
 use crate::lock::{Keyed, LockHandle, Target};
 use crate::metrics::MetricsSnapshot;
@@ -68,9 +69,9 @@ impl Keyed {
         };
         let handle = LockHandle::new(target, timeout.0, lease.0, reentrant);
         if reentrant && mode == Mode::Exclusive {
-            Ok(handle::make(py, ReentrantKeyLock, handle)?.into_any())
+            Ok(direct::make(py, ReentrantKeyLock, handle)?.into_any())
         } else {
-            Ok(handle::make(py, KeyLock, handle)?.into_any())
+            Ok(direct::make(py, KeyLock, handle)?.into_any())
         }
     }
 }
@@ -116,7 +117,7 @@ impl Keyed {
             keys: to_owned_entries(keys)?,
         };
         let handle = LockHandle::new(target, timeout.0, lease.0, slf.get().reentrant);
-        handle::make(keys.py(), ManyLock, handle)
+        direct::make(keys.py(), ManyLock, handle)
     }
 
     /// Free `key` whoever holds it (in either mode), advancing its fence, for a lock left

@@ -53,20 +53,24 @@ const DOC: &std::ffi::CStr = c"An awaitable that is already done, with result No
 fn ready(py: Python<'_>) -> PyResult<&Py<PyAny>> {
     static READY: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
     READY.get_or_try_init(py, || {
-        let ty = make_type(
-            py,
-            c"keylock._Ready",
-            0, // a bare object: no fields
-            ffi::Py_TPFLAGS_DEFAULT,
-            &mut [
-                slot(ffi::Py_am_await, ready_await as *mut c_void),
-                slot(ffi::Py_am_send, ready_send as *mut c_void),
-                slot(ffi::Py_tp_iternext, ready_next as *mut c_void),
-                slot(ffi::Py_tp_iter, ffi::PyObject_SelfIter as *mut c_void),
-                slot(ffi::Py_tp_doc, DOC.as_ptr() as *mut c_void),
-                slot(0, ptr::null_mut()),
-            ],
-        )?;
+        // SAFETY: each slot is a function of its slot's signature (above) or the static doc
+        // string, and the list ends with the zero slot; the instance has no fields.
+        let ty = unsafe {
+            make_type(
+                py,
+                c"keylock._Ready",
+                0, // a bare object: no fields
+                ffi::Py_TPFLAGS_DEFAULT,
+                &mut [
+                    slot(ffi::Py_am_await, ready_await as *mut c_void),
+                    slot(ffi::Py_am_send, ready_send as *mut c_void),
+                    slot(ffi::Py_tp_iternext, ready_next as *mut c_void),
+                    slot(ffi::Py_tp_iter, ffi::PyObject_SelfIter as *mut c_void),
+                    slot(ffi::Py_tp_doc, DOC.as_ptr() as *mut c_void),
+                    slot(0, ptr::null_mut()),
+                ],
+            )
+        }?;
         let instance = generic_instance(&ty)?;
         Ok(instance.unbind())
     })

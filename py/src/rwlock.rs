@@ -6,7 +6,8 @@ use keylock_core as core;
 use pyo3::prelude::*;
 
 use crate::args::OptTimeout;
-use crate::handle::{self, ReadLock, WriteLock};
+use crate::direct;
+use crate::handle::{ReadLock, WriteLock};
 use crate::lock::{LockHandle, Target};
 
 /// A reader-writer lock: any number of readers, or one writer. Readers do not contend on a
@@ -33,7 +34,7 @@ impl RwLock {
     #[pyo3(signature = (timeout = OptTimeout(None)), text_signature = "($self, timeout=None)")]
     fn read<'py>(&self, py: Python<'py>, timeout: OptTimeout) -> PyResult<Bound<'py, ReadLock>> {
         let target = Target::Read(Arc::clone(&self.inner));
-        handle::make(
+        direct::make(
             py,
             ReadLock,
             LockHandle::new(target, timeout.0, None, false),
@@ -45,7 +46,7 @@ impl RwLock {
     #[pyo3(signature = (timeout = OptTimeout(None)), text_signature = "($self, timeout=None)")]
     fn write<'py>(&self, py: Python<'py>, timeout: OptTimeout) -> PyResult<Bound<'py, WriteLock>> {
         let target = Target::Write(Arc::clone(&self.inner));
-        handle::make(
+        direct::make(
             py,
             WriteLock,
             LockHandle::new(target, timeout.0, None, false),

@@ -14,8 +14,9 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyType};
 
 use crate::args::{Lease, OptTimeout};
+use crate::direct;
 use crate::errors;
-use crate::handle::{self, Permit};
+use crate::handle::Permit;
 use crate::key::to_owned_key;
 use crate::lock::{Keyed, LockHandle, Target};
 use crate::locks::{LockInfo, stats_dict};
@@ -103,7 +104,7 @@ impl Semaphore {
             mode: Mode::Exclusive,
             weight: units(weight),
         };
-        handle::make(
+        direct::make(
             py,
             Permit,
             LockHandle::new(target, timeout.0, lease.0, false),

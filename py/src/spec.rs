@@ -8,8 +8,15 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::PyType;
 
-/// A type made from a spec; `slots` end with the zero slot (see [`slot`]).
-pub(crate) fn make_type<'py>(
+/// A type made from a spec.
+///
+/// # Safety
+/// `slots` end with the zero slot (see [`slot`]); each slot's pointer is of the kind its slot
+/// number names (a function of that slot's signature, a members or getset array, a C string),
+/// and what a pointer points to lives as long as the type (CPython copies the slots array, not
+/// the arrays or strings it points to); `basicsize` and `flags` agree with what the slots do
+/// with an instance.
+pub(crate) unsafe fn make_type<'py>(
     py: Python<'py>,
     name: &'static CStr,
     basicsize: usize,
@@ -23,10 +30,9 @@ pub(crate) fn make_type<'py>(
         flags: flags as c_uint,
         slots: slots.as_mut_ptr(),
     };
-    // SAFETY: a valid spec whose slots end with the zero slot, with the GIL held; CPython
-    // copies what it keeps of the spec and the slots array (what a slot points to, such as a
-    // members array, must live as long as the type). The result is a new reference or NULL
-    // with an exception set.
+    // SAFETY: a valid spec (the caller's contract), with the GIL held; CPython copies what it
+    // keeps of the spec and the slots array. The result is a new reference or NULL with an
+    // exception set.
     let ty = unsafe { Bound::from_owned_ptr_or_err(py, ffi::PyType_FromSpec(&mut spec))? };
     Ok(ty.cast_into::<PyType>()?)
 }
