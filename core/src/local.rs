@@ -123,6 +123,12 @@ where
         KeyPool::try_acquire_fast(self, key.bytes, mode)
     }
 
+    fn try_release_cas(&self, acquisition: &Acquisition) -> bool {
+        // The inherent method; a name's record (tagged) names no slot of this table, so it is
+        // `false` here and released on the full path.
+        KeyPool::try_release_cas(self, acquisition)
+    }
+
     fn acquire_async(self: Arc<Self>, key: LockKey<'_>, opts: &LockOptions) -> AcquireFuture {
         let space = key.space;
         match space {
@@ -353,6 +359,10 @@ impl KeyedLock for StripedLock {
 
     fn try_acquire_fast(&self, key: LockKey<'_>, mode: Mode) -> Option<Acquisition> {
         self.acquire_stripe_fast(self.stripe_of_key(key), mode)
+    }
+
+    fn try_release_cas(&self, acquisition: &Acquisition) -> bool {
+        StripedLock::try_release_cas(self, acquisition)
     }
 
     fn acquire_async(self: Arc<Self>, key: LockKey<'_>, opts: &LockOptions) -> AcquireFuture {

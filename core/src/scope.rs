@@ -131,9 +131,9 @@ pub trait KeyedLock: Send + Sync + fmt::Debug {
     /// owner, weight 1: one unit of a semaphore, which has no modes), taken with one
     /// compare-and-swap of the key's lock word where the lock object has one in this process:
     /// its acquisition, or `None` when that alone cannot grant it (the key is held or awaited,
-    /// has no lock word yet, or the lock object has no such path: every scope but the
-    /// in-process ones, and a lock object with metrics, which counts each acquire on its full
-    /// path). `None` says nothing about why: the caller takes the full path
+    /// has no lock word yet, or the lock object has no such path: the remote scopes, a
+    /// host-scope region's shared acquires and its semaphores, and a lock object with metrics,
+    /// which counts each acquire on its full path). `None` says nothing about why: the caller takes the full path
     /// ([`acquire`](Self::acquire) or [`acquire_async`](Self::acquire_async)), which decides. An
     /// async front end calls this before making a future, so that a free key costs no future
     /// and a held one costs no second attempt. Never waits.
@@ -152,6 +152,30 @@ pub trait KeyedLock: Send + Sync + fmt::Debug {
     fn try_acquire_fast(&self, key: LockKey<'_>, mode: Mode) -> Option<Acquisition> {
         let _ = (key, mode);
         None
+    }
+
+    /// The uncontended case of a release: ends `acquisition` with one compare-and-swap of its
+    /// key's lock word where the lock object has such a path in this process and the hold is
+    /// plain (exclusive, no lease, no owner, nothing queued behind it), and says so; `false`
+    /// changes nothing, and says nothing about why: the caller takes the full path
+    /// ([`release`](Self::release)), which decides. After `true` the record is spent (a
+    /// release of it is `NotOwner`). The in-process pools and striped locks and the host scope
+    /// have this path; the remote scopes, semaphores and lock objects with metrics (which count
+    /// each release on the full path) answer `false`. Never waits.
+    ///
+    /// ```
+    /// use keylock_core::{Error, LockKey, LockOptions, open};
+    /// let name = format!("shm:doc-release-cas-{}", std::process::id());
+    /// let locks = open(&name).unwrap();
+    /// let acq = locks.acquire(LockKey::new(b"k"), &LockOptions::new()).unwrap();
+    /// assert!(locks.try_release_cas(&acq));
+    /// assert!(!locks.is_locked(LockKey::new(b"k")).unwrap());
+    /// assert_eq!(locks.release(acq), Err(Error::NotOwner)); // spent
+    /// keylock_core::shm::unlink(&name["shm:".len()..]).unwrap();
+    /// ```
+    fn try_release_cas(&self, acquisition: &Acquisition) -> bool {
+        let _ = acquisition;
+        false
     }
 
     /// Moves the end of `acquisition`'s lease to `lease` from now.

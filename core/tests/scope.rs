@@ -411,8 +411,9 @@ fn stats_count_holders_shared_holds_and_queued_waiters_on_every_scope() {
     }
 }
 
-/// `try_acquire_fast` through the trait: a grant only where the key's lock word alone allows
-/// it, `None` everywhere else, and never a grant the full path would refuse.
+/// `try_acquire_fast` and `try_release_cas` through the trait: a grant only where the key's
+/// lock word alone allows it, `None` everywhere else, and never a grant the full path would
+/// refuse; a release only of a current plain exclusive hold.
 #[test]
 fn the_fast_path_through_the_trait_grants_only_free_lock_words() {
     let plain = LockOptions::new();
@@ -422,19 +423,17 @@ fn the_fast_path_through_the_trait_grants_only_free_lock_words() {
         let fast = |mode| locks.try_acquire_fast(k, mode);
         // A pool's key has no lock word until the full path makes one; a stripe always has.
         let striped = locks.stripes().is_some();
-        let in_process = locks.as_any().is_some();
-        if !striped || !in_process {
+        // The host scope's path takes exclusive holds only (a shared one may join holders,
+        // the table mutex's work), of names as of keys.
+        let host = locks.as_any().is_none();
+        if !striped {
             assert!(
                 fast(Mode::Exclusive).is_none(),
                 "{what}: granted before any acquire"
             );
         }
         locks.release(locks.acquire(k, &plain).unwrap()).unwrap();
-        let Some(acq) = fast(Mode::Exclusive) else {
-            // The scopes without the path (shared memory) always answer None.
-            assert!(!in_process, "{what}: no fast grant of a free key");
-            continue;
-        };
+        let acq = fast(Mode::Exclusive).expect("a fast grant of a free key");
         assert!(locks.is_locked(k).unwrap(), "{what}");
         assert!(
             fast(Mode::Exclusive).is_none(),
@@ -452,30 +451,43 @@ fn the_fast_path_through_the_trait_grants_only_free_lock_words() {
             "{what}"
         );
         // Its record is an ordinary acquisition: a force-unlock makes it stale, and then its
-        // release frees nobody else's hold.
+        // release frees nobody else's hold, on either path.
         assert!(locks.is_current(&acq).unwrap(), "{what}");
         assert!(locks.force_unlock(k).unwrap(), "{what}");
         let next = fast(Mode::Exclusive).expect("a force-unlocked key is free");
         assert!(next.fence() > acq.fence(), "{what}");
+        assert!(!locks.try_release_cas(&acq), "{what}: a stale record's cas");
         assert_eq!(locks.release(acq), Err(Error::NotOwner), "{what}");
         assert!(
             locks.is_locked(k).unwrap(),
             "{what}: the stale release freed the new holder"
         );
-        locks.release(next).unwrap();
+        assert!(locks.try_release_cas(&next), "{what}: the holder's cas");
         assert!(!locks.is_locked(k).unwrap(), "{what}");
-        // Shared holders share it; an exclusive request does not pass them.
-        let (a, b) = (fast(Mode::Shared).unwrap(), fast(Mode::Shared).unwrap());
+        assert_eq!(locks.release(next), Err(Error::NotOwner), "{what}: spent");
+        // Shared holders share it (not on the host scope's path); an exclusive request does
+        // not pass them, and neither path releases one of them as exclusive.
+        if host {
+            assert!(fast(Mode::Shared).is_none(), "{what}: a shared fast grant");
+        }
+        let shared = |_| match fast(Mode::Shared) {
+            Some(acq) => acq,
+            None => locks.acquire(k, &plain.shared()).unwrap(),
+        };
+        let (a, b) = (shared(0), shared(1));
         assert!(fast(Mode::Exclusive).is_none(), "{what}");
+        assert!(!locks.try_release_cas(&a), "{what}: a shared hold's cas");
         locks.release(a).unwrap();
         locks.release(b).unwrap();
-        // A waiter queued on the key keeps the fast path out (it is the waiter's turn).
+        // A waiter queued on the key keeps the fast path out (it is the waiter's turn), and
+        // the holder's release has a waiter to wake: not the cas's work.
         let held = locks.acquire(k, &plain).unwrap();
         let waiter = Arc::clone(&locks).acquire_async(k, &plain);
         let waiting = std::thread::spawn(move || futures::executor::block_on(waiter));
         wait_until("the waiter queues", || {
             locks.info(k).unwrap().is_some_and(|i| i.waiters == 1)
         });
+        assert!(!locks.try_release_cas(&held), "{what}: a cas past a waiter");
         locks.release(held).unwrap();
         assert!(
             fast(Mode::Exclusive).is_none(),
@@ -483,13 +495,24 @@ fn the_fast_path_through_the_trait_grants_only_free_lock_words() {
         );
         locks.release(waiting.join().unwrap().unwrap()).unwrap();
         // A pool's names are a pool of their own, without the path; a striped lock's names
-        // take stripes as keys do.
+        // take stripes as keys do, and the host scope's names take entries as keys do.
         let name = LockKey::name(b"fast");
         locks.release(locks.acquire(name, &plain).unwrap()).unwrap();
         match locks.try_acquire_fast(name, Mode::Exclusive) {
-            Some(acq) if striped => locks.release(acq).unwrap(),
+            Some(acq) if striped || host => {
+                assert!(locks.try_release_cas(&acq), "{what}: a name's cas");
+                assert!(!locks.is_locked(name).unwrap(), "{what}");
+            }
             got => assert!(got.is_none(), "{what}: a name's fast grant"),
         }
+        // A name's record (made on the full path) is released by the cas only where it has
+        // the fast path.
+        let named = locks.acquire(name, &plain).unwrap();
+        if !locks.try_release_cas(&named) {
+            assert!(!striped && !host, "{what}: a name's cas refused");
+            locks.release(named).unwrap();
+        }
+        assert!(!locks.is_locked(name).unwrap(), "{what}");
     }
     // A semaphore's fast path takes one unit of a key nobody holds; a second holder is
     // recorded on the full path.
@@ -515,5 +538,13 @@ fn the_fast_path_through_the_trait_grants_only_free_lock_words() {
         locks.release(locks.acquire(k, &plain).unwrap()).unwrap();
         assert!(locks.try_acquire_fast(k, Mode::Exclusive).is_none());
         assert_eq!(locks.metrics().unwrap().acquired, 1);
+        let acq = locks.acquire(k, &plain).unwrap();
+        assert!(!locks.try_release_cas(&acq), "a release past the metrics");
+        locks.release(acq).unwrap();
+        assert_eq!(
+            locks.metrics().unwrap().hold.count(),
+            2,
+            "every release counted"
+        );
     }
 }

@@ -105,7 +105,7 @@ impl Keyed {
     /// unchecked index that the mask keeps in range) and one compare-and-swap whose additions
     /// are bounded by the checks before them. A pool's probe is not as simple (a slot recycled
     /// under it is let go through the slow path), so the pool's fast path runs inside the guard
-    /// ([`Self::acquire_pool_fast`]).
+    /// ([`Self::acquire_guarded_fast`]).
     #[inline(always)]
     fn acquire_fast(&self, key: &[u8], mode: Mode) -> Option<Acquisition> {
         match self.local() {
@@ -114,14 +114,16 @@ impl Keyed {
         }
     }
 
-    /// The uncontended plain acquire of an in-process pool (`KeyPool::try_acquire_fast`): its
-    /// record, or `None` (take the full path). Inside the panic guard (see
-    /// [`Self::acquire_fast`]).
+    /// The uncontended plain acquire of an in-process pool (`KeyPool::try_acquire_fast`) or of
+    /// another scope's object that has one (`KeyedLock::try_acquire_fast`: the host scope's):
+    /// its record, or `None` (take the full path). Inside the panic guard (see
+    /// [`Self::acquire_fast`]); an in-process striped lock's ran before it.
     #[inline(always)]
-    fn acquire_pool_fast(&self, key: &[u8], mode: Mode) -> Option<Acquisition> {
+    fn acquire_guarded_fast(&self, key: &[u8], mode: Mode) -> Option<Acquisition> {
         match self.local() {
             Local::Pool(p) => p.try_acquire_fast(key, mode),
-            Local::Striped(_) | Local::None => None,
+            Local::None => self.locks.try_acquire_fast(LockKey::new(key), mode),
+            Local::Striped(_) => None,
         }
     }
 
@@ -141,6 +143,17 @@ impl Keyed {
             Local::Striped(s) if H::STRIPED => s.try_release_cas(acq),
             Local::Pool(p) if !H::STRIPED => p.try_release_cas(acq),
             _ => false,
+        }
+    }
+
+    /// The one-CAS release of another scope's object that has one
+    /// (`KeyedLock::try_release_cas`: the host scope's), for a record through the trait: whether
+    /// it released. Inside the panic guard.
+    #[inline(always)]
+    fn release_scope_cas(&self, acq: &Acquisition) -> bool {
+        match self.local() {
+            Local::None => self.locks.try_release_cas(acq),
+            Local::Pool(_) | Local::Striped(_) => false,
         }
     }
 
@@ -359,10 +372,13 @@ unsafe extern "C" fn acquire_plain_guarded<H: Handle>(
     out: *mut keylock_acquisition,
 ) -> keylock_result {
     ffi_boundary(move || {
-        // A pool's fast path runs inside the guard (see `Keyed::acquire_fast`).
-        let pool_fast = Keyed::acquire_pool_fast;
+        // A pool's and another scope's fast paths run inside the guard (see
+        // `Keyed::acquire_fast`).
+        // A closure, not the method's name: a function item goes through a `call_once` shim,
+        // which was left out of line (and with it the record's copy through memory).
+        let fast = |k: &Keyed, key: &[u8], mode| k.acquire_guarded_fast(key, mode);
         // SAFETY: the caller's contract (as `acquire`'s); the key is checked as `key` checks it.
-        if !H::STRIPED && unsafe { acquire_plain_fast(h, key, len, mode, out, pool_fast) } {
+        if unsafe { acquire_plain_fast(h, key, len, mode, out, fast) } {
             return Ok(());
         }
         // SAFETY: as above.
@@ -597,7 +613,9 @@ unsafe extern "C" fn release_guarded<H: Handle>(
         // SAFETY: the caller's contract (as `release`'s).
         if let (Some(handle), Some(record)) = unsafe { (h.as_ref(), acq.as_mut()) } {
             let h = handle.keyed();
-            if record.release_keyed_fast(h.id, |a| h.release_fast::<H>(a)) {
+            if record.release_keyed_cas(h.id, |a| h.release_scope_cas(a))
+                || record.release_keyed_fast(h.id, |a| h.release_fast::<H>(a))
+            {
                 return Ok(());
             }
         }

@@ -66,27 +66,36 @@ impl ShmLock {
 impl KeyedLock for ShmLock {
     #[inline]
     fn acquire(&self, key: LockKey<'_>, opts: &LockOptions) -> Result<Acquisition> {
-        // The fast path, first and inline: a plain exclusive acquire of a free entry (of a
-        // lock region: a semaphore's acquires all take the table mutex).
-        if opts.mode == Mode::Exclusive
-            && opts.lease.is_none()
+        // The fast path, first and inline (an owner is only recorded where the region is not
+        // reentrant: it decides nothing there).
+        if opts.lease.is_none()
             && opts.weight == 1
-            && self.permits == 0
             && (opts.owner.is_none() || !self.region.reentrant())
-            && sys::fork_generation() == self.fork_gen
+            && let Some(mut acq) = self.try_acquire_fast(key, opts.mode)
         {
-            let req = Req {
-                mode: Mode::Exclusive,
-                lease: 0,
-                owner: 0,
-                proc: self.proc,
-                units: 0,
-            };
-            if let Some(g) = self.try_fast(key.space, key.bytes, &req) {
-                return Ok(self.acquisition(g, opts));
-            }
+            acq.owner = opts.owner;
+            return Ok(acq);
         }
         self.acquire_slow(key, opts)
+    }
+
+    /// A plain exclusive acquire of a free entry with one compare-and-swap (of a lock region:
+    /// a semaphore's acquires all take the table mutex, and a shared one may have to join
+    /// shared holders, which is the table mutex's work too).
+    #[inline(always)]
+    fn try_acquire_fast(&self, key: LockKey<'_>, mode: Mode) -> Option<Acquisition> {
+        if mode != Mode::Exclusive || self.permits != 0 || sys::fork_generation() != self.fork_gen {
+            return None;
+        }
+        let req = Req {
+            mode: Mode::Exclusive,
+            lease: 0,
+            owner: 0,
+            proc: self.proc,
+            units: 0,
+        };
+        let g = self.try_fast(key.space, key.bytes, &req)?;
+        Some(self.acquisition(g, &LockOptions::new()))
     }
     fn acquire_async(self: Arc<Self>, key: LockKey<'_>, opts: &LockOptions) -> AcquireFuture {
         if let Err(e) = self.check_request(key.space, opts) {
@@ -182,17 +191,22 @@ impl KeyedLock for ShmLock {
 
     #[inline]
     fn release(&self, acquisition: Acquisition) -> Result<()> {
-        // The fast path: a plain exclusive hold of this open, nothing queued.
-        let entry = acquisition.at as u32;
-        if acquisition.mode == Mode::Exclusive
-            && acquisition.at >> 32 == (self.tag << (TAG_SHIFT - 32)) | u64::from(self.proc + 1)
-            && sys::fork_generation() == self.fork_gen
-            && let Some(e) = self.region.entry(entry).ok()
-            && lockword::fast_release(e, acquisition.fence, self.proc)
-        {
+        if self.try_release_cas(&acquisition) {
             return Ok(());
         }
         self.release_as(acquisition, None)
+    }
+
+    /// A plain exclusive hold of this open, nothing queued: the lock word's compare-and-swap.
+    #[inline(always)]
+    fn try_release_cas(&self, acquisition: &Acquisition) -> bool {
+        acquisition.mode == Mode::Exclusive
+            && acquisition.at >> 32 == (self.tag << (TAG_SHIFT - 32)) | u64::from(self.proc + 1)
+            && sys::fork_generation() == self.fork_gen
+            && self
+                .region
+                .entry(acquisition.at as u32)
+                .is_ok_and(|e| lockword::fast_release(e, acquisition.fence, self.proc))
     }
 
     fn release_as(&self, acquisition: Acquisition, owner: Option<Owner>) -> Result<()> {
