@@ -105,7 +105,7 @@ impl Keyed {
     /// unchecked index that the mask keeps in range) and one compare-and-swap whose additions
     /// are bounded by the checks before them. A pool's probe is not as simple (a slot recycled
     /// under it is let go through the slow path), so the pool's fast path runs inside the guard
-    /// ([`Self::acquire_guarded_fast`]).
+    /// ([`Self::acquire_pool_fast`]).
     #[inline(always)]
     fn acquire_fast(&self, key: &[u8], mode: Mode) -> Option<Acquisition> {
         match self.local() {
@@ -114,16 +114,25 @@ impl Keyed {
         }
     }
 
-    /// The uncontended plain acquire of an in-process pool (`KeyPool::try_acquire_fast`) or of
-    /// another scope's object that has one (`KeyedLock::try_acquire_fast`: the host scope's):
-    /// its record, or `None` (take the full path). Inside the panic guard (see
-    /// [`Self::acquire_fast`]); an in-process striped lock's ran before it.
+    /// The uncontended plain acquire of an in-process pool (`KeyPool::try_acquire_fast`): its
+    /// record, or `None` (take the full path). Inside the panic guard (see
+    /// [`Self::acquire_fast`]).
     #[inline(always)]
-    fn acquire_guarded_fast(&self, key: &[u8], mode: Mode) -> Option<Acquisition> {
+    fn acquire_pool_fast(&self, key: &[u8], mode: Mode) -> Option<Acquisition> {
         match self.local() {
             Local::Pool(p) => p.try_acquire_fast(key, mode),
+            Local::Striped(_) | Local::None => None,
+        }
+    }
+
+    /// The uncontended plain acquire of another scope's object that has one
+    /// (`KeyedLock::try_acquire_fast`: the host scope's): its record, or `None` (take the full
+    /// path). Inside the panic guard.
+    #[inline(always)]
+    fn acquire_scope_fast(&self, key: &[u8], mode: Mode) -> Option<Acquisition> {
+        match self.local() {
             Local::None => self.locks.try_acquire_fast(LockKey::new(key), mode),
-            Local::Striped(_) => None,
+            Local::Pool(_) | Local::Striped(_) => None,
         }
     }
 
@@ -372,13 +381,18 @@ unsafe extern "C" fn acquire_plain_guarded<H: Handle>(
     out: *mut keylock_acquisition,
 ) -> keylock_result {
     ffi_boundary(move || {
-        // A pool's and another scope's fast paths run inside the guard (see
-        // `Keyed::acquire_fast`).
+        // A pool's fast path runs inside the guard (see `Keyed::acquire_fast`), and so does
+        // another scope's, after it: the in-process pool's path stays as it was.
+        let pool_fast = Keyed::acquire_pool_fast;
+        // SAFETY: the caller's contract (as `acquire`'s); the key is checked as `key` checks it.
+        if !H::STRIPED && unsafe { acquire_plain_fast(h, key, len, mode, out, pool_fast) } {
+            return Ok(());
+        }
         // A closure, not the method's name: a function item goes through a `call_once` shim,
         // which was left out of line (and with it the record's copy through memory).
-        let fast = |k: &Keyed, key: &[u8], mode| k.acquire_guarded_fast(key, mode);
-        // SAFETY: the caller's contract (as `acquire`'s); the key is checked as `key` checks it.
-        if unsafe { acquire_plain_fast(h, key, len, mode, out, fast) } {
+        let scope_fast = |k: &Keyed, key: &[u8], mode| k.acquire_scope_fast(key, mode);
+        // SAFETY: as above.
+        if unsafe { acquire_plain_fast(h, key, len, mode, out, scope_fast) } {
             return Ok(());
         }
         // SAFETY: as above.
