@@ -55,6 +55,9 @@ pub struct ShmLock {
     pub(super) fork_gen: u64,
     /// The low bits of the region id that acquisitions carry.
     pub(super) tag: u64,
+    /// The high 32 bits of this open's acquisitions' `at` (the tag and the process slot + 1),
+    /// made once: the fast paths write and check them on every call.
+    pub(super) at_hi: u32,
 }
 
 pub(super) const TAG_SHIFT: u32 = 44;
@@ -155,6 +158,7 @@ impl ShmLock {
         let agent = Arc::new(Agent::default());
         let (proc, thread) = agent::start(Arc::clone(&region), Arc::clone(&agent))?;
         let tag = region.header.region_id & TAG_MASK;
+        let at_hi = ((tag << TAG_SHIFT | u64::from(proc + 1) << 32) >> 32) as u32;
         Ok(Arc::new(ShmLock {
             region,
             agent,
@@ -163,6 +167,7 @@ impl ShmLock {
             permits,
             fork_gen,
             tag,
+            at_hi,
         }))
     }
 
@@ -354,7 +359,7 @@ impl ShmLock {
     pub(crate) fn acquisition(&self, g: TableGrant, opts: &LockOptions) -> Acquisition {
         Acquisition {
             fence: g.fence,
-            at: u64::from(g.entry) | (u64::from(self.proc + 1) << 32) | (self.tag << TAG_SHIFT),
+            at: u64::from(g.entry) | u64::from(self.at_hi) << 32,
             ticket: g.ticket,
             owner: opts.owner,
             lease_until: instant_of(g.lease_until),

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::lock::{ShmLock, TAG_SHIFT, instant_of};
+use super::lock::{ShmLock, instant_of};
 use super::lockword;
 use super::sys;
 use super::table::{self, Req, TableWakes};
@@ -201,7 +201,7 @@ impl KeyedLock for ShmLock {
     #[inline(always)]
     fn try_release_cas(&self, acquisition: &Acquisition) -> bool {
         acquisition.mode == Mode::Exclusive
-            && acquisition.at >> 32 == (self.tag << (TAG_SHIFT - 32)) | u64::from(self.proc + 1)
+            && (acquisition.at >> 32) as u32 == self.at_hi
             && sys::fork_generation() == self.fork_gen
             && self
                 .region
