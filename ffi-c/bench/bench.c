@@ -10,6 +10,15 @@
  *                     pthread mutexes padded to a cache line, lock + unlock (the key is hashed
  *                     once, then its mutex is unlocked directly, as a C user would)
  *
+ * and the host scope, one key of 16 bytes locked and released over and over by one process (as
+ * the Rust host-scope suite, core/benches/shm.rs, does it):
+ *   c_shm_pool        keylock_pool_open("shm:NAME") + keylock_pool_lock / _release
+ *   c_shm_striped     keylock_striped_open("shm:NAME-s", 64 stripes) + _lock / _release
+ *   c_robust_mutex    what processes share instead: a process-shared robust pthread mutex in
+ *                     a shared mapping of a /dev/shm file (EOWNERDEAD taken as the lock)
+ *   c_flock           flock(LOCK_EX) + flock(LOCK_UN) on a /dev/shm file (a sixteenth of the
+ *                     iterations: each pair is two system calls)
+ *
  * The process starts one thread (which returns at once) before it measures anything. A lock
  * serves a program with threads, and glibc's pthread mutex knows whether the process has ever
  * had a second thread: until it has, a private mutex is taken with a plain load and store
@@ -22,16 +31,22 @@
  * core on a busy machine), each the median of ROUNDS rounds of ITERS lock+release pairs. `bench_c --only NAME ITERS` runs one case ITERS times
  * and prints nothing (for instruction counts under callgrind; NAME "none" runs no case).
  */
+#define _DEFAULT_SOURCE /* flock, MAP_SHARED files */
 #define _POSIX_C_SOURCE 200809L
 
 #include <keylock.h>
 
+#include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
+#include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 #define NKEYS 1024
 #define KEY_LEN 16
@@ -151,6 +166,111 @@ static timing run_pthread(long iters, uint64_t seed) {
     return per_op(start, iters);
 }
 
+/* ---- the host scope ---------------------------------------------------------------------- */
+
+/* What the host-scope cases use: keylock's regions, and the robust mutex and the file that
+ * processes on one host share instead. */
+typedef struct {
+    keylock_pool *pool;
+    keylock_striped *striped;
+    pthread_mutex_t *robust;
+    int file;
+    char region[64], mutex_path[64], file_path[64];
+} host;
+
+/* The one key of the host-scope cases. */
+#define HOST_KEY keys[1]
+
+static timing run_shm_pool(host *h, long iters) {
+    stamp start = start_clock();
+    for (long i = 0; i < iters; i++) {
+        keylock_acquisition acq;
+        FAIL_IF(keylock_pool_lock(h->pool, HOST_KEY, KEY_LEN, &acq) != KEYLOCK_OK,
+                "keylock_pool_lock (shm)");
+        FAIL_IF(keylock_pool_release(h->pool, &acq) != KEYLOCK_OK, "keylock_pool_release (shm)");
+    }
+    return per_op(start, iters);
+}
+
+static timing run_shm_striped(host *h, long iters) {
+    stamp start = start_clock();
+    for (long i = 0; i < iters; i++) {
+        keylock_acquisition acq;
+        FAIL_IF(keylock_striped_lock(h->striped, HOST_KEY, KEY_LEN, &acq) != KEYLOCK_OK,
+                "keylock_striped_lock (shm)");
+        FAIL_IF(keylock_striped_release(h->striped, &acq) != KEYLOCK_OK,
+                "keylock_striped_release (shm)");
+    }
+    return per_op(start, iters);
+}
+
+static timing run_robust(host *h, long iters) {
+    stamp start = start_clock();
+    for (long i = 0; i < iters; i++) {
+        int rc = pthread_mutex_lock(h->robust);
+        if (rc == EOWNERDEAD) rc = pthread_mutex_consistent(h->robust);
+        FAIL_IF(rc != 0, "pthread_mutex_lock (robust)");
+        FAIL_IF(pthread_mutex_unlock(h->robust) != 0, "pthread_mutex_unlock (robust)");
+    }
+    return per_op(start, iters);
+}
+
+/* flock's iterations are a sixteenth of the others'; the cost is per pair all the same. */
+#define FLOCK_DIVISOR 16
+
+static timing run_flock(host *h, long iters) {
+    long n = iters / FLOCK_DIVISOR + 1;
+    stamp start = start_clock();
+    for (long i = 0; i < n; i++) {
+        FAIL_IF(flock(h->file, LOCK_EX) != 0, "flock(LOCK_EX)");
+        FAIL_IF(flock(h->file, LOCK_UN) != 0, "flock(LOCK_UN)");
+    }
+    return per_op(start, n);
+}
+
+static void host_open(host *h) {
+    int pid = (int)getpid();
+    snprintf(h->region, sizeof h->region, "shm:keylock-bench-c-%d", pid);
+    char striped[80];
+    snprintf(striped, sizeof striped, "%s-s", h->region);
+    FAIL_IF(keylock_pool_open(h->region, NULL, &h->pool) != KEYLOCK_OK, "keylock_pool_open");
+    keylock_open_options o = {0};
+    o.stripes = 64;
+    FAIL_IF(keylock_striped_open(striped, &o, &h->striped) != KEYLOCK_OK, "keylock_striped_open");
+
+    snprintf(h->mutex_path, sizeof h->mutex_path, "/dev/shm/keylock-bench-c-mutex.%d", pid);
+    int fd = open(h->mutex_path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+    FAIL_IF(fd < 0 || ftruncate(fd, 4096) != 0, "the robust mutex's file");
+    void *map = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    FAIL_IF(map == MAP_FAILED, "mmap");
+    close(fd);
+    h->robust = map;
+    pthread_mutexattr_t attr;
+    pthread_mutexattr_init(&attr);
+    pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
+    pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST);
+    FAIL_IF(pthread_mutex_init(h->robust, &attr) != 0, "pthread_mutex_init (robust)");
+    pthread_mutexattr_destroy(&attr);
+
+    snprintf(h->file_path, sizeof h->file_path, "/dev/shm/keylock-bench-c-flock.%d", pid);
+    h->file = open(h->file_path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+    FAIL_IF(h->file < 0, "the flock file");
+}
+
+static void host_close(host *h) {
+    char striped[80];
+    snprintf(striped, sizeof striped, "%s-s", h->region);
+    keylock_pool_free(h->pool);
+    keylock_striped_free(h->striped);
+    keylock_unlink(h->region, NULL);
+    keylock_unlink(striped, NULL);
+    pthread_mutex_destroy(h->robust);
+    munmap(h->robust, 4096);
+    unlink(h->mutex_path);
+    close(h->file);
+    unlink(h->file_path);
+}
+
 static void *returns(void *arg) { return arg; }
 
 /* Makes the process one that has had a second thread, as every program that needs a lock is. */
@@ -169,8 +289,10 @@ int main(int argc, char **argv) {
     }
     long iters = argc > 1 ? atol(argv[1]) : 2000000;
     int rounds = argc > 2 ? atoi(argv[2]) : 5;
-    enum { CASES = 3 };
-    static const char *const names[CASES] = {"c_pool", "c_striped", "c_pthread_array"};
+    enum { CASES = 7 };
+    static const char *const names[CASES] = {"c_pool",          "c_striped",     "c_pthread_array",
+                                             "c_shm_pool",      "c_shm_striped", "c_robust_mutex",
+                                             "c_flock"};
     double wall[CASES][64], cpu[CASES][64];
     uint64_t seed = (uint64_t)now_ns();
     keylock_pool *pool = keylock_pool_new();
@@ -187,14 +309,21 @@ int main(int argc, char **argv) {
     }
     for (int i = 0; i < STRIPES; i++) pthread_mutex_init(&mutexes[i].mutex, NULL);
     start_a_thread();
+    host h;
+    host_open(&h);
 
     if (only) {
         /* one case, for callgrind: the caller subtracts a run with fewer iterations */
         if (strcmp(only, "c_pool") == 0) run_pool(pool, iters);
         else if (strcmp(only, "c_striped") == 0) run_striped(striped, iters);
         else if (strcmp(only, "c_pthread_array") == 0) run_pthread(iters, seed);
+        else if (strcmp(only, "c_shm_pool") == 0) run_shm_pool(&h, iters);
+        else if (strcmp(only, "c_shm_striped") == 0) run_shm_striped(&h, iters);
+        else if (strcmp(only, "c_robust_mutex") == 0) run_robust(&h, iters);
+        else if (strcmp(only, "c_flock") == 0) run_flock(&h, iters);
         else if (strcmp(only, "none") != 0) {
             fprintf(stderr, "bench_c: unknown case %s\n", only);
+            host_close(&h);
             return 2;
         }
     } else {
@@ -202,12 +331,20 @@ int main(int argc, char **argv) {
         run_pool(pool, iters / 4 + 1);
         run_striped(striped, iters / 4 + 1);
         run_pthread(iters / 4 + 1, seed);
+        run_shm_pool(&h, iters / 4 + 1);
+        run_shm_striped(&h, iters / 4 + 1);
+        run_robust(&h, iters / 4 + 1);
+        run_flock(&h, iters / 4 + 1);
         /* rounds interleave the cases, so a slow moment of the machine hits all of them */
         for (int r = 0; r < rounds; r++) {
             timing t[CASES];
             t[0] = run_pool(pool, iters);
             t[1] = run_striped(striped, iters);
             t[2] = run_pthread(iters, seed);
+            t[3] = run_shm_pool(&h, iters);
+            t[4] = run_shm_striped(&h, iters);
+            t[5] = run_robust(&h, iters);
+            t[6] = run_flock(&h, iters);
             for (int c = 0; c < CASES; c++) {
                 wall[c][r] = t[c].wall;
                 cpu[c][r] = t[c].cpu;
@@ -221,6 +358,7 @@ int main(int argc, char **argv) {
         }
     }
 
+    host_close(&h);
     keylock_pool_free(pool);
     keylock_striped_free(striped);
     return 0;

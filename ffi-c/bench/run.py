@@ -1,6 +1,11 @@
 #!/usr/bin/env python3
 """Runs the keylock C benchmark and writes bench/results/c.json (`make bench-c`).
 
+The same, for the host scope: one key locked and released over and over through
+`keylock_pool_open("shm:NAME")` and `keylock_striped_open`, beside what processes on one host
+share instead (a robust process-shared pthread mutex in shared memory, and a flock pair on a
+file), all from C in one process.
+
 Three measurements of the same loops, side by side:
 
 - Wall time and thread CPU time. Each run starts ffi-c/bench/bench.c's binary (C through
@@ -31,9 +36,20 @@ import sys
 
 TARGET_FFI = "FFI overhead at most 1.2x the Rust call"
 TARGET_STRIPED = "the striped lock at most 1.3x the pthread array"
+TARGET_ROBUST = "the host scope at most 1.5x a robust pthread mutex"
+TARGET_FLOCK = "the host scope at least 40x faster than a flock pair"
 WALL = "wall time, one thread, 1024 keys of 16 bytes"
 CPU = "thread CPU time, one thread, 1024 keys of 16 bytes"
 INSTR = "instructions per lock+release (callgrind)"
+# The host-scope cases lock one key, and are grouped apart.
+HOST_CASES = {"c_shm_pool", "c_shm_striped", "c_robust_mutex", "c_flock"}
+
+
+def group(kind, case):
+    """The group of a row of `kind` (WALL, CPU or INSTR) measuring `case`."""
+    if case in HOST_CASES:
+        return kind.replace("1024 keys of 16 bytes", "one key of 16 bytes") + ", host scope"
+    return kind
 
 # name -> (what it measures, baseline name or None, target text or None, target ratio)
 CASES = {
@@ -46,6 +62,10 @@ CASES = {
     "c_pthread_array": ("C: hash + pthread_mutex_lock/unlock on 1024 padded mutexes", None, None, None),
     "c_pool": ("C: keylock_pool_lock + keylock_pool_release", "rust_pool", TARGET_FFI, 1.2),
     "c_striped": ("C: keylock_striped_lock + keylock_striped_release", "rust_striped", TARGET_FFI, 1.2),
+    "c_shm_pool": ("C, host scope: keylock_pool_lock + _release of one key of a shm: pool", None, None, None),
+    "c_shm_striped": ("C, host scope: keylock_striped_lock + _release of one key of a shm: striped lock (64 stripes)", None, None, None),
+    "c_robust_mutex": ("C: pthread_mutex_lock + unlock of a process-shared robust mutex in shared memory", None, None, None),
+    "c_flock": ("C: flock(LOCK_EX) + flock(LOCK_UN) of a file in /dev/shm", None, None, None),
 }
 # The striped C figure is compared twice: with Rust (above) and with the pthread array.
 EXTRA = [
@@ -56,8 +76,23 @@ EXTRA = [
     ("rust_striped_guard_vs_pthread", "rust_striped_guard",
      "Rust: StripedLock guard against the pthread mutex array (the core's floor)",
      "c_pthread_array", None, None),
+    # The host scope against what processes on one host share instead.
+    ("c_shm_pool_vs_robust", "c_shm_pool",
+     "C, host scope: the shm: pool against a robust pthread mutex", "c_robust_mutex",
+     TARGET_ROBUST, 1.5),
+    ("c_shm_striped_vs_robust", "c_shm_striped",
+     "C, host scope: the shm: striped lock against a robust pthread mutex", "c_robust_mutex",
+     TARGET_ROBUST, 1.5),
+    ("c_shm_pool_vs_flock", "c_shm_pool",
+     "C, host scope: the shm: pool against a flock pair", "c_flock", TARGET_FLOCK, 1 / 40),
+    ("c_shm_striped_vs_flock", "c_shm_striped",
+     "C, host scope: the shm: striped lock against a flock pair", "c_flock", TARGET_FLOCK,
+     1 / 40),
 ]
-C_CASES = ["c_pool", "c_striped", "c_pthread_array"]
+C_CASES = ["c_pool", "c_striped", "c_pthread_array", "c_shm_pool", "c_shm_striped",
+           "c_robust_mutex", "c_flock"]
+# Cases whose cost is mostly in the kernel, which callgrind does not count: no instruction figure.
+NO_INSTRUCTIONS = {"c_flock"}
 RUST_CASES = [n for n in CASES if n.startswith("rust_")]
 
 
@@ -168,16 +203,18 @@ def main():
     med = {name: statistics.median(r) for name, r in runs.items()}
     # CPU time first: the targets are judged on it (see the module docs).
     for name, (what, base, target, limit) in CASES.items():
-        results.append(row(f"{name} (cpu)", what, "ns/op", CPU, runs[f"{name}:cpu"],
+        results.append(row(f"{name} (cpu)", what, "ns/op", group(CPU, name), runs[f"{name}:cpu"],
                            f"{base} (cpu)" if base else None, med.get(f"{base}:cpu"),
                            target, limit))
     for name, source, what, base, target, limit in EXTRA:
-        results.append(row(f"{name} (cpu)", what, "ns/op", CPU, runs[f"{source}:cpu"],
+        results.append(row(f"{name} (cpu)", what, "ns/op", group(CPU, source), runs[f"{source}:cpu"],
                            f"{base} (cpu)", med[f"{base}:cpu"], target, limit))
     for name, (what, base, _target, _limit) in CASES.items():
-        results.append(row(name, what, "ns/op", WALL, runs[name], base, med.get(base), None, None))
+        results.append(row(name, what, "ns/op", group(WALL, name), runs[name], base, med.get(base),
+                           None, None))
     for name, source, what, base, _target, _limit in EXTRA:
-        results.append(row(name, what, "ns/op", WALL, runs[source], base, med[base], None, None))
+        results.append(row(name, what, "ns/op", group(WALL, source), runs[source], base, med[base],
+                           None, None))
 
     notes = []
     if args.no_callgrind or not shutil.which("valgrind"):
@@ -187,23 +224,30 @@ def main():
         small, large = 20_000, 220_000
         ir = {}
         for name in C_CASES:
-            ir[name] = instructions([args.c_bench], name, small, large)
+            if name not in NO_INSTRUCTIONS:
+                ir[name] = instructions([args.c_bench], name, small, large)
         for name in RUST_CASES:
             ir[name] = instructions([rust_bin], name, small, large)
         print("instruction counts done", file=sys.stderr)
         for name, (what, base, target, limit) in CASES.items():
+            if name not in ir:
+                continue
             # Instruction ratios are reported, not judged: the targets are on time.
-            results.append(row(f"{name} (instructions)", what, "instr/op", INSTR, [ir[name]],
+            results.append(row(f"{name} (instructions)", what, "instr/op", group(INSTR, name), [ir[name]],
                                f"{base} (instructions)" if base else None, ir.get(base), None, None))
         for name, source, what, base, _target, _limit in EXTRA:
-            results.append(row(f"{name} (instructions)", what, "instr/op", INSTR, [ir[source]],
+            if source not in ir or base not in ir:
+                continue
+            results.append(row(f"{name} (instructions)", what, "instr/op", group(INSTR, source), [ir[source]],
                                f"{base} (instructions)", ir[base], None, None))
 
     doc = {
         "suite": "c",
         "description": "Uncontended lock+release on one thread, 1024 keys of 16 bytes: C through "
                        "libkeylock against the same calls from Rust and against a striped array "
-                       "of pthread mutexes. One op = one lock + one release. Thread CPU time "
+                       "of pthread mutexes; and the host scope (shm:), one key of 16 bytes, "
+                       "against a robust process-shared pthread mutex and a flock pair, all from "
+                       "C. One op = one lock + one release. Thread CPU time "
                        "(targets judged on it) and wall time, medians of runs with the spread "
                        "min..max, and instructions per op (callgrind).",
         "machine": info,
