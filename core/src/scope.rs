@@ -133,8 +133,9 @@ pub trait KeyedLock: Send + Sync + fmt::Debug {
     /// its acquisition, or `None` when that alone cannot grant it (the key is held or awaited,
     /// has no lock word yet, or the lock object has no such path: the remote scopes, a
     /// host-scope region's shared acquires and its semaphores, and a lock object with metrics,
-    /// which counts each acquire on its full path). `None` says nothing about why: the caller takes the full path
-    /// ([`acquire`](Self::acquire) or [`acquire_async`](Self::acquire_async)), which decides. An
+    /// which counts each acquire on its full path). `None` says nothing about why: the caller
+    /// takes the full path ([`acquire`](Self::acquire) or
+    /// [`acquire_async`](Self::acquire_async)), which decides. An
     /// async front end calls this before making a future, so that a free key costs no future
     /// and a held one costs no second attempt. Never waits.
     ///

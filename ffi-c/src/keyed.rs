@@ -33,7 +33,9 @@ pub(crate) struct Keyed {
 /// (`_lock`, `_lock_shared`) is the core's fast path, `try_acquire_fast`, whose `Acquisition`
 /// the record keeps, and every `Acquisition` record's release first tries the core's
 /// `try_release_fast`; other acquires keep the core's guard of the hold. Other scopes, and
-/// `lock_many`, go through the trait and keep an `Acquisition`.
+/// `lock_many`, go through the trait and keep an `Acquisition` (an uncontended plain acquire
+/// and its release try the trait's `try_acquire_fast` and `try_release_cas` first: the host
+/// scope's one compare-and-swap each way).
 ///
 /// A lock object opened with metrics is the core's `Metered` layer over the scope's object,
 /// whose `as_any` is `None`: it is `Direct::None`, so that every call goes through the layer

@@ -97,6 +97,7 @@ impl KeyedLock for ShmLock {
         let g = self.try_fast(key.space, key.bytes, &req)?;
         Some(self.acquisition(g, &LockOptions::new()))
     }
+
     fn acquire_async(self: Arc<Self>, key: LockKey<'_>, opts: &LockOptions) -> AcquireFuture {
         if let Err(e) = self.check_request(key.space, opts) {
             return Box::pin(std::future::ready(Err(e)));
