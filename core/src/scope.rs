@@ -166,13 +166,11 @@ pub trait KeyedLock: Send + Sync + fmt::Debug {
     ///
     /// ```
     /// use keylock_core::{Error, LockKey, LockOptions, open};
-    /// let name = format!("shm:doc-release-cas-{}", std::process::id());
-    /// let locks = open(&name).unwrap();
+    /// let locks = open("local:").unwrap();
     /// let acq = locks.acquire(LockKey::new(b"k"), &LockOptions::new()).unwrap();
     /// assert!(locks.try_release_cas(&acq));
     /// assert!(!locks.is_locked(LockKey::new(b"k")).unwrap());
     /// assert_eq!(locks.release(acq), Err(Error::NotOwner)); // spent
-    /// keylock_core::shm::unlink(&name["shm:".len()..]).unwrap();
     /// ```
     fn try_release_cas(&self, acquisition: &Acquisition) -> bool {
         let _ = acquisition;
