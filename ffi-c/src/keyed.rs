@@ -390,9 +390,7 @@ unsafe extern "C" fn acquire_plain_guarded<H: Handle>(
         if !H::STRIPED && unsafe { acquire_plain_fast(h, key, len, mode, out, pool_fast) } {
             return Ok(());
         }
-        // A closure, not the method's name: a function item goes through a `call_once` shim,
-        // which was left out of line (and with it the record's copy through memory).
-        let scope_fast = |k: &Keyed, key: &[u8], mode| k.acquire_scope_fast(key, mode);
+        let scope_fast = Keyed::acquire_scope_fast;
         // SAFETY: as above.
         if unsafe { acquire_plain_fast(h, key, len, mode, out, scope_fast) } {
             return Ok(());
