@@ -107,7 +107,7 @@ impl Keyed {
     /// unchecked index that the mask keeps in range) and one compare-and-swap whose additions
     /// are bounded by the checks before them. A pool's probe is not as simple (a slot recycled
     /// under it is let go through the slow path), so the pool's fast path runs inside the guard
-    /// ([`Self::acquire_pool_fast`]).
+    /// ([`Self::acquire_guarded_fast`]).
     #[inline(always)]
     fn acquire_fast(&self, key: &[u8], mode: Mode) -> Option<Acquisition> {
         match self.local() {
@@ -116,26 +116,29 @@ impl Keyed {
         }
     }
 
-    /// The uncontended plain acquire of an in-process pool (`KeyPool::try_acquire_fast`): its
-    /// record, or `None` (take the full path). Inside the panic guard (see
-    /// [`Self::acquire_fast`]).
+    /// The uncontended plain acquire inside the panic guard, filled into `record`: an in-process
+    /// pool's (`KeyPool::try_acquire_fast`; a striped lock's handle never holds one), or another
+    /// scope's that has one (`KeyedLock::try_acquire_fast`: the host scope's). `false`: nothing
+    /// done (take the full path). Each arm fills the record itself: a record made from either
+    /// would keep the pool's in memory too, as the trait's call returns it there, and lengthen
+    /// the pool's path.
     #[inline(always)]
-    fn acquire_pool_fast(&self, key: &[u8], mode: Mode) -> Option<Acquisition> {
+    fn acquire_guarded_fast<H: Handle>(
+        &self,
+        key: &[u8],
+        mode: Mode,
+        record: &mut keylock_acquisition,
+    ) -> bool {
+        let mut fill = |acq| record.fill_keyed(self.id, acq);
         match self.local() {
-            Local::Pool(p) => p.try_acquire_fast(key, mode),
-            Local::Striped(_) | Local::None => None,
-        }
-    }
-
-    /// The uncontended plain acquire of another scope's object that has one
-    /// (`KeyedLock::try_acquire_fast`: the host scope's): its record, or `None` (take the full
-    /// path). Inside the panic guard.
-    #[inline(always)]
-    fn acquire_scope_fast(&self, key: &[u8], mode: Mode) -> Option<Acquisition> {
-        match self.local() {
-            Local::None => self.locks.try_acquire_fast(LockKey::new(key), mode),
+            Local::Pool(p) if !H::STRIPED => p.try_acquire_fast(key, mode).map(&mut fill),
+            Local::None => self
+                .locks
+                .try_acquire_fast(LockKey::new(key), mode)
+                .map(fill),
             Local::Pool(_) | Local::Striped(_) => None,
         }
+        .is_some()
     }
 
     /// The core's one-CAS release (`try_release_cas`) of a plain exclusive record of an
@@ -384,15 +387,14 @@ unsafe extern "C" fn acquire_plain_guarded<H: Handle>(
 ) -> keylock_result {
     ffi_boundary(move || {
         // A pool's fast path runs inside the guard (see `Keyed::acquire_fast`), and so does
-        // another scope's, after it: the in-process pool's path stays as it was.
-        let pool_fast = Keyed::acquire_pool_fast;
+        // another scope's.
         // SAFETY: the caller's contract (as `acquire`'s); the key is checked as `key` checks it.
-        if !H::STRIPED && unsafe { acquire_plain_fast(h, key, len, mode, out, pool_fast) } {
-            return Ok(());
-        }
-        let scope_fast = Keyed::acquire_scope_fast;
-        // SAFETY: as above.
-        if unsafe { acquire_plain_fast(h, key, len, mode, out, scope_fast) } {
+        let (handle, record, bytes) = unsafe { (h.as_ref(), out.as_mut(), key_of(key, len)) };
+        if let (Some(handle), Some(record), Some(bytes)) = (handle, record, bytes)
+            && handle
+                .keyed()
+                .acquire_guarded_fast::<H>(bytes, mode, record)
+        {
             return Ok(());
         }
         // SAFETY: as above.
