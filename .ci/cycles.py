@@ -67,7 +67,9 @@ def strip(src):
                 j += 2 if src[j] == "\\" else 1
             blank(src[i : j + 1])
             i = j + 1
-        elif c == "'" and (m := re.compile(r"'(?:\\(?:x[0-9a-fA-F]{2}|u\{[0-9a-fA-F]+\}|.)|[^\\'])'").match(src, i)):
+        elif c == "'" and (
+            m := re.compile(r"'(?:\\(?:x[0-9a-fA-F]{2}|u\{[0-9a-fA-F]+\}|.)|[^\\'])'").match(src, i)
+        ):
             # A char literal; a lifetime ('a) has no closing quote and is left alone.
             blank(m.group(0))
             i = m.end()
@@ -271,7 +273,7 @@ def main(argv):
             for m in comp:
                 for d in sorted(set(g[m]) & set(comp)):
                     lines = sorted(set(g[m][d]))
-                    where = ", ".join(f"{p}:{l}" for p, l in lines[:3])
+                    where = ", ".join(f"{p}:{n}" for p, n in lines[:3])
                     more = len(lines) - 3
                     print(f"  {m} -> {d}  ({where}{f', +{more}' if more > 0 else ''})")
     return 1 if failed else 0

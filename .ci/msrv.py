@@ -52,8 +52,18 @@ def main() -> int:
             continue
         packages = [arg for name in sorted(crates) for arg in ("-p", name)]
         subprocess.run(
-            [cargo, f"+{version}", "check", "--locked", "--lib", "--bins", "--quiet",
-             "--target-dir", f"{target_dir}/msrv-{version}", *packages],
+            [
+                cargo,
+                f"+{version}",
+                "check",
+                "--locked",
+                "--lib",
+                "--bins",
+                "--quiet",
+                "--target-dir",
+                f"{target_dir}/msrv-{version}",
+                *packages,
+            ],
             check=True,
         )
     return 0

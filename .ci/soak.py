@@ -43,16 +43,48 @@ def programs(root, seconds):
     py = os.path.join(root, ".venv", "bin", "python")
     c_build = os.path.join(root, "build", "c")
     return [
-        ("rust", [os.path.join(root, "target", "release", "keylock-bank"), "16", "64", str(half_ms)],
-         seconds / 2),
+        (
+            "rust",
+            [os.path.join(root, "target", "release", "keylock-bank"), "16", "64", str(half_ms)],
+            seconds / 2,
+        ),
         ("c", [os.path.join(c_build, "bank"), "16", "64", str(half_ms)], seconds / 2),
         ("c++", [os.path.join(c_build, "bank_cpp"), "16", "64", str(half_ms)], seconds / 2),
-        ("python-threads", [py, os.path.join(root, "examples", "python", "bank.py"),
-                            "--workers", "32", "--seconds", half_s], seconds / 2),
-        ("python-asyncio", [py, os.path.join(root, "examples", "python", "bank_async.py"),
-                            "--workers", "256", "--seconds", half_s], seconds / 2),
-        ("node", ["node", os.path.join(root, "examples", "node", "bank.js"), "64", "64",
-                  str(quarter_ms)], seconds / 4),
+        (
+            "python-threads",
+            [
+                py,
+                os.path.join(root, "examples", "python", "bank.py"),
+                "--workers",
+                "32",
+                "--seconds",
+                half_s,
+            ],
+            seconds / 2,
+        ),
+        (
+            "python-asyncio",
+            [
+                py,
+                os.path.join(root, "examples", "python", "bank_async.py"),
+                "--workers",
+                "256",
+                "--seconds",
+                half_s,
+            ],
+            seconds / 2,
+        ),
+        (
+            "node",
+            [
+                "node",
+                os.path.join(root, "examples", "node", "bank.js"),
+                "64",
+                "64",
+                str(quarter_ms),
+            ],
+            seconds / 4,
+        ),
     ]
 
 
@@ -96,8 +128,10 @@ def main():
         time.sleep(1.0)
 
     failed = False
-    print(f"{'program':<16} {'transfers':>14} {'errors':>7} {'max RSS':>10}  "
-          f"{'peak per half (early->late)':<28} memory")
+    print(
+        f"{'program':<16} {'transfers':>14} {'errors':>7} {'max RSS':>10}  "
+        f"{'peak per half (early->late)':<28} memory"
+    )
     total_ops = 0
     for name, cmd, p, out in procs:
         code = p.wait()
@@ -129,11 +163,15 @@ def main():
                 flat &= late <= early * 1.10 + 4096
         peak = max([kib for _, kib in samples[name]] or [0])
         verdict = "flat" if flat else "GREW"
-        print(f"{name:<16} {ops:>14,} {errors:>7} {peak / 1024:>8.1f}Mi  "
-              f"{', '.join(halves):<28} {verdict}")
+        print(
+            f"{name:<16} {ops:>14,} {errors:>7} {peak / 1024:>8.1f}Mi  "
+            f"{', '.join(halves):<28} {verdict}"
+        )
         if errors or not flat:
             failed = True
-            print(f"--- {name} ({' '.join(cmd)}) exited {code}; its output:\n{text}", file=sys.stderr)
+            print(
+                f"--- {name} ({' '.join(cmd)}) exited {code}; its output:\n{text}", file=sys.stderr
+            )
     print(f"soak: {total_ops:,} transfers in all; {'FAILED' if failed else 'ok'}")
     return 1 if failed else 0
 

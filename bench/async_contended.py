@@ -47,15 +47,17 @@ def per_op_instructions(exe: str, which: str, workload: str) -> float:
 
 
 def cpu_time(exe: str, which: str, workload: str) -> float:
-    out = subprocess.run([exe, which, workload, str(TIMED)], check=True, capture_output=True,
-                         text=True)
+    out = subprocess.run(
+        [exe, which, workload, str(TIMED)], check=True, capture_output=True, text=True
+    )
     return float(out.stdout.strip())
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results",
-                                                  "rust-async-contended-1thread.json"))
+    ap.add_argument(
+        "--out", default=os.path.join(ROOT, "bench", "results", "rust-async-contended-1thread.json")
+    )
     ap.add_argument("--runs", type=int, default=9)
     args = ap.parse_args()
     exe = build("async_contended")
@@ -72,38 +74,46 @@ def main() -> None:
         for which, name in IMPLS.items():
             v = times[which]
             ours = which != base
-            results.append({
-                "name": f"{group}: {name}",
-                "group": group,
-                "impl": name,
-                "workload": wl,
-                "unit": "ns/op",
-                "median": statistics.median(v),
-                "min": min(v),
-                "max": max(v),
-                "runs": v,
-                "baseline": f"{group}: {IMPLS[base]}" if ours else None,
-                "ratio": statistics.median(v) / statistics.median(times[base]) if ours else None,
-                "target": None,
-                "met": None,
-            })
-            results.append({
-                "name": f"{group}: {name}, instructions",
-                "group": group,
-                "impl": name,
-                "workload": wl,
-                "unit": "instructions/op",
-                "median": instr[which],
-                "min": instr[which],
-                "max": instr[which],
-                "runs": [instr[which]],
-                "baseline": f"{group}: {IMPLS[base]}, instructions" if ours else None,
-                "ratio": instr[which] / instr[base] if ours else None,
-                "target": None,
-                "met": None,
-            })
-            print(f"{group}: {name:45} {statistics.median(v):8.1f} ns/op {instr[which]:8.1f} "
-                  "instructions/op")
+            results.append(
+                {
+                    "name": f"{group}: {name}",
+                    "group": group,
+                    "impl": name,
+                    "workload": wl,
+                    "unit": "ns/op",
+                    "median": statistics.median(v),
+                    "min": min(v),
+                    "max": max(v),
+                    "runs": v,
+                    "baseline": f"{group}: {IMPLS[base]}" if ours else None,
+                    "ratio": statistics.median(v) / statistics.median(times[base])
+                    if ours
+                    else None,
+                    "target": None,
+                    "met": None,
+                }
+            )
+            results.append(
+                {
+                    "name": f"{group}: {name}, instructions",
+                    "group": group,
+                    "impl": name,
+                    "workload": wl,
+                    "unit": "instructions/op",
+                    "median": instr[which],
+                    "min": instr[which],
+                    "max": instr[which],
+                    "runs": [instr[which]],
+                    "baseline": f"{group}: {IMPLS[base]}, instructions" if ours else None,
+                    "ratio": instr[which] / instr[base] if ours else None,
+                    "target": None,
+                    "met": None,
+                }
+            )
+            print(
+                f"{group}: {name:45} {statistics.median(v):8.1f} ns/op {instr[which]:8.1f} "
+                "instructions/op"
+            )
     doc = {
         "suite": "keylock-core: contended async on one thread (bench/async_contended.py)",
         "machine": report.machine(),

@@ -65,10 +65,14 @@ use keylock_core::{KeyPool, StripedLock};
 CPU_NS
 #[inline(never)] fn pool_u64(p: &KeyPool<u64>, k: u64) { drop(p.lock(&black_box(k))) }
 #[inline(never)] fn pool_str(p: &KeyPool<String>, k: &str) { drop(p.lock(black_box(k))) }
-#[inline(never)] fn pool_async(p: &KeyPool<u64>, k: u64) { drop(ready(p.lock_async(&black_box(k)))) }
+#[inline(never)] fn pool_async(p: &KeyPool<u64>, k: u64) {
+    drop(ready(p.lock_async(&black_box(k))))
+}
 #[inline(never)] fn striped_u64(s: &StripedLock, k: u64) { drop(s.lock(&black_box(k))) }
 #[inline(never)] fn striped_str(s: &StripedLock, k: &str) { drop(s.lock(black_box(k))) }
-#[inline(never)] fn striped_async(s: &StripedLock, k: u64) { drop(ready(s.lock_async(&black_box(k)))) }
+#[inline(never)] fn striped_async(s: &StripedLock, k: u64) {
+    drop(ready(s.lock_async(&black_box(k))))
+}
 #[inline(never)] fn floor(m: &parking_lot::Mutex<()>, _k: u64) { drop(black_box(m).lock()) }
 
 fn main() {
@@ -147,8 +151,15 @@ fn main() {
 }
 """.replace("CPU_NS\n", CPU_NS + READY)
 
-LOOPS = ["floor", "striped_u64", "striped_str16", "striped_async", "pool_u64", "pool_str16",
-         "pool_async"]
+LOOPS = [
+    "floor",
+    "striped_u64",
+    "striped_str16",
+    "striped_async",
+    "pool_u64",
+    "pool_str16",
+    "pool_async",
+]
 TASK_LOOPS = ["pool_sync_task", "pool_async_task", "striped_sync_task", "striped_async_task"]
 
 
@@ -187,8 +198,12 @@ def binary_for(binary: str, loop: str) -> str:
 
 
 def instructions(binary: str, loop: str, n: int) -> int:
-    out = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
-                          binary, loop, str(n)], capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", binary, loop, str(n)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     for line in out.stderr.splitlines():
         if "refs:" in line:
             return int(line.split("refs:")[1].strip().replace(",", ""))
@@ -201,8 +216,9 @@ def per_op_instructions(binary: str, loop: str) -> float:
 
 
 def cpu_time(binary: str, loop: str) -> float:
-    out = subprocess.run([binary, loop, "2000000", "timed"], capture_output=True, text=True,
-                         check=True)
+    out = subprocess.run(
+        [binary, loop, "2000000", "timed"], capture_output=True, text=True, check=True
+    )
     return float(out.stdout.strip())
 
 
@@ -216,8 +232,10 @@ def main() -> None:
     work = tempfile.mkdtemp(prefix="keylock-before-after-")
     try:
         old_tree = os.path.join(work, "old")
-        subprocess.run(["git", "-C", ROOT, "worktree", "add", "--detach", "--quiet", old_tree,
-                        args.rev], check=True)
+        subprocess.run(
+            ["git", "-C", ROOT, "worktree", "add", "--detach", "--quiet", old_tree, args.rev],
+            check=True,
+        )
         try:
             before = build(os.path.join(old_tree, "core"), work, "before")
             after = build(os.path.join(ROOT, "core"), work, "after")
@@ -231,34 +249,62 @@ def main() -> None:
                     for k, b in builds:
                         times[k].append(cpu_time(b, loop))
                 for k in ("before", "after"):
-                    common = {"group": f"before/after: {loop}", "impl": f"keylock {k} ({args.rev})"
-                              if k == "before" else "keylock after (this tree)", "loop": loop}
+                    common = {
+                        "group": f"before/after: {loop}",
+                        "impl": f"keylock {k} ({args.rev})"
+                        if k == "before"
+                        else "keylock after (this tree)",
+                        "loop": loop,
+                    }
                     base = f"{loop}: before" if k == "after" else None
-                    figures.append({
-                        "name": f"{loop}: {k}", "unit": "ns", "runs": times[k],
-                        "median": statistics.median(times[k]), "min": min(times[k]),
-                        "max": max(times[k]), "baseline": base, "target": None, "met": None,
-                        **common})
-                    figures.append({
-                        "name": f"{loop}: {k}, instructions", "unit": "instructions",
-                        "runs": [ins[k]], "median": ins[k], "min": ins[k], "max": ins[k],
-                        "baseline": f"{loop}: before, instructions" if k == "after" else None,
-                        "target": None, "met": None, **common})
-                print(f"{loop:14} before {statistics.median(times['before']):6.2f} ns "
-                      f"{ins['before']:6.0f} instr   after {statistics.median(times['after']):6.2f} ns "
-                      f"{ins['after']:6.0f} instr")
+                    figures.append(
+                        {
+                            "name": f"{loop}: {k}",
+                            "unit": "ns",
+                            "runs": times[k],
+                            "median": statistics.median(times[k]),
+                            "min": min(times[k]),
+                            "max": max(times[k]),
+                            "baseline": base,
+                            "target": None,
+                            "met": None,
+                            **common,
+                        }
+                    )
+                    figures.append(
+                        {
+                            "name": f"{loop}: {k}, instructions",
+                            "unit": "instructions",
+                            "runs": [ins[k]],
+                            "median": ins[k],
+                            "min": ins[k],
+                            "max": ins[k],
+                            "baseline": f"{loop}: before, instructions" if k == "after" else None,
+                            "target": None,
+                            "met": None,
+                            **common,
+                        }
+                    )
+                print(
+                    f"{loop:14} before {statistics.median(times['before']):6.2f} ns "
+                    f"{ins['before']:6.0f} instr   "
+                    f"after {statistics.median(times['after']):6.2f} ns "
+                    f"{ins['after']:6.0f} instr"
+                )
             by = {f["name"]: f["median"] for f in figures}
             for f in figures:
-                f["ratio"] = by[f["baseline"]] and f["median"] / by[f["baseline"]] \
-                    if f["baseline"] else None
+                f["ratio"] = (
+                    by[f["baseline"]] and f["median"] / by[f["baseline"]] if f["baseline"] else None
+                )
             doc = {
                 "suite": "keylock-core: before and after this round's rework (uncontended)",
                 "measurement": "instructions by callgrind; ns by the thread's CPU time, medians "
-                               f"of {runs} interleaved runs; load average at the start "
-                               f"{load[0]:.2f}",
+                f"of {runs} interleaved runs; load average at the start "
+                f"{load[0]:.2f}",
                 "machine": report.machine(),
-                "date": report.datetime.datetime.now(report.datetime.timezone.utc)
-                .strftime("%Y-%m-%dT%H:%M:%SZ"),
+                "date": report.datetime.datetime.now(report.datetime.timezone.utc).strftime(
+                    "%Y-%m-%dT%H:%M:%SZ"
+                ),
                 "results": figures,
             }
             os.makedirs(os.path.dirname(args.out), exist_ok=True)
@@ -266,8 +312,9 @@ def main() -> None:
                 json.dump(doc, f, indent=2)
             print(f"wrote {args.out}")
         finally:
-            subprocess.run(["git", "-C", ROOT, "worktree", "remove", "--force", old_tree],
-                           check=False)
+            subprocess.run(
+                ["git", "-C", ROOT, "worktree", "remove", "--force", old_tree], check=False
+            )
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

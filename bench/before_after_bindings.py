@@ -213,18 +213,37 @@ NODE_WARMUP = 50_000
 # (language, loop, what it does, instruction-count lengths, timed length)
 LOOPS = [
     ("C", "pool", "keylock_pool_lock + keylock_pool_release", (100_000, 200_000), 2_000_000),
-    ("C", "striped", "keylock_striped_lock + keylock_striped_release (1024 stripes)",
-     (100_000, 200_000), 2_000_000),
+    (
+        "C",
+        "striped",
+        "keylock_striped_lock + keylock_striped_release (1024 stripes)",
+        (100_000, 200_000),
+        2_000_000,
+    ),
     ("Python", "pool", "with KeyPool().lock(key): pass", (50_000, 100_000), 300_000),
     ("Python", "striped", "with StripedLock(1024).lock(key): pass", (50_000, 100_000), 300_000),
-    ("Node", "pool_trylock", "KeyPool tryLock(key) + guard.release()", (100_000, 200_000),
-     500_000),
-    ("Node", "striped_trylock", "StripedLock(1024) tryLock(key) + guard.release()",
-     (100_000, 200_000), 500_000),
-    ("Node", "pool_withlock", "await KeyPool withLock(key, fn), fn synchronous",
-     (50_000, 100_000), 200_000),
-    ("Node", "striped_withlock", "await StripedLock(1024) withLock(key, fn), fn synchronous",
-     (50_000, 100_000), 200_000),
+    ("Node", "pool_trylock", "KeyPool tryLock(key) + guard.release()", (100_000, 200_000), 500_000),
+    (
+        "Node",
+        "striped_trylock",
+        "StripedLock(1024) tryLock(key) + guard.release()",
+        (100_000, 200_000),
+        500_000,
+    ),
+    (
+        "Node",
+        "pool_withlock",
+        "await KeyPool withLock(key, fn), fn synchronous",
+        (50_000, 100_000),
+        200_000,
+    ),
+    (
+        "Node",
+        "striped_withlock",
+        "await StripedLock(1024) withLock(key, fn), fn synchronous",
+        (50_000, 100_000),
+        200_000,
+    ),
 ]
 NODE_REPEATS = 3
 # V8's flags for Node's instruction counts (see the top of this file).
@@ -247,8 +266,10 @@ def default_maturin() -> str | None:
 
 
 def default_node_modules(tree: str) -> str | None:
-    for cand in (os.path.join(tree, "node", "node_modules"),
-                 os.path.join(ROOT, "node", "node_modules")):
+    for cand in (
+        os.path.join(tree, "node", "node_modules"),
+        os.path.join(ROOT, "node", "node_modules"),
+    ):
         if os.path.isdir(cand):
             return cand
     return None
@@ -256,10 +277,21 @@ def default_node_modules(tree: str) -> str | None:
 
 def tree_label(tree: str) -> str:
     """The tree's commit, with "+ changes" when tracked files differ from it."""
-    rev = subprocess.run(["git", "-C", tree, "rev-parse", "--short", "HEAD"], capture_output=True,
-                         text=True, check=False).stdout.strip() or "unknown"
-    dirty = subprocess.run(["git", "-C", tree, "status", "--porcelain", "--untracked-files=no"],
-                           capture_output=True, text=True, check=False).stdout.strip()
+    rev = (
+        subprocess.run(
+            ["git", "-C", tree, "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout.strip()
+        or "unknown"
+    )
+    dirty = subprocess.run(
+        ["git", "-C", tree, "status", "--porcelain", "--untracked-files=no"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.strip()
     return f"{rev} + changes" if dirty else rev
 
 
@@ -267,10 +299,23 @@ def cargo_build(tree: str, env: dict, package: str) -> list[str]:
     """`cargo build --release --locked -p PACKAGE` of the workspace in `tree`; the files of the
     package's library that cargo reports."""
     out = subprocess.run(
-        ["cargo", "build", "--release", "--locked", "--quiet", "--manifest-path",
-         os.path.join(tree, "Cargo.toml"), "-p", package,
-         "--message-format=json-render-diagnostics"],
-        env=env, check=True, stdout=subprocess.PIPE, text=True).stdout
+        [
+            "cargo",
+            "build",
+            "--release",
+            "--locked",
+            "--quiet",
+            "--manifest-path",
+            os.path.join(tree, "Cargo.toml"),
+            "-p",
+            package,
+            "--message-format=json-render-diagnostics",
+        ],
+        env=env,
+        check=True,
+        stdout=subprocess.PIPE,
+        text=True,
+    ).stdout
     files: list[str] = []
     for line in out.splitlines():
         if not line.startswith("{"):
@@ -284,8 +329,11 @@ def cargo_build(tree: str, env: dict, package: str) -> list[str]:
 def build(tree: str, side_dir: str, work: str, args: argparse.Namespace) -> dict:
     """Builds the three bindings of `tree` under `side_dir`; returns how to run each."""
     os.makedirs(side_dir, exist_ok=True)
-    env = {**os.environ, "CARGO_TARGET_DIR": os.path.join(side_dir, "target"),
-           "CARGO_BUILD_JOBS": str(args.jobs)}
+    env = {
+        **os.environ,
+        "CARGO_TARGET_DIR": os.path.join(side_dir, "target"),
+        "CARGO_BUILD_JOBS": str(args.jobs),
+    }
     env.pop("VIRTUAL_ENV", None)
 
     # C: the library as `make build-ffi` builds it, laid out under its SONAME as `make install`
@@ -302,16 +350,47 @@ def build(tree: str, side_dir: str, work: str, args: argparse.Namespace) -> dict
     if soname != "libkeylock.so":
         os.symlink(soname, os.path.join(lib, "libkeylock.so"))
     c_bin = os.path.join(side_dir, "c", "bench_c")
-    sh([os.environ.get("CC", "cc"), "-std=c11", "-O2", "-Wall", "-Wextra", "-Werror",
-        "-I", os.path.join(tree, "include"), os.path.join(work, "bench_c.c"), "-o", c_bin,
-        "-L", lib, "-lkeylock", "-pthread", f"-Wl,-rpath,{lib}"])
+    sh(
+        [
+            os.environ.get("CC", "cc"),
+            "-std=c11",
+            "-O2",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-I",
+            os.path.join(tree, "include"),
+            os.path.join(work, "bench_c.c"),
+            "-o",
+            c_bin,
+            "-L",
+            lib,
+            "-lkeylock",
+            "-pthread",
+            f"-Wl,-rpath,{lib}",
+        ]
+    )
 
     # Python: the wheel, into a fresh virtual environment.
     log(f"{tree}: Python wheel")
     wheels = os.path.join(side_dir, "wheel")
     shutil.rmtree(wheels, ignore_errors=True)
-    sh([args.maturin, "build", "--release", "--locked", "--quiet", "-m",
-        os.path.join(tree, "py", "Cargo.toml"), "-i", sys.executable, "--out", wheels], env=env)
+    sh(
+        [
+            args.maturin,
+            "build",
+            "--release",
+            "--locked",
+            "--quiet",
+            "-m",
+            os.path.join(tree, "py", "Cargo.toml"),
+            "-i",
+            sys.executable,
+            "--out",
+            wheels,
+        ],
+        env=env,
+    )
     wheel = glob.glob(os.path.join(wheels, "*.whl"))
     if len(wheel) != 1:
         raise RuntimeError(f"expected one wheel in {wheels}, found {wheel}")
@@ -319,29 +398,52 @@ def build(tree: str, side_dir: str, work: str, args: argparse.Namespace) -> dict
     shutil.rmtree(venv, ignore_errors=True)
     sh([sys.executable, "-m", "venv", venv])
     py = os.path.join(venv, "bin", "python")
-    sh([py, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps",
-        "--disable-pip-version-check", wheel[0]], env=env)
+    sh(
+        [
+            py,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-index",
+            "--no-deps",
+            "--disable-pip-version-check",
+            wheel[0],
+        ],
+        env=env,
+    )
 
     # Node: the addon, in a copy of node/ (as node/build.js builds it without @napi-rs/cli).
     log(f"{tree}: Node addon")
     addon = next(f for f in cargo_build(tree, env, "keylock-node") if f.endswith(".so"))
     node_dir = os.path.join(side_dir, "node")
     shutil.rmtree(node_dir, ignore_errors=True)
-    shutil.copytree(os.path.join(tree, "node"), node_dir, symlinks=True,
-                    ignore=shutil.ignore_patterns("node_modules", "target", "*.node"))
+    shutil.copytree(
+        os.path.join(tree, "node"),
+        node_dir,
+        symlinks=True,
+        ignore=shutil.ignore_patterns("node_modules", "target", "*.node"),
+    )
     modules = args.node_modules or default_node_modules(tree)
     if modules:
         os.symlink(os.path.abspath(modules), os.path.join(node_dir, "node_modules"))
     shutil.copy2(addon, os.path.join(node_dir, "keylock_node.node"))
 
-    return {"C": [c_bin], "Python": [py, os.path.join(work, "bench_py.py")],
-            "Node": ["node", os.path.join(work, "bench_node.js"), node_dir]}
+    return {
+        "C": [c_bin],
+        "Python": [py, os.path.join(work, "bench_py.py")],
+        "Node": ["node", os.path.join(work, "bench_node.js"), node_dir],
+    }
 
 
 def instructions(cmd: list[str], n: int) -> int:
-    proc = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *cmd,
-                           str(n)], capture_output=True, text=True, check=False,
-                          env={**os.environ, "PYTHONHASHSEED": "0"})
+    proc = subprocess.run(
+        ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *cmd, str(n)],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "PYTHONHASHSEED": "0"},
+    )
     m = re.search(r"refs:\s+([\d,]+)", proc.stderr)
     if proc.returncode != 0 or not m:
         raise RuntimeError(f"callgrind of {' '.join(cmd)} {n} failed:\n{proc.stderr[-2000:]}")
@@ -356,8 +458,13 @@ def per_op_instructions(cmd: list[str], lengths: tuple[int, int]) -> float:
 
 
 def ns_per_op(cmd: list[str], n: int) -> float:
-    out = subprocess.run([*cmd, str(n), "timed"], capture_output=True, text=True, check=True,
-                         env={**os.environ, "PYTHONHASHSEED": "0"})
+    out = subprocess.run(
+        [*cmd, str(n), "timed"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONHASHSEED": "0"},
+    )
     return float(out.stdout.strip())
 
 
@@ -368,31 +475,47 @@ def make_worktree(rev: str, path: str) -> None:
 
 def remove_worktree(path: str) -> None:
     if os.path.exists(path):
-        subprocess.run(["git", "-C", ROOT, "worktree", "remove", "--force", path], check=False,
-                       capture_output=True)
+        subprocess.run(
+            ["git", "-C", ROOT, "worktree", "remove", "--force", path],
+            check=False,
+            capture_output=True,
+        )
         shutil.rmtree(path, ignore_errors=True)
     subprocess.run(["git", "-C", ROOT, "worktree", "prune"], check=False)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--rev", default=DEFAULT_REV,
-                    help="the 'before' revision (default %(default)s)")
+    ap.add_argument(
+        "--rev", default=DEFAULT_REV, help="the 'before' revision (default %(default)s)"
+    )
     ap.add_argument("--tree", default=ROOT, help="the 'after' source tree (default: this one)")
-    ap.add_argument("--out", default=os.path.join(HERE, "results",
-                                                  "bindings-before-after-front.json"))
+    ap.add_argument(
+        "--out", default=os.path.join(HERE, "results", "bindings-before-after-front.json")
+    )
     ap.add_argument("--quick", action="store_true", help="fewer timed runs and Node repeats")
-    ap.add_argument("--work", help="work directory to use and keep (builds are reused by a "
-                    "later run with the same one); default: a temporary one, removed at the end")
-    ap.add_argument("--maturin", default=default_maturin(),
-                    help="maturin to build the wheels with (default: .venv's, else PATH's)")
-    ap.add_argument("--node-modules", help="an installed node/node_modules to link into the "
-                    "copies of node/ (default: the tree's, else this repository's)")
+    ap.add_argument(
+        "--work",
+        help="work directory to use and keep (builds are reused by a "
+        "later run with the same one); default: a temporary one, removed at the end",
+    )
+    ap.add_argument(
+        "--maturin",
+        default=default_maturin(),
+        help="maturin to build the wheels with (default: .venv's, else PATH's)",
+    )
+    ap.add_argument(
+        "--node-modules",
+        help="an installed node/node_modules to link into the "
+        "copies of node/ (default: the tree's, else this repository's)",
+    )
     ap.add_argument("--jobs", type=int, default=1, help="cargo build jobs (default 1)")
     args = ap.parse_args()
     if not args.maturin:
-        sys.exit("before_after_bindings.py: no maturin found; pass --maturin (make venv puts one "
-                 "in .venv/bin)")
+        sys.exit(
+            "before_after_bindings.py: no maturin found; pass --maturin (make venv puts one "
+            "in .venv/bin)"
+        )
     for tool in ("valgrind", "cargo", "node", "readelf"):
         if not shutil.which(tool):
             sys.exit(f"before_after_bindings.py: {tool} is not installed")
@@ -401,23 +524,35 @@ def main() -> None:
     repeats = 2 if args.quick else NODE_REPEATS
     began = time.monotonic()
 
-    work = os.path.abspath(args.work) if args.work else tempfile.mkdtemp(
-        prefix="keylock-bindings-before-after-")
+    work = (
+        os.path.abspath(args.work)
+        if args.work
+        else tempfile.mkdtemp(prefix="keylock-bindings-before-after-")
+    )
     os.makedirs(work, exist_ok=True)
     old_tree = os.path.join(work, "before-src")
     try:
-        for name, text in (("bench_c.c", C_PROGRAM), ("bench_py.py", PY_PROGRAM),
-                           ("bench_node.js", NODE_PROGRAM.replace("WARM", str(NODE_WARMUP)))):
+        for name, text in (
+            ("bench_c.c", C_PROGRAM),
+            ("bench_py.py", PY_PROGRAM),
+            ("bench_node.js", NODE_PROGRAM.replace("WARM", str(NODE_WARMUP))),
+        ):
             with open(os.path.join(work, name), "w") as f:
                 f.write(text.lstrip())
         make_worktree(args.rev, old_tree)
-        rev = subprocess.run(["git", "-C", old_tree, "rev-parse", "--short", "HEAD"],
-                             capture_output=True, text=True, check=True).stdout.strip()
+        rev = subprocess.run(
+            ["git", "-C", old_tree, "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
         after_label = tree_label(tree)
         if tree == ROOT:
             after_label += ", this tree"
-        sides = {"before": build(old_tree, os.path.join(work, "before"), work, args),
-                 "after": build(tree, os.path.join(work, "after"), work, args)}
+        sides = {
+            "before": build(old_tree, os.path.join(work, "before"), work, args),
+            "after": build(tree, os.path.join(work, "after"), work, args),
+        }
         built = time.monotonic()
         log(f"built both trees in {built - began:.0f} s; measuring")
 
@@ -437,70 +572,113 @@ def main() -> None:
                     times[k].append(ns_per_op([*sides[k][lang], loop], timed_n))
             label = f"{lang} {loop}"
             for k in ("before", "after"):
-                common = {"group": f"before/after: {label}", "impl": impl[k], "language": lang,
-                          "loop": loop, "calls": what}
-                figures.append({
-                    "name": f"{label}: {k}", "unit": "ns", "runs": times[k],
-                    "median": statistics.median(times[k]), "min": min(times[k]),
-                    "max": max(times[k]),
-                    "baseline": f"{label}: before" if k == "after" else None,
-                    "target": None, "met": None, **common})
-                figures.append({
-                    "name": f"{label}: {k}, instructions", "unit": "instructions",
-                    "runs": ins[k], "median": statistics.median(ins[k]), "min": min(ins[k]),
-                    "max": max(ins[k]),
-                    "baseline": f"{label}: before, instructions" if k == "after" else None,
-                    "target": None, "met": None, **common})
-            row = (label, statistics.median(ins["before"]), statistics.median(ins["after"]),
-                   min(ins["before"]), max(ins["before"]), min(ins["after"]), max(ins["after"]),
-                   statistics.median(times["before"]), statistics.median(times["after"]))
+                common = {
+                    "group": f"before/after: {label}",
+                    "impl": impl[k],
+                    "language": lang,
+                    "loop": loop,
+                    "calls": what,
+                }
+                figures.append(
+                    {
+                        "name": f"{label}: {k}",
+                        "unit": "ns",
+                        "runs": times[k],
+                        "median": statistics.median(times[k]),
+                        "min": min(times[k]),
+                        "max": max(times[k]),
+                        "baseline": f"{label}: before" if k == "after" else None,
+                        "target": None,
+                        "met": None,
+                        **common,
+                    }
+                )
+                figures.append(
+                    {
+                        "name": f"{label}: {k}, instructions",
+                        "unit": "instructions",
+                        "runs": ins[k],
+                        "median": statistics.median(ins[k]),
+                        "min": min(ins[k]),
+                        "max": max(ins[k]),
+                        "baseline": f"{label}: before, instructions" if k == "after" else None,
+                        "target": None,
+                        "met": None,
+                        **common,
+                    }
+                )
+            row = (
+                label,
+                statistics.median(ins["before"]),
+                statistics.median(ins["after"]),
+                min(ins["before"]),
+                max(ins["before"]),
+                min(ins["after"]),
+                max(ins["after"]),
+                statistics.median(times["before"]),
+                statistics.median(times["after"]),
+            )
             table.append(row)
-            log(f"{label:24} instructions before {row[1]:8.1f} after {row[2]:8.1f}   "
-                f"ns before {row[7]:8.1f} after {row[8]:8.1f}")
+            log(
+                f"{label:24} instructions before {row[1]:8.1f} after {row[2]:8.1f}   "
+                f"ns before {row[7]:8.1f} after {row[8]:8.1f}"
+            )
         by = {f["name"]: f["median"] for f in figures}
         for f in figures:
-            f["ratio"] = by[f["baseline"]] and f["median"] / by[f["baseline"]] \
-                if f["baseline"] else None
+            f["ratio"] = (
+                by[f["baseline"]] and f["median"] / by[f["baseline"]] if f["baseline"] else None
+            )
 
         print()
-        print(f"{'loop':24} {'instr before':>14} {'instr after':>14} {'ratio':>7} "
-              f"{'ns before':>10} {'ns after':>10}")
+        print(
+            f"{'loop':24} {'instr before':>14} {'instr after':>14} {'ratio':>7} "
+            f"{'ns before':>10} {'ns after':>10}"
+        )
         for label, ib, ia, ib0, ib1, ia0, ia1, tb, ta in table:
-            spread = f"  (before {ib0:.1f}..{ib1:.1f}, after {ia0:.1f}..{ia1:.1f})" \
-                if ib0 != ib1 or ia0 != ia1 else ""
+            spread = (
+                f"  (before {ib0:.1f}..{ib1:.1f}, after {ia0:.1f}..{ia1:.1f})"
+                if ib0 != ib1 or ia0 != ia1
+                else ""
+            )
             print(f"{label:24} {ib:14.1f} {ia:14.1f} {ia / ib:7.3f} {tb:10.1f} {ta:10.1f}{spread}")
 
         doc = {
             "suite": f"keylock bindings (C, Python, Node): before and after the one front "
-                     f"(revision {rev} against {after_label}, uncontended)",
+            f"(revision {rev} against {after_label}, uncontended)",
             "description": "One thread, no other holder; every loop cycles through 1,024 keys "
-                           "of 16 bytes (C) or 16 characters (Python str, JavaScript string). "
-                           "The loops: " + "; ".join(f"{lang} {loop}: {what}"
-                                                     for lang, loop, what, _, _ in LOOPS)
-                           + ". Built by bench/before_after_bindings.py from both trees "
-                           "(release builds, the wheel and the addon as make builds them).",
+            "of 16 bytes (C) or 16 characters (Python str, JavaScript string). "
+            "The loops: "
+            + "; ".join(f"{lang} {loop}: {what}" for lang, loop, what, _, _ in LOOPS)
+            + ". Built by bench/before_after_bindings.py from both trees "
+            "(release builds, the wheel and the addon as make builds them).",
             "measurement": "instructions per lock+release by callgrind, the difference of two "
-                           "loop lengths (C and Python once: they repeat exactly; Node "
-                           f"{repeats} times after a warm-up of {NODE_WARMUP:,} iterations, "
-                           f"with V8's {' '.join(NODE_CALLGRIND_FLAGS)} so that background "
-                           "compilation and GC land at the same points in every run: median, "
-                           "min..max); ns per lock+release, medians of "
-                           f"{runs} interleaved runs, by the thread's CPU time in C and Python "
-                           "and by the wall clock in Node; load average at the start "
-                           f"{load[0]:.2f}",
-            "machine": {**{k: v for k, v in report.machine().items() if k != "criterion"},
-                        "python": sys.version.split()[0],
-                        "node": subprocess.run(["node", "--version"], capture_output=True,
-                                               text=True, check=False).stdout.strip()},
-            "date": report.datetime.datetime.now(report.datetime.timezone.utc)
-            .strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "loop lengths (C and Python once: they repeat exactly; Node "
+            f"{repeats} times after a warm-up of {NODE_WARMUP:,} iterations, "
+            f"with V8's {' '.join(NODE_CALLGRIND_FLAGS)} so that background "
+            "compilation and GC land at the same points in every run: median, "
+            "min..max); ns per lock+release, medians of "
+            f"{runs} interleaved runs, by the thread's CPU time in C and Python "
+            "and by the wall clock in Node; load average at the start "
+            f"{load[0]:.2f}",
+            "machine": {
+                **{k: v for k, v in report.machine().items() if k != "criterion"},
+                "python": sys.version.split()[0],
+                "node": subprocess.run(
+                    ["node", "--version"], capture_output=True, text=True, check=False
+                ).stdout.strip(),
+            },
+            "date": report.datetime.datetime.now(report.datetime.timezone.utc).strftime(
+                "%Y-%m-%dT%H:%M:%SZ"
+            ),
             "results": figures,
         }
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
         with open(args.out, "w") as f:
             json.dump(doc, f, indent=2)
-        log(f"wrote {args.out}; built in {built - began:.0f} s, measured in "
-            f"{time.monotonic() - built:.0f} s")
+        log(
+            f"wrote {args.out}; built in {built - began:.0f} s, measured in "
+            f"{time.monotonic() - built:.0f} s"
+        )
     finally:
         remove_worktree(old_tree)
         if not args.work:

@@ -36,6 +36,10 @@ UN = "uncontended, 1,024 keys"
 TH = "4 threads, 64 keys"
 AIO = "asyncio, 100 tasks, 1,000 keys, sleep(0) inside"
 NODE = "1000 keys, 100 tasks"
+HELD = "async 1000 tasks on 1000 keys, held across an await"
+HELD_1T = "async 1000 tasks on 1000 keys, one thread, held across an await"
+KEYLOCK_ASYNC = "keylock KeyPool lock_async_owned"
+TOKIO_MAP = "Mutex<HashMap<K, Arc<tokio::sync::Mutex>>>"
 
 ROWS = [
     Row(
@@ -75,7 +79,8 @@ ROWS = [
         1.5,
     ),
     Row(
-        "Python asyncio: time keylock adds over the bare loop / what `defaultdict(asyncio.Lock)` adds",
+        "Python asyncio: time keylock adds over the bare loop"
+        " / what `defaultdict(asyncio.Lock)` adds",
         "python.json",
         f"{AIO}: KeyPool's added time / asyncio.Lock's added time",
         None,
@@ -259,24 +264,24 @@ ROWS = [
     Row(
         "Rust: contended async, held across an await, vs a map of tokio mutexes, ops/s",
         "rust-async-contended.json",
-        "async 1000 tasks on 1000 keys, held across an await: keylock KeyPool lock_async_owned",
-        "async 1000 tasks on 1000 keys, held across an await: Mutex<HashMap<K, Arc<tokio::sync::Mutex>>>",
+        f"{HELD}: {KEYLOCK_ASYNC}",
+        f"{HELD}: {TOKIO_MAP}",
         "throughput",
         1.5,
     ),
     Row(
         "Rust: the same on one thread (a current-thread runtime), time",
         "rust-async-contended-1thread.json",
-        "async 1000 tasks on 1000 keys, one thread, held across an await: keylock KeyPool lock_async_owned",
-        "async 1000 tasks on 1000 keys, one thread, held across an await: Mutex<HashMap<K, Arc<tokio::sync::Mutex>>>",
+        f"{HELD_1T}: {KEYLOCK_ASYNC}",
+        f"{HELD_1T}: {TOKIO_MAP}",
         "speedup",
         1.5,
     ),
     Row(
         "Rust: the same on one thread, instructions",
         "rust-async-contended-1thread.json",
-        "async 1000 tasks on 1000 keys, one thread, held across an await: keylock KeyPool lock_async_owned, instructions",
-        "async 1000 tasks on 1000 keys, one thread, held across an await: Mutex<HashMap<K, Arc<tokio::sync::Mutex>>>, instructions",
+        f"{HELD_1T}: {KEYLOCK_ASYNC}, instructions",
+        f"{HELD_1T}: {TOKIO_MAP}, instructions",
         "speedup",
         1.5,
     ),
@@ -422,9 +427,10 @@ def render(docs: list[dict], fmt) -> list[str]:
         }[row.kind]
         date = str(doc.get("date", ""))[:10]
         what = row.what + (f" ({row.note})" if row.note else "")
+        moonshot = "-" if row.moonshot is None else f"{sign} {row.moonshot:g}x"
         out.append(
             f"| {what} | {fmt(a, ours['unit'])} | {base} | {ratio:.2f}x {label} "
-            f"| {sign} {row.target:g}x | {'-' if row.moonshot is None else f'{sign} {row.moonshot:g}x'} "
+            f"| {sign} {row.target:g}x | {moonshot} "
             f"| {judge(ratio, row)} | {row.suite} ({date}, {load_of(doc)}, {host_of(doc)}) |"
         )
     out.append("")

@@ -87,8 +87,14 @@ fn main() {
 }
 """
 
-LOOPS = ["native_pool", "native_striped", "trait_pool", "trait_striped", "metered_pool",
-         "metered_striped"]
+LOOPS = [
+    "native_pool",
+    "native_striped",
+    "trait_pool",
+    "trait_striped",
+    "metered_pool",
+    "metered_striped",
+]
 
 
 def build(core_dir: str, work: str, name: str, has_metrics: bool) -> str:
@@ -112,8 +118,12 @@ debug = 1
     on = "o.metrics = metrics;" if has_metrics else "let _ = metrics;"
     with open(os.path.join(proj, "src", "main.rs"), "w") as f:
         f.write(PROGRAM.replace("METRICS_ON", on).replace("CPU_NS\n", CPU_NS))
-    subprocess.run(["cargo", "build", "--release", "--quiet"], cwd=proj, check=True,
-                   env={**os.environ, "CARGO_TARGET_DIR": os.path.join(proj, "target")})
+    subprocess.run(
+        ["cargo", "build", "--release", "--quiet"],
+        cwd=proj,
+        check=True,
+        env={**os.environ, "CARGO_TARGET_DIR": os.path.join(proj, "target")},
+    )
     return os.path.join(proj, "target", "release", f"kl-{name}")
 
 
@@ -126,8 +136,10 @@ def main() -> None:
     runs = 3 if args.quick else 9
     work = tempfile.mkdtemp(prefix="keylock-metrics-")
     old_tree = os.path.join(work, "old")
-    subprocess.run(["git", "-C", ROOT, "worktree", "add", "--detach", "--quiet", old_tree,
-                    args.rev], check=True)
+    subprocess.run(
+        ["git", "-C", ROOT, "worktree", "add", "--detach", "--quiet", old_tree, args.rev],
+        check=True,
+    )
     try:
         builds = {
             "before": build(os.path.join(old_tree, "core"), work, "before", False),
@@ -143,47 +155,81 @@ def main() -> None:
                 for k in which:
                     times[k].append(cpu_time(builds[k], loop))
             for k in which:
-                impl = (f"before metrics ({args.rev})" if k == "before" else
-                        "metrics on" if loop.startswith("metered") else "metrics off")
+                impl = (
+                    f"before metrics ({args.rev})"
+                    if k == "before"
+                    else "metrics on"
+                    if loop.startswith("metered")
+                    else "metrics off"
+                )
                 off = loop.replace("metered", "trait")
-                base = ("before metrics" if k == "after" and "before" in which
-                        else "metrics off" if loop.startswith("metered") else None)
+                base = (
+                    "before metrics"
+                    if k == "after" and "before" in which
+                    else "metrics off"
+                    if loop.startswith("metered")
+                    else None
+                )
                 label = "before metrics" if k == "before" else impl
-                common = {"group": f"metrics: {off}", "impl": impl, "loop": loop,
-                          "target": None, "met": None}
-                figures.append({
-                    "name": f"{off}: {label}", "unit": "ns", "runs": times[k],
-                    "median": statistics.median(times[k]), "min": min(times[k]),
-                    "max": max(times[k]), "baseline": base and f"{off}: {base}", **common})
-                figures.append({
-                    "name": f"{off}: {label}, instructions", "unit": "instructions",
-                    "runs": [ins[k]], "median": ins[k], "min": ins[k], "max": ins[k],
-                    "baseline": base and f"{off}: {base}, instructions", **common})
-                print(f"{loop:16} {label:15} {statistics.median(times[k]):7.2f} ns "
-                      f"{ins[k]:7.1f} instructions", flush=True)
+                common = {
+                    "group": f"metrics: {off}",
+                    "impl": impl,
+                    "loop": loop,
+                    "target": None,
+                    "met": None,
+                }
+                figures.append(
+                    {
+                        "name": f"{off}: {label}",
+                        "unit": "ns",
+                        "runs": times[k],
+                        "median": statistics.median(times[k]),
+                        "min": min(times[k]),
+                        "max": max(times[k]),
+                        "baseline": base and f"{off}: {base}",
+                        **common,
+                    }
+                )
+                figures.append(
+                    {
+                        "name": f"{off}: {label}, instructions",
+                        "unit": "instructions",
+                        "runs": [ins[k]],
+                        "median": ins[k],
+                        "min": ins[k],
+                        "max": ins[k],
+                        "baseline": base and f"{off}: {base}, instructions",
+                        **common,
+                    }
+                )
+                print(
+                    f"{loop:16} {label:15} {statistics.median(times[k]):7.2f} ns "
+                    f"{ins[k]:7.1f} instructions",
+                    flush=True,
+                )
         by = {f["name"]: f["median"] for f in figures}
         for f in figures:
             f["ratio"] = f["median"] / by[f["baseline"]] if f["baseline"] else None
         doc = {
             "suite": "keylock-core: what metrics cost (uncontended acquire+release)",
             "description": "One key at a time of 1,024, uncontended. native_*: the Rust guard "
-                           "API; trait_*: through the KeyedLock trait as the front ends call "
-                           "it; metered_*: the trait with metrics on (OpenOptions::metrics). "
-                           "'before' is the tree before metrics; 'metrics off' must match it.",
+            "API; trait_*: through the KeyedLock trait as the front ends call "
+            "it; metered_*: the trait with metrics on (OpenOptions::metrics). "
+            "'before' is the tree before metrics; 'metrics off' must match it.",
             "measurement": "instructions by callgrind (difference of 200,000 and 100,000 "
-                           f"iterations); ns by the thread's CPU time, medians of {runs} "
-                           f"interleaved runs; load average at the start {load[0]:.2f}",
+            f"iterations); ns by the thread's CPU time, medians of {runs} "
+            f"interleaved runs; load average at the start {load[0]:.2f}",
             "machine": report.machine(),
-            "date": report.datetime.datetime.now(report.datetime.timezone.utc)
-            .strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "date": report.datetime.datetime.now(report.datetime.timezone.utc).strftime(
+                "%Y-%m-%dT%H:%M:%SZ"
+            ),
             "results": figures,
         }
         with open(args.out, "w") as f:
             json.dump(doc, f, indent=2)
         print(f"wrote {args.out}")
     finally:
-        subprocess.run(["git", "-C", ROOT, "worktree", "remove", "--force", old_tree],
-                       check=False)
+        subprocess.run(["git", "-C", ROOT, "worktree", "remove", "--force", old_tree], check=False)
         shutil.rmtree(work, ignore_errors=True)
 
 

@@ -64,7 +64,7 @@ def lock_version(crate: str) -> str:
         text = open(os.path.join(here, "..", "Cargo.lock")).read()
     except OSError:
         return "unknown"
-    m = re.search(r'name = "%s"\nversion = "([^"]+)"' % re.escape(crate), text)
+    m = re.search(rf'name = "{re.escape(crate)}"\nversion = "([^"]+)"', text)
     return m.group(1) if m else "unknown"
 
 
@@ -77,39 +77,77 @@ CRITERION_MEASUREMENT = (
     "Timed by the benchmark thread's CPU time (CLOCK_THREAD_CPUTIME_ID), not the wall clock: "
     "time the thread spends preempted by other jobs on this shared machine is not counted. "
     "(Timed by the wall clock, runs with the machine busy read the floor at 10-24 ns instead of "
-    "about 6 ns, and understated every ratio to it.)")
+    "about 6 ns, and understated every ratio to it.)"
+)
 
 # (group, bench) -> (baseline bench in the same group, target text, goal ratio: ratio <= goal)
 CRITERION_TARGETS = {
     ("uncontended_u64", "keylock StripedLock"): (
-        FLOOR, "StripedLock uncontended lock+unlock at most 1.3x the floor, hashing included", 1.3),
+        FLOOR,
+        "StripedLock uncontended lock+unlock at most 1.3x the floor, hashing included",
+        1.3,
+    ),
     # Hashing a string key is part of what a user pays: the same target, with 16-byte keys.
     ("uncontended_bytes16", "keylock StripedLock"): (
-        FLOOR, "StripedLock uncontended lock+unlock at most 1.3x the floor, hashing a 16-byte key "
-        "included", 1.3),
+        FLOOR,
+        "StripedLock uncontended lock+unlock at most 1.3x the floor, hashing a 16-byte key "
+        "included",
+        1.3,
+    ),
     ("uncontended_u64", "keylock KeyPool"): (
-        "keylock StripedLock", "KeyPool uncontended at most 2x StripedLock on the same keys (u64)",
-        2.0),
+        "keylock StripedLock",
+        "KeyPool uncontended at most 2x StripedLock on the same keys (u64)",
+        2.0,
+    ),
     ("uncontended_bytes16", "keylock KeyPool"): (
-        "keylock StripedLock", "KeyPool uncontended at most 2x StripedLock on the same keys "
-        "(16-byte strings)", 2.0),
+        "keylock StripedLock",
+        "KeyPool uncontended at most 2x StripedLock on the same keys (16-byte strings)",
+        2.0,
+    ),
     ("uncontended_async", "keylock KeyPool lock_async"): (
-        "keylock KeyPool lock (sync)", "uncontended async within 1.5x of sync (KeyPool)", 1.5),
+        "keylock KeyPool lock (sync)",
+        "uncontended async within 1.5x of sync (KeyPool)",
+        1.5,
+    ),
     ("uncontended_async", "keylock StripedLock lock_async"): (
-        "keylock StripedLock lock (sync)", "uncontended async within 1.5x of sync (StripedLock)", 1.5),
+        "keylock StripedLock lock (sync)",
+        "uncontended async within 1.5x of sync (StripedLock)",
+        1.5,
+    ),
     ("uncontended_async", "keylock RwLock read_async"): (
-        "keylock RwLock read (sync)", "uncontended async within 1.5x of sync (RwLock read)", 1.5),
+        "keylock RwLock read (sync)",
+        "uncontended async within 1.5x of sync (RwLock read)",
+        1.5,
+    ),
 }
 
 NAIVE = "naive Mutex<HashMap<K, Arc<Mutex>>>"
 # (group, bench, row suffix, baseline bench, target text, goal ratio: ratio <= goal)
 SECOND_TARGETS = [
-    ("uncontended_u64", "keylock KeyPool", "vs naive", NAIVE,
-     "KeyPool uncontended at most 0.6x the naive map's time (u64)", 0.6),
-    ("uncontended_bytes16", "keylock KeyPool", "vs naive", NAIVE,
-     "KeyPool uncontended at most 0.6x the naive map's time (16-byte strings)", 0.6),
-    ("uncontended_u64", "keylock KeyPool", "vs lockmap", "lockmap",
-     "KeyPool uncontended faster than lockmap", 0.999),
+    (
+        "uncontended_u64",
+        "keylock KeyPool",
+        "vs naive",
+        NAIVE,
+        "KeyPool uncontended at most 0.6x the naive map's time (u64)",
+        0.6,
+    ),
+    (
+        "uncontended_bytes16",
+        "keylock KeyPool",
+        "vs naive",
+        NAIVE,
+        "KeyPool uncontended at most 0.6x the naive map's time (16-byte strings)",
+        0.6,
+    ),
+    (
+        "uncontended_u64",
+        "keylock KeyPool",
+        "vs lockmap",
+        "lockmap",
+        "KeyPool uncontended faster than lockmap",
+        0.999,
+    ),
 ]
 
 
@@ -119,15 +157,16 @@ def criterion_to_json(out: str, target_dirs: list[str]) -> None:
     swayed by a burst of other work during one run than any single run's median."""
     rows: dict[tuple[str, str], list[float]] = OrderedDict()
     for target_dir in target_dirs:
-        found = glob.glob(os.path.join(target_dir, "criterion", "**", "new", "benchmark.json"),
-                          recursive=True)
+        found = glob.glob(
+            os.path.join(target_dir, "criterion", "**", "new", "benchmark.json"), recursive=True
+        )
         # In the order they ran (the order of the bench file), not alphabetical.
         for bj in sorted(found, key=os.path.getmtime):
             with open(bj) as f:
                 meta = json.load(f)
             with open(os.path.join(os.path.dirname(bj), "sample.json")) as f:
                 sample = json.load(f)
-            per_iter = [t / n for t, n in zip(sample["times"], sample["iters"])]
+            per_iter = [t / n for t, n in zip(sample["times"], sample["iters"], strict=True)]
             rows.setdefault((meta["group_id"], meta["function_id"]), []).extend(per_iter)
     results = []
     for (group, bench), runs in rows.items():
@@ -159,7 +198,7 @@ def criterion_to_json(out: str, target_dirs: list[str]) -> None:
                 r["met"] = r["ratio"] <= goal
         results.append(r)
         # Further targets of the same figure against other baselines: a row each.
-        for (g2, b2, suffix, other, text, goal2) in SECOND_TARGETS:
+        for g2, b2, suffix, other, text, goal2 in SECOND_TARGETS:
             if (g2, b2) == (group, bench) and (group, other) in rows:
                 r2 = dict(r)
                 r2["name"] = f"{group}/{bench} ({suffix})"
@@ -221,7 +260,7 @@ def short(name: str, group: str) -> str:
     if ": " in name:
         return name.rsplit(": ", 1)[1]
     if "/" in name and name.startswith(group):
-        return name[len(group) + 1:]
+        return name[len(group) + 1 :]
     return name
 
 
@@ -263,23 +302,28 @@ def render(results_dir: str, md_path: str, docs_dir: str) -> None:
         except (OSError, ValueError) as e:
             print(f"skipping {path}: {e}", file=sys.stderr)
     order = ["rust.json", "rust-throughput.json", "rust-async-contended.json", "rust-memory.json"]
-    docs.sort(key=lambda d: (order.index(d["_file"]) if d["_file"] in order else len(order), d["_file"]))
+    docs.sort(
+        key=lambda d: (order.index(d["_file"]) if d["_file"] in order else len(order), d["_file"])
+    )
 
     out = []
     out.append("# keylock benchmarks\n")
     out.append(
-        "Generated by `make bench` (bench/report.py) from the JSON in `bench/results/`; do not edit "
-        "by hand. Every comparison was measured in one run of one process, alternatives "
+        "Generated by `make bench` (bench/report.py) from the JSON in `bench/results/`; do not "
+        "edit by hand. Every comparison was measured in one run of one process, alternatives "
         "interleaved with keylock; figures are medians of several runs with the spread "
         "(min .. max) beside them, and ratios are against the named baseline in the same run. "
-        "The machine is shared and has few cores, so absolute numbers are noisy; read the ratios. "
-        "Each suite says when it ran: a suite re-measured on its own (`make bench-core` runs "
-        "one, `make bench-c` another) replaces only its own JSON, so the dates can differ.\n")
+        "The machine is shared and has few cores, so absolute numbers are noisy; read the "
+        "ratios. Each suite says when it ran: a suite re-measured on its own "
+        "(`make bench-core` runs one, `make bench-c` another) replaces only its own JSON, so the "
+        "dates can differ.\n"
+    )
     out.append(
         "Workloads. *Uncontended* (criterion, one thread, timed by its CPU time): lock and unlock "
-        "with no other thread on the lock; keyed locks cycle through 1,024 keys, so hashing and lookup are included. "
-        "*Per-key throughput*: each thread either cycles through 64 keys of its own (distinct "
-        "keys) or all threads share 4 keys (hot keys); empty critical section; ~200 ms per run. "
+        "with no other thread on the lock; keyed locks cycle through 1,024 keys, so hashing and "
+        "lookup are included. *Per-key throughput*: each thread either cycles through 64 keys "
+        "of its own (distinct keys) or all threads share 4 keys (hot keys); empty critical "
+        "section; ~200 ms per run. "
         "*Latency*: 8 threads on one hot key, a ~50 ns critical section, wait measured from "
         "before the lock call to inside the critical section; fairness is the spread of "
         "acquisitions per thread (stddev/mean: lower is fairer; min/max: higher is fairer). "
@@ -287,10 +331,15 @@ def render(results_dir: str, md_path: str, docs_dir: str) -> None:
         "*Async contended*: 1,000 tokio tasks on a multi-thread runtime, each taking random keys "
         "out of 1,000. *Memory*: exact live heap bytes from a counting global allocator. "
         "Alternatives: the naive map is `Mutex<HashMap<K, Arc<Mutex<()>>>>` with lookup-or-insert "
-        "and no removal, as commonly written; the DashMap keyed lock is `DashMap<K, Arc<Mutex<()>>>` "
-        "the same way; `lockmap` is used through `LockMap::entry`, as its documentation shows.\n")
-    plots = [p for p in ("throughput-threads.png", "rwlock-read-ratio.png", "memory-keys.png")
-             if os.path.exists(os.path.join(docs_dir, p))]
+        "and no removal, as commonly written; the DashMap keyed lock is "
+        "`DashMap<K, Arc<Mutex<()>>>` the same way; `lockmap` is used through `LockMap::entry`, "
+        "as its documentation shows.\n"
+    )
+    plots = [
+        p
+        for p in ("throughput-threads.png", "rwlock-read-ratio.png", "memory-keys.png")
+        if os.path.exists(os.path.join(docs_dir, p))
+    ]
 
     # The issue-26 rows first, then every suite's own targets: the lead copies these verdicts.
     out.extend(habits.render(docs, fmt))
@@ -300,11 +349,15 @@ def render(results_dir: str, md_path: str, docs_dir: str) -> None:
     for doc in docs:
         for r in doc["results"]:
             if r.get("target"):
+                name = short(r["name"], group_of(r))
+                base = short(r["baseline"], group_of(r)) if r.get("baseline") else "-"
+                ratio = f"{r['ratio']:.2f}x" if r.get("ratio") is not None else "-"
                 out.append(
-                    f"| {r['target']} | {short(r['name'], group_of(r))}: {fmt(r['median'], r['unit'])} "
-                    f"| {short(r['baseline'], group_of(r)) if r.get('baseline') else '-'} "
-                    f"| {'%.2fx' % r['ratio'] if r.get('ratio') is not None else '-'} "
-                    f"| {verdict(r.get('met'))} | {doc['_file']} |")
+                    f"| {r['target']} | {name}: {fmt(r['median'], r['unit'])} "
+                    f"| {base} "
+                    f"| {ratio} "
+                    f"| {verdict(r.get('met'))} | {doc['_file']} |"
+                )
     out.append("")
     if plots:
         out.append("## Plots\n")
@@ -323,15 +376,18 @@ def render(results_dir: str, md_path: str, docs_dir: str) -> None:
             groups.setdefault(group_of(r), []).append(r)
         for g, rows in groups.items():
             out.append(f"### {g}\n")
-            out.append("| implementation | median | spread (min .. max) | runs | vs | ratio | target |")
+            out.append(
+                "| implementation | median | spread (min .. max) | runs | vs | ratio | target |"
+            )
             out.append("|---|---|---|---|---|---|---|")
             for r in rows:
-                ratio = "%.2fx" % r["ratio"] if r.get("ratio") is not None else "-"
+                ratio = f"{r['ratio']:.2f}x" if r.get("ratio") is not None else "-"
                 out.append(
                     f"| {short(r['name'], g)} | {fmt(r['median'], r['unit'])} | {spread(r)} "
                     f"| {len(r.get('runs') or [])} "
                     f"| {short(r['baseline'], g) if r.get('baseline') else '-'} | {ratio} "
-                    f"| {verdict(r.get('met'))} |")
+                    f"| {verdict(r.get('met'))} |"
+                )
             out.append("")
     with open(md_path, "w") as f:
         f.write("\n".join(out))
@@ -357,18 +413,27 @@ def plot(docs: list[dict], docs_dir: str) -> None:
     groups = ["per-key distinct keys", "per-key 4 hot keys"]
     if any(r.get("group") in groups for _, r in results):
         fig, axes = plt.subplots(1, 2, figsize=(12, 4.8), sharey=True)
-        for ax, g in zip(axes, groups):
+        for ax, g in zip(axes, groups, strict=True):
             lines: dict[str, list[tuple[int, float, float, float]]] = OrderedDict()
             for _, r in results:
                 if r.get("group") == g:
-                    lines.setdefault(r["impl"], []).append((r["threads"], r["median"], r["min"], r["max"]))
+                    lines.setdefault(r["impl"], []).append(
+                        (r["threads"], r["median"], r["min"], r["max"])
+                    )
             for impl, pts in lines.items():
                 pts.sort()
                 xs = [p[0] for p in pts]
                 ys = [p[1] / 1e6 for p in pts]
                 err = [[(p[1] - p[2]) / 1e6 for p in pts], [(p[3] - p[1]) / 1e6 for p in pts]]
-                ax.errorbar(xs, ys, yerr=err, marker="o", capsize=3, label=impl,
-                            linewidth=2.5 if impl.startswith("keylock") else 1.2)
+                ax.errorbar(
+                    xs,
+                    ys,
+                    yerr=err,
+                    marker="o",
+                    capsize=3,
+                    label=impl,
+                    linewidth=2.5 if impl.startswith("keylock") else 1.2,
+                )
             ax.set_xscale("log", base=2)
             ax.set_xticks(sorted({p[0] for v in lines.values() for p in v}))
             ax.get_xaxis().set_major_formatter(matplotlib.ticker.ScalarFormatter())
@@ -388,18 +453,27 @@ def plot(docs: list[dict], docs_dir: str) -> None:
         threads = sorted({r["threads"] for r in rw})
         show = [t for t in (2, max(threads)) if t in threads]
         show = sorted(set(show))
-        fig, axes = plt.subplots(1, len(show), figsize=(6 * len(show), 4.8), sharey=True, squeeze=False)
-        for ax, t in zip(axes[0], show):
+        fig, axes = plt.subplots(
+            1, len(show), figsize=(6 * len(show), 4.8), sharey=True, squeeze=False
+        )
+        for ax, t in zip(axes[0], show, strict=True):
             lines: dict[str, list[tuple[int, float, float, float]]] = OrderedDict()
             for r in rw:
                 if r["threads"] == t:
-                    lines.setdefault(r["impl"], []).append((r["read_pct"], r["median"], r["min"], r["max"]))
+                    lines.setdefault(r["impl"], []).append(
+                        (r["read_pct"], r["median"], r["min"], r["max"])
+                    )
             for impl, pts in lines.items():
                 pts.sort()
-                ax.errorbar([p[0] for p in pts], [p[1] / 1e6 for p in pts],
-                            yerr=[[(p[1] - p[2]) / 1e6 for p in pts], [(p[3] - p[1]) / 1e6 for p in pts]],
-                            marker="o", capsize=3, label=impl,
-                            linewidth=2.5 if impl.startswith("keylock") else 1.2)
+                ax.errorbar(
+                    [p[0] for p in pts],
+                    [p[1] / 1e6 for p in pts],
+                    yerr=[[(p[1] - p[2]) / 1e6 for p in pts], [(p[3] - p[1]) / 1e6 for p in pts]],
+                    marker="o",
+                    capsize=3,
+                    label=impl,
+                    linewidth=2.5 if impl.startswith("keylock") else 1.2,
+                )
             ax.set_title(f"{t} threads")
             ax.set_xlabel("reads, % of operations")
             ax.grid(alpha=0.3)
@@ -419,8 +493,13 @@ def plot(docs: list[dict], docs_dir: str) -> None:
             lines.setdefault(r["impl"], []).append((r["keys"], max(r["median"], 1)))
         for impl, pts in lines.items():
             pts.sort()
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=impl,
-                    linewidth=2.5 if impl.startswith("keylock") else 1.2)
+            ax.plot(
+                [p[0] for p in pts],
+                [p[1] for p in pts],
+                marker="o",
+                label=impl,
+                linewidth=2.5 if impl.startswith("keylock") else 1.2,
+            )
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("distinct keys locked and released")

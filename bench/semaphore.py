@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import sys
 import json
 import os
 import statistics
 import subprocess
+import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -33,7 +33,17 @@ def build(example: str = "semaphore_ops") -> str:
     """Builds the core's `example` (release); its binary's path (bench/async_contended.py uses
     it too)."""
     subprocess.run(
-        ["cargo", "build", "--locked", "--release", "-q", "-p", "keylock-core", "--example", example],
+        [
+            "cargo",
+            "build",
+            "--locked",
+            "--release",
+            "-q",
+            "-p",
+            "keylock-core",
+            "--example",
+            example,
+        ],
         cwd=ROOT,
         check=True,
     )
@@ -84,7 +94,11 @@ def main() -> None:
     }
     baselines = {"sem": "pool", "sem2": "pool", "tokio_map": "sem", "sem_async": "pool_async"}
     targets = {
-        "sem": ("KeyedSemaphore uncontended acquire+release at most 1.2x KeyPool's lock+unlock", 1.2, "le"),
+        "sem": (
+            "KeyedSemaphore uncontended acquire+release at most 1.2x KeyPool's lock+unlock",
+            1.2,
+            "le",
+        ),
     }
     group = "semaphore uncontended, 1,024 u64 keys"
     results = []
@@ -94,37 +108,41 @@ def main() -> None:
         base = baselines.get(op)
         ratio = med / statistics.median(times[base]) if base else None
         target = targets.get(op)
-        results.append({
-            "name": f"{group}: {names[op]}",
-            "group": group,
-            "impl": names[op],
-            "unit": "ns/op",
-            "median": med,
-            "min": min(v),
-            "max": max(v),
-            "runs": v,
-            "instructions": instr[op],
-            "instructions_ratio": round(instr[op] / instr[base], 3) if base else None,
-            "baseline": f"{group}: {names[base]}" if base else None,
-            "ratio": ratio,
-            "target": target[0] if target else None,
-            "met": (ratio <= target[1]) if target and ratio is not None else None,
-        })
+        results.append(
+            {
+                "name": f"{group}: {names[op]}",
+                "group": group,
+                "impl": names[op],
+                "unit": "ns/op",
+                "median": med,
+                "min": min(v),
+                "max": max(v),
+                "runs": v,
+                "instructions": instr[op],
+                "instructions_ratio": round(instr[op] / instr[base], 3) if base else None,
+                "baseline": f"{group}: {names[base]}" if base else None,
+                "ratio": ratio,
+                "target": target[0] if target else None,
+                "met": (ratio <= target[1]) if target and ratio is not None else None,
+            }
+        )
     # The tokio map against the semaphore: the semaphore is the faster one when the ratio > 1.
-    results.append({
-        "name": f"{group}: keylock KeyedSemaphore (vs tokio map)",
-        "group": group,
-        "impl": "keylock KeyedSemaphore (vs tokio map)",
-        "unit": "ns/op",
-        "median": statistics.median(times["sem"]),
-        "min": min(times["sem"]),
-        "max": max(times["sem"]),
-        "runs": times["sem"],
-        "baseline": f"{group}: {names['tokio_map']}",
-        "ratio": statistics.median(times["sem"]) / statistics.median(times["tokio_map"]),
-        "target": "KeyedSemaphore at least 2x faster than a map of tokio Semaphores",
-        "met": statistics.median(times["tokio_map"]) / statistics.median(times["sem"]) >= 2.0,
-    })
+    results.append(
+        {
+            "name": f"{group}: keylock KeyedSemaphore (vs tokio map)",
+            "group": group,
+            "impl": "keylock KeyedSemaphore (vs tokio map)",
+            "unit": "ns/op",
+            "median": statistics.median(times["sem"]),
+            "min": min(times["sem"]),
+            "max": max(times["sem"]),
+            "runs": times["sem"],
+            "baseline": f"{group}: {names['tokio_map']}",
+            "ratio": statistics.median(times["sem"]) / statistics.median(times["tokio_map"]),
+            "target": "KeyedSemaphore at least 2x faster than a map of tokio Semaphores",
+            "met": statistics.median(times["tokio_map"]) / statistics.median(times["sem"]) >= 2.0,
+        }
+    )
     result = {
         "suite": "keylock-core: keyed semaphore, uncontended (bench/semaphore.py)",
         "machine": report.machine(),
@@ -143,8 +161,10 @@ def main() -> None:
     with open(args.out, "w") as f:
         json.dump(result, f, indent=2)
     for r in results:
-        print(f"{r['impl']:60} {r['median']:8.2f} ns/op  {r.get('instructions') or '':>7} instr  "
-              f"ratio {r['ratio'] if r['ratio'] is None else round(r['ratio'], 2)}")
+        print(
+            f"{r['impl']:60} {r['median']:8.2f} ns/op  {r.get('instructions') or '':>7} instr  "
+            f"ratio {r['ratio'] if r['ratio'] is None else round(r['ratio'], 2)}"
+        )
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ LINT_TARGETS += lint-py
 FMT_TARGETS += fmt-py
 
 PY_EXAMPLES := examples/python/bank.py examples/python/bank_async.py
-PY_LINTED := py/python py/tests py/bench examples/python
+PY_LINTED := py/python py/tests py/bench examples/python bench ffi-c/bench .ci
 RUFF := $(VENV)/bin/ruff
 
 # maturin develop builds the release cdylib (into $(TARGET_DIR) like every crate), copies it

@@ -133,9 +133,7 @@ def count(
     say(f"counted {iters}")
 
 
-def units(
-    sem: keylock.Semaphore, iters: int, keys: int, ident: int, hold_us: int
-) -> None:
+def units(sem: keylock.Semaphore, iters: int, keys: int, ident: int, hold_us: int) -> None:
     """child.c's units_run, the same rule: key (i + ident) % keys, weight 1 + (i + ident) % 3,
     held HOLD_US; the fences of this child's acquisitions of a key must rise (one after the
     other, granted in that order)."""

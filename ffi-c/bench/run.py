@@ -51,46 +51,141 @@ def group(kind, case):
         return kind.replace("1024 keys of 16 bytes", "one key of 16 bytes") + ", host scope"
     return kind
 
+
 # name -> (what it measures, baseline name or None, target text or None, target ratio)
 CASES = {
-    "rust_pool": ("Rust: KeyPool lock(key) + guard.release(), the C exports' calls", None, None, None),
-    "rust_pool_trait": ("Rust: acquire + release through Arc<dyn KeyedLock> (a pool), for reference", None, None, None),
-    "rust_pool_guard": ("Rust: KeyPool lock(key) + guard drop (no stale check), for reference", None, None, None),
-    "rust_striped": ("Rust: StripedLock lock(key) + guard.release(), the C exports' calls", None, None, None),
-    "rust_striped_trait": ("Rust: acquire + release through Arc<dyn KeyedLock> (stripes), for reference", None, None, None),
-    "rust_striped_guard": ("Rust: StripedLock lock(key) + guard drop (no stale check), for reference", None, None, None),
-    "c_pthread_array": ("C: hash + pthread_mutex_lock/unlock on 1024 padded mutexes", None, None, None),
+    "rust_pool": (
+        "Rust: KeyPool lock(key) + guard.release(), the C exports' calls",
+        None,
+        None,
+        None,
+    ),
+    "rust_pool_trait": (
+        "Rust: acquire + release through Arc<dyn KeyedLock> (a pool), for reference",
+        None,
+        None,
+        None,
+    ),
+    "rust_pool_guard": (
+        "Rust: KeyPool lock(key) + guard drop (no stale check), for reference",
+        None,
+        None,
+        None,
+    ),
+    "rust_striped": (
+        "Rust: StripedLock lock(key) + guard.release(), the C exports' calls",
+        None,
+        None,
+        None,
+    ),
+    "rust_striped_trait": (
+        "Rust: acquire + release through Arc<dyn KeyedLock> (stripes), for reference",
+        None,
+        None,
+        None,
+    ),
+    "rust_striped_guard": (
+        "Rust: StripedLock lock(key) + guard drop (no stale check), for reference",
+        None,
+        None,
+        None,
+    ),
+    "c_pthread_array": (
+        "C: hash + pthread_mutex_lock/unlock on 1024 padded mutexes",
+        None,
+        None,
+        None,
+    ),
     "c_pool": ("C: keylock_pool_lock + keylock_pool_release", "rust_pool", TARGET_FFI, 1.2),
-    "c_striped": ("C: keylock_striped_lock + keylock_striped_release", "rust_striped", TARGET_FFI, 1.2),
-    "c_shm_pool": ("C, host scope: keylock_pool_lock + _release of one key of a shm: pool", None, None, None),
-    "c_shm_striped": ("C, host scope: keylock_striped_lock + _release of one key of a shm: striped lock (64 stripes)", None, None, None),
-    "c_robust_mutex": ("C: pthread_mutex_lock + unlock of a process-shared robust mutex in shared memory", None, None, None),
+    "c_striped": (
+        "C: keylock_striped_lock + keylock_striped_release",
+        "rust_striped",
+        TARGET_FFI,
+        1.2,
+    ),
+    "c_shm_pool": (
+        "C, host scope: keylock_pool_lock + _release of one key of a shm: pool",
+        None,
+        None,
+        None,
+    ),
+    "c_shm_striped": (
+        "C, host scope: keylock_striped_lock + _release of one key of a shm: striped lock "
+        "(64 stripes)",
+        None,
+        None,
+        None,
+    ),
+    "c_robust_mutex": (
+        "C: pthread_mutex_lock + unlock of a process-shared robust mutex in shared memory",
+        None,
+        None,
+        None,
+    ),
     "c_flock": ("C: flock(LOCK_EX) + flock(LOCK_UN) of a file in /dev/shm", None, None, None),
 }
 # The striped C figure is compared twice: with Rust (above) and with the pthread array.
 EXTRA = [
-    ("c_striped_vs_pthread", "c_striped",
-     "C: keylock_striped_lock + _release against the pthread mutex array",
-     "c_pthread_array", TARGET_STRIPED, 1.3),
+    (
+        "c_striped_vs_pthread",
+        "c_striped",
+        "C: keylock_striped_lock + _release against the pthread mutex array",
+        "c_pthread_array",
+        TARGET_STRIPED,
+        1.3,
+    ),
     # No target: how far the core's own fast path (a Rust guard) is from the pthread array.
-    ("rust_striped_guard_vs_pthread", "rust_striped_guard",
-     "Rust: StripedLock guard against the pthread mutex array (the core's floor)",
-     "c_pthread_array", None, None),
+    (
+        "rust_striped_guard_vs_pthread",
+        "rust_striped_guard",
+        "Rust: StripedLock guard against the pthread mutex array (the core's floor)",
+        "c_pthread_array",
+        None,
+        None,
+    ),
     # The host scope against what processes on one host share instead.
-    ("c_shm_pool_vs_robust", "c_shm_pool",
-     "C, host scope: the shm: pool against a robust pthread mutex", "c_robust_mutex",
-     TARGET_ROBUST, 1.5),
-    ("c_shm_striped_vs_robust", "c_shm_striped",
-     "C, host scope: the shm: striped lock against a robust pthread mutex", "c_robust_mutex",
-     TARGET_ROBUST, 1.5),
-    ("c_shm_pool_vs_flock", "c_shm_pool",
-     "C, host scope: the shm: pool against a flock pair", "c_flock", TARGET_FLOCK, 1 / 40),
-    ("c_shm_striped_vs_flock", "c_shm_striped",
-     "C, host scope: the shm: striped lock against a flock pair", "c_flock", TARGET_FLOCK,
-     1 / 40),
+    (
+        "c_shm_pool_vs_robust",
+        "c_shm_pool",
+        "C, host scope: the shm: pool against a robust pthread mutex",
+        "c_robust_mutex",
+        TARGET_ROBUST,
+        1.5,
+    ),
+    (
+        "c_shm_striped_vs_robust",
+        "c_shm_striped",
+        "C, host scope: the shm: striped lock against a robust pthread mutex",
+        "c_robust_mutex",
+        TARGET_ROBUST,
+        1.5,
+    ),
+    (
+        "c_shm_pool_vs_flock",
+        "c_shm_pool",
+        "C, host scope: the shm: pool against a flock pair",
+        "c_flock",
+        TARGET_FLOCK,
+        1 / 40,
+    ),
+    (
+        "c_shm_striped_vs_flock",
+        "c_shm_striped",
+        "C, host scope: the shm: striped lock against a flock pair",
+        "c_flock",
+        TARGET_FLOCK,
+        1 / 40,
+    ),
 ]
-C_CASES = ["c_pool", "c_striped", "c_pthread_array", "c_shm_pool", "c_shm_striped",
-           "c_robust_mutex", "c_flock"]
+C_CASES = [
+    "c_pool",
+    "c_striped",
+    "c_pthread_array",
+    "c_shm_pool",
+    "c_shm_striped",
+    "c_robust_mutex",
+    "c_flock",
+]
 # Cases whose cost is mostly in the kernel, which callgrind does not count: no instruction figure.
 NO_INSTRUCTIONS = {"c_flock"}
 RUST_CASES = [n for n in CASES if n.startswith("rust_")]
@@ -108,9 +203,21 @@ def run(cmd):
 def rust_bench_binary(cargo):
     """Builds the Rust bench (bench profile) and returns its path."""
     out = subprocess.run(
-        [cargo, "bench", "--locked", "-p", "keylock-ffi", "--bench", "rust_calls", "--no-run",
-         "--message-format=json"],
-        check=True, capture_output=True, text=True).stdout
+        [
+            cargo,
+            "bench",
+            "--locked",
+            "-p",
+            "keylock-ffi",
+            "--bench",
+            "rust_calls",
+            "--no-run",
+            "--message-format=json",
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
     for line in out.splitlines():
         msg = json.loads(line)
         if msg.get("reason") == "compiler-artifact" and msg["target"]["name"] == "rust_calls":
@@ -130,7 +237,10 @@ def machine(cc):
     cpu = None
     try:
         with open("/proc/cpuinfo") as f:
-            cpu = next((l.split(":", 1)[1].strip() for l in f if l.startswith("model name")), None)
+            cpu = next(
+                (line.split(":", 1)[1].strip() for line in f if line.startswith("model name")),
+                None,
+            )
     except OSError:
         pass
     return {
@@ -152,9 +262,18 @@ def instructions(cmd, name, small, large):
     totals = []
     for n in (small, large):
         proc = subprocess.run(
-            ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *cmd,
-             "--only", name, str(n)],
-            capture_output=True, text=True)
+            [
+                "valgrind",
+                "--tool=callgrind",
+                "--callgrind-out-file=/dev/null",
+                *cmd,
+                "--only",
+                name,
+                str(n),
+            ],
+            capture_output=True,
+            text=True,
+        )
         if proc.returncode != 0:
             sys.exit(f"run.py: callgrind of {name} failed:\n{proc.stderr}")
         m = re.search(r"Collected : (\d+)", proc.stderr)
@@ -167,9 +286,17 @@ def instructions(cmd, name, small, large):
 def row(name, what, unit, group, runs, base, base_median, target, limit):
     s = {"median": statistics.median(runs), "min": min(runs), "max": max(runs), "runs": runs}
     ratio = s["median"] / base_median if base else None
-    return {"name": name, "description": what, "unit": unit, "group": group, **s,
-            "baseline": base, "ratio": ratio, "target": target,
-            "met": (ratio <= limit) if (base and limit) else None}
+    return {
+        "name": name,
+        "description": what,
+        "unit": unit,
+        "group": group,
+        **s,
+        "baseline": base,
+        "ratio": ratio,
+        "target": target,
+        "met": (ratio <= limit) if (base and limit) else None,
+    }
 
 
 def main():
@@ -194,7 +321,7 @@ def main():
         if i % 2:
             sides.reverse()
         for cmd in sides:
-            for name, ns in run(cmd + [str(args.iters), str(args.rounds)]).items():
+            for name, ns in run([*cmd, str(args.iters), str(args.rounds)]).items():
                 runs[name].append(ns)
         print(f"run {i + 1}/{args.runs} done", file=sys.stderr)
     info["loadavg_1min_at_end"] = os.getloadavg()[0]
@@ -203,23 +330,48 @@ def main():
     med = {name: statistics.median(r) for name, r in runs.items()}
     # CPU time first: the targets are judged on it (see the module docs).
     for name, (what, base, target, limit) in CASES.items():
-        results.append(row(f"{name} (cpu)", what, "ns/op", group(CPU, name), runs[f"{name}:cpu"],
-                           f"{base} (cpu)" if base else None, med.get(f"{base}:cpu"),
-                           target, limit))
+        results.append(
+            row(
+                f"{name} (cpu)",
+                what,
+                "ns/op",
+                group(CPU, name),
+                runs[f"{name}:cpu"],
+                f"{base} (cpu)" if base else None,
+                med.get(f"{base}:cpu"),
+                target,
+                limit,
+            )
+        )
     for name, source, what, base, target, limit in EXTRA:
-        results.append(row(f"{name} (cpu)", what, "ns/op", group(CPU, source), runs[f"{source}:cpu"],
-                           f"{base} (cpu)", med[f"{base}:cpu"], target, limit))
+        results.append(
+            row(
+                f"{name} (cpu)",
+                what,
+                "ns/op",
+                group(CPU, source),
+                runs[f"{source}:cpu"],
+                f"{base} (cpu)",
+                med[f"{base}:cpu"],
+                target,
+                limit,
+            )
+        )
     for name, (what, base, _target, _limit) in CASES.items():
-        results.append(row(name, what, "ns/op", group(WALL, name), runs[name], base, med.get(base),
-                           None, None))
+        results.append(
+            row(name, what, "ns/op", group(WALL, name), runs[name], base, med.get(base), None, None)
+        )
     for name, source, what, base, _target, _limit in EXTRA:
-        results.append(row(name, what, "ns/op", group(WALL, source), runs[source], base, med[base],
-                           None, None))
+        results.append(
+            row(name, what, "ns/op", group(WALL, source), runs[source], base, med[base], None, None)
+        )
 
     notes = []
     if args.no_callgrind or not shutil.which("valgrind"):
-        notes.append("instruction counts skipped: " +
-                     ("--no-callgrind" if args.no_callgrind else "valgrind is not installed"))
+        notes.append(
+            "instruction counts skipped: "
+            + ("--no-callgrind" if args.no_callgrind else "valgrind is not installed")
+        )
     else:
         small, large = 20_000, 220_000
         ir = {}
@@ -229,27 +381,49 @@ def main():
         for name in RUST_CASES:
             ir[name] = instructions([rust_bin], name, small, large)
         print("instruction counts done", file=sys.stderr)
-        for name, (what, base, target, limit) in CASES.items():
+        for name, (what, base, _target, _limit) in CASES.items():
             if name not in ir:
                 continue
             # Instruction ratios are reported, not judged: the targets are on time.
-            results.append(row(f"{name} (instructions)", what, "instr/op", group(INSTR, name), [ir[name]],
-                               f"{base} (instructions)" if base else None, ir.get(base), None, None))
+            results.append(
+                row(
+                    f"{name} (instructions)",
+                    what,
+                    "instr/op",
+                    group(INSTR, name),
+                    [ir[name]],
+                    f"{base} (instructions)" if base else None,
+                    ir.get(base),
+                    None,
+                    None,
+                )
+            )
         for name, source, what, base, _target, _limit in EXTRA:
             if source not in ir or base not in ir:
                 continue
-            results.append(row(f"{name} (instructions)", what, "instr/op", group(INSTR, source), [ir[source]],
-                               f"{base} (instructions)", ir[base], None, None))
+            results.append(
+                row(
+                    f"{name} (instructions)",
+                    what,
+                    "instr/op",
+                    group(INSTR, source),
+                    [ir[source]],
+                    f"{base} (instructions)",
+                    ir[base],
+                    None,
+                    None,
+                )
+            )
 
     doc = {
         "suite": "c",
         "description": "Uncontended lock+release on one thread, 1024 keys of 16 bytes: C through "
-                       "libkeylock against the same calls from Rust and against a striped array "
-                       "of pthread mutexes; and the host scope (shm:), one key of 16 bytes, "
-                       "against a robust process-shared pthread mutex and a flock pair, all from "
-                       "C. One op = one lock + one release. Thread CPU time "
-                       "(targets judged on it) and wall time, medians of runs with the spread "
-                       "min..max, and instructions per op (callgrind).",
+        "libkeylock against the same calls from Rust and against a striped array "
+        "of pthread mutexes; and the host scope (shm:), one key of 16 bytes, "
+        "against a robust process-shared pthread mutex and a flock pair, all from "
+        "C. One op = one lock + one release. Thread CPU time "
+        "(targets judged on it) and wall time, medians of runs with the spread "
+        "min..max, and instructions per op (callgrind).",
         "machine": info,
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "config": {"runs": args.runs, "rounds": args.rounds, "iters": args.iters},
@@ -261,9 +435,11 @@ def main():
         json.dump(doc, f, indent=2)
         f.write("\n")
 
-    print(f"\nkeylock C benchmark: {args.runs} runs x {args.rounds} rounds x {args.iters} ops "
-          f"({info['cpu']}, {info['cores']} cores, load {info['loadavg_1min_at_start']:.2f} "
-          f"at start, {info['loadavg_1min_at_end']:.2f} at end)")
+    print(
+        f"\nkeylock C benchmark: {args.runs} runs x {args.rounds} rounds x {args.iters} ops "
+        f"({info['cpu']}, {info['cores']} cores, load {info['loadavg_1min_at_start']:.2f} "
+        f"at start, {info['loadavg_1min_at_end']:.2f} at end)"
+    )
     print(f"{'case':<44} {'median':>9} {'min':>9} {'max':>9}  {'vs':<30} {'ratio':>6}  target")
     for r in results:
         versus = r["baseline"] or ""
@@ -271,11 +447,16 @@ def main():
         verdict = ""
         if r["target"]:
             base_name = r["name"].removesuffix(" (cpu)")
-            limit = CASES[base_name][3] if base_name in CASES else \
-                next(e[5] for e in EXTRA if e[0] == base_name)
+            limit = (
+                CASES[base_name][3]
+                if base_name in CASES
+                else next(e[5] for e in EXTRA if e[0] == base_name)
+            )
             verdict = ("met" if r["met"] else "MISSED") + f" (<= {limit}x)"
-        print(f"{r['name']:<44} {r['median']:>9.2f} {r['min']:>9.2f} {r['max']:>9.2f}  "
-              f"{versus:<30} {ratio:>6}  {verdict}")
+        print(
+            f"{r['name']:<44} {r['median']:>9.2f} {r['min']:>9.2f} {r['max']:>9.2f}  "
+            f"{versus:<30} {ratio:>6}  {verdict}"
+        )
     print(f"(ns or instructions per lock+release; written to {args.out})")
     for n in notes:
         print(f"note: {n}")
