@@ -251,6 +251,18 @@ def spread(r: dict) -> str:
     return f"{fmt(r['min'], r['unit'])} .. {fmt(r['max'], r['unit'])}"
 
 
+def ratio_text(r: dict) -> str:
+    """A row's ratio to its baseline; one far below 1 also as a fraction (1/39.3x), which two
+    decimals would round to nothing."""
+    x = r.get("ratio")
+    if x is None:
+        return "-"
+    if 0 < x < 0.1:
+        d = 1 / x
+        return f"{x:.3g}x (1/{d:.1f})" if d < 100 else f"{x:.3g}x (1/{d:,.0f})"
+    return f"{x:.2f}x"
+
+
 def verdict(met) -> str:
     return {True: "**met**", False: "**missed**", None: ""}[met]
 
@@ -351,7 +363,7 @@ def render(results_dir: str, md_path: str, docs_dir: str) -> None:
             if r.get("target"):
                 name = short(r["name"], group_of(r))
                 base = short(r["baseline"], group_of(r)) if r.get("baseline") else "-"
-                ratio = f"{r['ratio']:.2f}x" if r.get("ratio") is not None else "-"
+                ratio = ratio_text(r)
                 out.append(
                     f"| {r['target']} | {name}: {fmt(r['median'], r['unit'])} "
                     f"| {base} "
@@ -381,7 +393,7 @@ def render(results_dir: str, md_path: str, docs_dir: str) -> None:
             )
             out.append("|---|---|---|---|---|---|---|")
             for r in rows:
-                ratio = f"{r['ratio']:.2f}x" if r.get("ratio") is not None else "-"
+                ratio = ratio_text(r)
                 out.append(
                     f"| {short(r['name'], g)} | {fmt(r['median'], r['unit'])} | {spread(r)} "
                     f"| {len(r.get('runs') or [])} "
