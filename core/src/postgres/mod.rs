@@ -234,9 +234,9 @@ impl PgServer {
         &self,
         fut: impl Future<Output = std::result::Result<T, tokio_postgres::Error>>,
     ) -> Result<T> {
-        match tokio::time::timeout(self.url.timeout, fut).await {
+        match tokio::time::timeout(self.url.options.timeout, fut).await {
             Ok(r) => r.map_err(|e| error(&self.url, &e)),
-            Err(_) => Err(timed_out(&self.url, self.url.timeout)),
+            Err(_) => Err(timed_out(&self.url, self.url.options.timeout)),
         }
     }
 
@@ -302,7 +302,7 @@ impl PgServer {
                 &s.st.acquire,
                 &[
                     &s.pid,
-                    &self.url.prefix,
+                    &self.url.options.prefix,
                     &spaces,
                     &bytes,
                     &modes,
@@ -413,7 +413,7 @@ impl Server for PgServer {
     }
 
     fn lease(&self) -> Duration {
-        self.url.lease
+        self.url.options.lease
     }
 
     fn fresh_id(&self) -> String {
@@ -440,7 +440,7 @@ impl Server for PgServer {
         // First a try on the main session: every uncontended acquire is this one call.
         let main = self.main().await?;
         let tried = tokio::time::timeout(
-            self.url.timeout,
+            self.url.options.timeout,
             self.call_acquire(&main, keys, token, None),
         )
         .await;
@@ -453,7 +453,7 @@ impl Server for PgServer {
             }
             Err(_) => {
                 self.forget(main, token);
-                return Err(timed_out(&self.url, self.url.timeout));
+                return Err(timed_out(&self.url, self.url.options.timeout));
             }
         }
         if try_only {
@@ -594,7 +594,7 @@ impl Server for PgServer {
         let row = self
             .bounded(
                 s.client
-                    .query_one(&s.st.force, &[&self.url.prefix, &sp, &key]),
+                    .query_one(&s.st.force, &[&self.url.options.prefix, &sp, &key]),
             )
             .await?;
         Ok(row.get(0))
@@ -603,7 +603,7 @@ impl Server for PgServer {
     async fn keys(&self) -> Result<Vec<(KeySpace, Vec<u8>)>> {
         let s = self.main().await?;
         let rows = self
-            .bounded(s.client.query(sql::KEYS, &[&self.url.prefix]))
+            .bounded(s.client.query(sql::KEYS, &[&self.url.options.prefix]))
             .await?;
         rows.iter()
             .map(|r| {
@@ -627,7 +627,7 @@ impl Server for PgServer {
         let row = self
             .bounded(
                 s.client
-                    .query_opt(&s.st.info, &[&self.url.prefix, &sp, &key]),
+                    .query_opt(&s.st.info, &[&self.url.options.prefix, &sp, &key]),
             )
             .await?;
         Ok(row.map(|r| {

@@ -50,13 +50,13 @@ impl Session {
         forces: Option<UnboundedSender<i64>>,
     ) -> Result<Arc<Session>> {
         let connect = Self::connect(url, install, slot, forces);
-        match tokio::time::timeout(url.connect_timeout, connect).await {
+        match tokio::time::timeout(url.options.connect_timeout, connect).await {
             Ok(r) => r,
             Err(_) => Err(Error::Unavailable(
                 format!(
                     "PostgreSQL at {}: no connection within connect_timeout ({} ms)",
                     url.name.redacted(),
-                    url.connect_timeout.as_millis()
+                    url.options.connect_timeout.as_millis()
                 )
                 .into(),
             )),

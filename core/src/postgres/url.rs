@@ -18,7 +18,7 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
-use crate::remote::url::{UrlName, UrlParts, decode, duration};
+use crate::remote::url::{OptionRules, ServerOptions, UrlName, UrlParts, decode};
 
 /// A parsed PostgreSQL scope URL. See the [module docs](self).
 #[derive(Clone, PartialEq, Eq)]
@@ -27,16 +27,21 @@ pub(crate) struct PostgresUrl {
     pub(crate) port: u16,
     pub(crate) user: String,
     pub(crate) database: String,
-    pub(crate) prefix: String,
-    pub(crate) lease: Duration,
-    pub(crate) connect_timeout: Duration,
-    pub(crate) timeout: Duration,
+    /// `prefix`, `lease`, `connect_timeout`, `timeout`.
+    pub(crate) options: ServerOptions,
     /// The URL as given, shown with its password as `***`.
     pub(crate) name: UrlName,
 }
 
-const DEFAULT_LEASE: Duration = Duration::from_secs(30);
-const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
+/// What the PostgreSQL scope asks of the shared options: a lease of at least a second (its
+/// holders confirm their sessions every third of it).
+const RULES: OptionRules = OptionRules {
+    prefix_ok: |_| true,
+    bad_prefix: "the PostgreSQL prefix must be non-empty",
+    min_lease: Duration::from_secs(1),
+    short_lease: "the PostgreSQL lease must be at least 1s",
+    unknown: "unknown PostgreSQL URL option (known: prefix, lease, connect_timeout, timeout, sslmode)",
+};
 
 impl PostgresUrl {
     /// Parses `url`, refusing anything it does not understand.
@@ -57,51 +62,22 @@ impl PostgresUrl {
                 "a PostgreSQL URL names one database (postgres://USER@HOST/DB)",
             ));
         }
-        let mut out = PostgresUrl {
+        // The scope's own option: `sslmode`, whose two accepted values both connect without TLS.
+        let sslmode = |name: &str, value: &str| match (name, value) {
+            ("sslmode", "disable" | "prefer") => Ok(true),
+            ("sslmode", _) => Err(Error::InvalidArgument(
+                "sslmode: this build connects to PostgreSQL without TLS (disable or prefer)",
+            )),
+            _ => Ok(false),
+        };
+        Ok(PostgresUrl {
             host: parts.host,
             port: parts.port,
             user,
             name: UrlName::new(url, parts.password),
             database,
-            prefix: "keylock".to_owned(),
-            lease: DEFAULT_LEASE,
-            connect_timeout: DEFAULT_TIMEOUT,
-            timeout: DEFAULT_TIMEOUT,
-        };
-        for (name, value) in parts.options {
-            match name {
-                "prefix" => {
-                    if value.is_empty() {
-                        return Err(Error::InvalidArgument(
-                            "the PostgreSQL prefix must be non-empty",
-                        ));
-                    }
-                    out.prefix = value;
-                }
-                "lease" => out.lease = duration(&value)?,
-                "connect_timeout" => out.connect_timeout = duration(&value)?,
-                "timeout" => out.timeout = duration(&value)?,
-                "sslmode" => match value.as_str() {
-                    "disable" | "prefer" => {}
-                    _ => {
-                        return Err(Error::InvalidArgument(
-                            "sslmode: this build connects to PostgreSQL without TLS (disable or prefer)",
-                        ));
-                    }
-                },
-                _ => {
-                    return Err(Error::InvalidArgument(
-                        "unknown PostgreSQL URL option (known: prefix, lease, connect_timeout, timeout, sslmode)",
-                    ));
-                }
-            }
-        }
-        if out.lease < Duration::from_secs(1) {
-            return Err(Error::InvalidArgument(
-                "the PostgreSQL lease must be at least 1s",
-            ));
-        }
-        Ok(out)
+            options: ServerOptions::parse(parts.options, &RULES, sslmode)?,
+        })
     }
 
     /// The client's settings (the password only here).
@@ -112,7 +88,7 @@ impl PostgresUrl {
             .user(&self.user)
             .dbname(&self.database)
             .application_name("keylock")
-            .connect_timeout(self.connect_timeout)
+            .connect_timeout(self.options.connect_timeout)
             .keepalives(true)
             .keepalives_idle(self.keepalive_idle())
             .ssl_mode(tokio_postgres::config::SslMode::Disable);
@@ -125,15 +101,15 @@ impl PostgresUrl {
     /// The server's keepalive for a session: first probe after a sixth of the lease of
     /// silence, then one every twelfth, three unanswered ones end the session.
     pub(crate) fn keepalive_idle(&self) -> Duration {
-        (self.lease / 6).max(Duration::from_secs(1))
+        (self.options.lease / 6).max(Duration::from_secs(1))
     }
 
     /// The session settings that make the server notice a silent holder within about 5/12 of
     /// the lease (keepalives, and the most unacknowledged data may wait).
     pub(crate) fn session_settings(&self) -> String {
         let idle = self.keepalive_idle().as_secs().max(1);
-        let interval = (self.lease / 12).as_secs().max(1);
-        let user_timeout = (self.lease * 5 / 12).as_millis().max(1000);
+        let interval = (self.options.lease / 12).as_secs().max(1);
+        let user_timeout = (self.options.lease * 5 / 12).as_millis().max(1000);
         format!(
             "SET tcp_keepalives_idle = {idle}; SET tcp_keepalives_interval = {interval}; \
              SET tcp_keepalives_count = 3; SET tcp_user_timeout = {user_timeout}; \
@@ -147,10 +123,7 @@ impl fmt::Debug for PostgresUrl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PostgresUrl")
             .field("url", &self.name.redacted())
-            .field("prefix", &self.prefix)
-            .field("lease", &self.lease)
-            .field("connect_timeout", &self.connect_timeout)
-            .field("timeout", &self.timeout)
+            .field("options", &self.options)
             .finish()
     }
 }
@@ -175,14 +148,18 @@ mod tests {
             ("db.example", 6543, "app", "orders")
         );
         assert_eq!(u.name.password(), Some("s@cret"));
-        assert_eq!((u.prefix.as_str(), u.lease), ("p", Duration::from_secs(3)));
-        assert_eq!(u.timeout, Duration::from_millis(500));
+        assert_eq!(
+            (u.options.prefix.as_str(), u.options.lease),
+            ("p", Duration::from_secs(3))
+        );
+        assert_eq!(u.options.timeout, Duration::from_millis(500));
         let shown = format!("{u:?}");
         assert!(
             !shown.contains("s%40cret") && shown.contains("app:***@"),
             "{shown}"
         );
-        assert_eq!(PostgresUrl::parse("postgres://u@h/d").unwrap().port, 5432);
+        let d = PostgresUrl::parse("postgres://u@h/d").unwrap();
+        assert_eq!((d.port, &d.options), (5432, &ServerOptions::default()));
     }
 
     #[test]
@@ -206,5 +183,17 @@ mod tests {
                 "{bad}"
             );
         }
+        for (bad, why) in [
+            ("postgres://u@h/d?prefix=", RULES.bad_prefix),
+            ("postgres://u@h/d?lease=999ms", RULES.short_lease),
+            ("postgres://u@h/d?bogus=1", RULES.unknown),
+        ] {
+            assert_eq!(
+                PostgresUrl::parse(bad),
+                Err(Error::InvalidArgument(why)),
+                "{bad}"
+            );
+        }
+        assert!(PostgresUrl::parse("postgres://u@h/d?lease=1s&sslmode=disable").is_ok());
     }
 }

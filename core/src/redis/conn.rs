@@ -67,7 +67,7 @@ impl Conns {
         if let Some(c) = self.cmd.lock().clone() {
             return Ok(c);
         }
-        let limit = cutoff.min(Instant::now() + self.url.connect_timeout);
+        let limit = cutoff.min(Instant::now() + self.url.options.connect_timeout);
         self.by(limit, async {
             let _one = self.connecting.lock().await;
             if let Some(c) = self.cmd.lock().clone() {
@@ -100,7 +100,7 @@ impl Conns {
         if let Some(c) = self.idle.lock().pop() {
             return Ok(c);
         }
-        let limit = cutoff.min(Instant::now() + self.url.connect_timeout);
+        let limit = cutoff.min(Instant::now() + self.url.options.connect_timeout);
         self.by(limit, async {
             self.client
                 .get_multiplexed_async_connection_with_config(&self.config())
@@ -121,7 +121,7 @@ impl Conns {
     /// response timeout would be one more limit, per command, that no caller chose).
     fn config(&self) -> AsyncConnectionConfig {
         AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(self.url.connect_timeout))
+            .set_connection_timeout(Some(self.url.options.connect_timeout))
             .set_response_timeout(None)
     }
 

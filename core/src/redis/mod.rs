@@ -174,7 +174,7 @@ pub(crate) fn connect(url: &str, options: &OpenOptions) -> Result<RedisLock> {
     RemoteLock::start(options, move |_| async move {
         // `connect_timeout` bounds the whole of opening: connecting, the handshake and loading
         // the scripts.
-        let cutoff = Instant::now() + url.connect_timeout;
+        let cutoff = Instant::now() + url.options.connect_timeout;
         let conns = Conns::connect(url, cutoff).await?;
         let server = RedisServer::new(conns, permits)?;
         server.load(cutoff).await?;

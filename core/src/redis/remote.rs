@@ -65,11 +65,11 @@ impl RedisServer {
         getrandom::fill(&mut seed)
             .map_err(|e| Error::Unavailable(format!("no random numbers for tokens: {e}").into()))?;
         let id = seed.iter().map(|b| format!("{b:02x}")).collect();
-        let names = Names::new(&conns.url.prefix, permits != 0);
+        let names = Names::new(&conns.url.options.prefix, permits != 0);
         Ok(Self {
             notify: names.notify(),
             names,
-            lease: conns.url.lease,
+            lease: conns.url.options.lease,
             permits,
             conns,
             scripts: Scripts::new(),
@@ -154,7 +154,7 @@ impl RedisServer {
     /// When a command started now must have its whole reply: `timeout` from now, or the
     /// caller's deadline if sooner.
     fn cutoff(&self, deadline: Option<Instant>) -> Instant {
-        let own = Instant::now() + self.conns.url.timeout;
+        let own = Instant::now() + self.conns.url.options.timeout;
         deadline.map_or(own, |d| own.min(d))
     }
 
@@ -257,7 +257,7 @@ impl RedisServer {
 
     /// Blocks on the waiter's own list for at most `wait` (and not past `deadline`).
     async fn block(&self, waiter: &str, wait: Duration, deadline: Option<Instant>) -> Result<()> {
-        let own = Instant::now() + wait + self.conns.url.timeout;
+        let own = Instant::now() + wait + self.conns.url.options.timeout;
         let cutoff = deadline.map_or(own, |d| own.min(d));
         let mut con = match self.conns.blocker(cutoff).await {
             Ok(con) => con,
@@ -292,7 +292,7 @@ impl RedisServer {
             Ok(Err(e)) => Err(self.conns.error(&e)),
             // Cut off by the deadline: the loop's next turn ends the acquire.
             Err(_) if deadline.is_some_and(|d| Instant::now() >= d) => Ok(()),
-            Err(_) => Err(self.conns.timed_out(wait + self.conns.url.timeout)),
+            Err(_) => Err(self.conns.timed_out(wait + self.conns.url.options.timeout)),
         }
     }
 

@@ -20,7 +20,7 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
-use crate::remote::url::{UrlName, UrlParts, duration};
+use crate::remote::url::{OptionRules, ServerOptions, UrlName, UrlParts};
 
 /// A parsed Redis scope URL. See the [module docs](self).
 #[derive(Clone, PartialEq, Eq)]
@@ -30,17 +30,21 @@ pub(crate) struct RedisUrl {
     pub(crate) port: u16,
     pub(crate) db: i64,
     pub(crate) username: Option<String>,
-    pub(crate) prefix: String,
-    pub(crate) lease: Duration,
-    pub(crate) connect_timeout: Duration,
-    pub(crate) timeout: Duration,
+    /// `prefix`, `lease`, `connect_timeout`, `timeout`.
+    pub(crate) options: ServerOptions,
     /// The URL as given, shown with its password as `***`.
     pub(crate) name: UrlName,
 }
 
-/// The lease every remote acquisition gets unless the URL says otherwise.
-pub(crate) const DEFAULT_LEASE: Duration = Duration::from_secs(30);
-const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
+/// What the Redis scope asks of the shared options: a prefix without braces (it is the hash tag
+/// of every key), and a lease long enough to renew.
+const RULES: OptionRules = OptionRules {
+    prefix_ok: |p| !p.contains(['{', '}']),
+    bad_prefix: "the Redis prefix must be non-empty and contain no { or }",
+    min_lease: Duration::from_millis(100),
+    short_lease: "the Redis lease must be at least 100ms",
+    unknown: "unknown Redis URL option (known: prefix, lease, connect_timeout, timeout)",
+};
 
 impl RedisUrl {
     /// Parses `url`, refusing anything it does not understand (a caller's typo must never pick
@@ -56,14 +60,7 @@ impl RedisUrl {
             ));
         };
         let parts = UrlParts::split(rest, 6379)?;
-        let (host, port, username, password, path) = (
-            parts.host,
-            parts.port,
-            parts.username,
-            parts.password,
-            parts.path,
-        );
-        let db = match path {
+        let db = match parts.path {
             "" => 0,
             p => p
                 .parse::<i64>()
@@ -73,44 +70,15 @@ impl RedisUrl {
                     "the database in a Redis URL is a number (redis://HOST:PORT/DB)",
                 ))?,
         };
-        let mut out = RedisUrl {
+        Ok(RedisUrl {
             tls,
-            host,
-            port,
+            host: parts.host,
+            port: parts.port,
             db,
-            username,
-            name: UrlName::new(url, password),
-            prefix: "keylock".to_owned(),
-            lease: DEFAULT_LEASE,
-            connect_timeout: DEFAULT_TIMEOUT,
-            timeout: DEFAULT_TIMEOUT,
-        };
-        for (name, value) in parts.options {
-            match name {
-                "prefix" => {
-                    if value.is_empty() || value.contains(['{', '}']) {
-                        return Err(Error::InvalidArgument(
-                            "the Redis prefix must be non-empty and contain no { or }",
-                        ));
-                    }
-                    out.prefix = value;
-                }
-                "lease" => out.lease = duration(&value)?,
-                "connect_timeout" => out.connect_timeout = duration(&value)?,
-                "timeout" => out.timeout = duration(&value)?,
-                _ => {
-                    return Err(Error::InvalidArgument(
-                        "unknown Redis URL option (known: prefix, lease, connect_timeout, timeout)",
-                    ));
-                }
-            }
-        }
-        if out.lease < Duration::from_millis(100) {
-            return Err(Error::InvalidArgument(
-                "the Redis lease must be at least 100ms",
-            ));
-        }
-        Ok(out)
+            username: parts.username,
+            name: UrlName::new(url, parts.password),
+            options: ServerOptions::parse(parts.options, &RULES, |_, _| Ok(false))?,
+        })
     }
 }
 
@@ -118,10 +86,7 @@ impl fmt::Debug for RedisUrl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisUrl")
             .field("url", &self.name.redacted())
-            .field("prefix", &self.prefix)
-            .field("lease", &self.lease)
-            .field("connect_timeout", &self.connect_timeout)
-            .field("timeout", &self.timeout)
+            .field("options", &self.options)
             .finish()
     }
 }
@@ -140,9 +105,10 @@ mod tests {
         assert_eq!((u.host.as_str(), u.port, u.db), ("db.example", 6380, 3));
         assert_eq!(u.username.as_deref(), Some("bob"));
         assert_eq!(u.name.password(), Some("s@cret"));
-        assert_eq!(u.prefix, "app");
-        assert_eq!(u.lease, Duration::from_secs(2));
-        assert_eq!(u.timeout, Duration::from_millis(250));
+        assert_eq!(u.options.prefix, "app");
+        assert_eq!(u.options.lease, Duration::from_secs(2));
+        assert_eq!(u.options.timeout, Duration::from_millis(250));
+        assert_eq!(u.options.connect_timeout, Duration::from_secs(5));
         assert_eq!(
             u.name.redacted(),
             "rediss://bob:***@db.example:6380/3?prefix=app&lease=2s&timeout=250ms"
@@ -151,8 +117,8 @@ mod tests {
         assert_eq!(u.name.scrub("auth s@cret failed"), "auth *** failed");
         let d = RedisUrl::parse("redis://[::1]").unwrap();
         assert_eq!(
-            (d.host.as_str(), d.port, d.db, d.lease),
-            ("::1", 6379, 0, DEFAULT_LEASE)
+            (d.host.as_str(), d.port, d.db, &d.options),
+            ("::1", 6379, 0, &ServerOptions::default())
         );
         assert_eq!(
             RedisUrl::parse("redis://:pw@h").unwrap().name.redacted(),
@@ -176,6 +142,7 @@ mod tests {
             "redis://h?lease=10ms",
             "redis://h?colour=blue",
             "redis://h?prefix",
+            "redis://h?prefix=",
             "redis://h#frag",
             "redis://u:%zz@h",
         ] {
@@ -184,5 +151,18 @@ mod tests {
                 "{bad} should be refused"
             );
         }
+        for (bad, why) in [
+            ("redis://h?prefix={a}", RULES.bad_prefix),
+            ("redis://h?prefix=", RULES.bad_prefix),
+            ("redis://h?lease=99ms", RULES.short_lease),
+            ("redis://h?sslmode=disable", RULES.unknown),
+        ] {
+            assert_eq!(
+                RedisUrl::parse(bad),
+                Err(Error::InvalidArgument(why)),
+                "{bad}"
+            );
+        }
+        assert!(RedisUrl::parse("redis://h?lease=100ms").is_ok());
     }
 }

@@ -1,6 +1,7 @@
 //! The parts every server scope's URL shares (`SCHEME://[USER[:PASSWORD]@]HOST[:PORT][/PATH][?OPTIONS]`):
-//! the authority, percent-decoding, and durations written with a unit (`500ms`, `30s`). Each
-//! scope reads its own path and options from [`UrlParts`].
+//! the authority, percent-decoding, durations written with a unit (`500ms`, `30s`), and the
+//! options every such scope takes ([`ServerOptions`]). Each scope reads its own path and its
+//! own options from [`UrlParts`].
 
 use std::time::Duration;
 
@@ -171,4 +172,84 @@ pub(crate) fn decode(text: &str) -> Result<String> {
         }
     }
     String::from_utf8(out).map_err(|_| Error::InvalidArgument("a server URL part is not UTF-8"))
+}
+
+/// The options every server scope's URL takes, with their defaults:
+///
+/// | option | default | meaning |
+/// |---|---|---|
+/// | `prefix` | `keylock` | the namespace of everything the scope keeps on the server |
+/// | `lease` | `30s` | every remote acquisition's lease, renewed while the acquisition lives |
+/// | `connect_timeout` | `5s` | the most opening the scope, or one reconnection, may take |
+/// | `timeout` | `5s` | the most one command may take before the scope reports `Unavailable` |
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct ServerOptions {
+    pub(crate) prefix: String,
+    pub(crate) lease: Duration,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) timeout: Duration,
+}
+
+/// The lease every remote acquisition gets unless the URL says otherwise.
+const DEFAULT_LEASE: Duration = Duration::from_secs(30);
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
+
+impl Default for ServerOptions {
+    fn default() -> Self {
+        Self {
+            prefix: "keylock".to_owned(),
+            lease: DEFAULT_LEASE,
+            connect_timeout: DEFAULT_TIMEOUT,
+            timeout: DEFAULT_TIMEOUT,
+        }
+    }
+}
+
+/// What one scope asks more of [`ServerOptions`], in its own words.
+pub(crate) struct OptionRules {
+    /// Whether a non-empty prefix suits the scope.
+    pub(crate) prefix_ok: fn(&str) -> bool,
+    /// The error for an empty prefix or one `prefix_ok` refuses.
+    pub(crate) bad_prefix: &'static str,
+    /// The shortest lease the scope can renew in time.
+    pub(crate) min_lease: Duration,
+    /// The error for a shorter lease.
+    pub(crate) short_lease: &'static str,
+    /// The error for an option neither these nor the scope's own take.
+    pub(crate) unknown: &'static str,
+}
+
+impl ServerOptions {
+    /// Reads a URL's `options` (from [`UrlParts`], in order): the shared ones here, any other
+    /// through `own`, which answers whether it took it. One that neither takes is refused: a
+    /// caller's typo must never pick a default silently.
+    pub(crate) fn parse(
+        options: Vec<(&str, String)>,
+        rules: &OptionRules,
+        mut own: impl FnMut(&str, &str) -> Result<bool>,
+    ) -> Result<Self> {
+        let mut out = Self::default();
+        for (name, value) in options {
+            match name {
+                "prefix" => {
+                    if value.is_empty() || !(rules.prefix_ok)(&value) {
+                        return Err(Error::InvalidArgument(rules.bad_prefix));
+                    }
+                    out.prefix = value;
+                }
+                "lease" => out.lease = duration(&value)?,
+                "connect_timeout" => out.connect_timeout = duration(&value)?,
+                "timeout" => out.timeout = duration(&value)?,
+                _ => {
+                    if !own(name, &value)? {
+                        return Err(Error::InvalidArgument(rules.unknown));
+                    }
+                }
+            }
+        }
+        if out.lease < rules.min_lease {
+            return Err(Error::InvalidArgument(rules.short_lease));
+        }
+        Ok(out)
+    }
 }
