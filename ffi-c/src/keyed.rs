@@ -142,7 +142,9 @@ impl Keyed {
     }
 
     /// The core's one-CAS release (`try_release_cas`) of a plain exclusive record of an
-    /// in-process object: whether it released (`false`: more must be done to release it).
+    /// in-process object, marking the record released: whether it released (`false`: more must
+    /// be done to release it). The object's kind is looked at before the record, so that another
+    /// scope's record goes to the guarded path unread here.
     ///
     /// Called outside the panic guard, because nothing on it can panic: the record's checks
     /// (plain, its stripe or its shard and slot looked up with checked `get`s), and one
@@ -152,10 +154,14 @@ impl Keyed {
     /// `H` is the handle's type: a striped lock's handle only ever holds a striped lock or
     /// another scope, and a pool's a pool or another scope, so each export checks for its own.
     #[inline(always)]
-    fn release_cas<H: Handle>(&self, acq: &Acquisition) -> bool {
+    fn release_cas<H: Handle>(&self, record: &mut keylock_acquisition) -> bool {
         match self.local() {
-            Local::Striped(s) if H::STRIPED => s.try_release_cas(acq),
-            Local::Pool(p) if !H::STRIPED => p.try_release_cas(acq),
+            Local::Striped(s) if H::STRIPED => {
+                record.release_keyed_cas(self.id, |a| s.try_release_cas(a))
+            }
+            Local::Pool(p) if !H::STRIPED => {
+                record.release_keyed_cas(self.id, |a| p.try_release_cas(a))
+            }
             _ => false,
         }
     }
@@ -607,7 +613,7 @@ pub(crate) unsafe fn release<H: Handle>(
     // SAFETY: the caller's contract above.
     if let (Some(handle), Some(record)) = unsafe { (h.as_ref(), acq.as_mut()) } {
         let h = handle.keyed();
-        if record.release_keyed_cas(h.id, |a| h.release_cas::<H>(a)) {
+        if h.release_cas::<H>(record) {
             return KEYLOCK_OK;
         }
     }
