@@ -1749,8 +1749,13 @@ static void *rw_reader(void *p) {
             while ((r = keylock_rwlock_try_read_lock(s->rw, &rd)) == KEYLOCK_WOULD_BLOCK)
                 sched_yield();
         } else {
-            while ((r = keylock_rwlock_read_lock_timeout(s->rw, 1000, &rd)) == KEYLOCK_TIMEOUT) {
-            }
+            /* A reader whose 1 us wait ran out gives way before it tries again, as the try
+             * branch does: a retry loop that never yields keeps the writer, whose section
+             * yields (above), off a small machine's cores (on 2 cores the test took a minute
+             * that way, and over 180 s beside other work; a few seconds with the yield), while
+             * its timeouts, over a hundred thousand a run, still race the writers' grants. */
+            while ((r = keylock_rwlock_read_lock_timeout(s->rw, 1000, &rd)) == KEYLOCK_TIMEOUT)
+                sched_yield();
         }
         if (r != KEYLOCK_OK) {
             s->error = r;
