@@ -3,24 +3,26 @@
 //! an empty tuple, then the value moved through each layer of the class chain) cost about twice
 //! the allocation itself.
 //!
-//! A handle made here is allocated by its class's own `tp_alloc` (zeroed, reference count 1,
-//! GC-tracked as the type asks) and the `LockHandle` value written where pyo3 keeps it: the
-//! object is then the one pyo3 would have made, byte for byte. That rests on what the first
-//! handle of the class, made by pyo3, shows of pyo3's layout, so the direct way is taken only
-//! once that handle checked out: the class adds no data to `LockHandle` (it is a unit struct),
-//! the value's offset is read through pyo3's own accessor, and pyo3 left nothing outside the
-//! value and the object header non-zero (the class's other parts, its borrow and thread
-//! checkers, are empty; the weak-reference list is a pointer that starts null). A class that
-//! fails that check keeps pyo3's way.
+//! A handle made here is allocated as a GC object that the collector does not track
+//! (`PyObject_GC_New`, what `PyType_GenericAlloc` does before it zeroes the object and tracks
+//! it), and the `LockHandle` value is written where pyo3 keeps it, every other byte of the
+//! object zeroed: the object is then the one pyo3 would have made, byte for byte, but for the
+//! tracking (below). That rests on what the first handle of the class, made by pyo3, shows of
+//! pyo3's layout, so the direct way is taken only once that handle checked out: the class adds
+//! no data to `LockHandle` (it is a unit struct), the value's offset is read through pyo3's own
+//! accessor, and pyo3 left nothing outside the value and the object header non-zero (the
+//! class's other parts, its borrow and thread checkers, are empty; the weak-reference list is a
+//! pointer that starts null); and the class allocates and frees as every GC type does
+//! (`PyType_GenericAlloc`, `PyObject_GC_Del`). A class that fails that check keeps pyo3's way.
 //!
-//! Either way, a handle leaves the cycle collector's care as soon as it is made
-//! (`PyObject_GC_UnTrack`, as CPython does for its own containers that cannot close a cycle).
-//! pyo3 makes every class a GC type, but a handle's classes have no `__traverse__` and no
-//! `__dict__`: the collector sees nothing through a handle and could never break a cycle
-//! through one. Tracked, each handle was linked into the collector's youngest list when made and
-//! unlinked when freed, writing to its neighbours there, other objects usually out of cache by
-//! then: in the Python suite's asyncio loop (100 tasks, 1,000 keys) that was about 36 ns of the
-//! 816 an `async with pool.lock(k)` added. A handle is still freed with its last reference.
+//! No handle is left to the cycle collector (one that pyo3 made is untracked at once, as
+//! CPython does for its own containers that cannot close a cycle). pyo3 makes every class a GC
+//! type, but a handle's classes have no `__traverse__` and no `__dict__`: the collector sees
+//! nothing through a handle and could never break a cycle through one. Tracked, each handle was
+//! linked into the collector's youngest list when made and unlinked when freed, writing to its
+//! neighbours there, other objects usually out of cache by then: in the Python suite's asyncio
+//! loop (100 tasks, 1,000 keys) that was about 36 ns of the 816 an `async with pool.lock(k)`
+//! added. A handle is still freed with its last reference.
 
 use std::sync::OnceLock;
 
@@ -60,24 +62,25 @@ pub(crate) fn make<C: HandleClass>(
             Ok(obj)
         }
     }?;
-    // SAFETY: a live object of a GC type (pyo3's classes all are), with the GIL held (`py`);
-    // nothing traverses it (see the module docs).
-    unsafe { ffi::PyObject_GC_UnTrack(made.as_ptr().cast()) };
     Ok(made)
 }
 
-/// pyo3's way.
+/// pyo3's way, the handle then untracked (see the module docs).
 fn pyo3_make<C: HandleClass>(py: Python<'_>, sub: C, handle: LockHandle) -> PyResult<Bound<'_, C>> {
-    Bound::new(py, PyClassInitializer::from(handle).add_subclass(sub))
+    let made = Bound::new(py, PyClassInitializer::from(handle).add_subclass(sub))?;
+    // SAFETY: a live object of a GC type (pyo3's classes all are), with the GIL held (`py`).
+    unsafe { ffi::PyObject_GC_UnTrack(made.as_ptr().cast()) };
+    Ok(made)
 }
 
 /// How to make handles of one class without pyo3's initializer chain.
 pub(crate) struct Direct {
     /// The class, kept alive.
     ty: Py<PyType>,
-    alloc: ffi::allocfunc,
     /// Where the `LockHandle` value is in the object, in bytes from its start.
     offset: usize,
+    /// The object's size (the type's `__basicsize__`).
+    basicsize: usize,
 }
 
 impl Direct {
@@ -108,16 +111,29 @@ impl Direct {
         if !rest_zero {
             return None;
         }
-        // SAFETY: a live type object; the slot is read, not called.
-        let alloc = unsafe { ffi::PyType_GetSlot(ty.as_type_ptr(), ffi::Py_tp_alloc) };
-        if alloc.is_null() {
+        // The class allocates and frees as any GC type does, so that a GC object allocated
+        // for it directly is what its own `tp_alloc` would have made before zeroing.
+        let tp = ty.as_type_ptr();
+        // SAFETY: a live type object; the slots are read, not called.
+        let (alloc, free, flags) = unsafe {
+            (
+                ffi::PyType_GetSlot(tp, ffi::Py_tp_alloc),
+                ffi::PyType_GetSlot(tp, ffi::Py_tp_free),
+                ffi::PyType_GetFlags(tp),
+            )
+        };
+        let generic_alloc: ffi::allocfunc = ffi::PyType_GenericAlloc;
+        let gc_del: unsafe extern "C" fn(*mut std::ffi::c_void) = ffi::PyObject_GC_Del;
+        if alloc != generic_alloc as *mut std::ffi::c_void
+            || free != gc_del as *mut std::ffi::c_void
+            || flags & ffi::Py_TPFLAGS_HAVE_GC == 0
+        {
             return None;
         }
         Some(Direct {
-            // SAFETY: the `tp_alloc` slot holds an `allocfunc`.
-            alloc: unsafe { std::mem::transmute::<*mut std::ffi::c_void, ffi::allocfunc>(alloc) },
             ty: ty.unbind(),
             offset,
+            basicsize,
         })
     }
 
@@ -132,18 +148,24 @@ impl Direct {
         handle: LockHandle,
     ) -> PyResult<Bound<'py, C>> {
         let ty = self.ty.bind(py).as_type_ptr();
-        // SAFETY: the type's own allocator, called as `PyType_GenericAlloc` would be, with the
-        // GIL held (`py`).
-        let obj = unsafe { (self.alloc)(ty, 0) };
+        // SAFETY: a GC type (checked by `learn`), with the GIL held (`py`): an untracked object
+        // of `basicsize` bytes, its header written, reference count 1.
+        let obj = unsafe { ffi::PyObject_GC_New::<ffi::PyObject>(ty) };
         if obj.is_null() {
             return Err(PyErr::fetch(py));
         }
-        // SAFETY: a fresh, zeroed object of class `C`: the value goes where pyo3 keeps it (the
-        // offset `learn` read), and the rest is as pyo3 leaves it (zero: see the module docs;
-        // `C` itself has no bytes). Nothing can look at the object in between (no Python code
-        // runs, and the GC cannot run without an allocation).
+        // SAFETY: the value goes where pyo3 keeps it (the offset `learn` read), and every other
+        // byte after the header is zeroed, as pyo3 leaves it (see the module docs; `C` itself
+        // has no bytes): `offset` and `offset + size_of::<LockHandle>()` lie within the
+        // object's `basicsize` bytes (`learn` checked). Nothing can look at the object in
+        // between (no Python code runs, and it is not tracked by the collector).
         unsafe {
-            obj.byte_add(self.offset).cast::<LockHandle>().write(handle);
+            let base = obj.cast::<u8>();
+            let header = std::mem::size_of::<ffi::PyObject>();
+            let end = self.offset + std::mem::size_of::<LockHandle>();
+            std::ptr::write_bytes(base.add(header), 0, self.offset - header);
+            std::ptr::write_bytes(base.add(end), 0, self.basicsize - end);
+            base.add(self.offset).cast::<LockHandle>().write(handle);
             Ok(Bound::from_owned_ptr(py, obj).cast_into_unchecked())
         }
     }
