@@ -50,7 +50,7 @@ pub(crate) fn make<C: HandleClass>(
     handle: LockHandle,
 ) -> PyResult<Bound<'_, C>> {
     let cache = C::cache();
-    let made = match cache.get() {
+    match cache.get() {
         // SAFETY: `d` was learned from an object of class `C` (see `Direct::learn`).
         Some(Some(d)) => unsafe { d.make(py, handle) },
         Some(None) => pyo3_make(py, sub, handle),
@@ -61,8 +61,7 @@ pub(crate) fn make<C: HandleClass>(
             let _ = cache.set(Direct::learn(&obj));
             Ok(obj)
         }
-    }?;
-    Ok(made)
+    }
 }
 
 /// pyo3's way, the handle then untracked (see the module docs).
