@@ -71,6 +71,7 @@ pub mod wait;
 pub use acquisition::{Acquisition, LockInfo, LockOptions, Mode, Owner, Wait};
 pub use error::{Error, Result};
 pub use guard::KeyedGuard;
+pub use local::ByteStringKey;
 pub use lost::{Lost, LostSignal};
 pub use metrics::{HistogramSnapshot, Metered, MetricsSnapshot};
 pub use open::{inspect, open, open_with};
@@ -94,7 +95,7 @@ pub use front::{
     StripesAcquireFuture, StripesGuard, StripesLockFuture, TakeKey,
 };
 pub use hash::DefaultHashBuilder;
-pub use pool::{KeyPool, PoolBuilder, PoolRef, PoolStats, PoolTable};
+pub use pool::{KeyBuf, KeyBytes, KeyPool, PoolBuilder, PoolRef, PoolStats, PoolTable};
 pub use rwlock::{
     AdderRwLock, RawAdderRwLock, ReadFuture, ReadGuard, RwLock, WriteFuture, WriteGuard,
 };

@@ -5,13 +5,15 @@
 //! memory and Redis scopes: what each method of the trait means is the trait's, and this file
 //! only maps it onto the types' own methods (a pool's two key spaces, a striped lock's stripes).
 
+use std::borrow::Borrow;
+use std::hash::Hash;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::acquisition::{Acquisition, LockInfo, LockOptions, Mode, Owner};
 use crate::error::{Error, Result};
 use crate::many;
-use crate::pool::{KeyPool, PoolStats};
+use crate::pool::{KeyBuf, KeyBytes, KeyPool, PoolStats};
 use crate::scope::{AcquireFuture, AcquireManyFuture, KeySpace, KeyedLock, LockKey, OpenOptions};
 use crate::stats::ScopeStats;
 use crate::striped::StripedLock;
@@ -54,7 +56,7 @@ pub(crate) fn open(options: &OpenOptions) -> Result<Arc<dyn KeyedLock>> {
             KeyPool::builder()
                 .reentrant(options.reentrant)
                 .fifo(options.fifo)
-                .build::<Vec<u8>>(),
+                .build::<KeyBuf>(),
         ),
     })
 }
@@ -77,11 +79,51 @@ fn untagged(mut acq: Acquisition) -> (Acquisition, KeySpace) {
     }
 }
 
-impl<S: std::hash::BuildHasher> KeyPool<Vec<u8>, S> {
+/// The key types of the pools that are lock objects of the trait ([`KeyedLock`]): byte
+/// strings, owned as a `Vec<u8>` (a [`KeyPool`]'s default) or as a [`KeyBuf`] (what
+/// [`open`](crate::open) makes for `local:`), each looked up by its borrowed form.
+pub trait ByteStringKey:
+    sealed::Sealed + Hash + Eq + Borrow<Self::Borrowed> + Send + Sync + 'static
+{
+    /// The borrowed form the pool is locked with: `[u8]` or [`KeyBytes`].
+    type Borrowed: ?Sized + Hash + Eq + ToOwned<Owned = Self> + Sync;
+
+    /// `bytes` as the borrowed form.
+    fn borrowed(bytes: &[u8]) -> &Self::Borrowed;
+}
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for Vec<u8> {}
+    impl Sealed for super::KeyBuf {}
+}
+
+impl ByteStringKey for Vec<u8> {
+    type Borrowed = [u8];
+
+    #[inline]
+    fn borrowed(bytes: &[u8]) -> &[u8] {
+        bytes
+    }
+}
+
+impl ByteStringKey for KeyBuf {
+    type Borrowed = KeyBytes;
+
+    #[inline]
+    fn borrowed(bytes: &[u8]) -> &KeyBytes {
+        KeyBytes::new(bytes)
+    }
+}
+
+impl<K: ByteStringKey, S: std::hash::BuildHasher> KeyPool<K, S> {
     /// Where `key`'s slot is, as an acquisition's `at`, if it has one.
     fn at_of(&self, key: LockKey<'_>) -> Option<u64> {
         match key.space {
-            KeySpace::Keys => self.table.slot_of(key.bytes).map(|at| at.to_u64()),
+            KeySpace::Keys => self
+                .table
+                .slot_of(K::borrowed(key.bytes))
+                .map(|at| at.to_u64()),
             KeySpace::Names => self
                 .names_if()?
                 .table
@@ -91,8 +133,9 @@ impl<S: std::hash::BuildHasher> KeyPool<Vec<u8>, S> {
     }
 }
 
-impl<S> KeyedLock for KeyPool<Vec<u8>, S>
+impl<K, S> KeyedLock for KeyPool<K, S>
 where
+    K: ByteStringKey,
     S: std::hash::BuildHasher + Send + Sync + 'static,
 {
     #[inline]
@@ -103,12 +146,14 @@ where
             && opts.lease.is_none()
             && opts.weight == 1
             && (opts.owner.is_none() || !self.is_reentrant())
-            && let Some(acq) = self.try_acquire_fast(key.bytes, opts.mode)
+            && let Some(acq) = self.try_acquire_fast(K::borrowed(key.bytes), opts.mode)
         {
             return Ok(acq);
         }
         let acq = match key.space {
-            KeySpace::Keys => self.lock_with(key.bytes, *opts)?.into_acquisition(),
+            KeySpace::Keys => self
+                .lock_with(K::borrowed(key.bytes), *opts)?
+                .into_acquisition(),
             KeySpace::Names => self.names().lock_with(key.bytes, *opts)?.into_acquisition(),
         };
         Ok(tagged(acq, key.space))
@@ -120,7 +165,7 @@ where
             return None;
         }
         // The inherent method (the lock object's own fast path), not this one.
-        KeyPool::try_acquire_fast(self, key.bytes, mode)
+        KeyPool::try_acquire_fast(self, K::borrowed(key.bytes), mode)
     }
 
     fn try_release_cas(&self, acquisition: &Acquisition) -> bool {
@@ -133,7 +178,7 @@ where
         let space = key.space;
         match space {
             KeySpace::Keys => {
-                let fut = self.lock_with_async_owned(key.bytes, *opts);
+                let fut = self.lock_with_async_owned(K::borrowed(key.bytes), *opts);
                 Box::pin(async move { Ok(fut.await?.into_acquisition()) })
             }
             KeySpace::Names => {
@@ -156,7 +201,7 @@ where
         let plain = keys
             .iter()
             .filter(|(k, _)| k.space == KeySpace::Keys)
-            .map(|(k, m)| (k.bytes, *m));
+            .map(|(k, m)| (K::borrowed(k.bytes), *m));
         let mut out = self.lock_many_with(plain, opts)?.into_acquisitions();
         if keys.iter().any(|(k, _)| k.space == KeySpace::Names) {
             let names = keys
@@ -190,10 +235,10 @@ where
             wait: many::one_deadline(opts.wait),
             ..*opts
         };
-        let plain: Vec<(&[u8], Mode)> = keys
+        let plain: Vec<(&K::Borrowed, Mode)> = keys
             .iter()
             .filter(|(k, _)| k.space == KeySpace::Keys)
-            .map(|(k, m)| (k.bytes, *m))
+            .map(|(k, m)| (K::borrowed(k.bytes), *m))
             .collect();
         let named: Vec<(&[u8], Mode)> = keys
             .iter()
@@ -276,14 +321,16 @@ where
 
     fn force_unlock(&self, key: LockKey<'_>) -> Result<bool> {
         Ok(match key.space {
-            KeySpace::Keys => KeyPool::force_unlock(self, key.bytes),
+            KeySpace::Keys => KeyPool::force_unlock(self, K::borrowed(key.bytes)),
             KeySpace::Names => self.names_if().is_some_and(|n| n.force_unlock(key.bytes)),
         })
     }
 
     fn steal(&self, key: LockKey<'_>, opts: &LockOptions) -> Result<Acquisition> {
         Ok(match key.space {
-            KeySpace::Keys => self.steal_with(key.bytes, *opts)?.into_acquisition(),
+            KeySpace::Keys => self
+                .steal_with(K::borrowed(key.bytes), *opts)?
+                .into_acquisition(),
             KeySpace::Names => tagged(
                 self.names()
                     .steal_with(key.bytes, *opts)?
@@ -295,7 +342,7 @@ where
 
     fn info(&self, key: LockKey<'_>) -> Result<Option<LockInfo>> {
         Ok(match key.space {
-            KeySpace::Keys => KeyPool::info(self, key.bytes),
+            KeySpace::Keys => KeyPool::info(self, K::borrowed(key.bytes)),
             KeySpace::Names => self.names_if().and_then(|n| n.info(key.bytes)),
         })
     }

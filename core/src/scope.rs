@@ -234,14 +234,14 @@ pub trait KeyedLock: Send + Sync + fmt::Debug {
     fn is_reentrant(&self) -> bool;
 
     /// The concrete lock object behind the trait, for a caller that takes a shorter path to the
-    /// same operations (the C ABI's uncontended lock and release): the in-process `KeyPool` and
-    /// `StripedLock` give themselves; other scopes give `None` (the default), and are used
+    /// same operations (the C ABI's uncontended lock and release): the in-process `KeyPool`
+    /// (a `KeyPool<KeyBuf>` from `open`) and `StripedLock` give themselves; other scopes give `None` (the default), and are used
     /// through the trait alone.
     ///
     /// ```
-    /// use keylock_core::{KeyPool, OpenOptions, StripedLock, open, open_with};
+    /// use keylock_core::{KeyBuf, KeyPool, OpenOptions, StripedLock, open, open_with};
     /// let pool = open("local:").unwrap();
-    /// assert!(pool.as_any().unwrap().downcast_ref::<KeyPool>().is_some());
+    /// assert!(pool.as_any().unwrap().downcast_ref::<KeyPool<KeyBuf>>().is_some());
     /// let mut opts = OpenOptions::default();
     /// opts.stripes = Some(8);
     /// let striped = open_with("local:", &opts).unwrap();

@@ -20,7 +20,8 @@ use std::time::Instant;
 use std::time::Duration;
 
 use keylock_core::{
-    Acquisition, KeyPool, PoolGuard, ReadGuard, RwLock, StripeGuard, StripedLock, WriteGuard,
+    Acquisition, KeyBuf, KeyPool, PoolGuard, ReadGuard, RwLock, StripeGuard, StripedLock,
+    WriteGuard,
 };
 
 use crate::boundary::*;
@@ -88,7 +89,7 @@ pub struct keylock_acquisition {
 
 /// The guard of an in-process pool's hold, as a record keeps it. The `'static` is the handle's
 /// lifetime: see [`crate::keyed`] for why a record's guard never outlives its use.
-pub(crate) type PoolHold = PoolGuard<&'static KeyPool<Vec<u8>>>;
+pub(crate) type PoolHold = PoolGuard<&'static KeyPool<KeyBuf>>;
 /// The guard of an in-process striped lock's hold (as [`PoolHold`]).
 pub(crate) type StripeHold = StripeGuard<&'static StripedLock>;
 

@@ -9,7 +9,9 @@ use std::ffi::{CStr, c_char};
 use std::sync::Arc;
 use std::time::Duration;
 
-use keylock_core::{Acquisition, KeyPool, KeyedLock, LockKey, LockOptions, Mode, StripedLock};
+use keylock_core::{
+    Acquisition, KeyBuf, KeyBytes, KeyPool, KeyedLock, LockKey, LockOptions, Mode, StripedLock,
+};
 
 use crate::acquisition::*;
 use crate::boundary::*;
@@ -50,7 +52,7 @@ pub(crate) struct Keyed {
 /// used dangling.
 #[derive(Debug, Clone, Copy)]
 enum Direct {
-    Pool(*const KeyPool<Vec<u8>>),
+    Pool(*const KeyPool<KeyBuf>),
     Striped(*const StripedLock),
     None,
 }
@@ -67,7 +69,7 @@ impl Direct {
         let Some(any) = locks.as_any() else {
             return Direct::None;
         };
-        if let Some(pool) = any.downcast_ref::<KeyPool<Vec<u8>>>() {
+        if let Some(pool) = any.downcast_ref::<KeyPool<KeyBuf>>() {
             Direct::Pool(pool)
         } else if let Some(striped) = any.downcast_ref::<StripedLock>() {
             Direct::Striped(striped)
@@ -79,7 +81,7 @@ impl Direct {
 
 /// [`Direct`] as references, with the handle's lifetime written `'static` (see [`Direct`]).
 enum Local {
-    Pool(&'static KeyPool<Vec<u8>>),
+    Pool(&'static KeyPool<KeyBuf>),
     Striped(&'static StripedLock),
     None,
 }
@@ -131,7 +133,9 @@ impl Keyed {
     ) -> bool {
         let mut fill = |acq| record.fill_keyed(self.id, acq);
         match self.local() {
-            Local::Pool(p) if !H::STRIPED => p.try_acquire_fast(key, mode).map(&mut fill),
+            Local::Pool(p) if !H::STRIPED => {
+                p.try_acquire_fast(KeyBytes::new(key), mode).map(&mut fill)
+            }
             Local::None => self
                 .locks
                 .try_acquire_fast(LockKey::new(key), mode)
@@ -195,8 +199,10 @@ impl Keyed {
         match (self.local(), mode) {
             (Local::Striped(s), Mode::Exclusive) => out.fill_stripe(self.id, s.lock(key)),
             (Local::Striped(s), Mode::Shared) => out.fill_stripe(self.id, s.lock_shared(key)),
-            (Local::Pool(p), Mode::Exclusive) => out.fill_pool(self.id, p.lock(key)),
-            (Local::Pool(p), Mode::Shared) => out.fill_pool(self.id, p.lock_shared(key)),
+            (Local::Pool(p), Mode::Exclusive) => out.fill_pool(self.id, p.lock(KeyBytes::new(key))),
+            (Local::Pool(p), Mode::Shared) => {
+                out.fill_pool(self.id, p.lock_shared(KeyBytes::new(key)));
+            }
             (Local::None, mode) => {
                 let opts = LockOptions::new().mode(mode);
                 out.fill_keyed(self.id, self.locks.acquire(LockKey::new(key), &opts)?)
@@ -219,7 +225,9 @@ impl Keyed {
         let plain = opts.lease.is_none() && opts.owner.is_none();
         match self.local() {
             Local::Striped(s) if plain => out.fill_stripe(self.id, s.lock_with(key, *opts)?),
-            Local::Pool(p) if plain => out.fill_pool(self.id, p.lock_with(key, *opts)?),
+            Local::Pool(p) if plain => {
+                out.fill_pool(self.id, p.lock_with(KeyBytes::new(key), *opts)?);
+            }
             _ => out.fill_keyed(self.id, self.locks.acquire(LockKey::new(key), opts)?),
         }
         Ok(())

@@ -1,5 +1,5 @@
 //! `keylock_pool`: one lock per distinct key, made on demand and recycled when released
-//! (keylock-core's `KeyPool<Vec<u8>>` in this process; any scope through `keylock_pool_open`).
+//! (keylock-core's `KeyPool<KeyBuf>` in this process; any scope through `keylock_pool_open`).
 //! Each export is one call into [`crate::keyed`].
 
 use std::ffi::c_char;

@@ -21,7 +21,10 @@
 //! - *An entry leaked by a waiter that timed out*: leaving a queue drops the reservation.
 //! - *Memory growing with distinct keys*: see `shard` on recycling.
 
+mod key_buf;
 mod shard;
+
+pub use key_buf::{KeyBuf, KeyBytes};
 
 use std::borrow::Borrow;
 use std::fmt;
@@ -167,7 +170,8 @@ impl<S> PoolBuilder<S> {
 ///
 /// `K` is the owned key type and lookups take its borrowed form: a `KeyPool<Vec<u8>>` (the
 /// default) is locked with `&[u8]`, a `KeyPool<String>` with `&str`, a `KeyPool<u64>` with
-/// `&u64`.
+/// `&u64`, a `KeyPool<KeyBuf>` (byte strings kept in the slot when short: what
+/// [`open`](crate::open) makes for `local:`) with `&KeyBytes`.
 ///
 /// Every key has both modes ([`lock_shared`](Locks::lock_shared)), a fence that rises with each
 /// exclusive acquisition, leases and force-unlock, and, in a pool built
