@@ -33,7 +33,7 @@ pub(crate) fn open(options: &OpenOptions) -> Result<Arc<dyn KeyedLock>> {
             ));
         }
         return Ok(Arc::new(
-            crate::KeyedSemaphore::builder(permits).build::<Vec<u8>>()?,
+            crate::KeyedSemaphore::builder(permits).build::<KeyBuf>()?,
         ));
     }
     Ok(match options.stripes {

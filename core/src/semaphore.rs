@@ -17,6 +17,7 @@ use crate::error::{Error, Result};
 use crate::front::{AcquireFuture, LockGuard, ManyAcquireFuture, ManyGuard};
 use crate::front::{FindKey, TakeKey};
 use crate::hash::DefaultHashBuilder;
+use crate::local::ByteStringKey;
 use crate::many;
 use crate::pool::{KeyPool, PoolBuilder, PoolStats, PoolTable};
 use crate::scope::{self, KeySpace, KeyedLock, LockKey};
@@ -318,20 +319,21 @@ impl<K: Hash + Eq, S: BuildHasher> KeyedSemaphore<K, S> {
     }
 }
 
-/// Only plain keys: a semaphore has no Web Locks names.
-fn plain_key(key: LockKey<'_>) -> Result<&[u8]> {
+/// Only plain keys: a semaphore has no Web Locks names. The key in its borrowed form for `K`.
+fn plain_key<K: ByteStringKey>(key: LockKey<'_>) -> Result<&K::Borrowed> {
     match key.space {
-        KeySpace::Keys => Ok(key.bytes),
+        KeySpace::Keys => Ok(K::borrowed(key.bytes)),
         KeySpace::Names => Err(Error::InvalidArgument("a semaphore's keys are plain keys")),
     }
 }
 
-impl<S> KeyedLock for KeyedSemaphore<Vec<u8>, S>
+impl<K, S> KeyedLock for KeyedSemaphore<K, S>
 where
+    K: ByteStringKey,
     S: BuildHasher + Send + Sync + 'static,
 {
     fn acquire(&self, key: LockKey<'_>, opts: &LockOptions) -> Result<Acquisition> {
-        let bytes = plain_key(key)?;
+        let bytes = plain_key::<K>(key)?;
         let permit = match opts.lease {
             None => self.pool.lock_units(bytes, opts.weight, opts.wait)?,
             Some(_) => self.pool.lock_with(bytes, *opts)?,
@@ -341,7 +343,8 @@ where
 
     /// One unit (a semaphore has no modes).
     fn try_acquire_fast(&self, key: LockKey<'_>, _mode: Mode) -> Option<Acquisition> {
-        self.pool.try_acquire_fast_units(plain_key(key).ok()?, 1)
+        self.pool
+            .try_acquire_fast_units(plain_key::<K>(key).ok()?, 1)
     }
 
     fn acquire_async(
@@ -349,7 +352,7 @@ where
         key: LockKey<'_>,
         opts: &LockOptions,
     ) -> scope::AcquireFuture {
-        match plain_key(key) {
+        match plain_key::<K>(key) {
             Ok(bytes) => {
                 let fut = self.pool.lock_with_async_owned(bytes, *opts);
                 Box::pin(async move { Ok(fut.await?.into_acquisition()) })
@@ -365,7 +368,7 @@ where
     ) -> Result<Vec<Acquisition>> {
         let bytes = keys
             .iter()
-            .map(|(k, _)| plain_key(*k))
+            .map(|(k, _)| plain_key::<K>(*k))
             .collect::<Result<Vec<_>>>()?;
         let opts = LockOptions {
             wait: many::one_deadline(opts.wait),
@@ -389,7 +392,7 @@ where
     ) -> scope::AcquireManyFuture {
         let bytes = match keys
             .iter()
-            .map(|(k, _)| plain_key(*k))
+            .map(|(k, _)| plain_key::<K>(*k))
             .collect::<Result<Vec<_>>>()
         {
             Ok(bytes) => bytes,
@@ -426,7 +429,7 @@ where
     }
 
     fn force_unlock(&self, key: LockKey<'_>) -> Result<bool> {
-        Ok(self.pool.force_unlock(plain_key(key)?))
+        Ok(self.pool.force_unlock(plain_key::<K>(key)?))
     }
 
     fn steal(&self, _key: LockKey<'_>, _opts: &LockOptions) -> Result<Acquisition> {
@@ -436,7 +439,7 @@ where
     }
 
     fn info(&self, key: LockKey<'_>) -> Result<Option<LockInfo>> {
-        Ok(self.pool.info(plain_key(key)?))
+        Ok(self.pool.info(plain_key::<K>(key)?))
     }
 
     fn is_reentrant(&self) -> bool {

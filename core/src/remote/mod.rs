@@ -45,7 +45,7 @@ use crate::acquisition::{Acquisition, LockInfo, LockOptions, Mode, Owner, Wait};
 use crate::error::{Error, Result};
 use crate::lost::LostSignal;
 use crate::many;
-use crate::pool::KeyPool;
+use crate::pool::{KeyBuf, KeyPool};
 use crate::report::{KeyReport, LockId};
 use crate::scope::{AcquireFuture, AcquireManyFuture, KeySpace, KeyedLock, LockKey, OpenOptions};
 use crate::stats::ScopeStats;
@@ -68,7 +68,7 @@ struct Inner<S: Server> {
     permits: u32,
     /// Serializes the making of a key's remote hold among local acquirers, so that they share
     /// one.
-    gate: Arc<KeyPool<Vec<u8>>>,
+    gate: Arc<KeyPool<KeyBuf>>,
     /// The process's remote hold of each key.
     slots: Mutex<HashMap<Vec<u8>, Slot>>,
     /// Live acquisitions by id (the `at` of their records).
@@ -117,13 +117,13 @@ impl<S: Server> RemoteLock<S> {
                         "a semaphore has no owners, and is always FIFO",
                     ));
                 }
-                Arc::new(crate::KeyedSemaphore::builder(p).build::<Vec<u8>>()?)
+                Arc::new(crate::KeyedSemaphore::builder(p).build::<KeyBuf>()?)
             }
             None => Arc::new(
                 KeyPool::builder()
                     .reentrant(options.reentrant)
                     .fifo(options.fifo)
-                    .build::<Vec<u8>>(),
+                    .build::<KeyBuf>(),
             ),
         };
         let runtime = tokio::runtime::Builder::new_multi_thread()
