@@ -12,8 +12,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use keylock_core::{
-    Acquisition, Error, KeyPool, LockOptions, Mode, Owner, PoolGuard, RwLock, StripeGuard,
-    StripedLock, Wait,
+    Acquisition, Error, KeyBuf, KeyBytes, KeyPool, LockOptions, Mode, Owner, PoolGuard, RwLock,
+    StripeGuard, StripedLock, Wait,
 };
 use proptest::prelude::*;
 
@@ -301,11 +301,13 @@ fn options(ask: &Ask, reentrant: bool) -> LockOptions {
     opts
 }
 
-/// Runs `ops` on a keyed primitive (a `KeyPool<u8>` or a `StripedLock`) against the model.
+/// Runs `ops` on a keyed primitive (a `KeyPool<u8>`, a `KeyPool<KeyBuf>` or a `StripedLock`)
+/// against the model. `$key` maps the model's key number to the key the lock is given.
 macro_rules! check_keyed {
-    ($ops:expr, $lock:expr, $unit:expr, $reentrant:expr) => {{
+    ($ops:expr, $lock:expr, $unit:expr, $key:expr, $reentrant:expr) => {{
         let lock = $lock;
         let unit = $unit;
+        let key_of = $key;
         let mut model = Model {
             reentrant: $reentrant,
             ..Model::default()
@@ -315,7 +317,7 @@ macro_rules! check_keyed {
             match &op {
                 KeyOp::Acquire(ask) => {
                     let u = unit(&lock, ask.key);
-                    let got = lock.lock_with(&ask.key, options(ask, model.reentrant));
+                    let got = lock.lock_with(key_of(&ask.key), options(ask, model.reentrant));
                     let owner = if model.reentrant { ask.owner } else { 0 };
                     match (model.admits(u, ask.mode, owner), got) {
                         (Some(_), Ok(g)) => {
@@ -411,7 +413,7 @@ macro_rules! check_keyed {
                 }
                 &KeyOp::ForceUnlock(key) => {
                     let u = unit(&lock, key);
-                    prop_assert_eq!(lock.force_unlock(&key), model.end_all(u));
+                    prop_assert_eq!(lock.force_unlock(key_of(&key)), model.end_all(u));
                 }
                 KeyOp::Many(keys, timed) => {
                     let mut units: BTreeMap<usize, Mode> = BTreeMap::new();
@@ -424,7 +426,7 @@ macro_rules! check_keyed {
                         .all(|(&u, &m)| model.admits(u, m, 0) == Some(false));
                     let wait = if *timed { Wait::For(TICK) } else { Wait::No };
                     let got = lock.lock_many_with(
-                        keys.iter().map(|(k, m)| (k, *m)),
+                        keys.iter().map(|(k, m)| (key_of(k), *m)),
                         LockOptions::new().wait(wait),
                     );
                     match (admits, got) {
@@ -435,7 +437,7 @@ macro_rules! check_keyed {
                             let mut ids = Vec::new();
                             for (&u, &m) in units.iter() {
                                 let key = (0..KEYS).find(|&k| unit(&lock, k) == u).unwrap();
-                                let f = lock.info(&key).unwrap().fence;
+                                let f = lock.info(key_of(&key)).unwrap().fence;
                                 ids.push(
                                     model
                                         .take(u, m, 0, f, Lease::None)
@@ -472,8 +474,13 @@ macro_rules! check_keyed {
             }
             for key in 0..KEYS {
                 let u = unit(&lock, key);
-                prop_assert_eq!(lock.is_locked(&key), model.is_held(u), "key {}", key);
-                if let (Some(info), Some(unit)) = (lock.info(&key), model.units.get(&u)) {
+                prop_assert_eq!(
+                    lock.is_locked(key_of(&key)),
+                    model.is_held(u),
+                    "key {}",
+                    key
+                );
+                if let (Some(info), Some(unit)) = (lock.info(key_of(&key)), model.units.get(&u)) {
                     match &unit.held {
                         Held::Exclusive { holds, .. } => {
                             prop_assert_eq!(
@@ -505,12 +512,35 @@ macro_rules! check_keyed {
         }
         for key in 0..KEYS {
             // Reentrant records hold several times; free any that remain.
-            while lock.is_locked(&key) {
-                prop_assert!(lock.force_unlock(&key));
+            while lock.is_locked(key_of(&key)) {
+                prop_assert!(lock.force_unlock(key_of(&key)));
             }
         }
         lock
     }};
+}
+
+/// The model's key `k` as itself (a `KeyPool<u8>`, a `StripedLock`).
+fn same_key(k: &u8) -> &u8 {
+    k
+}
+
+/// The byte keys of the `KeyPool<KeyBuf>` model, one per key number (`KEYS` of them): one byte;
+/// two of 16 bytes (the longest compared with word loads) that differ only in their last byte;
+/// the longest kept inline (22 bytes); one byte longer (boxed); and another of 22 bytes that
+/// differs from the inline one only in its last byte. Recycled slots pass them on to each other,
+/// so a slot's key changes between inline and boxed and between lengths.
+const BYTE_KEYS: [&[u8]; KEYS as usize] = [
+    b"k",
+    b"0123456789abcdef",
+    b"0123456789abcdeg",
+    b"xxxxxxxxxxxxxxxxxxxxxx",
+    b"xxxxxxxxxxxxxxxxxxxxxxx",
+    b"xxxxxxxxxxxxxxxxxxxxxy",
+];
+
+fn byte_key(k: &u8) -> &'static KeyBytes {
+    KeyBytes::new(BYTE_KEYS[usize::from(*k)])
 }
 
 /// The acquisitions of a kept guard (a helper so the macro works for both guard types).
@@ -518,6 +548,11 @@ trait KeptGuard {
     fn into_records(self) -> Vec<Acquisition>;
 }
 impl KeptGuard for PoolGuard<&KeyPool<u8>> {
+    fn into_records(self) -> Vec<Acquisition> {
+        vec![self.into_acquisition()]
+    }
+}
+impl KeptGuard for PoolGuard<&KeyPool<KeyBuf>> {
     fn into_records(self) -> Vec<Acquisition> {
         vec![self.into_acquisition()]
     }
@@ -536,6 +571,14 @@ trait ManyGuard {
     fn records(self) -> Vec<Acquisition>;
 }
 impl ManyGuard for keylock_core::PoolManyGuard<&KeyPool<u8>> {
+    fn fence_list(&self) -> Vec<u64> {
+        self.fences().collect()
+    }
+    fn records(self) -> Vec<Acquisition> {
+        self.into_acquisitions()
+    }
+}
+impl ManyGuard for keylock_core::PoolManyGuard<&KeyPool<KeyBuf>> {
     fn fence_list(&self) -> Vec<u64> {
         self.fences().collect()
     }
@@ -565,7 +608,16 @@ proptest! {
     fn key_pool_matches_model(ops in proptest::collection::vec(key_op(), 1..40)) {
         // A pool that keeps no released key indexed, so slots are recycled all the time.
         let pool: KeyPool<u8> = KeyPool::builder().shards(2).retain(0).build();
-        let pool = check_keyed!(ops, pool, |_: &KeyPool<u8>, k: u8| k as usize, false);
+        let pool = check_keyed!(ops, pool, |_: &KeyPool<u8>, k: u8| k as usize, same_key, false);
+        let stats = pool.stats();
+        prop_assert_eq!((stats.held, stats.waiting, stats.entries_in_use), (0, 0, 0));
+    }
+
+    #[test]
+    fn key_buf_pool_matches_model(ops in proptest::collection::vec(key_op(), 1..40)) {
+        // Keys of every length class (see BYTE_KEYS), in slots recycled all the time.
+        let pool: KeyPool<KeyBuf> = KeyPool::builder().shards(2).retain(0).build();
+        let pool = check_keyed!(ops, pool, |_: &KeyPool<KeyBuf>, k: u8| k as usize, byte_key, false);
         let stats = pool.stats();
         prop_assert_eq!((stats.held, stats.waiting, stats.entries_in_use), (0, 0, 0));
     }
@@ -573,7 +625,7 @@ proptest! {
     #[test]
     fn reentrant_key_pool_matches_model(ops in proptest::collection::vec(key_op(), 1..40)) {
         let pool: KeyPool<u8> = KeyPool::builder().shards(2).retain(0).reentrant(true).build();
-        let pool = check_keyed!(ops, pool, |_: &KeyPool<u8>, k: u8| k as usize, true);
+        let pool = check_keyed!(ops, pool, |_: &KeyPool<u8>, k: u8| k as usize, same_key, true);
         prop_assert_eq!(pool.stats().entries_in_use, 0);
     }
 
@@ -584,6 +636,7 @@ proptest! {
             ops,
             StripedLock::with_seed(4, 1).unwrap(),
             |s: &StripedLock, k: u8| s.stripe_of(&k),
+            same_key,
             false
         );
     }
@@ -594,6 +647,7 @@ proptest! {
             ops,
             StripedLock::builder().stripes(4).seed(1).reentrant(true).build().unwrap(),
             |s: &StripedLock, k: u8| s.stripe_of(&k),
+            same_key,
             true
         );
     }
