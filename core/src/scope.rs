@@ -235,8 +235,8 @@ pub trait KeyedLock: Send + Sync + fmt::Debug {
 
     /// The concrete lock object behind the trait, for a caller that takes a shorter path to the
     /// same operations (the C ABI's uncontended lock and release): the in-process `KeyPool`
-    /// (a `KeyPool<KeyBuf>` from `open`) and `StripedLock` give themselves; other scopes give `None` (the default), and are used
-    /// through the trait alone.
+    /// (a `KeyPool<KeyBuf>` from `open`) and `StripedLock` give themselves; other scopes give
+    /// `None` (the default), and are used through the trait alone.
     ///
     /// ```
     /// use keylock_core::{KeyBuf, KeyPool, OpenOptions, StripedLock, open, open_with};

@@ -617,7 +617,8 @@ proptest! {
     fn key_buf_pool_matches_model(ops in proptest::collection::vec(key_op(), 1..40)) {
         // Keys of every length class (see BYTE_KEYS), in slots recycled all the time.
         let pool: KeyPool<KeyBuf> = KeyPool::builder().shards(2).retain(0).build();
-        let pool = check_keyed!(ops, pool, |_: &KeyPool<KeyBuf>, k: u8| k as usize, byte_key, false);
+        let unit = |_: &KeyPool<KeyBuf>, k: u8| k as usize;
+        let pool = check_keyed!(ops, pool, unit, byte_key, false);
         let stats = pool.stats();
         prop_assert_eq!((stats.held, stats.waiting, stats.entries_in_use), (0, 0, 0));
     }
