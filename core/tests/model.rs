@@ -12,8 +12,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use keylock_core::{
-    Acquisition, Error, KeyBuf, KeyBytes, KeyPool, LockOptions, Mode, Owner, PoolGuard, RwLock,
-    StripeGuard, StripedLock, Wait,
+    Acquisition, Error, KeyBuf, KeyBytes, KeyPool, LockGuard, LockOptions, LockTable, Mode, Owner,
+    RwLock, StripedLock, Wait,
 };
 use proptest::prelude::*;
 
@@ -543,21 +543,12 @@ fn byte_key(k: &u8) -> &'static KeyBytes {
     KeyBytes::new(BYTE_KEYS[usize::from(*k)])
 }
 
-/// The acquisitions of a kept guard (a helper so the macro works for both guard types).
+/// The acquisitions of a kept guard (a helper so the macro works for every lock type: all of
+/// them hand out the front's one guard).
 trait KeptGuard {
     fn into_records(self) -> Vec<Acquisition>;
 }
-impl KeptGuard for PoolGuard<&KeyPool<u8>> {
-    fn into_records(self) -> Vec<Acquisition> {
-        vec![self.into_acquisition()]
-    }
-}
-impl KeptGuard for PoolGuard<&KeyPool<KeyBuf>> {
-    fn into_records(self) -> Vec<Acquisition> {
-        vec![self.into_acquisition()]
-    }
-}
-impl KeptGuard for StripeGuard<&StripedLock> {
+impl<T: LockTable> KeptGuard for LockGuard<&T> {
     fn into_records(self) -> Vec<Acquisition> {
         vec![self.into_acquisition()]
     }
@@ -570,23 +561,7 @@ trait ManyGuard {
     fn fence_list(&self) -> Vec<u64>;
     fn records(self) -> Vec<Acquisition>;
 }
-impl ManyGuard for keylock_core::PoolManyGuard<&KeyPool<u8>> {
-    fn fence_list(&self) -> Vec<u64> {
-        self.fences().collect()
-    }
-    fn records(self) -> Vec<Acquisition> {
-        self.into_acquisitions()
-    }
-}
-impl ManyGuard for keylock_core::PoolManyGuard<&KeyPool<KeyBuf>> {
-    fn fence_list(&self) -> Vec<u64> {
-        self.fences().collect()
-    }
-    fn records(self) -> Vec<Acquisition> {
-        self.into_acquisitions()
-    }
-}
-impl ManyGuard for keylock_core::StripesGuard<&StripedLock> {
+impl<T: LockTable> ManyGuard for keylock_core::ManyGuard<&T> {
     fn fence_list(&self) -> Vec<u64> {
         self.fences().collect()
     }

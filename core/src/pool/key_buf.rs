@@ -233,8 +233,8 @@ mod tests {
 
     #[test]
     fn equal_exactly_when_the_bytes_are() {
-        // Every pair of keys of up to 20 bytes that differ in one byte (at each position) or in
-        // length, against the slices' own comparison.
+        // For every length up to 20: a key equals a copy of itself, and differs from itself
+        // with any one byte changed and from itself one byte longer.
         for n in 0..=20usize {
             let a: Vec<u8> = (0..n as u8).map(|i| i.wrapping_mul(37)).collect();
             assert!(KeyBytes::new(&a) == KeyBytes::new(&a.clone()));
