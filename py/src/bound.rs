@@ -520,6 +520,7 @@ pub(crate) fn install(handle_type: &Bound<'_, PyType>, hooks: Hooks) -> PyResult
                 slot(ffi::Py_tp_members, members.as_mut_ptr().cast()),
                 slot(0, ptr::null_mut()),
             ],
+            None,
         )
     }?;
     let attr = |name: &'static CStr| ffi::PyGetSetDef {
@@ -548,6 +549,7 @@ pub(crate) fn install(handle_type: &Bound<'_, PyType>, hooks: Hooks) -> PyResult
                 slot(ffi::Py_tp_getset, getset.as_mut_ptr().cast()),
                 slot(0, ptr::null_mut()),
             ],
+            None,
         )
     }?;
 

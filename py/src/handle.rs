@@ -325,7 +325,7 @@ fn key_and_mode(handle: &LockHandle) -> Option<(&OwnedKey, Mode)> {
 /// Works like a `threading.Lock` (acquire/release/locked/with, and as the lock of a
 /// `threading.Condition`) and with asyncio (`async with`, `await acquire_async()`). `mode` is
 /// "exclusive" (lock, write) or "shared" (read: any number of shared holders at once).
-#[pyclass(module = "keylock", name = "KeyLock", extends = LockHandle, frozen)]
+#[pyclass(module = "keylock", name = "KeyLock", extends = LockHandle, subclass, frozen)]
 pub(crate) struct KeyLock;
 
 #[pymethods]
@@ -356,7 +356,7 @@ impl KeyLock {
 /// asyncio task inside asyncio: the owner may acquire again (each acquire needs its release,
 /// and keeps the fence), and only the owner may release (RuntimeError otherwise). Usable as the
 /// lock of a `threading.Condition`, like an RLock.
-#[pyclass(module = "keylock", name = "ReentrantKeyLock", extends = LockHandle, frozen)]
+#[pyclass(module = "keylock", name = "ReentrantKeyLock", extends = LockHandle, subclass, frozen)]
 pub(crate) struct ReentrantKeyLock;
 
 #[pymethods]
@@ -460,7 +460,7 @@ fn weight_of(handle: &LockHandle) -> u32 {
 /// NotLockedError, a RuntimeError) and with asyncio (`async with`, `await acquire_async()`).
 /// `locked()` is True when an acquire through it would wait now. Each acquisition has its own
 /// fence; `lease`, `lease_remaining()`, `extend()` and `is_current()` work as for a KeyLock.
-#[pyclass(module = "keylock", name = "Permit", extends = LockHandle, frozen)]
+#[pyclass(module = "keylock", name = "Permit", extends = LockHandle, subclass, frozen)]
 pub(crate) struct Permit;
 
 #[pymethods]
@@ -490,7 +490,7 @@ impl Permit {
 ///
 /// Usable with `with` and `async with`, and with the same acquire/release/locked protocol as
 /// KeyLock (`locked()` is True when any of the keys would block).
-#[pyclass(module = "keylock", name = "ManyLock", extends = LockHandle, frozen)]
+#[pyclass(module = "keylock", name = "ManyLock", extends = LockHandle, subclass, frozen)]
 pub(crate) struct ManyLock;
 
 fn entries(handle: &LockHandle) -> &[(OwnedKey, Mode)] {
@@ -539,12 +539,12 @@ impl ManyLock {
 
 /// The shared (read) side of an RwLock, from `RwLock.read()`. `locked()` is True while a
 /// writer holds the lock.
-#[pyclass(module = "keylock", name = "ReadLock", extends = LockHandle, frozen)]
+#[pyclass(module = "keylock", name = "ReadLock", extends = LockHandle, subclass, frozen)]
 pub(crate) struct ReadLock;
 
 /// The exclusive (write) side of an RwLock, from `RwLock.write()`. `locked()` is True while
 /// anyone (reader or writer) holds the lock.
-#[pyclass(module = "keylock", name = "WriteLock", extends = LockHandle, frozen)]
+#[pyclass(module = "keylock", name = "WriteLock", extends = LockHandle, subclass, frozen)]
 pub(crate) struct WriteLock;
 
 #[pymethods]
@@ -557,6 +557,7 @@ impl WriteLock {
     }
 }
 
+// The module shows a subtype of each (`crate::direct`), which is why each is a `subclass`.
 handle_classes!(
     KeyLock,
     ReentrantKeyLock,

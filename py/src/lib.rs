@@ -60,25 +60,20 @@ fn _keylock(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<rwlock::RwLock>()?;
     m.add_class::<semaphore::Semaphore>()?;
     m.add_class::<lock::LockHandle>()?;
+    handle::register_handles(m)?;
     vectorcall::install(m)?;
     #[cfg(not(Py_GIL_DISABLED))]
     bound::install(
         &m.py().get_type::<lock::LockHandle>(),
         bound::Hooks {
             slots: lock::LockHandle::slots_of,
-            common_type: m.py().get_type::<handle::KeyLock>().as_type_ptr(),
+            common_type: direct::public::<handle::KeyLock>(m.py())?.as_type_ptr(),
             enter: vectorcall::enter,
             exit: vectorcall::exit,
             aenter: vectorcall::aenter,
             aexit: vectorcall::aexit,
         },
     )?;
-    m.add_class::<handle::KeyLock>()?;
-    m.add_class::<handle::ReentrantKeyLock>()?;
-    m.add_class::<handle::ManyLock>()?;
-    m.add_class::<handle::Permit>()?;
-    m.add_class::<handle::ReadLock>()?;
-    m.add_class::<handle::WriteLock>()?;
     m.add_class::<wait::Acquire>()?;
     ready::register(m)?;
     handoff::register(m)?;

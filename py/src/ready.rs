@@ -69,6 +69,7 @@ fn ready(py: Python<'_>) -> PyResult<&Py<PyAny>> {
                     slot(ffi::Py_tp_doc, DOC.as_ptr() as *mut c_void),
                     slot(0, ptr::null_mut()),
                 ],
+                None,
             )
         }?;
         let instance = generic_instance(&ty)?;

@@ -15,13 +15,14 @@ use pyo3::types::PyType;
 /// number names (a function of that slot's signature, a members or getset array, a C string),
 /// and what a pointer points to lives as long as the type (CPython copies the slots array, not
 /// the arrays or strings it points to); `basicsize` and `flags` agree with what the slots do
-/// with an instance.
+/// with an instance (and with `base`'s instances, which a subtype's are too).
 pub(crate) unsafe fn make_type<'py>(
     py: Python<'py>,
     name: &'static CStr,
     basicsize: usize,
     flags: u64,
     slots: &mut [ffi::PyType_Slot],
+    base: Option<&Bound<'py, PyType>>,
 ) -> PyResult<Bound<'py, PyType>> {
     let mut spec = ffi::PyType_Spec {
         name: name.as_ptr(),
@@ -30,10 +31,16 @@ pub(crate) unsafe fn make_type<'py>(
         flags: flags as c_uint,
         slots: slots.as_mut_ptr(),
     };
-    // SAFETY: a valid spec (the caller's contract), with the GIL held; CPython copies what it
-    // keeps of the spec and the slots array. The result is a new reference or NULL with an
-    // exception set.
-    let ty = unsafe { Bound::from_owned_ptr_or_err(py, ffi::PyType_FromSpec(&mut spec))? };
+    // SAFETY: a valid spec (the caller's contract) and a live base type, with the GIL held;
+    // CPython copies what it keeps of the spec and the slots array. The result is a new
+    // reference or NULL with an exception set.
+    let ty = unsafe {
+        let made = match base {
+            Some(base) => ffi::PyType_FromSpecWithBases(&mut spec, base.as_ptr()),
+            None => ffi::PyType_FromSpec(&mut spec),
+        };
+        Bound::from_owned_ptr_or_err(py, made)?
+    };
     Ok(ty.cast_into::<PyType>()?)
 }
 

@@ -343,11 +343,11 @@ def test_bound_method_keeps_its_handle() -> None:
 
 
 def test_direct_handles_match_pyo3s() -> None:
-    """Every call that returns a handle makes it without pyo3's initializer chain after the
-    first of its class (which pyo3 makes, and whose layout the direct way is checked against):
-    those handles are whole objects, and making and dropping them leaves every count where it
-    was. No handle is left to the cycle collector (nothing can be reached through one), and each
-    is still freed with its last reference."""
+    """Every call that returns a handle makes it without pyo3's initializer chain (the layout
+    was checked when the module loaded, against a handle pyo3 made), of the class the module
+    shows: those handles are whole objects, and making and dropping them leaves every count
+    where it was. No handle is left to the cycle collector (nothing can be reached through one),
+    and each is still freed with its last reference."""
     from keylock import _keylock
 
     pool, rpool, rw, sem = (
@@ -368,7 +368,8 @@ def test_direct_handles_match_pyo3s() -> None:
     for name, make in makers.items():
         first, h = make(), make()
         assert _keylock._direct_handles()[name] is True, name
-        assert type(h) is type(first) and type(h).__name__ == name
+        assert type(h) is type(first) is getattr(keylock, name) and type(h).__name__ == name
+        assert type(h).__doc__ and type(h).__doc__ == type(h).__mro__[1].__doc__
         assert isinstance(h, keylock.LockHandle)
         assert sys.getsizeof(h) == sys.getsizeof(first)
         assert not gc.is_tracked(h) and not gc.is_tracked(first) and not hasattr(h, "__dict__")
@@ -400,6 +401,57 @@ def test_direct_handles_match_pyo3s() -> None:
     assert [sys.getrefcount(o) for o in owners] == refs
     assert [sys.getrefcount(getattr(keylock, name)) for name in makers] == types
     assert not pool.is_locked("k") and not rw.is_locked()
+
+
+def test_freed_handles_are_made_again_whole() -> None:
+    """Each handle class keeps its freed handles on a free list and makes the next handle from
+    the last one freed: that handle is a new object in all but its address (no weak reference,
+    nothing held, the new call's key and arguments), and the old one's weak references were
+    cleared when it was freed."""
+    pool, rpool, rw, sem = (
+        keylock.KeyPool(),
+        keylock.KeyPool(reentrant=True),
+        keylock.RwLock(),
+        keylock.Semaphore(2),
+    )
+    makers: dict[str, Callable[[str, float | None], keylock.LockHandle]] = {
+        "KeyLock": lambda k, t: pool.lock(k, timeout=t),
+        "ReentrantKeyLock": lambda k, t: rpool.lock(k, timeout=t),
+        "ManyLock": lambda k, t: pool.lock_many([k, "z"], timeout=t),
+        "ReadLock": lambda k, t: rw.read(timeout=t),
+        "WriteLock": lambda k, t: rw.write(timeout=t),
+        "Permit": lambda k, t: sem.acquire(k, timeout=t),
+    }
+    for name, make in makers.items():
+        make("a", 2.5)  # the class's first handle, made by pyo3
+        old = make("a", 2.5)
+        old.acquire()
+        cleared: list[object] = []
+        r = weakref.ref(old, cleared.append)
+        where, size = id(old), sys.getsizeof(old)
+        old.release()
+        del old
+        assert r() is None and len(cleared) == 1, name
+        # An object of the handle's size, made in between, would take the freed block had it
+        # gone back to CPython's allocator (and the next handle then another block).
+        filler = bytes(size - sys.getsizeof(b""))
+        new = make("b", 1.5)
+        assert id(new) == where, name  # the free list gave back the handle just freed
+        assert sys.getsizeof(filler) == size
+        del filler
+        assert type(new).__name__ == name and not gc.is_tracked(new)
+        assert weakref.getweakrefcount(new) == 0 and not new.is_current()
+        assert (new.timeout, new.lease) == (1.5, None)
+        if name in ("KeyLock", "ReentrantKeyLock", "Permit"):
+            assert new.key == b"b"
+        with new:
+            assert new.is_current()
+        assert not new.is_current()
+        r2 = weakref.ref(new)
+        del new
+        assert r2() is None
+    assert not pool.is_locked("a") and not pool.is_locked("b") and not rw.is_locked()
+    assert not rpool.is_locked("b") and sem.info("b") is None
 
 
 def test_bound_async_enter_and_exit() -> None:
