@@ -52,16 +52,24 @@ impl Args {
 
 /// Runs a method body with the thread's `Python` token, turning its error or panic into a raised
 /// exception (NULL), as a pyo3 method wrapper does.
+///
+/// The error is raised inside the closure that `catch_unwind` runs, so that what comes back
+/// through it is one pointer: it comes back through memory (the closure is called out of line),
+/// and a `PyResult` there was stored by the closure a word at a time and loaded by the caller 16
+/// bytes at a time, a load that waits for the stores to land (about 5 to 7 ns a call).
 #[inline(always)]
 fn call(body: impl FnOnce(Python<'_>) -> PyResult<*mut ffi::PyObject>) -> *mut ffi::PyObject {
     // SAFETY: CPython calls a method with the thread attached (holding the GIL).
     let py = unsafe { Python::assume_attached() };
-    match catch_unwind(AssertUnwindSafe(|| body(py))) {
-        Ok(Ok(obj)) => obj,
-        Ok(Err(e)) => {
+    let run = || match body(py) {
+        Ok(obj) => obj,
+        Err(e) => {
             e.restore(py);
             ptr::null_mut()
         }
+    };
+    match catch_unwind(AssertUnwindSafe(run)) {
+        Ok(obj) => obj,
         Err(payload) => {
             let msg = payload
                 .downcast_ref::<String>()
