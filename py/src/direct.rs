@@ -15,12 +15,11 @@
 //! non-zero (the class's other parts, its borrow and thread checkers, are empty; the
 //! weak-reference list is a pointer that starts null); and pyo3's class allocates and frees as
 //! every GC type does (`PyType_GenericAlloc`, `PyObject_GC_Del`). A class that fails that
-//! check keeps pyo3's way, and its handles are of pyo3's class (which has every method and the
-//! same name).
+//! check keeps pyo3's way, and the module shows pyo3's class itself.
 //!
 //! **The class users see, and its free list.** Each handle class the module shows
-//! (`keylock.KeyLock` and the others) is a subtype of pyo3's class of that name, made from a
-//! spec when the module loads, with pyo3's deallocator, that adds one thing: its `tp_free`,
+//! (`keylock.KeyLock` and the others) is then a subtype of pyo3's class of that name, made from
+//! a spec when the module loads, with pyo3's deallocator, that adds one thing: its `tp_free`,
 //! which keeps up to [`FREE_LIST`] freed handles for the next ones made (each gives back the
 //! last one freed, its memory likely still in cache) and hands the rest to `PyObject_GC_Del`.
 //! Every method is pyo3's, inherited. In the Python suite's asyncio loop (100 tasks, 1,000
@@ -62,7 +61,8 @@ const FREE_LIST: usize = 32;
 
 /// A handle class as the module shows it.
 pub(crate) struct Class {
-    /// The class users see: pyo3's class, subclassed to add the free list's `tp_free`.
+    /// The class users see: pyo3's class, subclassed to add the free list's `tp_free` where the
+    /// direct way makes the handles.
     public: Py<PyType>,
     /// What making its handles directly needs, learned from a handle pyo3 made: `None` if
     /// that handle showed a layout the direct way does not handle.
@@ -77,12 +77,36 @@ pub(crate) trait HandleClass: PyClass<BaseType = LockHandle> {
     fn class() -> &'static OnceLock<Class>;
 }
 
-/// Makes `C`'s public class (`unit` is `C`'s one value), adds it to the module under pyo3's
-/// name for it, and learns from a handle that pyo3 makes (then drops) whether the direct way
-/// can make its handles.
+/// Adds `C`'s public class to the module under pyo3's name for it (`unit` is `C`'s one value):
+/// having learned from a handle that pyo3 makes (then drops) that the direct way can make its
+/// handles, a subtype of pyo3's class with the free list's `tp_free`; pyo3's class otherwise.
 pub(crate) fn register<C: HandleClass>(m: &Bound<'_, PyModule>, unit: C) -> PyResult<()> {
     let py = m.py();
     let base = py.get_type::<C>();
+    // A handle of an RwLock of its own, never acquired.
+    let sample = LockHandle::new(Target::Read(Arc::new(RwLock::new())), None, None, false);
+    let sample = pyo3_make(py, unit, sample)?;
+    let direct = Direct::learn(&sample);
+    drop(sample);
+    let public = match direct {
+        Some(_) => subtype::<C>(&base)?,
+        None => base,
+    };
+    m.add(C::NAME, &public)?;
+    let class = Class {
+        public: public.unbind(),
+        direct,
+        free: FreeList::default(),
+    };
+    C::class()
+        .set(class)
+        .map_err(|_| PyRuntimeError::new_err(format!("{} registered twice", C::NAME)))
+}
+
+/// A subtype of `base` (pyo3's class `C`) of the same name that adds only the free list's
+/// `tp_free`.
+fn subtype<'py, C: HandleClass>(base: &Bound<'py, PyType>) -> PyResult<Bound<'py, PyType>> {
+    let py = base.py();
     let module: String = base.getattr(intern!(py, "__module__"))?.extract()?;
     // CPython keeps the name's pointer (before 3.12) for the type's life: the type lives as
     // long as the process (the module keeps it, and the module is never unloaded).
@@ -105,36 +129,16 @@ pub(crate) fn register<C: HandleClass>(m: &Bound<'_, PyModule>, unit: C) -> PyRe
         slot(0, std::ptr::null_mut()),
     ];
     // SAFETY: the slots end with the zero slot, `free` is a `freefunc` and `dealloc` the
-    // base's own; the subtype adds no data (`basicsize` 0 inherits the base's), and inherits
-    // everything else, the GC flag and its traverse and clear functions included.
-    let public = unsafe {
-        make_type(
-            py,
-            name,
-            0,
-            ffi::Py_TPFLAGS_DEFAULT,
-            &mut slots,
-            Some(&base),
-        )?
-    };
+    // base's own; the subtype adds no data (`basicsize` 0 inherits the base's, which the
+    // direct way learned), and inherits everything else, the GC flag and its traverse and
+    // clear functions included.
+    let public =
+        unsafe { make_type(py, name, 0, ffi::Py_TPFLAGS_DEFAULT, &mut slots, Some(base))? };
     public.setattr(
         intern!(py, "__doc__"),
         base.getattr(intern!(py, "__doc__"))?,
     )?;
-    // A handle of an RwLock of its own, never acquired.
-    let sample = LockHandle::new(Target::Read(Arc::new(RwLock::new())), None, None, false);
-    let sample = pyo3_make(py, unit, sample)?;
-    let direct = Direct::learn(&sample, &public);
-    drop(sample);
-    m.add(C::NAME, &public)?;
-    let class = Class {
-        public: public.unbind(),
-        direct,
-        free: FreeList::default(),
-    };
-    C::class()
-        .set(class)
-        .map_err(|_| PyRuntimeError::new_err(format!("{} registered twice", C::NAME)))
+    Ok(public)
 }
 
 /// `C`'s public class (the module registered it).
@@ -148,8 +152,7 @@ fn class<C: HandleClass>() -> PyResult<&'static Class> {
         .ok_or_else(|| PyRuntimeError::new_err(format!("{} is not registered", C::NAME)))
 }
 
-/// Makes a handle of class `C` holding `handle`: of the public class, or of pyo3's class where
-/// the direct way does not hold (which has every method and the same name).
+/// Makes a handle of class `C` (of its public class) holding `handle`.
 #[inline]
 pub(crate) fn make<C: HandleClass>(
     py: Python<'_>,
@@ -188,8 +191,8 @@ unsafe extern "C" fn free<C: HandleClass>(obj: *mut c_void) {
     {
         return;
     }
-    // SAFETY: a GC object of `C`'s public class, allocated by `PyObject_GC_New` or
-    // `PyType_GenericAlloc` (the direct way or pyo3's), and given up by its `tp_dealloc`.
+    // SAFETY: a GC object of `C`'s public class, which only the direct way makes (with
+    // `PyObject_GC_New`), given up by its `tp_dealloc`.
     unsafe { ffi::PyObject_GC_Del(obj) }
 }
 
@@ -253,7 +256,7 @@ pub(crate) struct Direct {
 impl Direct {
     /// How to make handles like `sample` (fresh from pyo3, never shared yet), if its layout is
     /// the one described in the module docs.
-    fn learn<C: HandleClass>(sample: &Bound<'_, C>, public: &Bound<'_, PyType>) -> Option<Direct> {
+    fn learn<C: HandleClass>(sample: &Bound<'_, C>) -> Option<Direct> {
         if std::mem::size_of::<C>() != 0 || std::mem::needs_drop::<C>() {
             return None;
         }
@@ -264,8 +267,7 @@ impl Direct {
         let offset = (value as usize).checked_sub(obj as usize)?;
         let header = std::mem::size_of::<ffi::PyObject>();
         let end = offset.checked_add(std::mem::size_of::<LockHandle>())?;
-        let public: usize = (public.getattr("__basicsize__")).ok()?.extract().ok()?;
-        if offset < header || end > basicsize || public != basicsize {
+        if offset < header || end > basicsize {
             return None;
         }
         // SAFETY: the object's `basicsize` bytes are allocated, and none of the bytes read is
