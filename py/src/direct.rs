@@ -316,8 +316,14 @@ impl Direct {
         handle: LockHandle,
     ) -> PyResult<Bound<'py, C>> {
         let ty = class.public.bind(py).as_type_ptr();
-        // SAFETY: the GIL is held (`py`).
-        let obj = match unsafe { class.free.pop() } {
+        // A free-threaded interpreter keeps nothing on the list.
+        let kept = if cfg!(Py_GIL_DISABLED) {
+            None
+        } else {
+            // SAFETY: the GIL is held (`py`, and not a free-threaded interpreter).
+            unsafe { class.free.pop() }
+        };
+        let obj = match kept {
             // SAFETY: a handle of this class that its `tp_free` kept, after pyo3's `tp_dealloc`
             // untracked it and dropped its value: `PyObject_Init` writes its header (a
             // reference to the type, a count of 1) as `PyObject_GC_New` does for a new one.
