@@ -146,7 +146,7 @@ where
             && opts.lease.is_none()
             && opts.weight == 1
             && (opts.owner.is_none() || !self.is_reentrant())
-            && let Some(acq) = self.try_acquire_fast(K::borrowed(key.bytes), opts.mode)
+            && let Some(acq) = self.try_acquire_fast_inlined(K::borrowed(key.bytes), opts.mode)
         {
             return Ok(acq);
         }

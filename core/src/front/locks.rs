@@ -390,12 +390,26 @@ impl<T: LockTable> Locks<T> {
     /// drop(pool.lock("k")); // the key's slot is made on the full path
     /// assert!(pool.try_release_fast(pool.try_acquire_fast("k", Mode::Exclusive).unwrap()).is_ok());
     /// ```
-    // Always inlined: with a plain `#[inline]` the compiler stopped inlining it into the
-    // trait's `acquire` of a pool of `KeyBuf` keys, and a lock+release through
-    // `Arc<dyn KeyedLock>` took 379 instructions instead of 295 (callgrind, the C suite's
-    // `rust_pool_trait` loop).
-    #[inline(always)]
+    #[inline]
     pub fn try_acquire_fast<Q: ?Sized>(&self, key: &Q, mode: Mode) -> Option<Acquisition>
+    where
+        T: TakeKey<Q>,
+    {
+        self.try_acquire_fast_inlined(key, mode)
+    }
+
+    /// [`try_acquire_fast`](Self::try_acquire_fast), always inlined: for the trait's `acquire`,
+    /// into which the compiler stopped inlining it for a pool of `KeyBuf` keys (a lock+release
+    /// through `Arc<dyn KeyedLock>` took 379 instructions instead of 295: callgrind, the C
+    /// suite's `rust_pool_trait` loop). Inlined everywhere, it made the bindings' calls through
+    /// the trait's own `try_acquire_fast` a few nanoseconds slower (Python's uncontended
+    /// `with pool.lock(k)` 192 -> 199 ns in two runs of its suite).
+    #[inline(always)]
+    pub(crate) fn try_acquire_fast_inlined<Q: ?Sized>(
+        &self,
+        key: &Q,
+        mode: Mode,
+    ) -> Option<Acquisition>
     where
         T: TakeKey<Q>,
     {
