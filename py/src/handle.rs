@@ -42,6 +42,9 @@ impl LockHandle {
     /// propagating out of a `with` block, which a refusal (the hold went stale) must not hide.
     #[inline]
     fn release_newest(&self, py: Python<'_>, in_flight: bool) -> PyResult<()> {
+        if !self.reentrant && self.try_release_only_cas(py) {
+            return Ok(());
+        }
         let owner = self.owner(py)?;
         let Some(record) = self.take(py, owner) else {
             return Err(if self.reentrant {
