@@ -183,9 +183,9 @@ fn pyo3_make<C: HandleClass>(py: Python<'_>, sub: C, handle: LockHandle) -> PyRe
 /// Called by CPython (from `tp_dealloc`, the GIL held) with a handle of `C`'s public class
 /// that nothing refers to any more: untracked by the collector and its value dropped.
 unsafe extern "C" fn free<C: HandleClass>(obj: *mut c_void) {
+    // (The public class exists only where the direct way makes the handles.)
     if !cfg!(Py_GIL_DISABLED)
         && let Some(class) = C::class().get()
-        && class.direct.is_some()
         // SAFETY: the GIL is held (not a free-threaded interpreter).
         && unsafe { class.free.push(obj.cast()) }
     {

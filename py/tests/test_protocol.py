@@ -423,7 +423,6 @@ def test_freed_handles_are_made_again_whole() -> None:
         "Permit": lambda k, t: sem.acquire(k, timeout=t),
     }
     for name, make in makers.items():
-        make("a", 2.5)  # the class's first handle, made by pyo3
         old = make("a", 2.5)
         old.acquire()
         cleared: list[object] = []
