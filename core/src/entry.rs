@@ -734,6 +734,15 @@ impl Entry {
         }
     }
 
+    /// Whether the word, read now, is held against a plain request in `mode`, so that an
+    /// attempt with the queue locked would be blocked unless the word changes first: held in a
+    /// conflicting mode, and no slow state (a lease that may have run out) to look at.
+    #[inline]
+    pub(crate) fn held_against(&self, mode: Mode) -> bool {
+        let word = self.word.load(Ordering::Acquire);
+        word & SLOW == 0 && !Self::compatible(word, mode)
+    }
+
     /// Whether a waiter queued ahead of a request blocks it: FIFO for everyone in `fifo` mode;
     /// otherwise only shared requests that would join current holders.
     #[inline]

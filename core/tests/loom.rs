@@ -205,6 +205,43 @@ fn async_cancel_races_release() {
     keylock_core::wait::loom_hand_off(false);
 }
 
+/// A future made while its key is held goes straight to its wait (the slow start makes no
+/// attempt it would lose), and the holder releases on another thread while that future's first
+/// poll runs: the waiter must get the key (a lost wake-up ends the model with every thread
+/// parked, which loom reports as a deadlock), alone, and leave nothing held, queued or reserved.
+#[test]
+fn async_made_while_held_races_the_release() {
+    for hand_off in [false, true] {
+        keylock_core::wait::loom_hand_off(hand_off);
+        loom::model(|| {
+            let pool = Arc::new(pool());
+            let inside = Arc::new(AtomicUsize::new(0));
+            let made = Arc::new(AtomicUsize::new(0));
+            let g = pool.lock(&1);
+            enter(&inside);
+            let t = {
+                let (pool, inside, made) = (pool.clone(), inside.clone(), made.clone());
+                thread::spawn(move || {
+                    let fut = pool.lock_async(&1);
+                    made.store(1, Ordering::SeqCst);
+                    loom::future::block_on(async {
+                        let _g = fut.await;
+                        enter(&inside);
+                        leave(&inside);
+                    });
+                })
+            };
+            wait_for(&made);
+            leave(&inside);
+            drop(g);
+            t.join().unwrap();
+            let stats = pool.stats();
+            assert_eq!((stats.held, stats.waiting, stats.entries_in_use), (0, 0, 0));
+        });
+    }
+    keylock_core::wait::loom_hand_off(false);
+}
+
 #[test]
 fn async_and_thread_waiters_share_a_queue() {
     loom::model(|| {

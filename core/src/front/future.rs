@@ -20,7 +20,7 @@ use super::{Held, LockGuard, LockTable, ManyGuard, Plan, attempt, ran_out, relea
 use crate::acquisition::{Mode, Wait, Want};
 use crate::entry::Hold;
 use crate::error::{Error, Result};
-use crate::guarded::EntryQueue;
+use crate::guarded::{EntryQueue, GuardedEntry};
 use crate::wait::{Attempt, Grant, LazyWaiter, Waiter, timer};
 
 /// An async acquire of one word. The uncontended case, the word taken on its fast path when
@@ -109,7 +109,7 @@ where
     }
 
     /// The rest of an async acquire once the word's fast path failed: one attempt with its entry
-    /// locked, then a wait. The caller holds a reservation on the word if its table has them;
+    /// locked (unless it would surely fail), then a wait. The caller holds a reservation on the word if its table has them;
     /// it is used up or handed to the wait.
     #[inline(always)]
     pub(crate) fn after_fast_path(table: P, place: u64, want: Want, wait: Wait) -> Self {
@@ -145,6 +145,25 @@ where
         };
         // SAFETY: the word lives as long as the table, which `table` keeps.
         let word_ref = unsafe { word.as_ref() };
+        // A plain wait without a limit for a word that is held against it (and has no leases
+        // that may have run out) goes straight to its first poll, which tries again with the
+        // entry's queue locked and queues there: the attempt would find it blocked, and cost
+        // the entry's lock twice per wait (and its `QUEUED` flag set and cleared in between).
+        // The future is then made as if the word was looked at once, when it was held.
+        if wait == Wait::Forever
+            && want == Want::of_mode(want.mode)
+            && table.guarded(word_ref).entry().held_against(want.mode)
+        {
+            return Box::new(Slow::Waiting(Waiting {
+                deadline: None,
+                table: Some(table),
+                place,
+                want,
+                wait,
+                polled: false,
+                waiter: Waiter::new(),
+            }));
+        }
         let slow = match attempt(&*table, word_ref, &want) {
             Attempt::Acquired(grant) => Slow::Ready(LockGuard::from_ptr(table, word, &want, grant)),
             Attempt::Failed(e) => Slow::Failed(e),
