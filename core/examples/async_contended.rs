@@ -6,8 +6,9 @@
 //! interleaving the alternatives. One thread makes the figures repeatable: the multi-thread
 //! runs of `benches/throughput.rs` move by 2x between runs on a small machine.
 //!
-//! WHICH: `keylock` (`KeyPool::lock_async_owned`) or `tokio_map` (a `Mutex<HashMap>` of
-//! `Arc<tokio::sync::Mutex>`, the usual way: get or insert the key's mutex, `lock_owned`).
+//! WHICH: `keylock` (`KeyPool::lock_async_owned`), `tokio_map` (a `Mutex<HashMap>` of
+//! `Arc<tokio::sync::Mutex>`, the usual way: get or insert the key's mutex, `lock_owned`), or
+//! `no_lock` (the same tasks and keys without a lock: the runtime's and the loop's own cost).
 //! WORKLOAD: `held` (each task yields to the runtime while it holds the key, as work across an
 //! `.await` would) or `quick` (no await while held).
 
@@ -44,6 +45,26 @@ async fn keylock(ops: usize, held: bool) {
                 let mut rng = seed(t);
                 for _ in 0..ops {
                     let _guard = pool.lock_async_owned(&next_key(&mut rng)).await;
+                    if held {
+                        tokio::task::yield_now().await;
+                    }
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.expect("a task panicked");
+    }
+}
+
+/// The same tasks and keys with no lock: what the runtime and the loop cost by themselves.
+async fn no_lock(ops: usize, held: bool) {
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|t| {
+            tokio::spawn(async move {
+                let mut rng = seed(t);
+                for _ in 0..ops {
+                    std::hint::black_box(next_key(&mut rng));
                     if held {
                         tokio::task::yield_now().await;
                     }
@@ -100,6 +121,7 @@ fn main() {
     match which.as_str() {
         "keylock" => rt.block_on(keylock(ops, held)),
         "tokio_map" => rt.block_on(tokio_map(ops, held)),
+        "no_lock" => rt.block_on(no_lock(ops, held)),
         other => panic!("unknown WHICH {other}"),
     }
     println!("{}", (cpu_ns() - start) / (TASKS as f64 * ops as f64));
