@@ -61,6 +61,7 @@ pub mod scope;
 mod semaphore;
 #[cfg(all(feature = "shm", target_os = "linux"))]
 pub mod shm;
+mod spare;
 mod stats;
 mod status;
 mod striped;

@@ -21,6 +21,7 @@ use crate::acquisition::{Mode, Wait, Want};
 use crate::entry::Hold;
 use crate::error::{Error, Result};
 use crate::guarded::{EntryQueue, GuardedEntry};
+use crate::spare;
 use crate::wait::{Attempt, Grant, LazyWaiter, Waiter, timer};
 
 /// An async acquire of one word. The uncontended case, the word taken on its fast path when
@@ -141,7 +142,7 @@ where
     fn start_slow(table: P, place: u64, want: Want, wait: Wait) -> Box<Slow<P>> {
         let word = match table.word(place) {
             Ok(word) => NonNull::from(word),
-            Err(e) => return Box::new(Slow::Failed(e)),
+            Err(e) => return spare::boxed(Slow::Failed(e)),
         };
         // SAFETY: the word lives as long as the table, which `table` keeps.
         let word_ref = unsafe { word.as_ref() };
@@ -154,7 +155,7 @@ where
             && want == Want::of_mode(want.mode)
             && table.guarded(word_ref).entry().held_against(want.mode)
         {
-            return Box::new(Slow::Waiting(Waiting {
+            return spare::boxed(Slow::Waiting(Waiting {
                 deadline: None,
                 table: Some(table),
                 place,
@@ -184,7 +185,7 @@ where
         };
         // Boxed before the waiter is first polled (it is not registered yet, so it may move):
         // from here on the box keeps it in place.
-        Box::new(slow)
+        spare::boxed(slow)
     }
 
     #[inline]
@@ -253,7 +254,7 @@ where
     P::Target: LockTable,
 {
     // SAFETY: called once, from `One`'s `drop`, which never touches `slow` again.
-    unsafe { ManuallyDrop::drop(slow) }
+    spare::unbox(unsafe { ManuallyDrop::take(slow) })
 }
 
 /// Releases a word a future took and never handed out (out of line: rare, and it keeps the
