@@ -281,12 +281,11 @@ where
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready(done) => done,
             };
-            let (place, want) = (w.place, w.want);
+            let want = w.want;
             *self = Slow::Done;
-            return Poll::Ready(result.and_then(|grant| {
-                let word = NonNull::from(table.word(place)?);
-                Ok(LockGuard::from_ptr(table, word, &want, grant))
-            }));
+            return Poll::Ready(
+                result.map(|(word, grant)| LockGuard::from_ptr(table, word, &want, grant)),
+            );
         }
         match std::mem::replace(self, Slow::Done) {
             Slow::Ready(guard) => Poll::Ready(Ok(guard)),
@@ -334,8 +333,10 @@ where
     P: Deref,
     P::Target: LockTable,
 {
-    /// Polls the wait; when it ends, the table handle is handed back with the outcome.
-    fn poll(&mut self, cx: &mut Context<'_>) -> Poll<(P, Result<Grant>)> {
+    /// Polls the wait; when it ends, the table handle is handed back with the outcome: the
+    /// word and its grant, or the error.
+    #[allow(clippy::type_complexity)]
+    fn poll(&mut self, cx: &mut Context<'_>) -> Poll<(P, Result<(WordPtr<P>, Grant)>)> {
         let table = self.table.as_ref().expect("a waiting future has its table");
         let word = match table.word(self.place) {
             Ok(word) => word,
@@ -373,9 +374,16 @@ where
                 }
             }
         };
-        Poll::Ready((self.table.take().expect("checked above"), result))
+        let word = NonNull::from(word);
+        Poll::Ready((
+            self.table.take().expect("checked above"),
+            result.map(|grant| (word, grant)),
+        ))
     }
 }
+
+/// A pointer to a word of the table behind `P`.
+type WordPtr<P> = NonNull<<<P as Deref>::Target as Table>::Word>;
 
 impl<P> Drop for Waiting<P>
 where
