@@ -158,7 +158,7 @@ where
             return spare::boxed(Slow::Waiting(Waiting {
                 deadline: None,
                 table: Some(table),
-                place,
+                word,
                 want,
                 wait,
                 polled: false,
@@ -176,7 +176,7 @@ where
             Attempt::Blocked { .. } => Slow::Waiting(Waiting {
                 deadline: wait.deadline(),
                 table: Some(table),
-                place,
+                word,
                 want,
                 wait,
                 polled: false,
@@ -303,7 +303,9 @@ where
 {
     /// `None` once finished (the reservation is then used up or dropped).
     table: Option<P>,
-    place: u64,
+    /// The word waited for: a reserved place always has its word (`Table::word_if`), and words
+    /// live as long as their table, which `table` keeps until the wait ends.
+    word: WordPtr<P>,
     want: Want,
     wait: Wait,
     deadline: Option<Instant>,
@@ -338,15 +340,8 @@ where
     #[allow(clippy::type_complexity)]
     fn poll(&mut self, cx: &mut Context<'_>) -> Poll<(P, Result<(WordPtr<P>, Grant)>)> {
         let table = self.table.as_ref().expect("a waiting future has its table");
-        let word = match table.word(self.place) {
-            Ok(word) => word,
-            Err(e) => {
-                // A reserved place always has its word (`Table::word_if`); else a queued
-                // waiter could not be unlinked.
-                debug_assert!(!self.polled, "a queued waiter's word is gone: {e}");
-                return Poll::Ready((self.table.take().expect("checked"), Err(e)));
-            }
-        };
+        // SAFETY: the word lives as long as the table, which `table` keeps (see `word`).
+        let word = unsafe { self.word.as_ref() };
         let result = {
             let guarded = table.guarded(word);
             let queue = EntryQueue(&guarded);
@@ -374,7 +369,7 @@ where
                 }
             }
         };
-        let word = NonNull::from(word);
+        let word = self.word;
         Poll::Ready((
             self.table.take().expect("checked above"),
             result.map(|grant| (word, grant)),
@@ -392,11 +387,8 @@ where
 {
     fn drop(&mut self) {
         let Some(table) = &self.table else { return };
-        // A reserved place always has its word (`Table::word_if`), so a queued waiter is
-        // always unlinked here.
-        let Ok(word) = table.word(self.place) else {
-            return;
-        };
+        // SAFETY: the word lives as long as the table, which `table` keeps (see `word`).
+        let word = unsafe { self.word.as_ref() };
         if !self.polled {
             table.unreserve(word);
         } else {
