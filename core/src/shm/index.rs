@@ -98,10 +98,10 @@ pub(crate) fn find_fast<'r>(
     key: &[u8],
 ) -> Option<(u32, &'r Entry, u64)> {
     let mask = r.header.buckets - 1;
-    let mut next = r.bucket((h as u32) & mask).ok()?.load(Ordering::Acquire);
+    let mut next = r.bucket_if((h as u32) & mask)?.load(Ordering::Acquire);
     for _ in 0..FAST_WALK {
         let index = next.checked_sub(1)?;
-        let e = r.entry(index).ok()?;
+        let e = r.entry_if(index)?;
         let bind = e.bind.load(Ordering::Acquire);
         if bind & 3 == BIND_BOUND && holds_key(e, h, space, key) {
             // Seqlock-style: the key was read between two reads of `bind`; an eviction

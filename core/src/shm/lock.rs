@@ -288,7 +288,7 @@ impl ShmLock {
             index::find_fast(&self.region, h, space as u8, key)?
         } else {
             let entry = (h as u32) & (self.region.header.capacity - 1);
-            let e = self.region.entry(entry).ok()?;
+            let e = self.region.entry_if(entry)?;
             (entry, e, e.word.load(Ordering::Acquire))
         };
         let fence = lockword::fast_acquire(e, w, req.proc)?;

@@ -206,8 +206,8 @@ impl KeyedLock for ShmLock {
             && sys::fork_generation() == self.fork_gen
             && self
                 .region
-                .entry(acquisition.at as u32)
-                .is_ok_and(|e| lockword::fast_release(e, acquisition.fence, self.proc))
+                .entry_if(acquisition.at as u32)
+                .is_some_and(|e| lockword::fast_release(e, acquisition.fence, self.proc))
     }
 
     fn release_as(&self, acquisition: Acquisition, owner: Option<Owner>) -> Result<()> {

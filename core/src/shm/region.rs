@@ -367,8 +367,17 @@ impl Region {
     /// an index out of range (a corrupt region).
     #[inline]
     fn record<T>(&self, offset: u64, count: u32, index: u32, what: &str) -> Result<&T> {
+        self.record_if(offset, count, index)
+            .ok_or_else(|| self.corrupt(what))
+    }
+
+    /// [`record`](Self::record) without the error: `None` out of range. For the fast paths,
+    /// which leave an index out of range to the full path (it reports it), and which would
+    /// otherwise carry the error's making and dropping inline.
+    #[inline]
+    fn record_if<T>(&self, offset: u64, count: u32, index: u32) -> Option<&T> {
         if index >= count {
-            return Err(self.corrupt(what));
+            return None;
         }
         let at = offset as usize + index as usize * size_of::<T>();
         debug_assert!(at + size_of::<T>() <= self.header.total_len as usize);
@@ -376,7 +385,7 @@ impl Region {
         // `count` records of `T` at `offset` lies within the mapping and is 64-byte aligned;
         // `index < count`. Every record type is made of atomics (and process-shared mutexes),
         // valid for any bytes; the reference borrows `self`, which keeps the mapping alive.
-        Ok(unsafe { &*self.base.add(at).cast::<T>() })
+        Some(unsafe { &*self.base.add(at).cast::<T>() })
     }
 
     #[inline]
@@ -387,6 +396,12 @@ impl Region {
             index,
             "entry index",
         )
+    }
+
+    /// The entry at `index`, or `None` out of range (the fast paths' [`entry`](Self::entry)).
+    #[inline]
+    pub(crate) fn entry_if(&self, index: u32) -> Option<&Entry> {
+        self.record_if(self.header.off_entries, self.header.capacity, index)
     }
 
     #[inline]
@@ -417,6 +432,12 @@ impl Region {
             index,
             "bucket index",
         )
+    }
+
+    /// The bucket at `index`, or `None` out of range (the fast paths' [`bucket`](Self::bucket)).
+    #[inline]
+    pub(crate) fn bucket_if(&self, index: u32) -> Option<&std::sync::atomic::AtomicU32> {
+        self.record_if(self.header.off_buckets, self.header.buckets, index)
     }
 
     /// The error for a record found out of range.
