@@ -155,15 +155,8 @@ where
             && want == Want::of_mode(want.mode)
             && table.guarded(word_ref).entry().held_against(want.mode)
         {
-            return spare::boxed(Slow::Waiting(Waiting {
-                deadline: None,
-                table: Some(table),
-                word,
-                want,
-                wait,
-                polled: false,
-                waiter: Waiter::new(),
-            }));
+            let waiting = Waiting::new(table, word, want, wait, None);
+            return spare::boxed(Slow::Waiting(waiting));
         }
         let slow = match attempt(&*table, word_ref, &want) {
             Attempt::Acquired(grant) => Slow::Ready(LockGuard::from_ptr(table, word, &want, grant)),
@@ -173,15 +166,9 @@ where
                 Slow::Failed(Error::WouldBlock)
             }
             // The reservation (if any) is kept for the wait.
-            Attempt::Blocked { .. } => Slow::Waiting(Waiting {
-                deadline: wait.deadline(),
-                table: Some(table),
-                word,
-                want,
-                wait,
-                polled: false,
-                waiter: Waiter::new(),
-            }),
+            Attempt::Blocked { .. } => {
+                Slow::Waiting(Waiting::new(table, word, want, wait, wait.deadline()))
+            }
         };
         // Boxed before the waiter is first polled (it is not registered yet, so it may move):
         // from here on the box keeps it in place.
@@ -335,6 +322,21 @@ where
     P: Deref,
     P::Target: LockTable,
 {
+    /// The wait for `word` (at a place `table` keeps reserved, if its table has reservations),
+    /// not polled yet, until `deadline` (`wait`'s).
+    #[inline(always)]
+    fn new(table: P, word: WordPtr<P>, want: Want, wait: Wait, deadline: Option<Instant>) -> Self {
+        Waiting {
+            deadline,
+            table: Some(table),
+            word,
+            want,
+            wait,
+            polled: false,
+            waiter: Waiter::new(),
+        }
+    }
+
     /// Polls the wait; when it ends, the table handle is handed back with the outcome: the
     /// word and its grant, or the error.
     #[allow(clippy::type_complexity)]
