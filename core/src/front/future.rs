@@ -110,8 +110,8 @@ where
     }
 
     /// The rest of an async acquire once the word's fast path failed: one attempt with its entry
-    /// locked (unless it would surely fail), then a wait. The caller holds a reservation on the word if its table has them;
-    /// it is used up or handed to the wait.
+    /// locked (unless it would surely fail), then a wait. The caller holds a reservation on the
+    /// word if its table has them; it is used up or handed to the wait.
     #[inline(always)]
     pub(crate) fn after_fast_path(table: P, place: u64, want: Want, wait: Wait) -> Self {
         // The slow start returns one pointer (in a register), so that a caller's fast path
