@@ -634,12 +634,12 @@ pub(crate) unsafe fn release<H: Handle>(
 /// [`release`] inside the panic guard, in a function of its own for the reason
 /// [`acquire_plain_guarded`] gives.
 ///
+/// Another scope's one-CAS release (the host scope's) is tried first, alone: the rest is a jump
+/// away, so that this path keeps only the record in a register across the call (9 instructions
+/// fewer than one frame for both paths).
+///
 /// # Safety
 /// As [`release`].
-///
-/// Another scope's one-CAS release (the host scope's) is tried first, alone: the rest is a jump
-/// away, so that this path keeps only the record in a register across the call (a frame for
-/// both paths cost it about 20 instructions).
 #[inline(never)]
 unsafe extern "C" fn release_guarded<H: Handle>(
     h: *const H,
