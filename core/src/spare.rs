@@ -7,7 +7,7 @@
 //! allocator's own per-thread cache (a handful of blocks of a size) overflows, so most waits went
 //! to its general bins (about 230 instructions a wait, in callgrind, for the `malloc` and `free`).
 //! A thread here keeps up to [`KEPT`] freed blocks of one layout (the first it frees; the waiting
-//! state of every lock object has the same one) and hands them to the next boxes of that layout,
+//! state of every pool's and striped lock's future has the same one) and hands them to the next boxes of that layout,
 //! last freed first out. Every block came from the global allocator with that same layout, so a
 //! `Box` made in one is an ordinary box, and a block that is not kept is freed as a box would be.
 //! The blocks a thread keeps are freed when it exits. 32 blocks (about 8 KiB a thread): in the
