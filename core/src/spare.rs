@@ -2,17 +2,18 @@
 //!
 //! An async acquire that has to wait boxes its state (its queue node among it: see
 //! `front::future::Slow`), so that the future itself stays a few words long for the uncontended
-//! case. Each wait would then allocate a block of a few hundred bytes and free it when it ends:
-//! too large for the allocator's small-block lists, and with many tasks waiting at once the
-//! allocator's own per-thread cache (a handful of blocks of a size) overflows, so most waits went
-//! to its general bins (about 230 instructions a wait, in callgrind, for the `malloc` and `free`).
-//! A thread here keeps up to [`KEPT`] freed blocks of one layout (the first it frees; the waiting
-//! state of every pool's and striped lock's future has the same one) and hands them to the next boxes of that layout,
-//! last freed first out. Every block came from the global allocator with that same layout, so a
-//! `Box` made in one is an ordinary box, and a block that is not kept is freed as a box would be.
-//! The blocks a thread keeps are freed when it exits. 32 blocks (about 8 KiB a thread): in the
-//! one-thread contended benchmark (1,000 tasks on 1,000 keys, bench/async_contended.py) they
-//! served nearly as many waits as 64 did (1,600 and 1,592 instructions an operation; 16: 1,626).
+//! case. Each wait would then allocate a block of a few hundred bytes and free it when it ends: too
+//! large for the allocator's small-block lists, and with many tasks waiting at once the allocator's
+//! own per-thread cache (a handful of blocks of a size) overflows, so most waits went to its
+//! general bins (about 230 instructions a wait, in callgrind, for the `malloc` and `free`). A
+//! thread here keeps up to [`KEPT`] freed blocks of one layout (the first it frees; the waiting
+//! state of every pool's and striped lock's future has the same one) and hands them to the next
+//! boxes of that layout, last freed first out. Every block came from the global allocator with that
+//! same layout, so a `Box` made in one is an ordinary box, and a block that is not kept is freed as
+//! a box would be. The blocks a thread keeps are freed when it exits. 32 blocks (about 8 KiB a
+//! thread): in the one-thread contended benchmark (1,000 tasks on 1,000 keys,
+//! bench/async_contended.py) they served nearly as many waits as 64 did (1,600 and 1,592
+//! instructions an operation; 16: 1,626).
 //!
 //! Under `--cfg keylock_loom` nothing is kept: the models see plain boxes.
 
