@@ -17,6 +17,7 @@
 //!
 //! Under `--cfg keylock_loom` nothing is kept: the models see plain boxes.
 
+#[cfg(not(keylock_loom))]
 use std::alloc::Layout;
 #[cfg(not(keylock_loom))]
 use std::cell::RefCell;
@@ -84,9 +85,9 @@ thread_local! {
 /// A box for `value`, in one of this thread's spare blocks when it keeps one of the layout.
 #[inline]
 pub(crate) fn boxed<T>(value: T) -> Box<T> {
-    let layout = Layout::new::<T>();
     #[cfg(not(keylock_loom))]
-    if layout.size() != 0
+    if let layout = Layout::new::<T>()
+        && layout.size() != 0
         && let Ok(Some(block)) = SPARES.try_with(|s| s.borrow_mut().take(layout))
     {
         let ptr = block.cast::<T>().as_ptr();
@@ -97,7 +98,6 @@ pub(crate) fn boxed<T>(value: T) -> Box<T> {
             return Box::from_raw(ptr);
         }
     }
-    let _ = layout;
     Box::new(value)
 }
 

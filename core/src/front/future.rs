@@ -339,8 +339,7 @@ where
 
     /// Polls the wait; when it ends, the table handle is handed back with the outcome: the
     /// word and its grant, or the error.
-    #[allow(clippy::type_complexity)]
-    fn poll(&mut self, cx: &mut Context<'_>) -> Poll<(P, Result<(WordPtr<P>, Grant)>)> {
+    fn poll(&mut self, cx: &mut Context<'_>) -> Poll<WaitEnd<P>> {
         let table = self.table.as_ref().expect("a waiting future has its table");
         // SAFETY: the word lives as long as the table, which `table` keeps (see `word`).
         let word = unsafe { self.word.as_ref() };
@@ -381,6 +380,9 @@ where
 
 /// A pointer to a word of the table behind `P`.
 type WordPtr<P> = NonNull<<<P as Deref>::Target as Table>::Word>;
+
+/// How a wait ended: the table handle, and the word with its grant or the error.
+type WaitEnd<P> = (P, Result<(WordPtr<P>, Grant)>);
 
 impl<P> Drop for Waiting<P>
 where
