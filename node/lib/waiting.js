@@ -9,7 +9,7 @@
 
 const native = require('./native.js');
 const { OUTPUT, COMPLETION, COMPLETION_WORDS } = require('./records.js');
-const { KeylockError, WOULD_BLOCK, statusError, timeoutError } = require('./errors.js');
+const { KeylockError, OK, WOULD_BLOCK, statusError, timeoutError } = require('./errors.js');
 const { MAX_TIMER } = require('./options.js');
 const { state, RECORDS_HELD } = require('./thread.js');
 const { dropOwner } = require('./owners.js');
@@ -80,9 +80,11 @@ function dispatch(records, n) {
 
 // The status of a release, after serving the waiter of this thread that it woke, if any: the
 // waiter's promise then resolves before the releasing call returns, as with a pure-JavaScript
-// lock, instead of on the event loop's next turn.
+// lock, instead of on the event loop's next turn. `release(slot)` returns undefined for OK with
+// no waiter of this thread woken (the common case), and a number otherwise.
 const runReady = native.runReadyFunction();
 function released(status) {
+  if (status === undefined) return OK;
   if (status < LOCAL_WAKE) return status;
   state.drain();
   return status & (LOCAL_WAKE - 1);

@@ -38,6 +38,9 @@ enum Ret {
     /// A status ([`status`]), with [`status::LOCAL_WAKE`] added by releases that woke a waiter of
     /// this thread.
     Status(u32),
+    /// A release's status, as [`Ret::Status`], except that the common outcome (released, no
+    /// waiter of this thread woken: 0) returns `undefined`, which costs nothing to make.
+    Released(u32),
     /// An acquire's result (see the module docs).
     Int(i32),
     /// A number of milliseconds, or a negative code.
@@ -77,6 +80,8 @@ struct Call<'a, const N: usize> {
     env: sys::napi_env,
     lock: &'a Handle,
     args: &'a [sys::napi_value; N],
+    /// How many arguments the caller passed (may exceed `N`); the others read as `undefined`.
+    argc: usize,
 }
 
 /// The result of an acquire that finished now: its slot (the record goes to the output
@@ -174,9 +179,15 @@ impl<const N: usize> Call<'_, N> {
         Ok(item)
     }
 
-    /// Argument `i` as a number, if it is one.
+    /// Argument `i` as a number, if it is one. An argument the caller left out is none,
+    /// without asking Node-API (a plain `lock(key)` passes no timeout).
+    #[inline]
     fn number(&self, i: usize) -> Option<f64> {
-        number(self.env, self.args[i])
+        if i < self.argc {
+            number(self.env, self.args[i])
+        } else {
+            None
+        }
     }
 
     /// Argument `i` as milliseconds: a finite number >= 0, or anything else for none.
@@ -304,6 +315,7 @@ unsafe fn entry<const N: usize>(
             env,
             lock,
             args: &argv,
+            argc,
         };
         match catch_unwind(AssertUnwindSafe(|| body(&call))) {
             Ok(outcome) => outcome,
@@ -311,7 +323,8 @@ unsafe fn entry<const N: usize>(
         }
     };
     // A wake-up of this thread that the result does not report goes by the event loop.
-    if !matches!(outcome, Ok(Ret::Status(code)) if code & status::LOCAL_WAKE != 0) {
+    if !matches!(outcome, Ok(Ret::Status(code) | Ret::Released(code)) if code & status::LOCAL_WAKE != 0)
+    {
         crate::reactor::flush_local();
     }
     let mut result = ptr::null_mut();
@@ -322,6 +335,10 @@ unsafe fn entry<const N: usize>(
                 sys::napi_get_boolean(env, b, &mut result);
             }
             Ok(Ret::Status(n)) => {
+                sys::napi_create_uint32(env, n, &mut result);
+            }
+            Ok(Ret::Released(0)) => {}
+            Ok(Ret::Released(n)) => {
                 sys::napi_create_uint32(env, n, &mut result);
             }
             Ok(Ret::Int(n)) => {
@@ -530,10 +547,10 @@ entry_points! {
         let lock = c.arc();
         start_waiter(k.live.clone(), async move { stored_many(&lock, fut.await) })
     }
-    /// `release(slot)`: a status.
+    /// `release(slot)`: a status, `undefined` for 0 (see [`Ret::Released`]).
     fn release[1](c) {
         let slot = c.slot(0);
-        Ok(Ret::Status(match c.lock {
+        Ok(Ret::Released(match c.lock {
             Handle::Keyed(k) => k.release(slot),
             Handle::Rw(r) => r.release(slot),
         }))
