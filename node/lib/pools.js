@@ -136,26 +136,22 @@ class KeyedLock {
    * Holds `key` while `fn(guard)` runs; returns (or rethrows) what `fn` returns (or throws).
    * Options as for lock().
    */
-  async withLock(key, fn, opts) {
-    checkFn(fn);
-    let guard;
-    if (opts === undefined) {
-      // No options: a free key is taken in one native call, without a promise.
+  withLock(key, fn, opts) {
+    if (opts !== undefined || typeof fn !== 'function') return this.#withLockOptions(key, fn, opts);
+    // No options: a free key is taken in one native call, and no promise is made before `fn`.
+    try {
       const h = this.#h;
       const r = h.lock(key);
-      guard = r > 0 ? guardNow(h, r, 0, ONE_KEY, key) : await this.#started(key, r, NO_OPTIONS, 0);
-    } else {
-      guard = await this.#lock(key, parseOptions(opts));
-    }
-    let result;
-    try {
-      result = await fn(guard);
+      if (r > 0) return runHolding(guardNow(h, r, 0, ONE_KEY, key), fn);
+      return this.#started(key, r, NO_OPTIONS, 0).then((guard) => runHolding(guard, fn));
     } catch (err) {
-      guard[Symbol.dispose]();
-      throw err;
+      return Promise.reject(err);
     }
-    guard.release();
-    return result;
+  }
+
+  async #withLockOptions(key, fn, opts) {
+    checkFn(fn);
+    return runHolding(await this.#lock(key, parseOptions(opts)), fn);
   }
 
   /**
