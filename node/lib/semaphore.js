@@ -176,16 +176,22 @@ class Semaphore {
    * Holds `weight` units of `key` while `fn(permit)` runs; returns (or rethrows) what `fn`
    * returns (or throws). Released when `fn` returns, throws or rejects. Options as for acquire().
    */
-  async withPermit(key, fn, opts) {
-    checkFn(fn);
-    if (opts === undefined) {
-      // One unit of a free key, taken in one native call before any promise is made.
+  withPermit(key, fn, opts) {
+    if (opts !== undefined || typeof fn !== 'function') return this.#withPermitOptions(key, fn, opts);
+    // One unit of a free key, taken in one native call before any promise is made.
+    try {
       const h = this.#h;
       const r = h.lock(key);
       if (r > 0) return runHolding(permitNow(h, r, key, 1), fn);
       if (r < 0) throw acquireError(-r, key, undefined);
-      return runHolding(await this.#started(key, r, ONE), fn);
+      return this.#started(key, r, ONE).then((permit) => runHolding(permit, fn));
+    } catch (err) {
+      return Promise.reject(err);
     }
+  }
+
+  async #withPermitOptions(key, fn, opts) {
+    checkFn(fn);
     return runHolding(await this.acquire(key, opts), fn);
   }
 
