@@ -18,10 +18,32 @@ const STATE = Symbol.for('keylock.thread.v2');
 // Completions the records buffer holds (more wait for the next runReady).
 const RECORDS_HELD = 256;
 
+// Pending waiters by native waiter id. The addon's ids are small integers that it reuses (the
+// index, plus one, of a slot in its table of pending waiters), so an array indexed by id serves
+// them: a Map, whose entries were added and deleted for every wait, grew, compacted and shrank
+// its table as it went (about 240 instructions a wait).
+class ById {
+  #items = [];
+
+  get(id) {
+    return this.#items[id];
+  }
+
+  set(id, value) {
+    const items = this.#items;
+    while (items.length < id) items.push(undefined);
+    items[id] = value;
+  }
+
+  delete(id) {
+    if (id < this.#items.length) this.#items[id] = undefined;
+  }
+}
+
 let state = globalThis[STATE];
 if (state === undefined) {
   state = {
-    waiters: new Map(),
+    waiters: new ById(),
     requests: new Map(),
     nextRequest: 1,
     owners: new Map(),
