@@ -1010,7 +1010,8 @@ pub(crate) unsafe fn run_ready_function(env: sys::napi_env) -> napi::Result<sys:
 /// handle as its Node-API `data`, and a read-only, non-configurable property that refers to the
 /// external, so the handle (which the external owns) lives as long as any of its functions.
 /// `native_bytes` is the lock's memory outside the JavaScript heap, reported to V8 so that
-/// unused locks are collected in step with the memory they hold.
+/// unused locks are collected in step with the memory they hold. (JavaScript keeps a copy of
+/// this object, with the same functions and `.handle`: see `lib/native.js`, on why.)
 ///
 /// # Safety
 /// `env` is the environment of the current call, on its JavaScript thread.
