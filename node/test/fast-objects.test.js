@@ -1,6 +1,6 @@
 'use strict';
-// Every lock object the addon hands JavaScript (its entry points and `.handle`, see
-// lib/native.js) has fast properties, so that the JIT inlines `h.lock` and `h.release` instead of
+// Every lock object the addon hands JavaScript (its entry points and `.handle`, see src/raw.rs
+// `bind`) has fast properties, so that the JIT inlines `h.lock` and `h.release` instead of
 // calling a generic lookup per operation. V8 reports that only with --allow-natives-syntax, so
 // the check runs in a child process.
 
