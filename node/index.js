@@ -13,6 +13,7 @@
 //   lib/thread.js     this thread's state (waiters, owners, the addon's buffers)
 //   lib/owners.js     owner values as the core's owner numbers
 //   lib/diagnostics.js  the diagnostics_channel events (keylock:wait, :acquire, :release)
+//   lib/holding.js    a guard held while a callback runs (withLock, withPermit)
 //   lib/waiting.js    native waiters as promises (timeouts, AbortSignal), completions
 //   lib/guard.js      Guard: one acquisition, released exactly once
 //   lib/metrics.js    metrics(): the core's counts and histograms, as a frozen object

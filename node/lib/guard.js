@@ -1,7 +1,6 @@
 'use strict';
 // Guards: a held lock is the record of one acquisition (its slot in the addon), so that a
-// release ends exactly that acquisition, and `runHolding`, which holds a guard while a callback
-// runs.
+// release ends exactly that acquisition.
 
 const native = require('./native.js');
 const { OUTPUT } = require('./records.js');
@@ -207,31 +206,6 @@ class Guard {
   }
 }
 
-// Runs `fn(guard)` holding `guard`: a promise of what `fn` returns (or throws). A release that
-// finds the acquisition no longer current (force-unlocked, or its lease ran out while `fn` ran)
-// rejects, unless `fn` failed first. Written with `then` rather than as an async function: the
-// same steps as `await fn(guard)` (PromiseResolve, then one reaction), without a generator to
-// make and resume for each call.
-function runHolding(guard, fn) {
-  let result;
-  try {
-    result = fn(guard);
-  } catch (err) {
-    guard[Symbol.dispose]();
-    return Promise.reject(err);
-  }
-  return Promise.resolve(result).then(
-    (value) => {
-      guard.release();
-      return value;
-    },
-    (err) => {
-      guard[Symbol.dispose]();
-      throw err;
-    },
-  );
-}
-
 // The guard of the acquisition a call just made (slot `slot`): its fence and flags are in the
 // output buffer. `started`: the start of a blocking call (see diagnostics.js's startClock);
 // omitted for a call that did not wait.
@@ -243,4 +217,4 @@ function guardNow(h, slot, owner, kind, of, started) {
   return guard;
 }
 
-module.exports = { INTERNAL, ONE_KEY, KEYS, READ, WRITE, Guard, guardNow, runHolding };
+module.exports = { INTERNAL, ONE_KEY, KEYS, READ, WRITE, Guard, guardNow };

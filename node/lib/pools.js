@@ -10,7 +10,8 @@ const { keyWhat } = require('./keys.js');
 const { NO_OPTIONS, parseOptions, makeOptions, checkFn, checkName, checkScope } = require('./options.js');
 const { holdOwner, dropOwner, ownerValue } = require('./owners.js');
 const { released, outcome, coreTimeout } = require('./waiting.js');
-const { INTERNAL, ONE_KEY, KEYS, Guard, guardNow, runHolding } = require('./guard.js');
+const { INTERNAL, ONE_KEY, KEYS, Guard, guardNow } = require('./guard.js');
+const { runHolding } = require('./holding.js');
 const { wrapKeyed } = require('./wrap.js');
 const { metricsOf } = require('./metrics.js');
 const { WAIT, nameHandle, publishWait, startClock } = require('./diagnostics.js');
@@ -79,12 +80,13 @@ class KeyedLock {
   }
 
   // The outcome of a native acquire of one key (`r`: a slot, minus a status, or 0 for the waiter
-  // it started) made with options `o` for `owner`.
-  #started(key, r, o, owner) {
+  // it started) made with options `o` for `owner`; with `fn`, a waiter's guard is held while `fn`
+  // runs (see waiting.js's `outcome`).
+  #started(key, r, o, owner, fn) {
     const h = this.#h;
     if (WAIT.hasSubscribers && r === 0) publishWait(h, key, undefined, o.mode, undefined, o.timeout);
     const make = (slot, lo, hi, flags) => new Guard(INTERNAL, h, slot, lo, hi, flags, owner, ONE_KEY, key);
-    return outcome(r, make, () => keyWhat(key), o, owner, true);
+    return outcome(r, make, () => keyWhat(key), o, owner, true, fn);
   }
 
   /** Takes `key` now if it can be: a guard, or null. Options: `{ mode, lease, owner }`. */
@@ -143,7 +145,7 @@ class KeyedLock {
       const h = this.#h;
       const r = h.lock(key);
       if (r > 0) return runHolding(guardNow(h, r, 0, ONE_KEY, key), fn);
-      return this.#started(key, r, NO_OPTIONS, 0).then((guard) => runHolding(guard, fn));
+      return this.#started(key, r, NO_OPTIONS, 0, fn);
     } catch (err) {
       return Promise.reject(err);
     }

@@ -6,7 +6,8 @@ const native = require('./native.js');
 const { WOULD_BLOCK, TIMED_OUT, statusError, timeoutError } = require('./errors.js');
 const { EXCLUSIVE, SHARED, parseOptions, checkFn, checkName } = require('./options.js');
 const { outcome } = require('./waiting.js');
-const { INTERNAL, READ, WRITE, Guard, guardNow, runHolding } = require('./guard.js');
+const { INTERNAL, READ, WRITE, Guard, guardNow } = require('./guard.js');
+const { runHolding } = require('./holding.js');
 
 const RW_READ = { what: 'the read lock', mode: SHARED };
 const RW_WRITE = { what: 'the write lock', mode: EXCLUSIVE };

@@ -12,7 +12,8 @@ const { keyWhat } = require('./keys.js');
 const { SHARED, parsePermitOptions, makeOptions, units, checkFn, checkScope } = require('./options.js');
 const { state } = require('./thread.js');
 const { released, outcome, coreTimeout } = require('./waiting.js');
-const { INTERNAL, ONE_KEY, Guard, runHolding } = require('./guard.js');
+const { INTERNAL, ONE_KEY, Guard } = require('./guard.js');
+const { runHolding } = require('./holding.js');
 const { wrapKeyed } = require('./wrap.js');
 const { metricsOf } = require('./metrics.js');
 const { WAIT, ACQUIRE, RELEASE, nameHandle, publishWait, publishAcquire } = require('./diagnostics.js');
@@ -149,14 +150,15 @@ class Semaphore {
   }
 
   // The outcome of a native acquire of `o.weight` units of `key` that did not fail (`r`: a slot,
-  // or 0 for the waiter it started).
-  #started(key, r, o) {
+  // or 0 for the waiter it started); with `fn`, a waiter's permit is held while `fn` runs (see
+  // waiting.js's `outcome`).
+  #started(key, r, o, fn) {
     const h = this.#h;
     const weight = o.weight;
     // A semaphore's units are held shared, as its permits' `mode` says.
     if (WAIT.hasSubscribers && r === 0) publishWait(h, key, undefined, SHARED, weight, o.timeout);
     const make = (slot, lo, hi, flags) => new Permit(INTERNAL, h, slot, lo, hi, flags, key, weight);
-    return outcome(r, make, () => keyWhat(key), o, 0, true);
+    return outcome(r, make, () => keyWhat(key), o, 0, true, fn);
   }
 
   /**
@@ -184,7 +186,7 @@ class Semaphore {
       const r = h.lock(key);
       if (r > 0) return runHolding(permitNow(h, r, key, 1), fn);
       if (r < 0) throw acquireError(-r, key, undefined);
-      return this.#started(key, r, ONE).then((permit) => runHolding(permit, fn));
+      return this.#started(key, r, ONE, fn);
     } catch (err) {
       return Promise.reject(err);
     }

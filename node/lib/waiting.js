@@ -14,6 +14,7 @@ const { MAX_TIMER } = require('./options.js');
 const { state, RECORDS_HELD } = require('./thread.js');
 const { dropOwner } = require('./owners.js');
 const { ACQUIRE, RELEASE, publishAcquire, startClock, since } = require('./diagnostics.js');
+const { runHoldingInto } = require('./holding.js');
 
 const { FLAG_FAILED, FLAG_STOLEN, FLAG_LOST, STATUS_SHIFT } = native;
 // Added to a release's status when it woke a waiter of this thread (served at once, below).
@@ -151,7 +152,9 @@ function atDeadline(id, w, timeout, ticks) {
 }
 
 // A waiter's promise and what settles it: `make(slot, lo, hi, flags)` builds what it resolves
-// to; `owner` (0: none) is dropped if it fails. One object of a class, not closures, per wait.
+// to; `owner` (0: none) is dropped if it fails. With a function `fn` (withLock's), what `make`
+// builds is held while `fn` runs, and the promise settles with `fn`'s outcome instead (see
+// holding.js). One object of a class, not closures, per wait.
 class Waiter {
   constructor(make, what, timeout, limited, owner) {
     this.make = make;
@@ -165,12 +168,22 @@ class Waiter {
     this.timer = undefined;
     this.signal = undefined;
     this.onAbort = undefined;
+    this.fn = undefined;
+    this.got = undefined;
   }
 
   granted(slot, lo, hi, flags) {
     const got = this.make(slot, lo, hi, flags);
     if (ACQUIRE.hasSubscribers || RELEASE.hasSubscribers) publishAcquire(got, since(this.started));
-    this.resolve(got);
+    if (this.fn === undefined) {
+      this.resolve(got);
+    } else {
+      // `fn` runs on the microtask queue, where resolving the promise would have run it: never
+      // inside `dispatch`, whose records buffer a nested drain would overwrite.
+      this.got = got;
+      GRANTED[grantedTail++] = this;
+      RESOLVED.then(runGranted);
+    }
   }
 
   fail(e) {
@@ -181,12 +194,29 @@ class Waiter {
   }
 }
 
+// Granted waiters with a function to run, first granted first; each queued one `runGranted`,
+// which runs the first.
+const GRANTED = [];
+const RESOLVED = Promise.resolve();
+let grantedHead = 0;
+let grantedTail = 0;
+
+function runGranted() {
+  const w = GRANTED[grantedHead];
+  GRANTED[grantedHead++] = undefined;
+  if (grantedHead === grantedTail) grantedHead = grantedTail = 0;
+  const got = w.got;
+  w.got = undefined;
+  runHoldingInto(got, w.fn, w);
+}
+
 // The promise of the waiter just started (see Waiter). `timedByCore`: the waiter was given
 // `coreTimeout(timeout)` and ends itself then; otherwise the timeout cancels it here.
-function waitFor(make, what, timeout, signal, owner, timedByCore) {
+function waitFor(make, what, timeout, signal, owner, timedByCore, fn) {
   const id = OUT[OUT_WAITER];
   const limited = timeout !== undefined && timeout <= MAX_TIMER;
   const w = new Waiter(make, what, timeout, limited, owner);
+  w.fn = fn;
   const promise = new Promise((resolve, reject) => {
     w.resolve = resolve;
     w.reject = reject;
@@ -207,8 +237,10 @@ function waitFor(make, what, timeout, signal, owner, timedByCore) {
 
 // An acquire's outcome. `r` is what the native call returned: a slot, minus a status, or 0 for
 // a waiter (async starts). The fence and flags of a slot are in the output buffer now.
-// `timedByCore`: the native start was given `coreTimeout(o.timeout)`.
-function outcome(r, make, what, o, owner, timedByCore = false) {
+// `timedByCore`: the native start was given `coreTimeout(o.timeout)`. `fn` (only for a waiter:
+// a slot's caller runs it with `runHolding`): hold what was acquired while `fn` runs, and settle
+// with `fn`'s outcome.
+function outcome(r, make, what, o, owner, timedByCore = false, fn = undefined) {
   if (r > 0) {
     const got = make(r, OUT[OUT_FENCE_LOW], OUT[OUT_FENCE_HIGH], OUT[OUT_FLAGS]);
     if (ACQUIRE.hasSubscribers || RELEASE.hasSubscribers) publishAcquire(got, 0);
@@ -220,7 +252,7 @@ function outcome(r, make, what, o, owner, timedByCore = false) {
     if (status === WOULD_BLOCK && o.timeout === 0) return Promise.reject(timeoutError(what, 0));
     return Promise.reject(statusError(status, what));
   }
-  return waitFor(make, what, o.timeout, o.signal, owner, timedByCore);
+  return waitFor(make, what, o.timeout, o.signal, owner, timedByCore, fn);
 }
 
 module.exports = { released, outcome, coreTimeout, startedWaiter, acquiredFlags, track, untrack };

@@ -4,7 +4,7 @@
 const test = require('node:test');
 const assert = require('node:assert/strict');
 const { setImmediate: tick } = require('node:timers/promises');
-const { KeyPool, StripedLock, RwLock } = require('..');
+const { KeyPool, StripedLock, RwLock, Semaphore } = require('..');
 const native = require('../binding.js').load();
 const { Occupancy } = require('./occupancy.js');
 
@@ -142,6 +142,88 @@ test('RwLock: readers overlap, writers exclude everyone; exact counts', T, async
   assert.equal(writes, 200);
   assert.ok(maxReaders > 1, 'readers shared the lock');
   assert.equal(rw.isLocked(), false);
+});
+
+// withLock and withPermit without options, on a key that is held: the waiter runs `fn` when it
+// is granted (waiting.js's runHolding path for waiters), and settles with what `fn` does.
+test("withLock and withPermit that wait settle with fn's outcome, always releasing", T, async () => {
+  const makers = [
+    ['KeyPool', () => new KeyPool(), (l, k) => l.tryLock(k), (l, k, fn) => l.withLock(k, fn)],
+    ['StripedLock', () => new StripedLock(8), (l, k) => l.tryLock(k), (l, k, fn) => l.withLock(k, fn)],
+    ['Semaphore', () => new Semaphore(1), (l, k) => l.tryAcquire(k), (l, k, fn) => l.withPermit(k, fn)],
+  ];
+  for (const [name, make, take, hold] of makers) {
+    const lock = make();
+    const busy = (l, k) => (name === 'Semaphore' ? l.info(k) !== null : l.isLocked(k));
+    // Runs `fn` holding k through a wait: k is taken first and released after the call began.
+    async function waited(fn) {
+      const g = take(lock, 'k');
+      assert.ok(g, `${name}: k was free`);
+      let releaseReturned = false;
+      const p = hold(lock, 'k', (guard) => {
+        assert.equal(releaseReturned, true, `${name}: fn runs after the release that granted it returns`);
+        return fn(guard);
+      });
+      await tick();
+      g.release();
+      releaseReturned = true;
+      try {
+        return await p;
+      } finally {
+        assert.equal(busy(lock, 'k'), false, `${name}: released`);
+      }
+    }
+    assert.equal(await waited(() => 7), 7, `${name}: synchronous fn`);
+    assert.equal(await waited(async () => 8), 8, `${name}: async fn`);
+    assert.equal(await waited(() => ({ then: (ok) => ok(9) })), 9, `${name}: a thenable`);
+    await assert.rejects(
+      waited(() => {
+        throw new Error('sync throw');
+      }),
+      /sync throw/,
+    );
+    await assert.rejects(
+      waited(async () => {
+        await tick();
+        throw new Error('rejected');
+      }),
+      /rejected/,
+    );
+    // Waiters run in the order they came, one at a time.
+    const g = take(lock, 'k');
+    const order = [];
+    let inside = 0;
+    const all = [1, 2, 3].map((i) =>
+      hold(lock, 'k', async () => {
+        inside++;
+        assert.equal(inside, 1, `${name}: one holder at a time`);
+        order.push(i);
+        await tick();
+        inside--;
+        return i;
+      }),
+    );
+    await tick();
+    g.release();
+    assert.deepEqual(await Promise.all(all), [1, 2, 3]);
+    assert.deepEqual(order, [1, 2, 3], `${name}: first come, first served`);
+    assert.equal(busy(lock, 'k'), false);
+  }
+  // A hold lost while fn ran (a force-unlock, and another holder since) rejects, and the
+  // release leaves the new holder alone.
+  const pool = new KeyPool();
+  const g = pool.tryLock('w');
+  const p = pool.withLock('w', async () => {
+    pool.forceUnlock('w');
+    assert.ok(pool.tryLock('w'));
+    await tick();
+    return 'done';
+  });
+  await tick();
+  g.release();
+  await assert.rejects(p, { code: 'KEYLOCK_NOT_OWNER' }, 'a waited withLock reports that its hold was lost');
+  assert.equal(pool.isLocked('w'), true, "the waited withLock's release left the next holder alone");
+  pool.forceUnlock('w');
 });
 
 test('withLock returns, rethrows and rejects, always releasing', T, async () => {
