@@ -99,6 +99,11 @@ class Lock {
   }
 }
 
+// A settled promise, whose `then` queues a microtask: Node's `queueMicrotask` also makes an
+// async resource and a bound function for each call (an uncontended request took about 800
+// instructions more with it, of 7,800).
+const RESOLVED = Promise.resolve();
+
 function nextRequest() {
   const id = state.nextRequest;
   state.nextRequest = id >= 2 ** 30 - 1 ? 1 : id + 1;
@@ -142,7 +147,7 @@ function granted(req, slot, flags) {
   req.slot = slot;
   req.state = 'granted';
   if (flags & FLAG_STOLEN) req.stolen();
-  queueMicrotask(() => {
+  RESOLVED.then(() => {
     if (req.signal !== undefined) {
       if (req.signal.aborted) {
         finish(req);
@@ -282,7 +287,7 @@ class LockManager {
       // Not grantable now: the callback gets null, and the request is over.
       state.requests.delete(req.id);
       req.state = 'running';
-      queueMicrotask(() => run(req, null));
+      RESOLVED.then(() => run(req, null));
     } else {
       state.requests.delete(req.id);
       req.reject(statusError(-r, `the lock ${JSON.stringify(name)}`));
