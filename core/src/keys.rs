@@ -263,7 +263,10 @@ pub fn encode_utf16(units: &[u16]) -> Result<Vec<u8>, KeyError> {
 /// ```
 pub fn encode_name_utf16(units: &[u16]) -> Vec<u8> {
     let mut out = Vec::with_capacity(units.len());
-    let mut i = 0;
+    // The leading ASCII units (a whole name, as a rule) are copied as they are, in one go.
+    let ascii = units.iter().position(|&u| u >= 0x80).unwrap_or(units.len());
+    out.extend(units[..ascii].iter().map(|&u| u as u8));
+    let mut i = ascii;
     while i < units.len() {
         let u = units[i];
         let c = match units.get(i + 1) {
