@@ -89,25 +89,31 @@ pub(crate) unsafe fn set(
 
 /// Writes `records` (whole records) to the records buffer, after those that did not fit last
 /// time; returns how many records it holds now. What does not fit waits for the next call.
-pub(crate) fn deliver(records: Vec<u32>) -> u32 {
+pub(crate) fn deliver(records: &[u32]) -> u32 {
     let (buf, cap) = RECORDS.with(Cell::get);
+    if buf.is_null() {
+        // Before `init`: there is no buffer to deliver to.
+        return 0;
+    }
     OVERFLOW.with(|o| {
         let mut o = o.borrow_mut();
-        let all: Vec<u32> = if o.is_empty() {
-            records
-        } else {
-            let mut all = std::mem::take(&mut *o);
-            all.extend(records);
-            all
+        let copy = |words: &[u32]| {
+            let n = words.len().min(cap);
+            // SAFETY: `buf` holds `cap` words of the adopted buffer, which lives for the
+            // thread's life; only this thread touches it, between JavaScript's reads.
+            unsafe { ptr::copy_nonoverlapping(words.as_ptr(), buf, n) };
+            n
         };
-        if buf.is_null() {
-            return 0;
-        }
-        let n = all.len().min(cap);
-        // SAFETY: `buf` holds `cap` words of the adopted buffer, which lives for the thread's
-        // life; only this thread touches it, between JavaScript's reads.
-        unsafe { ptr::copy_nonoverlapping(all.as_ptr(), buf, n) };
-        o.extend_from_slice(&all[n..]);
+        let n = if o.is_empty() {
+            let n = copy(records);
+            o.extend_from_slice(&records[n..]);
+            n
+        } else {
+            o.extend_from_slice(records);
+            let n = copy(&o);
+            o.drain(..n);
+            n
+        };
         (n / RECORD_WORDS) as u32
     })
 }

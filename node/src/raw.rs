@@ -965,7 +965,7 @@ unsafe extern "C" fn run_ready(
     env: sys::napi_env,
     _info: sys::napi_callback_info,
 ) -> sys::napi_value {
-    let n = match catch_unwind(|| crate::out::deliver(crate::reactor::run_ready())) {
+    let n = match catch_unwind(|| crate::reactor::run_ready(crate::out::deliver)) {
         Ok(n) => n,
         Err(panic) => {
             // SAFETY: throwing in the current environment.

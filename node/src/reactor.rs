@@ -402,6 +402,8 @@ struct Reactor {
     wakers: Vec<Option<Waker>>,
     /// The buffer [`run_ready`] drains woken ids into, kept between calls.
     woken: Vec<u32>,
+    /// The buffer [`run_ready`] gathers completions in, kept between calls.
+    done: Vec<u32>,
 }
 
 impl Reactor {
@@ -551,6 +553,7 @@ pub(crate) fn init(env: &Env, drain: Function<'_, (), Unknown<'static>>) -> Resu
             dormant: 0,
             wakers: Vec::new(),
             woken: Vec::new(),
+            done: Vec::new(),
         })
     });
     // When the environment goes away (a worker ends), drop every pending future: that cancels
@@ -597,16 +600,18 @@ pub(crate) fn flush_local() {
     });
 }
 
-/// Polls every woken waiter of this thread and returns the records to dispatch (five numbers
-/// each, see [`init`]). Runs for each threadsafe-function call, and directly when a release
-/// woke a waiter of this same thread.
-pub(crate) fn run_ready() -> Vec<u32> {
+/// Polls every woken waiter of this thread and hands `deliver` the records to dispatch (five
+/// numbers each, see [`init`]), returning what it returns. Runs for each threadsafe-function
+/// call, and directly when a release woke a waiter of this same thread. The records' buffer is
+/// the reactor's, kept between calls (a new one cost an allocation per call).
+pub(crate) fn run_ready(deliver: impl FnOnce(&[u32]) -> u32) -> u32 {
     REACTOR.with(|cell| {
         let mut guard = cell.borrow_mut();
         let Some(reactor) = guard.as_mut() else {
-            return Vec::new();
+            return deliver(&[]);
         };
-        let mut done = Vec::new();
+        let mut done = std::mem::take(&mut reactor.done);
+        done.clear();
         let mut woken = std::mem::take(&mut reactor.woken);
         // Polling (or dropping) a future may wake another waiter of this thread: go round
         // again, a bounded number of times (a future that woke itself on every poll would
@@ -637,7 +642,9 @@ pub(crate) fn run_ready() -> Vec<u32> {
             reactor.notifier.ensure_scheduled();
         }
         LOOP_REF.with(LoopRef::update);
-        done
+        let n = deliver(&done);
+        reactor.done = done;
+        n
     })
 }
 
