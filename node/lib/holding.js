@@ -14,7 +14,8 @@
 // `await fn(guard)` (PromiseResolve, then one reaction), without a generator to make and resume
 // for each call.
 //
-// This module requires nothing, so that waiting.js and guard.js can both use it.
+// This module requires nothing, so that waiting.js (which guard.js requires) can use it as well
+// as the lock classes.
 
 function runHolding(guard, fn) {
   let result;
