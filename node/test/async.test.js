@@ -145,7 +145,7 @@ test('RwLock: readers overlap, writers exclude everyone; exact counts', T, async
 });
 
 // withLock and withPermit without options, on a key that is held: the waiter runs `fn` when it
-// is granted (waiting.js's runHolding path for waiters), and settles with what `fn` does.
+// is granted (waiting.js, holding.js's runHoldingInto), and settles with what `fn` does.
 test("withLock and withPermit that wait settle with fn's outcome, always releasing", T, async () => {
   const makers = [
     ['KeyPool', () => new KeyPool(), (l, k) => l.tryLock(k), (l, k, fn) => l.withLock(k, fn)],
