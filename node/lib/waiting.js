@@ -156,7 +156,7 @@ function atDeadline(id, w, timeout, ticks) {
 // builds is held while `fn` runs, and the promise settles with `fn`'s outcome instead (see
 // holding.js). One object of a class, not closures, per wait.
 class Waiter {
-  constructor(make, what, timeout, limited, owner) {
+  constructor(make, what, timeout, limited, owner, fn) {
     this.make = make;
     this.what = what;
     this.timeout = timeout;
@@ -168,8 +168,7 @@ class Waiter {
     this.timer = undefined;
     this.signal = undefined;
     this.onAbort = undefined;
-    this.fn = undefined;
-    this.got = undefined;
+    this.fn = fn;
   }
 
   granted(slot, lo, hi, flags) {
@@ -180,9 +179,7 @@ class Waiter {
     } else {
       // `fn` runs on the microtask queue, where resolving the promise would have run it: never
       // inside `dispatch`, whose records buffer a nested drain would overwrite.
-      this.got = got;
-      GRANTED[grantedTail++] = this;
-      RESOLVED.then(runGranted);
+      RESOLVED.then(() => runHoldingInto(got, this.fn, this));
     }
   }
 
@@ -194,29 +191,14 @@ class Waiter {
   }
 }
 
-// Granted waiters with a function to run, first granted first; each queued one `runGranted`,
-// which runs the first.
-const GRANTED = [];
 const RESOLVED = Promise.resolve();
-let grantedHead = 0;
-let grantedTail = 0;
-
-function runGranted() {
-  const w = GRANTED[grantedHead];
-  GRANTED[grantedHead++] = undefined;
-  if (grantedHead === grantedTail) grantedHead = grantedTail = 0;
-  const got = w.got;
-  w.got = undefined;
-  runHoldingInto(got, w.fn, w);
-}
 
 // The promise of the waiter just started (see Waiter). `timedByCore`: the waiter was given
 // `coreTimeout(timeout)` and ends itself then; otherwise the timeout cancels it here.
 function waitFor(make, what, timeout, signal, owner, timedByCore, fn) {
   const id = OUT[OUT_WAITER];
   const limited = timeout !== undefined && timeout <= MAX_TIMER;
-  const w = new Waiter(make, what, timeout, limited, owner);
-  w.fn = fn;
+  const w = new Waiter(make, what, timeout, limited, owner, fn);
   const promise = new Promise((resolve, reject) => {
     w.resolve = resolve;
     w.reject = reject;
