@@ -59,7 +59,9 @@ class KeyedLock {
     }
   }
 
-  #lock(key, o) {
+  // An acquire of one key with options `o`; with `fn` (withLock's), the guard is held while `fn`
+  // runs and the promise is of `fn`'s outcome.
+  #lock(key, o, fn) {
     if (o.signal !== undefined && o.signal.aborted) return Promise.reject(o.signal.reason);
     const h = this.#h;
     const owner = o.owner === undefined ? 0 : holdOwner(o.owner);
@@ -76,12 +78,12 @@ class KeyedLock {
       dropOwner(owner);
       throw err;
     }
-    return this.#started(key, r, o, owner);
+    return this.#started(key, r, o, owner, fn);
   }
 
   // The outcome of a native acquire of one key (`r`: a slot, minus a status, or 0 for the waiter
-  // it started) made with options `o` for `owner`; with `fn`, a waiter's guard is held while `fn`
-  // runs (see waiting.js's `outcome`).
+  // it started) made with options `o` for `owner`; with `fn`, the guard is held while `fn` runs
+  // (see waiting.js's `outcome`).
   #started(key, r, o, owner, fn) {
     const h = this.#h;
     if (WAIT.hasSubscribers && r === 0) publishWait(h, key, undefined, o.mode, undefined, o.timeout);
@@ -139,21 +141,19 @@ class KeyedLock {
    * Options as for lock().
    */
   withLock(key, fn, opts) {
-    if (opts !== undefined || typeof fn !== 'function') return this.#withLockOptions(key, fn, opts);
-    // No options: a free key is taken in one native call, and no promise is made before `fn`.
     try {
-      const h = this.#h;
-      const r = h.lock(key);
-      if (r > 0) return runHolding(guardNow(h, r, 0, ONE_KEY, key), fn);
-      return this.#started(key, r, NO_OPTIONS, 0, fn);
+      if (opts === undefined && typeof fn === 'function') {
+        // No options: a free key is taken in one native call, and no promise is made before `fn`.
+        const h = this.#h;
+        const r = h.lock(key);
+        if (r > 0) return runHolding(guardNow(h, r, 0, ONE_KEY, key), fn);
+        return this.#started(key, r, NO_OPTIONS, 0, fn);
+      }
+      checkFn(fn);
+      return this.#lock(key, parseOptions(opts), fn);
     } catch (err) {
       return Promise.reject(err);
     }
-  }
-
-  async #withLockOptions(key, fn, opts) {
-    checkFn(fn);
-    return runHolding(await this.#lock(key, parseOptions(opts)), fn);
   }
 
   /**

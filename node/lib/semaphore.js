@@ -130,27 +130,32 @@ class Semaphore {
    */
   acquire(key, opts) {
     try {
-      const o = parsePermitOptions(opts);
-      if (o.signal !== undefined && o.signal.aborted) return Promise.reject(o.signal.reason);
-      const h = this.#h;
-      const weight = o.weight;
-      // One unit without a lease: a free key taken in the one native call that starts a
-      // waiter otherwise.
-      const r =
-        o.timeout === 0
-          ? h.tryAcquire(key, weight, o.lease)
-          : weight === 1 && o.lease === undefined
-            ? h.lock(key, coreTimeout(o.timeout))
-            : h.acquireAsync(key, weight, o.lease, coreTimeout(o.timeout));
-      if (r < 0) return Promise.reject(acquireError(-r, key, o.timeout));
-      return this.#started(key, r, o);
+      return this.#acquire(key, parsePermitOptions(opts));
     } catch (err) {
       return Promise.reject(err);
     }
   }
 
+  // An acquire with options `o`; with `fn` (withPermit's), the permit is held while `fn` runs and
+  // the promise is of `fn`'s outcome.
+  #acquire(key, o, fn) {
+    if (o.signal !== undefined && o.signal.aborted) return Promise.reject(o.signal.reason);
+    const h = this.#h;
+    const weight = o.weight;
+    // One unit without a lease: a free key taken in the one native call that starts a waiter
+    // otherwise.
+    const r =
+      o.timeout === 0
+        ? h.tryAcquire(key, weight, o.lease)
+        : weight === 1 && o.lease === undefined
+          ? h.lock(key, coreTimeout(o.timeout))
+          : h.acquireAsync(key, weight, o.lease, coreTimeout(o.timeout));
+    if (r < 0) return Promise.reject(acquireError(-r, key, o.timeout));
+    return this.#started(key, r, o, fn);
+  }
+
   // The outcome of a native acquire of `o.weight` units of `key` that did not fail (`r`: a slot,
-  // or 0 for the waiter it started); with `fn`, a waiter's permit is held while `fn` runs (see
+  // or 0 for the waiter it started); with `fn`, the permit is held while `fn` runs (see
   // waiting.js's `outcome`).
   #started(key, r, o, fn) {
     const h = this.#h;
@@ -179,22 +184,20 @@ class Semaphore {
    * returns (or throws). Released when `fn` returns, throws or rejects. Options as for acquire().
    */
   withPermit(key, fn, opts) {
-    if (opts !== undefined || typeof fn !== 'function') return this.#withPermitOptions(key, fn, opts);
-    // One unit of a free key, taken in one native call before any promise is made.
     try {
-      const h = this.#h;
-      const r = h.lock(key);
-      if (r > 0) return runHolding(permitNow(h, r, key, 1), fn);
-      if (r < 0) throw acquireError(-r, key, undefined);
-      return this.#started(key, r, ONE, fn);
+      if (opts === undefined && typeof fn === 'function') {
+        // One unit of a free key, taken in one native call before any promise is made.
+        const h = this.#h;
+        const r = h.lock(key);
+        if (r > 0) return runHolding(permitNow(h, r, key, 1), fn);
+        if (r < 0) throw acquireError(-r, key, undefined);
+        return this.#started(key, r, ONE, fn);
+      }
+      checkFn(fn);
+      return this.#acquire(key, parsePermitOptions(opts), fn);
     } catch (err) {
       return Promise.reject(err);
     }
-  }
-
-  async #withPermitOptions(key, fn, opts) {
-    checkFn(fn);
-    return runHolding(await this.acquire(key, opts), fn);
   }
 
   /**

@@ -14,7 +14,7 @@ const { MAX_TIMER } = require('./options.js');
 const { state, RECORDS_HELD } = require('./thread.js');
 const { dropOwner } = require('./owners.js');
 const { ACQUIRE, RELEASE, publishAcquire, startClock, since } = require('./diagnostics.js');
-const { runHoldingInto } = require('./holding.js');
+const { runHolding, runHoldingInto } = require('./holding.js');
 
 const { FLAG_FAILED, FLAG_STOLEN, FLAG_LOST, STATUS_SHIFT } = native;
 // Added to a release's status when it woke a waiter of this thread (served at once, below).
@@ -219,14 +219,14 @@ function waitFor(make, what, timeout, signal, owner, timedByCore, fn) {
 
 // An acquire's outcome. `r` is what the native call returned: a slot, minus a status, or 0 for
 // a waiter (async starts). The fence and flags of a slot are in the output buffer now.
-// `timedByCore`: the native start was given `coreTimeout(o.timeout)`. `fn` (only for a waiter:
-// a slot's caller runs it with `runHolding`): hold what was acquired while `fn` runs, and settle
-// with `fn`'s outcome.
+// `timedByCore`: the native start was given `coreTimeout(o.timeout)`. With `fn` (withLock's,
+// withPermit's), what was acquired is held while `fn` runs, now or once granted, and the outcome
+// is `fn`'s (see holding.js).
 function outcome(r, make, what, o, owner, timedByCore = false, fn = undefined) {
   if (r > 0) {
     const got = make(r, OUT[OUT_FENCE_LOW], OUT[OUT_FENCE_HIGH], OUT[OUT_FLAGS]);
     if (ACQUIRE.hasSubscribers || RELEASE.hasSubscribers) publishAcquire(got, 0);
-    return Promise.resolve(got);
+    return fn === undefined ? Promise.resolve(got) : runHolding(got, fn);
   }
   if (r < 0) {
     dropOwner(owner);

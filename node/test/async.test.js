@@ -147,14 +147,23 @@ test('RwLock: readers overlap, writers exclude everyone; exact counts', T, async
 // withLock and withPermit without options, on a key that is held: the waiter runs `fn` when it
 // is granted (waiting.js, holding.js's runHoldingInto), and settles with what `fn` does.
 test("withLock and withPermit that wait settle with fn's outcome, always releasing", T, async () => {
+  const LONG = { timeout: 60_000 };
+  const LEASED = { lease: 60_000 };
+  const EXCL = { mode: 'exclusive' };
   const makers = [
     ['KeyPool', () => new KeyPool(), (l, k) => l.tryLock(k), (l, k, fn) => l.withLock(k, fn)],
     ['StripedLock', () => new StripedLock(8), (l, k) => l.tryLock(k), (l, k, fn) => l.withLock(k, fn)],
     ['Semaphore', () => new Semaphore(1), (l, k) => l.tryAcquire(k), (l, k, fn) => l.withPermit(k, fn)],
+    // With options: a timeout (the plain acquire), a lease or a mode (the general one).
+    ['KeyPool, timeout', () => new KeyPool(), (l, k) => l.tryLock(k), (l, k, fn) => l.withLock(k, fn, LONG)],
+    ['KeyPool, lease', () => new KeyPool(), (l, k) => l.tryLock(k), (l, k, fn) => l.withLock(k, fn, LEASED)],
+    ['StripedLock, mode', () => new StripedLock(8), (l, k) => l.tryLock(k), (l, k, fn) => l.withLock(k, fn, EXCL)],
+    ['Semaphore, timeout', () => new Semaphore(1), (l, k) => l.tryAcquire(k), (l, k, fn) => l.withPermit(k, fn, LONG)],
+    ['Semaphore, lease', () => new Semaphore(1), (l, k) => l.tryAcquire(k), (l, k, fn) => l.withPermit(k, fn, LEASED)],
   ];
   for (const [name, make, take, hold] of makers) {
     const lock = make();
-    const busy = (l, k) => (name === 'Semaphore' ? l.info(k) !== null : l.isLocked(k));
+    const busy = (l, k) => (name.startsWith('Semaphore') ? l.info(k) !== null : l.isLocked(k));
     // Runs `fn` holding k through a wait: k is taken first and released after the call began.
     async function waited(fn) {
       const g = take(lock, 'k');
