@@ -179,6 +179,12 @@ class KeyedLock {
    * `mode` may be one mode for all keys or an array of one per key.
    */
   lockMany(keys, opts) {
+    return this.#lockMany(keys, opts);
+  }
+
+  // lockMany; with `fn` (withLockMany's), the guard is held while `fn` runs and the promise is of
+  // `fn`'s outcome (see waiting.js's `outcome`).
+  #lockMany(keys, opts, fn) {
     try {
       const o = parseOptions(opts, false, true);
       const own = this.#many(keys, o);
@@ -198,7 +204,7 @@ class KeyedLock {
         throw err;
       }
       if (WAIT.hasSubscribers && r === 0) publishWait(h, undefined, own, o.mode, undefined, o.timeout);
-      return outcome(r, make, what, o, owner, true);
+      return outcome(r, make, what, o, owner, true, fn);
     } catch (err) {
       return Promise.reject(err);
     }
@@ -243,9 +249,13 @@ class KeyedLock {
   }
 
   /** Holds all `keys` while `fn(guard)` runs; returns (or rethrows) what `fn` returns (or throws). */
-  async withLockMany(keys, fn, opts) {
-    checkFn(fn);
-    return runHolding(await this.lockMany(keys, opts), fn);
+  withLockMany(keys, fn, opts) {
+    try {
+      checkFn(fn);
+    } catch (err) {
+      return Promise.reject(err);
+    }
+    return this.#lockMany(keys, opts, fn);
   }
 
   /**

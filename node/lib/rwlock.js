@@ -7,7 +7,6 @@ const { WOULD_BLOCK, TIMED_OUT, statusError, timeoutError } = require('./errors.
 const { EXCLUSIVE, SHARED, parseOptions, checkFn, checkName } = require('./options.js');
 const { outcome } = require('./waiting.js');
 const { INTERNAL, READ, WRITE, Guard, guardNow } = require('./guard.js');
-const { runHolding } = require('./holding.js');
 
 const RW_READ = { what: 'the read lock', mode: SHARED };
 const RW_WRITE = { what: 'the write lock', mode: EXCLUSIVE };
@@ -26,7 +25,9 @@ class RwLock {
     return new RwLock(INTERNAL, native.rwShared(name));
   }
 
-  #acquire(side, opts) {
+  // A read or write acquire; with `fn` (withRead's, withWrite's), the guard is held while `fn`
+  // runs and the promise is of `fn`'s outcome (see waiting.js's `outcome`).
+  #acquire(side, opts, fn) {
     try {
       const o = parseOptions(opts);
       if (o.signal !== undefined && o.signal.aborted) return Promise.reject(o.signal.reason);
@@ -35,7 +36,7 @@ class RwLock {
       const make = (slot, lo, hi, flags) => new Guard(INTERNAL, h, slot, lo, hi, flags, 0, kind, null);
       const read = side === RW_READ;
       const r = o.timeout === 0 ? (read ? h.tryRead() : h.tryWrite()) : read ? h.readAsync() : h.writeAsync();
-      return outcome(r, make, side.what, o, 0);
+      return outcome(r, make, side.what, o, 0, false, fn);
     } catch (err) {
       return Promise.reject(err);
     }
@@ -87,15 +88,22 @@ class RwLock {
   }
 
   /** Holds a read lock while `fn(guard)` runs; returns (or rethrows) its result. */
-  async withRead(fn, opts) {
-    checkFn(fn);
-    return runHolding(await this.read(opts), fn);
+  withRead(fn, opts) {
+    return this.#holding(RW_READ, fn, opts);
   }
 
   /** Holds the write lock while `fn(guard)` runs; returns (or rethrows) its result. */
-  async withWrite(fn, opts) {
-    checkFn(fn);
-    return runHolding(await this.write(opts), fn);
+  withWrite(fn, opts) {
+    return this.#holding(RW_WRITE, fn, opts);
+  }
+
+  #holding(side, fn, opts) {
+    try {
+      checkFn(fn);
+    } catch (err) {
+      return Promise.reject(err);
+    }
+    return this.#acquire(side, opts, fn);
   }
 
   /** Whether a reader or a writer holds the lock. */

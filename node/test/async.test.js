@@ -146,94 +146,114 @@ test('RwLock: readers overlap, writers exclude everyone; exact counts', T, async
 
 // withLock and withPermit without options, on a key that is held: the waiter runs `fn` when it
 // is granted (waiting.js, holding.js's runHoldingInto), and settles with what `fn` does.
-test("withLock and withPermit that wait settle with fn's outcome, always releasing", T, async () => {
-  const LONG = { timeout: 60_000 };
-  const LEASED = { lease: 60_000 };
-  const EXCL = { mode: 'exclusive' };
-  const makers = [
-    ['KeyPool', () => new KeyPool(), (l, k) => l.tryLock(k), (l, k, fn) => l.withLock(k, fn)],
-    ['StripedLock', () => new StripedLock(8), (l, k) => l.tryLock(k), (l, k, fn) => l.withLock(k, fn)],
-    ['Semaphore', () => new Semaphore(1), (l, k) => l.tryAcquire(k), (l, k, fn) => l.withPermit(k, fn)],
-    // With options: a timeout (the plain acquire), a lease or a mode (the general one).
-    ['KeyPool, timeout', () => new KeyPool(), (l, k) => l.tryLock(k), (l, k, fn) => l.withLock(k, fn, LONG)],
-    ['KeyPool, lease', () => new KeyPool(), (l, k) => l.tryLock(k), (l, k, fn) => l.withLock(k, fn, LEASED)],
-    ['StripedLock, mode', () => new StripedLock(8), (l, k) => l.tryLock(k), (l, k, fn) => l.withLock(k, fn, EXCL)],
-    ['Semaphore, timeout', () => new Semaphore(1), (l, k) => l.tryAcquire(k), (l, k, fn) => l.withPermit(k, fn, LONG)],
-    ['Semaphore, lease', () => new Semaphore(1), (l, k) => l.tryAcquire(k), (l, k, fn) => l.withPermit(k, fn, LEASED)],
-  ];
-  for (const [name, make, take, hold] of makers) {
-    const lock = make();
-    const busy = (l, k) => (name.startsWith('Semaphore') ? l.info(k) !== null : l.isLocked(k));
-    // Runs `fn` holding k through a wait: k is taken first and released after the call began.
-    async function waited(fn) {
+test(
+  "every with-form that waits (withLock, withPermit, withLockMany, withRead, withWrite) settles with fn's outcome, always releasing",
+  T,
+  async () => {
+    const LONG = { timeout: 60_000 };
+    const LEASED = { lease: 60_000 };
+    const EXCL = { mode: 'exclusive' };
+    const makers = [
+      ['KeyPool', () => new KeyPool(), (l, k) => l.tryLock(k), (l, k, fn) => l.withLock(k, fn)],
+      ['StripedLock', () => new StripedLock(8), (l, k) => l.tryLock(k), (l, k, fn) => l.withLock(k, fn)],
+      ['Semaphore', () => new Semaphore(1), (l, k) => l.tryAcquire(k), (l, k, fn) => l.withPermit(k, fn)],
+      // With options: a timeout (the plain acquire), a lease or a mode (the general one).
+      ['KeyPool, timeout', () => new KeyPool(), (l, k) => l.tryLock(k), (l, k, fn) => l.withLock(k, fn, LONG)],
+      ['KeyPool, lease', () => new KeyPool(), (l, k) => l.tryLock(k), (l, k, fn) => l.withLock(k, fn, LEASED)],
+      ['StripedLock, mode', () => new StripedLock(8), (l, k) => l.tryLock(k), (l, k, fn) => l.withLock(k, fn, EXCL)],
+      [
+        'Semaphore, timeout',
+        () => new Semaphore(1),
+        (l, k) => l.tryAcquire(k),
+        (l, k, fn) => l.withPermit(k, fn, LONG),
+      ],
+      [
+        'Semaphore, lease',
+        () => new Semaphore(1),
+        (l, k) => l.tryAcquire(k),
+        (l, k, fn) => l.withPermit(k, fn, LEASED),
+      ],
+      // Several keys, and the reader-writer lock (whose one lock stands for every key here).
+      ['KeyPool, many', () => new KeyPool(), (l, k) => l.tryLock(k), (l, k, fn) => l.withLockMany([k, 'x'], fn)],
+      ['RwLock, write', () => new RwLock(), (l) => l.tryWrite(), (l, k, fn) => l.withWrite(fn)],
+      ['RwLock, read', () => new RwLock(), (l) => l.tryWrite(), (l, k, fn) => l.withRead(fn, LONG)],
+    ];
+    for (const [name, make, take, hold] of makers) {
+      const lock = make();
+      const busy = (l, k) =>
+        name.startsWith('Semaphore') ? l.info(k) !== null : name.startsWith('RwLock') ? l.isLocked() : l.isLocked(k);
+      // Runs `fn` holding k through a wait: k is taken first and released after the call began.
+      async function waited(fn) {
+        const g = take(lock, 'k');
+        assert.ok(g, `${name}: k was free`);
+        let releaseReturned = false;
+        const p = hold(lock, 'k', (guard) => {
+          assert.equal(releaseReturned, true, `${name}: fn runs after the release that granted it returns`);
+          return fn(guard);
+        });
+        await tick();
+        g.release();
+        releaseReturned = true;
+        try {
+          return await p;
+        } finally {
+          assert.equal(busy(lock, 'k'), false, `${name}: released`);
+        }
+      }
+      assert.equal(await waited(() => 7), 7, `${name}: synchronous fn`);
+      assert.equal(await waited(async () => 8), 8, `${name}: async fn`);
+      assert.equal(await waited(() => ({ then: (ok) => ok(9) })), 9, `${name}: a thenable`);
+      await assert.rejects(
+        waited(() => {
+          throw new Error('sync throw');
+        }),
+        /sync throw/,
+      );
+      await assert.rejects(
+        waited(async () => {
+          await tick();
+          throw new Error('rejected');
+        }),
+        /rejected/,
+      );
+      // Waiters run in the order they came, one at a time (readers together).
       const g = take(lock, 'k');
-      assert.ok(g, `${name}: k was free`);
-      let releaseReturned = false;
-      const p = hold(lock, 'k', (guard) => {
-        assert.equal(releaseReturned, true, `${name}: fn runs after the release that granted it returns`);
-        return fn(guard);
-      });
+      const order = [];
+      let inside = 0;
+      const all = [1, 2, 3].map((i) =>
+        hold(lock, 'k', async () => {
+          inside++;
+          // Readers share the lock; every other holder here is alone.
+          if (name !== 'RwLock, read') assert.equal(inside, 1, `${name}: one holder at a time`);
+          order.push(i);
+          await tick();
+          inside--;
+          return i;
+        }),
+      );
       await tick();
       g.release();
-      releaseReturned = true;
-      try {
-        return await p;
-      } finally {
-        assert.equal(busy(lock, 'k'), false, `${name}: released`);
-      }
+      assert.deepEqual(await Promise.all(all), [1, 2, 3]);
+      assert.deepEqual(order, [1, 2, 3], `${name}: first come, first served`);
+      assert.equal(busy(lock, 'k'), false);
     }
-    assert.equal(await waited(() => 7), 7, `${name}: synchronous fn`);
-    assert.equal(await waited(async () => 8), 8, `${name}: async fn`);
-    assert.equal(await waited(() => ({ then: (ok) => ok(9) })), 9, `${name}: a thenable`);
-    await assert.rejects(
-      waited(() => {
-        throw new Error('sync throw');
-      }),
-      /sync throw/,
-    );
-    await assert.rejects(
-      waited(async () => {
-        await tick();
-        throw new Error('rejected');
-      }),
-      /rejected/,
-    );
-    // Waiters run in the order they came, one at a time.
-    const g = take(lock, 'k');
-    const order = [];
-    let inside = 0;
-    const all = [1, 2, 3].map((i) =>
-      hold(lock, 'k', async () => {
-        inside++;
-        assert.equal(inside, 1, `${name}: one holder at a time`);
-        order.push(i);
-        await tick();
-        inside--;
-        return i;
-      }),
-    );
+    // A hold lost while fn ran (a force-unlock, and another holder since) rejects, and the
+    // release leaves the new holder alone.
+    const pool = new KeyPool();
+    const g = pool.tryLock('w');
+    const p = pool.withLock('w', async () => {
+      pool.forceUnlock('w');
+      assert.ok(pool.tryLock('w'));
+      await tick();
+      return 'done';
+    });
     await tick();
     g.release();
-    assert.deepEqual(await Promise.all(all), [1, 2, 3]);
-    assert.deepEqual(order, [1, 2, 3], `${name}: first come, first served`);
-    assert.equal(busy(lock, 'k'), false);
-  }
-  // A hold lost while fn ran (a force-unlock, and another holder since) rejects, and the
-  // release leaves the new holder alone.
-  const pool = new KeyPool();
-  const g = pool.tryLock('w');
-  const p = pool.withLock('w', async () => {
+    await assert.rejects(p, { code: 'KEYLOCK_NOT_OWNER' }, 'a waited withLock reports that its hold was lost');
+    assert.equal(pool.isLocked('w'), true, "the waited withLock's release left the next holder alone");
     pool.forceUnlock('w');
-    assert.ok(pool.tryLock('w'));
-    await tick();
-    return 'done';
-  });
-  await tick();
-  g.release();
-  await assert.rejects(p, { code: 'KEYLOCK_NOT_OWNER' }, 'a waited withLock reports that its hold was lost');
-  assert.equal(pool.isLocked('w'), true, "the waited withLock's release left the next holder alone");
-  pool.forceUnlock('w');
-});
+  },
+);
 
 test('withLock returns, rethrows and rejects, always releasing', T, async () => {
   for (const lock of [new KeyPool(), new StripedLock(8)]) {
