@@ -481,12 +481,13 @@ entry_points! {
         let k = c.keyed()?;
         let mut key = Key::new();
         let key = LockKey::new(c.key(0, &mut key)?);
-        let opts = LockOptions::new().wait(c.deadline(1));
         // Counted once, before the fast attempt, and still counted as the waiter if it fails.
         k.live.enter();
         if let Some(acq) = k.core.try_acquire_fast(key, Mode::Exclusive) {
             return Ok(acquired(k.live.settle(k.stored(Ok(acq)))));
         }
+        // The time limit is read only for a wait (reading it has no effect to keep in order).
+        let opts = LockOptions::new().wait(c.deadline(1));
         let fut = Arc::clone(&k.core).acquire_async(key, &opts);
         let lock = c.arc();
         start_waiter(k.live.clone(), async move { stored_one(&lock, fut.await) })
