@@ -153,7 +153,20 @@ impl Keyed {
     /// woke a waiter of this thread.
     #[inline]
     pub(crate) fn release(&self, slot: u32) -> u32 {
-        let taken = self.held.borrow_mut().take(slot);
+        let mut held = self.held.borrow_mut();
+        // The uncontended case: the core's one compare-and-swap on the record where it lies
+        // (`KeyedLock::try_release_cas`), which spends it. Nothing was queued behind it, so
+        // nobody was woken.
+        if let Some(Holding::One(acq)) = held.get(slot)
+            && self.core.try_release_cas(acq)
+        {
+            held.remove(slot);
+            drop(held);
+            self.live.released();
+            return status::OK;
+        }
+        let taken = held.take(slot);
+        drop(held);
         let code = match taken {
             Some(Holding::One(acq)) => status::of(self.core.release(acq)),
             Some(holding) => status::of(end(&self.core, holding)),

@@ -94,12 +94,34 @@ impl<T> Slab<T> {
     #[inline]
     pub(crate) fn take(&mut self, number: u32) -> Option<T> {
         let index = self.live(number)?;
+        let value = self.slots[index].value.take()?;
+        self.vacate(index);
+        Some(value)
+    }
+
+    /// Drops the value numbered `number` where it lies (as `take` does, without moving it out);
+    /// whether there was one.
+    #[inline]
+    pub(crate) fn remove(&mut self, number: u32) -> bool {
+        let Some(index) = self.live(number) else {
+            return false;
+        };
         let slot = &mut self.slots[index];
-        let value = slot.value.take()?;
+        if slot.value.is_none() {
+            return false;
+        }
+        slot.value = None;
+        self.vacate(index);
+        true
+    }
+
+    /// Frees slot `index`, whose value was just taken out: its number is never valid again.
+    #[inline]
+    fn vacate(&mut self, index: usize) {
+        let slot = &mut self.slots[index];
         slot.generation = (slot.generation + 1) & GEN_MASK;
         self.free.push(index as u32);
         self.len -= 1;
-        Some(value)
     }
 
     /// How many values are stored.

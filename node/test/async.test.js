@@ -399,6 +399,32 @@ test('a release serves a waiter of the same thread before it returns', T, async 
   assert.equal(pool.size, 0);
 });
 
+test('a release frees its slot at once, with or without a waiter, and a slot releases once', T, async () => {
+  const { handleOf } = require('../lib/pools.js');
+  const NOT_OWNER = native.statuses().find((s) => s.name === 'KEYLOCK_NOT_OWNER').code;
+  for (const lock of [new KeyPool(), new StripedLock(8)]) {
+    const h = handleOf(lock);
+    // Uncontended: the lock word alone releases it.
+    const slot = h.lock('k');
+    assert.ok(slot > 0, 'taken at once');
+    assert.equal(native.heldCount(h.handle), 1);
+    assert.equal((h.release(slot) ?? 0) & 0xff, 0);
+    assert.equal(native.heldCount(h.handle), 0, 'its slot is free as the release returns');
+    assert.equal(h.release(slot), NOT_OWNER, 'a slot releases once');
+    assert.equal(lock.isLocked('k'), false);
+    // With a waiter queued behind it: the full release, which hands the key over (and serves
+    // the waiter, of this thread, before it returns).
+    const first = lock.tryLock('k');
+    const waiting = lock.lock('k');
+    await tick();
+    first.release();
+    assert.equal(native.heldCount(h.handle), 1, "only the waiter's slot is held");
+    (await waiting).release();
+    assert.equal(native.heldCount(h.handle), 0);
+    assert.equal(lock.isLocked('k'), false);
+  }
+});
+
 test('cancelling a waiter that was handed the lock but not yet polled passes it on', T, async () => {
   // At the native level, a release's wake-up waits in the queue until runReady() polls it;
   // a cancel in between must pass the lock to the next waiter, not leak it.
