@@ -376,6 +376,12 @@ impl Acquisition {
         self.ticket == 0 && self.owner.is_none() && self.lease_until.is_none() && self.units == 0
     }
 
+    /// A semaphore's hold of units with nothing kept beside the lock word (no lease, no owner):
+    /// what the one compare-and-swap of a sole holder may release.
+    pub(crate) fn is_plain_permit(&self) -> bool {
+        self.ticket == 0 && self.owner.is_none() && self.lease_until.is_none() && self.units != 0
+    }
+
     /// A copy for internal checks that never release it (the record itself is one hold).
     pub(crate) fn duplicate(&self) -> Acquisition {
         Acquisition { ..*self }

@@ -161,8 +161,9 @@ pub trait KeyedLock: Send + Sync + fmt::Debug {
     /// changes nothing, and says nothing about why: the caller takes the full path
     /// ([`release`](Self::release)), which decides. After `true` the record is spent (a
     /// release of it is `NotOwner`). The in-process pools and striped locks and the host scope
-    /// have this path; the remote scopes, semaphores and lock objects with metrics (which count
-    /// each release on the full path) answer `false`. Never waits.
+    /// have this path, and the in-process semaphores for a key's only holder (a plain hold of
+    /// any weight); the remote scopes and lock objects with metrics (which count each release
+    /// on the full path) answer `false`. Never waits.
     ///
     /// ```
     /// use keylock_core::{Error, LockKey, LockOptions, open};

@@ -347,6 +347,11 @@ where
             .try_acquire_fast_units(plain_key::<K>(key).ok()?, 1)
     }
 
+    /// The sole holder's units (a second holder, a waiter or a lease: the full release).
+    fn try_release_cas(&self, acquisition: &Acquisition) -> bool {
+        self.pool.try_release_cas_units(acquisition)
+    }
+
     fn acquire_async(
         self: Arc<Self>,
         key: LockKey<'_>,

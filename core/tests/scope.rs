@@ -528,8 +528,39 @@ fn the_fast_path_through_the_trait_grants_only_free_lock_words() {
         sem.try_acquire_fast(k, Mode::Exclusive).is_none(),
         "a third unit of two"
     );
+    // The cas releases a key's only holder: not one of two, nor a leased or stale one, nor
+    // one with a waiter behind it.
+    assert!(!sem.try_release_cas(&a), "one of two holders' cas");
     sem.release(a).unwrap();
     sem.release(b).unwrap();
+    assert!(sem.info(k).unwrap().is_none());
+    let one = sem.try_acquire_fast(k, Mode::Exclusive).unwrap();
+    assert!(sem.try_release_cas(&one), "the only holder's cas");
+    assert!(sem.info(k).unwrap().is_none());
+    assert_eq!(sem.release(one), Err(Error::NotOwner), "spent");
+    let two = sem.acquire(k, &plain.weight(2)).unwrap();
+    assert!(sem.try_release_cas(&two), "a sole holder of two units");
+    assert!(sem.info(k).unwrap().is_none());
+    let leased = sem
+        .acquire(k, &plain.lease(Duration::from_secs(60)))
+        .unwrap();
+    assert!(!sem.try_release_cas(&leased), "a leased holder's cas");
+    sem.release(leased).unwrap();
+    let stale = sem.acquire(k, &plain).unwrap();
+    assert!(sem.force_unlock(k).unwrap());
+    let next = sem.acquire(k, &plain).unwrap();
+    assert!(!sem.try_release_cas(&stale), "a stale record's cas");
+    assert_eq!(sem.release(stale), Err(Error::NotOwner));
+    let full = sem.acquire(k, &plain).unwrap();
+    let waiter = Arc::clone(&sem).acquire_async(k, &plain);
+    let waiting = std::thread::spawn(move || futures::executor::block_on(waiter));
+    wait_until("the waiter queues", || {
+        sem.info(k).unwrap().is_some_and(|i| i.waiters == 1)
+    });
+    assert!(!sem.try_release_cas(&next), "a cas past a waiter");
+    sem.release(next).unwrap();
+    sem.release(full).unwrap();
+    sem.release(waiting.join().unwrap().unwrap()).unwrap();
     assert!(sem.info(k).unwrap().is_none());
     // A lock object with metrics counts every acquire on its full path: no fast grants.
     for options in [OpenOptions::new(), OpenOptions::new().stripes(8)] {

@@ -469,6 +469,18 @@ impl<T: LockTable> Locks<T> {
                 .is_some_and(|word| T::entry(word).release_exclusive_cas(acquisition.fence))
     }
 
+    /// [`try_release_cas`](Self::try_release_cas) of a semaphore's units: releases a plain
+    /// hold of units that is its key's only one, with one compare-and-swap of the exact word
+    /// its acquire left; `false` changes nothing (other holders, waiters, a lease, a stale
+    /// record), and the full release does the rest.
+    #[inline]
+    pub(crate) fn try_release_cas_units(&self, acquisition: &Acquisition) -> bool {
+        acquisition.is_plain_permit()
+            && self.table.word_if(acquisition.at).is_some_and(|word| {
+                T::entry(word).release_fast_units(acquisition.fence, acquisition.units)
+            })
+    }
+
     /// [`try_release_fast`](Self::try_release_fast) by reference: whether it released.
     #[inline]
     pub(crate) fn release_fast(&self, acq: &Acquisition) -> bool {
