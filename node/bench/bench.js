@@ -282,8 +282,8 @@ async function main() {
       `${(contendedShare * 100).toFixed(1)}% of withLock calls found their key held; load ${loadAtStart.join(' ')})`,
   );
   for (const r of results) {
-    const ratio =
-      r.ratio === null ? '' : `  ${r.ratio.toFixed(2)}x ${r.unit === 'ops/s' ? 'async-lock' : 'async-mutex'}`;
+    // The ratio names the row it is against (its baseline).
+    const ratio = r.ratio === null ? '' : `  ${r.ratio.toFixed(2)}x (${r.baseline})`;
     const met = r.met === null ? '' : r.met ? '  target met' : '  target MISSED';
     console.log(
       `  ${r.name.padEnd(58)} ${fmt(r.median).padStart(12)} ${r.unit}  [${fmt(r.min)} - ${fmt(r.max)}]${ratio}${met}`,
