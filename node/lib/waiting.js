@@ -152,7 +152,7 @@ function atDeadline(id, w, timeout, ticks) {
 }
 
 // A waiter's promise and what settles it: `make(slot, lo, hi, flags)` builds what it resolves
-// to; `owner` (0: none) is dropped if it fails. With a function `fn` (withLock's), what `make`
+// to; `owner` (0: none) is dropped if it fails. With a function `fn` (a with-form's), what `make`
 // builds is held while `fn` runs, and the promise settles with `fn`'s outcome instead (see
 // holding.js). One object of a class per wait, and a closure when a granted `fn` is to run.
 class Waiter {
