@@ -144,7 +144,7 @@ test('RwLock: readers overlap, writers exclude everyone; exact counts', T, async
   assert.equal(rw.isLocked(), false);
 });
 
-// withLock and withPermit without options, on a key that is held: the waiter runs `fn` when it
+// Every with-form, with and without options, on a lock that is held: the waiter runs `fn` when it
 // is granted (waiting.js, holding.js's runHoldingInto), and settles with what `fn` does.
 test(
   "every with-form that waits (withLock, withPermit, withLockMany, withRead, withWrite) settles with fn's outcome, always releasing",
