@@ -1,6 +1,7 @@
 //! Guards of held lock words: each carries its acquisition and releases only that.
 
 use std::fmt;
+use std::mem::ManuallyDrop;
 use std::ops::Deref;
 use std::ptr::NonNull;
 use std::time::{Duration, Instant};
@@ -58,7 +59,9 @@ where
     table: Option<P>,
     /// The lock word: words never move, and the guard keeps the table (and so the word) alive.
     word: NonNull<<P::Target as super::table::Table>::Word>,
-    rec: GuardHold,
+    /// Dropped by the guard's own drop, which skips it where it knows the record owns nothing
+    /// (a plain hold released inline), so that no check of the boxed part follows that path.
+    rec: ManuallyDrop<GuardHold>,
 }
 
 // SAFETY: the guard owns a table handle and points into that table's words, which are shared
@@ -83,7 +86,7 @@ where
         Self {
             word: NonNull::from(word),
             table: Some(table),
-            rec: GuardHold::of(want, grant),
+            rec: ManuallyDrop::new(GuardHold::of(want, grant)),
         }
     }
 
@@ -99,7 +102,7 @@ where
         Self {
             word,
             table: Some(table),
-            rec: GuardHold::of(want, grant),
+            rec: ManuallyDrop::new(GuardHold::of(want, grant)),
         }
     }
 
@@ -114,7 +117,7 @@ where
         Self {
             word: NonNull::from(word),
             table: Some(table),
-            rec: GuardHold::plain(mode, fence),
+            rec: ManuallyDrop::new(GuardHold::plain(mode, fence)),
         }
     }
 
@@ -131,7 +134,7 @@ where
         Self {
             word,
             table: Some(table),
-            rec,
+            rec: ManuallyDrop::new(rec),
         }
     }
 
@@ -273,10 +276,13 @@ where
                 && self.rec.is_plain()
                 && entry.release_exclusive_cas(self.rec.fence)
             {
+                // A plain record has nothing boxed: nothing to drop.
                 return;
             }
             release_on_drop(&**table, self.word(), &self.rec);
         }
+        // SAFETY: the record is dropped here only, once, and not used again.
+        unsafe { ManuallyDrop::drop(&mut self.rec) };
     }
 }
 

@@ -462,17 +462,24 @@ impl<K: Hash + Eq, S: BuildHasher> PoolTable<K, S> {
             if unsafe { slot.key_is(key) } {
                 return Some((slot, fence));
             }
-            // Another key's slot (recycled since the index was read): let it go.
-            let hold = Hold {
-                mode,
-                fence,
-                ticket: 0,
-                owner: None,
-                units,
-            };
-            let _ = guarded::release(&slot.guarded(self.policy), &hold);
+            self.let_go(slot, mode, fence, units);
         }
         None
+    }
+
+    /// Releases a slot that the fast path took for another key (recycled since the index was
+    /// read). Out of line, so that the fast path keeps no registers or stack ready for it.
+    #[cold]
+    #[inline(never)]
+    fn let_go(&self, slot: &Slot<K>, mode: Mode, fence: u64, units: u32) {
+        let hold = Hold {
+            mode,
+            fence,
+            ticket: 0,
+            owner: None,
+            units,
+        };
+        let _ = guarded::release(&slot.guarded(self.policy), &hold);
     }
 
     /// Slot `at`, which this pool handed out (no validation).
