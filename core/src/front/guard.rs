@@ -281,9 +281,18 @@ where
             }
             release_on_drop(&**table, self.word(), &self.rec);
         }
-        // SAFETY: the record is dropped here only, once, and not used again.
-        unsafe { ManuallyDrop::drop(&mut self.rec) };
+        if !self.rec.is_plain() {
+            drop_record(&mut self.rec);
+        }
     }
+}
+
+/// Drops a guard's record that boxed something (a lease, an owner, a ticket), out of line.
+#[cold]
+#[inline(never)]
+fn drop_record(rec: &mut ManuallyDrop<GuardHold>) {
+    // SAFETY: called once, from the guard's drop, which uses the record no more.
+    unsafe { ManuallyDrop::drop(rec) };
 }
 
 /// A guard's release beyond the inline case: the fast paths of shared holds and permits, then

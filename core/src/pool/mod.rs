@@ -456,19 +456,20 @@ impl<K: Hash + Eq, S: BuildHasher> PoolTable<K, S> {
         Q: Eq + ?Sized,
     {
         let shard = self.shard(self.shard_no(hash))?;
-        for slot in shard.probe(hash) {
-            let fence = take(&slot.entry)?;
-            // SAFETY: we hold the slot now, so its key cannot be rewritten.
-            if unsafe { slot.key_is(key) } {
-                return Some((slot, fence));
-            }
-            self.let_go(slot, mode, fence, units);
+        // The first slot whose tag matches: the key's, or (rarely) another key's, whose tag is
+        // the same or which took the slot since the index was read. Then the full path looks.
+        let slot = shard.probe(hash).next()?;
+        let fence = take(&slot.entry)?;
+        // SAFETY: we hold the slot now, so its key cannot be rewritten.
+        if unsafe { slot.key_is(key) } {
+            return Some((slot, fence));
         }
+        self.let_go(slot, mode, fence, units);
         None
     }
 
-    /// Releases a slot that the fast path took for another key (recycled since the index was
-    /// read). Out of line, so that the fast path keeps no registers or stack ready for it.
+    /// Releases a slot that the fast path took for another key. Out of line, so that the fast
+    /// path keeps no registers or stack ready for it.
     #[cold]
     #[inline(never)]
     fn let_go(&self, slot: &Slot<K>, mode: Mode, fence: u64, units: u32) {

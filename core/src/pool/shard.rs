@@ -367,9 +367,9 @@ impl<K> Shard<K> {
         Some(unsafe { &*base.add(off) })
     }
 
-    /// The slot of `key` if the index, read without the mutex, has it: the fast path's probe.
-    /// Candidates come out in probe order; each must be verified by taking its lock word and
-    /// then comparing the key.
+    /// The slots whose tag matches `hash`'s, in probe order. Read without the mutex (the fast
+    /// path takes the first candidate's lock word, then compares its key, and leaves anything
+    /// else to the slow path), a candidate must be verified so; under it, by comparing keys.
     #[inline]
     pub(crate) fn probe(&self, hash: u64) -> Probe<'_, K> {
         let mask = self.mask.load(Ordering::Acquire);
