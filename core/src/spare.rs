@@ -101,6 +101,26 @@ pub(crate) fn boxed<T>(value: T) -> Box<T> {
     Box::new(value)
 }
 
+/// A box for what `make` returns, in one of this thread's spare blocks when it keeps one of
+/// the layout, where the compiler can make the value in the block itself (`boxed` of a value
+/// made first copies it in). A panic in `make` loses the block to the allocator, nothing else.
+#[inline]
+pub(crate) fn boxed_with<T>(make: impl FnOnce() -> T) -> Box<T> {
+    #[cfg(not(keylock_loom))]
+    if let layout = Layout::new::<T>()
+        && layout.size() != 0
+        && let Ok(Some(block)) = SPARES.try_with(|s| s.borrow_mut().take(layout))
+    {
+        let ptr = block.cast::<T>().as_ptr();
+        // SAFETY: as in `boxed`; the value is written before the box is made.
+        unsafe {
+            ptr.write(make());
+            return Box::from_raw(ptr);
+        }
+    }
+    Box::new(make())
+}
+
 /// Drops a box made by [`boxed`] (or `Box::new`): its value is dropped, and its block is kept
 /// for the next box of the layout if this thread has room for it, else freed.
 #[inline]

@@ -155,8 +155,9 @@ where
             && want == Want::of_mode(want.mode)
             && table.guarded(word_ref).entry().held_against(want.mode)
         {
-            let waiting = Waiting::new(table, word, want, wait, None);
-            return spare::boxed(Slow::Waiting(waiting));
+            return spare::boxed_with(|| {
+                Slow::Waiting(Waiting::new(table, word, want, wait, None))
+            });
         }
         let slow = match attempt(&*table, word_ref, &want) {
             Attempt::Acquired(grant) => Slow::Ready(LockGuard::from_ptr(table, word, &want, grant)),
