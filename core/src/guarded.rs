@@ -214,8 +214,12 @@ pub(crate) fn release<S: GuardedEntry + ?Sized>(
     release_slow(guarded, hold)
 }
 
+/// [`release`] under the entry's lock, for a caller that has tried the fast paths already.
 #[cold]
-fn release_slow<S: GuardedEntry + ?Sized>(guarded: &S, hold: &Hold) -> std::result::Result<(), ()> {
+pub(crate) fn release_slow<S: GuardedEntry + ?Sized>(
+    guarded: &S,
+    hold: &Hold,
+) -> std::result::Result<(), ()> {
     let policy = guarded.policy();
     let mut locked = guarded.lock();
     let mut wakes = Wakes::default();

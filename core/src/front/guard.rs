@@ -319,7 +319,15 @@ fn release_on_drop<T: LockTable + ?Sized>(table: &T, word: &T::Word, rec: &Guard
 #[cold]
 #[inline(never)]
 fn release_slow<T: LockTable + ?Sized>(table: &T, word: &T::Word, rec: &GuardHold) {
-    let _ = guarded::release(&table.guarded(word), &rec.hold());
+    let guarded = table.guarded(word);
+    let hold = rec.hold();
+    // A plain hold is here because its fast paths failed (`release_on_drop`): straight to the
+    // entry's lock, without trying them a third time.
+    let _ = if rec.is_plain() {
+        guarded::release_slow(&guarded, &hold)
+    } else {
+        guarded::release(&guarded, &hold)
+    };
 }
 
 /// Several held keys or stripes, taken deadlock-free in the canonical order; all released on
