@@ -15,7 +15,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use keylock_core::KeyPool;
+use keylock_core::{DefaultHashBuilder, KeyPool};
 
 const TASKS: u64 = 1000;
 const KEYS: u64 = 1000;
@@ -37,7 +37,11 @@ fn seed(t: u64) -> u64 {
 }
 
 async fn keylock(ops: usize, held: bool) {
-    let pool = Arc::new(KeyPool::<u64>::new());
+    // Fixed hash seeds, so that the instruction counts repeat from run to run (with random
+    // ones the keys' index cells, and so the probes, differ).
+    let pool = Arc::new(KeyPool::<u64>::with_hasher(DefaultHashBuilder::with_seeds(
+        1, 2, 3, 4,
+    )));
     let tasks: Vec<_> = (0..TASKS)
         .map(|t| {
             let pool = Arc::clone(&pool);
