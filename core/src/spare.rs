@@ -86,16 +86,18 @@ thread_local! {
 #[inline]
 pub(crate) fn boxed<T>(value: T) -> Box<T> {
     #[cfg(not(keylock_loom))]
-    if let layout = Layout::new::<T>()
-        && layout.size() != 0
-        && let Ok(Some(block)) = SPARES.try_with(|s| s.borrow_mut().take(layout))
     {
-        let ptr = block.cast::<T>().as_ptr();
-        // SAFETY: the block came from the global allocator with `T`'s layout and nothing else
-        // uses it: a box of it is what `Box::new` would have made.
-        unsafe {
-            ptr.write(value);
-            return Box::from_raw(ptr);
+        let layout = Layout::new::<T>();
+        if layout.size() != 0
+            && let Ok(Some(block)) = SPARES.try_with(|s| s.borrow_mut().take(layout))
+        {
+            let ptr = block.cast::<T>().as_ptr();
+            // SAFETY: the block came from the global allocator with `T`'s layout and nothing
+            // else uses it: a box of it is what `Box::new` would have made.
+            unsafe {
+                ptr.write(value);
+                return Box::from_raw(ptr);
+            }
         }
     }
     Box::new(value)
@@ -107,15 +109,17 @@ pub(crate) fn boxed<T>(value: T) -> Box<T> {
 #[inline]
 pub(crate) fn boxed_with<T>(make: impl FnOnce() -> T) -> Box<T> {
     #[cfg(not(keylock_loom))]
-    if let layout = Layout::new::<T>()
-        && layout.size() != 0
-        && let Ok(Some(block)) = SPARES.try_with(|s| s.borrow_mut().take(layout))
     {
-        let ptr = block.cast::<T>().as_ptr();
-        // SAFETY: as in `boxed`; the value is written before the box is made.
-        unsafe {
-            ptr.write(make());
-            return Box::from_raw(ptr);
+        let layout = Layout::new::<T>();
+        if layout.size() != 0
+            && let Ok(Some(block)) = SPARES.try_with(|s| s.borrow_mut().take(layout))
+        {
+            let ptr = block.cast::<T>().as_ptr();
+            // SAFETY: as in `boxed`; the value is written before the box is made.
+            unsafe {
+                ptr.write(make());
+                return Box::from_raw(ptr);
+            }
         }
     }
     Box::new(make())
