@@ -85,22 +85,7 @@ thread_local! {
 /// A box for `value`, in one of this thread's spare blocks when it keeps one of the layout.
 #[inline]
 pub(crate) fn boxed<T>(value: T) -> Box<T> {
-    #[cfg(not(keylock_loom))]
-    {
-        let layout = Layout::new::<T>();
-        if layout.size() != 0
-            && let Ok(Some(block)) = SPARES.try_with(|s| s.borrow_mut().take(layout))
-        {
-            let ptr = block.cast::<T>().as_ptr();
-            // SAFETY: the block came from the global allocator with `T`'s layout and nothing
-            // else uses it: a box of it is what `Box::new` would have made.
-            unsafe {
-                ptr.write(value);
-                return Box::from_raw(ptr);
-            }
-        }
-    }
-    Box::new(value)
+    boxed_with(move || value)
 }
 
 /// A box for what `make` returns, in one of this thread's spare blocks when it keeps one of
@@ -115,7 +100,9 @@ pub(crate) fn boxed_with<T>(make: impl FnOnce() -> T) -> Box<T> {
             && let Ok(Some(block)) = SPARES.try_with(|s| s.borrow_mut().take(layout))
         {
             let ptr = block.cast::<T>().as_ptr();
-            // SAFETY: as in `boxed`; the value is written before the box is made.
+            // SAFETY: the block came from the global allocator with `T`'s layout and nothing
+            // else uses it: a box of it, with the value written first, is what `Box::new`
+            // would have made.
             unsafe {
                 ptr.write(make());
                 return Box::from_raw(ptr);
@@ -125,7 +112,7 @@ pub(crate) fn boxed_with<T>(make: impl FnOnce() -> T) -> Box<T> {
     Box::new(make())
 }
 
-/// Drops a box made by [`boxed`] (or `Box::new`): its value is dropped, and its block is kept
+/// Drops a box made by [`boxed`], [`boxed_with`] (or `Box::new`): its value is dropped, and its block is kept
 /// for the next box of the layout if this thread has room for it, else freed.
 #[inline]
 pub(crate) fn unbox<T>(b: Box<T>) {
