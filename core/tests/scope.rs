@@ -346,6 +346,20 @@ fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
     }
 }
 
+/// Starts a plain acquire of `k` on a thread of its own and returns once it is queued (the
+/// key is held); joining the thread gives its acquisition.
+fn queued_waiter(
+    locks: &Arc<dyn KeyedLock>,
+    k: LockKey<'_>,
+) -> std::thread::JoinHandle<keylock_core::Result<keylock_core::Acquisition>> {
+    let waiter = Arc::clone(locks).acquire_async(k, &LockOptions::new());
+    let waiting = std::thread::spawn(move || futures::executor::block_on(waiter));
+    wait_until("the waiter queues", || {
+        locks.info(k).unwrap().is_some_and(|i| i.waiters == 1)
+    });
+    waiting
+}
+
 #[test]
 fn stats_count_holders_shared_holds_and_queued_waiters_on_every_scope() {
     for locks in scopes() {
@@ -482,11 +496,7 @@ fn the_fast_path_through_the_trait_grants_only_free_lock_words() {
         // A waiter queued on the key keeps the fast path out (it is the waiter's turn), and
         // the holder's release has a waiter to wake: not the cas's work.
         let held = locks.acquire(k, &plain).unwrap();
-        let waiter = Arc::clone(&locks).acquire_async(k, &plain);
-        let waiting = std::thread::spawn(move || futures::executor::block_on(waiter));
-        wait_until("the waiter queues", || {
-            locks.info(k).unwrap().is_some_and(|i| i.waiters == 1)
-        });
+        let waiting = queued_waiter(&locks, k);
         assert!(!locks.try_release_cas(&held), "{what}: a cas past a waiter");
         locks.release(held).unwrap();
         assert!(
@@ -552,11 +562,7 @@ fn the_fast_path_through_the_trait_grants_only_free_lock_words() {
     assert!(!sem.try_release_cas(&stale), "a stale record's cas");
     assert_eq!(sem.release(stale), Err(Error::NotOwner));
     let full = sem.acquire(k, &plain).unwrap();
-    let waiter = Arc::clone(&sem).acquire_async(k, &plain);
-    let waiting = std::thread::spawn(move || futures::executor::block_on(waiter));
-    wait_until("the waiter queues", || {
-        sem.info(k).unwrap().is_some_and(|i| i.waiters == 1)
-    });
+    let waiting = queued_waiter(&sem, k);
     assert!(!sem.try_release_cas(&next), "a cas past a waiter");
     sem.release(next).unwrap();
     sem.release(full).unwrap();
