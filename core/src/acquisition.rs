@@ -373,13 +373,20 @@ impl Acquisition {
     /// Whether the record is of a plain hold, so the fast path may release it.
     #[inline]
     pub(crate) fn is_plain(&self) -> bool {
-        self.ticket == 0 && self.owner.is_none() && self.lease_until.is_none() && self.units == 0
+        self.keeps_nothing_else() && self.units == 0
     }
 
     /// A semaphore's hold of units with nothing kept beside the lock word (no lease, no owner):
     /// what the one compare-and-swap of a sole holder may release.
+    #[inline]
     pub(crate) fn is_plain_permit(&self) -> bool {
-        self.ticket == 0 && self.owner.is_none() && self.lease_until.is_none() && self.units != 0
+        self.keeps_nothing_else() && self.units != 0
+    }
+
+    /// Whether nothing of the hold is kept beside the lock word: no ticket, owner or lease.
+    #[inline]
+    fn keeps_nothing_else(&self) -> bool {
+        self.ticket == 0 && self.owner.is_none() && self.lease_until.is_none()
     }
 
     /// A copy for internal checks that never release it (the record itself is one hold).
