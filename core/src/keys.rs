@@ -38,6 +38,7 @@
 //! ```
 
 use std::fmt;
+use std::mem::MaybeUninit;
 
 use crate::error::Error;
 
@@ -172,6 +173,26 @@ pub fn utf16_len(units: &[u16]) -> Result<usize, KeyError> {
 /// needs) when `out` is shorter than the key. On an error, what was written to `out` is
 /// unspecified.
 pub fn encode_utf16_into(units: &[u16], out: &mut [u8]) -> Result<usize, KeyError> {
+    // SAFETY: `[u8]` and `[MaybeUninit<u8>]` have one layout, and `encode_utf16_uninit` only
+    // ever writes initialized bytes, so `out` stays initialized.
+    let out = unsafe { &mut *(std::ptr::from_mut(out) as *mut [MaybeUninit<u8>]) };
+    encode_utf16_uninit(units, out)
+}
+
+/// [`encode_utf16_into`] into a buffer that need not be initialized: on `Ok(n)`, the first `n`
+/// bytes of `out` are initialized (and are the key). A caller that encodes onto the stack (the
+/// Node binding) then need not zero its buffer first.
+///
+/// ```
+/// use std::mem::MaybeUninit;
+/// use keylock_core::keys;
+/// let mut buf = [MaybeUninit::<u8>::uninit(); 16];
+/// let n = keys::encode_utf16_uninit(&[0x6b, 0xe9], &mut buf).unwrap();
+/// // SAFETY: the first `n` bytes were written.
+/// let key = unsafe { std::slice::from_raw_parts(buf.as_ptr().cast::<u8>(), n) };
+/// assert_eq!(key, "k\u{e9}".as_bytes());
+/// ```
+pub fn encode_utf16_uninit(units: &[u16], out: &mut [MaybeUninit<u8>]) -> Result<usize, KeyError> {
     if out.len() < utf16_max_len(units.len()) {
         // Maybe too short: measure first (which also finds a lone surrogate).
         let needed = utf16_len(units)?;
@@ -188,7 +209,7 @@ pub fn encode_utf16_into(units: &[u16], out: &mut [u8]) -> Result<usize, KeyErro
             break;
         }
         for (o, &u) in dst.iter_mut().zip(src) {
-            *o = u as u8;
+            o.write(u as u8);
         }
         n += 8;
     }
@@ -196,7 +217,7 @@ pub fn encode_utf16_into(units: &[u16], out: &mut [u8]) -> Result<usize, KeyErro
         if u >= 0x80 {
             break;
         }
-        *o = u as u8;
+        o.write(u as u8);
         n += 1;
     }
     let mut i = n;
@@ -204,19 +225,19 @@ pub fn encode_utf16_into(units: &[u16], out: &mut [u8]) -> Result<usize, KeyErro
         let u = units[i];
         i += 1;
         if u < 0x80 {
-            out[n] = u as u8;
+            out[n].write(u as u8);
             n += 1;
         } else if u < 0x800 {
             if let [a, b] = &mut out[n..n + 2] {
-                *a = 0xC0 | (u >> 6) as u8;
-                *b = 0x80 | (u & 0x3F) as u8;
+                a.write(0xC0 | (u >> 6) as u8);
+                b.write(0x80 | (u & 0x3F) as u8);
             }
             n += 2;
         } else if !(0xD800..=0xDFFF).contains(&u) {
             if let [a, b, c] = &mut out[n..n + 3] {
-                *a = 0xE0 | (u >> 12) as u8;
-                *b = 0x80 | ((u >> 6) & 0x3F) as u8;
-                *c = 0x80 | (u & 0x3F) as u8;
+                a.write(0xE0 | (u >> 12) as u8);
+                b.write(0x80 | ((u >> 6) & 0x3F) as u8);
+                c.write(0x80 | (u & 0x3F) as u8);
             }
             n += 3;
         } else {
@@ -228,10 +249,10 @@ pub fn encode_utf16_into(units: &[u16], out: &mut [u8]) -> Result<usize, KeyErro
             i += 1;
             let c = 0x10000 + ((u32::from(u) - 0xD800) << 10) + (u32::from(low) - 0xDC00);
             if let [a, b, d, e] = &mut out[n..n + 4] {
-                *a = 0xF0 | (c >> 18) as u8;
-                *b = 0x80 | ((c >> 12) & 0x3F) as u8;
-                *d = 0x80 | ((c >> 6) & 0x3F) as u8;
-                *e = 0x80 | (c & 0x3F) as u8;
+                a.write(0xF0 | (c >> 18) as u8);
+                b.write(0x80 | ((c >> 12) & 0x3F) as u8);
+                d.write(0x80 | ((c >> 6) & 0x3F) as u8);
+                e.write(0x80 | (c & 0x3F) as u8);
             }
             n += 4;
         }
