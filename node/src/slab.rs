@@ -52,21 +52,39 @@ impl<T> Slab<T> {
     /// Stores `value`; its number (never 0), or `Err(value)` when the slab is full.
     #[inline]
     pub(crate) fn insert(&mut self, value: T) -> Result<u32, T> {
-        let index = match self.free.pop() {
-            Some(i) => i,
+        match self.vacant() {
+            Some(index) => Ok(self.fill(index, value)),
+            None => Err(value),
+        }
+    }
+
+    /// An empty slot's index, for [`fill`](Self::fill) (which must follow, before anything
+    /// else is done to the slab); `None` when the slab is full. Apart from `insert` so that a
+    /// caller that has to give the value back when the slab is full (`Keyed::store`) moves it
+    /// once, into its slot: through `insert`, the compiler kept a copy of it for the `Err`.
+    #[inline]
+    pub(crate) fn vacant(&mut self) -> Option<u32> {
+        match self.free.pop() {
+            Some(i) => Some(i),
             None if self.slots.len() < CAPACITY => {
                 self.slots.push(Slot {
                     generation: 0,
                     value: None,
                 });
-                self.slots.len() as u32 - 1
+                Some(self.slots.len() as u32 - 1)
             }
-            None => return Err(value),
-        };
+            None => None,
+        }
+    }
+
+    /// Stores `value` in the empty slot `index` (from [`vacant`](Self::vacant)): its number.
+    #[inline]
+    pub(crate) fn fill(&mut self, index: u32, value: T) -> u32 {
         let slot = &mut self.slots[index as usize];
+        debug_assert!(slot.value.is_none(), "a vacant slot is empty");
         slot.value = Some(value);
         self.len += 1;
-        Ok(Self::number(index, slot.generation))
+        Self::number(index, slot.generation)
     }
 
     /// The index of the slot `number` names, if its generation is the slot's current one.
