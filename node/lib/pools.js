@@ -9,7 +9,7 @@ const { WOULD_BLOCK, TIMED_OUT, statusError, timeoutError, typeError, nativeCall
 const { keyWhat } = require('./keys.js');
 const { NO_OPTIONS, parseOptions, makeOptions, checkFn, checkName, checkScope } = require('./options.js');
 const { holdOwner, dropOwner, ownerValue } = require('./owners.js');
-const { released, outcome, coreTimeout } = require('./waiting.js');
+const { released, taken, outcome, coreTimeout } = require('./waiting.js');
 const { INTERNAL, ONE_KEY, KEYS, Guard, guardNow } = require('./guard.js');
 const { runHolding } = require('./holding.js');
 const { wrapKeyed } = require('./wrap.js');
@@ -68,12 +68,13 @@ class KeyedLock {
     let r;
     try {
       // A plain acquire takes a free key in the one native call that starts a waiter otherwise.
-      r =
+      r = taken(
         o.timeout === 0
           ? h.tryLockWith(key, o.mode, o.lease, owner)
           : o.plain
             ? h.lock(key, coreTimeout(o.timeout))
-            : h.lockAsync(key, o.mode, o.lease, owner, coreTimeout(o.timeout));
+            : h.lockAsync(key, o.mode, o.lease, owner, coreTimeout(o.timeout)),
+      );
     } catch (err) {
       dropOwner(owner);
       throw err;
@@ -95,7 +96,7 @@ class KeyedLock {
   tryLock(key, opts) {
     const h = this.#h;
     if (opts === undefined) {
-      const r = h.tryLock(key);
+      const r = taken(h.tryLock(key));
       if (r > 0) return guardNow(h, r, 0, ONE_KEY, key);
       if (r === -WOULD_BLOCK) return null;
       throw statusError(-r, () => keyWhat(key));
@@ -104,7 +105,7 @@ class KeyedLock {
     const owner = o.owner === undefined ? 0 : holdOwner(o.owner);
     let r;
     try {
-      r = h.tryLockWith(key, o.mode, o.lease, owner);
+      r = taken(h.tryLockWith(key, o.mode, o.lease, owner));
     } catch (err) {
       dropOwner(owner);
       throw err;
@@ -125,7 +126,7 @@ class KeyedLock {
     const started = startClock();
     let r;
     try {
-      r = this.#h.lockSync(key, o.mode, o.lease, owner, o.timeout);
+      r = taken(this.#h.lockSync(key, o.mode, o.lease, owner, o.timeout));
     } catch (err) {
       dropOwner(owner);
       throw err;
@@ -145,7 +146,7 @@ class KeyedLock {
       if (opts === undefined && typeof fn === 'function') {
         // No options: a free key is taken in one native call, and no promise is made before `fn`.
         const h = this.#h;
-        const r = h.lock(key);
+        const r = taken(h.lock(key));
         if (r > 0) return runHolding(guardNow(h, r, 0, ONE_KEY, key), fn);
         return this.#started(key, r, NO_OPTIONS, 0, fn);
       }
@@ -195,10 +196,11 @@ class KeyedLock {
       const what = () => `${own.length} keys`;
       let r;
       try {
-        r =
+        r = taken(
           o.timeout === 0
             ? h.tryLockMany(own, o.mode, o.lease, owner)
-            : h.lockManyAsync(own, o.mode, o.lease, owner, coreTimeout(o.timeout));
+            : h.lockManyAsync(own, o.mode, o.lease, owner, coreTimeout(o.timeout)),
+        );
       } catch (err) {
         dropOwner(owner);
         throw err;
@@ -217,7 +219,7 @@ class KeyedLock {
     const owner = o.owner === undefined ? 0 : holdOwner(o.owner);
     let r;
     try {
-      r = this.#h.tryLockMany(own, o.mode, o.lease, owner);
+      r = taken(this.#h.tryLockMany(own, o.mode, o.lease, owner));
     } catch (err) {
       dropOwner(owner);
       throw err;
@@ -236,7 +238,7 @@ class KeyedLock {
     const started = startClock();
     let r;
     try {
-      r = this.#h.lockManySync(own, o.mode, o.lease, owner, o.timeout);
+      r = taken(this.#h.lockManySync(own, o.mode, o.lease, owner, o.timeout));
     } catch (err) {
       dropOwner(owner);
       throw err;

@@ -33,8 +33,11 @@ function words(record) {
   return SCHEMA.get(record).fields.length;
 }
 
-/** The output buffer: an acquisition's fence and flags, or the id of the waiter just started. */
-const OUTPUT = layout('output', ['fenceLow', 'fenceHigh', 'flags', 'waiter']);
+/**
+ * The output buffer: an acquisition's slot, fence and flags (the acquire returned undefined), or
+ * the id of the waiter just started (it returned 0).
+ */
+const OUTPUT = layout('output', ['fenceLow', 'fenceHigh', 'flags', 'waiter', 'slot']);
 const OUTPUT_WORDS = words('output');
 
 /**

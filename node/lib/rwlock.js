@@ -5,7 +5,7 @@
 const native = require('./native.js');
 const { WOULD_BLOCK, TIMED_OUT, statusError, timeoutError } = require('./errors.js');
 const { EXCLUSIVE, SHARED, parseOptions, checkFn, checkName } = require('./options.js');
-const { outcome } = require('./waiting.js');
+const { outcome, taken } = require('./waiting.js');
 const { INTERNAL, READ, WRITE, Guard, guardNow } = require('./guard.js');
 
 const RW_READ = { what: 'the read lock', mode: SHARED };
@@ -35,7 +35,7 @@ class RwLock {
       const kind = side === RW_READ ? READ : WRITE;
       const make = (slot, lo, hi, flags) => new Guard(INTERNAL, h, slot, lo, hi, flags, 0, kind, null);
       const read = side === RW_READ;
-      const r = o.timeout === 0 ? (read ? h.tryRead() : h.tryWrite()) : read ? h.readAsync() : h.writeAsync();
+      const r = taken(o.timeout === 0 ? (read ? h.tryRead() : h.tryWrite()) : read ? h.readAsync() : h.writeAsync());
       return outcome(r, make, side.what, o, 0, false, fn);
     } catch (err) {
       return Promise.reject(err);
@@ -44,14 +44,14 @@ class RwLock {
 
   #sync(side, opts) {
     const o = parseOptions(opts, true);
-    const r = side === RW_READ ? this.#h.readSync(o.timeout) : this.#h.writeSync(o.timeout);
+    const r = taken(side === RW_READ ? this.#h.readSync(o.timeout) : this.#h.writeSync(o.timeout));
     if (r > 0) return guardNow(this.#h, r, 0, side === RW_READ ? READ : WRITE, null);
     if (-r === TIMED_OUT || (-r === WOULD_BLOCK && o.timeout === 0)) throw timeoutError(side.what, o.timeout);
     throw statusError(-r, side.what);
   }
 
   #try(side) {
-    const r = side === RW_READ ? this.#h.tryRead() : this.#h.tryWrite();
+    const r = taken(side === RW_READ ? this.#h.tryRead() : this.#h.tryWrite());
     if (r > 0) return guardNow(this.#h, r, 0, side === RW_READ ? READ : WRITE, null);
     if (r === -WOULD_BLOCK) return null;
     throw statusError(-r, side.what);

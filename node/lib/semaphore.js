@@ -11,7 +11,7 @@ const { WOULD_BLOCK, statusError, timeoutError, typeError, rangeError, nativeCal
 const { keyWhat } = require('./keys.js');
 const { SHARED, parsePermitOptions, makeOptions, units, checkFn, checkScope } = require('./options.js');
 const { state } = require('./thread.js');
-const { released, outcome, coreTimeout } = require('./waiting.js');
+const { released, taken, outcome, coreTimeout } = require('./waiting.js');
 const { INTERNAL, ONE_KEY, Guard } = require('./guard.js');
 const { runHolding } = require('./holding.js');
 const { wrapKeyed } = require('./wrap.js');
@@ -144,12 +144,13 @@ class Semaphore {
     const weight = o.weight;
     // One unit without a lease: a free key taken in the one native call that starts a waiter
     // otherwise.
-    const r =
+    const r = taken(
       o.timeout === 0
         ? h.tryAcquire(key, weight, o.lease)
         : weight === 1 && o.lease === undefined
           ? h.lock(key, coreTimeout(o.timeout))
-          : h.acquireAsync(key, weight, o.lease, coreTimeout(o.timeout));
+          : h.acquireAsync(key, weight, o.lease, coreTimeout(o.timeout)),
+    );
     if (r < 0) return Promise.reject(acquireError(-r, key, o.timeout));
     return this.#started(key, r, o, fn);
   }
@@ -173,7 +174,7 @@ class Semaphore {
   tryAcquire(key, opts) {
     const o = parsePermitOptions(opts, true);
     const h = this.#h;
-    const r = h.tryAcquire(key, o.weight, o.lease);
+    const r = taken(h.tryAcquire(key, o.weight, o.lease));
     if (r > 0) return permitNow(h, r, key, o.weight);
     if (r === -WOULD_BLOCK) return null;
     throw acquireError(-r, key, undefined);
@@ -188,7 +189,7 @@ class Semaphore {
       if (opts === undefined && typeof fn === 'function') {
         // One unit of a free key, taken in one native call before any promise is made.
         const h = this.#h;
-        const r = h.lock(key);
+        const r = taken(h.lock(key));
         if (r > 0) return runHolding(permitNow(h, r, key, 1), fn);
         if (r < 0) throw acquireError(-r, key, undefined);
         return this.#started(key, r, ONE, fn);

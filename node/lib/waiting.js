@@ -27,6 +27,7 @@ const OUT_FENCE_LOW = OUTPUT.fenceLow;
 const OUT_FENCE_HIGH = OUTPUT.fenceHigh;
 const OUT_FLAGS = OUTPUT.flags;
 const OUT_WAITER = OUTPUT.waiter;
+const OUT_SLOT = OUTPUT.slot;
 const C_ID = COMPLETION.id;
 const C_SLOT = COMPLETION.slot;
 const C_FENCE_LOW = COMPLETION.fenceLow;
@@ -100,6 +101,12 @@ function cancelWaiter(id, reason) {
   if (w.timer !== undefined) clearTimeout(w.timer);
   if (w.signal !== undefined) w.signal.removeEventListener('abort', w.onAbort);
   w.fail(typeof reason === 'function' ? reason() : reason);
+}
+
+// What a native acquire returned, as a number: `undefined` (taken: its slot is in the output
+// buffer, with the fence and flags) becomes the slot; minus a status, or 0 for a waiter, stays.
+function taken(r) {
+  return r === undefined ? OUT[OUT_SLOT] : r;
 }
 
 // The id of the waiter an async start just began (its result was 0).
@@ -237,4 +244,4 @@ function outcome(r, make, what, o, owner, timedByCore = false, fn = undefined) {
   return waitFor(make, what, o.timeout, o.signal, owner, timedByCore, fn);
 }
 
-module.exports = { released, outcome, coreTimeout, startedWaiter, acquiredFlags, track, untrack };
+module.exports = { released, taken, outcome, coreTimeout, startedWaiter, acquiredFlags, track, untrack };

@@ -17,7 +17,7 @@ const native = require('./native.js');
 const { WEB_REQUEST } = require('./records.js');
 const { WOULD_BLOCK, statusError } = require('./errors.js');
 const { state } = require('./thread.js');
-const { released, startedWaiter, acquiredFlags, track, untrack } = require('./waiting.js');
+const { released, taken, startedWaiter, acquiredFlags, track, untrack } = require('./waiting.js');
 const { KeyedLock, handleOf } = require('./pools.js');
 
 const { FLAG_STOLEN } = native;
@@ -257,7 +257,7 @@ class LockManager {
     const flags = (o.ifAvailable ? 1 : 0) | (o.steal ? 2 : 0);
     let r;
     try {
-      r = h.webRequest(name, o.mode === 'shared' ? 1 : 0, flags, req.id);
+      r = taken(h.webRequest(name, o.mode === 'shared' ? 1 : 0, flags, req.id));
     } catch (err) {
       state.requests.delete(req.id);
       throw err;

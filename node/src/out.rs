@@ -133,10 +133,11 @@ fn write(words: &[(usize, u32)]) {
     });
 }
 
-/// Writes an acquisition's fence and flags.
+/// Writes an acquisition's slot, fence and flags.
 #[inline]
 pub(crate) fn put(record: &Record) {
     write(&[
+        (output::SLOT, record[0]),
         (output::FENCE_LOW, record[1]),
         (output::FENCE_HIGH, record[2]),
         (output::FLAGS, record[3]),

@@ -75,12 +75,13 @@ const fn eq(a: &[u8], b: &[u8]) -> bool {
 }
 
 /// The output buffer (a `Uint32Array` of this thread) that an acquire that finished at once
-/// writes its fence and flags to, and an async start the id of its waiter.
+/// writes its slot, fence and flags to, and an async start the id of its waiter.
 pub(crate) const OUTPUT: &[Field] = &[
     field("fenceLow", Type::U32),
     field("fenceHigh", Type::U32),
     field("flags", Type::U32),
     field("waiter", Type::U32),
+    field("slot", Type::U32),
 ];
 /// The output buffer's fields.
 pub(crate) mod output {
@@ -93,6 +94,9 @@ pub(crate) mod output {
     pub(crate) const FLAGS: usize = position(OUTPUT, "flags");
     /// The id of the waiter an async start began (its result was 0).
     pub(crate) const WAITER: usize = position(OUTPUT, "waiter");
+    /// The slot an acquire that finished at once stored its acquisition in (its result was
+    /// `undefined`).
+    pub(crate) const SLOT: usize = position(OUTPUT, "slot");
     /// Words of the buffer.
     pub(crate) const WORDS: usize = OUTPUT.len();
 }

@@ -402,11 +402,17 @@ test('a release serves a waiter of the same thread before it returns', T, async 
 test('a release frees its slot at once, with or without a waiter, and a slot releases once', T, async () => {
   const { handleOf } = require('../lib/pools.js');
   const NOT_OWNER = native.statuses().find((s) => s.name === 'KEYLOCK_NOT_OWNER').code;
+  const thread = globalThis[Symbol.for('keylock.thread.v2')];
+  const SLOT = native
+    .recordSchema()
+    .find((r) => r.name === 'output')
+    .fields.find((f) => f.name === 'slot').position;
   for (const lock of [new KeyPool(), new StripedLock(8)]) {
     const h = handleOf(lock);
     // Uncontended: the lock word alone releases it.
-    const slot = h.lock('k');
-    assert.ok(slot > 0, 'taken at once');
+    assert.equal(h.lock('k'), undefined, 'taken at once');
+    const slot = thread.out[SLOT];
+    assert.ok(slot > 0, 'its slot is in the output record');
     assert.equal(native.heldCount(h.handle), 1);
     assert.equal((h.release(slot) ?? 0) & 0xff, 0);
     assert.equal(native.heldCount(h.handle), 0, 'its slot is free as the release returns');
@@ -440,7 +446,8 @@ test('cancelling a waiter that was handed the lock but not yet polled passes it 
     );
   const OUT = at('output');
   const DONE = at('completion');
-  const held = h.tryLock('a');
+  assert.equal(h.tryLock('a'), undefined, 'taken');
+  const held = out[OUT.slot];
   assert.ok(held > 0, 'a slot');
   assert.equal(h.lockAsync('a'), 0, 'waits');
   const first = out[OUT.waiter];

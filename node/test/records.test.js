@@ -101,13 +101,16 @@ test('every record the addon makes is laid out as the schema says', T, () => {
   // Two shared holders, one with an owner and a lease, and an exclusive waiter: the output
   // record and info().
   const owner = native.nextOwnerId();
-  const first = h.tryLockWith('k', 1, 60_000, owner);
+  // An acquire that takes its key returns undefined: its slot is in the output record.
+  assert.equal(h.tryLockWith('k', 1, 60_000, owner), undefined, 'taken');
+  const first = out[OUT.slot];
   assert.ok(first > 0, 'a slot');
   checkRecord('output', [...out]);
   assert.ok(out[OUT.flags] & native.FLAG_SHARED, 'the output flags say shared');
   const fence = (BigInt(out[OUT.fenceHigh]) << 32n) | BigInt(out[OUT.fenceLow]);
-  const second = h.tryLockWith('k', 1, undefined, 0);
-  assert.ok(second > 0, 'a second shared slot');
+  assert.equal(h.tryLockWith('k', 1, undefined, 0), undefined, 'taken');
+  const second = out[OUT.slot];
+  assert.ok(second > 0 && second !== first, 'a second shared slot');
   const writer = native.nextOwnerId();
   assert.equal(h.lockAsync('k', 0, undefined, writer), 0, 'an exclusive waiter');
   const waiter = out[OUT.waiter];
@@ -152,8 +155,9 @@ test('every record the addon makes is laid out as the schema says', T, () => {
   assert.equal(h.info('k'), null);
 
   // A Web Locks request and query()'s entry for it.
-  const web = h.webRequest('name', 1, 0, 77);
-  assert.ok(web > 0, 'granted');
+  assert.equal(h.webRequest('name', 1, 0, 77), undefined, 'granted');
+  const web = out[OUT.slot];
+  assert.ok(web > 0, 'a slot');
   const entries = h.webQuery();
   assert.equal(entries.length, 1);
   checkRecord('webRequest', entries[0]);
