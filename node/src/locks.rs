@@ -288,9 +288,16 @@ impl Drop for Keyed {
     /// A lock handle is dropped when no JavaScript object refers to it any more, or when its
     /// thread ends: what it still holds is released, as dropping a guard releases in Rust.
     fn drop(&mut self) {
-        for holding in self.held.get_mut().drain() {
+        let held = self.held.get_mut().drain();
+        let gave_back = !held.is_empty();
+        for holding in held {
             let _ = end(&self.core, holding);
             self.live.leave();
+        }
+        // A release may have handed a key to a waiter of this thread (on another handle of a
+        // shared lock), and no entry point reports it: the handle's finalizer is not one.
+        if gave_back {
+            crate::reactor::flush_local();
         }
     }
 }
@@ -363,9 +370,15 @@ impl Rw {
 
 impl Drop for Rw {
     fn drop(&mut self) {
-        for guard in self.held.get_mut().drain() {
+        let held = self.held.get_mut().drain();
+        let gave_back = !held.is_empty();
+        for guard in held {
             drop(guard);
             self.live.leave();
+        }
+        // As in `Keyed`'s drop: a waiter of this thread may have been handed the lock.
+        if gave_back {
+            crate::reactor::flush_local();
         }
     }
 }

@@ -582,16 +582,18 @@ pub(crate) fn take_local_wake() -> bool {
     LOOP_REF.with(|r| r.delivery.get())
 }
 
-/// Called at the end of every entry point that cannot report a wake-up of this thread: if one
-/// is pending, a threadsafe-function call delivers it on the event loop's next turn (and keeps
-/// the loop alive until then).
+/// Called at the end of every entry point that cannot report a wake-up of this thread, and
+/// after a lock handle gave back what it held as it was dropped (see `Keyed`'s `Drop`): if a
+/// wake-up is pending, a threadsafe-function call delivers it on the event loop's next turn (and
+/// keeps the loop alive until then). Does nothing once the thread's locals are gone (a handle
+/// dropped as its thread ends).
 #[inline]
 pub(crate) fn flush_local() {
-    if !LOOP_REF.with(|r| r.delivery.get()) {
+    if !LOOP_REF.try_with(|r| r.delivery.get()).unwrap_or(false) {
         return;
     }
-    LOOP_REF.with(LoopRef::update);
-    REACTOR.with(|cell| {
+    let _ = LOOP_REF.try_with(LoopRef::update);
+    let _ = REACTOR.try_with(|cell| {
         if let Ok(guard) = cell.try_borrow()
             && let Some(reactor) = guard.as_ref()
         {

@@ -543,3 +543,46 @@ test('one release that completes more waiters than the records buffer holds sett
   for (const g of guards) g.release();
   assert.equal(pool.isLocked('wide'), false);
 });
+
+test(
+  'a waiter handed a key by a collected handle of the same shared lock is served with no further call',
+  T,
+  async (t) => {
+    // A handle's finalizer is no entry point, so nothing reported the wake-up of this thread that
+    // its release caused: the waiter was served only at this thread's next call into the addon.
+    require('node:v8').setFlagsFromString('--expose-gc');
+    const gc = require('node:vm').runInNewContext('gc');
+    for (const [what, open] of [
+      ['KeyPool', (name) => KeyPool.shared(name)],
+      ['RwLock', (name) => RwLock.shared(name)],
+    ]) {
+      const name = `collected-holder-${what}-${process.pid}`;
+      let holder = open(name);
+      const other = open(name);
+      let guard = what === 'KeyPool' ? holder.tryLock('k') : holder.tryWrite();
+      assert.ok(guard, `${what}: held`);
+      let collected = false;
+      const registry = new FinalizationRegistry(() => {
+        collected = true;
+      });
+      registry.register(holder, what);
+      let served = null;
+      (what === 'KeyPool' ? other.lock('k') : other.write()).then((got) => {
+        served = got;
+      });
+      holder = null;
+      guard = null;
+      // From here on nothing calls into the addon until the waiter is served.
+      for (let i = 0; i < 200 && served === null; i++) {
+        gc();
+        await tick();
+      }
+      if (!collected) {
+        t.skip(`${what}: the garbage collector kept the holder`);
+        return;
+      }
+      assert.ok(served !== null, `${what}: the waiter was served after its holder was collected`);
+      served.release();
+    }
+  },
+);
