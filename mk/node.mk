@@ -8,13 +8,15 @@
 #   make bench-node        withLock vs async-lock vs async-mutex, locks.request vs async-lock
 #                          -> bench/results/node.json
 #                          (bench-node-quick: fewer runs)
+#   make bench-node-callgrind  the withLock workload's instructions per operation under
+#                          callgrind (stable on a loaded machine) -> bench/results/node-callgrind.json
 #   make test-node-scopes  test/scopes.test.js on shm:NAME, on a redis-server of our own and on a
 #                          PostgreSQL cluster of our own (.ci/pg-server; the addon's default
 #                          features include shm, redis and postgres)
 #   make lint-node         clippy for the addon (-D warnings), the TypeScript check, prettier --check
 #   make fmt-node          rustfmt for the addon, prettier for the JavaScript and TypeScript
 
-.PHONY: build-node demo-node test-node test-node-scopes bench-node bench-node-quick bench-node-shm lint-node fmt-node
+.PHONY: build-node demo-node test-node test-node-scopes bench-node bench-node-quick bench-node-callgrind bench-node-shm lint-node fmt-node
 
 BUILD_TARGETS += build-node
 DEMO_TARGETS += demo-node
@@ -81,6 +83,9 @@ bench-node-shm: build-node
 
 bench-node-quick: build-node
 	node $(NODE_DIR)/bench/bench.js --quick --out bench/results/node.json
+
+bench-node-callgrind: build-node
+	node $(NODE_DIR)/bench/callgrind.js --out bench/results/node-callgrind.json
 
 lint-node: $(NODE_MODULES_STAMP)
 	$(LINT_CLIPPY_ALONE)$(CARGO) clippy --locked -p keylock-node --all-targets -- -D warnings

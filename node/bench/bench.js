@@ -35,9 +35,10 @@ const ASYNC_TRY_OPS = quick ? 100_000 : 300_000;
 
 const keys = Array.from({ length: KEYS }, (_, i) => `key-${i}`);
 
-// A fixed pseudo-random key sequence per task, the same for every contender.
-function sequences() {
-  const perTask = Math.ceil(OPS / TASKS);
+// A fixed pseudo-random key sequence per task, the same for every contender: `ops` operations
+// over all tasks.
+function sequences(ops = OPS) {
+  const perTask = Math.ceil(ops / TASKS);
   return Array.from({ length: TASKS }, (_, t) => {
     let x = (t + 1) * 2654435761;
     const seq = new Uint16Array(perTask);
@@ -52,9 +53,9 @@ function sequences() {
 }
 const SEQ = sequences();
 
-// 100 tasks, each doing its share of withLock calls; the critical section is an async function
-// that bumps a per-key counter. Returns ops/s; checks every operation ran.
-async function withLockRun(withLock) {
+// 100 tasks, each doing its share of withLock calls (the sequences `seq`); the critical section
+// is an async function that bumps a per-key counter. Returns ops/s; checks every operation ran.
+async function withLockRun(withLock, seq = SEQ) {
   const counts = new Uint32Array(KEYS);
   const body = (k) => async () => {
     counts[k]++;
@@ -62,16 +63,16 @@ async function withLockRun(withLock) {
   const bodies = Array.from({ length: KEYS }, (_, k) => body(k));
   const start = process.hrtime.bigint();
   await Promise.all(
-    SEQ.map(async (seq) => {
-      for (let i = 0; i < seq.length; i++) {
-        const k = seq[i];
+    seq.map(async (task) => {
+      for (let i = 0; i < task.length; i++) {
+        const k = task[i];
         await withLock(keys[k], bodies[k]);
       }
     }),
   );
   const ns = Number(process.hrtime.bigint() - start);
   const total = counts.reduce((s, c) => s + c, 0);
-  if (total !== SEQ.length * SEQ[0].length) throw new Error(`lost operations: ${total}`);
+  if (total !== seq.length * seq[0].length) throw new Error(`lost operations: ${total}`);
   return (total * 1e9) / ns;
 }
 
@@ -296,7 +297,12 @@ async function main() {
   }
 }
 
-main().catch((err) => {
-  console.error(err);
-  process.exitCode = 1;
-});
+// node/bench/callgrind.js runs the same withLock workload under callgrind.
+module.exports = { KEYS, TASKS, sequences, withLockRun, withLockContenders };
+
+if (require.main === module) {
+  main().catch((err) => {
+    console.error(err);
+    process.exitCode = 1;
+  });
+}
