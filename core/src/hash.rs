@@ -19,14 +19,9 @@ pub(crate) fn random() -> DefaultHashBuilder {
     ahash::RandomState::new()
 }
 
-/// `hasher.hash_one(key)`, written out and inlined where the key is looked up: `hash_one`
-/// stayed a call, and the pool's fast path kept registers saved across it (KeyPool on 16-byte
-/// keys: 5 instructions of a lock+release).
-#[inline(always)]
+#[inline]
 pub(crate) fn hash_of<K: Hash + ?Sized, S: BuildHasher>(hasher: &S, key: &K) -> u64 {
-    let mut h = hasher.build_hasher();
-    key.hash(&mut h);
-    std::hash::Hasher::finish(&h)
+    hasher.hash_one(key)
 }
 
 /// The hasher of a striped lock's stripes: foldhash, about half of ahash's instructions on a
