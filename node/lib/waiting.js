@@ -104,7 +104,8 @@ function cancelWaiter(id, reason) {
 }
 
 // What a native acquire returned, as a number: `undefined` (taken: its slot is in the output
-// buffer, with the fence and flags) becomes the slot; minus a status, or 0 for a waiter, stays.
+// buffer, with the fence and flags) becomes the slot; a slot, minus a status, or 0 for a waiter
+// stays.
 function taken(r) {
   return r === undefined ? OUT[OUT_SLOT] : r;
 }

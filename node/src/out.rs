@@ -118,11 +118,13 @@ pub(crate) fn deliver(records: &[u32]) -> u32 {
     })
 }
 
-fn write(words: &[(usize, u32)]) {
+/// Writes `words` (position, value) to the output buffer; whether there is one (`init` has
+/// adopted it on this thread).
+fn write(words: &[(usize, u32)]) -> bool {
     OUT.with(|o| {
         let p = o.get();
         if p.is_null() {
-            return;
+            return false;
         }
         for &(i, v) in words {
             debug_assert!(i < WORDS);
@@ -130,24 +132,25 @@ fn write(words: &[(usize, u32)]) {
             // for the thread's life; only this thread touches it, between JavaScript's reads.
             unsafe { p.add(i).write(v) };
         }
-    });
+        true
+    })
 }
 
-/// Writes an acquisition's slot, fence and flags.
+/// Writes an acquisition's slot, fence and flags; whether it could (see `write`).
 #[inline]
-pub(crate) fn put(record: &Record) {
+pub(crate) fn put(record: &Record) -> bool {
     write(&[
         (output::SLOT, record[0]),
         (output::FENCE_LOW, record[1]),
         (output::FENCE_HIGH, record[2]),
         (output::FLAGS, record[3]),
-    ]);
+    ])
 }
 
 /// Writes the id of a waiter just started.
 #[inline]
 pub(crate) fn put_waiter(id: u32) {
-    write(&[(output::WAITER, id)]);
+    let _ = write(&[(output::WAITER, id)]);
 }
 
 /// Sets this thread's Web Locks `clientId`.

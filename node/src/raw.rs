@@ -89,11 +89,15 @@ struct Call<'a, const N: usize> {
 }
 
 /// The result of an acquire that finished now: taken (the record, slot included, goes to the
-/// output buffer), or minus its status.
+/// output buffer), or minus its status. Without an output buffer (never, once the module has
+/// loaded on the thread), the slot itself, which JavaScript takes as such.
 fn acquired(record: Record) -> Ret {
     if record[0] != 0 {
-        crate::out::put(&record);
-        Ret::Taken
+        if crate::out::put(&record) {
+            Ret::Taken
+        } else {
+            Ret::Int(record[0] as i32)
+        }
     } else {
         Ret::Int(-((record[3] >> locks::STATUS_SHIFT) as i32))
     }
