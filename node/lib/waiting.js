@@ -225,8 +225,9 @@ function waitFor(make, what, timeout, signal, owner, timedByCore, fn) {
   return promise;
 }
 
-// An acquire's outcome. `r` is what the native call returned: a slot, minus a status, or 0 for
-// a waiter (async starts). The fence and flags of a slot are in the output buffer now.
+// An acquire's outcome. `r` is the native call's result as `taken` gives it: a slot, minus a
+// status, or 0 for a waiter (async starts). The fence and flags of a slot are in the output
+// buffer now.
 // `timedByCore`: the native start was given `coreTimeout(o.timeout)`. With `fn` (withLock's,
 // withPermit's), what was acquired is held while `fn` runs, now or once granted, and the outcome
 // is `fn`'s (see holding.js).
