@@ -10,6 +10,15 @@ const { Occupancy } = require('./occupancy.js');
 
 const T = { timeout: 60_000 };
 
+// `{ field: position }` of one of the addon's records, from its schema.
+const positions = (record) =>
+  Object.fromEntries(
+    native
+      .recordSchema()
+      .find((r) => r.name === record)
+      .fields.map((f) => [f.name, f.position]),
+  );
+
 // AbortSignal.timeout() uses an unreferenced timer, and waiters for a lock this thread holds do
 // not keep the event loop alive (as with a pure-JavaScript lock): hold the loop open ourselves.
 async function alive(promise) {
@@ -403,10 +412,7 @@ test('a release frees its slot at once, with or without a waiter, and a slot rel
   const { handleOf } = require('../lib/pools.js');
   const NOT_OWNER = native.statuses().find((s) => s.name === 'KEYLOCK_NOT_OWNER').code;
   const thread = globalThis[Symbol.for('keylock.thread.v2')];
-  const SLOT = native
-    .recordSchema()
-    .find((r) => r.name === 'output')
-    .fields.find((f) => f.name === 'slot').position;
+  const SLOT = positions('output').slot;
   for (const lock of [new KeyPool(), new StripedLock(8)]) {
     const h = handleOf(lock);
     // Uncontended: the lock word alone releases it.
@@ -436,16 +442,8 @@ test('cancelling a waiter that was handed the lock but not yet polled passes it 
   // a cancel in between must pass the lock to the next waiter, not leak it.
   const h = native.keyedOpen('local:', {});
   const out = new Uint32Array(globalThis[Symbol.for('keylock.thread.v2')].out.buffer);
-  // Positions of the output record's and a completion's fields, from the addon's schema.
-  const at = (record) =>
-    Object.fromEntries(
-      native
-        .recordSchema()
-        .find((r) => r.name === record)
-        .fields.map((f) => [f.name, f.position]),
-    );
-  const OUT = at('output');
-  const DONE = at('completion');
+  const OUT = positions('output');
+  const DONE = positions('completion');
   assert.equal(h.tryLock('a'), undefined, 'taken');
   const held = out[OUT.slot];
   assert.ok(held > 0, 'a slot');
