@@ -298,7 +298,7 @@ async function main() {
 }
 
 // node/bench/callgrind.js runs the same withLock workload under callgrind.
-module.exports = { KEYS, TASKS, sequences, withLockRun, withLockContenders };
+module.exports = { KEYS, TASKS, sequences, withLockRun, withLockContenders, summary };
 
 if (require.main === module) {
   main().catch((err) => {

@@ -64,7 +64,7 @@ function main() {
   const args = process.argv.slice(2);
   const outIdx = args.indexOf('--out');
   const out = outIdx >= 0 ? args[outIdx + 1] : path.join('bench', 'results', 'node-callgrind.json');
-  const { KEYS, TASKS, withLockContenders } = require('./bench.js');
+  const { KEYS, TASKS, withLockContenders, summary } = require('./bench.js');
   const row = (name) => `${name}, ${KEYS} keys, ${TASKS} tasks`;
   const names = [...withLockContenders.map(([n]) => n).filter((n) => !n.includes('Web Locks')), BARE];
   const perOp = new Map();
@@ -74,10 +74,6 @@ function main() {
     perOp.set(name, estimates);
     process.stderr.write(`  ${name}: ${estimates.map((e) => e.toFixed(1)).join(', ')}\n`);
   }
-  const median = (v) => {
-    const s = [...v].sort((a, b) => a - b);
-    return s.length % 2 ? s[s.length >> 1] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
-  };
   const results = [];
   for (const name of names) {
     const runs = perOp.get(name);
@@ -91,13 +87,11 @@ function main() {
       results.push({
         name: row(name) + suffix,
         unit: 'instructions/op',
-        median: median(runs),
-        min: Math.min(...runs),
-        max: Math.max(...runs),
+        ...summary(runs),
         runs,
         baseline: base === null ? null : row(base),
         // The baseline's instructions over keylock's: > 1 means keylock does less work.
-        ratio: base === null ? null : median(perOp.get(base)) / median(runs),
+        ratio: base === null ? null : summary(perOp.get(base)).median / summary(runs).median,
         target: null,
         met: null,
       });
