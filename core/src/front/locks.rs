@@ -17,7 +17,7 @@ use super::{
     ManyLockFuture, One, Plan, TakeKey, release_at,
 };
 use crate::acquisition::{Acquisition, LockInfo, LockOptions, Mode, Owner, Wait, Want};
-use crate::entry::{Entry, Hold, Policy, SlowState};
+use crate::entry::{Entry, GuardHold, Hold, Policy, SlowState};
 use crate::error::{Error, Result};
 use crate::guarded::plain;
 use crate::many;
@@ -105,25 +105,27 @@ impl<T: LockTable> Locks<T> {
         if let Some((word, fence)) = self.table.take_fast(found, key, mode) {
             return LockGuard::plain(handle, word, mode, fence);
         }
-        self.lock_plain_slow(handle, found, key, mode)
+        // The slow path returns the word and the record, and the guard is made here: with the
+        // slow path making it, StripedLock's loop (bench/before_after.py) took 72 instructions
+        // against 66.
+        let (word, rec) = self.lock_plain_slow(found, key, mode);
+        LockGuard::of_record(handle, word, rec)
     }
 
     #[cold]
-    fn lock_plain_slow<P, Q>(
+    fn lock_plain_slow<Q>(
         &self,
-        handle: P,
         found: <T as Take<Q>>::Found,
         key: &Q,
         mode: Mode,
-    ) -> LockGuard<P>
+    ) -> (&T::Word, GuardHold)
     where
-        P: Deref<Target = Self>,
         Q: ?Sized,
         T: TakeKey<Q>,
     {
         let want = plain(mode);
         match self.table.take_slow(found, key, &want, Wait::Forever) {
-            Ok((word, grant)) => LockGuard::new(handle, word, &want, grant),
+            Ok((word, grant)) => (word, GuardHold::of(&want, grant)),
             // A plain untimed acquire has no way to fail.
             Err(e) => unreachable!("an untimed plain acquire failed: {e}"),
         }
