@@ -330,8 +330,9 @@ pub(crate) const fn shape_units(shape: u32) -> u32 {
     shape.saturating_sub(1)
 }
 
+/// What a [`GuardHold`] boxes: a lease, an owner, a ticket.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct HoldExtra {
+pub(crate) struct HoldExtra {
     ticket: u64,
     owner: Option<Owner>,
     lease_until: Option<Instant>,
@@ -346,6 +347,19 @@ impl GuardHold {
             kind: mode as u64,
             extra: None,
         }
+    }
+
+    /// The record as its three words, moved out (a call out of line gets them in registers,
+    /// where the record itself would be passed through memory).
+    #[inline]
+    pub(crate) fn into_parts(self) -> (u64, u64, Option<Box<HoldExtra>>) {
+        (self.fence, self.kind, self.extra)
+    }
+
+    /// The record of [`into_parts`](Self::into_parts)'s words.
+    #[inline]
+    pub(crate) fn from_parts(fence: u64, kind: u64, extra: Option<Box<HoldExtra>>) -> Self {
+        Self { fence, kind, extra }
     }
 
     /// The record of a grant for `want`.
