@@ -194,6 +194,16 @@ impl Wakes {
     #[inline(never)]
     fn run_all(first: Wake, rest: Vec<Wake>) {
         first.wake();
+        // One wake-up (an exclusive hand-off) leaves `rest` unallocated: nothing to iterate
+        // or free (bench/async_contended.py, held across an await: 1,561 instructions an
+        // operation with the loop's iterator made and dropped for it, 1,545 without).
+        if rest.capacity() != 0 {
+            Self::run_rest(rest);
+        }
+    }
+
+    #[inline(never)]
+    fn run_rest(rest: Vec<Wake>) {
         for wake in rest {
             wake.wake();
         }
