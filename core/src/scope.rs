@@ -252,6 +252,16 @@ pub trait KeyedLock: Send + Sync + fmt::Debug {
         None
     }
 
+    /// The host scope's lock object (`shm:`) behind the trait, for a caller that takes its
+    /// uncontended lock and release without the trait's dynamic dispatch (the C ABI): the same
+    /// operations, called on the object itself, which the compiler can then inline. `None` for
+    /// every other object, a metered one included (its calls go through the layer, to be
+    /// counted).
+    #[cfg(feature = "shm")]
+    fn as_host(&self) -> Option<&crate::shm::ShmLock> {
+        None
+    }
+
     /// The counts of the lock object, the same record at every scope (keys of both spaces
     /// count): what each scope can tell is filled in, and what it cannot is `None` (see
     /// [`ScopeStats`]). A scan, for monitoring and tests: O(keys or entries) under the scope's

@@ -160,6 +160,8 @@ fn counts_are_exact_in_a_semaphore_of_one_permit() {
 fn counts_are_exact_in_shared_memory() {
     let name = format!("shm:kl-metrics-{}", std::process::id());
     let locks = open_with(&name, &OpenOptions::new().metrics(true)).unwrap();
+    // A metered host scope gives no object to call around the layer: every call is counted.
+    assert!(locks.as_host().is_none());
     workload(locks);
     keylock_core::unlink(&name).unwrap();
 }

@@ -89,6 +89,10 @@ fn open_gives_a_pool_and_a_striped_lock() {
     s1.release(acq).unwrap();
     let acq = s2.acquire(k(b"y"), &TRY).unwrap();
     s2.release(acq).unwrap();
+    // Both give the host scope's object, for callers that skip the trait object (the C ABI);
+    // no other object does.
+    assert!(a.as_host().is_some() && s1.as_host().is_some());
+    assert!(keylock_core::open("local:").unwrap().as_host().is_none());
 }
 
 #[test]

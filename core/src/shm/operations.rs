@@ -64,6 +64,10 @@ impl ShmLock {
 }
 
 impl KeyedLock for ShmLock {
+    fn as_host(&self) -> Option<&ShmLock> {
+        Some(self)
+    }
+
     #[inline]
     fn acquire(&self, key: LockKey<'_>, opts: &LockOptions) -> Result<Acquisition> {
         // The fast path, first and inline (an owner is only recorded where the region is not
