@@ -293,10 +293,9 @@ pub(crate) struct GuardHold {
     /// exclusive hold is `kind == 0`, one test of one value, which the compiler settles on the
     /// path where the guard was made (with two fields it tested them where the fast path's
     /// guard and the slow path's meet: StripedLock's loop, 71 instructions against 66). A whole
-    /// word also
-    /// leaves no padding bytes: a guard that moves (out of a future, say) is copied word by
-    /// word (with padding beside a `u32`, StripedLock's `lock_async` awaited in a task took
-    /// 64 instructions, 55 without).
+    /// word also leaves no padding bytes: a guard that moves (out of a future, say) is copied
+    /// word by word (with padding beside a `u32`, StripedLock's `lock_async` awaited in a task
+    /// took 64 instructions, 55 without).
     kind: u64,
     extra: Option<Box<HoldExtra>>,
 }

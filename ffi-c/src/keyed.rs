@@ -209,16 +209,15 @@ impl Keyed {
         }
     }
 
-    /// The one-CAS release of another scope's object that has one
-    /// (`KeyedLock::try_release_cas`: the host scope's), for a record through the trait: whether
-    /// it released. Inside the panic guard.
+    /// The one-CAS release through the trait object (`KeyedLock::try_release_cas`) of another
+    /// scope's object that has one (the host scope's behind the metrics layer), for a record
+    /// through the trait: whether it released. Inside the panic guard.
     #[inline(always)]
     fn release_scope_cas(&self, acq: &Acquisition) -> bool {
         match self.local() {
             Local::Scope(locks) => locks.try_release_cas(acq),
-            #[cfg(feature = "shm")]
-            Local::Host(host) => host.try_release_cas(acq),
-            Local::Pool(_) | Local::Striped(_) => false,
+            // The host scope's was tried outside the guard (`release_host_cas`): not again.
+            _ => false,
         }
     }
 
