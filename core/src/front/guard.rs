@@ -10,7 +10,7 @@ use super::table::Find;
 use super::table::Table;
 use super::{FindKey, Held, LockTable, release_all, release_at};
 use crate::acquisition::{Acquisition, Mode, Want};
-use crate::entry::{GuardHold, Hold, HoldExtra, lease_end};
+use crate::entry::{GuardHold, Hold, HoldExtra, lease_end, shape_units};
 use crate::error::{Error, Result};
 use crate::guarded;
 use crate::wait::Grant;
@@ -334,24 +334,44 @@ fn release_on_drop<T: LockTable + ?Sized>(
     kind: u64,
     extra: Option<Box<HoldExtra>>,
 ) {
-    match extra {
-        // A shared hold or a semaphore's permit: a plain exclusive hold never comes here (the
-        // drop releases it, or `release_exclusive_on_drop` when its compare-and-swap failed).
-        // Its record is made only for the slow path: one made before, as the boxed case's is,
-        // was written to memory on every release (KeyedSemaphore's acquire+release,
-        // bench/semaphore.py: 177 instructions with the record passed whole, 171 so).
-        None => {
-            let rec = GuardHold::from_parts(fence, kind, None);
-            if !T::entry(word).release_fast_shape(rec.shape(), fence) {
-                release_slow(table, word, &rec);
-            }
+    // A semaphore's plain permit is released here, a plain shared hold by a function of its
+    // own (a plain exclusive hold never comes here: the drop releases it, or
+    // `release_exclusive_on_drop` when its compare-and-swap failed), and the rest out of line.
+    // Every call is the function's last step, so that it keeps nothing saved across one
+    // (KeyedSemaphore's acquire(1)+release, bench/semaphore.py: 136 instructions with the
+    // shared hold's loop of compare-and-swaps called from here, five registers saved for what
+    // followed it; 126 so).
+    if extra.is_none() {
+        let units = shape_units(GuardHold::from_parts(fence, kind, None).shape());
+        if units == 0 {
+            return release_shared_on_drop(table, word, fence, kind);
         }
-        Some(extra) => release_slow(
-            table,
-            word,
-            &GuardHold::from_parts(fence, kind, Some(extra)),
-        ),
+        if T::entry(word).release_fast_units(fence, units) {
+            return;
+        }
     }
+    release_rest_on_drop(table, word, fence, kind, extra);
+}
+
+/// A plain shared hold's release: its fast path (a loop of compare-and-swaps), then the rest.
+#[inline(never)]
+fn release_shared_on_drop<T: LockTable + ?Sized>(table: &T, word: &T::Word, fence: u64, kind: u64) {
+    if !T::entry(word).release_fast_shape(kind as u32, fence) {
+        release_rest_on_drop(table, word, fence, kind, None);
+    }
+}
+
+/// [`release_on_drop`] past the fast release.
+#[cold]
+#[inline(never)]
+fn release_rest_on_drop<T: LockTable + ?Sized>(
+    table: &T,
+    word: &T::Word,
+    fence: u64,
+    kind: u64,
+    extra: Option<Box<HoldExtra>>,
+) {
+    release_slow(table, word, &GuardHold::from_parts(fence, kind, extra));
 }
 
 /// The rest of a guard's release, out of line: waiters to wake, holder state, or a hold that is
