@@ -252,13 +252,13 @@ pub trait KeyedLock: Send + Sync + fmt::Debug {
         None
     }
 
-    /// The host scope's lock object (`shm:`) behind the trait, for a caller that takes its
-    /// uncontended lock and release without the trait's dynamic dispatch (the C ABI): the same
-    /// operations, called on the object itself, which the compiler can then inline. `None` for
-    /// every other object, a metered one included (its calls go through the layer, to be
-    /// counted).
-    #[cfg(feature = "shm")]
-    fn as_host(&self) -> Option<&crate::shm::ShmLock> {
+    /// The host scope's lock object (`shm:`, a `ShmLock`) behind the trait, for a caller that
+    /// downcasts it and takes its uncontended lock and release without the trait's dynamic
+    /// dispatch (the C ABI): the same operations, called on the object itself, which the
+    /// compiler can then inline. `None` for every other object, a metered one included (its
+    /// calls go through the layer, to be counted). Kept apart from [`as_any`](Self::as_any),
+    /// whose `Some` means an in-process object.
+    fn as_host(&self) -> Option<&dyn std::any::Any> {
         None
     }
 

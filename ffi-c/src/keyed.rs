@@ -80,7 +80,10 @@ unsafe impl Sync for Direct {}
 impl Direct {
     fn of(locks: &Arc<dyn KeyedLock>) -> Self {
         #[cfg(feature = "shm")]
-        if let Some(host) = locks.as_host() {
+        if let Some(host) = locks
+            .as_host()
+            .and_then(|h| h.downcast_ref::<keylock_core::shm::ShmLock>())
+        {
             return Direct::Host(host);
         }
         let Some(any) = locks.as_any() else {

@@ -64,7 +64,7 @@ impl ShmLock {
 }
 
 impl KeyedLock for ShmLock {
-    fn as_host(&self) -> Option<&ShmLock> {
+    fn as_host(&self) -> Option<&dyn std::any::Any> {
         Some(self)
     }
 
