@@ -83,11 +83,7 @@ where
         want: &Want,
         grant: Grant,
     ) -> Self {
-        Self {
-            word: NonNull::from(word),
-            table: Some(table),
-            rec: ManuallyDrop::new(GuardHold::of(want, grant)),
-        }
+        Self::of_record(table, word, GuardHold::of(want, grant))
     }
 
     /// A guard of the word at `word`, granted to `want` (for callers whose borrow of the word
@@ -356,7 +352,8 @@ fn release_on_drop<T: LockTable + ?Sized>(
 /// A plain shared hold's release: its fast path (a loop of compare-and-swaps), then the rest.
 #[inline(never)]
 fn release_shared_on_drop<T: LockTable + ?Sized>(table: &T, word: &T::Word, fence: u64, kind: u64) {
-    if !T::entry(word).release_fast_shape(kind as u32, fence) {
+    let shape = GuardHold::from_parts(fence, kind, None).shape();
+    if !T::entry(word).release_fast_shape(shape, fence) {
         release_rest_on_drop(table, word, fence, kind, None);
     }
 }
