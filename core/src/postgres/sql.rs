@@ -35,7 +35,7 @@
 //!   sessions gets an error, never a grant in a session that is not its own.
 
 /// The version of the functions below; an open that finds another replaces them.
-pub(crate) const VERSION: i32 = 4;
+pub(crate) const VERSION: i32 = 5;
 
 /// The channel a force-unlock notifies, with the old lock number as the payload: the holders'
 /// processes (listening on their main sessions) let the old number go at once and fire the
@@ -221,8 +221,14 @@ DECLARE
     taken bigint[] := '{}';
     deadline timestamptz;
     g record;
+    again bigint;
+    got boolean;
 BEGIN
-    PERFORM keylock_same_session(me);
+    -- The hot calls check their session inline (a call of a PL/pgSQL function costs more than
+    -- the comparison), and call keylock_same_session only for its error.
+    IF pg_backend_pid() <> me THEN
+        PERFORM keylock_same_session(me);
+    END IF;
     IF wait_ms > 0 THEN
         deadline := clock_timestamp() + wait_ms * interval '1 millisecond';
     END IF;
@@ -230,27 +236,39 @@ BEGIN
         FOR i IN 1 .. n LOOP
             m := substr(ms, i, 1);
             LOOP
-                id := keylock_id(p, sps[i], ks[i]);
-                IF deadline IS NOT NULL THEN
+                -- The key's number, read here; keylock_id makes it the first time.
+                SELECT lock_id INTO id FROM keylock_keys
+                    WHERE prefix = p AND space = sps[i] AND key = ks[i];
+                IF id IS NULL THEN
+                    id := keylock_id(p, sps[i], ks[i]);
+                END IF;
+                IF deadline IS NULL THEN
+                    -- A try, or a wait without a limit: the session's lock_timeout is 0, so
+                    -- nothing here raises lock_not_available, and no subtransaction is needed
+                    -- to catch it.
+                    got := keylock_take(id, m, wait_ms IS NOT NULL);
+                ELSE
                     left_ms := ceil(extract(epoch FROM deadline - clock_timestamp()) * 1000);
                     IF left_ms < 1 THEN
                         PERFORM keylock_untake(taken, ms);
                         RETURN;
                     END IF;
                     PERFORM set_config('lock_timeout', left_ms::text, true);
+                    BEGIN
+                        got := keylock_take(id, m, true);
+                    EXCEPTION WHEN lock_not_available THEN
+                        got := false;
+                    END;
+                    PERFORM set_config('lock_timeout', '0', true);
                 END IF;
-                BEGIN
-                    IF NOT keylock_take(id, m, wait_ms IS NOT NULL) THEN
-                        PERFORM keylock_untake(taken, ms);
-                        RETURN;
-                    END IF;
-                EXCEPTION WHEN lock_not_available THEN
+                IF NOT got THEN
                     PERFORM keylock_untake(taken, ms);
                     RETURN;
-                END;
-                PERFORM set_config('lock_timeout', '0', true);
+                END IF;
                 PERFORM pg_advisory_xact_lock_shared(keylock_g1(id), keylock_k2(id));
-                EXIT WHEN keylock_id(p, sps[i], ks[i]) = id;
+                SELECT lock_id INTO again FROM keylock_keys
+                    WHERE prefix = p AND space = sps[i] AND key = ks[i];
+                EXIT WHEN again = id;
                 -- Force-unlocked meanwhile: the key has a new number.
                 PERFORM keylock_untake(ARRAY[id], m);
             END LOOP;
@@ -279,19 +297,27 @@ LANGUAGE plpgsql AS $$
 DECLARE
     was_forced boolean;
 BEGIN
-    PERFORM keylock_same_session(me);
+    IF pg_backend_pid() <> me THEN
+        PERFORM keylock_same_session(me);
+    END IF;
+    -- The mark, then the lock (unlocked here rather than by keylock_untake: one call less on
+    -- every release).
     IF m = 'x' THEN
         UPDATE keylock_owners w SET held = false
             WHERE w.lock_id = id AND w.token = tok AND w.held
             RETURNING w.forced INTO was_forced;
+        IF NOT FOUND THEN
+            RETURN false;
+        END IF;
+        PERFORM pg_advisory_unlock(keylock_k1(id), keylock_k2(id));
     ELSE
         DELETE FROM keylock_holds h WHERE h.lock_id = id AND h.token = tok
             RETURNING h.forced INTO was_forced;
+        IF NOT FOUND THEN
+            RETURN false;
+        END IF;
+        PERFORM pg_advisory_unlock_shared(keylock_k1(id), keylock_k2(id));
     END IF;
-    IF NOT FOUND THEN
-        RETURN false;
-    END IF;
-    PERFORM keylock_untake(ARRAY[id], m);
     RETURN NOT was_forced;
 END $$;
 
