@@ -129,7 +129,7 @@ mod imp {
     }
 
     /// Where a key's acquisition waits for its release. Aligned so that none straddles a page:
-    /// a 72-byte record at an address that does (a 1 in 57 chance for one anywhere in memory)
+    /// a 72-byte record at an address that does (1 in 64 of the 8-byte-aligned addresses)
     /// makes every copy of it a split access, which cost the striped lock+unlock 32.5 ns
     /// against 22.8 here (Intel Xeon), from where the allocator happened to put the vector, so
     /// that the figure depended on which other allocations the run had made before it.
