@@ -35,7 +35,7 @@
 //!   sessions gets an error, never a grant in a session that is not its own.
 
 /// The version of the functions below; an open that finds another replaces them.
-pub(crate) const VERSION: i32 = 5;
+pub(crate) const VERSION: i32 = 6;
 
 /// The channel a force-unlock notifies, with the old lock number as the payload: the holders'
 /// processes (listening on their main sessions) let the old number go at once and fire the
@@ -169,6 +169,19 @@ BEGIN
     END LOOP;
 END $$;
 
+-- Whether this session holds lock number `id`'s advisory lock in mode `m` now. A wait cut off by
+-- lock_timeout or a cancel at the moment its lock was granted ends in that error, yet the server
+-- keeps the lock for the session (a lock granted while its wait was being cut off is the
+-- waiter's): the caller must not take the error's word for it.
+CREATE OR REPLACE FUNCTION keylock_held_here(id bigint, m text) RETURNS boolean
+LANGUAGE sql AS $$
+    SELECT EXISTS (SELECT 1 FROM pg_locks l
+                   WHERE l.locktype = 'advisory' AND l.pid = pg_backend_pid() AND l.granted
+                     AND l.objsubid = 2 AND l.classid = keylock_k1(id)::oid
+                     AND l.objid = keylock_k2(id)::oid
+                     AND l.mode = CASE WHEN m = 'x' THEN 'ExclusiveLock' ELSE 'ShareLock' END)
+$$;
+
 -- Records a grant of lock number `id` (taken, and still the key's number): its fence, and
 -- whether an exclusive holder before it ended without a release.
 CREATE OR REPLACE FUNCTION keylock_grant(id bigint, m text, tok text, me int,
@@ -257,7 +270,9 @@ BEGIN
                     BEGIN
                         got := keylock_take(id, m, true);
                     EXCEPTION WHEN lock_not_available THEN
-                        got := false;
+                        -- Granted as the timeout fired: held all the same (see
+                        -- keylock_held_here), and taken as a grant.
+                        got := keylock_held_here(id, m);
                     END;
                     PERFORM set_config('lock_timeout', '0', true);
                 END IF;
@@ -276,7 +291,12 @@ BEGIN
         END LOOP;
     EXCEPTION WHEN OTHERS OR query_canceled THEN
         -- Cancelled, or a deadlock found: let go of what this call took, then say so.
-        -- (OTHERS alone does not catch a cancel.)
+        -- (OTHERS alone does not catch a cancel.) That includes the key it was at, if its lock
+        -- was granted as the wait was cut off, or before the key joined `taken` (a waiting
+        -- session never holds a key it asks for, and a try never waits).
+        IF id IS NOT NULL AND NOT (id = ANY (taken)) AND keylock_held_here(id, m) THEN
+            PERFORM keylock_untake(ARRAY[id], m);
+        END IF;
         PERFORM keylock_untake(taken, ms);
         RAISE;
     END;
