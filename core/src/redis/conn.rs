@@ -22,8 +22,10 @@ use redis::{
 use super::url::RedisUrl;
 use crate::error::{Error, Result};
 
-/// Idle blocking connections kept for reuse.
+/// Idle blocking connections kept for reuse: the scope's runtime serves every async waiter, a
+/// blocking caller's lane one waiter at a time.
 const IDLE_BLOCKERS: usize = 16;
+const IDLE_BLOCKERS_OF_A_LANE: usize = 1;
 
 /// The command connection, and which one it is (so that a caller that saw it fail discards
 /// that one, never a newer one another caller made meanwhile).
@@ -42,6 +44,7 @@ pub(crate) struct Conns {
     connecting: tokio::sync::Mutex<()>,
     generations: AtomicU64,
     idle: Mutex<Vec<MultiplexedConnection>>,
+    idle_cap: usize,
 }
 
 impl Conns {
@@ -56,9 +59,24 @@ impl Conns {
             connecting: tokio::sync::Mutex::new(()),
             generations: AtomicU64::new(1),
             idle: Mutex::new(Vec::new()),
+            idle_cap: IDLE_BLOCKERS,
         });
         conns.cmd(cutoff).await?;
         Ok(conns)
+    }
+
+    /// Connections of their own to the same server, none made yet: each is made on the runtime
+    /// of the command that first needs it (a blocking caller's lane), and belongs to it.
+    pub(crate) fn sibling(&self) -> Arc<Conns> {
+        Arc::new(Conns {
+            url: self.url.clone(),
+            client: self.client.clone(),
+            cmd: Mutex::new(None),
+            connecting: tokio::sync::Mutex::new(()),
+            generations: AtomicU64::new(1),
+            idle: Mutex::new(Vec::new()),
+            idle_cap: IDLE_BLOCKERS_OF_A_LANE,
+        })
     }
 
     /// The command connection (cheap to clone; commands on clones are pipelined together),
@@ -112,7 +130,7 @@ impl Conns {
     /// Gives a blocking connection back after a reply that answered its request.
     pub(crate) fn idle(&self, conn: MultiplexedConnection) {
         let mut idle = self.idle.lock();
-        if idle.len() < IDLE_BLOCKERS {
+        if idle.len() < self.idle_cap {
             idle.push(conn);
         }
     }

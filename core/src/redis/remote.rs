@@ -26,8 +26,18 @@ const MIN_BLOCK: Duration = Duration::from_millis(2);
 const REGISTRATION_SLACK: Duration = Duration::from_secs(1);
 
 /// The Redis scope's calls to its server: the scripts, and the wait loop.
+///
+/// The scope's own instance runs on the scope's runtime; a blocking caller's lane has a view of
+/// its own ([`Server::lane`]): the same scope, with connections made on the lane's runtime.
 pub(crate) struct RedisServer {
     pub(crate) conns: Arc<Conns>,
+    common: Arc<Common>,
+    /// The undoing this view runs in the background (see [`Background`]).
+    background: Arc<Background>,
+}
+
+/// What every view of a scope shares.
+pub(crate) struct Common {
     scripts: Scripts,
     names: Names,
     notify: Vec<u8>,
@@ -35,15 +45,32 @@ pub(crate) struct RedisServer {
     id: String,
     next: AtomicU64,
     /// The lease of every remote acquisition (renewed while it lives).
-    pub(crate) lease: Duration,
+    lease: Duration,
     /// A semaphore scope's units per key (0 for locks).
-    pub(crate) permits: u32,
+    permits: u32,
     /// This process's acquires that are queued in Redis now (from the script that queued them
     /// to the end of their wait), for [`stats`](crate::KeyedLock::stats).
-    pub(crate) queued_here: AtomicUsize,
+    queued_here: AtomicUsize,
 }
 
-/// One acquire counted in [`RedisServer::queued_here`] while this lives.
+/// Tasks a view started to undo an attempt (on the connection the attempt went on, so they
+/// must run on the runtime that connection belongs to), counted so that a lane is not handed
+/// to its next caller, nor left undriven, before they end.
+#[derive(Default)]
+struct Background {
+    running: AtomicUsize,
+    done: tokio::sync::Notify,
+}
+
+impl std::ops::Deref for RedisServer {
+    type Target = Common;
+
+    fn deref(&self) -> &Common {
+        &self.common
+    }
+}
+
+/// One acquire counted in [`Common::queued_here`] while this lives.
 struct QueuedHere<'a>(&'a AtomicUsize);
 
 impl<'a> QueuedHere<'a> {
@@ -67,16 +94,31 @@ impl RedisServer {
         let id = seed.iter().map(|b| format!("{b:02x}")).collect();
         let names = Names::new(&conns.url.options.prefix, permits != 0);
         Ok(Self {
-            notify: names.notify(),
-            names,
-            lease: conns.url.options.lease,
-            permits,
+            common: Arc::new(Common {
+                notify: names.notify(),
+                names,
+                lease: conns.url.options.lease,
+                permits,
+                scripts: Scripts::new(),
+                id,
+                next: AtomicU64::new(1),
+                queued_here: AtomicUsize::new(0),
+            }),
             conns,
-            scripts: Scripts::new(),
-            id,
-            next: AtomicU64::new(1),
-            queued_here: AtomicUsize::new(0),
+            background: Arc::default(),
         })
+    }
+
+    /// Runs `fut` on the current runtime, counted in [`Background`] until it ends.
+    fn in_background(&self, fut: impl Future<Output = ()> + Send + 'static) {
+        let background = Arc::clone(&self.background);
+        background.running.fetch_add(1, Ordering::AcqRel);
+        tokio::spawn(async move {
+            fut.await;
+            if background.running.fetch_sub(1, Ordering::AcqRel) == 1 {
+                background.done.notify_waiters();
+            }
+        });
     }
 
     /// Loads the scripts by `cutoff`, so that the first acquire is one round trip too.
@@ -351,6 +393,28 @@ impl Server for RedisServer {
         self.queued_here.load(Ordering::Relaxed)
     }
 
+    fn lane(&self) -> Option<Arc<Self>> {
+        Some(Arc::new(Self {
+            conns: self.conns.sibling(),
+            common: Arc::clone(&self.common),
+            background: Arc::default(),
+        }))
+    }
+
+    fn busy(&self) -> bool {
+        self.background.running.load(Ordering::Acquire) != 0
+    }
+
+    async fn settle(&self) {
+        loop {
+            let done = self.background.done.notified();
+            if !self.busy() {
+                return;
+            }
+            done.await;
+        }
+    }
+
     /// Takes every key of `keys` or none, waiting (by push) until `deadline`; `try_only`
     /// neither waits nor queues. Stops waiting, leaving the queue, once `cancelled` resolves.
     ///
@@ -414,7 +478,7 @@ impl Server for RedisServer {
                     Ok(Err(hint)) => hint,
                     Err(f) => {
                         let cut = f.cut && by_deadline;
-                        tokio::spawn(Arc::clone(self).forget(
+                        self.in_background(Arc::clone(self).forget(
                             f.conn,
                             keys.to_vec(),
                             token.to_owned(),
@@ -446,7 +510,7 @@ impl Server for RedisServer {
         if result.is_err() && queued {
             // In the background: the acquire's deadline bounds the acquire.
             let (remote, keys, waiter) = (Arc::clone(self), keys.to_vec(), waiter.clone());
-            tokio::spawn(async move {
+            self.in_background(async move {
                 let _ = remote.leave(&keys, &waiter, None).await;
             });
         }

@@ -3,7 +3,9 @@
 //! The process holds at most one remote acquisition per key (a [`Hold`]); the local
 //! acquisitions that share it are its *users* (one, or several shared holders, or an owner's
 //! reentrant holds). While it has users, a task on the scope's runtime renews its lease every
-//! third of the lease. Renewal is bounded: the hold is given up as lost once the server has not
+//! third of the lease, from a third of the lease after it was granted; the task starts when the
+//! scope's periodic look finds the hold still live (a hold released sooner never has one), or
+//! at once for a hold whose users set their own deadlines. Renewal is bounded: the hold is given up as lost once the server has not
 //! confirmed it for the lease's remaining time (counted from the moment each successful renewal
 //! was sent, so the holder always learns of the loss no later than the server frees the key), or
 //! at once if the server says the token is gone (force-unlocked, or expired and taken). Either way the
@@ -40,8 +42,12 @@ pub(crate) struct Hold {
     pub(crate) expired: AtomicBool,
     /// Local users: acquisition id -> its own lease deadline.
     pub(crate) users: Mutex<HashMap<u64, Option<Instant>>>,
+    /// When the acquire that granted it was sent.
+    sent: Instant,
     /// Until when the server has confirmed the lease (local clock, conservative).
     confirmed: Mutex<Instant>,
+    /// Its renewal has started.
+    renewing: AtomicBool,
     stopped: AtomicBool,
     stop: Notify,
     /// A user came or its deadline moved: the renewal looks at the bound again.
@@ -55,7 +61,8 @@ impl Hold {
         fence: u64,
         died: bool,
         owner: Option<Owner>,
-        confirmed: Instant,
+        sent: Instant,
+        lease: Duration,
     ) -> Arc<Self> {
         Arc::new(Self {
             key,
@@ -66,7 +73,9 @@ impl Hold {
             lost: LostSignal::new(),
             expired: AtomicBool::new(false),
             users: Mutex::new(HashMap::new()),
-            confirmed: Mutex::new(confirmed),
+            sent,
+            confirmed: Mutex::new(sent + lease),
+            renewing: AtomicBool::new(false),
             stopped: AtomicBool::new(false),
             stop: Notify::new(),
             users_changed: Notify::new(),
@@ -103,6 +112,11 @@ impl Hold {
         self.users_changed.notify_one();
     }
 
+    /// Whether the caller is to start the renewal: once, and not after the hold ended.
+    pub(crate) fn start_renewal(&self) -> bool {
+        !self.stopped.load(Ordering::Acquire) && !self.renewing.swap(true, Ordering::AcqRel)
+    }
+
     /// Stops the renewal (the hold was released, or lost).
     pub(crate) fn halt(&self) {
         self.stopped.store(true, Ordering::Release);
@@ -130,7 +144,8 @@ impl Hold {
     /// Renews the hold until it is released or lost. See the [module docs](self).
     pub(crate) async fn renew_loop<S: Server>(self: Arc<Self>, remote: Arc<S>) {
         let interval = remote.lease() / 3;
-        let mut next = Instant::now() + interval;
+        // Started when it was granted, or up to a sixth of the lease later.
+        let mut next = (self.sent + interval).max(Instant::now());
         loop {
             if let Some(bound) = self.bound() {
                 next = next.min(bound);
@@ -168,6 +183,8 @@ impl Hold {
                     self.confirm(sent + lease);
                     next = Instant::now() + interval;
                 }
+                // Released meanwhile (on another connection, which the server may run first).
+                Ok(Ok(false)) if self.stopped.load(Ordering::Acquire) => return,
                 Ok(Ok(false)) => {
                     self.lose(Instant::now() >= confirmed);
                     // Whatever the token still has on the server (a scope whose force-unlock

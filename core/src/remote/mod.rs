@@ -16,6 +16,17 @@
 //! processes.) A semaphore scope's local layer is a semaphore of the same permits, so at most
 //! that many local holders of a key go to the server, each for a remote hold of its own.
 //!
+//! # Blocking callers
+//!
+//! A blocking call from a thread outside any runtime drives a *lane* of its own: a
+//! current-thread runtime and a view of the server ([`Server::lane`]) whose connections belong
+//! to it, so the call's I/O runs on the caller's thread, with the same code and bounds as on the
+//! scope's runtime. Handing each call to the scope's runtime and back would cost two
+//! cross-thread wake-ups per round trip. Lanes are kept for reuse (at most [`IDLE_LANES`]
+//! idle), so a process makes about one per thread that calls at once. Async calls, renewals,
+//! and blocking calls made inside some runtime (where another cannot be driven) run on the
+//! scope's runtime, as every call does in a scope without lanes.
+//!
 //! # Leases
 //!
 //! Every remote acquisition is confirmed by its holder's process every third of the scope's
@@ -50,6 +61,9 @@ use crate::report::{KeyReport, LockId};
 use crate::scope::{AcquireFuture, AcquireManyFuture, KeySpace, KeyedLock, LockKey, OpenOptions};
 use crate::stats::ScopeStats;
 
+/// The most idle lanes a scope keeps (see [Blocking callers](self#blocking-callers)).
+const IDLE_LANES: usize = 16;
+
 /// Per-key locks on a server. See the [module docs](self).
 pub(crate) struct RemoteLock<S: Server> {
     inner: Arc<Inner<S>>,
@@ -75,6 +89,44 @@ struct Inner<S: Server> {
     records: Mutex<HashMap<u64, Record>>,
     next: AtomicU64,
     reentrant: bool,
+    /// Idle lanes, for the next blocking calls.
+    lanes: Arc<Mutex<Vec<Lane<S>>>>,
+}
+
+/// A blocking caller's runtime and view of the server (see
+/// [Blocking callers](self#blocking-callers)), used by one caller at a time.
+struct Lane<S: Server> {
+    rt: Option<Runtime>,
+    server: Arc<S>,
+}
+
+impl<S: Server> Lane<S> {
+    fn block_on<F: Future>(&self, fut: F) -> F::Output {
+        self.rt
+            .as_ref()
+            .expect("a lane's runtime lives as long as it")
+            .block_on(fut)
+    }
+}
+
+impl<S: Server> Drop for Lane<S> {
+    fn drop(&mut self) {
+        // Never blocks: the last user of a scope may drop it inside some runtime.
+        if let Some(rt) = self.rt.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+/// Keeps `lane` for the next blocking call, if fewer than [`IDLE_LANES`] are idle.
+fn shelve<S: Server>(lanes: &Mutex<Vec<Lane<S>>>, lane: Lane<S>) {
+    let mut idle = lanes.lock();
+    if idle.len() < IDLE_LANES {
+        idle.push(lane);
+        return;
+    }
+    drop(idle);
+    drop(lane);
 }
 
 enum Slot {
@@ -154,7 +206,9 @@ impl<S: Server> RemoteLock<S> {
             records: Mutex::new(HashMap::new()),
             next: AtomicU64::new(1),
             reentrant: options.reentrant,
+            lanes: Arc::new(Mutex::new(Vec::new())),
         });
+        runtime.spawn(renewals(Arc::downgrade(&inner)));
         if let Some(mut lost) = lost {
             let inner = Arc::downgrade(&inner);
             runtime.spawn(async move {
@@ -190,6 +244,32 @@ impl<S: Server> fmt::Debug for RemoteLock<S> {
             .field("reentrant", &self.inner.reentrant)
             .field("held", &self.inner.records.lock().len())
             .finish()
+    }
+}
+
+/// Starts the renewal of every live hold, every sixth of the lease, while the scope lives (see
+/// [`Inner::watch`]).
+async fn renewals<S: Server>(inner: std::sync::Weak<Inner<S>>) {
+    loop {
+        let Some(period) = inner.upgrade().map(|i| i.remote.lease() / 6) else {
+            return;
+        };
+        tokio::time::sleep(period).await;
+        let Some(inner) = inner.upgrade() else {
+            return;
+        };
+        let live: Vec<Arc<Hold>> = inner
+            .slots
+            .lock()
+            .values()
+            .filter_map(|slot| match slot {
+                Slot::Live(hold) => Some(Arc::clone(hold)),
+                Slot::Releasing(_) => None,
+            })
+            .collect();
+        for hold in &live {
+            inner.watch(hold);
+        }
     }
 }
 
@@ -280,12 +360,10 @@ struct Granted<S: Server> {
 }
 
 impl<S: Server> Granted<S> {
-    /// The holds, with their renewals started.
+    /// The holds (their renewals start when [`Inner::watch`] says).
     fn into_holds(mut self, owner: Option<Owner>) -> Vec<Arc<Hold>> {
         self.armed = false;
-        let confirmed = self.sent + self.lease;
-        let holds: Vec<Arc<Hold>> = self
-            .keys
+        self.keys
             .iter()
             .zip(&self.grants)
             .map(|(k, g)| {
@@ -295,15 +373,11 @@ impl<S: Server> Granted<S> {
                     g.fence,
                     g.died,
                     owner.filter(|_| k.mode == Mode::Exclusive),
-                    confirmed,
+                    self.sent,
+                    self.lease,
                 )
             })
-            .collect();
-        for h in &holds {
-            self.handle
-                .spawn(Arc::clone(h).renew_loop(Arc::clone(&self.remote)));
-        }
-        holds
+            .collect()
     }
 }
 
@@ -321,6 +395,41 @@ impl<S: Server> Drop for Granted<S> {
             }
         });
     }
+}
+
+/// One remote acquire of `keys` on `server` (the scope's own, or a lane's view of it), for a
+/// fresh token of the scope's; the grants are the scope's to renew and release.
+async fn attempt<S: Server>(
+    server: &Arc<S>,
+    scope: Arc<S>,
+    handle: Handle,
+    keys: Vec<RemoteKey>,
+    plan: Plan,
+    cancelled: impl Future<Output = ()> + Send,
+) -> Result<Granted<S>> {
+    let token = scope.fresh_id();
+    let lease = plan.lease(&*scope);
+    let sent = Instant::now();
+    let grants = server
+        .acquire(
+            &keys,
+            &token,
+            lease,
+            plan.deadline,
+            plan.try_only,
+            cancelled,
+        )
+        .await?;
+    Ok(Granted {
+        remote: scope,
+        handle,
+        keys,
+        token,
+        grants,
+        sent,
+        lease,
+        armed: true,
+    })
 }
 
 /// How an acquire waits, worked out once.
@@ -354,6 +463,94 @@ impl Plan {
 }
 
 impl<S: Server> Inner<S> {
+    /// A lane for a blocking call on this thread; `None` where the call goes through the
+    /// scope's runtime: the scope has no lanes, or this thread is in some runtime's context
+    /// (which cannot drive another).
+    fn lane(&self) -> Option<Lane<S>> {
+        if Handle::try_current().is_ok() {
+            return None;
+        }
+        if let Some(lane) = self.lanes.lock().pop() {
+            return Some(lane);
+        }
+        let server = self.remote.lane()?;
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .ok()?;
+        Some(Lane {
+            rt: Some(rt),
+            server,
+        })
+    }
+
+    /// Takes `lane` back once the work it runs in the background has ended: at once, or after
+    /// that work, driven meanwhile on one of the scope's blocking threads.
+    fn put_back(&self, lane: Lane<S>) {
+        if !lane.server.busy() {
+            shelve(&self.lanes, lane);
+            return;
+        }
+        let lanes = Arc::clone(&self.lanes);
+        self.handle.spawn_blocking(move || {
+            lane.block_on(lane.server.settle());
+            shelve(&lanes, lane);
+        });
+    }
+
+    /// Runs `f` with a lane for this blocking call (or `None`: see [`lane`](Self::lane)), and
+    /// takes the lane back after.
+    fn on_lane<T>(&self, f: impl FnOnce(Option<&Lane<S>>) -> T) -> T {
+        let lane = self.lane();
+        let out = f(lane.as_ref());
+        if let Some(lane) = lane {
+            self.put_back(lane);
+        }
+        out
+    }
+
+    /// Runs one server call for a blocking caller and waits for it: on a lane where it can,
+    /// else on the scope's runtime.
+    fn call<T, F>(&self, call: impl FnOnce(Arc<S>) -> F) -> Result<T>
+    where
+        F: Future<Output = Result<T>> + Send + 'static,
+        T: Send + 'static,
+    {
+        self.on_lane(|lane| match lane {
+            Some(lane) => lane.block_on(call(Arc::clone(&lane.server))),
+            None => run_on(&self.handle, call(Arc::clone(&self.remote))),
+        })
+    }
+
+    /// Waits for an acquire made by `acquire` on this thread: given a lane's view of the server
+    /// where it can have one.
+    fn wait_for<T, F: Future<Output = T>>(&self, acquire: impl FnOnce(Option<Arc<S>>) -> F) -> T {
+        self.on_lane(|lane| match lane {
+            Some(lane) => lane.block_on(acquire(Some(Arc::clone(&lane.server)))),
+            None => block_on(acquire(None)),
+        })
+    }
+
+    /// Starts `hold`'s renewal on the scope's runtime, unless it has started (or the hold has
+    /// ended). A hold's first renewal is due a third of its lease after it was granted; the
+    /// renewals of holds whose users set no deadline are started by [`renewals`] at most a
+    /// sixth of the lease after that, so a hold released before then never wakes the runtime.
+    /// A hold with a user's deadline is watched at once: its end must come on time.
+    fn watch(&self, hold: &Arc<Hold>) {
+        if hold.start_renewal() {
+            self.handle
+                .spawn(Arc::clone(hold).renew_loop(Arc::clone(&self.remote)));
+        }
+    }
+
+    /// Adds user `id` to `hold` with its own lease deadline, which the renewal must watch.
+    fn add_user(&self, hold: &Arc<Hold>, id: u64, deadline: Option<Instant>) {
+        hold.add_user(id, deadline);
+        if deadline.is_some() {
+            self.watch(hold);
+        }
+    }
+
     /// The server says `token`'s hold is lost: its users learn it now.
     fn lose_token(&self, token: &str) {
         for slot in self.slots.lock().values() {
@@ -365,40 +562,40 @@ impl<S: Server> Inner<S> {
         }
     }
 
-    /// Takes fresh remote holds of `keys` (all or none), on the scope's runtime; dropping the
-    /// future cancels the wait and releases anything granted meanwhile.
+    /// Takes fresh remote holds of `keys` (all or none): on `lane` (a blocking caller's, which
+    /// this thread drives), else on the scope's runtime, where dropping the future cancels the
+    /// wait and releases anything granted meanwhile.
     ///
-    /// Every call to the server runs on the runtime, even a blocking caller's first attempt: only
-    /// there can a command have a deadline for its whole reply (a blocking socket can bound
-    /// each read, not the reply).
-    async fn remote_acquire(&self, keys: Vec<RemoteKey>, plan: Plan) -> Result<Vec<Arc<Hold>>> {
-        let remote = Arc::clone(&self.remote);
-        let handle = self.handle.clone();
-        let lease = plan.lease(&*remote);
-        let (mut tx, rx) = oneshot::channel::<Result<Granted<S>>>();
-        self.handle.spawn(async move {
-            let token = remote.fresh_id();
-            let sent = Instant::now();
-            let result = {
-                let closed = tx.closed();
-                remote
-                    .acquire(&keys, &token, lease, plan.deadline, plan.try_only, closed)
-                    .await
-            };
-            let out = result.map(|grants| Granted {
-                remote: Arc::clone(&remote),
-                handle,
-                keys,
-                token,
-                grants,
-                sent,
-                lease,
-                armed: true,
-            });
-            // If the acquirer is gone, `out` comes back and its drop releases the grants.
-            let _ = tx.send(out);
-        });
-        let granted = rx.await.unwrap_or_else(|_| Err(closed()))?;
+    /// Either way every call to the server runs on a runtime, even a blocking caller's first
+    /// attempt: only there can a command have a deadline for its whole reply (a blocking socket
+    /// can bound each read, not the reply).
+    async fn remote_acquire(
+        &self,
+        keys: Vec<RemoteKey>,
+        plan: Plan,
+        lane: Option<Arc<S>>,
+    ) -> Result<Vec<Arc<Hold>>> {
+        let granted = match lane {
+            Some(lane) => {
+                let (scope, handle) = (Arc::clone(&self.remote), self.handle.clone());
+                attempt(&lane, scope, handle, keys, plan, std::future::pending()).await?
+            }
+            None => {
+                let remote = Arc::clone(&self.remote);
+                let handle = self.handle.clone();
+                let (mut tx, rx) = oneshot::channel::<Result<Granted<S>>>();
+                self.handle.spawn(async move {
+                    let out = {
+                        let closed = tx.closed();
+                        attempt(&Arc::clone(&remote), remote, handle, keys, plan, closed).await
+                    };
+                    // If the acquirer is gone, `out` comes back and its drop releases the
+                    // grants.
+                    let _ = tx.send(out);
+                });
+                rx.await.unwrap_or_else(|_| Err(closed()))?
+            }
+        };
         Ok(granted.into_holds(plan.opts.owner))
     }
 
@@ -413,7 +610,7 @@ impl<S: Server> Inner<S> {
         let slots = self.slots.lock();
         match slots.get(lkey)? {
             Slot::Live(h) if h.joinable(plan.opts.mode, plan.opts.owner, self.reentrant) => {
-                h.add_user(id, plan_deadline(plan));
+                self.add_user(h, id, plan_deadline(plan));
                 Some(Ok(Arc::clone(h)))
             }
             Slot::Live(_) => None,
@@ -423,7 +620,7 @@ impl<S: Server> Inner<S> {
 
     /// Makes `hold` the key's live hold, with user `id`.
     fn install(&self, lkey: &[u8], hold: &Arc<Hold>, id: u64, plan: &Plan) {
-        hold.add_user(id, plan_deadline(plan));
+        self.add_user(hold, id, plan_deadline(plan));
         self.slots
             .lock()
             .insert(lkey.to_vec(), Slot::Live(Arc::clone(hold)));
@@ -476,6 +673,7 @@ impl<S: Server> Inner<S> {
         space: KeySpace,
         key: Vec<u8>,
         opts: LockOptions,
+        lane: Option<Arc<S>>,
     ) -> Result<Acquisition> {
         self.check_request(space, &opts)?;
         let plan = Plan::new(&opts);
@@ -506,7 +704,10 @@ impl<S: Server> Inner<S> {
                         mode: plan.opts.mode,
                         units: self.units(&plan.opts),
                     }];
-                    let hold = self.remote_acquire(keys, plan).await?.remove(0);
+                    let hold = self
+                        .remote_acquire(keys, plan, lane.clone())
+                        .await?
+                        .remove(0);
                     self.install(&lkey, &hold, id, &plan);
                     break hold;
                 }
@@ -520,6 +721,7 @@ impl<S: Server> Inner<S> {
         self: Arc<Self>,
         keys: Vec<(KeySpace, Vec<u8>, Mode)>,
         opts: LockOptions,
+        lane: Option<Arc<S>>,
     ) -> Result<Vec<Acquisition>> {
         for (space, _, _) in &keys {
             self.check_request(*space, &opts)?;
@@ -598,7 +800,7 @@ impl<S: Server> Inner<S> {
         let mut got = if fresh.is_empty() {
             Vec::new()
         } else {
-            match self.remote_acquire(fresh, plan).await {
+            match self.remote_acquire(fresh, plan, lane).await {
                 Ok(h) => h,
                 Err(e) => {
                     unjoin(&joined);
@@ -663,11 +865,9 @@ impl<S: Server> Inner<S> {
             None => Ok(()),
             Some(done) => {
                 hold.halt();
-                let remote = Arc::clone(&self.remote);
                 let h = Arc::clone(&hold);
-                let r = run_on(&self.handle, async move {
-                    remote.release(&h.key, &h.token).await
-                });
+                let r =
+                    self.call(move |remote| async move { remote.release(&h.key, &h.token).await });
                 {
                     let mut slots = self.slots.lock();
                     if matches!(slots.get(&lkey), Some(Slot::Releasing(d)) if Arc::ptr_eq(d, &done))
@@ -705,11 +905,14 @@ fn plan_deadline(plan: &Plan) -> Option<Instant> {
 
 impl<S: Server> KeyedLock for RemoteLock<S> {
     fn acquire(&self, key: LockKey<'_>, opts: &LockOptions) -> Result<Acquisition> {
-        block_on(Arc::clone(&self.inner).acquire_one(key.space, key.bytes.to_vec(), *opts))
+        let inner = &self.inner;
+        inner.wait_for(|lane| {
+            Arc::clone(inner).acquire_one(key.space, key.bytes.to_vec(), *opts, lane)
+        })
     }
 
     fn acquire_async(self: Arc<Self>, key: LockKey<'_>, opts: &LockOptions) -> AcquireFuture {
-        let fut = Arc::clone(&self.inner).acquire_one(key.space, key.bytes.to_vec(), *opts);
+        let fut = Arc::clone(&self.inner).acquire_one(key.space, key.bytes.to_vec(), *opts, None);
         // The future keeps the scope (and its runtime) alive.
         Box::pin(async move {
             let out = fut.await;
@@ -723,7 +926,8 @@ impl<S: Server> KeyedLock for RemoteLock<S> {
         keys: &[(LockKey<'_>, Mode)],
         opts: &LockOptions,
     ) -> Result<Vec<Acquisition>> {
-        block_on(Arc::clone(&self.inner).acquire_many(owned_keys(keys), *opts))
+        let inner = &self.inner;
+        inner.wait_for(|lane| Arc::clone(inner).acquire_many(owned_keys(keys), *opts, lane))
     }
 
     fn acquire_many_async(
@@ -731,7 +935,7 @@ impl<S: Server> KeyedLock for RemoteLock<S> {
         keys: &[(LockKey<'_>, Mode)],
         opts: &LockOptions,
     ) -> AcquireManyFuture {
-        let fut = Arc::clone(&self.inner).acquire_many(owned_keys(keys), *opts);
+        let fut = Arc::clone(&self.inner).acquire_many(owned_keys(keys), *opts, None);
         Box::pin(async move {
             let out = fut.await;
             drop(self);
@@ -756,16 +960,14 @@ impl<S: Server> KeyedLock for RemoteLock<S> {
             }
             inner.local.extend(&mut rec.local, lease)?;
             let until = rec.local.lease_deadline();
-            rec.hold.add_user(acquisition.at, until);
+            inner.add_user(&rec.hold, acquisition.at, until);
             (Arc::clone(&rec.hold), until)
         };
-        let remote = Arc::clone(&inner.remote);
         let h = Arc::clone(&hold);
-        let ms = lease.min(remote.lease());
+        let ms = lease.min(inner.remote.lease());
         let sent = Instant::now();
-        let ok = run_on(&inner.handle, async move {
-            remote.renew(&h.key, &h.token, ms).await
-        })?;
+        let ok =
+            inner.call(move |remote| async move { remote.renew(&h.key, &h.token, ms).await })?;
         if !ok {
             hold.lose(false);
             return Err(Error::NotOwner);
@@ -792,20 +994,13 @@ impl<S: Server> KeyedLock for RemoteLock<S> {
                 _ => return Ok(false),
             }
         };
-        let remote = Arc::clone(&inner.remote);
-        run_on(&inner.handle, async move {
-            remote.check(&hold.key, &hold.token).await
-        })
+        inner.call(move |remote| async move { remote.check(&hold.key, &hold.token).await })
     }
 
     fn force_unlock(&self, key: LockKey<'_>) -> Result<bool> {
         let inner = &self.inner;
-        let remote = Arc::clone(&inner.remote);
         let (space, bytes) = (key.space, key.bytes.to_vec());
-        let was = run_on(
-            &inner.handle,
-            async move { remote.force(space, &bytes).await },
-        )?;
+        let was = inner.call(move |remote| async move { remote.force(space, &bytes).await })?;
         let lkey = local_key(key.space, key.bytes);
         if let Some(Slot::Live(h)) = inner.slots.lock().remove(&lkey) {
             h.lose(false);
@@ -816,12 +1011,8 @@ impl<S: Server> KeyedLock for RemoteLock<S> {
 
     fn info(&self, key: LockKey<'_>) -> Result<Option<LockInfo>> {
         let inner = &self.inner;
-        let remote = Arc::clone(&inner.remote);
         let (space, bytes) = (key.space, key.bytes.to_vec());
-        let Some(r) = run_on(
-            &inner.handle,
-            async move { remote.info(space, &bytes).await },
-        )?
+        let Some(r) = inner.call(move |remote| async move { remote.info(space, &bytes).await })?
         else {
             return Ok(None);
         };
@@ -849,8 +1040,9 @@ impl<S: Server> KeyedLock for RemoteLock<S> {
     /// waiters by count: the server keeps no process ids). A key freed between the two steps
     /// is left out.
     fn list(&self) -> Result<Vec<KeyReport>> {
-        let remote = Arc::clone(&self.inner.remote);
-        let keys = run_on(&self.inner.handle, async move { remote.keys().await })?;
+        let keys = self
+            .inner
+            .call(|remote| async move { remote.keys().await })?;
         let mut out = Vec::with_capacity(keys.len());
         for (space, bytes) in keys {
             let Some(info) = self.info(LockKey {

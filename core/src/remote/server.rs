@@ -68,6 +68,25 @@ pub(crate) trait Server: Send + Sync + 'static {
     /// This process's acquires queued on the server now, for [`stats`](crate::KeyedLock::stats).
     fn queued_here(&self) -> usize;
 
+    /// A view of this scope for a blocking caller's lane: the same scope, with connections of
+    /// its own, each made on (and belonging to) the runtime of the first call that needs it.
+    /// `None` (the default) for a scope without such views: its blocking calls go through its
+    /// runtime.
+    fn lane(&self) -> Option<Arc<Self>> {
+        None
+    }
+
+    /// Whether work this view started in the background (undoing an attempt whose outcome is
+    /// unknown) is still running.
+    fn busy(&self) -> bool {
+        false
+    }
+
+    /// Resolves once this view is no longer [`busy`](Self::busy).
+    fn settle(&self) -> impl Future<Output = ()> + Send {
+        std::future::ready(())
+    }
+
     /// The tokens of holds the server says were lost behind their holders' backs (a
     /// force-unlock it announces), for the front to fire their lost signals at once; taken
     /// once, at start. `None` (the default) for a server whose holders learn it at renewal.

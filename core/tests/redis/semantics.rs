@@ -446,3 +446,99 @@ fn a_lost_callback_may_release_its_acquisition() {
     let next = b.acquire(key("k"), &NO).unwrap();
     b.release(next).unwrap();
 }
+
+/// The connections `server` has accepted since it started.
+fn connections_made(admin: &mut redis::Connection) -> u64 {
+    let info: String = redis::cmd("INFO").arg("stats").query(admin).unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("total_connections_received:"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn blocking_callers_keep_their_lanes_and_calls_inside_a_runtime_still_work() {
+    let server = Server::start();
+    let locks = open(&server, "prefix=lanes");
+    let mut admin = server.client();
+    let pair = |locks: &Arc<dyn keylock_core::KeyedLock>, k: &str| {
+        let acq = locks.acquire(key(k), &LockOptions::new()).unwrap();
+        locks.release(acq).unwrap();
+    };
+    pair(&locks, "k");
+    // One thread's calls reuse its lane and the lane's connection: none is made per call.
+    let before = connections_made(&mut admin);
+    for i in 0..200 {
+        pair(&locks, &format!("k{}", i % 4));
+    }
+    assert_eq!(connections_made(&mut admin), before);
+
+    // Eight threads at once, each on a lane (its own connections): holders inside at once
+    // never exceed one, and every acquire is granted.
+    let inside = Arc::new(AtomicUsize::new(0));
+    let max = Arc::new(AtomicUsize::new(0));
+    let done = Arc::new(AtomicUsize::new(0));
+    let threads: Vec<_> = (0..8)
+        .map(|_| {
+            let locks = Arc::clone(&locks);
+            let (inside, max, done) = (Arc::clone(&inside), Arc::clone(&max), Arc::clone(&done));
+            std::thread::spawn(move || {
+                for _ in 0..40 {
+                    let acq = locks.acquire(key("hot"), &LockOptions::new()).unwrap();
+                    let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                    max.fetch_max(now, Ordering::SeqCst);
+                    std::thread::yield_now();
+                    inside.fetch_sub(1, Ordering::SeqCst);
+                    done.fetch_add(1, Ordering::SeqCst);
+                    locks.release(acq).unwrap();
+                }
+            })
+        })
+        .collect();
+    within(Duration::from_secs(120), move || {
+        for t in threads {
+            t.join().unwrap();
+        }
+    });
+    assert_eq!(max.load(Ordering::SeqCst), 1);
+    assert_eq!(done.load(Ordering::SeqCst), 8 * 40);
+    // At most a lane per thread, each with a command connection and one for waiting.
+    let after = connections_made(&mut admin);
+    assert!(
+        after <= before + 8 * 2,
+        "{} connections made by 8 threads",
+        after - before
+    );
+
+    // A blocking call made inside a runtime (which cannot drive another) goes through the
+    // scope's own runtime: on a current-thread runtime, and on a multi-threaded runtime's
+    // blocking thread.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let l = Arc::clone(&locks);
+    let acq = within(Duration::from_secs(20), move || {
+        rt.block_on(async move { l.acquire(key("rt"), &LockOptions::new()) })
+    })
+    .unwrap();
+    let fence = acq.fence();
+    let multi = tokio::runtime::Runtime::new().unwrap();
+    let l = Arc::clone(&locks);
+    within(Duration::from_secs(20), move || {
+        multi.block_on(async move {
+            tokio::task::spawn_blocking(move || {
+                assert!(l.is_current(&acq).unwrap());
+                l.release(acq).unwrap();
+                let next = l.acquire(key("rt"), &NO).unwrap();
+                assert!(next.fence() > fence);
+                l.release(next).unwrap();
+            })
+            .await
+            .unwrap();
+        });
+    });
+    assert!(!locks.is_locked(key("rt")).unwrap());
+}
