@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use redis::Value;
+use redis::aio::MultiplexedConnection;
 
 use super::conn::{CmdConn, Conns};
 use super::scripts::{Names, Scripts, mode_char};
@@ -22,6 +23,9 @@ use crate::scope::KeySpace;
 const MAX_BLOCK: Duration = Duration::from_secs(5);
 /// The shortest block (a lease about to end: look again right after it).
 const MIN_BLOCK: Duration = Duration::from_millis(2);
+/// The least time an attempt sent behind a block must have for its reply before the deadline
+/// (else the block goes alone, and the attempt after it).
+const REPLY_ROOM: Duration = Duration::from_millis(50);
 /// How much longer a waiter's registration lives than its block, to cover the round trips.
 const REGISTRATION_SLACK: Duration = Duration::from_secs(1);
 
@@ -200,6 +204,48 @@ impl RedisServer {
         deadline.map_or(own, |d| own.min(d))
     }
 
+    /// `script` with `keys` and `args`, and a fresh request id as its last ARGV, which the
+    /// reply must carry: the invocation and the id.
+    fn invocation<'a>(
+        &self,
+        script: &'a redis::Script,
+        keys: &[Vec<u8>],
+        args: &[Vec<u8>],
+    ) -> (redis::ScriptInvocation<'a>, String) {
+        let id = self.fresh_id();
+        let mut inv = script.prepare_invoke();
+        for k in keys {
+            inv.key(&k[..]);
+        }
+        for a in args {
+            inv.arg(&a[..]);
+        }
+        inv.arg(id.as_bytes());
+        (inv, id)
+    }
+
+    /// The acquire script's ARGV for an attempt: the notify prefix, the token, the waiter, the
+    /// lease, how long the waiter stays registered if it must wait (0 for a try) and each key's
+    /// mode.
+    fn acquire_args(
+        &self,
+        keys: &[RemoteKey],
+        token: &str,
+        waiter: &str,
+        lease: Duration,
+        registration: u64,
+    ) -> Vec<Vec<u8>> {
+        let mut args = vec![
+            self.notify.clone(),
+            token.as_bytes().to_vec(),
+            waiter.as_bytes().to_vec(),
+            millis(lease).to_string().into_bytes(),
+            registration.to_string().into_bytes(),
+        ];
+        args.extend(keys.iter().map(|k| self.mode_arg(k)));
+        args
+    }
+
     /// Runs a script that takes the notify prefix as its first ARGV (all but `check`).
     async fn eval(
         &self,
@@ -231,15 +277,7 @@ impl RedisServer {
         cutoff: Instant,
         mut on: Option<CmdConn>,
     ) -> std::result::Result<Value, Failed> {
-        let id = self.fresh_id();
-        let mut inv = script.prepare_invoke();
-        for k in keys {
-            inv.key(&k[..]);
-        }
-        for a in args {
-            inv.arg(&a[..]);
-        }
-        inv.arg(id.as_bytes());
+        let (inv, id) = self.invocation(script, keys, args);
         let mut retried = false;
         loop {
             let c = match on.take() {
@@ -297,44 +335,101 @@ impl RedisServer {
         }
     }
 
-    /// Blocks on the waiter's own list for at most `wait` (and not past `deadline`).
-    async fn block(&self, waiter: &str, wait: Duration, deadline: Option<Instant>) -> Result<()> {
+    /// Blocks on the waiter's own list for at most `wait` (and not past `deadline`), on `con`
+    /// (a connection of its own). With `then` (the next attempt), Redis runs that attempt on the
+    /// same connection right after the block ends, so that a wake-up costs no round trip more:
+    /// its reply, if it ran. `None`: the block ended and the loop's next attempt is to be sent.
+    ///
+    /// An error whose [`Failed::conn`] is set left the attempt's outcome unknown: it is to be
+    /// undone on that connection (after the attempt, if Redis runs it).
+    async fn block(
+        &self,
+        con: MultiplexedConnection,
+        waiter: &str,
+        wait: Duration,
+        deadline: Option<Instant>,
+        then: Option<&(redis::ScriptInvocation<'_>, String)>,
+    ) -> std::result::Result<Option<Value>, Failed> {
         let own = Instant::now() + wait + self.conns.url.options.timeout;
         let cutoff = deadline.map_or(own, |d| own.min(d));
-        let mut con = match self.conns.blocker(cutoff).await {
-            Ok(con) => con,
-            // The deadline came first: the loop's next turn says so.
-            Err(_) if deadline.is_some_and(|d| Instant::now() >= d) => return Ok(()),
-            Err(e) => return Err(e),
-        };
         let list = self.names.notify_list(waiter);
-        let cmd = redis::cmd("BLPOP")
+        let mut pipe = redis::pipe();
+        // Each reply as it came, server errors included (told apart below).
+        pipe.ignore_errors();
+        pipe.cmd("BLPOP")
             .arg(&list[..])
-            .arg(format!("{:.3}", wait.as_secs_f64()))
-            .clone();
-        match tokio::time::timeout_at(cutoff.into(), cmd.query_async::<Value>(&mut con)).await {
-            // Nothing pushed in time, or a push to this waiter's own list: the answer to this
-            // request (a BLPOP reply names its list), so the connection may serve again.
-            Ok(Ok(Value::Nil)) => {
+            .arg(format!("{:.3}", wait.as_secs_f64()));
+        if let Some((inv, _)) = then {
+            pipe.invoke_script(inv);
+        }
+        let mut query = con.clone();
+        let reply =
+            tokio::time::timeout_at(cutoff.into(), pipe.query_async::<Vec<Value>>(&mut query))
+                .await;
+        // The attempt may have run: undone on this connection (never the command connection's
+        // generation, so nothing else is discarded).
+        let unknown = |error: Error, cut: bool| Failed {
+            error,
+            cut,
+            conn: then.map(|_| CmdConn {
+                generation: 0,
+                conn: con.clone(),
+            }),
+        };
+        match reply {
+            Ok(Ok(mut items)) if items.len() == 1 + usize::from(then.is_some()) => {
+                // Nothing pushed in time, or a push to this waiter's own list: the answer to
+                // this request (a BLPOP reply names its list).
+                let woke = items.remove(0);
+                let answered = match &woke {
+                    Value::ServerError(e) => {
+                        return Err(unknown(self.conns.error(&e.clone().into()), false));
+                    }
+                    Value::Nil => true,
+                    Value::Array(pair) => {
+                        pair.len() == 2 && matches!(&pair[0], Value::BulkString(l) if *l == list)
+                    }
+                    _ => false,
+                };
+                if !answered {
+                    return Err(unknown(self.conns.unexpected_reply(), false));
+                }
+                let attempt = match (then, items.pop()) {
+                    // The scripts were flushed: the attempt did not run, and the next one
+                    // (sent alone) loads them.
+                    (Some(_), Some(Value::ServerError(e)))
+                        if e.kind() == Some(redis::ServerErrorKind::NoScript) =>
+                    {
+                        None
+                    }
+                    (Some(_), Some(Value::ServerError(e))) => {
+                        return Err(unknown(self.conns.error(&e.into()), false));
+                    }
+                    (Some((_, id)), Some(v)) => match answer(v, id) {
+                        Some(v) => Some(v),
+                        None => return Err(unknown(self.conns.unexpected_reply(), false)),
+                    },
+                    _ => None,
+                };
                 self.conns.idle(con);
-                Ok(())
-            }
-            Ok(Ok(Value::Array(items)))
-                if items.len() == 2 && matches!(&items[0], Value::BulkString(l) if *l == list) =>
-            {
-                self.conns.idle(con);
-                Ok(())
+                Ok(attempt)
             }
             // Any other reply does not answer this request: the connection is dropped.
-            Ok(Ok(_)) => Err(self.conns.unexpected_reply()),
-            // A connection torn since it was last used (a server restart): dropped here, and
-            // the next attempt's script, on a fresh command connection, says whether Redis is
-            // really gone.
-            Ok(Err(e)) if e.is_io_error() || e.is_connection_dropped() => Ok(()),
-            Ok(Err(e)) => Err(self.conns.error(&e)),
+            Ok(Ok(_)) => Err(unknown(self.conns.unexpected_reply(), false)),
+            // A connection torn since it was last used (a server restart): dropped here, and the
+            // next attempt (the same token: it finds the grant, if the one sent here ran) says
+            // whether Redis is really gone.
+            Ok(Err(e)) if e.is_io_error() || e.is_connection_dropped() => Ok(None),
+            Ok(Err(e)) => Err(unknown(self.conns.error(&e), false)),
             // Cut off by the deadline: the loop's next turn ends the acquire.
-            Err(_) if deadline.is_some_and(|d| Instant::now() >= d) => Ok(()),
-            Err(_) => Err(self.conns.timed_out(wait + self.conns.url.options.timeout)),
+            Err(_) if then.is_none() && deadline.is_some_and(|d| Instant::now() >= d) => Ok(None),
+            Err(_) if deadline.is_some_and(|d| Instant::now() >= d) => {
+                Err(unknown(Error::TimedOut, true))
+            }
+            Err(_) => Err(unknown(
+                self.conns.timed_out(wait + self.conns.url.options.timeout),
+                false,
+            )),
         }
     }
 
@@ -441,30 +536,46 @@ impl Server for RedisServer {
         let names = self.keys_of(keys);
         let result = async {
             let mut counted = None;
-            loop {
-                let now = Instant::now();
+            // Undoes an attempt whose outcome is unknown, on the connection it went on.
+            let undo = |conn: Option<CmdConn>| {
+                self.in_background(Arc::clone(self).forget(
+                    conn,
+                    keys.to_vec(),
+                    token.to_owned(),
+                    waiter.clone(),
+                ));
+            };
+            // The registration an attempt sent now asks for: the longest block after it.
+            let registration = |now: Instant| {
                 let remaining = deadline.map(|d| d.saturating_duration_since(now));
-                if queued && remaining.is_some_and(|r| r.is_zero()) {
-                    return Err(Error::TimedOut);
-                }
                 let block = remaining.map_or(MAX_BLOCK, |r| r.min(MAX_BLOCK));
-                let registration = if try_only {
+                if try_only {
                     0
                 } else {
                     millis(block + REGISTRATION_SLACK)
+                }
+            };
+            // The reply of the attempt Redis ran right after the last block.
+            let mut ran: Option<Value> = None;
+            loop {
+                let now = Instant::now();
+                let remaining = deadline.map(|d| d.saturating_duration_since(now));
+                if ran.is_none() && queued && remaining.is_some_and(|r| r.is_zero()) {
+                    return Err(Error::TimedOut);
+                }
+                let block = remaining.map_or(MAX_BLOCK, |r| r.min(MAX_BLOCK));
+                let mut by_deadline = false;
+                let reply = match ran.take() {
+                    Some(v) => Ok(v),
+                    None => {
+                        let args =
+                            self.acquire_args(keys, token, &waiter, lease, registration(now));
+                        let cutoff = self.cutoff(deadline);
+                        by_deadline = deadline.is_some_and(|d| d <= cutoff);
+                        self.call(&self.scripts.acquire, &names, &args, cutoff, None)
+                            .await
+                    }
                 };
-                let mut args = vec![
-                    token.as_bytes().to_vec(),
-                    waiter.as_bytes().to_vec(),
-                    millis(lease).to_string().into_bytes(),
-                    registration.to_string().into_bytes(),
-                ];
-                args.extend(keys.iter().map(|k| self.mode_arg(k)));
-                let cutoff = self.cutoff(deadline);
-                let by_deadline = deadline.is_some_and(|d| d <= cutoff);
-                let reply = self
-                    .eval(&self.scripts.acquire, &names, &args, cutoff, None)
-                    .await;
                 let parsed = match reply {
                     Ok(v) => parse_acquire(&v, keys.len()).ok_or_else(|| Failed {
                         error: self.conns.unexpected_reply(),
@@ -478,12 +589,7 @@ impl Server for RedisServer {
                     Ok(Err(hint)) => hint,
                     Err(f) => {
                         let cut = f.cut && by_deadline;
-                        self.in_background(Arc::clone(self).forget(
-                            f.conn,
-                            keys.to_vec(),
-                            token.to_owned(),
-                            waiter.clone(),
-                        ));
+                        undo(f.conn);
                         return Err(if cut { Error::TimedOut } else { f.error });
                     }
                 };
@@ -500,9 +606,45 @@ impl Server for RedisServer {
                 let wait = Duration::from_millis(hint.max(0) as u64)
                     .max(MIN_BLOCK)
                     .min(block.max(MIN_BLOCK));
-                tokio::select! {
-                    r = self.block(&waiter, wait, deadline) => r?,
-                    () = &mut cancelled => return Err(Error::TimedOut),
+                let own = Instant::now() + wait + self.conns.url.options.timeout;
+                let con = match self
+                    .conns
+                    .blocker(deadline.map_or(own, |d| own.min(d)))
+                    .await
+                {
+                    Ok(con) => con,
+                    // The deadline came first: the loop's next turn says so.
+                    Err(_) if deadline.is_some_and(|d| Instant::now() >= d) => continue,
+                    Err(e) => return Err(e),
+                };
+                // The next attempt goes right behind the block, unless the deadline may come
+                // before its reply does.
+                let sent = Instant::now();
+                let then = deadline
+                    .is_none_or(|d| sent + wait + REPLY_ROOM < d)
+                    .then(|| {
+                        let args =
+                            self.acquire_args(keys, token, &waiter, lease, registration(sent));
+                        self.invocation(&self.scripts.acquire, &names, &args)
+                    });
+                let woke = tokio::select! {
+                    r = self.block(con.clone(), &waiter, wait, deadline, then.as_ref()) => r,
+                    () = &mut cancelled => {
+                        if then.is_some() {
+                            // The attempt may still run: undone behind it.
+                            undo(Some(CmdConn { generation: 0, conn: con }));
+                        }
+                        return Err(Error::TimedOut);
+                    }
+                };
+                match woke {
+                    Ok(reply) => ran = reply,
+                    Err(f) => {
+                        if f.conn.is_some() {
+                            undo(f.conn);
+                        }
+                        return Err(f.error);
+                    }
                 }
             }
         }

@@ -75,6 +75,31 @@ fn async_acquire_needs_no_runtime_and_cancels_cleanly() {
 }
 
 #[test]
+fn a_dropped_waiter_holds_nothing_after_its_block_ends() {
+    let server = Server::start();
+    let a = open(&server, "prefix=dw");
+    let b = open(&server, "prefix=dw");
+    // A holder whose lease ends in 1.5 s: the waiter blocks until then at the most, and Redis
+    // runs its next attempt, sent behind the block, when the block ends.
+    let held = a
+        .acquire(key("k"), &LockOptions::new().lease(Duration::from_millis(1500)))
+        .unwrap();
+    let mut pending = Arc::clone(&b).acquire_async(key("k"), &LockOptions::new());
+    let waker = futures::task::noop_waker();
+    let mut cx = std::task::Context::from_waker(&waker);
+    assert!(pending.as_mut().poll(&mut cx).is_pending());
+    wait_until(|| a.info(key("k")).unwrap().unwrap().waiters != 0);
+    drop(pending);
+    a.release(held).unwrap();
+    // Past the block's end: the attempt that ran after it (for a token nobody has, with the
+    // scope's 30 s lease) was undone behind it, so the key is free.
+    std::thread::sleep(Duration::from_millis(2500));
+    let again = a.acquire(key("k"), &NO).unwrap();
+    a.release(again).unwrap();
+    assert_eq!(b.info(key("k")).unwrap(), None);
+}
+
+#[test]
 fn acquire_many_is_all_or_nothing() {
     let server = Server::start();
     let a = open(&server, "prefix=m");
