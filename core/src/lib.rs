@@ -36,6 +36,8 @@ mod acquisition;
 mod adder;
 mod entry;
 mod error;
+#[cfg(any(feature = "shm", feature = "redis", feature = "postgres"))]
+mod fork;
 mod front;
 mod glibc_compat;
 mod guard;

@@ -91,6 +91,9 @@ struct Inner<S: Server> {
     reentrant: bool,
     /// Idle lanes, for the next blocking calls.
     lanes: Arc<Mutex<Vec<Lane<S>>>>,
+    /// The fork generation the scope was opened in: a child of `fork()` has the parent's
+    /// connections (the same sockets) without the parent's threads, so it must not use them.
+    fork_gen: u64,
 }
 
 /// A blocking caller's runtime and view of the server (see
@@ -98,6 +101,7 @@ struct Inner<S: Server> {
 struct Lane<S: Server> {
     rt: Option<Runtime>,
     server: Arc<S>,
+    fork_gen: u64,
 }
 
 impl<S: Server> Lane<S> {
@@ -111,10 +115,21 @@ impl<S: Server> Lane<S> {
 
 impl<S: Server> Drop for Lane<S> {
     fn drop(&mut self) {
-        // Never blocks: the last user of a scope may drop it inside some runtime.
         if let Some(rt) = self.rt.take() {
-            rt.shutdown_background();
+            forked_or(self.fork_gen, rt, Runtime::shutdown_background);
         }
+    }
+}
+
+/// Ends `rt` with `end`; in a child of `fork()` (the scope was opened in generation `opened`),
+/// leaks it instead: its sockets and its poller are shared with the parent, and taking a socket
+/// out of the poller there would take it out of the parent's too.
+fn forked_or(opened: u64, rt: Runtime, end: impl FnOnce(Runtime)) {
+    if crate::fork::fork_generation() == opened {
+        // Never blocks: the last user of a scope may drop it inside some runtime.
+        end(rt);
+    } else {
+        std::mem::forget(rt);
     }
 }
 
@@ -178,6 +193,7 @@ impl<S: Server> RemoteLock<S> {
                     .build::<KeyBuf>(),
             ),
         };
+        let fork_gen = crate::fork::watch_forks();
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .thread_name("keylock-remote")
@@ -207,6 +223,7 @@ impl<S: Server> RemoteLock<S> {
             next: AtomicU64::new(1),
             reentrant: options.reentrant,
             lanes: Arc::new(Mutex::new(Vec::new())),
+            fork_gen,
         });
         runtime.spawn(renewals(Arc::downgrade(&inner)));
         if let Some(mut lost) = lost {
@@ -232,7 +249,7 @@ impl<S: Server> Drop for RemoteLock<S> {
         // Never blocks (a scope may be dropped inside some async runtime). Holds still alive
         // stop renewing and end with their leases.
         if let Some(rt) = self.runtime.take() {
-            rt.shutdown_background();
+            forked_or(self.inner.fork_gen, rt, Runtime::shutdown_background);
         }
     }
 }
@@ -481,6 +498,7 @@ impl<S: Server> Inner<S> {
         Some(Lane {
             rt: Some(rt),
             server,
+            fork_gen: self.fork_gen,
         })
     }
 
@@ -496,6 +514,21 @@ impl<S: Server> Inner<S> {
             lane.block_on(lane.server.settle());
             shelve(&lanes, lane);
         });
+    }
+
+    /// `Unavailable` in a child of `fork()`: the scope's connections and runtime are the
+    /// parent's.
+    fn check_fork(&self) -> Result<()> {
+        if crate::fork::fork_generation() == self.fork_gen {
+            return Ok(());
+        }
+        Err(Error::Unavailable(
+            format!(
+                "this {} scope was opened before fork(); open it again in the child",
+                S::KIND
+            )
+            .into(),
+        ))
     }
 
     /// Runs `f` with a lane for this blocking call (or `None`: see [`lane`](Self::lane)), and
@@ -906,12 +939,16 @@ fn plan_deadline(plan: &Plan) -> Option<Instant> {
 impl<S: Server> KeyedLock for RemoteLock<S> {
     fn acquire(&self, key: LockKey<'_>, opts: &LockOptions) -> Result<Acquisition> {
         let inner = &self.inner;
+        inner.check_fork()?;
         inner.wait_for(|lane| {
             Arc::clone(inner).acquire_one(key.space, key.bytes.to_vec(), *opts, lane)
         })
     }
 
     fn acquire_async(self: Arc<Self>, key: LockKey<'_>, opts: &LockOptions) -> AcquireFuture {
+        if let Err(e) = self.inner.check_fork() {
+            return Box::pin(std::future::ready(Err(e)));
+        }
         let fut = Arc::clone(&self.inner).acquire_one(key.space, key.bytes.to_vec(), *opts, None);
         // The future keeps the scope (and its runtime) alive.
         Box::pin(async move {
@@ -927,6 +964,7 @@ impl<S: Server> KeyedLock for RemoteLock<S> {
         opts: &LockOptions,
     ) -> Result<Vec<Acquisition>> {
         let inner = &self.inner;
+        inner.check_fork()?;
         inner.wait_for(|lane| Arc::clone(inner).acquire_many(owned_keys(keys), *opts, lane))
     }
 
@@ -935,6 +973,9 @@ impl<S: Server> KeyedLock for RemoteLock<S> {
         keys: &[(LockKey<'_>, Mode)],
         opts: &LockOptions,
     ) -> AcquireManyFuture {
+        if let Err(e) = self.inner.check_fork() {
+            return Box::pin(std::future::ready(Err(e)));
+        }
         let fut = Arc::clone(&self.inner).acquire_many(owned_keys(keys), *opts, None);
         Box::pin(async move {
             let out = fut.await;
@@ -944,11 +985,13 @@ impl<S: Server> KeyedLock for RemoteLock<S> {
     }
 
     fn release_as(&self, acquisition: Acquisition, owner: Option<Owner>) -> Result<()> {
+        self.inner.check_fork()?;
         self.inner.release(acquisition, owner)
     }
 
     fn extend(&self, acquisition: &mut Acquisition, lease: Duration) -> Result<()> {
         let inner = &self.inner;
+        inner.check_fork()?;
         let (hold, until) = {
             let mut records = inner.records.lock();
             let rec = match records.get_mut(&acquisition.at) {
@@ -979,6 +1022,7 @@ impl<S: Server> KeyedLock for RemoteLock<S> {
 
     fn is_current_as(&self, acquisition: &Acquisition, owner: Option<Owner>) -> Result<bool> {
         let inner = &self.inner;
+        inner.check_fork()?;
         let hold = {
             let records = inner.records.lock();
             match records.get(&acquisition.at) {
@@ -999,6 +1043,7 @@ impl<S: Server> KeyedLock for RemoteLock<S> {
 
     fn force_unlock(&self, key: LockKey<'_>) -> Result<bool> {
         let inner = &self.inner;
+        inner.check_fork()?;
         let (space, bytes) = (key.space, key.bytes.to_vec());
         let was = inner.call(move |remote| async move { remote.force(space, &bytes).await })?;
         let lkey = local_key(key.space, key.bytes);
@@ -1011,6 +1056,7 @@ impl<S: Server> KeyedLock for RemoteLock<S> {
 
     fn info(&self, key: LockKey<'_>) -> Result<Option<LockInfo>> {
         let inner = &self.inner;
+        inner.check_fork()?;
         let (space, bytes) = (key.space, key.bytes.to_vec());
         let Some(r) = inner.call(move |remote| async move { remote.info(space, &bytes).await })?
         else {
@@ -1040,6 +1086,7 @@ impl<S: Server> KeyedLock for RemoteLock<S> {
     /// waiters by count: the server keeps no process ids). A key freed between the two steps
     /// is left out.
     fn list(&self) -> Result<Vec<KeyReport>> {
+        self.inner.check_fork()?;
         let keys = self
             .inner
             .call(|remote| async move { remote.keys().await })?;

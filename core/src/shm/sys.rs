@@ -349,30 +349,7 @@ impl std::fmt::Display for MutexFault {
     }
 }
 
-/// How many times this process has forked a child that is running now (counted in the child).
-static FORK_GENERATION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
-extern "C" fn after_fork_in_child() {
-    FORK_GENERATION.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-}
-
-/// Registers the fork handler (once per process) and returns the fork generation.
-pub(crate) fn watch_forks() -> u64 {
-    static REGISTER: std::sync::Once = std::sync::Once::new();
-    REGISTER.call_once(|| {
-        // SAFETY: the handler only increments an atomic, which is async-signal-safe and so
-        // allowed in a child after fork.
-        unsafe { libc::pthread_atfork(None, None, Some(after_fork_in_child)) };
-    });
-    fork_generation()
-}
-
-/// The fork generation of this process: it changes in a child after `fork()`, whose copies of
-/// the parent's region handles must not act as the parent. (Counted once [`watch_forks`] ran.)
-#[inline]
-pub(crate) fn fork_generation() -> u64 {
-    FORK_GENERATION.load(std::sync::atomic::Ordering::Relaxed)
-}
+pub(crate) use crate::fork::{fork_generation, watch_forks};
 
 /// The calling process's id.
 pub(crate) fn pid() -> u32 {

@@ -250,3 +250,26 @@ impl Drop for Inside<'_> {
         }
     }
 }
+
+/// Waits for child `pid` for at most `limit` (killing it then): whether it exited with 0.
+#[cfg(unix)]
+pub(crate) fn child_succeeded(pid: libc::pid_t, limit: Duration) -> bool {
+    let start = std::time::Instant::now();
+    loop {
+        let mut status = 0;
+        // SAFETY: waiting for our own child, without blocking.
+        let got = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+        if got == pid {
+            return libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0;
+        }
+        if start.elapsed() > limit {
+            // SAFETY: our own child, which hung.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+                libc::waitpid(pid, &mut status, 0);
+            }
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

@@ -445,3 +445,42 @@ fn what_the_scope_refuses() {
         );
     });
 }
+
+/// A child of fork() must not act as its parent's scope (it has the parent's sessions, not its
+/// threads): every call answers `Unavailable` at once, dropping the scope there leaves the
+/// parent's sessions alone, and a fresh open works.
+#[test]
+fn a_forked_child_gets_unavailable_and_leaves_the_parent_alone() {
+    let pg = Server::start();
+    let url = pg.url("fork");
+    let locks = open(&url);
+    let held = locks.acquire(key("k"), &LockOptions::new()).unwrap();
+    // SAFETY: the child makes a few calls and leaves with _exit, never returning into the
+    // test harness; glibc's malloc is usable after fork.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0);
+    if pid == 0 {
+        let unavailable = |r: Result<(), Error>| matches!(r, Err(Error::Unavailable(_)));
+        let inherited = unavailable(locks.acquire(key("other"), &try_opts()).map(drop))
+            && unavailable(locks.info(key("k")).map(drop))
+            && unavailable(locks.is_current(&held).map(drop));
+        drop(locks);
+        let fresh = keylock_core::open(&url)
+            .is_ok_and(|l| matches!(l.acquire(key("k"), &try_opts()), Err(Error::WouldBlock)));
+        // SAFETY: leaving the child without running the parent's destructors.
+        unsafe { libc::_exit(if inherited && fresh { 0 } else { 1 }) };
+    }
+    assert!(
+        crate::common::child_succeeded(pid, Duration::from_secs(30)),
+        "the forked child misbehaved or hung"
+    );
+    // The parent's scope works on, and still holds its key.
+    within(Duration::from_secs(20), move || {
+        assert!(locks.is_current(&held).unwrap());
+        locks.release(held).unwrap();
+        for _ in 0..20 {
+            let acq = locks.acquire(key("k"), &LockOptions::new()).unwrap();
+            locks.release(acq).unwrap();
+        }
+    });
+}

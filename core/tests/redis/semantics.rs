@@ -82,7 +82,10 @@ fn a_dropped_waiter_holds_nothing_after_its_block_ends() {
     // A holder whose lease ends in 1.5 s: the waiter blocks until then at the most, and Redis
     // runs its next attempt, sent behind the block, when the block ends.
     let held = a
-        .acquire(key("k"), &LockOptions::new().lease(Duration::from_millis(1500)))
+        .acquire(
+            key("k"),
+            &LockOptions::new().lease(Duration::from_millis(1500)),
+        )
         .unwrap();
     let mut pending = Arc::clone(&b).acquire_async(key("k"), &LockOptions::new());
     let waker = futures::task::noop_waker();
@@ -566,4 +569,47 @@ fn blocking_callers_keep_their_lanes_and_calls_inside_a_runtime_still_work() {
         });
     });
     assert!(!locks.is_locked(key("rt")).unwrap());
+}
+
+/// A child of fork() must not act as its parent's scope (it has the parent's sockets, not its
+/// threads): every call answers `Unavailable` at once, dropping the scope there leaves the
+/// parent's connections alone, and a fresh open works.
+#[test]
+fn a_forked_child_gets_unavailable_and_leaves_the_parent_alone() {
+    let server = Server::start();
+    let locks = open(&server, "prefix=fork");
+    // The blocking calls made a lane (with its connection) that the child inherits.
+    let held = locks.acquire(key("k"), &LockOptions::new()).unwrap();
+    let url = server.url("prefix=fork");
+    // SAFETY: the child makes a few calls and leaves with _exit, never returning into the
+    // test harness; glibc's malloc is usable after fork.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0);
+    if pid == 0 {
+        let unavailable = |r: Result<(), Error>| matches!(r, Err(Error::Unavailable(_)));
+        let inherited = unavailable(locks.acquire(key("other"), &NO).map(drop))
+            && unavailable(locks.info(key("k")).map(drop))
+            && unavailable(locks.is_current(&held).map(drop))
+            && unavailable(
+                futures::executor::block_on(Arc::clone(&locks).acquire_async(key("a"), &NO))
+                    .map(drop),
+            );
+        drop(locks);
+        let fresh = keylock_core::open(&url)
+            .is_ok_and(|l| l.acquire(key("k"), &NO) == Err(Error::WouldBlock));
+        // SAFETY: leaving the child without running the parent's destructors.
+        unsafe { libc::_exit(if inherited && fresh { 0 } else { 1 }) };
+    }
+    assert!(
+        crate::common::child_succeeded(pid, Duration::from_secs(30)),
+        "the forked child misbehaved or hung"
+    );
+    // The parent's scope works on, on the lane the child had a copy of.
+    within(Duration::from_secs(20), move || {
+        locks.release(held).unwrap();
+        for _ in 0..20 {
+            let acq = locks.acquire(key("k"), &LockOptions::new()).unwrap();
+            locks.release(acq).unwrap();
+        }
+    });
 }

@@ -127,7 +127,9 @@ thread that called ``fork`` is still held and may be released there through its 
 held by any other thread of the parent stays held for good, since that thread does not exist
 in the child (``force_unlock`` frees it); so does a key that had waiters in the parent, once it
 is handed to one of them. The simple rule is ``threading.Lock``'s: fork while no lock is held
-or waited for, or make fresh locks in the child.
+or waited for, or make fresh locks in the child. A lock object of a scope that lives outside
+the process (``shm:``, ``redis://``, ``postgres://``) is its parent's open: in the child every
+call on it raises :class:`UnavailableError`, and the child opens the scope again.
 """
 
 import functools
