@@ -42,7 +42,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
@@ -91,6 +91,10 @@ struct Inner<S: Server> {
     reentrant: bool,
     /// Idle lanes, for the next blocking calls.
     lanes: Arc<Mutex<Vec<Lane<S>>>>,
+    /// [`renewals`] found no live hold and waits for [`holds_again`](Self::holds_again)
+    /// (read and written under the `slots` lock).
+    dormant: AtomicBool,
+    holds_again: Arc<tokio::sync::Notify>,
     /// The fork generation the scope was opened in: a child of `fork()` has the parent's
     /// connections (the same sockets) without the parent's threads, so it must not use them.
     fork_gen: u64,
@@ -223,6 +227,8 @@ impl<S: Server> RemoteLock<S> {
             next: AtomicU64::new(1),
             reentrant: options.reentrant,
             lanes: Arc::new(Mutex::new(Vec::new())),
+            dormant: AtomicBool::new(false),
+            holds_again: Arc::new(tokio::sync::Notify::new()),
             fork_gen,
         });
         runtime.spawn(renewals(Arc::downgrade(&inner)));
@@ -265,27 +271,38 @@ impl<S: Server> fmt::Debug for RemoteLock<S> {
 }
 
 /// Starts the renewal of every live hold, every sixth of the lease, while the scope lives (see
-/// [`Inner::watch`]).
+/// [`Inner::watch`]); while the process holds nothing, it waits for the next hold instead, so an
+/// idle scope's thread sleeps.
 async fn renewals<S: Server>(inner: std::sync::Weak<Inner<S>>) {
     loop {
         let Some(period) = inner.upgrade().map(|i| i.remote.lease() / 6) else {
             return;
         };
         tokio::time::sleep(period).await;
-        let Some(inner) = inner.upgrade() else {
+        let Some(scope) = inner.upgrade() else {
             return;
         };
-        let live: Vec<Arc<Hold>> = inner
-            .slots
-            .lock()
-            .values()
-            .filter_map(|slot| match slot {
-                Slot::Live(hold) => Some(Arc::clone(hold)),
-                Slot::Releasing(_) => None,
-            })
-            .collect();
+        let live: Vec<Arc<Hold>> = {
+            let slots = scope.slots.lock();
+            if slots.is_empty() {
+                scope.dormant.store(true, Ordering::Relaxed);
+            }
+            slots
+                .values()
+                .filter_map(|slot| match slot {
+                    Slot::Live(hold) => Some(Arc::clone(hold)),
+                    Slot::Releasing(_) => None,
+                })
+                .collect()
+        };
         for hold in &live {
-            inner.watch(hold);
+            scope.watch(hold);
+        }
+        if live.is_empty() && scope.dormant.load(Ordering::Relaxed) {
+            // The scope is not kept alive while this waits.
+            let holds_again = Arc::clone(&scope.holds_again);
+            drop(scope);
+            holds_again.notified().await;
         }
     }
 }
@@ -654,9 +671,12 @@ impl<S: Server> Inner<S> {
     /// Makes `hold` the key's live hold, with user `id`.
     fn install(&self, lkey: &[u8], hold: &Arc<Hold>, id: u64, plan: &Plan) {
         self.add_user(hold, id, plan_deadline(plan));
-        self.slots
-            .lock()
-            .insert(lkey.to_vec(), Slot::Live(Arc::clone(hold)));
+        let mut slots = self.slots.lock();
+        slots.insert(lkey.to_vec(), Slot::Live(Arc::clone(hold)));
+        if self.dormant.load(Ordering::Relaxed) {
+            self.dormant.store(false, Ordering::Relaxed);
+            self.holds_again.notify_one();
+        }
     }
 
     fn record(&self, id: u64, local: Acquisition, hold: &Arc<Hold>, lkey: Vec<u8>) -> Acquisition {

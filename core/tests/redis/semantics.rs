@@ -263,6 +263,13 @@ fn renewal_keeps_a_long_hold_alive_and_extend_moves_a_lease() {
     assert!(a.is_current(&held).unwrap(), "renewed while it lives");
     assert_eq!(b.acquire(key("long"), &NO).unwrap_err(), Error::WouldBlock);
     a.release(held).unwrap();
+    // A hold taken after the scope held nothing for a while (its renewals asleep) is renewed
+    // too.
+    std::thread::sleep(Duration::from_millis(600));
+    let held = a.acquire(key("later"), &LockOptions::new()).unwrap();
+    std::thread::sleep(Duration::from_millis(2500));
+    assert!(a.is_current(&held).unwrap(), "renewed after an idle while");
+    a.release(held).unwrap();
     let mut leased = a
         .acquire(
             key("ext"),
