@@ -66,7 +66,10 @@
 //! after its last look), so a killed waiter holds the queue up for at most that long.
 //!
 //! A contended acquire costs one script that queues it, one `BLPOP` per wake-up, and one
-//! script that takes the key. `info` reports the key as Redis sees it (`holders` counts remote
+//! script that takes the key, sent behind the `BLPOP` on the same connection: Redis runs it as
+//! soon as the block ends, so a wake-up costs no round trip more. An attempt sent that way whose
+//! outcome the waiter cannot learn (its wait cancelled, or cut off) is undone behind it on that
+//! connection. `info` reports the key as Redis sees it (`holders` counts remote
 //! holds, one per process for shared holders; `waiters` adds this process's local waiters to
 //! the queue in Redis); `holds` and `owner` are this process's, when it holds the key.
 //!

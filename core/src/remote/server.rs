@@ -1,7 +1,8 @@
 //! [`Server`]: what a scope whose locks live on a server (Redis, PostgreSQL) implements, the
 //! calls that the one front of those scopes ([`RemoteLock`](super::RemoteLock)) makes. Each
-//! call runs on the scope's tokio runtime and speaks for one remote acquisition, named by a
-//! token that no other acquisition, in any process, has.
+//! call runs on a tokio runtime (the scope's, or a blocking caller's lane, on a view of the
+//! server from [`Server::lane`]) and speaks for one remote acquisition, named by a token that
+//! no other acquisition, in any process, has.
 
 use std::fmt;
 use std::future::Future;
