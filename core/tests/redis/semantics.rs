@@ -512,21 +512,16 @@ fn blocking_callers_keep_their_lanes_and_calls_inside_a_runtime_still_work() {
 
     // Eight threads at once, each on a lane (its own connections): holders inside at once
     // never exceed one, and every acquire is granted.
-    let inside = Arc::new(AtomicUsize::new(0));
-    let max = Arc::new(AtomicUsize::new(0));
-    let done = Arc::new(AtomicUsize::new(0));
+    let occupancy = Arc::new(crate::common::Occupancy::new(1));
     let threads: Vec<_> = (0..8)
         .map(|_| {
-            let locks = Arc::clone(&locks);
-            let (inside, max, done) = (Arc::clone(&inside), Arc::clone(&max), Arc::clone(&done));
+            let (locks, occupancy) = (Arc::clone(&locks), Arc::clone(&occupancy));
             std::thread::spawn(move || {
                 for _ in 0..40 {
                     let acq = locks.acquire(key("hot"), &LockOptions::new()).unwrap();
-                    let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
-                    max.fetch_max(now, Ordering::SeqCst);
+                    let inside = occupancy.hold(0);
                     std::thread::yield_now();
-                    inside.fetch_sub(1, Ordering::SeqCst);
-                    done.fetch_add(1, Ordering::SeqCst);
+                    inside.complete();
                     locks.release(acq).unwrap();
                 }
             })
@@ -537,8 +532,8 @@ fn blocking_callers_keep_their_lanes_and_calls_inside_a_runtime_still_work() {
             t.join().unwrap();
         }
     });
-    assert_eq!(max.load(Ordering::SeqCst), 1);
-    assert_eq!(done.load(Ordering::SeqCst), 8 * 40);
+    occupancy.check();
+    assert_eq!(occupancy.completed(), 8 * 40);
     // At most a lane per thread, each with a command connection and one for waiting.
     let after = connections_made(&mut admin);
     assert!(
