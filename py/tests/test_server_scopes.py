@@ -206,3 +206,39 @@ def test_lock_many_takes_all_or_nothing_across_opens(url: str) -> None:
         reader.release()
         assert a.lock("m1").acquire(blocking=False) is False
     assert not a.is_locked("m1") and not a.is_locked("m2")
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # fork with threads (3.12+)
+def test_a_forked_child_reopens_and_leaves_the_parent_alone(url: str) -> None:
+    a = keylock.KeyPool.open(url)
+    held = a.lock("f")
+    assert held.acquire(blocking=False)
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - runs in the child
+        code = 1
+        try:
+            # The parent's lock object has the parent's connections, not its threads.
+            try:
+                a.is_locked("f")
+            except keylock.UnavailableError:
+                fresh = keylock.KeyPool.open(url)
+                code = 0 if fresh.lock("f").acquire(blocking=False) is False else 2
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + DEADLOCK
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            pytest.fail("the forked child hung")
+        time.sleep(0.02)
+    assert os.waitstatus_to_exitcode(status) == 0
+    # The parent's lock object works on.
+    assert held.is_current()
+    held.release()
+    with a.lock("f", timeout=DEADLOCK):
+        assert a.is_locked("f")
