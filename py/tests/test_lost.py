@@ -151,9 +151,11 @@ def test_other_scopes_never_report_a_loss(scope: str) -> None:
 def test_a_loss_found_while_python_waits_on_the_scope_does_not_deadlock(server: str) -> None:
     """The renewal that finds a loss runs on the scope's one runtime thread, and the lost
     future is resolved from there. Meanwhile the main thread keeps calling into the scope
-    (`is_locked` waits for that same runtime thread). If either side kept the GIL while it
-    waited for the other, this would hang; it runs in a child interpreter so that a hang fails
-    the test at the timeout instead of hanging pytest."""
+    (`is_locked`, a blocking call: on a server scope it waits for the server on this thread's
+    own connection, on `shm:` for the region). If the main thread kept the GIL while it waited,
+    or the runtime thread waited for the GIL while the scope needed it, the loss would not reach
+    the loop in time or this would hang; it runs in a child interpreter so that a hang fails the
+    test at the timeout instead of hanging pytest."""
     name = short(server, "gil")
     run_script(
         f"""
