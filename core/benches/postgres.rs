@@ -359,8 +359,9 @@ fn main() {
     drop(locks);
     // Diagnostic, not the configuration the target is about: the same Rust loop with the
     // database's synchronous_commit off (new sessions only), to show how much of the gap is
-    // the WAL flush at each acquire's and release's commit (both write keylock_holds and the
-    // acquire takes a fence from a sequence; the bare pair writes nothing). Set back after.
+    // the WAL flush at the commits (both calls write keylock_owners, an unlogged table, which
+    // flushes nothing; the acquire takes a fence from a sequence, which logs, and then flushes
+    // at commit, every 32nd value; the bare pair writes nothing). Set back after.
     server.psql("alter database keylock set synchronous_commit = off");
     {
         let locks = keylock_core::open(&url).unwrap();

@@ -24,10 +24,16 @@
 //!   session ended tells the next holder `owner_died`. A force-unlock marks the holders of the
 //!   old number `forced`: the holder's release then frees its lock on the old number (so that
 //!   requests already queued on it move to the new one) and reports the hold lost.
+//! - A force-unlock marks the old number's row in `keylock_owners` `retired` (making the row if
+//!   there was none). An exclusive grant records itself with one update of that row, which
+//!   refuses a retired number: the row's lock orders the two, so an exclusive grant is either
+//!   recorded before the force-unlock, which then marks it `forced`, or finds the number
+//!   retired, lets it go and reads the key's new number. A grant needs no other check.
 //! - A *guard* per lock number (transaction-level advisory lock, first key `KL_GUARD` plus the
-//!   high bits): a grant holds it shared while it re-reads the key's number and records itself,
-//!   a force-unlock holds it exclusively while it moves the key to a new number, so a grant is
-//!   either recorded under the number that stays, or moved away with the rest.
+//!   high bits), for shared grants, whose rows are their own: a shared grant holds it shared
+//!   while it re-reads the key's number and records itself, a force-unlock holds it exclusively
+//!   while it moves the key to a new number, so a shared grant is either recorded under the
+//!   number that stays, or moved away with the rest.
 //! - A *life* lock per session (first key `KL_LIFE`, second the backend pid), taken when a
 //!   connection starts: a session that already has one serves another keylock connection
 //!   (a pooler in transaction mode), and the open fails. Every call also checks that it runs
@@ -35,7 +41,7 @@
 //!   sessions gets an error, never a grant in a session that is not its own.
 
 /// The version of the functions below; an open that finds another replaces them.
-pub(crate) const VERSION: i32 = 6;
+pub(crate) const VERSION: i32 = 7;
 
 /// The channel a force-unlock notifies, with the old lock number as the payload: the holders'
 /// processes (listening on their main sessions) let the old number go at once and fire the
@@ -80,8 +86,15 @@ CREATE UNLOGGED TABLE IF NOT EXISTS keylock_owners (
     fence bigint NOT NULL,
     since timestamptz NOT NULL,
     forced boolean NOT NULL,
-    held boolean NOT NULL
+    held boolean NOT NULL,
+    died boolean NOT NULL DEFAULT false,
+    retired boolean NOT NULL DEFAULT false
 ) WITH (fillfactor = 50);
+-- `died`: what `held` was when the last grant replaced it (the grant's statement returns it);
+-- `retired`: force-unlocked, so no grant of this number is recorded again. Added to a table
+-- that version 6 made.
+ALTER TABLE keylock_owners ADD COLUMN IF NOT EXISTS died boolean NOT NULL DEFAULT false;
+ALTER TABLE keylock_owners ADD COLUMN IF NOT EXISTS retired boolean NOT NULL DEFAULT false;
 CREATE UNLOGGED TABLE IF NOT EXISTS keylock_holds (
     lock_id bigint NOT NULL,
     token text NOT NULL,
@@ -182,40 +195,21 @@ LANGUAGE sql AS $$
                      AND l.mode = CASE WHEN m = 'x' THEN 'ExclusiveLock' ELSE 'ShareLock' END)
 $$;
 
--- Records a grant of lock number `id` (taken, and still the key's number): its fence, and
--- whether an exclusive holder before it ended without a release.
+-- Records a shared grant of lock number `id` (taken, and still the key's number): its fence,
+-- and whether an exclusive holder before it ended without a release.
 CREATE OR REPLACE FUNCTION keylock_grant(id bigint, m text, tok text, me int,
                                          OUT fence bigint, OUT died boolean)
 LANGUAGE plpgsql AS $$
 BEGIN
     -- The last exclusive holder still marked as holding, now that this grant holds the lock:
-    -- it died holding (its session ended, which freed the lock). A release clears the mark
-    -- and then frees the lock, and the update below waits for the releaser's commit (the
-    -- row's lock) before it looks at the mark again, so a live holder's release is never
-    -- taken for a death. Nothing asks which sessions live: a dying session frees its locks in
-    -- no set order. The first grant after a death clears the mark and says so. (A
-    -- force-unlocked holder's mark stays under the old number, which no grant gets again.)
+    -- it died holding (see the exclusive grant in keylock_acquire).
     UPDATE keylock_owners w SET held = false WHERE w.lock_id = id AND w.held;
     died := FOUND;
-    IF m = 'x' THEN
-        IF EXISTS (SELECT 1 FROM keylock_holds h WHERE h.lock_id = id) THEN
-            -- Shared holders whose sessions ended.
-            DELETE FROM keylock_holds h WHERE h.lock_id = id;
-        END IF;
+    SELECT max(h.fence) INTO fence FROM keylock_holds h WHERE h.lock_id = id;
+    IF fence IS NULL THEN
         fence := nextval('keylock_fences');
-        -- One row per key, updated in place (no index change, so a hot key leaves no trail
-        -- of dead index entries behind).
-        INSERT INTO keylock_owners AS w (lock_id, token, pid, fence, since, forced, held)
-            VALUES (id, tok, me, fence, clock_timestamp(), false, true)
-            ON CONFLICT (lock_id) DO UPDATE SET token = excluded.token, pid = excluded.pid,
-                fence = excluded.fence, since = excluded.since, forced = false, held = true;
-    ELSE
-        SELECT max(h.fence) INTO fence FROM keylock_holds h WHERE h.lock_id = id;
-        IF fence IS NULL THEN
-            fence := nextval('keylock_fences');
-        END IF;
-        INSERT INTO keylock_holds (lock_id, token, pid, mode, fence) VALUES (id, tok, me, m, fence);
     END IF;
+    INSERT INTO keylock_holds (lock_id, token, pid, mode, fence) VALUES (id, tok, me, m, fence);
 END $$;
 
 -- Takes every key or none. `wait_ms`: NULL never waits (a try), 0 waits without a limit, else
@@ -232,10 +226,14 @@ DECLARE
     m text;
     left_ms bigint;
     taken bigint[] := '{}';
+    fs bigint[] := '{}';
+    ds boolean[] := '{}';
     deadline timestamptz;
-    g record;
     again bigint;
     got boolean;
+    fence bigint;
+    died boolean;
+    stale boolean;
 BEGIN
     -- The hot calls check their session inline (a call of a PL/pgSQL function costs more than
     -- the comparison), and call keylock_same_session only for its error.
@@ -245,6 +243,8 @@ BEGIN
     IF wait_ms > 0 THEN
         deadline := clock_timestamp() + wait_ms * interval '1 millisecond';
     END IF;
+    -- Each key is recorded as soon as it is taken. A call that ends without the keys undoes
+    -- the records with this block: it raises 55KL3, which rolls back what the block wrote.
     BEGIN
         FOR i IN 1 .. n LOOP
             m := substr(ms, i, 1);
@@ -262,52 +262,101 @@ BEGIN
                     got := keylock_take(id, m, wait_ms IS NOT NULL);
                 ELSE
                     left_ms := ceil(extract(epoch FROM deadline - clock_timestamp()) * 1000);
-                    IF left_ms < 1 THEN
-                        PERFORM keylock_untake(taken, ms);
-                        RETURN;
+                    got := left_ms >= 1;
+                    IF got THEN
+                        PERFORM set_config('lock_timeout', left_ms::text, true);
+                        BEGIN
+                            got := keylock_take(id, m, true);
+                        EXCEPTION WHEN lock_not_available THEN
+                            -- Granted as the timeout fired: held all the same (see
+                            -- keylock_held_here), and taken as a grant.
+                            got := keylock_held_here(id, m);
+                        END;
+                        PERFORM set_config('lock_timeout', '0', true);
                     END IF;
-                    PERFORM set_config('lock_timeout', left_ms::text, true);
-                    BEGIN
-                        got := keylock_take(id, m, true);
-                    EXCEPTION WHEN lock_not_available THEN
-                        -- Granted as the timeout fired: held all the same (see
-                        -- keylock_held_here), and taken as a grant.
-                        got := keylock_held_here(id, m);
-                    END;
-                    PERFORM set_config('lock_timeout', '0', true);
                 END IF;
                 IF NOT got THEN
-                    PERFORM keylock_untake(taken, ms);
+                    -- Would block, or out of time: the key at hand was not taken.
+                    id := NULL;
+                    IF cardinality(taken) > 0 THEN
+                        RAISE EXCEPTION 'keylock: not every key was free' USING ERRCODE = '55KL3';
+                    END IF;
                     RETURN;
                 END IF;
-                PERFORM pg_advisory_xact_lock_shared(keylock_g1(id), keylock_k2(id));
-                SELECT lock_id INTO again FROM keylock_keys
-                    WHERE prefix = p AND space = sps[i] AND key = ks[i];
-                EXIT WHEN again = id;
+                IF m = 'x' THEN
+                    -- One row per number, updated in place (no index change, so a hot key
+                    -- leaves no trail of dead index entries). `died`: the last exclusive holder
+                    -- was still marked as holding now that this grant holds the lock, so it
+                    -- died holding (its session ended, which freed the lock). A release
+                    -- clears the mark and then frees the lock, and this update waits for the
+                    -- releaser's commit (the row's lock) before it reads the mark, so a live
+                    -- holder's release is never taken for a death. Nothing asks which sessions
+                    -- live: a dying session frees its locks in no set order. A retired row
+                    -- refuses the grant: the number was force-unlocked.
+                    UPDATE keylock_owners w SET token = tok, pid = me,
+                            fence = nextval('keylock_fences'), since = clock_timestamp(),
+                            forced = false, died = w.held, held = true
+                        WHERE w.lock_id = id AND NOT w.retired
+                        RETURNING w.fence, w.died,
+                                  EXISTS (SELECT 1 FROM keylock_holds h WHERE h.lock_id = id)
+                        INTO fence, died, stale;
+                    IF NOT FOUND THEN
+                        -- No row yet, or a retired one (which the insert meets and keeps).
+                        INSERT INTO keylock_owners AS w (lock_id, token, pid, fence, since,
+                                                         forced, held)
+                            VALUES (id, tok, me, nextval('keylock_fences'), clock_timestamp(),
+                                    false, true)
+                            ON CONFLICT (lock_id) DO UPDATE SET token = excluded.token,
+                                pid = excluded.pid, fence = excluded.fence,
+                                since = excluded.since, forced = false, died = w.held,
+                                held = true
+                            WHERE NOT w.retired
+                            RETURNING w.fence, w.died,
+                                      EXISTS (SELECT 1 FROM keylock_holds h WHERE h.lock_id = id)
+                            INTO fence, died, stale;
+                    END IF;
+                    IF FOUND THEN
+                        IF stale THEN
+                            -- Shared holders whose sessions ended.
+                            DELETE FROM keylock_holds h WHERE h.lock_id = id;
+                        END IF;
+                        EXIT;
+                    END IF;
+                ELSE
+                    PERFORM pg_advisory_xact_lock_shared(keylock_g1(id), keylock_k2(id));
+                    SELECT lock_id INTO again FROM keylock_keys
+                        WHERE prefix = p AND space = sps[i] AND key = ks[i];
+                    IF again = id THEN
+                        SELECT * INTO fence, died FROM keylock_grant(id, m, tok, me);
+                        EXIT;
+                    END IF;
+                END IF;
                 -- Force-unlocked meanwhile: the key has a new number.
                 PERFORM keylock_untake(ARRAY[id], m);
             END LOOP;
             taken := taken || id;
+            fs := fs || fence;
+            ds := ds || died;
         END LOOP;
-    EXCEPTION WHEN OTHERS OR query_canceled THEN
-        -- Cancelled, or a deadlock found: let go of what this call took, then say so.
-        -- (OTHERS alone does not catch a cancel.) That includes the key it was at, if its lock
-        -- was granted as the wait was cut off, or before the key joined `taken` (a waiting
-        -- session never holds a key it asks for, and a try never waits).
-        IF id IS NOT NULL AND NOT (id = ANY (taken)) AND keylock_held_here(id, m) THEN
-            PERFORM keylock_untake(ARRAY[id], m);
-        END IF;
-        PERFORM keylock_untake(taken, ms);
-        RAISE;
+    EXCEPTION
+        WHEN SQLSTATE '55KL3' THEN
+            -- A key was not free: the records are rolled back; let go of the keys taken.
+            PERFORM keylock_untake(taken, ms);
+            RETURN;
+        WHEN OTHERS OR query_canceled THEN
+            -- Cancelled, or a deadlock found: let go of what this call took, then say so.
+            -- (OTHERS alone does not catch a cancel.) That includes the key it was at, if its
+            -- lock was granted as the wait was cut off, or before the key joined `taken` (a
+            -- waiting session never holds a key it asks for, and a try never waits).
+            IF id IS NOT NULL AND NOT (id = ANY (taken)) AND keylock_held_here(id, m) THEN
+                PERFORM keylock_untake(ARRAY[id], m);
+            END IF;
+            PERFORM keylock_untake(taken, ms);
+            RAISE;
     END;
     ids := taken;
-    fences := '{}';
-    dieds := '{}';
-    FOR i IN 1 .. n LOOP
-        g := keylock_grant(taken[i], substr(ms, i, 1), tok, me);
-        fences := fences || g.fence;
-        dieds := dieds || g.died;
-    END LOOP;
+    fences := fs;
+    dieds := ds;
 END $$;
 
 -- Ends `tok`'s hold of lock number `id` (its mark and its lock in this session); whether it
@@ -316,29 +365,24 @@ CREATE OR REPLACE FUNCTION keylock_release(me int, id bigint, tok text, m text) 
 LANGUAGE plpgsql AS $$
 DECLARE
     was_forced boolean;
+    unlocked boolean;
 BEGIN
     IF pg_backend_pid() <> me THEN
         PERFORM keylock_same_session(me);
     END IF;
-    -- The mark, then the lock (unlocked here rather than by keylock_untake: one call less on
-    -- every release).
+    -- The mark, then the lock, in one statement (unlocked here rather than by keylock_untake:
+    -- one call less on every release).
     IF m = 'x' THEN
         UPDATE keylock_owners w SET held = false
             WHERE w.lock_id = id AND w.token = tok AND w.held
-            RETURNING w.forced INTO was_forced;
-        IF NOT FOUND THEN
-            RETURN false;
-        END IF;
-        PERFORM pg_advisory_unlock(keylock_k1(id), keylock_k2(id));
+            RETURNING w.forced, pg_advisory_unlock(keylock_k1(id), keylock_k2(id))
+            INTO was_forced, unlocked;
     ELSE
         DELETE FROM keylock_holds h WHERE h.lock_id = id AND h.token = tok
-            RETURNING h.forced INTO was_forced;
-        IF NOT FOUND THEN
-            RETURN false;
-        END IF;
-        PERFORM pg_advisory_unlock_shared(keylock_k1(id), keylock_k2(id));
+            RETURNING h.forced, pg_advisory_unlock_shared(keylock_k1(id), keylock_k2(id))
+            INTO was_forced, unlocked;
     END IF;
-    RETURN NOT was_forced;
+    RETURN FOUND AND NOT was_forced;
 END $$;
 
 -- Releases everything `tok` holds in this session (an acquire whose answer was lost); how many.
@@ -396,7 +440,11 @@ BEGIN
     -- The holders keep their rows (and their locks on the old number) until they release:
     -- their releases and checks then say the hold was lost.
     UPDATE keylock_holds h SET forced = true WHERE h.lock_id = old;
-    UPDATE keylock_owners w SET forced = true WHERE w.lock_id = old AND w.held;
+    -- The number retires: an exclusive grant of it that is not recorded yet is refused (see
+    -- keylock_acquire), and a recorded one is marked.
+    INSERT INTO keylock_owners AS w (lock_id, token, pid, fence, since, forced, held, retired)
+        VALUES (old, '', 0, 0, clock_timestamp(), true, false, true)
+        ON CONFLICT (lock_id) DO UPDATE SET forced = true, retired = true;
     PERFORM pg_notify('keylock_force', old::text);
     RETURN true;
 END $$;

@@ -237,6 +237,12 @@ fn acquire_many_is_all_or_nothing() {
         releaser.join().unwrap();
         assert_eq!(got.len(), 3);
         assert_eq!(got[2].mode(), Mode::Shared);
+        // Each failed call had recorded k1 as its own before it met k2 held: none of those
+        // records may outlive its call, or k1 would look held by an owner that died.
+        assert!(
+            got.iter().all(|acq| !acq.owner_died()),
+            "a failed call left its record behind"
+        );
         for acq in got {
             a.release(acq).unwrap();
         }
