@@ -35,6 +35,17 @@ pub(crate) struct CmdConn {
     pub(crate) conn: MultiplexedConnection,
 }
 
+impl CmdConn {
+    /// A waiter's blocking connection, used for one command behind its block: generation 0,
+    /// which no command connection has (they count from 1), so a failure there discards none.
+    pub(crate) fn of_blocker(conn: MultiplexedConnection) -> Self {
+        CmdConn {
+            generation: 0,
+            conn,
+        }
+    }
+}
+
 pub(crate) struct Conns {
     pub(crate) url: RedisUrl,
     client: Client,

@@ -366,15 +366,11 @@ impl RedisServer {
         let reply =
             tokio::time::timeout_at(cutoff.into(), pipe.query_async::<Vec<Value>>(&mut query))
                 .await;
-        // The attempt may have run: undone on this connection (never the command connection's
-        // generation, so nothing else is discarded).
+        // The attempt may have run: undone on this connection.
         let unknown = |error: Error, cut: bool| Failed {
             error,
             cut,
-            conn: then.map(|_| CmdConn {
-                generation: 0,
-                conn: con.clone(),
-            }),
+            conn: then.map(|_| CmdConn::of_blocker(con.clone())),
         };
         match reply {
             Ok(Ok(mut items)) if items.len() == 1 + usize::from(then.is_some()) => {
@@ -632,7 +628,7 @@ impl Server for RedisServer {
                     () = &mut cancelled => {
                         if then.is_some() {
                             // The attempt may still run: undone behind it.
-                            undo(Some(CmdConn { generation: 0, conn: con }));
+                            undo(Some(CmdConn::of_blocker(con)));
                         }
                         return Err(Error::TimedOut);
                     }
