@@ -154,14 +154,18 @@ impl Session {
 
 /// Installs the tables and functions, once per version, serialized among processes. A
 /// database that has this version already needs no DDL, so a role without `CREATE` can use
-/// what another role installed.
+/// what another role installed. Installs only move forward: a database with a newer build's
+/// version keeps it (a newer version keeps every call an older one makes), so processes of two
+/// builds running at once, as in a rolling upgrade, never swap the functions back and forth
+/// under each other's calls.
 async fn install_functions(client: &Client) -> std::result::Result<(), tokio_postgres::Error> {
+    let current = |v: Option<i32>| v.is_some_and(|v| v >= sql::VERSION);
     let installed = client
         .query_one("SELECT max(version) FROM keylock_schema", &[])
         .await
         .ok()
         .and_then(|row| row.get::<_, Option<i32>>(0));
-    if installed == Some(sql::VERSION) {
+    if current(installed) {
         return Ok(());
     }
     client.batch_execute(sql::INSTALL).await?;
@@ -169,7 +173,7 @@ async fn install_functions(client: &Client) -> std::result::Result<(), tokio_pos
         .query_one("SELECT max(version) FROM keylock_schema", &[])
         .await?
         .get(0);
-    if version != Some(sql::VERSION) {
+    if !current(version) {
         client.batch_execute(sql::SCHEMA).await?;
         client.execute("DELETE FROM keylock_schema", &[]).await?;
         client

@@ -40,7 +40,9 @@
 //!   in the session its connection started with, so a pooler that moves a connection between
 //!   sessions gets an error, never a grant in a session that is not its own.
 
-/// The version of the functions below; an open that finds another replaces them.
+/// The version of the functions below; an open that finds an older one (or none) replaces
+/// them, and one that finds a newer one keeps it. So a new version must keep every call an
+/// older one makes, with the same arguments and results (add a function rather than change one).
 pub(crate) const VERSION: i32 = 7;
 
 /// The channel a force-unlock notifies, with the old lock number as the payload: the holders'

@@ -430,6 +430,47 @@ fn reentrant_owners_and_stats() {
     });
 }
 
+/// An open replaces the functions an older build installed, and keeps a newer build's, so two
+/// builds running at once never swap them back and forth under each other's calls.
+#[test]
+fn installs_only_move_forward() {
+    within(Duration::from_secs(60), || {
+        let pg = Server::start();
+        let url = pg.url("versions");
+        let ours: i32 = {
+            let _first = open(&url);
+            pg.psql("SELECT max(version) FROM keylock_schema")
+                .trim()
+                .parse()
+                .unwrap()
+        };
+        // A newer build's install, marked in a helper's body (the same result).
+        let body = |marker: &str| {
+            pg.psql(&format!(
+                "CREATE OR REPLACE FUNCTION keylock_g1(id bigint) RETURNS int LANGUAGE sql \
+                 IMMUTABLE PARALLEL SAFE AS $$ SELECT (1802305536 + (id >> 32))::int /* {marker} */ $$"
+            ))
+        };
+        let marked = || {
+            pg.psql("SELECT prosrc FROM pg_proc WHERE proname = 'keylock_g1'")
+                .contains("newer")
+        };
+        let version = || pg.psql("SELECT max(version) FROM keylock_schema");
+        body("newer");
+        pg.psql(&format!("UPDATE keylock_schema SET version = {}", ours + 1));
+        let locks = open(&url);
+        let a = locks.acquire(key("k"), &LockOptions::new()).unwrap();
+        locks.release(a).unwrap();
+        assert!(marked(), "a newer build's functions were replaced");
+        assert_eq!(version(), format!("{}\n", ours + 1));
+        // An older build's install: replaced at the next open.
+        pg.psql(&format!("UPDATE keylock_schema SET version = {}", ours - 1));
+        drop(open(&url));
+        assert!(!marked(), "an older build's functions were kept");
+        assert_eq!(version(), format!("{ours}\n"));
+    });
+}
+
 #[test]
 fn what_the_scope_refuses() {
     within(Duration::from_secs(60), || {
