@@ -23,8 +23,9 @@
 //! would need a transaction open per hold, a connection each. Advisory locks are numbers, so a
 //! table gives every key a number of its own the first time it is locked (never a hash: two keys
 //! never block each other), and a logged sequence gives every exclusive acquisition its fence,
-//! rising across sessions, force-unlocks and server restarts. An unlogged table records who
-//! holds what (for `info` and `owner_died`) without a WAL flush per acquire.
+//! rising across sessions, force-unlocks and server restarts. The key numbers and who holds
+//! what (for `info` and `owner_died`) are in unlogged tables: no acquire flushes WAL for them,
+//! not even a key's first, and a crash, which ends every session, empties them.
 //!
 //! Each operation is one function call, one round trip: an uncontended acquire, a release, a
 //! renewal, `info` and a force-unlock.

@@ -3,11 +3,13 @@
 //!
 //! # Data model
 //!
-//! - `keylock_keys(prefix, space, key) -> lock_id` (logged): the number of a key's advisory
+//! - `keylock_keys(prefix, space, key) -> lock_id` (unlogged): the number of a key's advisory
 //!   lock. Every key gets its own number from a sequence the first time it is locked, so two
 //!   keys never share a lock, whatever their hashes. A force-unlock gives the key a fresh
 //!   number: new acquirers lock that one, while the old holder still has the old one, which no
-//!   one else asks for any more.
+//!   one else asks for any more. Unlogged, so a key's first lock flushes no WAL: a crash
+//!   empties the table, and then no session survives either, so no lock is held on any number;
+//!   the keys get fresh numbers from the sequence (logged, so a number is never given twice).
 //! - The lock itself is PostgreSQL's session-level advisory lock, two 32-bit keys: the first is
 //!   `KL_LOCK` plus bits 32 to 47 of the number, the second its low 32 bits. (The two-key form
 //!   never meets an application's one-key `pg_advisory_lock(bigint)`.) The server queues
@@ -72,13 +74,15 @@ WHERE k.prefix = $1";
 
 /// The schema, run inside the install transaction when the recorded version is not [`VERSION`].
 pub(crate) const SCHEMA: &str = r#"
-CREATE TABLE IF NOT EXISTS keylock_keys (
+CREATE UNLOGGED TABLE IF NOT EXISTS keylock_keys (
     prefix text NOT NULL,
     space smallint NOT NULL,
     key bytea NOT NULL,
     lock_id bigint NOT NULL,
     PRIMARY KEY (prefix, space, key)
 );
+-- Version 6 and before made it logged.
+ALTER TABLE keylock_keys SET UNLOGGED;
 CREATE SEQUENCE IF NOT EXISTS keylock_lock_ids MAXVALUE 281474976710655;
 CREATE SEQUENCE IF NOT EXISTS keylock_fences;
 CREATE UNLOGGED TABLE IF NOT EXISTS keylock_owners (

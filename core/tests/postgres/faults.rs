@@ -138,6 +138,11 @@ fn server_restart_mid_hold() {
             fence = acq.fence();
             b.release(acq).unwrap();
         }
+        // `a` holds another key through the crash. The crash empties the unlogged tables (the
+        // keys' numbers and who holds what): the key gets a fresh number, `b` takes it, and
+        // `a`'s hold is lost, not granted twice.
+        let c = a.acquire(key("c"), &LockOptions::new()).unwrap();
+        let c_lost = a.lost_signal(&c).unwrap();
         pg.kill();
         let down = b.acquire(key("k"), &LockOptions::new().wait(Wait::No));
         assert!(matches!(down, Err(Error::Unavailable(_))), "{down:?}");
@@ -150,6 +155,15 @@ fn server_restart_mid_hold() {
             .unwrap();
         assert!(z.fence() > fence, "after a crash: {} > {fence}", z.fence());
         b.release(z).unwrap();
+        wait_until(|| c_lost.is_lost());
+        let c2 = b
+            .acquire(key("c"), &LockOptions::new().wait(Wait::No))
+            .expect("free after the crash");
+        assert!(c2.fence() > c.fence() && !c2.owner_died());
+        assert!(!a.is_current(&c).unwrap());
+        assert!(a.release(c).is_err(), "a hold lost to a crash");
+        assert!(b.is_current(&c2).unwrap());
+        b.release(c2).unwrap();
     });
 }
 

@@ -463,11 +463,17 @@ fn installs_only_move_forward() {
         locks.release(a).unwrap();
         assert!(marked(), "a newer build's functions were replaced");
         assert_eq!(version(), format!("{}\n", ours + 1));
-        // An older build's install: replaced at the next open.
+        // An older build's install (whose key table was logged): replaced at the next open.
         pg.psql(&format!("UPDATE keylock_schema SET version = {}", ours - 1));
+        pg.psql("ALTER TABLE keylock_keys SET LOGGED");
         drop(open(&url));
         assert!(!marked(), "an older build's functions were kept");
         assert_eq!(version(), format!("{ours}\n"));
+        assert_eq!(
+            pg.psql("SELECT relpersistence FROM pg_class WHERE relname = 'keylock_keys'"),
+            "u\n",
+            "the key table is unlogged again"
+        );
     });
 }
 
