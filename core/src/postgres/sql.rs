@@ -81,8 +81,10 @@ CREATE UNLOGGED TABLE IF NOT EXISTS keylock_keys (
     lock_id bigint NOT NULL,
     PRIMARY KEY (prefix, space, key)
 );
--- Version 6 and before made it logged.
-ALTER TABLE keylock_keys SET UNLOGGED;
+-- (Version 6 and before made it logged, and an install over theirs keeps it so: converting it
+-- takes the table's exclusive lock, which would wait for every waiter that read it, and make
+-- every new call wait behind. It works either way; `ALTER TABLE keylock_keys SET UNLOGGED`, run
+-- when the scope is quiet, converts it.)
 CREATE SEQUENCE IF NOT EXISTS keylock_lock_ids MAXVALUE 281474976710655;
 CREATE SEQUENCE IF NOT EXISTS keylock_fences;
 CREATE UNLOGGED TABLE IF NOT EXISTS keylock_owners (
@@ -98,9 +100,18 @@ CREATE UNLOGGED TABLE IF NOT EXISTS keylock_owners (
 ) WITH (fillfactor = 50);
 -- `died`: what `held` was when the last grant replaced it (the grant's statement returns it);
 -- `retired`: force-unlocked, so no grant of this number is recorded again. Added to a table
--- that version 6 made.
-ALTER TABLE keylock_owners ADD COLUMN IF NOT EXISTS died boolean NOT NULL DEFAULT false;
-ALTER TABLE keylock_owners ADD COLUMN IF NOT EXISTS retired boolean NOT NULL DEFAULT false;
+-- that version 6 made, and only then: an ALTER takes the table's exclusive lock, which would
+-- wait for every call that holds a row of it (a call taking several keys holds its first ones'
+-- rows while it waits for the next) and make every new call wait behind.
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_attribute
+                   WHERE attrelid = 'keylock_owners'::regclass AND attname = 'retired'
+                     AND NOT attisdropped) THEN
+        ALTER TABLE keylock_owners ADD COLUMN died boolean NOT NULL DEFAULT false,
+                                   ADD COLUMN retired boolean NOT NULL DEFAULT false;
+    END IF;
+END $$;
 CREATE UNLOGGED TABLE IF NOT EXISTS keylock_holds (
     lock_id bigint NOT NULL,
     token text NOT NULL,

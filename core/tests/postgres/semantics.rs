@@ -444,6 +444,11 @@ fn installs_only_move_forward() {
                 .parse()
                 .unwrap()
         };
+        assert_eq!(
+            pg.psql("SELECT relpersistence FROM pg_class WHERE relname = 'keylock_keys'"),
+            "u\n",
+            "the key table is unlogged"
+        );
         // A newer build's install, marked in a helper's body (the same result).
         let body = |marker: &str| {
             pg.psql(&format!(
@@ -463,17 +468,56 @@ fn installs_only_move_forward() {
         locks.release(a).unwrap();
         assert!(marked(), "a newer build's functions were replaced");
         assert_eq!(version(), format!("{}\n", ours + 1));
-        // An older build's install (whose key table was logged): replaced at the next open.
+        // An older build's install (version 6's owner table had two columns fewer): replaced
+        // at the next open, and the columns added.
         pg.psql(&format!("UPDATE keylock_schema SET version = {}", ours - 1));
-        pg.psql("ALTER TABLE keylock_keys SET LOGGED");
-        drop(open(&url));
+        pg.psql("ALTER TABLE keylock_owners DROP COLUMN died, DROP COLUMN retired");
+        let locks = open(&url);
         assert!(!marked(), "an older build's functions were kept");
         assert_eq!(version(), format!("{ours}\n"));
-        assert_eq!(
-            pg.psql("SELECT relpersistence FROM pg_class WHERE relname = 'keylock_keys'"),
-            "u\n",
-            "the key table is unlogged again"
-        );
+        let a = locks.acquire(key("k"), &LockOptions::new()).unwrap();
+        assert!(locks.force_unlock(key("k")).unwrap());
+        assert!(matches!(locks.release(a), Err(Error::NotOwner)));
+    });
+}
+
+/// A newer build's install takes no table lock that calls hold: a call taking several keys
+/// keeps its first keys' rows of the owner table while it waits for the next, and an install
+/// waiting for that would stop every new call behind it.
+#[test]
+fn an_install_waits_for_no_call() {
+    within(Duration::from_secs(60), || {
+        let pg = Server::start();
+        let url = pg.url("upgrade");
+        drop(open(&url));
+        let ours: i32 = pg
+            .psql("SELECT max(version) FROM keylock_schema")
+            .trim()
+            .parse()
+            .unwrap();
+        let blocker = "SELECT pg_sleep(20) /* blocker */";
+        // Its session, found by its query's text (the other session's query holds the pattern
+        // only as two halves).
+        let session = "FROM pg_stat_activity WHERE pid <> pg_backend_pid() \
+                       AND query LIKE '%/* blo' || 'cker */%'";
+        let alive = || pg.psql(&format!("SELECT count(*) {session}"));
+        std::thread::scope(|s| {
+            // A row lock on the owner table, as such a call holds it.
+            let held = s.spawn(|| {
+                pg.psql(&format!(
+                    "BEGIN; LOCK TABLE keylock_owners IN ROW EXCLUSIVE MODE; {blocker}; COMMIT"
+                ))
+            });
+            wait_until(|| alive() == "1\n");
+            pg.psql(&format!("UPDATE keylock_schema SET version = {}", ours - 1));
+            let locks = open(&url);
+            assert_eq!(alive(), "1\n", "the install waited for the call");
+            let a = locks.acquire(key("k"), &LockOptions::new()).unwrap();
+            locks.release(a).unwrap();
+            pg.psql(&format!("SELECT pg_terminate_backend(pid) {session}"));
+            // Its psql fails once its session is ended.
+            assert!(held.join().is_err());
+        });
     });
 }
 
