@@ -1,5 +1,6 @@
-//! The PostgreSQL scope's tables and functions, installed at the first open (and again when
-//! [`VERSION`] changes). Each operation is one call of one function: one round trip.
+//! The PostgreSQL scope's tables and functions, installed at the first open (and again at the
+//! first open of a build with a newer [`VERSION`]). Each operation is one call of one function:
+//! one round trip.
 //!
 //! # Data model
 //!
@@ -72,7 +73,8 @@ SELECT k.space, k.key FROM keylock_keys k
 JOIN l ON l.classid = keylock_k1(k.lock_id)::oid AND l.objid = keylock_k2(k.lock_id)::oid
 WHERE k.prefix = $1";
 
-/// The schema, run inside the install transaction when the recorded version is not [`VERSION`].
+/// The schema, run inside the install transaction when the recorded version is older than
+/// [`VERSION`] (or there is none).
 pub(crate) const SCHEMA: &str = r#"
 CREATE UNLOGGED TABLE IF NOT EXISTS keylock_keys (
     prefix text NOT NULL,
