@@ -486,7 +486,7 @@ fn installs_only_move_forward() {
 /// waiting for that would stop every new call behind it.
 #[test]
 fn an_install_waits_for_no_call() {
-    within(Duration::from_secs(60), || {
+    within(Duration::from_secs(120), || {
         let pg = Server::start();
         let url = pg.url("upgrade");
         drop(open(&url));
@@ -495,7 +495,7 @@ fn an_install_waits_for_no_call() {
             .trim()
             .parse()
             .unwrap();
-        let blocker = "SELECT pg_sleep(20) /* blocker */";
+        let blocker = "SELECT pg_sleep(60) /* blocker */";
         // Its session, found by its query's text (the other session's query holds the pattern
         // only as two halves).
         let session = "FROM pg_stat_activity WHERE pid <> pg_backend_pid() \
