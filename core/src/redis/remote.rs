@@ -541,11 +541,15 @@ impl Server for RedisServer {
                     waiter.clone(),
                 ));
             };
-            // The registration an attempt sent now asks for: the longest block after it.
+            // The registration an attempt sent now asks for: the longest block after it. An
+            // attempt with no time left to wait (a zero timeout, or the last attempt at the
+            // deadline) does not queue: its waiter would stand in the queue after the call
+            // returned until its leave arrived, and a release meanwhile would wake it and keep
+            // the key from every newcomer (a try right after the timeout included).
             let registration = |now: Instant| {
                 let remaining = deadline.map(|d| d.saturating_duration_since(now));
                 let block = remaining.map_or(MAX_BLOCK, |r| r.min(MAX_BLOCK));
-                if try_only {
+                if try_only || remaining.is_some_and(|r| r.is_zero()) {
                     0
                 } else {
                     millis(block + REGISTRATION_SLACK)
@@ -591,6 +595,10 @@ impl Server for RedisServer {
                 };
                 if try_only {
                     return Err(Error::WouldBlock);
+                }
+                if !queued && remaining.is_some_and(|r| r.is_zero()) {
+                    // A first attempt with no time left: it did not queue, so nothing to leave.
+                    return Err(Error::TimedOut);
                 }
                 queued = true;
                 if counted.is_none() {

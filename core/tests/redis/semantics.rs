@@ -40,6 +40,27 @@ fn try_timed_blocking_and_release_by_acquisition() {
     assert_eq!(a.info(key("k")).unwrap(), None);
 }
 
+/// A zero timeout is a try that says `TimedOut`: it leaves no waiter in the queue, so the key is
+/// free to everyone once its holder releases it. (A waiter left there until its leave arrived
+/// would be woken by that release and keep the key from a try made right after the timeout.)
+#[test]
+fn a_zero_timeout_leaves_no_waiter() {
+    let server = Server::start();
+    let a = open(&server, "prefix=z");
+    let b = open(&server, "prefix=z");
+    let zero = LockOptions::new().wait(Wait::For(Duration::ZERO));
+    for round in 0..50 {
+        let held = a.acquire(key("k"), &LockOptions::new()).unwrap();
+        assert_eq!(b.acquire(key("k"), &zero).unwrap_err(), Error::TimedOut);
+        let waiters = b.info(key("k")).unwrap().map(|i| i.waiters);
+        assert_eq!(waiters, Some(0), "round {round}: a waiter queued");
+        a.release(held).unwrap();
+        let next = b.acquire(key("k"), &NO);
+        let next = next.unwrap_or_else(|e| panic!("round {round}: the free key refused: {e}"));
+        b.release(next).unwrap();
+    }
+}
+
 #[test]
 fn async_acquire_needs_no_runtime_and_cancels_cleanly() {
     let server = Server::start();
