@@ -437,12 +437,9 @@ fn installs_only_move_forward() {
     within(Duration::from_secs(60), || {
         let pg = Server::start();
         let url = pg.url("versions");
-        let ours: i32 = {
+        let ours = {
             let _first = open(&url);
-            pg.psql("SELECT max(version) FROM keylock_schema")
-                .trim()
-                .parse()
-                .unwrap()
+            pg.schema_version()
         };
         assert_eq!(
             pg.psql("SELECT relpersistence FROM pg_class WHERE relname = 'keylock_keys'"),
@@ -460,21 +457,20 @@ fn installs_only_move_forward() {
             pg.psql("SELECT prosrc FROM pg_proc WHERE proname = 'keylock_g1'")
                 .contains("newer")
         };
-        let version = || pg.psql("SELECT max(version) FROM keylock_schema");
         body("newer");
-        pg.psql(&format!("UPDATE keylock_schema SET version = {}", ours + 1));
+        pg.set_schema_version(ours + 1);
         let locks = open(&url);
         let a = locks.acquire(key("k"), &LockOptions::new()).unwrap();
         locks.release(a).unwrap();
         assert!(marked(), "a newer build's functions were replaced");
-        assert_eq!(version(), format!("{}\n", ours + 1));
+        assert_eq!(pg.schema_version(), ours + 1);
         // An older build's install (version 6's owner table had two columns fewer): replaced
         // at the next open, and the columns added.
-        pg.psql(&format!("UPDATE keylock_schema SET version = {}", ours - 1));
+        pg.set_schema_version(ours - 1);
         pg.psql("ALTER TABLE keylock_owners DROP COLUMN died, DROP COLUMN retired");
         let locks = open(&url);
         assert!(!marked(), "an older build's functions were kept");
-        assert_eq!(version(), format!("{ours}\n"));
+        assert_eq!(pg.schema_version(), ours);
         let a = locks.acquire(key("k"), &LockOptions::new()).unwrap();
         assert!(locks.force_unlock(key("k")).unwrap());
         assert!(matches!(locks.release(a), Err(Error::NotOwner)));
@@ -490,11 +486,7 @@ fn an_install_waits_for_no_call() {
         let pg = Server::start();
         let url = pg.url("upgrade");
         drop(open(&url));
-        let ours: i32 = pg
-            .psql("SELECT max(version) FROM keylock_schema")
-            .trim()
-            .parse()
-            .unwrap();
+        let ours = pg.schema_version();
         let blocker = "SELECT pg_sleep(60) /* blocker */";
         // Its session, found by its query's text (the other session's query holds the pattern
         // only as two halves).
@@ -509,7 +501,7 @@ fn an_install_waits_for_no_call() {
                 ))
             });
             wait_until(|| alive() == "1\n");
-            pg.psql(&format!("UPDATE keylock_schema SET version = {}", ours - 1));
+            pg.set_schema_version(ours - 1);
             let locks = open(&url);
             assert_eq!(alive(), "1\n", "the install waited for the call");
             let a = locks.acquire(key("k"), &LockOptions::new()).unwrap();

@@ -384,6 +384,19 @@ impl Server {
         psql_at(self.port, &self.password, sql)
     }
 
+    /// The version of keylock's functions installed here (the first open installs them).
+    pub(crate) fn schema_version(&self) -> i32 {
+        let v = self.psql("SELECT max(version) FROM keylock_schema");
+        v.trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("no version: {v:?}"))
+    }
+
+    /// Records `version` as installed, as a build of that version's install would.
+    pub(crate) fn set_schema_version(&self, version: i32) {
+        self.psql(&format!("UPDATE keylock_schema SET version = {version}"));
+    }
+
     /// Fast shutdown (SIGINT): the server rolls back open transactions, closes every
     /// connection, writes a checkpoint and exits.
     pub(crate) fn stop(&mut self) {
