@@ -542,10 +542,11 @@ impl Server for RedisServer {
                 ));
             };
             // The registration an attempt sent now asks for: the longest block after it. An
-            // attempt with no time left to wait (a zero timeout, or the last attempt at the
-            // deadline) does not queue: its waiter would stand in the queue after the call
-            // returned until its leave arrived, and a release meanwhile would wake it and keep
-            // the key from every newcomer (a try right after the timeout included).
+            // attempt with no time left to wait (a zero timeout, or a deadline already past at
+            // the first attempt; a queued waiter sends none then) does not queue: its waiter
+            // would stand in the queue after the call returned until its leave arrived, and a
+            // release meanwhile would wake it and keep the key from every newcomer (a try right
+            // after the timeout included).
             let registration = |now: Instant| {
                 let remaining = deadline.map(|d| d.saturating_duration_since(now));
                 let block = remaining.map_or(MAX_BLOCK, |r| r.min(MAX_BLOCK));
