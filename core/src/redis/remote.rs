@@ -543,10 +543,8 @@ impl Server for RedisServer {
             };
             // The registration an attempt sent now asks for: the longest block after it. An
             // attempt with no time left to wait (a zero timeout, or a deadline already past at
-            // the first attempt; a queued waiter sends none then) does not queue: its waiter
-            // would stand in the queue after the call returned until its leave arrived, and a
-            // release meanwhile would wake it and keep the key from every newcomer (a try right
-            // after the timeout included).
+            // the first attempt; a queued waiter sends none then) does not queue, and so has no
+            // queue to leave before it returns (see the end of this function).
             let registration = |now: Instant| {
                 let remaining = deadline.map(|d| d.saturating_duration_since(now));
                 let block = remaining.map_or(MAX_BLOCK, |r| r.min(MAX_BLOCK));
@@ -655,11 +653,22 @@ impl Server for RedisServer {
         }
         .await;
         if result.is_err() && queued {
-            // In the background: the acquire's deadline bounds the acquire.
+            // The leave runs in the background, so that it ends even if this future is dropped.
             let (remote, keys, waiter) = (Arc::clone(self), keys.to_vec(), waiter.clone());
+            let (left, gone) = tokio::sync::oneshot::channel::<()>();
             self.in_background(async move {
                 let _ = remote.leave(&keys, &waiter, None).await;
+                let _ = left.send(());
             });
+            if matches!(result, Err(Error::TimedOut)) {
+                // A wait that ran out of time (or was cancelled) returns once its waiter has
+                // left the queue: one round trip more, bounded by the URL's timeout as every
+                // command is. Returned before, the waiter stood in the queue until the leave
+                // arrived, and a release meanwhile woke it and kept the free key from a try
+                // made right after the timeout. A failed acquire does not wait: Redis is
+                // likely failing the leave as well.
+                let _ = gone.await;
+            }
         }
         result
     }

@@ -61,6 +61,32 @@ fn a_zero_timeout_leaves_no_waiter() {
     }
 }
 
+/// A wait that runs out of time returns once its waiter has left the queue: the key is free to
+/// a try right after its holder releases it, and `info` counts no waiter meanwhile. (A waiter
+/// left to leave in the background stood in the queue a round trip longer; a release then woke
+/// it, and the try was refused.)
+#[test]
+fn a_timed_out_wait_has_left_the_queue_when_it_returns() {
+    let server = Server::start();
+    let a = open(&server, "prefix=tw");
+    let b = open(&server, "prefix=tw");
+    let short = LockOptions::new().wait(Wait::For(Duration::from_millis(20)));
+    for round in 0..30 {
+        let held = a.acquire(key("k"), &LockOptions::new()).unwrap();
+        assert_eq!(b.acquire(key("k"), &short).unwrap_err(), Error::TimedOut);
+        let waiters = a.info(key("k")).unwrap().map(|i| i.waiters);
+        assert_eq!(
+            waiters,
+            Some(0),
+            "round {round}: the timed-out waiter still queued"
+        );
+        a.release(held).unwrap();
+        let next = a.acquire(key("k"), &NO);
+        let next = next.unwrap_or_else(|e| panic!("round {round}: the free key refused: {e}"));
+        a.release(next).unwrap();
+    }
+}
+
 #[test]
 fn async_acquire_needs_no_runtime_and_cancels_cleanly() {
     let server = Server::start();
