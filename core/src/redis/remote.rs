@@ -26,6 +26,9 @@ const MIN_BLOCK: Duration = Duration::from_millis(2);
 /// The least time an attempt sent behind a block must have for its reply before the deadline
 /// (else the block goes alone, and the attempt after it).
 const REPLY_ROOM: Duration = Duration::from_millis(50);
+/// The longest a wait that ran out of time waits for its leave before it returns (a healthy
+/// Redis answers in far less; a slow one finishes the leave in the background).
+const LEAVE_ROOM: Duration = Duration::from_millis(50);
 /// How much longer a waiter's registration lives than its block, to cover the round trips.
 const REGISTRATION_SLACK: Duration = Duration::from_secs(1);
 
@@ -662,12 +665,13 @@ impl Server for RedisServer {
             });
             if matches!(result, Err(Error::TimedOut)) {
                 // A wait that ran out of time (or was cancelled) returns once its waiter has
-                // left the queue: one round trip more, bounded by the URL's timeout as every
-                // command is. Returned before, the waiter stood in the queue until the leave
-                // arrived, and a release meanwhile woke it and kept the free key from a try
-                // made right after the timeout. A failed acquire does not wait: Redis is
-                // likely failing the leave as well.
-                let _ = gone.await;
+                // left the queue: one round trip more, and at most `LEAVE_ROOM` (or the URL's
+                // timeout, if shorter) past the deadline. Returned before the leave, the waiter
+                // stood in the queue until the leave arrived, and a release meanwhile woke it
+                // and kept the free key from a try made right after the timeout. A failed
+                // acquire does not wait: Redis is likely failing the leave as well.
+                let room = LEAVE_ROOM.min(self.conns.url.options.timeout);
+                let _ = tokio::time::timeout(room, gone).await;
             }
         }
         result

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use keylock_core::{Error, KeyedLock, LockOptions, Wait};
 
-use crate::proxy::{Fault, Proxy, is_acquire};
+use crate::proxy::{Fault, Proxy, is_acquire, is_leave_or_release};
 use crate::{Server, key, open, wait_until, within};
 
 const NO: LockOptions = LockOptions::new().wait(Wait::No);
@@ -117,6 +117,28 @@ fn a_missing_reply_says_it_timed_out() {
     }
     // A fresh connection answers, and the silenced acquire left nothing held.
     wait_until(|| try_key(&locks, "k").is_ok());
+}
+
+#[test]
+fn a_timed_out_wait_whose_leave_gets_no_reply_returns_near_its_deadline() {
+    let server = Server::start();
+    let proxy = Proxy::start(server.port);
+    let other = open(&server, "prefix=leave");
+    let held = other.acquire(key("k"), &LockOptions::new()).unwrap();
+    // Each command may take 10 s. The wait asks for 300 ms, queues, and runs out of time; the
+    // leave it sends then (this client's only leave or release: it holds nothing) runs
+    // on the server, and its reply never comes. The acquire still returns within 6 s.
+    let locks = open_via(&proxy, "prefix=leave&timeout=10s");
+    proxy.once(is_leave_or_release, Fault::Silence);
+    let timed = LockOptions::new().wait(Wait::For(Duration::from_millis(300)));
+    let l = Arc::clone(&locks);
+    let r = within(Duration::from_secs(6), move || l.acquire(key("k"), &timed));
+    assert!(matches!(r, Err(Error::TimedOut)), "{r:?}");
+    assert!(proxy.used());
+    // The leave ran: no waiter is left, and the key goes to the next try once released.
+    assert_eq!(other.info(key("k")).unwrap().map(|i| i.waiters), Some(0));
+    other.release(held).unwrap();
+    try_key(&locks, "k").unwrap();
 }
 
 #[test]

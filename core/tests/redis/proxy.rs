@@ -77,6 +77,12 @@ pub(crate) fn is_acquire(req: &[Vec<u8>]) -> bool {
     script_argv(req).is_some_and(|n| n >= 6)
 }
 
+/// A leave or a release of one key: the scripts with four ARGV (the notify prefix, the waiter
+/// or the token, the key's mode, and the request id).
+pub(crate) fn is_leave_or_release(req: &[Vec<u8>]) -> bool {
+    script_argv(req) == Some(4)
+}
+
 /// How many ARGV a script call (`EVALSHA`/`EVAL`) has.
 fn script_argv(req: &[Vec<u8>]) -> Option<usize> {
     let name = req.first()?;
