@@ -18,6 +18,11 @@ pub(crate) const PRELUDE: &str = r#"-- keylock's Redis scope: the helpers every 
 -- one takes its units and mints a fence, and waiters are served strictly in order).
 --   e  zset   the same waiters -> when their registration lapses (server ms)
 -- A waiter blocks (BLPOP) on its own list ARGV[1] .. waiter id, which wake() pushes to.
+-- Per scope, one more name, passed last in KEYS to the scripts that make or drop a key's names:
+--   f  string the fence floor: the highest fence of any key whose names were dropped.
+-- A key with nothing held, nobody queued and no died mark to report has its names dropped
+-- (see drop_if_idle), so a free key takes no memory; its hash, made again at its next grant,
+-- starts its fence at the floor, so that a key's fences never go backwards.
 -- Time is the server's (TIME), so every client agrees on deadlines.
 -- Every script also takes the request's id as its last ARGV, and its reply is {id, result}
 -- (scripts.rs wraps each script's body), so that the client matches each reply to its request.
@@ -37,6 +42,25 @@ end
 -- Whether u more units fit among the key's holders.
 local function fits(l, u, p)
   return tonumber(redis.call('HGET', l, 'h') or '0') + u <= p
+end
+
+-- The key's hash before a grant: made, its fence starting at the floor f, if the key has none.
+local function made(l, f)
+  if redis.call('HEXISTS', l, 'n') == 0 then
+    redis.call('HSET', l, 'n', redis.call('GET', f) or 0)
+  end
+end
+
+-- Drops the key's names if nothing is held, nobody is queued and no died mark waits for the
+-- next holder, first raising the floor f to the key's fence.
+local function drop_if_idle(l, s, q, e, f)
+  if redis.call('ZCARD', s) > 0 or redis.call('ZCARD', q) > 0 then return end
+  local h = redis.call('HMGET', l, 't', 'x', 'h', 'n')
+  if h[1] or h[2] or (h[3] and tonumber(h[3]) ~= 0) then return end
+  if h[4] and tonumber(h[4]) > tonumber(redis.call('GET', f) or '0') then
+    redis.call('SET', f, h[4])
+  end
+  redis.call('DEL', l, e)
 end
 
 -- Tells the head waiter of a key to try again, if the key's holders would admit it.
@@ -130,13 +154,15 @@ end
 
 /// `acquire`: Acquire: every key or none, in one step.
 pub(crate) const ACQUIRE: &str = r#"-- Acquire: every key or none, in one step.
--- KEYS: l s q e per key.  ARGV: notify prefix, token, waiter id, lease ms, registration ms
--- (0: a try, never queue), then one mode per key ('x' exclusive, 's' shared, 'u' .. units ..).
+-- KEYS: l s q e per key, then f.  ARGV: notify prefix, token, waiter id, lease ms,
+-- registration ms (0: a try, never queue), then one mode per key ('x' exclusive, 's' shared,
+-- 'u' .. units ..).
 -- Returns {1, fence1, died1, fence2, died2, ...} or {0, ms worth waiting before looking again}.
 local now = now_ms()
 local np, token, wid = ARGV[1], ARGV[2], ARGV[3]
 local lease, reg = tonumber(ARGV[4]), tonumber(ARGV[5])
-local n = #KEYS / 4
+local f = KEYS[#KEYS]
+local n = (#KEYS - 1) / 4
 local blocked, hint = nil, 0
 -- Keys this token holds already: a retry of an attempt whose reply was lost (the client
 -- retries once on a torn connection) gets the same grant, not a wait on itself.
@@ -168,6 +194,7 @@ if blocked then
       redis.call('ZREM', e, member)
       wake(l, s, q, np)
     end
+    drop_if_idle(l, s, q, e, f)
   end
   return {0, hint}
 end
@@ -175,8 +202,13 @@ local out = {1}
 for i = 1, n do
   local l, s, q, e = KEYS[4 * i - 3], KEYS[4 * i - 2], KEYS[4 * i - 1], KEYS[4 * i]
   local m = ARGV[5 + i]
-  if redis.call('ZREM', q, m .. wid) == 1 then redis.call('ZREM', e, m .. wid) end
+  if redis.call('ZREM', q, m .. wid) == 1 then
+    -- A waiter granted: its wake-up list (a push it did not need may be there) goes too.
+    redis.call('ZREM', e, m .. wid)
+    redis.call('DEL', np .. wid)
+  end
   local u = units_of(m)
+  if not mine[i] then made(l, f) end
   if mine[i] and u then
     out[#out + 1] = tonumber(redis.call('HGET', l, 'f' .. token) or '0')
     out[#out + 1] = 0
@@ -215,7 +247,8 @@ return out
 
 /// `release`: Release: compare-and-delete on the token, then wake the head waiter.
 pub(crate) const RELEASE: &str = r#"-- Release: compare-and-delete on the token, then wake the head waiter.
--- KEYS: l s q e.  ARGV: notify prefix, token, mode char.  Returns 1, or 0 if not ours (any more).
+-- KEYS: l s q e f.  ARGV: notify prefix, token, mode char.  Returns 1, or 0 if not ours (any
+-- more).
 local now = now_ms()
 local l, s, q, e = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 tidy(l, s, q, e, ARGV[1], now)
@@ -232,6 +265,7 @@ else
   end
 end
 wake(l, s, q, ARGV[1])
+drop_if_idle(l, s, q, e, KEYS[5])
 return 1
 "#;
 
@@ -263,8 +297,8 @@ local d = redis.call('ZSCORE', KEYS[2], ARGV[1])
 return (d and tonumber(d) > now) and 1 or 0
 "#;
 
-/// `force`: Force-unlock: frees the key whoever holds it, advancing the fence. KEYS: l s q e.
-pub(crate) const FORCE: &str = r#"-- Force-unlock: frees the key whoever holds it, advancing the fence. KEYS: l s q e.
+/// `force`: Force-unlock: frees the key whoever holds it, advancing the fence. KEYS: l s q e f.
+pub(crate) const FORCE: &str = r#"-- Force-unlock: frees the key whoever holds it, advancing the fence. KEYS: l s q e f.
 -- ARGV: notify prefix.  Returns 1 if it was held, else 0.
 local now = now_ms()
 local l, s, q, e = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
@@ -278,28 +312,31 @@ redis.call('HDEL', l, 'h')
 redis.call('DEL', s)
 redis.call('HINCRBY', l, 'n', 1)
 wake(l, s, q, ARGV[1])
+drop_if_idle(l, s, q, e, KEYS[5])
 return 1
 "#;
 
 /// `leave`: A waiter gives up: leaves every queue it stands in and drops its wake-up list.
 pub(crate) const LEAVE: &str = r#"-- A waiter gives up: leaves every queue it stands in and drops its wake-up list.
--- KEYS: l s q e per key.  ARGV: notify prefix, waiter id, one mode char per key.
-for i = 1, #KEYS / 4 do
+-- KEYS: l s q e per key, then f.  ARGV: notify prefix, waiter id, one mode char per key.
+for i = 1, (#KEYS - 1) / 4 do
   local l, s, q, e = KEYS[4 * i - 3], KEYS[4 * i - 2], KEYS[4 * i - 1], KEYS[4 * i]
   local member = ARGV[2 + i] .. ARGV[2]
   if redis.call('ZREM', q, member) == 1 then
     redis.call('ZREM', e, member)
     wake(l, s, q, ARGV[1])
   end
+  drop_if_idle(l, s, q, e, KEYS[#KEYS])
 end
 redis.call('DEL', ARGV[1] .. ARGV[2])
 return 1
 "#;
 
-/// `info`: A snapshot of a key. KEYS: l s q e.  ARGV: notify prefix.
-pub(crate) const INFO: &str = r#"-- A snapshot of a key. KEYS: l s q e.  ARGV: notify prefix.
+/// `info`: A snapshot of a key. KEYS: l s q e f.  ARGV: notify prefix.
+pub(crate) const INFO: &str = r#"-- A snapshot of a key. KEYS: l s q e f.  ARGV: notify prefix.
 -- Returns {exclusive held 0/1, fence, exclusive ms left, shared holders, earliest shared ms
--- left, waiters, units held (a semaphore's)}.
+-- left, waiters, units held (a semaphore's)}. Drops the key's names if it is idle (after a
+-- waiter's registration lapsed, say).
 local now = now_ms()
 local l, s, q, e = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 tidy(l, s, q, e, ARGV[1], now)
@@ -308,8 +345,10 @@ local d = redis.call('HGET', l, 'd')
 local first = redis.call('ZRANGE', s, 0, 0, 'WITHSCORES')
 local shared_left = -1
 if first[1] then shared_left = tonumber(first[2]) - now end
-return {d and 1 or 0, fence, d and (tonumber(d) - now) or -1, redis.call('ZCARD', s), shared_left,
-  redis.call('ZCARD', q), tonumber(redis.call('HGET', l, 'h') or '0')}
+local out = {d and 1 or 0, fence, d and (tonumber(d) - now) or -1, redis.call('ZCARD', s),
+  shared_left, redis.call('ZCARD', q), tonumber(redis.call('HGET', l, 'h') or '0')}
+drop_if_idle(l, s, q, e, KEYS[5])
+return out
 "#;
 
 /// `permits`: A semaphore scope's permits per key: records ARGV[1] if none are recorded.

@@ -35,9 +35,12 @@
 //! - **Fences never go backwards** for a key while Redis keeps its data. A restart that loses
 //!   the data (no persistence, or the last second of writes with `appendfsync everysec`)
 //!   restarts the counters at 0: fences then repeat. With `appendonly yes` and
-//!   `appendfsync always` they keep rising across restarts (tested). The counter is one small
-//!   hash per key ever locked (about 100 bytes, kept so the fence survives); everything else
-//!   about a key disappears when it is free.
+//!   `appendfsync always` they keep rising across restarts (tested). A key's counter lives in
+//!   its hash, which is dropped with the rest of the key's names once the key is free (nothing
+//!   held, nobody queued, no died mark for the next holder to learn): an idle key takes no
+//!   memory. Dropping it raises the scope's *fence floor* (one value per prefix) to the key's
+//!   fence, and a hash made again starts from the floor, so the key's next fence is above
+//!   every fence it had.
 //!
 //! # Leases and renewal
 //!

@@ -194,10 +194,15 @@ impl RedisServer {
         format!("{}:{}", self.id, self.next.fetch_add(1, Ordering::Relaxed))
     }
 
+    /// The names of `keys` (four each: see [`Names::lock`]), then the scope's fence floor: the
+    /// KEYS of the scripts (`check` takes the first two).
     fn keys_of<'a>(&self, keys: impl IntoIterator<Item = &'a RemoteKey>) -> Vec<Vec<u8>> {
-        keys.into_iter()
+        let mut names: Vec<Vec<u8>> = keys
+            .into_iter()
             .flat_map(|k| self.names.lock(k.space, &k.key))
-            .collect()
+            .collect();
+        names.push(self.names.floor());
+        names
     }
 
     /// When a command started now must have its whole reply: `timeout` from now, or the
@@ -731,8 +736,9 @@ impl Server for RedisServer {
         self.flag(&v)
     }
 
-    /// The keys with a name on the server (held, queued for, or with a fence kept from an
-    /// earlier hold; `list` asks `info` which are held), by `SCAN` over the prefix's names.
+    /// The keys with a name on the server (held, queued for, or with a died mark or a lapsed
+    /// waiter that nobody has tidied yet; `list` asks `info` which are held), by `SCAN` over the
+    /// prefix's names.
     async fn keys(&self) -> Result<Vec<(KeySpace, Vec<u8>)>> {
         let pattern = self.names.scan_pattern();
         let mut found = std::collections::BTreeSet::new();

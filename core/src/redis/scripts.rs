@@ -17,8 +17,9 @@
 //! its result (`{id, result}`), so that each reply is matched to its request.
 //!
 //! [`lua::PRELUDE`](super::lua::PRELUDE) (prepended to each) documents the data model: per lock key a hash (fence,
-//! exclusive token and deadline), a sorted set of shared holders, and the waiter queue; per
-//! waiter a list it blocks on. All names start with `{PREFIX}`, one hash tag, so that a
+//! exclusive token and deadline), a sorted set of shared holders, and the waiter queue, all
+//! dropped when the key is idle; per waiter a list it blocks on; per scope the fence floor that
+//! a key's fences start from when its hash is made again. All names start with `{PREFIX}`, one hash tag, so that a
 //! multi-key acquire touches one hash slot (and would run unchanged on Redis Cluster).
 
 use redis::Script;
@@ -120,6 +121,15 @@ impl Names {
             name.extend_from_slice(key);
             name
         })
+    }
+
+    /// The scope's fence floor (`f` in `lua::PRELUDE`): the highest fence of any key whose
+    /// names were dropped. `{PREFIX}:fence` never meets a lock key's names, whose fourth byte
+    /// (after the space letter and the kind) is `:`.
+    pub(crate) fn floor(&self) -> Vec<u8> {
+        let mut name = self.base.clone();
+        name.extend_from_slice(b"fence");
+        name
     }
 
     /// A `SCAN ... MATCH` pattern for every name of the scope's prefix (its glob characters

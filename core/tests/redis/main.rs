@@ -38,6 +38,16 @@ pub(crate) fn key(s: &str) -> LockKey<'_> {
     LockKey::new(s.as_bytes())
 }
 
+/// The names on `server` under scope prefix `prefix`, sorted.
+pub(crate) fn names_under(server: &Server, prefix: &str) -> Vec<String> {
+    let mut names: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{{{prefix}}}:*"))
+        .query(&mut server.client())
+        .unwrap();
+    names.sort();
+    names
+}
+
 /// The grant policy table against Redis, where the policy is coded again in Lua.
 #[test]
 fn redis_follows_the_grant_policy() {

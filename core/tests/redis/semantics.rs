@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use keylock_core::{Error, LockKey, LockOptions, Mode, OpenOptions, Owner, Wait};
 
-use crate::{Server, key, open, wait_until, within};
+use crate::{Server, key, names_under, open, wait_until, within};
 
 const NO: LockOptions = LockOptions::new().wait(Wait::No);
 
@@ -85,6 +85,86 @@ fn a_timed_out_wait_has_left_the_queue_when_it_returns() {
         let next = next.unwrap_or_else(|e| panic!("round {round}: the free key refused: {e}"));
         a.release(next).unwrap();
     }
+}
+
+/// A free key keeps no names on the server (the scope's fence floor aside), whatever freed it:
+/// a release, exclusive or shared, a waiter's leave, a force-unlock. Its fences still rise when
+/// it is locked again, and a holder whose lease ran out keeps the key's names until the next
+/// holder has learned `owner_died`.
+#[test]
+fn a_free_key_keeps_no_names_and_its_fences_still_rise() {
+    let server = Server::start();
+    let a = open(&server, "prefix=idle");
+    let b = open(&server, "prefix=idle");
+    let only_the_floor = ["{idle}:fence".to_owned()];
+    let mut last = 0;
+    for round in 0..3 {
+        let held = a.acquire(key("k"), &LockOptions::new()).unwrap();
+        assert!(held.fence() > last, "round {round}: the fence went back");
+        last = held.fence();
+        a.release(held).unwrap();
+        assert_eq!(
+            names_under(&server, "idle"),
+            only_the_floor,
+            "round {round}"
+        );
+    }
+    for i in 0..100 {
+        let k = format!("many{i}");
+        let opts = LockOptions::new();
+        let held = a.acquire(key(&k), &if i % 2 == 0 { opts } else { opts.shared() });
+        a.release(held.unwrap()).unwrap();
+    }
+    assert_eq!(names_under(&server, "idle"), only_the_floor);
+    // A waiter that timed out and left, then a force-unlock of its holder.
+    let held = a.acquire(key("w"), &LockOptions::new()).unwrap();
+    let short = LockOptions::new().wait(Wait::For(Duration::from_millis(20)));
+    assert_eq!(b.acquire(key("w"), &short).unwrap_err(), Error::TimedOut);
+    assert!(b.force_unlock(key("w")).unwrap());
+    assert_eq!(names_under(&server, "idle"), only_the_floor);
+    assert_eq!(a.release(held).unwrap_err(), Error::NotOwner);
+    // Locked again, after other keys came and went: above every fence it had.
+    let again = b.acquire(key("k"), &LockOptions::new()).unwrap();
+    assert!(again.fence() > last, "{} after {last}", again.fence());
+    b.release(again).unwrap();
+    // A hold that ends by its lease keeps the key's names (`info` tidies it meanwhile), so
+    // that the next holder learns it.
+    let leased = LockOptions::new().lease(Duration::from_millis(100));
+    let lapsed = a.acquire(key("d"), &leased).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(a.info(key("d")).unwrap(), None);
+    assert_ne!(names_under(&server, "idle"), only_the_floor);
+    let next = b.acquire(key("d"), &NO).unwrap();
+    assert!(next.owner_died(), "the lapsed hold was forgotten");
+    assert!(next.fence() > lapsed.fence());
+    b.release(next).unwrap();
+    assert_eq!(names_under(&server, "idle"), only_the_floor);
+    // A key freed while a waiter stands in its queue keeps its names, and the waiter its place:
+    // a try is refused until the waiter's registration lapses. (The waiter is written into the
+    // queue by hand, as the acquire script queues one, so that it never comes to take the key.)
+    let held = a.acquire(key("q"), &LockOptions::new()).unwrap();
+    let mut raw = server.client();
+    let (secs, micros): (u64, u64) = redis::cmd("TIME").query(&mut raw).unwrap();
+    let lapse = secs * 1000 + micros / 1000 + 1500;
+    let () = redis::pipe()
+        .zadd("{idle}:kq:q", "xstill-waiting", 1)
+        .zadd("{idle}:ke:q", "xstill-waiting", lapse)
+        .query(&mut raw)
+        .unwrap();
+    a.release(held).unwrap();
+    assert_eq!(b.acquire(key("q"), &NO).unwrap_err(), Error::WouldBlock);
+    assert_eq!(b.info(key("q")).unwrap(), None);
+    assert_eq!(b.acquire(key("q"), &NO).unwrap_err(), Error::WouldBlock);
+    let got = b.acquire(
+        key("q"),
+        &LockOptions::new().wait(Wait::For(Duration::from_secs(10))),
+    );
+    b.release(got.unwrap()).unwrap();
+    // (Less the hand-written waiter's wake-up list, pushed when the key came free, which
+    // expires by itself a minute later.)
+    let mut left = names_under(&server, "idle");
+    left.retain(|n| n != "{idle}:w:still-waiting");
+    assert_eq!(left, only_the_floor);
 }
 
 #[test]

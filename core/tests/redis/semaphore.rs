@@ -10,7 +10,7 @@ use std::time::Duration;
 use keylock_core::{Error, KeyedLock, LockKey, LockOptions, Mode, OpenOptions, Wait};
 
 use crate::children::{read_tagged, spawn};
-use crate::{Server, key, wait_until, within};
+use crate::{Server, key, names_under, wait_until, within};
 
 fn open_sem(server: &Server, query: &str, permits: u32) -> Arc<dyn KeyedLock> {
     keylock_core::open_with(&server.url(query), &OpenOptions::new().permits(permits))
@@ -194,6 +194,11 @@ fn a_dead_holders_units_come_back_with_owner_died() {
     assert!(got.fence() > fence);
     b.release(got).unwrap();
     assert_eq!(b.info(key("k")).unwrap(), None);
+    // Every unit back: the key keeps no names (the scope's permits and fence floor remain).
+    assert_eq!(
+        names_under(&server, "dead"),
+        ["{dead}:fence", "{dead}:permits"]
+    );
 }
 
 #[test]
