@@ -54,7 +54,8 @@ end
 -- Drops the key's names if nothing is held, nobody is queued and no died mark waits for the
 -- next holder, first raising the floor f to the key's fence.
 local function drop_if_idle(l, s, q, e, f)
-  if redis.call('ZCARD', s) > 0 or redis.call('ZCARD', q) > 0 then return end
+  -- (An empty sorted set does not exist.)
+  if redis.call('EXISTS', s, q) > 0 then return end
   local h = redis.call('HMGET', l, 't', 'x', 'h', 'n')
   if h[1] or h[2] or (h[3] and tonumber(h[3]) ~= 0) then return end
   if h[4] and tonumber(h[4]) > tonumber(redis.call('GET', f) or '0') then

@@ -5,10 +5,10 @@
 //! | script | what it does |
 //! |---|---|
 //! | `acquire` | ends what has run out, then takes every key asked for or none; mints each exclusive fence with `HINCRBY` in the same step; on failure queues the caller on the key that blocks it |
-//! | `release` | compare-and-delete on the holder's token; wakes the head waiter |
+//! | `release` | compare-and-delete on the holder's token; wakes the head waiter; drops the key's names if it is now idle |
 //! | `renew` | moves the lease's end if the hold is still the caller's (also `extend`) |
 //! | `check` | whether a hold is current (read only) |
-//! | `force` | frees a key whoever holds it, advancing its fence |
+//! | `force` | frees a key whoever holds it, advancing its fence (and drops an idle key's names, as `leave` and `info` do too) |
 //! | `leave` | a waiter gives up its place |
 //! | `info` | a snapshot of a key |
 //! | `permits` | records a semaphore scope's permits, or says those already recorded |
