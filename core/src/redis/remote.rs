@@ -538,16 +538,27 @@ impl Server for RedisServer {
         let mut cancelled = std::pin::pin!(cancelled);
         let mut queued = false;
         let names = self.keys_of(keys);
+        // The cleanups this acquire started (each runs in the background, so that it ends even
+        // if this future is dropped): a receiver each, told when it is done.
+        let cleanups = parking_lot::Mutex::new(Vec::new());
+        let cleanup = |fut: std::pin::Pin<Box<dyn Future<Output = ()> + Send>>| {
+            let (done, heard) = tokio::sync::oneshot::channel::<()>();
+            self.in_background(async move {
+                fut.await;
+                let _ = done.send(());
+            });
+            cleanups.lock().push(heard);
+        };
         let result = async {
             let mut counted = None;
             // Undoes an attempt whose outcome is unknown, on the connection it went on.
             let undo = |conn: Option<CmdConn>| {
-                self.in_background(Arc::clone(self).forget(
+                cleanup(Box::pin(Arc::clone(self).forget(
                     conn,
                     keys.to_vec(),
                     token.to_owned(),
                     waiter.clone(),
-                ));
+                )));
             };
             // The registration an attempt sent now asks for: the longest block after it. An
             // attempt with no time left to wait (a zero timeout, or a deadline already past at
@@ -661,23 +672,27 @@ impl Server for RedisServer {
         }
         .await;
         if result.is_err() && queued {
-            // The leave runs in the background, so that it ends even if this future is dropped.
             let (remote, keys, waiter) = (Arc::clone(self), keys.to_vec(), waiter.clone());
-            let (left, gone) = tokio::sync::oneshot::channel::<()>();
-            self.in_background(async move {
+            cleanup(Box::pin(async move {
                 let _ = remote.leave(&keys, &waiter, None).await;
-                let _ = left.send(());
-            });
-            if matches!(result, Err(Error::TimedOut)) {
-                // A wait that ran out of time (or was cancelled) returns once its waiter has
-                // left the queue: one round trip more, and at most `LEAVE_ROOM` (or the URL's
-                // timeout, if shorter) past the deadline. Returned before the leave, the waiter
-                // stood in the queue until the leave arrived, and a release meanwhile woke it
-                // and kept the free key from a try made right after the timeout. A failed
-                // acquire does not wait: Redis is likely failing the leave as well.
-                let room = LEAVE_ROOM.min(self.conns.url.options.timeout);
-                let _ = tokio::time::timeout(room, gone).await;
-            }
+            }));
+        }
+        let cleanups = cleanups.into_inner();
+        if matches!(result, Err(Error::TimedOut)) && !cleanups.is_empty() {
+            // A wait that ran out of time (or was cancelled) returns once its waiter has left
+            // the queue and whatever its last attempt may have taken is given back: one round
+            // trip more, and at most `LEAVE_ROOM` (or the URL's timeout, if shorter) past the
+            // deadline. Returned before, the waiter stood in the queue until its leave arrived,
+            // and a release meanwhile woke it and kept the free key from a try made right after
+            // the timeout (and a late grant held the key as long). A failed acquire does not
+            // wait: Redis is likely failing these commands as well.
+            let room = LEAVE_ROOM.min(self.conns.url.options.timeout);
+            let all = async {
+                for heard in cleanups {
+                    let _ = heard.await;
+                }
+            };
+            let _ = tokio::time::timeout(room, all).await;
         }
         result
     }

@@ -580,8 +580,11 @@ fn mixed_modes_with_timeouts_and_async_never_overlap_wrongly() {
         "every untimed acquire succeeded: {done}"
     );
     assert!(max_readers.load(Ordering::SeqCst) >= 1);
+    // Nothing left behind. A timed-out acquire waits up to 50 ms for the release of what its
+    // last attempt may have been granted; on a loaded machine that release can come later, in
+    // the background, so this waits for it (20 s at most).
     for s in &scopes {
-        assert_eq!(s.info(key("mixed")).unwrap(), None, "nothing left behind");
+        wait_until(|| s.info(key("mixed")).unwrap().is_none());
     }
 }
 
