@@ -44,10 +44,22 @@ local function fits(l, u, p)
   return tonumber(redis.call('HGET', l, 'h') or '0') + u <= p
 end
 
+-- The scope's fence floor f (0 if there is none yet); an error if it holds something else than
+-- a number, so that no fence is made from it.
+local function floor_of(f)
+  local v = redis.call('GET', f)
+  if not v then return 0 end
+  local n = tonumber(v)
+  if not n then
+    error('keylock: the fence floor ' .. f .. ' holds something else than a number')
+  end
+  return n
+end
+
 -- The key's hash before a grant: made, its fence starting at the floor f, if the key has none.
 local function made(l, f)
   if redis.call('HEXISTS', l, 'n') == 0 then
-    redis.call('HSET', l, 'n', redis.call('GET', f) or 0)
+    redis.call('HSET', l, 'n', floor_of(f))
   end
 end
 
@@ -58,7 +70,7 @@ local function drop_if_idle(l, s, q, e, f)
   if redis.call('EXISTS', s, q) > 0 then return end
   local h = redis.call('HMGET', l, 't', 'x', 'h', 'n')
   if h[1] or h[2] or (h[3] and tonumber(h[3]) ~= 0) then return end
-  if h[4] and tonumber(h[4]) > tonumber(redis.call('GET', f) or '0') then
+  if h[4] and tonumber(h[4]) > floor_of(f) then
     redis.call('SET', f, h[4])
   end
   redis.call('DEL', l, e)

@@ -26,8 +26,9 @@ const MIN_BLOCK: Duration = Duration::from_millis(2);
 /// The least time an attempt sent behind a block must have for its reply before the deadline
 /// (else the block goes alone, and the attempt after it).
 const REPLY_ROOM: Duration = Duration::from_millis(50);
-/// The longest a wait that ran out of time waits for its leave before it returns (a healthy
-/// Redis answers in far less; a slow one finishes the leave in the background).
+/// The longest a wait that ran out of time waits for its cleanups (its leave, the release of
+/// what its last attempt may have been granted) before it returns: a healthy Redis answers in
+/// far less, and a slow one finishes them in the background.
 const LEAVE_ROOM: Duration = Duration::from_millis(50);
 /// How much longer a waiter's registration lives than its block, to cover the round trips.
 const REGISTRATION_SLACK: Duration = Duration::from_secs(1);

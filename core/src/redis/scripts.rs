@@ -19,8 +19,9 @@
 //! [`lua::PRELUDE`](super::lua::PRELUDE) (prepended to each) documents the data model: per lock key a hash (fence,
 //! exclusive token and deadline), a sorted set of shared holders, and the waiter queue, all
 //! dropped when the key is idle; per waiter a list it blocks on; per scope the fence floor that
-//! a key's fences start from when its hash is made again. All names start with `{PREFIX}`, one hash tag, so that a
-//! multi-key acquire touches one hash slot (and would run unchanged on Redis Cluster).
+//! a key's fences start from when its hash is made again. All names start with `{PREFIX}`, one
+//! hash tag, so that a multi-key acquire touches one hash slot (and would run unchanged on Redis
+//! Cluster).
 
 use redis::Script;
 
@@ -124,8 +125,9 @@ impl Names {
     }
 
     /// The scope's fence floor (`f` in `lua::PRELUDE`): the highest fence of any key whose
-    /// names were dropped. `{PREFIX}:fence` never meets a lock key's names, whose fourth byte
-    /// (after the space letter and the kind) is `:`.
+    /// names were dropped. `{PREFIX}:fence` meets no other name: after `{PREFIX}:`, a lock
+    /// key's names have `:` as their third byte, a waiter's list starts with `w:`, and the
+    /// permits are `permits`.
     pub(crate) fn floor(&self) -> Vec<u8> {
         let mut name = self.base.clone();
         name.extend_from_slice(b"fence");

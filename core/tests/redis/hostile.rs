@@ -218,3 +218,31 @@ fn wrong_types_never_grant_and_never_crash() {
     wait_until(|| try_key(&locks, "held").is_ok());
     assert_eq!(other.info(key("held")).unwrap(), None);
 }
+
+/// A fence floor holding something else than a number (written there by someone else) makes no
+/// fence: a grant that would start a key's counter from it fails with an error that names it,
+/// nothing is left held, and once the floor is a number again the key's fences start above it.
+#[test]
+fn a_corrupted_fence_floor_makes_no_fence() {
+    let server = Server::start();
+    let locks = open(&server, "prefix=floor");
+    let mut raw = server.client();
+    let () = redis::cmd("SET")
+        .arg("{floor}:fence")
+        .arg("not a number")
+        .query(&mut raw)
+        .unwrap();
+    match locks.acquire(key("k"), &LockOptions::new()) {
+        Err(Error::Unavailable(text)) => assert!(text.contains("fence floor"), "{text}"),
+        other => panic!("a grant from a corrupted fence floor: {other:?}"),
+    }
+    wait_until(|| locks.info(key("k")).unwrap().is_none());
+    let () = redis::cmd("SET")
+        .arg("{floor}:fence")
+        .arg(1000)
+        .query(&mut raw)
+        .unwrap();
+    let acq = locks.acquire(key("k"), &NO).unwrap();
+    assert!(acq.fence() > 1000, "{}", acq.fence());
+    locks.release(acq).unwrap();
+}
