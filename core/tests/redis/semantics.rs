@@ -40,20 +40,22 @@ fn try_timed_blocking_and_release_by_acquisition() {
     assert_eq!(a.info(key("k")).unwrap(), None);
 }
 
-/// A zero timeout is a try that says `TimedOut`: it leaves no waiter in the queue, so the key is
-/// free to everyone once its holder releases it. (A waiter left there until its leave arrived
-/// would be woken by that release and keep the key from a try made right after the timeout.)
-#[test]
-fn a_zero_timeout_leaves_no_waiter() {
+/// Rounds of: a hold, an acquire from another open that waits `wait` and times out, no waiter
+/// left in the queue, the release, and a try from that other open, which must get the key.
+fn no_waiter_outlives_a_timeout(prefix: &str, wait: Duration, rounds: usize) {
     let server = Server::start();
-    let a = open(&server, "prefix=z");
-    let b = open(&server, "prefix=z");
-    let zero = LockOptions::new().wait(Wait::For(Duration::ZERO));
-    for round in 0..50 {
+    let a = open(&server, prefix);
+    let b = open(&server, prefix);
+    let timed = LockOptions::new().wait(Wait::For(wait));
+    for round in 0..rounds {
         let held = a.acquire(key("k"), &LockOptions::new()).unwrap();
-        assert_eq!(b.acquire(key("k"), &zero).unwrap_err(), Error::TimedOut);
+        assert_eq!(b.acquire(key("k"), &timed).unwrap_err(), Error::TimedOut);
         let waiters = b.info(key("k")).unwrap().map(|i| i.waiters);
-        assert_eq!(waiters, Some(0), "round {round}: a waiter queued");
+        assert_eq!(
+            waiters,
+            Some(0),
+            "round {round}: a waiter left in the queue"
+        );
         a.release(held).unwrap();
         let next = b.acquire(key("k"), &NO);
         let next = next.unwrap_or_else(|e| panic!("round {round}: the free key refused: {e}"));
@@ -61,30 +63,20 @@ fn a_zero_timeout_leaves_no_waiter() {
     }
 }
 
-/// A wait that runs out of time returns once its waiter has left the queue: the key is free to
-/// a try right after its holder releases it, and `info` counts no waiter meanwhile. (A waiter
-/// left to leave in the background stood in the queue a round trip longer; a release then woke
-/// it, and the try was refused.)
+/// A zero timeout never queues a waiter, so a key it found held is free to everyone once its
+/// holder releases it. (A waiter left there until its leave arrived would be woken by that
+/// release and keep the key from a try made right after the timeout.)
+#[test]
+fn a_zero_timeout_leaves_no_waiter() {
+    no_waiter_outlives_a_timeout("prefix=z", Duration::ZERO, 50);
+}
+
+/// A wait that runs out of time returns once its waiter has left the queue. (A waiter left to
+/// leave in the background stood in the queue a round trip longer; a release then woke it, and
+/// the try was refused.)
 #[test]
 fn a_timed_out_wait_has_left_the_queue_when_it_returns() {
-    let server = Server::start();
-    let a = open(&server, "prefix=tw");
-    let b = open(&server, "prefix=tw");
-    let short = LockOptions::new().wait(Wait::For(Duration::from_millis(20)));
-    for round in 0..30 {
-        let held = a.acquire(key("k"), &LockOptions::new()).unwrap();
-        assert_eq!(b.acquire(key("k"), &short).unwrap_err(), Error::TimedOut);
-        let waiters = a.info(key("k")).unwrap().map(|i| i.waiters);
-        assert_eq!(
-            waiters,
-            Some(0),
-            "round {round}: the timed-out waiter still queued"
-        );
-        a.release(held).unwrap();
-        let next = a.acquire(key("k"), &NO);
-        let next = next.unwrap_or_else(|e| panic!("round {round}: the free key refused: {e}"));
-        a.release(next).unwrap();
-    }
+    no_waiter_outlives_a_timeout("prefix=tw", Duration::from_millis(20), 30);
 }
 
 /// A free key keeps no names on the server (the scope's fence floor aside), whatever freed it:
