@@ -135,6 +135,8 @@ use crate::scope::{KeySpace, KeyedLock, OpenOptions};
 pub const MAX_EXTRA_SESSIONS: usize = 32;
 /// Idle waiting sessions kept for the next waits.
 const IDLE_SESSIONS: usize = 4;
+/// The keys one sweep call reads (and holds the guards of, in one short transaction).
+const SWEEP_BATCH: i32 = 100;
 
 /// Opens the PostgreSQL scope that `url` names, as a [`KeyedLock`] (what
 /// [`open_with`](crate::open_with) does for `postgres://` and `postgresql://`). Fails with
@@ -151,8 +153,12 @@ pub fn open(url: &str, options: &OpenOptions) -> Result<Arc<dyn KeyedLock>> {
     let lock = RemoteLock::start(options, move |_| async move {
         let (forces, seen) = unbounded_channel();
         let main = Session::open(&url, true, None, Some(forces.clone())).await?;
+        let sweep = url.sweep;
         let server = Arc::new(PgServer::new(url, main, forces)?);
         tokio::spawn(PgServer::watch_forces(Arc::downgrade(&server), seen));
+        if let Some(every) = sweep {
+            tokio::spawn(PgServer::sweep_idle(Arc::downgrade(&server), every));
+        }
         Ok(server)
     })?;
     Ok(Arc::new(lock))
@@ -181,6 +187,8 @@ pub(crate) struct PgServer {
     id: String,
     next: AtomicU64,
     queued: AtomicUsize,
+    /// Acquires and releases sent, so far: a sweep runs only after some.
+    calls: AtomicU64,
 }
 
 /// A token's hold of one key: (token, space, key).
@@ -211,6 +219,7 @@ impl PgServer {
             id: seed.iter().map(|b| format!("{b:02x}")).collect(),
             next: AtomicU64::new(1),
             queued: AtomicUsize::new(0),
+            calls: AtomicU64::new(0),
         })
     }
 
@@ -382,6 +391,44 @@ impl PgServer {
         }
     }
 
+    /// Every `every`, while the scope lives, drops the rows of the prefix's idle keys
+    /// (`keylock_sweep`), when this scope object took or released anything since its last
+    /// sweep: a workload that locks ever-new keys leaves no row per key behind. A sweep reads
+    /// the whole prefix in batches on the main session, each one short and never waiting; one
+    /// that fails (the server unreachable, another process sweeping) ends the round.
+    async fn sweep_idle(server: std::sync::Weak<Self>, every: Duration) {
+        let mut seen = 0;
+        loop {
+            tokio::time::sleep(every).await;
+            let Some(server) = server.upgrade() else {
+                return;
+            };
+            let calls = server.calls.load(Ordering::Relaxed);
+            if calls == seen {
+                continue;
+            }
+            seen = calls;
+            let mut after: (Option<i16>, Option<Vec<u8>>) = (None, None);
+            loop {
+                let Ok(s) = server.main().await else {
+                    break;
+                };
+                let swept = server
+                    .bounded(s.client.query_one(
+                        "SELECT last_space, last_key FROM keylock_sweep($1, $2, $3, $4)",
+                        &[&server.url.options.prefix, &after.0, &after.1, &SWEEP_BATCH],
+                    ))
+                    .await;
+                match swept {
+                    Ok(row) if row.get::<_, Option<Vec<u8>>>(1).is_some() => {
+                        after = (row.get(0), row.get(1));
+                    }
+                    _ => break,
+                }
+            }
+        }
+    }
+
     /// Lock number `old` was force-unlocked: each hold of it here lets the old number go now
     /// (requests queued on it then move to the key's new number), and the front hears that
     /// the hold was lost.
@@ -438,6 +485,7 @@ impl Server for PgServer {
         try_only: bool,
         cancelled: impl Future<Output = ()> + Send,
     ) -> Result<Vec<RemoteGrant>> {
+        self.calls.fetch_add(1, Ordering::Relaxed);
         // First a try on the main session: every uncontended acquire is this one call.
         let main = self.main().await?;
         let tried = tokio::time::timeout(
@@ -535,6 +583,7 @@ impl Server for PgServer {
         let Some((id, s)) = self.hold_of(key, token) else {
             return Ok(false);
         };
+        self.calls.fetch_add(1, Ordering::Relaxed);
         let mode = if key.mode == Mode::Exclusive {
             "x"
         } else {

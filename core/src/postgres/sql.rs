@@ -37,6 +37,15 @@
 //!   while it re-reads the key's number and records itself, a force-unlock holds it exclusively
 //!   while it moves the key to a new number, so a shared grant is either recorded under the
 //!   number that stays, or moved away with the rest.
+//! - Idle keys' rows are dropped by `keylock_sweep`, which each scope object runs in the
+//!   background (the URL's `sweep`): a key whose number no session holds or awaits loses its
+//!   row in `keylock_keys` and its number's rows in the others (a died mark stays for the next
+//!   holder). A key locked again gets a fresh number. A call that read the old number before
+//!   the drop is never granted it: the sweep holds the number's guard while it drops, a shared
+//!   grant re-reads the key's number under the guard, and so does an exclusive grant that finds
+//!   no owner row (the sweep deletes the row in the same transaction, and keeps a key whose row
+//!   a grant is updating or has marked held). Only one session sweeps a prefix at a time (a
+//!   transaction-level lock, first key `KL_SWEEP`, second the prefix's `hashtext`).
 //! - A *life* lock per session (first key `KL_LIFE`, second the backend pid), taken when a
 //!   connection starts: a session that already has one serves another keylock connection
 //!   (a pooler in transaction mode), and the open fails. Every call also checks that it runs
@@ -46,7 +55,7 @@
 /// The version of the functions below; an open that finds an older one (or none) replaces
 /// them, and one that finds a newer one keeps it. So a new version must keep every call an
 /// older one makes, with the same arguments and results (add a function rather than change one).
-pub(crate) const VERSION: i32 = 7;
+pub(crate) const VERSION: i32 = 8;
 
 /// The channel a force-unlock notifies, with the old lock number as the payload: the holders'
 /// processes (listening on their main sessions) let the old number go at once and fire the
@@ -126,7 +135,8 @@ CREATE UNLOGGED TABLE IF NOT EXISTS keylock_holds (
 );
 
 -- The two keys of a lock number's advisory lock (k1: 'kl' and bits 32-47; k2: the low bits,
--- as a signed int), of its guard ('km'), and the first key of a session's life lock ('kn').
+-- as a signed int), of its guard ('km'), and the first key of a session's life lock ('kn');
+-- 'ko' serializes installs and 'kp' sweeps (keylock_sweep).
 CREATE OR REPLACE FUNCTION keylock_k1(id bigint) RETURNS int
     LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT (1802240000 + (id >> 32))::int $$;
 CREATE OR REPLACE FUNCTION keylock_g1(id bigint) RETURNS int
@@ -319,22 +329,34 @@ BEGIN
                         RETURNING w.fence, w.died,
                                   EXISTS (SELECT 1 FROM keylock_holds h WHERE h.lock_id = id)
                         INTO fence, died, stale;
-                    IF NOT FOUND THEN
-                        -- No row yet, or a retired one (which the insert meets and keeps).
-                        INSERT INTO keylock_owners AS w (lock_id, token, pid, fence, since,
-                                                         forced, held)
-                            VALUES (id, tok, me, nextval('keylock_fences'), clock_timestamp(),
-                                    false, true)
-                            ON CONFLICT (lock_id) DO UPDATE SET token = excluded.token,
-                                pid = excluded.pid, fence = excluded.fence,
-                                since = excluded.since, forced = false, died = w.held,
-                                held = true
-                            WHERE NOT w.retired
-                            RETURNING w.fence, w.died,
-                                      EXISTS (SELECT 1 FROM keylock_holds h WHERE h.lock_id = id)
-                            INTO fence, died, stale;
+                    got := FOUND;
+                    IF NOT got THEN
+                        -- No row yet (the number's first exclusive grant), a retired one (which
+                        -- the insert meets and keeps), or none any more: keylock_sweep dropped
+                        -- the key's rows, idle, after this call read its number. So the key
+                        -- must still have this number, read under the number's guard as a
+                        -- shared grant reads it (the sweep holds the guard while it drops).
+                        PERFORM pg_advisory_xact_lock_shared(keylock_g1(id), keylock_k2(id));
+                        SELECT lock_id INTO again FROM keylock_keys
+                            WHERE prefix = p AND space = sps[i] AND key = ks[i];
+                        IF again = id THEN
+                            INSERT INTO keylock_owners AS w (lock_id, token, pid, fence, since,
+                                                             forced, held)
+                                VALUES (id, tok, me, nextval('keylock_fences'),
+                                        clock_timestamp(), false, true)
+                                ON CONFLICT (lock_id) DO UPDATE SET token = excluded.token,
+                                    pid = excluded.pid, fence = excluded.fence,
+                                    since = excluded.since, forced = false, died = w.held,
+                                    held = true
+                                WHERE NOT w.retired
+                                RETURNING w.fence, w.died,
+                                          EXISTS (SELECT 1 FROM keylock_holds h
+                                                  WHERE h.lock_id = id)
+                                INTO fence, died, stale;
+                            got := FOUND;
+                        END IF;
                     END IF;
-                    IF FOUND THEN
+                    IF got THEN
                         IF stale THEN
                             -- Shared holders whose sessions ended.
                             DELETE FROM keylock_holds h WHERE h.lock_id = id;
@@ -350,7 +372,8 @@ BEGIN
                         EXIT;
                     END IF;
                 END IF;
-                -- Force-unlocked meanwhile: the key has a new number.
+                -- Force-unlocked meanwhile (the key has a new number), or dropped idle (it
+                -- has none until keylock_id makes one).
                 PERFORM keylock_untake(ARRAY[id], m);
             END LOOP;
             taken := taken || id;
@@ -466,6 +489,83 @@ BEGIN
         ON CONFLICT (lock_id) DO UPDATE SET forced = true, retired = true;
     PERFORM pg_notify('keylock_force', old::text);
     RETURN true;
+END $$;
+
+-- Drops the rows of prefix `p`'s idle keys, reading up to `batch` keys after (`sp`, `k`) in key
+-- order (from the first when `k` is NULL); how many it dropped, and the last key read (NULL at
+-- the prefix's end, or when another session is sweeping the prefix). A key is idle when no
+-- session holds or awaits its number and no exclusive holder died holding it (that mark waits
+-- for the next holder's owner_died). Fences come from one sequence, so a key made again later
+-- still gets fences above all its old ones.
+--
+-- Never waits: a key whose guard or owner row another call holds is left for the next sweep.
+-- Its guard, taken first, keeps out a shared grant and a number's first exclusive grant (both
+-- re-read the key's number under it), and the server's locks, read after, show every session
+-- holding or awaiting the number; an exclusive grant that takes the number later updates its
+-- owner row, so either the sweep finds the row locked or held and keeps the key, or the
+-- grant finds the row gone, re-reads the key under the guard, and lets the number go.
+CREATE OR REPLACE FUNCTION keylock_sweep(p text, sp smallint, k bytea, batch int,
+                                         OUT dropped int, OUT last_space smallint,
+                                         OUT last_key bytea)
+LANGUAGE plpgsql AS $$
+DECLARE
+    r record;
+    n int := 0;
+    ids bigint[] := '{}';
+    sps smallint[] := '{}';
+    ks bytea[] := '{}';
+    busy bigint[];
+    i int;
+    kept boolean;
+BEGIN
+    dropped := 0;
+    IF NOT pg_try_advisory_xact_lock(1802502144, hashtext(p)) THEN
+        RETURN;
+    END IF;
+    FOR r IN SELECT c.space, c.key, c.lock_id FROM keylock_keys c
+             WHERE c.prefix = p
+               AND (c.space, c.key) > (coalesce(sp, -1::smallint), coalesce(k, ''::bytea))
+             ORDER BY c.space, c.key LIMIT batch LOOP
+        n := n + 1;
+        last_space := r.space;
+        last_key := r.key;
+        IF pg_try_advisory_xact_lock(keylock_g1(r.lock_id), keylock_k2(r.lock_id)) THEN
+            ids := ids || r.lock_id;
+            sps := sps || r.space;
+            ks := ks || r.key;
+        END IF;
+    END LOOP;
+    IF n < batch THEN
+        last_space := NULL;
+        last_key := NULL;
+    END IF;
+    -- The numbers held or awaited now, in one look at the server's locks.
+    busy := ARRAY(SELECT ((l.classid::bigint - 1802240000) << 32) | l.objid::bigint
+                  FROM pg_locks l
+                  WHERE l.locktype = 'advisory' AND l.objsubid = 2
+                    AND l.classid::bigint BETWEEN 1802240000 AND 1802240000 + 65535
+                    AND l.database = (SELECT oid FROM pg_database
+                                      WHERE datname = current_database()));
+    FOR i IN 1 .. cardinality(ids) LOOP
+        CONTINUE WHEN ids[i] = ANY (busy);
+        -- Locked by an exclusive grant recording itself, or marked by one that died holding:
+        -- kept. A retired row (force-unlocked) marks nothing a grant could still need.
+        SELECT w.held AND NOT w.retired INTO kept FROM keylock_owners w
+            WHERE w.lock_id = ids[i] FOR UPDATE SKIP LOCKED;
+        IF FOUND THEN
+            CONTINUE WHEN kept;
+            DELETE FROM keylock_owners w WHERE w.lock_id = ids[i];
+        ELSIF EXISTS (SELECT 1 FROM keylock_owners w WHERE w.lock_id = ids[i]) THEN
+            CONTINUE;
+        END IF;
+        -- Shared holders' rows left by sessions that ended.
+        DELETE FROM keylock_holds h WHERE h.lock_id = ids[i];
+        DELETE FROM keylock_keys c
+            WHERE c.prefix = p AND c.space = sps[i] AND c.key = ks[i] AND c.lock_id = ids[i];
+        IF FOUND THEN
+            dropped := dropped + 1;
+        END IF;
+    END LOOP;
 END $$;
 
 -- A key as the server sees it: no row when free.

@@ -10,6 +10,7 @@
 //! | `connect_timeout` | `5s` | the most opening the scope (connecting, the handshake, the tables) or one more connection may take |
 //! | `timeout` | `5s` | the most one call may take before the scope reports `Unavailable` (a wait is bounded by the acquire's own timeout instead) |
 //! | `sslmode` | `disable` | `disable` or `prefer` (both connect without TLS: this build has no TLS client for PostgreSQL); `require` and `verify-*` are refused |
+//! | `sweep` | `60s` | how often the scope object drops the rows of its prefix's idle keys (when it took or released anything since its last sweep); `off` never |
 //!
 //! The password is kept only inside the client's settings: `Debug` shows the URL with `***` in
 //! its place, and every error of this scope names the redacted URL.
@@ -18,7 +19,7 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
-use crate::remote::url::{OptionRules, ServerOptions, UrlName, UrlParts, decode};
+use crate::remote::url::{OptionRules, ServerOptions, UrlName, UrlParts, decode, duration};
 
 /// A parsed PostgreSQL scope URL. See the [module docs](self).
 #[derive(Clone, PartialEq, Eq)]
@@ -29,6 +30,8 @@ pub(crate) struct PostgresUrl {
     pub(crate) database: String,
     /// `prefix`, `lease`, `connect_timeout`, `timeout`.
     pub(crate) options: ServerOptions,
+    /// How often the rows of idle keys are dropped (`None`: never).
+    pub(crate) sweep: Option<Duration>,
     /// The URL as given, shown with its password as `***`.
     pub(crate) name: UrlName,
 }
@@ -40,8 +43,12 @@ const RULES: OptionRules = OptionRules {
     bad_prefix: "the PostgreSQL prefix must be non-empty",
     min_lease: Duration::from_secs(1),
     short_lease: "the PostgreSQL lease must be at least 1s",
-    unknown: "unknown PostgreSQL URL option (known: prefix, lease, connect_timeout, timeout, sslmode)",
+    unknown: "unknown PostgreSQL URL option (known: prefix, lease, connect_timeout, timeout, sslmode, sweep)",
 };
+
+/// How often, unless the URL says otherwise, a scope object that took or released anything
+/// since its last sweep drops the rows of its prefix's idle keys.
+const DEFAULT_SWEEP: Duration = Duration::from_secs(60);
 
 impl PostgresUrl {
     /// Parses `url`, refusing anything it does not understand.
@@ -62,21 +69,33 @@ impl PostgresUrl {
                 "a PostgreSQL URL names one database (postgres://USER@HOST/DB)",
             ));
         }
-        // The scope's own option: `sslmode`, whose two accepted values both connect without TLS.
-        let sslmode = |name: &str, value: &str| match (name, value) {
+        // The scope's own options: `sslmode`, whose two accepted values both connect without
+        // TLS, and `sweep`.
+        let mut sweep = Some(DEFAULT_SWEEP);
+        let own = |name: &str, value: &str| match (name, value) {
             ("sslmode", "disable" | "prefer") => Ok(true),
             ("sslmode", _) => Err(Error::InvalidArgument(
                 "sslmode: this build connects to PostgreSQL without TLS (disable or prefer)",
             )),
+            ("sweep", "off") => {
+                sweep = None;
+                Ok(true)
+            }
+            ("sweep", _) => {
+                sweep = Some(duration(value)?);
+                Ok(true)
+            }
             _ => Ok(false),
         };
+        let options = ServerOptions::parse(parts.options, &RULES, own)?;
         Ok(PostgresUrl {
             host: parts.host,
             port: parts.port,
             user,
             name: UrlName::new(url, parts.password),
             database,
-            options: ServerOptions::parse(parts.options, &RULES, sslmode)?,
+            options,
+            sweep,
         })
     }
 
@@ -124,6 +143,7 @@ impl fmt::Debug for PostgresUrl {
         f.debug_struct("PostgresUrl")
             .field("url", &self.name.redacted())
             .field("options", &self.options)
+            .field("sweep", &self.sweep)
             .finish()
     }
 }
@@ -195,5 +215,25 @@ mod tests {
             );
         }
         assert!(PostgresUrl::parse("postgres://u@h/d?lease=1s&sslmode=disable").is_ok());
+    }
+
+    #[test]
+    fn sweep_is_a_duration_or_off() {
+        let sweep = |url: &str| PostgresUrl::parse(url).map(|u| u.sweep);
+        assert_eq!(sweep("postgres://u@h/d"), Ok(Some(DEFAULT_SWEEP)));
+        assert_eq!(
+            sweep("postgres://u@h/d?sweep=250ms"),
+            Ok(Some(Duration::from_millis(250)))
+        );
+        assert_eq!(sweep("postgres://u@h/d?sweep=off"), Ok(None));
+        for bad in ["0s", "never", "", "-1s"] {
+            assert!(
+                matches!(
+                    sweep(&format!("postgres://u@h/d?sweep={bad}")),
+                    Err(Error::InvalidArgument(_))
+                ),
+                "{bad}"
+            );
+        }
     }
 }

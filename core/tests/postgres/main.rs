@@ -15,6 +15,7 @@ mod grant_policy;
 mod grant_table;
 mod semantics;
 mod server;
+mod sweep;
 
 use std::sync::Arc;
 use std::time::Instant;
