@@ -479,6 +479,11 @@ BEGIN
     END IF;
     UPDATE keylock_keys SET lock_id = nextval('keylock_lock_ids')
         WHERE prefix = p AND space = sp AND key = k AND lock_id = old;
+    IF NOT FOUND THEN
+        -- Moved by another force-unlock, or dropped idle (keylock_sweep), since it was read:
+        -- whoever holds the old number now is not granted it.
+        RETURN false;
+    END IF;
     -- The holders keep their rows (and their locks on the old number) until they release:
     -- their releases and checks then say the hold was lost.
     UPDATE keylock_holds h SET forced = true WHERE h.lock_id = old;
@@ -566,6 +571,18 @@ BEGIN
             dropped := dropped + 1;
         END IF;
     END LOOP;
+    -- Once a round (its first batch): the rows of force-unlocked numbers that nobody holds or
+    -- awaits any more. No key has such a number, so no grant can need its row: a call that
+    -- read the number before the force-unlock and takes it later finds no row, re-reads the
+    -- key under the guard, and lets the number go.
+    IF k IS NULL THEN
+        FOR r IN SELECT w.lock_id FROM keylock_owners w
+                 WHERE w.retired AND NOT (w.lock_id = ANY (busy))
+                 FOR UPDATE SKIP LOCKED LOOP
+            DELETE FROM keylock_owners w WHERE w.lock_id = r.lock_id;
+            DELETE FROM keylock_holds h WHERE h.lock_id = r.lock_id;
+        END LOOP;
+    END IF;
 END $$;
 
 -- A key as the server sees it: no row when free.

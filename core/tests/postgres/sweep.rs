@@ -91,10 +91,19 @@ fn idle_keys_leave_no_rows_and_their_fences_still_rise() {
         assert!(got.fence() > top && !got.owner_died());
         top = got.fence();
         b.release(got).unwrap();
+        // Force-unlocked keys: their old numbers' rows go too once nobody holds them.
+        for (name, opts) in [("forced", LockOptions::new()), ("forced-s", shared())] {
+            let old = a.acquire(key(name), &opts).unwrap();
+            top = top.max(old.fence());
+            let lost = a.lost_signal(&old).unwrap();
+            assert!(b.force_unlock(key(name)).unwrap());
+            wait_until(|| lost.is_lost());
+            assert!(matches!(a.release(old), Err(Error::NotOwner)));
+        }
         a.release(reader).unwrap();
         wait_until(|| rows(&pg) == "0 0 0");
         // A key made again counts its fences on from every fence before.
-        for name in ["x0", "held", "died"] {
+        for name in ["x0", "held", "died", "forced"] {
             let x = a.acquire(key(name), &LockOptions::new()).unwrap();
             assert!(x.fence() > top, "{name}: {} after {top}", x.fence());
             assert!(!x.owner_died());
