@@ -393,9 +393,10 @@ impl PgServer {
 
     /// Every `every`, while the scope lives, drops the rows of the prefix's idle keys
     /// (`keylock_sweep`), when this scope object took or released anything since its last
-    /// sweep: a workload that locks ever-new keys leaves no row per key behind. A sweep reads
-    /// the whole prefix in batches on the main session, each one short and never waiting; one
-    /// that fails (the server unreachable, another process sweeping) ends the round.
+    /// sweep: a workload that locks ever-new keys leaves no row per key behind. A round reads
+    /// the whole prefix in batches on the main session, each one short and never waiting. A
+    /// round cut short (the server unreachable, another process sweeping the prefix) is run
+    /// again at the next tick.
     async fn sweep_idle(server: std::sync::Weak<Self>, every: Duration) {
         let mut seen = 0;
         loop {
@@ -404,27 +405,34 @@ impl PgServer {
                 return;
             };
             let calls = server.calls.load(Ordering::Relaxed);
-            if calls == seen {
-                continue;
+            if calls != seen && server.sweep_round().await {
+                seen = calls;
             }
-            seen = calls;
-            let mut after: (Option<i16>, Option<Vec<u8>>) = (None, None);
-            loop {
-                let Ok(s) = server.main().await else {
-                    break;
-                };
-                let swept = server
-                    .bounded(s.client.query_one(
-                        "SELECT last_space, last_key FROM keylock_sweep($1, $2, $3, $4)",
-                        &[&server.url.options.prefix, &after.0, &after.1, &SWEEP_BATCH],
-                    ))
-                    .await;
-                match swept {
-                    Ok(row) if row.get::<_, Option<Vec<u8>>>(1).is_some() => {
-                        after = (row.get(0), row.get(1));
-                    }
-                    _ => break,
-                }
+        }
+    }
+
+    /// One round of the sweep over the prefix; whether it reached the prefix's end.
+    async fn sweep_round(&self) -> bool {
+        let mut after: (Option<i16>, Option<Vec<u8>>) = (None, None);
+        loop {
+            let Ok(s) = self.main().await else {
+                return false;
+            };
+            let swept = self
+                .bounded(s.client.query_one(
+                    "SELECT dropped, last_space, last_key FROM keylock_sweep($1, $2, $3, $4)",
+                    &[&self.url.options.prefix, &after.0, &after.1, &SWEEP_BATCH],
+                ))
+                .await;
+            let Ok(row) = swept else {
+                return false;
+            };
+            if row.get::<_, Option<i32>>(0).is_none() {
+                return false;
+            }
+            match row.get::<_, Option<Vec<u8>>>(2) {
+                Some(last) => after = (row.get(1), Some(last)),
+                None => return true,
             }
         }
     }

@@ -31,12 +31,14 @@
 //!   there was none). An exclusive grant records itself with one update of that row, which
 //!   refuses a retired number: the row's lock orders the two, so an exclusive grant is either
 //!   recorded before the force-unlock, which then marks it `forced`, or finds the number
-//!   retired, lets it go and reads the key's new number. A grant needs no other check.
+//!   retired, lets it go and reads the key's new number. A grant that finds the row needs no
+//!   other check; one that finds none checks the key's number under the guard (below).
 //! - A *guard* per lock number (transaction-level advisory lock, first key `KL_GUARD` plus the
-//!   high bits), for shared grants, whose rows are their own: a shared grant holds it shared
-//!   while it re-reads the key's number and records itself, a force-unlock holds it exclusively
-//!   while it moves the key to a new number, so a shared grant is either recorded under the
-//!   number that stays, or moved away with the rest.
+//!   high bits), for shared grants, whose rows are their own, and for an exclusive grant that
+//!   finds no owner row: such a grant holds it shared while it re-reads the key's number and
+//!   records itself, a force-unlock (and the sweep, below) holds it exclusively while it moves
+//!   the key to a new number (or drops it), so such a grant is either recorded under the number
+//!   that stays, or moved away with the rest.
 //! - Idle keys' rows are dropped by `keylock_sweep`, which each scope object runs in the
 //!   background (the URL's `sweep`): a key whose number no session holds or awaits loses its
 //!   row in `keylock_keys` and its number's rows in the others (a died mark stays for the next
@@ -497,8 +499,8 @@ BEGIN
 END $$;
 
 -- Drops the rows of prefix `p`'s idle keys, reading up to `batch` keys after (`sp`, `k`) in key
--- order (from the first when `k` is NULL); how many it dropped, and the last key read (NULL at
--- the prefix's end, or when another session is sweeping the prefix). A key is idle when no
+-- order (from the first when `k` is NULL); how many it dropped (NULL when another session is
+-- sweeping the prefix), and the last key read (NULL at the prefix's end). A key is idle when no
 -- session holds or awaits its number and no exclusive holder died holding it (that mark waits
 -- for the next holder's owner_died). Fences come from one sequence, so a key made again later
 -- still gets fences above all its old ones.
@@ -523,10 +525,10 @@ DECLARE
     i int;
     kept boolean;
 BEGIN
-    dropped := 0;
     IF NOT pg_try_advisory_xact_lock(1802502144, hashtext(p)) THEN
         RETURN;
     END IF;
+    dropped := 0;
     FOR r IN SELECT c.space, c.key, c.lock_id FROM keylock_keys c
              WHERE c.prefix = p
                AND (c.space, c.key) > (coalesce(sp, -1::smallint), coalesce(k, ''::bytea))

@@ -289,3 +289,34 @@ fn grants_stay_exclusive_while_keys_are_swept() {
         wait_until(|| rows(&pg) == "0 0 0");
     });
 }
+
+/// A round that another session's sweep of the prefix cut short is run again at the next tick,
+/// though the scope object takes nothing more.
+#[test]
+fn a_round_cut_short_is_run_again() {
+    within(Duration::from_secs(90), || {
+        let pg = Server::start();
+        let a = open(&format!("{}&sweep=50ms", pg.url("short")));
+        let blocker = "SELECT pg_sleep(60) /* sweep-blocker */";
+        let session = "FROM pg_stat_activity WHERE pid <> pg_backend_pid() \
+                       AND query LIKE '%/* sweep-bl' || 'ocker */%'";
+        std::thread::scope(|s| {
+            // The prefix's sweep lock, as another process's sweep holds it.
+            let held = s.spawn(|| {
+                pg.psql(&format!(
+                    "BEGIN; SELECT pg_advisory_xact_lock(1802502144, hashtext('short')); \
+                     {blocker}; COMMIT"
+                ))
+            });
+            wait_until(|| pg.psql(&format!("SELECT count(*) {session}")) == "1\n");
+            let x = a.acquire(key("k"), &LockOptions::new()).unwrap();
+            a.release(x).unwrap();
+            // Rounds at 50 ms ticks meanwhile, each cut short.
+            std::thread::sleep(Duration::from_millis(300));
+            assert_eq!(rows(&pg), "1 1 0");
+            pg.psql(&format!("SELECT pg_terminate_backend(pid) {session}"));
+            assert!(held.join().is_err());
+        });
+        wait_until(|| rows(&pg) == "0 0 0");
+    });
+}
