@@ -255,59 +255,85 @@ fn acquire_many_is_all_or_nothing() {
 fn contended_threads_never_overlap() {
     within(Duration::from_secs(120), || {
         let pg = Server::start();
-        let url = pg.url("stress");
-        let inside: Arc<Vec<AtomicUsize>> = Arc::new((0..4).map(|_| AtomicUsize::new(0)).collect());
-        let done = Arc::new(AtomicUsize::new(0));
-        let threads: Vec<_> = (0..3)
-            .flat_map(|_| {
-                let scope = open(&url);
-                (0..2).map(move |t| (Arc::clone(&scope), t))
-            })
-            .map(|(scope, t)| {
-                let (inside, done) = (Arc::clone(&inside), Arc::clone(&done));
-                std::thread::spawn(move || {
-                    let mut last = [0u64; 4];
-                    for i in 0..60usize {
-                        let k = (i + t) % 4;
-                        let name = format!("s{k}");
-                        let opts = match i % 3 {
-                            0 => LockOptions::new(),
-                            1 => LockOptions::new().wait(Wait::For(Duration::from_secs(30))),
-                            _ => LockOptions::new().wait(Wait::No),
-                        };
-                        let acq = match scope.acquire(key(&name), &opts) {
-                            Ok(acq) => acq,
-                            Err(Error::WouldBlock) => continue,
-                            Err(e) => panic!("{e}"),
-                        };
-                        assert_eq!(
-                            inside[k].fetch_add(1, Ordering::SeqCst),
-                            0,
-                            "two inside {name}"
-                        );
-                        assert!(acq.fence() > last[k], "fences rise per key");
-                        assert!(!acq.owner_died(), "nobody died: every holder released");
-                        last[k] = acq.fence();
-                        std::thread::sleep(Duration::from_micros(300));
-                        inside[k].fetch_sub(1, Ordering::SeqCst);
-                        scope.release(acq).unwrap();
-                        done.fetch_add(1, Ordering::Relaxed);
-                    }
-                })
-            })
-            .collect();
-        for t in threads {
-            t.join().unwrap();
-        }
-        assert!(
-            done.load(Ordering::Relaxed) >= 6 * 40,
-            "the blocking and timed ones all ran"
-        );
-        let check = open(&url);
-        for k in 0..4 {
-            assert!(!check.is_locked(key(&format!("s{k}"))).unwrap());
-        }
+        threads_never_overlap(&pg.url("stress"), 60, 0);
     });
+}
+
+/// Threads of three scope objects at `url`, two each, `rounds` acquires per thread on the keys
+/// `c0` to `c3`, blocking, timed and try, every `shared_every`th one shared (none with 0):
+/// holders counted inside, never an exclusive one beside another holder, exclusive fences
+/// rising per key, nobody dead, every blocking and timed acquire granted, nothing held after.
+pub(crate) fn threads_never_overlap(url: &str, rounds: usize, shared_every: usize) {
+    // Per key: exclusive holders inside, shared holders inside.
+    let inside: Arc<Vec<(AtomicUsize, AtomicUsize)>> = Arc::new(
+        (0..4)
+            .map(|_| (AtomicUsize::new(0), AtomicUsize::new(0)))
+            .collect(),
+    );
+    let done = Arc::new(AtomicUsize::new(0));
+    let threads: Vec<_> = (0..3)
+        .flat_map(|_| {
+            let scope = open(url);
+            (0..2).map(move |t| (Arc::clone(&scope), t))
+        })
+        .map(|(scope, t)| {
+            let (inside, done) = (Arc::clone(&inside), Arc::clone(&done));
+            std::thread::spawn(move || {
+                let mut last = [0u64; 4];
+                for i in 0..rounds {
+                    let k = (i * 3 + t) % 4;
+                    let name = format!("c{k}");
+                    let mode = if shared_every > 0 && i % shared_every == shared_every - 1 {
+                        Mode::Shared
+                    } else {
+                        Mode::Exclusive
+                    };
+                    let wait = match i % 3 {
+                        0 => Wait::Forever,
+                        1 => Wait::For(Duration::from_secs(30)),
+                        _ => Wait::No,
+                    };
+                    let opts = LockOptions::new().mode(mode).wait(wait);
+                    let acq = match scope.acquire(key(&name), &opts) {
+                        Ok(acq) => acq,
+                        Err(Error::WouldBlock) => continue,
+                        Err(e) => panic!("{e}"),
+                    };
+                    let (ex, sh) = &inside[k];
+                    if mode == Mode::Exclusive {
+                        assert_eq!(ex.fetch_add(1, Ordering::SeqCst), 0, "two in {name}");
+                        assert_eq!(sh.load(Ordering::SeqCst), 0, "readers in {name}");
+                        assert!(acq.fence() > last[k], "fences rise per key");
+                        last[k] = acq.fence();
+                    } else {
+                        sh.fetch_add(1, Ordering::SeqCst);
+                        assert_eq!(ex.load(Ordering::SeqCst), 0, "a writer in {name}");
+                    }
+                    assert!(!acq.owner_died(), "nobody died: every holder released");
+                    std::thread::sleep(Duration::from_micros(250));
+                    if mode == Mode::Exclusive {
+                        ex.fetch_sub(1, Ordering::SeqCst);
+                    } else {
+                        sh.fetch_sub(1, Ordering::SeqCst);
+                    }
+                    scope.release(acq).unwrap();
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let waited = (0..rounds).filter(|i| i % 3 != 2).count();
+    assert!(
+        done.load(Ordering::Relaxed) >= 6 * waited,
+        "the blocking and timed ones all ran"
+    );
+    let check = open(url);
+    for k in 0..4 {
+        assert!(!check.is_locked(key(&format!("c{k}"))).unwrap());
+    }
 }
 
 #[test]

@@ -2,11 +2,11 @@
 //! idle when no session holds or awaits its number and no holder died holding it.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use keylock_core::{Error, LockKey, LockOptions, Mode, Wait};
+use keylock_core::{Error, LockOptions, Mode, Wait};
 
+use crate::semantics::threads_never_overlap;
 use crate::server::Server;
 use crate::{key, open, wait_until, within};
 
@@ -200,90 +200,23 @@ fn a_key_whose_owner_row_is_locked_is_kept() {
 }
 
 /// Threads of three scope objects, exclusive and shared, on four keys, while every scope
-/// object sweeps every 5 ms: never an exclusive holder beside another holder, fences rise per
-/// key, and nothing is left behind.
+/// object sweeps every 5 ms: the checks of `threads_never_overlap`, and the keys were dropped
+/// and made again meanwhile, and nothing is left behind.
 #[test]
 fn grants_stay_exclusive_while_keys_are_swept() {
     within(Duration::from_secs(180), || {
         let pg = Server::start();
         let url = format!("{}&sweep=5ms", pg.url("churn"));
-        // Per key: exclusive holders inside, shared holders inside.
-        let inside: Arc<Vec<(AtomicUsize, AtomicUsize)>> = Arc::new(
-            (0..4)
-                .map(|_| (AtomicUsize::new(0), AtomicUsize::new(0)))
-                .collect(),
-        );
-        let done = Arc::new(AtomicUsize::new(0));
-        let threads: Vec<_> = (0..3)
-            .flat_map(|_| {
-                let scope = open(&url);
-                (0..2).map(move |t| (Arc::clone(&scope), t))
-            })
-            .map(|(scope, t)| {
-                let (inside, done) = (Arc::clone(&inside), Arc::clone(&done));
-                std::thread::spawn(move || {
-                    let mut last = [0u64; 4];
-                    for i in 0..150usize {
-                        let k = (i * 3 + t) % 4;
-                        let name = format!("c{k}");
-                        let mode = if i % 4 == 3 {
-                            Mode::Shared
-                        } else {
-                            Mode::Exclusive
-                        };
-                        let wait = match i % 3 {
-                            0 => Wait::Forever,
-                            1 => Wait::For(Duration::from_secs(30)),
-                            _ => Wait::No,
-                        };
-                        let opts = LockOptions::new().mode(mode).wait(wait);
-                        let acq = match scope.acquire(LockKey::new(name.as_bytes()), &opts) {
-                            Ok(acq) => acq,
-                            Err(Error::WouldBlock) => continue,
-                            Err(e) => panic!("{e}"),
-                        };
-                        let (ex, sh) = &inside[k];
-                        if mode == Mode::Exclusive {
-                            assert_eq!(ex.fetch_add(1, Ordering::SeqCst), 0, "two in {name}");
-                            assert_eq!(sh.load(Ordering::SeqCst), 0, "readers in {name}");
-                            assert!(acq.fence() > last[k], "fences rise per key");
-                            last[k] = acq.fence();
-                        } else {
-                            sh.fetch_add(1, Ordering::SeqCst);
-                            assert_eq!(ex.load(Ordering::SeqCst), 0, "a writer in {name}");
-                        }
-                        assert!(!acq.owner_died(), "nobody died: every holder released");
-                        std::thread::sleep(Duration::from_micros(200));
-                        if mode == Mode::Exclusive {
-                            ex.fetch_sub(1, Ordering::SeqCst);
-                        } else {
-                            sh.fetch_sub(1, Ordering::SeqCst);
-                        }
-                        scope.release(acq).unwrap();
-                        done.fetch_add(1, Ordering::Relaxed);
-                    }
-                })
-            })
-            .collect();
-        for t in threads {
-            t.join().unwrap();
-        }
-        assert!(
-            done.load(Ordering::Relaxed) >= 6 * 100,
-            "the blocking and timed ones all ran"
-        );
-        let dropped: i64 = pg
+        threads_never_overlap(&url, 150, 4);
+        let numbers: i64 = pg
             .psql("SELECT last_value FROM keylock_lock_ids")
             .trim()
             .parse()
             .unwrap();
-        eprintln!("4 keys were given {dropped} numbers over the run");
-        assert!(dropped > 4, "no key was ever dropped and made again");
+        eprintln!("4 keys were given {numbers} numbers over the run");
+        assert!(numbers > 4, "no key was ever dropped and made again");
+        // The scope objects above are gone; this one sweeps once it has taken something.
         let check = open(&url);
-        for k in 0..4 {
-            assert!(!check.is_locked(key(&format!("c{k}"))).unwrap());
-        }
-        // The scope objects above are gone; `check` sweeps once it has taken something.
         let x = check.acquire(key("c0"), &LockOptions::new()).unwrap();
         check.release(x).unwrap();
         wait_until(|| rows(&pg) == "0 0 0");
