@@ -498,6 +498,20 @@ BEGIN
     RETURN true;
 END $$;
 
+-- Those of lock numbers `ids` that a session holds or awaits now: one look at the server's
+-- locks, looked up hashed (the lock table can hold thousands of entries).
+CREATE OR REPLACE FUNCTION keylock_busy(ids bigint[]) RETURNS bigint[]
+LANGUAGE sql AS $$
+    SELECT ARRAY(
+        SELECT x FROM unnest(ids) AS x
+        WHERE x IN (SELECT ((l.classid::bigint - 1802240000) << 32) | l.objid::bigint
+                    FROM pg_locks l
+                    WHERE l.locktype = 'advisory' AND l.objsubid = 2
+                      AND l.classid::bigint BETWEEN 1802240000 AND 1802240000 + 65535
+                      AND l.database = (SELECT oid FROM pg_database
+                                        WHERE datname = current_database())))
+$$;
+
 -- Drops the rows of prefix `p`'s idle keys, reading up to `batch` keys after (`sp`, `k`) in key
 -- order (from the first when `k` is NULL); how many it dropped (NULL when another session is
 -- sweeping the prefix), and the last key read (NULL at the prefix's end). A key is idle when no
@@ -546,13 +560,7 @@ BEGIN
         last_space := NULL;
         last_key := NULL;
     END IF;
-    -- The numbers held or awaited now, in one look at the server's locks.
-    busy := ARRAY(SELECT ((l.classid::bigint - 1802240000) << 32) | l.objid::bigint
-                  FROM pg_locks l
-                  WHERE l.locktype = 'advisory' AND l.objsubid = 2
-                    AND l.classid::bigint BETWEEN 1802240000 AND 1802240000 + 65535
-                    AND l.database = (SELECT oid FROM pg_database
-                                      WHERE datname = current_database()));
+    busy := keylock_busy(ids);
     FOR i IN 1 .. cardinality(ids) LOOP
         CONTINUE WHEN ids[i] = ANY (busy);
         -- Locked by an exclusive grant recording itself, or marked by one that died holding:
@@ -578,8 +586,10 @@ BEGIN
     -- read the number before the force-unlock and takes it later finds no row, re-reads the
     -- key under the guard, and lets the number go.
     IF k IS NULL THEN
+        ids := ARRAY(SELECT w.lock_id FROM keylock_owners w WHERE w.retired);
+        busy := keylock_busy(ids);
         FOR r IN SELECT w.lock_id FROM keylock_owners w
-                 WHERE w.retired AND NOT (w.lock_id = ANY (busy))
+                 WHERE w.lock_id = ANY (ids) AND NOT (w.lock_id = ANY (busy))
                  FOR UPDATE SKIP LOCKED LOOP
             DELETE FROM keylock_owners w WHERE w.lock_id = r.lock_id;
             DELETE FROM keylock_holds h WHERE h.lock_id = r.lock_id;
