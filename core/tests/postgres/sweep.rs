@@ -253,3 +253,62 @@ fn a_round_cut_short_is_run_again() {
         wait_until(|| rows(&pg) == "0 0 0");
     });
 }
+
+/// A force-unlock that read a key's number before the key was dropped finds, once it has the
+/// number's guard, a session on the old number (one that read it before the drop too, and will
+/// let it go): the key has no number to move, so nothing is reported held and no row is made
+/// for the old number. The scope's `keylock_g1` is replaced with one that waits while `pause`
+/// names the calling session (or no session), so the force-unlock stops after its read.
+#[test]
+fn a_force_unlock_of_a_key_dropped_since_its_read_frees_nothing() {
+    within(Duration::from_secs(90), || {
+        let pg = Server::start();
+        let url = format!("{}&sweep=off", pg.url("gone"));
+        let (a, b) = (open(&url), open(&url));
+        let x = a.acquire(key("k"), &LockOptions::new()).unwrap();
+        a.release(x).unwrap();
+        let id = pg.psql("SELECT lock_id FROM keylock_keys");
+        let id = id.trim();
+        pg.psql(
+            "CREATE TABLE pause (pid int); \
+             CREATE OR REPLACE FUNCTION keylock_g1(id bigint) RETURNS int LANGUAGE plpgsql AS $$ \
+             BEGIN \
+                 WHILE EXISTS (SELECT 1 FROM pause \
+                               WHERE pid IS NULL OR pid = pg_backend_pid()) LOOP \
+                     PERFORM pg_sleep(0.01); \
+                 END LOOP; \
+                 RETURN (1802305536 + (id >> 32))::int; \
+             END $$; \
+             INSERT INTO pause VALUES (NULL)",
+        );
+        let paused = "FROM pg_stat_activity WHERE wait_event = 'PgSleep'";
+        let blocker = "SELECT pg_sleep(60) /* number-holder */";
+        let holder = "FROM pg_stat_activity WHERE pid <> pg_backend_pid() \
+                      AND query LIKE '%/* number-h' || 'older */%'";
+        std::thread::scope(|s| {
+            let forced = s.spawn(|| b.force_unlock(key("k")));
+            wait_until(|| pg.psql(&format!("SELECT count(*) {paused}")) == "1\n");
+            pg.psql(&format!("UPDATE pause SET pid = (SELECT pid {paused})"));
+            assert_eq!(sweep(&pg, "gone"), "1");
+            // A session on the old number, as a call that read it before the drop.
+            let held = s.spawn(|| {
+                pg.psql(&format!(
+                    "SELECT pg_advisory_lock(keylock_k1({id}), keylock_k2({id})); {blocker}"
+                ))
+            });
+            wait_until(|| pg.psql(&format!("SELECT count(*) {holder}")) == "1\n");
+            pg.psql("DELETE FROM pause");
+            assert!(
+                !forced.join().unwrap().unwrap(),
+                "the key had no number to move"
+            );
+            assert_eq!(rows(&pg), "0 0 0", "no row for the old number");
+            pg.psql(&format!("SELECT pg_terminate_backend(pid) {holder}"));
+            assert!(held.join().is_err());
+        });
+        let x = a
+            .acquire(key("k"), &LockOptions::new().wait(Wait::No))
+            .unwrap();
+        a.release(x).unwrap();
+    });
+}
