@@ -5,6 +5,8 @@
 //! processes: they run this same binary's `child_process_entry` test with `KEYLOCK_REDIS_CHILD`
 //! set.
 
+#[path = "../common/certs.rs"]
+mod certs;
 mod children;
 #[path = "../common/mod.rs"]
 mod common;

@@ -1,85 +1,18 @@
 //! `rediss://`: TLS through rustls, verifying the server's certificate against the platform's
 //! roots (here a test CA given by `SSL_CERT_FILE`, which only the child process sees).
 
-use std::path::Path;
-use std::process::Command;
-
 use keylock_core::Error;
 
 use crate::Server;
+use crate::certs::certificates;
 use crate::children::{read_tagged, spawn};
 use crate::server::free_port;
-
-/// A CA and a server certificate for localhost and 127.0.0.1, made with the openssl CLI.
-fn certificates(dir: &Path) {
-    let run = |args: &[&str]| {
-        let ok = Command::new("openssl")
-            .args(args)
-            .current_dir(dir)
-            .output()
-            .expect("openssl is not installed (make test-redis installs it)");
-        assert!(
-            ok.status.success(),
-            "openssl {args:?}: {}",
-            String::from_utf8_lossy(&ok.stderr)
-        );
-    };
-    run(&[
-        "req",
-        "-x509",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        "ca.key",
-        "-out",
-        "ca.crt",
-        "-subj",
-        "/CN=keylock test CA",
-        "-days",
-        "2",
-    ]);
-    run(&[
-        "req",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        "server.key",
-        "-out",
-        "server.csr",
-        "-subj",
-        "/CN=localhost",
-    ]);
-    std::fs::write(
-        dir.join("san.ext"),
-        "subjectAltName=DNS:localhost,IP:127.0.0.1\n",
-    )
-    .unwrap();
-    run(&[
-        "x509",
-        "-req",
-        "-in",
-        "server.csr",
-        "-CA",
-        "ca.crt",
-        "-CAkey",
-        "ca.key",
-        "-CAcreateserial",
-        "-out",
-        "server.crt",
-        "-days",
-        "2",
-        "-extfile",
-        "san.ext",
-    ]);
-}
 
 #[test]
 fn rediss_verifies_the_server_and_locks_over_tls() {
     let dir = std::env::temp_dir().join(format!("keylock-tls-certs-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    certificates(&dir);
+    certificates(&dir, "DNS:localhost,IP:127.0.0.1");
     let tls_port = free_port();
     let _server = Server::with_tls(
         tls_port,
