@@ -7,7 +7,8 @@
 #   make bench-postgres    core/benches/postgres.rs into bench/results/postgres.json: round trips,
 #                          uncontended latency, hand-off and throughput against the bare
 #                          pg_advisory_lock pair (psycopg, bench/postgres_peers.py) and the Redis scope
-#   make postgres-server   installs Debian's postgresql-15 and pgbouncer if missing, and leaves
+#   make postgres-server   installs Debian's postgresql-15 and pgbouncer (and openssl, which the
+#                          TLS test makes its certificates with) if missing, and leaves
 #                          neither Debian's own cluster nor its pgbouncer service running (each
 #                          test runs initdb in a temporary directory and starts its own postgres
 #                          and pgbouncer on free loopback ports, stopped by their PIDs)
@@ -20,9 +21,10 @@ PG_BINDIR := /usr/lib/postgresql/15/bin
 # 6432 where the system allows services to start; nothing of ours uses them, and a server
 # left running would hold those ports and memory, so both are stopped again straight away.
 postgres-server:
-	@if [ ! -x $(PG_BINDIR)/initdb ] || ! command -v pgbouncer >/dev/null 2>&1; then \
-		echo "installing Debian's postgresql-15 and pgbouncer"; \
-		apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y postgresql-15 pgbouncer; \
+	@if [ ! -x $(PG_BINDIR)/initdb ] || ! command -v pgbouncer >/dev/null 2>&1 || \
+		! command -v openssl >/dev/null 2>&1; then \
+		echo "installing Debian's postgresql-15, pgbouncer and openssl"; \
+		apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y postgresql-15 pgbouncer openssl; \
 		if pg_lsclusters -h 2>/dev/null | grep -q '^15 main .* online '; then \
 			pg_ctlcluster 15 main stop; \
 		fi; \

@@ -75,6 +75,11 @@
 //! hold's lost signal at once. Requests that were already queued on the old number then move to
 //! the new one. (A holder that misses the notification learns at its next check.)
 //!
+//! # TLS
+//!
+//! The URL's `sslmode` and `sslrootcert`, with libpq's meanings (`tls.rs`): every session of
+//! the scope object connects the same way, through rustls.
+//!
 //! # Failures, poolers and replicas
 //!
 //! - The server unreachable: `Unavailable`, naming the redacted URL; opening takes at most
@@ -108,6 +113,7 @@
 
 mod session;
 mod sql;
+mod tls;
 mod url;
 
 use std::collections::HashMap;
@@ -120,8 +126,8 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use tokio::sync::Semaphore;
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
-use tokio_postgres::NoTls;
 use tokio_postgres::error::SqlState;
+use tokio_postgres_rustls::MakeRustlsConnect;
 
 use self::session::{Session, error, timed_out};
 use self::url::PostgresUrl;
@@ -150,11 +156,12 @@ pub fn open(url: &str, options: &OpenOptions) -> Result<Arc<dyn KeyedLock>> {
         ));
     }
     let url = PostgresUrl::parse(url)?;
+    let tls = url.tls.connector()?;
     let lock = RemoteLock::start(options, move |_| async move {
         let (forces, seen) = unbounded_channel();
-        let main = Session::open(&url, true, None, Some(forces.clone())).await?;
+        let main = Session::open(&url, &tls, true, None, Some(forces.clone())).await?;
         let sweep = url.sweep;
-        let server = Arc::new(PgServer::new(url, main, forces)?);
+        let server = Arc::new(PgServer::new(url, tls, main, forces)?);
         tokio::spawn(PgServer::watch_forces(Arc::downgrade(&server), seen));
         if let Some(every) = sweep {
             tokio::spawn(PgServer::sweep_idle(Arc::downgrade(&server), every));
@@ -167,6 +174,8 @@ pub fn open(url: &str, options: &OpenOptions) -> Result<Arc<dyn KeyedLock>> {
 /// The PostgreSQL scope's calls to its server. See the [module docs](self).
 pub(crate) struct PgServer {
     url: PostgresUrl,
+    /// How every session connects (TLS as the URL asks).
+    tls: MakeRustlsConnect,
     /// The main session; replaced when its connection ends.
     main: Mutex<Arc<Session>>,
     /// Held while a main session is being made.
@@ -201,13 +210,19 @@ type HeldIn = (i64, Mode, Arc<Session>);
 type Answer = Option<Vec<(i64, RemoteGrant)>>;
 
 impl PgServer {
-    fn new(url: PostgresUrl, main: Arc<Session>, forces: UnboundedSender<i64>) -> Result<Self> {
+    fn new(
+        url: PostgresUrl,
+        tls: MakeRustlsConnect,
+        main: Arc<Session>,
+        forces: UnboundedSender<i64>,
+    ) -> Result<Self> {
         let mut seed = [0u8; 16];
         getrandom::fill(&mut seed)
             .map_err(|e| Error::Unavailable(format!("no random numbers for tokens: {e}").into()))?;
         let (lost_tx, lost_rx) = unbounded_channel();
         Ok(Self {
             url,
+            tls,
             main: Mutex::new(main),
             reconnecting: tokio::sync::Mutex::new(()),
             idle: Mutex::new(Vec::new()),
@@ -234,7 +249,8 @@ impl PgServer {
         if !s.is_closed() {
             return Ok(s);
         }
-        let fresh = Session::open(&self.url, false, None, Some(self.forces.clone())).await?;
+        let fresh =
+            Session::open(&self.url, &self.tls, false, None, Some(self.forces.clone())).await?;
         *self.main.lock() = Arc::clone(&fresh);
         Ok(fresh)
     }
@@ -273,7 +289,7 @@ impl PgServer {
         if let Some(s) = self.idle.lock().pop().filter(|s| !s.is_closed()) {
             return Ok(Some(s));
         }
-        Session::open(&self.url, false, Some(permit), None)
+        Session::open(&self.url, &self.tls, false, Some(permit), None)
             .await
             .map(Some)
     }
@@ -546,7 +562,7 @@ impl Server for PgServer {
                 () = &mut cancelled => {
                     // Ask the server to stop waiting, then read how the call ended: it may
                     // have been granted just before.
-                    let _ = s.client.cancel_token().cancel_query(NoTls).await;
+                    let _ = s.client.cancel_token().cancel_query(self.tls.clone()).await;
                     (call.await, true)
                 }
             }

@@ -9,7 +9,8 @@ use std::time::Duration;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::sync::mpsc::UnboundedSender;
 use tokio_postgres::error::SqlState;
-use tokio_postgres::{AsyncMessage, Client, NoTls, Statement};
+use tokio_postgres::{AsyncMessage, Client, Statement};
+use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::sql;
 use super::url::PostgresUrl;
@@ -45,11 +46,12 @@ impl Session {
     /// number there.
     pub(crate) async fn open(
         url: &PostgresUrl,
+        tls: &MakeRustlsConnect,
         install: bool,
         slot: Option<OwnedSemaphorePermit>,
         forces: Option<UnboundedSender<i64>>,
     ) -> Result<Arc<Session>> {
-        let connect = Self::connect(url, install, slot, forces);
+        let connect = Self::connect(url, tls, install, slot, forces);
         match tokio::time::timeout(url.options.connect_timeout, connect).await {
             Ok(r) => r,
             Err(_) => Err(Error::Unavailable(
@@ -65,13 +67,14 @@ impl Session {
 
     async fn connect(
         url: &PostgresUrl,
+        tls: &MakeRustlsConnect,
         install: bool,
         slot: Option<OwnedSemaphorePermit>,
         forces: Option<UnboundedSender<i64>>,
     ) -> Result<Arc<Session>> {
         let (client, mut conn) = url
             .config()
-            .connect(NoTls)
+            .connect(tls.clone())
             .await
             .map_err(|e| error(url, &e))?;
         let closed = Arc::new(AtomicBool::new(false));
@@ -188,7 +191,17 @@ async fn install_functions(client: &Client) -> std::result::Result<(), tokio_pos
 pub(crate) fn error(url: &PostgresUrl, e: &tokio_postgres::Error) -> Error {
     let text = match e.as_db_error() {
         Some(db) => db.message().to_owned(),
-        None => e.to_string(),
+        None => {
+            // The client's own errors name their cause apart (a TLS handshake's: which check
+            // of the certificate failed).
+            let mut text = e.to_string();
+            let mut cause = std::error::Error::source(e);
+            while let Some(c) = cause {
+                text = format!("{text}: {c}");
+                cause = c.source();
+            }
+            text
+        }
     };
     let text = format!(
         "PostgreSQL at {}: {}",

@@ -9,7 +9,8 @@
 //! | `lease` | `30s` | how long a hold lasts unconfirmed: its process checks its session every third of this, and the server's keepalives end a silent session within about 5/12 of it |
 //! | `connect_timeout` | `5s` | the most opening the scope (connecting, the handshake, the tables) or one more connection may take |
 //! | `timeout` | `5s` | the most one call may take before the scope reports `Unavailable` (a wait is bounded by the acquire's own timeout instead) |
-//! | `sslmode` | `disable` | `disable` or `prefer` (both connect without TLS: this build has no TLS client for PostgreSQL); `require` and `verify-*` are refused |
+//! | `sslmode` | `prefer` | `disable`, `prefer`, `require`, `verify-ca` or `verify-full`, as libpq means them (`tls.rs`) |
+//! | `sslrootcert` | the platform's roots | a PEM file of the roots that `verify-ca` and `verify-full` (and `require`, when given) trust; `system` for the platform's |
 //! | `sweep` | `60s` | how often the scope object drops the rows of its prefix's idle keys (when it took or released anything since its last sweep); `off` never |
 //!
 //! The password is kept only inside the client's settings: `Debug` shows the URL with `***` in
@@ -18,6 +19,7 @@
 use std::fmt;
 use std::time::Duration;
 
+use super::tls::TlsOptions;
 use crate::error::{Error, Result};
 use crate::remote::url::{OptionRules, ServerOptions, UrlName, UrlParts, decode, duration};
 
@@ -32,6 +34,8 @@ pub(crate) struct PostgresUrl {
     pub(crate) options: ServerOptions,
     /// How often the rows of idle keys are dropped (`None`: never).
     pub(crate) sweep: Option<Duration>,
+    /// `sslmode` and `sslrootcert`.
+    pub(crate) tls: TlsOptions,
     /// The URL as given, shown with its password as `***`.
     pub(crate) name: UrlName,
 }
@@ -43,7 +47,7 @@ const RULES: OptionRules = OptionRules {
     bad_prefix: "the PostgreSQL prefix must be non-empty",
     min_lease: Duration::from_secs(1),
     short_lease: "the PostgreSQL lease must be at least 1s",
-    unknown: "unknown PostgreSQL URL option (known: prefix, lease, connect_timeout, timeout, sslmode, sweep)",
+    unknown: "unknown PostgreSQL URL option (known: prefix, lease, connect_timeout, timeout, sslmode, sslrootcert, sweep)",
 };
 
 /// How often, unless the URL says otherwise, a scope object that took or released anything
@@ -69,14 +73,11 @@ impl PostgresUrl {
                 "a PostgreSQL URL names one database (postgres://USER@HOST/DB)",
             ));
         }
-        // The scope's own options: `sslmode`, whose two accepted values both connect without
-        // TLS, and `sweep`.
+        // The scope's own options: TLS's, and `sweep`.
         let mut sweep = Some(DEFAULT_SWEEP);
+        let mut tls = TlsOptions::default();
         let own = |name: &str, value: &str| match (name, value) {
-            ("sslmode", "disable" | "prefer") => Ok(true),
-            ("sslmode", _) => Err(Error::InvalidArgument(
-                "sslmode: this build connects to PostgreSQL without TLS (disable or prefer)",
-            )),
+            ("sslmode" | "sslrootcert", _) => tls.take(name, value),
             ("sweep", "off") => {
                 sweep = None;
                 Ok(true)
@@ -96,6 +97,7 @@ impl PostgresUrl {
             database,
             options,
             sweep,
+            tls,
         })
     }
 
@@ -110,7 +112,7 @@ impl PostgresUrl {
             .connect_timeout(self.options.connect_timeout)
             .keepalives(true)
             .keepalives_idle(self.keepalive_idle())
-            .ssl_mode(tokio_postgres::config::SslMode::Disable);
+            .ssl_mode(self.tls.ssl_mode());
         if let Some(p) = self.name.password() {
             c.password(p.as_bytes());
         }
@@ -144,6 +146,7 @@ impl fmt::Debug for PostgresUrl {
             .field("url", &self.name.redacted())
             .field("options", &self.options)
             .field("sweep", &self.sweep)
+            .field("tls", &self.tls)
             .finish()
     }
 }
@@ -193,7 +196,8 @@ mod tests {
             "postgres://u@h:99999/d",
             "postgres://u@h:x/d",
             "postgres://u@h/d?bogus=1",
-            "postgres://u@h/d?sslmode=require",
+            "postgres://u@h/d?sslmode=allow",
+            "postgres://u@h/d?sslrootcert=",
             "postgres://u@h/d?lease=10ms",
             "postgres://u@h/d?prefix=",
             "postgres://u@/d",

@@ -6,6 +6,8 @@
 //! postgres-server` installs the server and pgbouncer first when they are missing). The kill -9
 //! test runs this same binary's `child_process_entry` test with `KEYLOCK_PG_CHILD` set.
 
+#[path = "../common/certs.rs"]
+mod certs;
 #[path = "../common/mod.rs"]
 mod common;
 mod faults;
@@ -16,6 +18,7 @@ mod grant_table;
 mod semantics;
 mod server;
 mod sweep;
+mod tls;
 
 use std::sync::Arc;
 use std::time::Instant;

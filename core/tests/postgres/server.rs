@@ -86,7 +86,7 @@ fn fresh_dir(kind: &str) -> PathBuf {
     dir
 }
 
-fn chown_postgres(path: &Path) {
+pub(crate) fn chown_postgres(path: &Path) {
     if is_root() {
         run_ok(
             Command::new("chown")
