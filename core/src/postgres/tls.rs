@@ -15,6 +15,9 @@
 //! connection is encrypted but anyone on the path could pose as the server, as with libpq.
 //! Where the server allows it, the password is bound to the TLS channel
 //! (SCRAM-SHA-256-PLUS), so a server that is not the one the certificate names never learns it.
+//!
+//! `sslcert` and `sslkey` (together) name PEM files of a client certificate and its key, which
+//! the client presents where the server asks for one (`cert` authentication in `pg_hba.conf`).
 
 use std::sync::Arc;
 
@@ -22,7 +25,7 @@ use rustls::client::WebPkiServerVerifier;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::WebPkiSupportedAlgorithms;
 use rustls::pki_types::pem::{Error as PemError, PemObject};
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::{
     CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme,
 };
@@ -47,6 +50,10 @@ pub(crate) struct TlsOptions {
     pub(crate) mode: Mode,
     /// `sslrootcert`: a PEM file of trusted roots; `None` for the platform's.
     pub(crate) root: Option<String>,
+    /// `sslcert` and `sslkey`: PEM files of the client's certificate (its chain) and key, sent
+    /// where the server asks for one (its `cert` authentication, or `clientcert=`).
+    pub(crate) cert: Option<String>,
+    pub(crate) key: Option<String>,
 }
 
 impl Default for TlsOptions {
@@ -54,6 +61,8 @@ impl Default for TlsOptions {
         TlsOptions {
             mode: Mode::Prefer,
             root: None,
+            cert: None,
+            key: None,
         }
     }
 }
@@ -84,9 +93,32 @@ impl TlsOptions {
                 }
                 self.root = (value != "system").then(|| value.to_owned());
             }
+            "sslcert" | "sslkey" => {
+                if value.is_empty() {
+                    return Err(Error::InvalidArgument(
+                        "sslcert and sslkey: PEM files of the client's certificate and key",
+                    ));
+                }
+                let slot = if name == "sslcert" {
+                    &mut self.cert
+                } else {
+                    &mut self.key
+                };
+                *slot = Some(value.to_owned());
+            }
             _ => return Ok(false),
         }
         Ok(true)
+    }
+
+    /// Checks what one option cannot: `sslcert` and `sslkey` come together.
+    pub(crate) fn check(&self) -> Result<()> {
+        if self.cert.is_some() != self.key.is_some() {
+            return Err(Error::InvalidArgument(
+                "sslcert and sslkey go together: the client's certificate and its key",
+            ));
+        }
+        Ok(())
     }
 
     /// The client's TLS mode: whether it asks the server for TLS, and whether it goes on
@@ -112,26 +144,55 @@ impl TlsOptions {
             (Mode::Require | Mode::VerifyCa, _) => Check::Chain,
             (Mode::VerifyFull, _) => Check::ChainAndName,
         };
-        let config = if check == Check::Nothing {
+        let builder = if check == Check::Nothing {
             builder
                 .dangerous()
                 .with_custom_certificate_verifier(Arc::new(Unchecked(
                     provider.signature_verification_algorithms,
                 )))
-                .with_no_client_auth()
         } else {
             let roots = Arc::new(self.roots()?);
             let webpki = WebPkiServerVerifier::builder_with_provider(roots, Arc::clone(&provider))
                 .build()
                 .map_err(|_| Error::InvalidArgument("TLS: the trusted roots cannot be used"))?;
             if check == Check::ChainAndName {
-                builder.with_webpki_verifier(webpki).with_no_client_auth()
+                builder.with_webpki_verifier(webpki)
             } else {
                 builder
                     .dangerous()
                     .with_custom_certificate_verifier(Arc::new(AnyName(webpki)))
-                    .with_no_client_auth()
             }
+        };
+        let config = match (&self.cert, &self.key) {
+            (Some(cert), Some(key)) => {
+                let chain = CertificateDer::pem_file_iter(cert)
+                    .and_then(|it| it.collect::<std::result::Result<Vec<_>, _>>())
+                    .map_err(|e| {
+                        pem_error(
+                            e,
+                            "sslcert: the file cannot be read",
+                            "sslcert: the file is not PEM",
+                        )
+                    })?;
+                if chain.is_empty() {
+                    return Err(Error::InvalidArgument(
+                        "sslcert: no certificate in the file",
+                    ));
+                }
+                let key = PrivateKeyDer::from_pem_file(key).map_err(|e| {
+                    pem_error(
+                        e,
+                        "sslkey: the file cannot be read",
+                        "sslkey: no private key in the file",
+                    )
+                })?;
+                builder.with_client_auth_cert(chain, key).map_err(|_| {
+                    Error::InvalidArgument(
+                        "sslkey: not the key of sslcert's certificate, or of a kind TLS cannot use",
+                    )
+                })?
+            }
+            _ => builder.with_no_client_auth(),
         };
         Ok(MakeRustlsConnect::new(config))
     }
@@ -142,11 +203,12 @@ impl TlsOptions {
         let certs = match &self.root {
             Some(path) => CertificateDer::pem_file_iter(path)
                 .and_then(|it| it.collect::<std::result::Result<Vec<_>, _>>())
-                .map_err(|e| match e {
-                    PemError::Io(_) => {
-                        Error::InvalidArgument("sslrootcert: the file cannot be read")
-                    }
-                    _ => Error::InvalidArgument("sslrootcert: the file is not PEM"),
+                .map_err(|e| {
+                    pem_error(
+                        e,
+                        "sslrootcert: the file cannot be read",
+                        "sslrootcert: the file is not PEM",
+                    )
                 })?,
             None => rustls_native_certs::load_native_certs().certs,
         };
@@ -161,6 +223,15 @@ impl TlsOptions {
         }
         Ok(roots)
     }
+}
+
+/// `unreadable` for a file that cannot be read, else `malformed`.
+fn pem_error(e: PemError, unreadable: &'static str, malformed: &'static str) -> Error {
+    Error::InvalidArgument(if matches!(e, PemError::Io(_)) {
+        unreadable
+    } else {
+        malformed
+    })
 }
 
 /// What is checked of the server's certificate.
@@ -292,6 +363,15 @@ mod tests {
         assert_eq!(t.root, None);
         assert!(t.take("sslrootcert", "").is_err());
         assert_eq!(t.take("prefix", "x"), Ok(false));
+        assert_eq!(t.take("sslcert", "/etc/client.crt"), Ok(true));
+        assert!(matches!(t.check(), Err(Error::InvalidArgument(m)) if m.contains("together")));
+        assert_eq!(t.take("sslkey", "/etc/client.key"), Ok(true));
+        assert_eq!(t.check(), Ok(()));
+        assert_eq!(
+            (t.cert.as_deref(), t.key.as_deref()),
+            (Some("/etc/client.crt"), Some("/etc/client.key"))
+        );
+        assert!(t.take("sslkey", "").is_err());
     }
 
     #[test]
@@ -304,6 +384,7 @@ mod tests {
             let t = TlsOptions {
                 mode: Mode::VerifyFull,
                 root: Some(path.display().to_string()),
+                ..TlsOptions::default()
             };
             let err = t.connector().err().expect("refused");
             assert!(
@@ -314,7 +395,10 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
         // Without a check, no roots are read.
         for mode in [Mode::Disable, Mode::Prefer, Mode::Require] {
-            let t = TlsOptions { mode, root: None };
+            let t = TlsOptions {
+                mode,
+                ..TlsOptions::default()
+            };
             assert!(t.connector().is_ok(), "{mode:?}");
         }
     }

@@ -11,6 +11,7 @@
 //! | `timeout` | `5s` | the most one call may take before the scope reports `Unavailable` (a wait is bounded by the acquire's own timeout instead) |
 //! | `sslmode` | `prefer` | `disable`, `prefer`, `require`, `verify-ca` or `verify-full`, as libpq means them (`tls.rs`) |
 //! | `sslrootcert` | the platform's roots | a PEM file of the roots that `verify-ca` and `verify-full` (and `require`, when given) trust; `system` for the platform's |
+//! | `sslcert`, `sslkey` | none | PEM files of a client certificate and its key, for a server that asks for one |
 //! | `sweep` | `60s` | how often the scope object drops the rows of its prefix's idle keys (when it took or released anything since its last sweep); `off` never |
 //!
 //! The password is kept only inside the client's settings: `Debug` shows the URL with `***` in
@@ -47,7 +48,7 @@ const RULES: OptionRules = OptionRules {
     bad_prefix: "the PostgreSQL prefix must be non-empty",
     min_lease: Duration::from_secs(1),
     short_lease: "the PostgreSQL lease must be at least 1s",
-    unknown: "unknown PostgreSQL URL option (known: prefix, lease, connect_timeout, timeout, sslmode, sslrootcert, sweep)",
+    unknown: "unknown PostgreSQL URL option (known: prefix, lease, connect_timeout, timeout, sslmode, sslrootcert, sslcert, sslkey, sweep)",
 };
 
 /// How often, unless the URL says otherwise, a scope object that took or released anything
@@ -77,7 +78,7 @@ impl PostgresUrl {
         let mut sweep = Some(DEFAULT_SWEEP);
         let mut tls = TlsOptions::default();
         let own = |name: &str, value: &str| match (name, value) {
-            ("sslmode" | "sslrootcert", _) => tls.take(name, value),
+            ("sslmode" | "sslrootcert" | "sslcert" | "sslkey", _) => tls.take(name, value),
             ("sweep", "off") => {
                 sweep = None;
                 Ok(true)
@@ -89,6 +90,7 @@ impl PostgresUrl {
             _ => Ok(false),
         };
         let options = ServerOptions::parse(parts.options, &RULES, own)?;
+        tls.check()?;
         Ok(PostgresUrl {
             host: parts.host,
             port: parts.port,

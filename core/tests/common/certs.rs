@@ -31,44 +31,57 @@ pub(crate) fn authority(dir: &Path, name: &str) {
     );
 }
 
-/// A CA (`ca.key`, `ca.crt`) and a server certificate it signs (`server.key`, `server.crt`),
-/// valid for the names in `san` (openssl's subjectAltName syntax, e.g. `DNS:localhost`).
-pub(crate) fn certificates(dir: &Path, san: &str) {
-    authority(dir, "ca");
+/// A certificate that the authority `ca` (made by [`authority`] in `dir`) signs: `NAME.key` and
+/// `NAME.crt`, for the subject's common name `cn`, with the X.509 v3 extension `extension`
+/// (openssl's syntax: `subjectAltName=DNS:localhost`, `extendedKeyUsage=clientAuth`).
+pub(crate) fn signed(dir: &Path, ca: &str, name: &str, cn: &str, extension: &str) {
+    let (key, csr, crt) = (
+        format!("{name}.key"),
+        format!("{name}.csr"),
+        format!("{name}.crt"),
+    );
+    let subject = format!("/CN={cn}");
     openssl(
         dir,
         &[
-            "req",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-keyout",
-            "server.key",
-            "-out",
-            "server.csr",
-            "-subj",
-            "/CN=localhost",
+            "req", "-newkey", "rsa:2048", "-nodes", "-keyout", &key, "-out", &csr, "-subj",
+            &subject,
         ],
     );
-    std::fs::write(dir.join("san.ext"), format!("subjectAltName={san}\n")).unwrap();
+    let ext = format!("{name}.ext");
+    std::fs::write(dir.join(&ext), format!("{extension}\n")).unwrap();
+    let (ca_crt, ca_key) = (format!("{ca}.crt"), format!("{ca}.key"));
     openssl(
         dir,
         &[
             "x509",
             "-req",
             "-in",
-            "server.csr",
+            &csr,
             "-CA",
-            "ca.crt",
+            &ca_crt,
             "-CAkey",
-            "ca.key",
+            &ca_key,
             "-CAcreateserial",
             "-out",
-            "server.crt",
+            &crt,
             "-days",
             "2",
             "-extfile",
-            "san.ext",
+            &ext,
         ],
+    );
+}
+
+/// A CA (`ca.key`, `ca.crt`) and a server certificate it signs (`server.key`, `server.crt`),
+/// valid for the names in `san` (e.g. `DNS:localhost,IP:127.0.0.1`).
+pub(crate) fn certificates(dir: &Path, san: &str) {
+    authority(dir, "ca");
+    signed(
+        dir,
+        "ca",
+        "server",
+        "localhost",
+        &format!("subjectAltName={san}"),
     );
 }

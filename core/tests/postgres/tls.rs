@@ -10,13 +10,14 @@ use std::time::Duration;
 
 use keylock_core::{Error, LockOptions, Wait};
 
-use crate::certs::{authority, certificates};
+use crate::certs::{authority, certificates, signed};
 use crate::server::{Server, chown_postgres};
 use crate::{key, within};
 
 /// A server with TLS on (and plain connections still allowed), its certificate for
 /// `localhost`, signed by `ca.crt` in `dir`; `other.crt` is a CA that signed nothing of it.
-fn tls_server(dir: &Path) -> Server {
+/// `settings` go after those.
+fn tls_server(dir: &Path, settings: &[(&str, &str)]) -> Server {
     std::fs::create_dir_all(dir).unwrap();
     certificates(dir, "DNS:localhost");
     authority(dir, "other");
@@ -28,11 +29,14 @@ fn tls_server(dir: &Path) -> Server {
     .unwrap();
     chown_postgres(dir);
     let file = |name: &str| dir.join(name).display().to_string();
-    Server::with_settings(&[
-        ("ssl", "on"),
-        ("ssl_cert_file", &file("server.crt")),
-        ("ssl_key_file", &file("server.key")),
-    ])
+    let mut all = vec![
+        ("ssl", "on".to_owned()),
+        ("ssl_cert_file", file("server.crt")),
+        ("ssl_key_file", file("server.key")),
+    ];
+    all.extend(settings.iter().map(|&(k, v)| (k, v.to_owned())));
+    let all: Vec<(&str, &str)> = all.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    Server::with_settings(&all)
 }
 
 /// The scope's URL on `host`, with `options` after the prefix.
@@ -70,14 +74,14 @@ fn unavailable_naming(r: Result<u64, Error>, what: &str) {
     }
 }
 
-fn cert_dir() -> PathBuf {
-    std::env::temp_dir().join(format!("keylock-pg-tls-{}", std::process::id()))
+fn cert_dir(test: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("keylock-pg-{test}-{}", std::process::id()))
 }
 
 #[test]
 fn every_sslmode_checks_what_libpq_checks() {
-    let dir = cert_dir();
-    let server = tls_server(&dir);
+    let dir = cert_dir("tls");
+    let server = tls_server(&dir, &[]);
     let ca = format!("&sslrootcert={}", dir.join("ca.crt").display());
     let other = format!("&sslrootcert={}", dir.join("other.crt").display());
 
@@ -197,4 +201,79 @@ fn a_server_without_tls_is_refused_only_where_tls_is_required() {
         }
     }
     assert_eq!(sessions(&server).1, 0);
+}
+
+#[test]
+fn a_client_certificate_is_presented_where_the_server_asks_for_one() {
+    let dir = cert_dir("client-cert");
+    std::fs::create_dir_all(&dir).unwrap();
+    // The harness's own user keeps its password; `certuser` logs in with a certificate alone.
+    std::fs::write(
+        dir.join("hba.conf"),
+        "hostssl all certuser 127.0.0.1/32 cert\nhost all all 127.0.0.1/32 scram-sha-256\n",
+    )
+    .unwrap();
+    let file = |name: &str| dir.join(name).display().to_string();
+    let server = tls_server(
+        &dir,
+        &[
+            ("ssl_ca_file", &file("ca.crt")),
+            ("hba_file", &file("hba.conf")),
+        ],
+    );
+    server.psql("CREATE ROLE certuser LOGIN SUPERUSER");
+    signed(
+        &dir,
+        "ca",
+        "client",
+        "certuser",
+        "extendedKeyUsage=clientAuth",
+    );
+    signed(
+        &dir,
+        "other",
+        "stranger",
+        "certuser",
+        "extendedKeyUsage=clientAuth",
+    );
+    let url = |client: Option<&str>| {
+        let mut u = format!(
+            "postgres://certuser@localhost:{}/keylock?prefix=c&connect_timeout=3s\
+             &sslmode=verify-full&sslrootcert={}",
+            server.port(),
+            file("ca.crt")
+        );
+        if let Some(c) = client {
+            u.push_str(&format!(
+                "&sslcert={}&sslkey={}",
+                file(&format!("{c}.crt")),
+                file(&format!("{c}.key"))
+            ));
+        }
+        u
+    };
+    assert!(lock_once(&url(Some("client"))).unwrap() >= 1);
+    // Without one, the server refuses the user; with one that its CA did not sign, the
+    // handshake fails.
+    match lock_once(&url(None)) {
+        Err(Error::PermissionDenied(m)) => assert!(m.contains("certificate"), "{m}"),
+        other => panic!("without a client certificate: {other:?}"),
+    }
+    assert!(matches!(
+        lock_once(&url(Some("stranger"))),
+        Err(Error::Unavailable(_))
+    ));
+    // A key that is not the certificate's, and half a pair, are refused at open.
+    let mismatched = url(None)
+        + &format!(
+            "&sslcert={}&sslkey={}",
+            file("client.crt"),
+            file("stranger.key")
+        );
+    assert!(
+        matches!(lock_once(&mismatched), Err(Error::InvalidArgument(m)) if m.starts_with("sslkey"))
+    );
+    let half = url(None) + &format!("&sslcert={}", file("client.crt"));
+    assert!(matches!(lock_once(&half), Err(Error::InvalidArgument(m)) if m.contains("together")));
+    let _ = std::fs::remove_dir_all(&dir);
 }
