@@ -10,6 +10,8 @@ mod certs;
 mod children;
 #[path = "../common/mod.rs"]
 mod common;
+#[path = "../common/server_semaphore.rs"]
+mod contract;
 mod failures;
 #[path = "../common/server_grant_policy.rs"]
 mod grant_policy;
