@@ -736,8 +736,26 @@ class Run:
                 "postgres lease", url, "file", keylock.KeyPool.open(url), self.STALE_CASES[1:]
             )
             self.postgres_kill(base)
+            self.postgres_units(base)
         finally:
             server.stop()
+
+    def postgres_units(self, base: str, permits: int = 3) -> None:
+        """The semaphore across processes on PostgreSQL: as `redis_units` (whose self-check
+        covers the units check for every scope)."""
+        plan = [(lang, 1) for lang in self.langs if lang != "c" for _ in range(2)]
+        plan += [("c", 2), ("c", 2)]
+        url = f"{base}?prefix=xlang-units"
+        fig = self.units("postgres semaphore", url, plan, 80, 4, 300, permits)
+        self.figures["postgres semaphore"] = fig
+        print(
+            f"postgres semaphore: {' + '.join(f'{lang}x{t}' for lang, t in plan)} "
+            f"(processes x threads), permits {permits}, weights 1..3; acquisitions per key "
+            f"{fig['acquisitions']} = expected, fences distinct; most units inside at once "
+            f"{fig['max_units_inside']}, most holders {fig['max_holders_inside']}, most "
+            f"languages {fig['max_languages_inside']}",
+            flush=True,
+        )
 
     def postgres_kill(self, base: str, rounds: int = 30) -> None:
         """A holder per round (C, Python, Node in turn) killed with SIGKILL while it holds; the

@@ -7,8 +7,7 @@
 // the scopes refuses the names).
 //
 // Redis and PostgreSQL are both server scopes, with one front in the core: the same tests run on
-// both. The one thing the PostgreSQL scope lacks is the keyed semaphore: there, the semaphore
-// test checks that Semaphore.open is refused (by the scope's scheme), and nothing else differs.
+// both.
 //
 // Two opens of one name are two lock objects on one scope, as two processes' opens would be:
 // what one holds, the other must see held.
@@ -281,18 +280,10 @@ test(
   },
 );
 
-// The keyed semaphore on this scope's name: the PostgreSQL scope has none yet, so its open is
-// refused with KEYLOCK_INVALID_ARGUMENT; every other scope opens one that counts units across
+// The keyed semaphore on this scope's name: every scope opens one that counts units across
 // opens.
-test('Semaphore.open on this scope: refused on PostgreSQL, units shared elsewhere', T, async () => {
+test('Semaphore.open on this scope: units shared across opens', T, async () => {
   const name = SHM ? `${SCOPE}-sem` : `${SCOPE}?prefix=${RUN}sem`;
-  if (POSTGRES) {
-    assert.throws(
-      () => Semaphore.open(name, { permits: 2 }),
-      (e) => e.code === 'KEYLOCK_INVALID_ARGUMENT' && !e.message.includes(new URL(SCOPE).password),
-    );
-    return;
-  }
   const [a, b] = opens(() => Semaphore.open(name, { permits: 2 }));
   const p1 = await a.acquire('k');
   const p2 = await b.acquire('k');

@@ -402,17 +402,28 @@ def test_permits_and_scopes() -> None:
         keylock.Semaphore("3")  # type: ignore[arg-type]
 
 
-def test_a_postgres_semaphore_is_refused(postgres_url: str) -> None:
-    """The PostgreSQL scope has no keyed semaphore yet: an open with permits is refused with
-    ValueError (the core's InvalidArgument), naming the scope without its password; the same
-    URL opens a KeyPool."""
+def test_a_postgres_semaphore_shares_units_across_opens(postgres_url: str) -> None:
+    """The PostgreSQL scope's keyed semaphore: two opens of one prefix share its units, strictly
+    in order, and another open must agree on the permits; errors never show the password."""
     password = postgres_url.split("://", 1)[1].split("@", 1)[0].split(":", 1)[1]
     name = f"{postgres_url}?prefix=sem{os.getpid()}-{next(_names)}"
-    with pytest.raises(ValueError) as refused:
-        keylock.Semaphore.open(name, 2)
+    a, b = keylock.Semaphore.open(name, 2), keylock.Semaphore.open(name, 2)
+    assert a.permits == 2
+    held = a.acquire("k", 2, timeout=DEADLOCK)
+    with held:
+        first = held.fence
+        info = b.info("k")
+        assert info is not None and info.units == 2
+        with pytest.raises(keylock.LockTimeout), b.acquire("k", 1, timeout=0.05):
+            pytest.fail("entered a full semaphore")
+    later = b.acquire("k", 1, timeout=DEADLOCK)
+    with later:
+        assert first is not None and later.fence is not None
+        assert later.fence > first
+    assert b.info("k") is None
+    with pytest.raises(keylock.IncompatibleError) as refused:
+        keylock.Semaphore.open(name, 3)
     assert password not in str(refused.value) and password not in repr(refused.value)
-    with keylock.KeyPool.open(name).lock("k", timeout=DEADLOCK):
-        pass
 
 
 @pytest.mark.parametrize("weight", [0, -1, 4, 2**40])
@@ -524,8 +535,7 @@ def _shm(kind: str) -> keylock.KeyedLock:
         pytest.skip(f"this build has no shared-memory scope: {e}")
 
 
-# The server scopes carry the lock decorator (KeyPool.synchronized); the PostgreSQL scope has no
-# semaphore (see test_a_postgres_semaphore_is_refused).
+# The server scopes carry the lock decorator (KeyPool.synchronized).
 PRIMITIVES = [
     "pool",
     "striped",

@@ -105,12 +105,19 @@
 //!
 //! # Semaphores
 //!
-//! Not yet: an open with `permits` is refused with `InvalidArgument`. Advisory locks have no
-//! counting mode: a keyed semaphore would take units as slot locks behind a FIFO "door" lock,
-//! and its waiting head could block on one slot only, so a release of another slot (or the
-//! death of its holder) would have to wake it some other way. Until that is pushed rather than
-//! polled, the scope offers locks only.
+//! Opened with [`OpenOptions::permits`](crate::OpenOptions::permits), the scope is a keyed
+//! semaphore: at most that many units of a key held at once across every process that opens
+//! the prefix (the first open records the permits; an open with others is `Incompatible`).
+//! Advisory locks do not count, so the units are rows, each with a session lock of its own that
+//! tells whether its holder's session lives; every call on a key runs under the key's guard
+//! and never waits on the server. A request that does not fit is queued there and served
+//! strictly in order; its process waits, woken by the `NOTIFY` of a release, a cancel or a
+//! force-unlock of the key, and looks again every third of the lease for holders and waiters
+//! whose sessions ended (a death notifies nobody): their units come back then, and the next
+//! holder sees `owner_died`. An uncontended acquire is one call, a release one. The tables
+//! and functions are in `sql.rs`, the client's half in `semaphore.rs`.
 
+mod semaphore;
 mod session;
 mod sql;
 mod tls;
@@ -129,7 +136,7 @@ use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 use tokio_postgres::error::SqlState;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
-use self::session::{Session, error, timed_out};
+use self::session::{Note, Session, error, timed_out};
 use self::url::PostgresUrl;
 use crate::acquisition::Mode;
 use crate::error::{Error, Result};
@@ -150,19 +157,19 @@ const SWEEP_BATCH: i32 = 100;
 /// `PermissionDenied` for refused credentials, `Incompatible` behind a pooler that does not
 /// keep sessions, and `Unavailable` when the server cannot be reached within `connect_timeout`.
 pub fn open(url: &str, options: &OpenOptions) -> Result<Arc<dyn KeyedLock>> {
-    if options.permits.is_some() {
-        return Err(Error::InvalidArgument(
-            "the PostgreSQL scope has no keyed semaphore yet",
-        ));
-    }
     let url = PostgresUrl::parse(url)?;
     let tls = url.tls.connector()?;
+    let permits = options.permits.unwrap_or(0);
     let lock = RemoteLock::start(options, move |_| async move {
-        let (forces, seen) = unbounded_channel();
-        let main = Session::open(&url, &tls, true, None, Some(forces.clone())).await?;
-        let sweep = url.sweep;
-        let server = Arc::new(PgServer::new(url, tls, main, forces)?);
-        tokio::spawn(PgServer::watch_forces(Arc::downgrade(&server), seen));
+        let (notes, heard) = unbounded_channel();
+        let main = Session::open(&url, &tls, true, None, permits != 0, Some(notes.clone())).await?;
+        // A semaphore's idle keys are dropped by the release that idles them: no sweep.
+        let sweep = url.sweep.filter(|_| permits == 0);
+        let server = Arc::new(PgServer::new(url, tls, main, notes, permits)?);
+        if permits != 0 {
+            server.claim_permits().await?;
+        }
+        tokio::spawn(PgServer::watch_notes(Arc::downgrade(&server), heard));
         if let Some(every) = sweep {
             tokio::spawn(PgServer::sweep_idle(Arc::downgrade(&server), every));
         }
@@ -184,10 +191,15 @@ pub(crate) struct PgServer {
     idle: Mutex<Vec<Arc<Session>>>,
     /// One permit per extra session.
     slots: Arc<Semaphore>,
-    /// What each token holds: (token, space, key) -> (lock number, mode, session).
+    /// What each token holds: (token, space, key) -> where.
     holds: Mutex<HashMap<HoldKey, HeldIn>>,
-    /// Where the main session sends the old lock numbers of force-unlocks it hears of.
-    forces: UnboundedSender<i64>,
+    /// Where the main session sends what it hears (force-unlocks, freed units).
+    notes: UnboundedSender<Note>,
+    /// A semaphore scope's units per key (0 for locks).
+    permits: u32,
+    /// A semaphore scope's waiting requests, by key number: woken when the key's units are
+    /// freed.
+    freed: Mutex<HashMap<i64, (Arc<tokio::sync::Notify>, usize)>>,
     /// The tokens of holds found force-unlocked, for the front to fire their lost signals;
     /// the receiver until the front takes it.
     lost: UnboundedSender<String>,
@@ -203,8 +215,16 @@ pub(crate) struct PgServer {
 /// A token's hold of one key: (token, space, key).
 type HoldKey = (String, KeySpace, Vec<u8>);
 
-/// Where a hold is: its lock number, its mode, the session it was granted in.
-type HeldIn = (i64, Mode, Arc<Session>);
+/// Where a hold is.
+struct HeldIn {
+    /// Its lock number; a semaphore hold's own number.
+    number: i64,
+    mode: Mode,
+    /// The session it was granted in.
+    session: Arc<Session>,
+    /// A semaphore hold's key number.
+    sem: Option<i64>,
+}
 
 /// What an acquire call answered: the grants with their lock numbers, or nothing.
 type Answer = Option<Vec<(i64, RemoteGrant)>>;
@@ -214,7 +234,8 @@ impl PgServer {
         url: PostgresUrl,
         tls: MakeRustlsConnect,
         main: Arc<Session>,
-        forces: UnboundedSender<i64>,
+        notes: UnboundedSender<Note>,
+        permits: u32,
     ) -> Result<Self> {
         let mut seed = [0u8; 16];
         getrandom::fill(&mut seed)
@@ -228,7 +249,9 @@ impl PgServer {
             idle: Mutex::new(Vec::new()),
             slots: Arc::new(Semaphore::new(MAX_EXTRA_SESSIONS)),
             holds: Mutex::new(HashMap::new()),
-            forces,
+            notes,
+            permits,
+            freed: Mutex::new(HashMap::new()),
             lost: lost_tx,
             lost_here: Mutex::new(Some(lost_rx)),
             id: seed.iter().map(|b| format!("{b:02x}")).collect(),
@@ -249,8 +272,15 @@ impl PgServer {
         if !s.is_closed() {
             return Ok(s);
         }
-        let fresh =
-            Session::open(&self.url, &self.tls, false, None, Some(self.forces.clone())).await?;
+        let fresh = Session::open(
+            &self.url,
+            &self.tls,
+            false,
+            None,
+            self.permits != 0,
+            Some(self.notes.clone()),
+        )
+        .await?;
         *self.main.lock() = Arc::clone(&fresh);
         Ok(fresh)
     }
@@ -289,7 +319,7 @@ impl PgServer {
         if let Some(s) = self.idle.lock().pop().filter(|s| !s.is_closed()) {
             return Ok(Some(s));
         }
-        Session::open(&self.url, &self.tls, false, Some(permit), None)
+        Session::open(&self.url, &self.tls, false, Some(permit), false, None)
             .await
             .map(Some)
     }
@@ -374,7 +404,12 @@ impl PgServer {
             .map(|(k, (id, grant))| {
                 holds.insert(
                     (token.to_owned(), k.space, k.key.clone()),
-                    (id, k.mode, Arc::clone(s)),
+                    HeldIn {
+                        number: id,
+                        mode: k.mode,
+                        session: Arc::clone(s),
+                        sem: None,
+                    },
                 );
                 grant
             })
@@ -390,20 +425,26 @@ impl PgServer {
         });
     }
 
-    fn hold_of(&self, key: &RemoteKey, token: &str) -> Option<(i64, Arc<Session>)> {
+    /// Where `token` holds `key`: the lock number (a semaphore hold's own number), the
+    /// session, and a semaphore hold's key number.
+    fn hold_of(&self, key: &RemoteKey, token: &str) -> Option<(i64, Arc<Session>, Option<i64>)> {
         self.holds
             .lock()
             .get(&(token.to_owned(), key.space, key.key.clone()))
-            .map(|(id, _, s)| (*id, Arc::clone(s)))
+            .map(|h| (h.number, Arc::clone(&h.session), h.sem))
     }
 
-    /// Handles the force-unlocks the main session hears of, while the scope lives.
-    async fn watch_forces(server: std::sync::Weak<Self>, mut seen: UnboundedReceiver<i64>) {
-        while let Some(old) = seen.recv().await {
+    /// Handles what the main session hears, while the scope lives: force-unlocks, and a
+    /// semaphore key's freed units.
+    async fn watch_notes(server: std::sync::Weak<Self>, mut heard: UnboundedReceiver<Note>) {
+        while let Some(note) = heard.recv().await {
             let Some(server) = server.upgrade() else {
                 return;
             };
-            server.forced(old).await;
+            match note {
+                Note::Forced(old) => server.forced(old).await,
+                Note::Freed(sem) => server.wake(sem),
+            }
         }
     }
 
@@ -461,8 +502,8 @@ impl PgServer {
             .holds
             .lock()
             .iter()
-            .filter(|(_, (id, _, _))| *id == old)
-            .map(|(k, (_, mode, _))| (k.clone(), *mode))
+            .filter(|(_, h)| h.number == old)
+            .map(|(k, h)| (k.clone(), h.mode))
             .collect();
         for ((token, space, key), mode) in hit {
             let key = RemoteKey {
@@ -510,6 +551,11 @@ impl Server for PgServer {
         cancelled: impl Future<Output = ()> + Send,
     ) -> Result<Vec<RemoteGrant>> {
         self.calls.fetch_add(1, Ordering::Relaxed);
+        if self.permits != 0 {
+            return self
+                .acquire_units(keys, token, deadline, try_only, cancelled)
+                .await;
+        }
         // First a try on the main session: every uncontended acquire is this one call.
         let main = self.main().await?;
         let tried = tokio::time::timeout(
@@ -604,7 +650,7 @@ impl Server for PgServer {
     }
 
     async fn release(&self, key: &RemoteKey, token: &str) -> Result<bool> {
-        let Some((id, s)) = self.hold_of(key, token) else {
+        let Some((id, s, sem)) = self.hold_of(key, token) else {
             return Ok(false);
         };
         self.calls.fetch_add(1, Ordering::Relaxed);
@@ -616,6 +662,8 @@ impl Server for PgServer {
         let out = if s.is_closed() {
             // The session ended, and its locks with it.
             Ok(false)
+        } else if let Some(sem) = sem {
+            self.release_units(token, &s, sem, id).await
         } else {
             self.bounded(
                 s.client
@@ -642,11 +690,14 @@ impl Server for PgServer {
     }
 
     async fn check(&self, key: &RemoteKey, token: &str) -> Result<bool> {
-        let Some((id, s)) = self.hold_of(key, token) else {
+        let Some((id, s, sem)) = self.hold_of(key, token) else {
             return Ok(false);
         };
         if s.is_closed() {
             return Ok(false);
+        }
+        if let Some(sem) = sem {
+            return self.check_units(token, &s, sem, id).await;
         }
         let mode = if key.mode == Mode::Exclusive {
             "x"
@@ -663,6 +714,9 @@ impl Server for PgServer {
     }
 
     async fn force(&self, space: KeySpace, key: &[u8]) -> Result<bool> {
+        if self.permits != 0 {
+            return self.force_units(space, key).await;
+        }
         let s = self.main().await?;
         let sp = i16::from(space as u8);
         let row = self
@@ -676,8 +730,13 @@ impl Server for PgServer {
 
     async fn keys(&self) -> Result<Vec<(KeySpace, Vec<u8>)>> {
         let s = self.main().await?;
+        let query = if self.permits == 0 {
+            sql::KEYS
+        } else {
+            sql::SEM_KEYS
+        };
         let rows = self
-            .bounded(s.client.query(sql::KEYS, &[&self.url.options.prefix]))
+            .bounded(s.client.query(query, &[&self.url.options.prefix]))
             .await?;
         rows.iter()
             .map(|r| {
@@ -696,6 +755,9 @@ impl Server for PgServer {
     }
 
     async fn info(&self, space: KeySpace, key: &[u8]) -> Result<Option<RemoteInfo>> {
+        if self.permits != 0 {
+            return self.info_units(space, key).await;
+        }
         let s = self.main().await?;
         let sp = i16::from(space as u8);
         let row = self

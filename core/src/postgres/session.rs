@@ -24,6 +24,25 @@ pub(crate) struct Statements {
     pub(crate) check: Statement,
     pub(crate) force: Statement,
     pub(crate) info: Statement,
+    /// A semaphore scope's: `None` in a lock scope's sessions.
+    pub(crate) sem: Option<SemStatements>,
+}
+
+/// The statements of the keyed semaphore's functions.
+pub(crate) struct SemStatements {
+    pub(crate) acquire: Statement,
+    pub(crate) release: Statement,
+    pub(crate) check: Statement,
+    pub(crate) forget: Statement,
+}
+
+/// What the main session hears on the channels it listens to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Note {
+    /// A force-unlock: the old lock number, or a semaphore hold's number.
+    Forced(i64),
+    /// A semaphore key with waiters had units freed (its number).
+    Freed(i64),
 }
 
 pub(crate) struct Session {
@@ -42,16 +61,17 @@ pub(crate) struct Session {
 impl Session {
     /// Connects, applies the session settings, installs the functions if `install` (the main
     /// session of an open) and claims the session. Bounded by the URL's `connect_timeout`.
-    /// With `forces`, the session listens for force-unlocks and sends each one's old lock
-    /// number there.
+    /// With `notes`, the session listens for force-unlocks (and, in a semaphore scope
+    /// (`sem`), for freed units) and sends what it hears there.
     pub(crate) async fn open(
         url: &PostgresUrl,
         tls: &MakeRustlsConnect,
         install: bool,
         slot: Option<OwnedSemaphorePermit>,
-        forces: Option<UnboundedSender<i64>>,
+        sem: bool,
+        notes: Option<UnboundedSender<Note>>,
     ) -> Result<Arc<Session>> {
-        let connect = Self::connect(url, tls, install, slot, forces);
+        let connect = Self::connect(url, tls, install, slot, sem, notes);
         match tokio::time::timeout(url.options.connect_timeout, connect).await {
             Ok(r) => r,
             Err(_) => Err(Error::Unavailable(
@@ -70,7 +90,8 @@ impl Session {
         tls: &MakeRustlsConnect,
         install: bool,
         slot: Option<OwnedSemaphorePermit>,
-        forces: Option<UnboundedSender<i64>>,
+        sem: bool,
+        notes: Option<UnboundedSender<Note>>,
     ) -> Result<Arc<Session>> {
         let (client, mut conn) = url
             .config()
@@ -79,15 +100,19 @@ impl Session {
             .map_err(|e| error(url, &e))?;
         let closed = Arc::new(AtomicBool::new(false));
         let ended = Arc::clone(&closed);
-        let listen = forces.is_some();
+        let listen = notes.is_some();
         // The connection's task: it runs the protocol, and hands on the notifications of
-        // force-unlocks (notices are dropped).
+        // force-unlocks and freed units (notices are dropped).
         tokio::spawn(async move {
             while let Some(Ok(message)) = std::future::poll_fn(|cx| conn.poll_message(cx)).await {
-                if let (AsyncMessage::Notification(n), Some(forces)) = (message, &forces)
+                if let (AsyncMessage::Notification(n), Some(notes)) = (message, &notes)
                     && let Ok(id) = n.payload().parse::<i64>()
                 {
-                    let _ = forces.send(id);
+                    let _ = notes.send(if n.channel() == sql::SEM_FREED {
+                        Note::Freed(id)
+                    } else {
+                        Note::Forced(id)
+                    });
                 }
             }
             ended.store(true, Ordering::Release);
@@ -106,11 +131,38 @@ impl Session {
             .map_err(fail)?
             .get(0);
         if listen {
-            client
-                .batch_execute(&format!("LISTEN {}", sql::FORCES))
-                .await
-                .map_err(fail)?;
+            let channels = if sem {
+                format!("LISTEN {}; LISTEN {}", sql::FORCES, sql::SEM_FREED)
+            } else {
+                format!("LISTEN {}", sql::FORCES)
+            };
+            client.batch_execute(&channels).await.map_err(fail)?;
         }
+        let sem = if sem {
+            Some(SemStatements {
+                acquire: client
+                    .prepare(
+                        "SELECT state, id, tk, hold, fence, died \
+                         FROM keylock_sem_acquire($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+                    )
+                    .await
+                    .map_err(fail)?,
+                release: client
+                    .prepare("SELECT keylock_sem_release($1, $2, $3, $4)")
+                    .await
+                    .map_err(fail)?,
+                check: client
+                    .prepare("SELECT keylock_sem_check($1, $2, $3, $4)")
+                    .await
+                    .map_err(fail)?,
+                forget: client
+                    .prepare("SELECT keylock_sem_forget($1, $2)")
+                    .await
+                    .map_err(fail)?,
+            })
+        } else {
+            None
+        };
         let st = Statements {
             acquire: client
                 .prepare(
@@ -138,6 +190,7 @@ impl Session {
                 .prepare("SELECT exclusive, fence, holders, waiters FROM keylock_info($1, $2, $3)")
                 .await
                 .map_err(fail)?,
+            sem,
         };
         Ok(Arc::new(Session {
             client,

@@ -57,7 +57,7 @@
 /// The version of the functions below; an open that finds an older one (or none) replaces
 /// them, and one that finds a newer one keeps it. So a new version must keep every call an
 /// older one makes, with the same arguments and results (add a function rather than change one).
-pub(crate) const VERSION: i32 = 8;
+pub(crate) const VERSION: i32 = 9;
 
 /// The channel a force-unlock notifies, with the old lock number as the payload: the holders'
 /// processes (listening on their main sessions) let the old number go at once and fire the
@@ -83,6 +83,17 @@ WITH l AS (
 SELECT k.space, k.key FROM keylock_keys k
 JOIN l ON l.classid = keylock_k1(k.lock_id)::oid AND l.objid = keylock_k2(k.lock_id)::oid
 WHERE k.prefix = $1";
+
+/// The keys of semaphore prefix `$1` that are held or awaited now.
+pub(crate) const SEM_KEYS: &str = "
+SELECT s.space, s.key FROM keylock_sems s
+WHERE s.prefix = $1
+  AND (EXISTS (SELECT 1 FROM keylock_sem_holds h WHERE h.sem_id = s.sem_id)
+       OR EXISTS (SELECT 1 FROM keylock_sem_queue q WHERE q.sem_id = s.sem_id))";
+
+/// The channel releases, cancels and force-unlocks of a semaphore key notify when it has
+/// waiters, with the key's number as the payload.
+pub(crate) const SEM_FREED: &str = "keylock_sem";
 
 /// The schema, run inside the install transaction when the recorded version is older than
 /// [`VERSION`] (or there is none).
@@ -625,6 +636,312 @@ BEGIN
         SELECT max(h.fence) INTO fence FROM keylock_holds h WHERE h.lock_id = id;
     END IF;
     fence := coalesce(fence, 0);
+    RETURN NEXT;
+END $$;
+
+-- ---- The keyed semaphore (a scope opened with permits) ------------------------------------
+--
+-- A semaphore's keys live in tables of their own (a lock scope of the same prefix never meets
+-- them). Advisory locks do not count, so the units are counted in rows, and every operation on
+-- a key runs under the key's guard (exclusive, transaction-level): one short transaction at a
+-- time per key, which never waits for anything but another one's guard.
+--
+-- - `keylock_sems(prefix, space, key) -> sem_id`: the key's number, made by its first acquire
+--   and dropped when the key has no holder, no waiter and no death to report.
+-- - `keylock_sem_holds`: one row per acquisition (its units, its fence from keylock_fences, its
+--   holder's backend) and a session-level advisory lock on a number of its own (`hold_id`),
+--   taken with the row in the holder's session: the holder lives while that lock is held. A
+--   session that ends frees the lock; the next call that needs the units finds the row dead and
+--   deletes it, and the next grant reports `owner_died`.
+-- - `keylock_sem_queue`: the waiters, served strictly in ticket order (a request at the head
+--   that does not fit is not passed). A ticket is a number from the same sequence, with a
+--   session lock of its own, so a waiter whose session ended is passed over too. Waiters are
+--   woken by `NOTIFY keylock_sem` (payload: the key's number) from every release, cancel,
+--   force-unlock and grant that leaves a queue behind; a death notifies nobody, so a waiting
+--   process also looks again every third of its lease.
+-- - `keylock_permits`: each prefix's permits, recorded by its first open (logged: an open after
+--   a crash still finds them).
+CREATE TABLE IF NOT EXISTS keylock_permits (
+    prefix text PRIMARY KEY,
+    permits int NOT NULL
+);
+CREATE UNLOGGED TABLE IF NOT EXISTS keylock_sems (
+    prefix text NOT NULL,
+    space smallint NOT NULL,
+    key bytea NOT NULL,
+    sem_id bigint NOT NULL UNIQUE,
+    died boolean NOT NULL DEFAULT false,
+    PRIMARY KEY (prefix, space, key)
+);
+CREATE UNLOGGED TABLE IF NOT EXISTS keylock_sem_holds (
+    sem_id bigint NOT NULL,
+    token text NOT NULL,
+    hold_id bigint NOT NULL,
+    units int NOT NULL,
+    fence bigint NOT NULL,
+    pid int NOT NULL,
+    since timestamptz NOT NULL DEFAULT clock_timestamp(),
+    PRIMARY KEY (sem_id, token)
+);
+CREATE UNLOGGED TABLE IF NOT EXISTS keylock_sem_queue (
+    sem_id bigint NOT NULL,
+    ticket bigint NOT NULL,
+    token text NOT NULL,
+    units int NOT NULL,
+    pid int NOT NULL,
+    PRIMARY KEY (sem_id, ticket)
+);
+
+-- Records prefix `p`'s permits if none are recorded yet; the permits recorded.
+CREATE OR REPLACE FUNCTION keylock_sem_permits(p text, n int) RETURNS int
+LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO keylock_permits (prefix, permits) VALUES (p, n) ON CONFLICT (prefix) DO NOTHING;
+    RETURN (SELECT permits FROM keylock_permits WHERE prefix = p);
+END $$;
+
+-- Whether the session that took number `n`'s session lock (backend `owner`) has ended. Another
+-- backend's lock is tried: taken, nobody held it (and it is let go at once). This backend's own
+-- are looked up instead (a try would succeed here, session locks being reentrant): a row with
+-- this backend's pid whose lock this session does not hold was left by an earlier session that
+-- had the same pid.
+CREATE OR REPLACE FUNCTION keylock_sem_dead(n bigint, owner int) RETURNS boolean
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF owner = pg_backend_pid() THEN
+        RETURN NOT keylock_held_here(n, 'x');
+    END IF;
+    IF pg_try_advisory_lock(keylock_k1(n), keylock_k2(n)) THEN
+        PERFORM pg_advisory_unlock(keylock_k1(n), keylock_k2(n));
+        RETURN true;
+    END IF;
+    RETURN false;
+END $$;
+
+-- The number of prefix `p`'s semaphore key (`sp`, `k`), made if `make`, with the key's guard
+-- taken; NULL when it has none. Read again under the guard: a release may have dropped the key
+-- meanwhile.
+CREATE OR REPLACE FUNCTION keylock_sem_id(p text, sp smallint, k bytea, make boolean)
+RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+    id bigint;
+BEGIN
+    LOOP
+        SELECT s.sem_id INTO id FROM keylock_sems s
+            WHERE s.prefix = p AND s.space = sp AND s.key = k;
+        IF id IS NULL THEN
+            IF NOT make THEN
+                RETURN NULL;
+            END IF;
+            INSERT INTO keylock_sems (prefix, space, key, sem_id)
+                VALUES (p, sp, k, nextval('keylock_lock_ids'))
+                ON CONFLICT (prefix, space, key) DO NOTHING;
+        ELSE
+            PERFORM pg_advisory_xact_lock(keylock_g1(id), keylock_k2(id));
+            IF EXISTS (SELECT 1 FROM keylock_sems s WHERE s.sem_id = id) THEN
+                RETURN id;
+            END IF;
+        END IF;
+    END LOOP;
+END $$;
+
+-- After semaphore key `id`'s holds or queue changed, under its guard: wakes its waiters if it
+-- has any, else drops the key if idle (unless a death waits to be reported).
+CREATE OR REPLACE FUNCTION keylock_sem_settle(id bigint) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM keylock_sem_queue q WHERE q.sem_id = id) THEN
+        PERFORM pg_notify('keylock_sem', id::text);
+    ELSIF NOT EXISTS (SELECT 1 FROM keylock_sem_holds h WHERE h.sem_id = id) THEN
+        DELETE FROM keylock_sems s WHERE s.sem_id = id AND NOT s.died;
+    END IF;
+END $$;
+
+-- Takes `units` of the semaphore key's `permits` for `tok`, in this session. `ticket`: the
+-- request's place in the queue if it waits already (then it is granted only at the queue's
+-- head), else NULL (granted only if nobody waits). `state`: 'granted', with the key's number,
+-- the hold's number, its fence and whether a holder died since the last grant; else 'busy'
+-- when `wait` is false (nothing queued), or 'queued' with the request's ticket in `tk`.
+CREATE OR REPLACE FUNCTION keylock_sem_acquire(me int, p text, sp smallint, k bytea, units int,
+                                               permits int, tok text, ticket bigint,
+                                               wait boolean, OUT state text, OUT id bigint,
+                                               OUT tk bigint, OUT hold bigint,
+                                               OUT fence bigint, OUT died boolean)
+LANGUAGE plpgsql AS $$
+DECLARE
+    used bigint;
+    head bigint;
+    fits boolean;
+    gone int;
+BEGIN
+    IF pg_backend_pid() <> me THEN
+        PERFORM keylock_same_session(me);
+    END IF;
+    BEGIN
+        id := keylock_sem_id(p, sp, k, true);
+        tk := ticket;
+        IF tk IS NOT NULL AND NOT EXISTS (SELECT 1 FROM keylock_sem_queue q
+                                          WHERE q.sem_id = id AND q.ticket = tk) THEN
+            tk := NULL;
+        END IF;
+        FOR attempt IN 1 .. 2 LOOP
+            SELECT coalesce(sum(h.units), 0) INTO used FROM keylock_sem_holds h
+                WHERE h.sem_id = id;
+            SELECT min(q.ticket) INTO head FROM keylock_sem_queue q WHERE q.sem_id = id;
+            fits := used + units <= permits AND (head IS NULL OR head = tk);
+            EXIT WHEN fits OR attempt = 2;
+            -- Not now: once, the holders and waiters whose sessions ended are passed over.
+            DELETE FROM keylock_sem_holds h
+                WHERE h.sem_id = id AND keylock_sem_dead(h.hold_id, h.pid);
+            GET DIAGNOSTICS gone = ROW_COUNT;
+            IF gone > 0 THEN
+                UPDATE keylock_sems s SET died = true WHERE s.sem_id = id;
+            END IF;
+            DELETE FROM keylock_sem_queue q
+                WHERE q.sem_id = id AND q.ticket IS DISTINCT FROM tk
+                  AND keylock_sem_dead(q.ticket, q.pid);
+        END LOOP;
+        IF fits THEN
+            hold := nextval('keylock_lock_ids');
+            fence := nextval('keylock_fences');
+            PERFORM pg_advisory_lock(keylock_k1(hold), keylock_k2(hold));
+            INSERT INTO keylock_sem_holds (sem_id, token, hold_id, units, fence, pid)
+                VALUES (id, tok, hold, units, fence, me);
+            IF tk IS NOT NULL THEN
+                DELETE FROM keylock_sem_queue q WHERE q.sem_id = id AND q.ticket = tk;
+                PERFORM pg_advisory_unlock(keylock_k1(tk), keylock_k2(tk));
+                tk := NULL;
+            END IF;
+            UPDATE keylock_sems s SET died = false WHERE s.sem_id = id AND s.died;
+            died := FOUND;
+            state := 'granted';
+            -- The next in line may fit too.
+            PERFORM keylock_sem_settle(id);
+        ELSIF NOT wait THEN
+            state := 'busy';
+        ELSE
+            IF tk IS NULL THEN
+                tk := nextval('keylock_lock_ids');
+                PERFORM pg_advisory_lock(keylock_k1(tk), keylock_k2(tk));
+                INSERT INTO keylock_sem_queue (sem_id, ticket, token, units, pid)
+                    VALUES (id, tk, tok, units, me);
+            END IF;
+            state := 'queued';
+        END IF;
+    EXCEPTION
+        WHEN OTHERS OR query_canceled THEN
+            -- The rows roll back; the session locks this call took do not.
+            IF hold IS NOT NULL AND keylock_held_here(hold, 'x') THEN
+                PERFORM pg_advisory_unlock(keylock_k1(hold), keylock_k2(hold));
+            END IF;
+            IF tk IS NOT NULL AND tk IS DISTINCT FROM ticket AND keylock_held_here(tk, 'x') THEN
+                PERFORM pg_advisory_unlock(keylock_k1(tk), keylock_k2(tk));
+            END IF;
+            RAISE;
+    END;
+END $$;
+
+-- Ends `tok`'s hold `hold` of semaphore key `id` in this session; whether it was still the
+-- token's (not force-unlocked). Its units go back, and the waiters are woken.
+CREATE OR REPLACE FUNCTION keylock_sem_release(me int, id bigint, hold bigint, tok text)
+RETURNS boolean LANGUAGE plpgsql AS $$
+DECLARE
+    found_it boolean;
+BEGIN
+    IF pg_backend_pid() <> me THEN
+        PERFORM keylock_same_session(me);
+    END IF;
+    PERFORM pg_advisory_xact_lock(keylock_g1(id), keylock_k2(id));
+    DELETE FROM keylock_sem_holds h
+        WHERE h.sem_id = id AND h.token = tok AND h.hold_id = hold AND h.pid = me;
+    found_it := FOUND;
+    -- A force-unlocked hold has no row any more, but this session still has its lock.
+    IF found_it OR keylock_held_here(hold, 'x') THEN
+        PERFORM pg_advisory_unlock(keylock_k1(hold), keylock_k2(hold));
+    END IF;
+    PERFORM keylock_sem_settle(id);
+    RETURN found_it;
+END $$;
+
+-- Whether `tok` still holds `hold` of semaphore key `id`.
+CREATE OR REPLACE FUNCTION keylock_sem_check(me int, id bigint, hold bigint, tok text)
+RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM keylock_same_session(me);
+    RETURN EXISTS (SELECT 1 FROM keylock_sem_holds h
+                   WHERE h.sem_id = id AND h.token = tok AND h.hold_id = hold);
+END $$;
+
+-- Ends whatever `tok` holds or awaits on any semaphore key in this session (a request that
+-- timed out or was cancelled, or whose answer was lost); how many holds and places.
+CREATE OR REPLACE FUNCTION keylock_sem_forget(me int, tok text) RETURNS int
+LANGUAGE plpgsql AS $$
+DECLARE
+    id bigint;
+    n bigint;
+    ended int := 0;
+BEGIN
+    PERFORM keylock_same_session(me);
+    FOR id IN SELECT DISTINCT m.sem_id FROM (
+                  SELECT h.sem_id FROM keylock_sem_holds h WHERE h.token = tok AND h.pid = me
+                  UNION ALL
+                  SELECT q.sem_id FROM keylock_sem_queue q WHERE q.token = tok AND q.pid = me
+              ) AS m ORDER BY 1 LOOP
+        PERFORM pg_advisory_xact_lock(keylock_g1(id), keylock_k2(id));
+        FOR n IN DELETE FROM keylock_sem_holds h
+                 WHERE h.sem_id = id AND h.token = tok AND h.pid = me RETURNING h.hold_id LOOP
+            PERFORM pg_advisory_unlock(keylock_k1(n), keylock_k2(n));
+            ended := ended + 1;
+        END LOOP;
+        FOR n IN DELETE FROM keylock_sem_queue q
+                 WHERE q.sem_id = id AND q.token = tok AND q.pid = me RETURNING q.ticket LOOP
+            PERFORM pg_advisory_unlock(keylock_k1(n), keylock_k2(n));
+            ended := ended + 1;
+        END LOOP;
+        PERFORM keylock_sem_settle(id);
+    END LOOP;
+    RETURN ended;
+END $$;
+
+-- Frees every unit of a semaphore key, whoever holds them; whether any was held. Each holder's
+-- process hears of it on `keylock_force` (the hold's number), and the waiters are woken.
+CREATE OR REPLACE FUNCTION keylock_sem_force(p text, sp smallint, k bytea) RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    id bigint;
+    n bigint;
+    held boolean := false;
+BEGIN
+    id := keylock_sem_id(p, sp, k, false);
+    IF id IS NULL THEN
+        RETURN false;
+    END IF;
+    FOR n IN DELETE FROM keylock_sem_holds h WHERE h.sem_id = id RETURNING h.hold_id LOOP
+        PERFORM pg_notify('keylock_force', n::text);
+        held := true;
+    END LOOP;
+    PERFORM keylock_sem_settle(id);
+    RETURN held;
+END $$;
+
+-- A semaphore key as the server sees it: no row when nobody holds it.
+CREATE OR REPLACE FUNCTION keylock_sem_info(p text, sp smallint, k bytea,
+                                            OUT units bigint, OUT holders int,
+                                            OUT waiters int, OUT fence bigint)
+RETURNS SETOF record LANGUAGE plpgsql AS $$
+DECLARE
+    id bigint;
+BEGIN
+    SELECT s.sem_id INTO id FROM keylock_sems s WHERE s.prefix = p AND s.space = sp AND s.key = k;
+    IF id IS NULL THEN
+        RETURN;
+    END IF;
+    SELECT coalesce(sum(h.units), 0), count(*), coalesce(max(h.fence), 0)
+        INTO units, holders, fence FROM keylock_sem_holds h WHERE h.sem_id = id;
+    IF holders = 0 THEN
+        RETURN;
+    END IF;
+    SELECT count(*) INTO waiters FROM keylock_sem_queue q WHERE q.sem_id = id;
     RETURN NEXT;
 END $$;
 "#;

@@ -10,12 +10,15 @@
 mod certs;
 #[path = "../common/mod.rs"]
 mod common;
+#[path = "../common/server_semaphore.rs"]
+mod contract;
 mod faults;
 #[path = "../common/server_grant_policy.rs"]
 mod grant_policy;
 #[path = "../common/grant_policy.rs"]
 mod grant_table;
 mod semantics;
+mod semaphore;
 mod server;
 mod sweep;
 mod tls;

@@ -22,34 +22,50 @@ fn opener(server: &Arc<Server>) -> SemOpener {
     })
 }
 
+/// Runs a test of the contract with `open`, failing it as a deadlock if it hangs.
+fn bounded(open: SemOpener, test: impl FnOnce(&SemOpener) + Send + 'static) {
+    within(Duration::from_secs(180), move || test(&open));
+}
+
 fn units(w: u32) -> LockOptions {
     LockOptions::new().weight(w)
 }
 
 #[test]
 fn weights_fences_and_release_by_acquisition() {
-    contract::weights_fences_and_release_by_acquisition(&opener(&Arc::new(Server::start())));
+    let open = opener(&Arc::new(Server::start()));
+    bounded(open, contract::weights_fences_and_release_by_acquisition);
 }
 
 #[test]
 fn bad_input_is_refused() {
-    contract::bad_input_is_refused(&opener(&Arc::new(Server::start())));
+    bounded(
+        opener(&Arc::new(Server::start())),
+        contract::bad_input_is_refused,
+    );
 }
 
 #[test]
 fn a_heavy_head_is_not_passed_by_light_requests() {
-    contract::a_heavy_head_is_not_passed_by_light_requests(&opener(&Arc::new(Server::start())));
+    let open = opener(&Arc::new(Server::start()));
+    bounded(open, contract::a_heavy_head_is_not_passed_by_light_requests);
 }
 
 #[test]
 fn occupancy_never_exceeds_permits_across_scopes() {
-    contract::occupancy_never_exceeds_permits_across_scopes(&opener(&Arc::new(Server::start())));
+    let open = opener(&Arc::new(Server::start()));
+    bounded(
+        open,
+        contract::occupancy_never_exceeds_permits_across_scopes,
+    );
 }
 
 #[test]
 fn a_dead_holders_units_come_back_with_owner_died() {
     let server = Arc::new(Server::start());
-    contract::a_dead_holders_units_come_back_with_owner_died(&opener(&server), "dead&lease=300ms");
+    bounded(opener(&server), |o| {
+        contract::a_dead_holders_units_come_back_with_owner_died(o, "dead&lease=300ms");
+    });
     // Every unit back: the key keeps no names (the scope's permits and fence floor remain).
     assert_eq!(
         names_under(&server, "dead"),
@@ -127,8 +143,7 @@ fn an_uncontended_acquire_and_a_release_are_one_round_trip_each() {
 #[test]
 fn a_force_released_permit_fires_its_lost_signal() {
     // The holder hears of it at its renewal, every third of the lease.
-    contract::a_force_released_permit_fires_its_lost_signal(
-        &opener(&Arc::new(Server::start())),
-        "lost&lease=300ms",
-    );
+    bounded(opener(&Arc::new(Server::start())), |o| {
+        contract::a_force_released_permit_fires_its_lost_signal(o, "lost&lease=300ms");
+    });
 }

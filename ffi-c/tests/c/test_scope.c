@@ -8,9 +8,7 @@
  *
  * The server scopes (redis://, postgres:// and postgresql://) share one front in the core, so
  * they are checked the same way: a lost signal at a renewal, and only this process's counts in
- * stats. The one thing the PostgreSQL scope lacks is the keyed semaphore: test_semaphore_open
- * checks that opening one there is refused with KEYLOCK_INVALID_ARGUMENT (keyed on the scheme),
- * and that it opens on every other scope; every other test runs unchanged on every scope.
+ * stats. Every test runs unchanged on every scope.
  *
  * Every key is prefixed with a random tag, so that runs against a shared server never meet.
  * Closing line: "test_scope: N passed, M failed"; the exit status is non-zero on any failure.
@@ -462,27 +460,31 @@ static void test_stats(keylock_pool *pool) {
 
 /*
  * keylock_semaphore_open on this scope (a region or a prefix of its own, since a shm region is
- * either a pool or a semaphore): the PostgreSQL scope has no semaphores yet, so an open with
- * permits is refused there (and *out set to NULL); every other scope opens one.
+ * either a pool or a semaphore): two opens of one name share its units.
  */
 static void test_semaphore_open(keylock_pool *pool) {
-    bool postgres = strncmp(scope_name, "postgres://", 11) == 0 ||
-                    strncmp(scope_name, "postgresql://", 13) == 0;
     bool shm = strncmp(scope_name, "shm:", 4) == 0;
     char name[256];
-    keylock_semaphore *sem = (keylock_semaphore *)&sem; /* not NULL: the call must set it */
+    keylock_semaphore *a = NULL, *b = NULL;
+    keylock_acquisition two, one;
+    const uint8_t *k = (const uint8_t *)"sem-k";
     (void)pool;
     if (server_scope()) snprintf(name, sizeof name, "%s?prefix=%s-sem", scope_name, tag);
     else if (shm) snprintf(name, sizeof name, "%s-sem", scope_name);
     else snprintf(name, sizeof name, "%s", scope_name);
-    if (postgres) {
-        CHECK_RESULT(keylock_semaphore_open(name, 2, NULL, &sem), KEYLOCK_INVALID_ARGUMENT);
-        CHECK(sem == NULL);
-        return;
+    OK(keylock_semaphore_open(name, 2, NULL, &a));
+    OK(keylock_semaphore_open(name, 2, NULL, &b));
+    CHECK(a != NULL && b != NULL && keylock_semaphore_permits(a) == 2);
+    OK(keylock_semaphore_acquire(a, k, 5, 2, &two));
+    if (strcmp(scope_name, "local:") != 0) {
+        /* Two opens of a scope beyond this process are one semaphore. */
+        CHECK_RESULT(keylock_semaphore_try_acquire(b, k, 5, 1, &one), KEYLOCK_WOULD_BLOCK);
     }
-    OK(keylock_semaphore_open(name, 2, NULL, &sem));
-    CHECK(sem != NULL);
-    keylock_semaphore_free(sem);
+    OK(keylock_semaphore_release(a, &two));
+    OK(keylock_semaphore_try_acquire(b, k, 5, 1, &one));
+    OK(keylock_semaphore_release(b, &one));
+    keylock_semaphore_free(a);
+    keylock_semaphore_free(b);
     if (shm) OK(keylock_unlink(name, NULL));
 }
 

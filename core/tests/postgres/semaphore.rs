@@ -1,0 +1,206 @@
+//! The keyed semaphore on PostgreSQL: the contract every server scope keeps
+//! (`tests/common/server_semaphore.rs`), and what is PostgreSQL's own: a release wakes a waiter
+//! by `NOTIFY` (not at its next look), a holder or a waiter whose session ended is passed over,
+//! several keys are taken all or none, and the tables keep no row of an idle key.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use keylock_core::{Error, LockOptions, Mode, OpenOptions, Wait};
+
+use crate::contract::{self, SemOpener};
+use crate::server::Server;
+use crate::{key, wait_until, within};
+
+fn opener(server: &Arc<Server>) -> SemOpener {
+    let server = Arc::clone(server);
+    Arc::new(move |query: &str, permits: Option<u32>| {
+        let url = server.url(query);
+        match permits {
+            Some(p) => keylock_core::open_with(&url, &OpenOptions::new().permits(p)),
+            None => keylock_core::open(&url),
+        }
+    })
+}
+
+/// Runs a test of the contract with `open`, failing it as a deadlock if it hangs.
+fn bounded(open: SemOpener, test: impl FnOnce(&SemOpener) + Send + 'static) {
+    within(Duration::from_secs(180), move || test(&open));
+}
+
+fn units(w: u32) -> LockOptions {
+    LockOptions::new().weight(w)
+}
+
+/// The rows the semaphore tables hold: (keys, holds, places in queues).
+fn rows(server: &Server) -> String {
+    server
+        .psql(
+            "SELECT (SELECT count(*) FROM keylock_sems) || ' ' || \
+             (SELECT count(*) FROM keylock_sem_holds) || ' ' || \
+             (SELECT count(*) FROM keylock_sem_queue)",
+        )
+        .trim()
+        .to_owned()
+}
+
+#[test]
+fn weights_fences_and_release_by_acquisition() {
+    let server = Arc::new(Server::start());
+    bounded(
+        opener(&server),
+        contract::weights_fences_and_release_by_acquisition,
+    );
+    assert_eq!(rows(&server), "0 0 0", "an idle key keeps no row");
+}
+
+#[test]
+fn bad_input_is_refused() {
+    bounded(
+        opener(&Arc::new(Server::start())),
+        contract::bad_input_is_refused,
+    );
+}
+
+#[test]
+fn a_heavy_head_is_not_passed_by_light_requests() {
+    let server = Arc::new(Server::start());
+    bounded(
+        opener(&server),
+        contract::a_heavy_head_is_not_passed_by_light_requests,
+    );
+    wait_until(|| rows(&server) == "0 0 0");
+}
+
+#[test]
+fn occupancy_never_exceeds_permits_across_scopes() {
+    let server = Arc::new(Server::start());
+    bounded(
+        opener(&server),
+        contract::occupancy_never_exceeds_permits_across_scopes,
+    );
+    wait_until(|| rows(&server) == "0 0 0");
+}
+
+#[test]
+fn a_dead_holders_units_come_back_with_owner_died() {
+    // A holder's session ends with its scope object: the waiter finds it dead at its next look
+    // (a third of the 1 s lease), or at once if it looks after the session ended.
+    let server = Arc::new(Server::start());
+    bounded(opener(&server), |o| {
+        contract::a_dead_holders_units_come_back_with_owner_died(o, "dead&lease=1s")
+    });
+    assert_eq!(rows(&server), "0 0 0");
+}
+
+#[test]
+fn a_force_released_permit_fires_its_lost_signal() {
+    // The holder's process hears of it at once (NOTIFY on its main session).
+    bounded(opener(&Arc::new(Server::start())), |o| {
+        contract::a_force_released_permit_fires_its_lost_signal(o, "lost&lease=600s")
+    });
+}
+
+/// A release wakes the waiting request by `NOTIFY`: with a 600 s lease its next look would be
+/// 200 s away, and the grant must come well within the test's bound.
+#[test]
+fn a_release_wakes_a_waiter_at_once() {
+    // Bounded: a hang fails as a deadlock.
+    within(Duration::from_secs(180), || {
+        let server = Server::start();
+        let url = server.url("wake&lease=600s");
+        let sem = |_| keylock_core::open_with(&url, &OpenOptions::new().permits(2)).unwrap();
+        let (a, b) = (sem(0), sem(1));
+        for round in 0..5 {
+            let held = a.acquire(key("k"), &units(2)).unwrap();
+            let w = Arc::clone(&b);
+            let waiter = std::thread::spawn(move || {
+                let got = w.acquire(key("k"), &units(1)).unwrap();
+                w.release(got).unwrap();
+            });
+            wait_until(|| a.info(key("k")).unwrap().is_some_and(|i| i.waiters == 1));
+            a.release(held).unwrap();
+            within(Duration::from_secs(20), move || waiter.join().unwrap());
+            assert_eq!(rows(&server), "0 0 0", "round {round}");
+        }
+    });
+}
+
+/// A waiter at the head of the queue whose session ends is passed over: the request behind it
+/// is granted once units are freed.
+#[test]
+fn a_waiter_whose_session_ended_is_passed_over() {
+    // Bounded: a hang fails as a deadlock.
+    within(Duration::from_secs(180), || {
+        let server = Server::start();
+        let url = server.url("gone&lease=3s");
+        let sem = |_| keylock_core::open_with(&url, &OpenOptions::new().permits(4)).unwrap();
+        let (a, b, c) = (sem(0), sem(1), sem(2));
+        let held = a.acquire(key("k"), &units(3)).unwrap();
+        let heavy = {
+            let b = Arc::clone(&b);
+            std::thread::spawn(move || b.acquire(key("k"), &units(4)))
+        };
+        wait_until(|| a.info(key("k")).unwrap().is_some_and(|i| i.waiters == 1));
+        let light = {
+            let c = Arc::clone(&c);
+            std::thread::spawn(move || c.acquire(key("k"), &units(1)))
+        };
+        wait_until(|| a.info(key("k")).unwrap().is_some_and(|i| i.waiters == 2));
+        // The heavy waiter's session ends (its connection is cut by the server).
+        server.psql("SELECT pg_terminate_backend(pid) FROM keylock_sem_queue WHERE units = 4");
+        let got = within(Duration::from_secs(20), move || light.join().unwrap()).unwrap();
+        assert_eq!(got.weight(), 1);
+        c.release(got).unwrap();
+        let lost = within(Duration::from_secs(20), move || heavy.join().unwrap());
+        assert!(lost.is_err(), "the request whose session ended: {lost:?}");
+        a.release(held).unwrap();
+        wait_until(|| rows(&server) == "0 0 0");
+    });
+}
+
+/// Several keys are taken all or none: a request that times out on its second key gives back
+/// what it took of the first.
+#[test]
+fn several_keys_are_taken_all_or_none() {
+    // Bounded: a hang fails as a deadlock.
+    within(Duration::from_secs(180), || {
+        let server = Server::start();
+        let url = server.url("many");
+        let sem = |_| keylock_core::open_with(&url, &OpenOptions::new().permits(2)).unwrap();
+        let (a, b) = (sem(0), sem(1));
+        let held = a.acquire(key("b"), &units(2)).unwrap();
+        let timed = units(1).wait(Wait::For(Duration::from_millis(300)));
+        assert_eq!(
+            b.acquire_many(
+                &[(key("a"), Mode::Shared), (key("b"), Mode::Shared)],
+                &timed
+            )
+            .unwrap_err(),
+            Error::TimedOut
+        );
+        // All of `a` is free again (the request's units there were given back).
+        wait_until(|| match a.acquire(key("a"), &units(2).wait(Wait::No)) {
+            Ok(x) => {
+                a.release(x).unwrap();
+                true
+            }
+            Err(e) => {
+                assert_eq!(e, Error::WouldBlock);
+                false
+            }
+        });
+        a.release(held).unwrap();
+        let both = b
+            .acquire_many(
+                &[(key("a"), Mode::Shared), (key("b"), Mode::Shared)],
+                &units(1),
+            )
+            .unwrap();
+        assert_eq!(both.len(), 2);
+        for x in both {
+            b.release(x).unwrap();
+        }
+        wait_until(|| rows(&server) == "0 0 0");
+    });
+}
