@@ -114,8 +114,9 @@
 //! strictly in order; its process waits, woken by the `NOTIFY` of a release, a cancel or a
 //! force-unlock of the key, and looks again every third of the lease for holders and waiters
 //! whose sessions ended (a death notifies nobody): their units come back then, and the next
-//! holder sees `owner_died`. An uncontended acquire is one call, a release one. The tables
-//! and functions are in `sql.rs`, the client's half in `semaphore.rs`.
+//! holder sees `owner_died`. An uncontended acquire is one call, a release one; the sweep
+//! drops idle keys' rows. The tables and functions are in `sql.rs`, the client's half in
+//! `semaphore.rs`.
 
 mod semaphore;
 mod session;
@@ -163,8 +164,7 @@ pub fn open(url: &str, options: &OpenOptions) -> Result<Arc<dyn KeyedLock>> {
     let lock = RemoteLock::start(options, move |_| async move {
         let (notes, heard) = unbounded_channel();
         let main = Session::open(&url, &tls, true, None, permits != 0, Some(notes.clone())).await?;
-        // A semaphore's idle keys are dropped by the release that idles them: no sweep.
-        let sweep = url.sweep.filter(|_| permits == 0);
+        let sweep = url.sweep;
         let server = Arc::new(PgServer::new(url, tls, main, notes, permits)?);
         if permits != 0 {
             server.claim_permits().await?;
@@ -470,6 +470,9 @@ impl PgServer {
 
     /// One round of the sweep over the prefix; whether it reached the prefix's end.
     async fn sweep_round(&self) -> bool {
+        if self.permits != 0 {
+            return self.sweep_units().await;
+        }
         let mut after: (Option<i16>, Option<Vec<u8>>) = (None, None);
         loop {
             let Ok(s) = self.main().await else {

@@ -20,7 +20,7 @@ use std::time::Instant;
 use tokio::sync::Notify;
 
 use super::session::{SemStatements, Session};
-use super::{HeldIn, PgServer};
+use super::{HeldIn, PgServer, SWEEP_BATCH};
 use crate::acquisition::Mode;
 use crate::error::{Error, Result};
 use crate::remote::{RemoteGrant, RemoteInfo, RemoteKey};
@@ -348,6 +348,27 @@ impl PgServer {
             )
             .await?;
         Ok(row.get(0))
+    }
+
+    /// One round of the semaphore sweep over the prefix (`keylock_sem_sweep`, in batches until
+    /// one drops fewer than a batch); whether it ended without an error.
+    pub(super) async fn sweep_units(&self) -> bool {
+        loop {
+            let Ok(s) = self.main().await else {
+                return false;
+            };
+            let swept = self
+                .bounded(s.client.query_one(
+                    "SELECT keylock_sem_sweep($1, $2)",
+                    &[&self.url.options.prefix, &SWEEP_BATCH],
+                ))
+                .await;
+            match swept {
+                Ok(row) if row.get::<_, i32>(0) < SWEEP_BATCH => return true,
+                Ok(_) => {}
+                Err(_) => return false,
+            }
+        }
     }
 
     /// Frees every unit of a semaphore key; whether any was held.

@@ -647,7 +647,8 @@ END $$;
 -- time per key, which never waits for anything but another one's guard.
 --
 -- - `keylock_sems(prefix, space, key) -> sem_id`: the key's number, made by its first acquire
---   and dropped when the key has no holder, no waiter and no death to report.
+--   and dropped by the sweep (`keylock_sem_sweep`) once the key has no holder, no waiter and no
+--   death to report.
 -- - `keylock_sem_holds`: one row per acquisition (its units, its fence from keylock_fences, its
 --   holder's backend) and a session-level advisory lock on a number of its own (`hold_id`),
 --   taken with the row in the holder's session: the holder lives while that lock is held. A
@@ -745,16 +746,43 @@ BEGIN
     END LOOP;
 END $$;
 
--- After semaphore key `id`'s holds or queue changed, under its guard: wakes its waiters if it
--- has any, else drops the key if idle (unless a death waits to be reported).
+-- After semaphore key `id`'s holds or queue changed, under its guard: wakes its waiters, if
+-- it has any.
 CREATE OR REPLACE FUNCTION keylock_sem_settle(id bigint) RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
     IF EXISTS (SELECT 1 FROM keylock_sem_queue q WHERE q.sem_id = id) THEN
         PERFORM pg_notify('keylock_sem', id::text);
-    ELSIF NOT EXISTS (SELECT 1 FROM keylock_sem_holds h WHERE h.sem_id = id) THEN
-        DELETE FROM keylock_sems s WHERE s.sem_id = id AND NOT s.died;
     END IF;
+END $$;
+
+-- Drops up to `batch` of prefix `p`'s idle semaphore keys (no holder, no waiter, no death to
+-- report); how many. Never waits: a key whose guard another call holds is left for the next
+-- sweep, and a call that read a dropped key's number finds it gone under the guard and makes
+-- the key again.
+CREATE OR REPLACE FUNCTION keylock_sem_sweep(p text, batch int) RETURNS int
+LANGUAGE plpgsql AS $$
+DECLARE
+    id bigint;
+    dropped int := 0;
+BEGIN
+    FOR id IN SELECT s.sem_id FROM keylock_sems s
+              WHERE s.prefix = p AND NOT s.died
+                AND NOT EXISTS (SELECT 1 FROM keylock_sem_holds h WHERE h.sem_id = s.sem_id)
+                AND NOT EXISTS (SELECT 1 FROM keylock_sem_queue q WHERE q.sem_id = s.sem_id)
+              LIMIT batch LOOP
+        CONTINUE WHEN NOT pg_try_advisory_xact_lock(keylock_g1(id), keylock_k2(id));
+        -- Read again under the guard (a statement of its own, so it sees what every call
+        -- that held the guard before committed).
+        DELETE FROM keylock_sems s
+            WHERE s.sem_id = id AND NOT s.died
+              AND NOT EXISTS (SELECT 1 FROM keylock_sem_holds h WHERE h.sem_id = id)
+              AND NOT EXISTS (SELECT 1 FROM keylock_sem_queue q WHERE q.sem_id = id);
+        IF FOUND THEN
+            dropped := dropped + 1;
+        END IF;
+    END LOOP;
+    RETURN dropped;
 END $$;
 
 -- Takes `units` of the semaphore key's `permits` for `tok`, in this session. `ticket`: the

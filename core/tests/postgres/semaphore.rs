@@ -15,7 +15,7 @@ use crate::{key, wait_until, within};
 fn opener(server: &Arc<Server>) -> SemOpener {
     let server = Arc::clone(server);
     Arc::new(move |query: &str, permits: Option<u32>| {
-        let url = server.url(query);
+        let url = server.url(&format!("{query}&sweep=200ms"));
         match permits {
             Some(p) => keylock_core::open_with(&url, &OpenOptions::new().permits(p)),
             None => keylock_core::open(&url),
@@ -33,15 +33,28 @@ fn units(w: u32) -> LockOptions {
 }
 
 /// The rows the semaphore tables hold: (keys, holds, places in queues).
-fn rows(server: &Server) -> String {
-    server
-        .psql(
-            "SELECT (SELECT count(*) FROM keylock_sems) || ' ' || \
-             (SELECT count(*) FROM keylock_sem_holds) || ' ' || \
-             (SELECT count(*) FROM keylock_sem_queue)",
-        )
-        .trim()
-        .to_owned()
+fn rows(server: &Server) -> (u64, u64, u64) {
+    let out = server.psql(
+        "SELECT (SELECT count(*) FROM keylock_sems) || ' ' || \
+         (SELECT count(*) FROM keylock_sem_holds) || ' ' || \
+         (SELECT count(*) FROM keylock_sem_queue)",
+    );
+    let n: Vec<u64> = out.split_whitespace().map(|x| x.parse().unwrap()).collect();
+    (n[0], n[1], n[2])
+}
+
+/// Every key's rows gone: its holds and places at once, the key itself at the next sweep
+/// (every 200 ms in these tests, while a scope object that took or released something lives).
+fn no_rows_left(server: &Server) {
+    wait_until(|| rows(server) == (0, 0, 0));
+}
+
+/// As [`no_rows_left`] once every scope object of `prefix` is gone: the sweep is run here.
+fn swept_clean(server: &Server, prefix: &str) {
+    wait_until(|| {
+        server.psql(&format!("SELECT keylock_sem_sweep('{prefix}', 1000)"));
+        rows(server) == (0, 0, 0)
+    });
 }
 
 #[test]
@@ -51,7 +64,7 @@ fn weights_fences_and_release_by_acquisition() {
         opener(&server),
         contract::weights_fences_and_release_by_acquisition,
     );
-    assert_eq!(rows(&server), "0 0 0", "an idle key keeps no row");
+    swept_clean(&server, "sem");
 }
 
 #[test]
@@ -69,7 +82,7 @@ fn a_heavy_head_is_not_passed_by_light_requests() {
         opener(&server),
         contract::a_heavy_head_is_not_passed_by_light_requests,
     );
-    wait_until(|| rows(&server) == "0 0 0");
+    swept_clean(&server, "fifo");
 }
 
 #[test]
@@ -79,7 +92,7 @@ fn occupancy_never_exceeds_permits_across_scopes() {
         opener(&server),
         contract::occupancy_never_exceeds_permits_across_scopes,
     );
-    wait_until(|| rows(&server) == "0 0 0");
+    swept_clean(&server, "occ");
 }
 
 #[test]
@@ -90,7 +103,7 @@ fn a_dead_holders_units_come_back_with_owner_died() {
     bounded(opener(&server), |o| {
         contract::a_dead_holders_units_come_back_with_owner_died(o, "dead&lease=1s")
     });
-    assert_eq!(rows(&server), "0 0 0");
+    swept_clean(&server, "dead");
 }
 
 #[test]
@@ -108,7 +121,7 @@ fn a_release_wakes_a_waiter_at_once() {
     // Bounded: a hang fails as a deadlock.
     within(Duration::from_secs(180), || {
         let server = Server::start();
-        let url = server.url("wake&lease=600s");
+        let url = server.url("wake&lease=600s&sweep=200ms");
         let sem = |_| keylock_core::open_with(&url, &OpenOptions::new().permits(2)).unwrap();
         let (a, b) = (sem(0), sem(1));
         for round in 0..5 {
@@ -121,8 +134,11 @@ fn a_release_wakes_a_waiter_at_once() {
             wait_until(|| a.info(key("k")).unwrap().is_some_and(|i| i.waiters == 1));
             a.release(held).unwrap();
             within(Duration::from_secs(20), move || waiter.join().unwrap());
-            assert_eq!(rows(&server), "0 0 0", "round {round}");
+            let (_, holds, queued) = rows(&server);
+            assert_eq!((holds, queued), (0, 0), "round {round}");
         }
+        // The scope objects live, and took and released: their sweep drops the idle key.
+        no_rows_left(&server);
     });
 }
 
@@ -133,7 +149,7 @@ fn a_waiter_whose_session_ended_is_passed_over() {
     // Bounded: a hang fails as a deadlock.
     within(Duration::from_secs(180), || {
         let server = Server::start();
-        let url = server.url("gone&lease=3s");
+        let url = server.url("gone&lease=3s&sweep=200ms");
         let sem = |_| keylock_core::open_with(&url, &OpenOptions::new().permits(4)).unwrap();
         let (a, b, c) = (sem(0), sem(1), sem(2));
         let held = a.acquire(key("k"), &units(3)).unwrap();
@@ -155,7 +171,7 @@ fn a_waiter_whose_session_ended_is_passed_over() {
         let lost = within(Duration::from_secs(20), move || heavy.join().unwrap());
         assert!(lost.is_err(), "the request whose session ended: {lost:?}");
         a.release(held).unwrap();
-        wait_until(|| rows(&server) == "0 0 0");
+        no_rows_left(&server);
     });
 }
 
@@ -166,7 +182,7 @@ fn several_keys_are_taken_all_or_none() {
     // Bounded: a hang fails as a deadlock.
     within(Duration::from_secs(180), || {
         let server = Server::start();
-        let url = server.url("many");
+        let url = server.url("many&sweep=200ms");
         let sem = |_| keylock_core::open_with(&url, &OpenOptions::new().permits(2)).unwrap();
         let (a, b) = (sem(0), sem(1));
         let held = a.acquire(key("b"), &units(2)).unwrap();
@@ -201,6 +217,6 @@ fn several_keys_are_taken_all_or_none() {
         for x in both {
             b.release(x).unwrap();
         }
-        wait_until(|| rows(&server) == "0 0 0");
+        no_rows_left(&server);
     });
 }
