@@ -1555,8 +1555,8 @@ struct keylock_semaphore *keylock_semaphore_new(uint32_t permits);
  * Opens the semaphore that `name` names, with `permits` units per key and `options` (NULL:
  * the defaults), and stores its handle in `*out`: `"local:"` (or `""`) for a new semaphore in
  * this process, `"shm:NAME"` for one shared by the processes of this machine (the permits in
- * the region's header), `"redis://..."` for one shared by every process that opens the same
- * prefix; every open of a shared one must give the same permits (`KEYLOCK_INCOMPATIBLE`
+ * the region's header), `"redis://..."` or `"postgres://..."` for one shared by every process
+ * that opens the same prefix; every open of a shared one must give the same permits (`KEYLOCK_INCOMPATIBLE`
  * otherwise). A semaphore is
  * always strict FIFO and has no stripes and no owners: `options->stripes` must be 0 and
  * `options->reentrant` and `options->fifo` false (`capacity` and `permissions` are for scopes

@@ -489,8 +489,8 @@ export class Semaphore {
   constructor(permits: number, options?: SemaphoreMakeOptions);
   /**
    * The semaphore that the lock name `name` names: `'local:'` (or `''`) for a new in-process
-   * one, `'shm:NAME'` for one shared by the processes of this machine, `'redis://...'` for one
-   * shared by every process that opens the same prefix. Every open of a shared one must give the
+   * one, `'shm:NAME'` for one shared by the processes of this machine, `'redis://...'` or
+   * `'postgres://...'` for one shared by every process that opens the same prefix. Every open of a shared one must give the
    * same permits (`KEYLOCK_INCOMPATIBLE` otherwise).
    */
   static open(name: string, options: SemaphoreOptions): Semaphore;

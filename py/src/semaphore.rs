@@ -66,8 +66,9 @@ impl Semaphore {
 
     /// Open the semaphore that `name` names with `permits` units per key: "local:" (in this
     /// process, the same as Semaphore(permits)), "shm:NAME" (shared by the processes of this
-    /// machine) or "redis://..." (shared by every process that opens the same prefix); every
-    /// open of a shared one must give the same permits (IncompatibleError otherwise).
+    /// machine), "redis://..." or "postgres://..." (shared by every process that opens the same
+    /// prefix); every open of a shared one must give the same permits (IncompatibleError
+    /// otherwise).
     /// `metrics=True` counts what this semaphore object does (see `metrics()`).
     #[classmethod]
     #[pyo3(name = "open", signature = (name, permits, *, metrics = false))]

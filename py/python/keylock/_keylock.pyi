@@ -832,8 +832,9 @@ class Semaphore:
     def open(cls, name: str, permits: int, *, metrics: bool = False) -> Semaphore:
         """Open the semaphore that `name` names with `permits` units per key: "local:" (in this
         process, the same as Semaphore(permits)), "shm:NAME" (shared by the processes of this
-        machine) or "redis://..." (shared by every process that opens the same prefix); every
-        open of a shared one must give the same permits (IncompatibleError otherwise).
+        machine), "redis://..." or "postgres://..." (shared by every process that opens the same
+        prefix); every open of a shared one must give the same permits (IncompatibleError
+        otherwise).
         `metrics=True` counts what this semaphore object does (see `metrics()`)."""
 
     @property
