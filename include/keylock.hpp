@@ -888,8 +888,8 @@ public:
     explicit Semaphore(std::uint32_t permits) : handle_(keylock_semaphore_new(permits)) {
         if (!handle_) throw error(KEYLOCK_INVALID_ARGUMENT);
     }
-    /// The semaphore `name` names (keylock_semaphore_open: "local:", "shm:NAME" or "redis://...",
-    /// every open of a shared one with the same permits). Throws keylock::error.
+    /// The semaphore `name` names (keylock_semaphore_open: "local:", "shm:NAME", "redis://..." or
+    /// "postgres://...", every open of a shared one with the same permits). Throws keylock::error.
     static Semaphore open(std::string_view name, std::uint32_t permits, const open_options &opts = open_options()) {
         keylock_semaphore *h = nullptr;
         const std::string owned(name);  // NUL-terminated
