@@ -77,8 +77,9 @@
 //!
 //! # TLS
 //!
-//! The URL's `sslmode` and `sslrootcert`, with libpq's meanings (`tls.rs`): every session of
-//! the scope object connects the same way, through rustls.
+//! The URL's `sslmode`, `sslrootcert`, `sslcert` and `sslkey`, with libpq's meanings
+//! (`tls.rs`): every session of the scope object (and a cancel) connects the same way, through
+//! rustls.
 //!
 //! # Failures, poolers and replicas
 //!
