@@ -633,9 +633,13 @@ class Run:
             raise Failure("units self-check: a child that skipped the semaphore went unnoticed")
         url = f"redis://127.0.0.1:{port}/0?prefix=xlang-units"
         fig = self.units("redis semaphore", url, plan, 80, 4, 300, permits)
-        self.figures["redis semaphore"] = fig
+        self.report_units("redis semaphore", fig, plan, permits)
+
+    def report_units(self, label: str, fig: dict, plan: list, permits: int) -> None:
+        """Records and prints what a semaphore phase found."""
+        self.figures[label] = fig
         print(
-            f"redis semaphore: {' + '.join(f'{lang}x{t}' for lang, t in plan)} "
+            f"{label}: {' + '.join(f'{lang}x{t}' for lang, t in plan)} "
             f"(processes x threads), permits {permits}, weights 1..3; acquisitions per key "
             f"{fig['acquisitions']} = expected, fences distinct; most units inside at once "
             f"{fig['max_units_inside']}, most holders {fig['max_holders_inside']}, most "
@@ -649,15 +653,7 @@ class Run:
         plan = [(lang, 1) for lang in self.langs if lang != "c" for _ in range(2)]
         plan += [("c", 2), ("c", 2)]
         fig = self.units("shm semaphore", self.region("units"), plan, 80, 4, 300, permits)
-        self.figures["shm semaphore"] = fig
-        print(
-            f"shm semaphore: {' + '.join(f'{lang}x{t}' for lang, t in plan)} "
-            f"(processes x threads), permits {permits}, weights 1..3; acquisitions per key "
-            f"{fig['acquisitions']} = expected, fences distinct; most units inside at once "
-            f"{fig['max_units_inside']}, most holders {fig['max_holders_inside']}, most "
-            f"languages {fig['max_languages_inside']}",
-            flush=True,
-        )
+        self.report_units("shm semaphore", fig, plan, permits)
 
     def redis_kill(self, port: int, lease_s: float = 1.0) -> None:
         redis_call(port, b"FLUSHALL")
@@ -747,15 +743,7 @@ class Run:
         plan += [("c", 2), ("c", 2)]
         url = f"{base}?prefix=xlang-units"
         fig = self.units("postgres semaphore", url, plan, 80, 4, 300, permits)
-        self.figures["postgres semaphore"] = fig
-        print(
-            f"postgres semaphore: {' + '.join(f'{lang}x{t}' for lang, t in plan)} "
-            f"(processes x threads), permits {permits}, weights 1..3; acquisitions per key "
-            f"{fig['acquisitions']} = expected, fences distinct; most units inside at once "
-            f"{fig['max_units_inside']}, most holders {fig['max_holders_inside']}, most "
-            f"languages {fig['max_languages_inside']}",
-            flush=True,
-        )
+        self.report_units("postgres semaphore", fig, plan, permits)
 
     def postgres_kill(self, base: str, rounds: int = 30) -> None:
         """A holder per round (C, Python, Node in turn) killed with SIGKILL while it holds; the

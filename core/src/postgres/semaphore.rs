@@ -322,14 +322,8 @@ impl PgServer {
         sem: i64,
         hold: i64,
     ) -> Result<bool> {
-        let st = statements(s)?;
-        let row = self
-            .bounded(
-                s.client
-                    .query_one(&st.release, &[&s.pid, &sem, &hold, &token]),
-            )
-            .await?;
-        Ok(row.get(0))
+        self.hold_call(s, &statements(s)?.release, token, sem, hold)
+            .await
     }
 
     /// Whether `token` still holds its semaphore hold `hold` of key `sem`.
@@ -340,11 +334,23 @@ impl PgServer {
         sem: i64,
         hold: i64,
     ) -> Result<bool> {
-        let st = statements(s)?;
+        self.hold_call(s, &statements(s)?.check, token, sem, hold)
+            .await
+    }
+
+    /// One call of `statement` about a hold, answering true or false.
+    async fn hold_call(
+        &self,
+        s: &Session,
+        statement: &tokio_postgres::Statement,
+        token: &str,
+        sem: i64,
+        hold: i64,
+    ) -> Result<bool> {
         let row = self
             .bounded(
                 s.client
-                    .query_one(&st.check, &[&s.pid, &sem, &hold, &token]),
+                    .query_one(statement, &[&s.pid, &sem, &hold, &token]),
             )
             .await?;
         Ok(row.get(0))

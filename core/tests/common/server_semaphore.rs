@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering::SeqCst};
 use std::time::Duration;
 
-use keylock_core::{Error, KeyedLock, LockKey, LockOptions, Mode, Result, Wait};
+use keylock_core::{Error, KeyedLock, LockKey, LockOptions, Mode, OpenOptions, Result, Wait};
 
 use crate::{key, wait_until, within};
 
@@ -18,11 +18,27 @@ use crate::{key, wait_until, within};
 pub(crate) type SemOpener =
     Arc<dyn Fn(&str, Option<u32>) -> Result<Arc<dyn KeyedLock>> + Send + Sync>;
 
+/// The opener of a server whose scope URL for `query` is `url(query)`.
+pub(crate) fn opener(url: impl Fn(&str) -> String + Send + Sync + 'static) -> SemOpener {
+    Arc::new(move |query: &str, permits: Option<u32>| {
+        let url = url(query);
+        match permits {
+            Some(p) => keylock_core::open_with(&url, &OpenOptions::new().permits(p)),
+            None => keylock_core::open(&url),
+        }
+    })
+}
+
+/// Runs a test of the contract with `open`, failing it as a deadlock if it hangs.
+pub(crate) fn bounded(open: SemOpener, test: impl FnOnce(&SemOpener) + Send + 'static) {
+    within(Duration::from_secs(180), move || test(&open));
+}
+
 fn sem(open: &SemOpener, query: &str, permits: u32) -> Arc<dyn KeyedLock> {
     open(query, Some(permits)).expect("open the semaphore scope")
 }
 
-fn units(w: u32) -> LockOptions {
+pub(crate) fn units(w: u32) -> LockOptions {
     LockOptions::new().weight(w)
 }
 

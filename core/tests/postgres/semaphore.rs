@@ -6,30 +6,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use keylock_core::{Error, LockOptions, Mode, OpenOptions, Wait};
+use keylock_core::{Error, Mode, OpenOptions, Wait};
 
-use crate::contract::{self, SemOpener};
+use crate::contract::{self, SemOpener, bounded, units};
 use crate::server::Server;
 use crate::{key, wait_until, within};
 
 fn opener(server: &Arc<Server>) -> SemOpener {
     let server = Arc::clone(server);
-    Arc::new(move |query: &str, permits: Option<u32>| {
-        let url = server.url(&format!("{query}&sweep=200ms"));
-        match permits {
-            Some(p) => keylock_core::open_with(&url, &OpenOptions::new().permits(p)),
-            None => keylock_core::open(&url),
-        }
-    })
-}
-
-/// Runs a test of the contract with `open`, failing it as a deadlock if it hangs.
-fn bounded(open: SemOpener, test: impl FnOnce(&SemOpener) + Send + 'static) {
-    within(Duration::from_secs(180), move || test(&open));
-}
-
-fn units(w: u32) -> LockOptions {
-    LockOptions::new().weight(w)
+    contract::opener(move |query| server.url(&format!("{query}&sweep=200ms")))
 }
 
 /// The rows the semaphore tables hold: (keys, holds, places in queues).

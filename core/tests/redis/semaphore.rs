@@ -5,30 +5,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use keylock_core::{Error, LockOptions, OpenOptions, Wait};
+use keylock_core::{Error, OpenOptions, Wait};
 
 use crate::children::{read_tagged, spawn};
-use crate::contract::{self, SemOpener};
+use crate::contract::{self, SemOpener, bounded, units};
 use crate::{Server, key, names_under, within};
 
 fn opener(server: &Arc<Server>) -> SemOpener {
     let server = Arc::clone(server);
-    Arc::new(move |query: &str, permits: Option<u32>| {
-        let url = server.url(&format!("prefix={query}"));
-        match permits {
-            Some(p) => keylock_core::open_with(&url, &OpenOptions::new().permits(p)),
-            None => keylock_core::open(&url),
-        }
-    })
-}
-
-/// Runs a test of the contract with `open`, failing it as a deadlock if it hangs.
-fn bounded(open: SemOpener, test: impl FnOnce(&SemOpener) + Send + 'static) {
-    within(Duration::from_secs(180), move || test(&open));
-}
-
-fn units(w: u32) -> LockOptions {
-    LockOptions::new().weight(w)
+    contract::opener(move |query| server.url(&format!("prefix={query}")))
 }
 
 #[test]
