@@ -56,7 +56,8 @@ impl Drop for Undo {
     }
 }
 
-/// A waiting request's interest in a key's freed units, while it lives.
+/// A request queued on the server: its interest in the key's freed units, and its count among
+/// this process's queued requests (`stats`), while it lives.
 struct Waiting {
     server: Arc<PgServer>,
     sem: i64,
@@ -65,6 +66,7 @@ struct Waiting {
 
 impl Drop for Waiting {
     fn drop(&mut self) {
+        self.server.queued.fetch_sub(1, Ordering::Relaxed);
         let mut freed = self.server.freed.lock();
         if let Entry::Occupied(mut e) = freed.entry(self.sem) {
             e.get_mut().1 -= 1;
@@ -133,6 +135,7 @@ impl PgServer {
     }
 
     fn waiting_on(self: &Arc<Self>, sem: i64) -> Waiting {
+        self.queued.fetch_add(1, Ordering::Relaxed);
         let notify = {
             let mut freed = self.freed.lock();
             let e = freed

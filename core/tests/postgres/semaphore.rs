@@ -117,8 +117,11 @@ fn a_release_wakes_a_waiter_at_once() {
                 w.release(got).unwrap();
             });
             wait_until(|| a.info(key("k")).unwrap().is_some_and(|i| i.waiters == 1));
+            // The waiting request counts in its process's stats.
+            assert_eq!(b.stats().unwrap().waiting_here, 1, "round {round}");
             a.release(held).unwrap();
             within(Duration::from_secs(20), move || waiter.join().unwrap());
+            assert_eq!(b.stats().unwrap().waiting_here, 0, "round {round}");
             let (_, holds, queued) = rows(&server);
             assert_eq!((holds, queued), (0, 0), "round {round}");
         }
