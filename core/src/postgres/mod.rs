@@ -138,6 +138,7 @@ use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 use tokio_postgres::error::SqlState;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
+use self::semaphore::HoldCall;
 use self::session::{Note, Session, error, timed_out};
 use self::url::PostgresUrl;
 use crate::acquisition::Mode;
@@ -667,7 +668,7 @@ impl Server for PgServer {
             // The session ended, and its locks with it.
             Ok(false)
         } else if let Some(sem) = sem {
-            self.release_units(token, &s, sem, id).await
+            self.hold_call(HoldCall::Release, &s, token, sem, id).await
         } else {
             self.bounded(
                 s.client
@@ -701,7 +702,7 @@ impl Server for PgServer {
             return Ok(false);
         }
         if let Some(sem) = sem {
-            return self.check_units(token, &s, sem, id).await;
+            return self.hold_call(HoldCall::Check, &s, token, sem, id).await;
         }
         let mode = if key.mode == Mode::Exclusive {
             "x"

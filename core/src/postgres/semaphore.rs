@@ -77,6 +77,13 @@ impl Drop for Waiting {
     }
 }
 
+/// What [`PgServer::hold_call`] asks of a hold.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum HoldCall {
+    Release,
+    Check,
+}
+
 /// How an acquire call answered.
 enum Answer {
     Granted {
@@ -316,40 +323,21 @@ impl PgServer {
         })
     }
 
-    /// Ends `token`'s semaphore hold `hold` of key `sem` in `s`; whether it was still the
-    /// token's.
-    pub(super) async fn release_units(
+    /// A call about `token`'s semaphore hold `hold` of key `sem`, in the session that holds
+    /// it: its release (whether it was still the token's) or its check (whether it still is).
+    pub(super) async fn hold_call(
         &self,
-        token: &str,
+        call: HoldCall,
         s: &Session,
-        sem: i64,
-        hold: i64,
-    ) -> Result<bool> {
-        self.hold_call(s, &statements(s)?.release, token, sem, hold)
-            .await
-    }
-
-    /// Whether `token` still holds its semaphore hold `hold` of key `sem`.
-    pub(super) async fn check_units(
-        &self,
-        token: &str,
-        s: &Session,
-        sem: i64,
-        hold: i64,
-    ) -> Result<bool> {
-        self.hold_call(s, &statements(s)?.check, token, sem, hold)
-            .await
-    }
-
-    /// One call of `statement` about a hold, answering true or false.
-    async fn hold_call(
-        &self,
-        s: &Session,
-        statement: &tokio_postgres::Statement,
         token: &str,
         sem: i64,
         hold: i64,
     ) -> Result<bool> {
+        let st = statements(s)?;
+        let statement = match call {
+            HoldCall::Release => &st.release,
+            HoldCall::Check => &st.check,
+        };
         let row = self
             .bounded(
                 s.client
