@@ -4,7 +4,8 @@
 #   make test       make lint, then every test suite (what CI runs)
 #   make bench      run every benchmark and regenerate BENCHMARKS.md
 #   make fmt / lint formatting (and its check), clippy (-D warnings), declared rust-versions,
-#                   no import cycles between modules
+#                   no import cycles between modules, the core's API docs (every scope, no
+#                   warning)
 #   make loom       exhaustive loom models; make tsan: tests under ThreadSanitizer
 #   make dist       the release packages under dist/: wheel and sdist, npm tarballs, C tarball, crate
 #

@@ -11,7 +11,7 @@
  * in this process or in a shared scope by name (keylock_pool_open, keylock_striped_open).
  * Semaphores (keylock_semaphore_new, keylock_semaphore_open) take a weight per acquire, in
  * strict FIFO order per key, with optional leases and timeouts, in this process, in shm: and
- * on Redis (not on PostgreSQL).
+ * on Redis and PostgreSQL.
  * A pool, striped lock or semaphore opened with keylock_open_options.metrics counts what it
  * does (keylock_pool_metrics, keylock_striped_metrics, keylock_semaphore_metrics).
  *

@@ -73,6 +73,7 @@ bench-rust:
 lint-rust: msrv cycles
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --locked --workspace --all-targets -- -D warnings
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --locked --no-deps -p keylock-core --all-features
 
 # A module imports only from the ones below it, never in a circle: fails on any import cycle
 # between the modules (or folders of modules) of each crate, and prints the lines that make it.

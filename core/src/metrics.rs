@@ -42,7 +42,7 @@ use crate::report::KeyReport;
 use crate::scope::{AcquireFuture, AcquireManyFuture, KeyedLock, LockKey};
 use crate::stats::ScopeStats;
 
-/// Buckets of a [`Histogram`]: bucket 0 counts zero, bucket `i` the durations of `2^(i-1)` to
+/// Buckets of a histogram ([`HistogramSnapshot`]): bucket 0 counts zero, bucket `i` the durations of `2^(i-1)` to
 /// `2^i - 1` nanoseconds; the last one everything from `2^62` ns (146 years) up.
 pub const BUCKETS: usize = 64;
 

@@ -348,8 +348,8 @@ pub struct OpenOptions {
     /// process running the same build (default: random per lock object).
     pub seed: Option<u64>,
     /// A keyed semaphore with this many units per key instead of a lock
-    /// ([`KeyedSemaphore`](crate::KeyedSemaphore); in this process, in `shm:` and on Redis;
-    /// the PostgreSQL scope refuses it).
+    /// ([`KeyedSemaphore`](crate::KeyedSemaphore); in this process, in `shm:`, on Redis and
+    /// on PostgreSQL).
     pub permits: Option<u32>,
     /// Metrics on the lock object (see [`metrics`](crate::metrics)): off by default, and then
     /// nothing is counted and no path does anything more.

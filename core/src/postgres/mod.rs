@@ -11,7 +11,7 @@
 //! ```
 //!
 //! The URL's form and options are in `url.rs`; [`open`](crate::open) gives the lock object as a
-//! [`KeyedLock`](crate::KeyedLock). Its local layer (queueing in the process, one remote hold
+//! [`KeyedLock`]. Its local layer (queueing in the process, one remote hold
 //! per key, records, lost signals) is the one front of every server scope; this module is the
 //! server's half. The tables and functions, and why each is as it is, are in `sql.rs`.
 //!

@@ -13,7 +13,7 @@
 //! ```
 //!
 //! The URL's form and options are in [`url`](self#url) (below); [`open`](crate::open) gives the
-//! lock object as a [`KeyedLock`](crate::KeyedLock). Its local layer (queueing, coalescing,
+//! lock object as a [`KeyedLock`]. Its local layer (queueing, coalescing,
 //! records, renewal) is the one front of every server scope; this module is the server's half.
 //!
 //! # How a lock lives in Redis
@@ -49,7 +49,7 @@
 //! while the acquisition lives, up to the acquisition's own lease deadline if it has one
 //! (which then ends it, as in every scope). Renewal is bounded: if Redis cannot be reached for
 //! the lease's remaining time, or says the token is gone, the holder gives the lock up, and its
-//! `LostSignal` ([`KeyedLock::lost_signal`](crate::KeyedLock::lost_signal)) fires; [`KeyedLock::is_current`](crate::KeyedLock::is_current) then reports
+//! `LostSignal` ([`KeyedLock::lost_signal`]) fires; [`KeyedLock::is_current`] then reports
 //! `false`. A holder that is killed stops renewing, and the next acquirer gets the key once the
 //! lease ends, with a higher fence, and [`Acquisition::owner_died`](crate::Acquisition::owner_died) set. So does a hold still
 //! alive when its lock object is dropped (the drop never blocks to release it).

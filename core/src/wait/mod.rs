@@ -1,13 +1,13 @@
 //! Waiting: one queue per lock, shared by parked threads and async tasks.
 //!
-//! Every lock in keylock that can make a caller wait keeps its waiters in a [`WaitList`]: an
-//! intrusive, doubly linked FIFO of [`WaitNode`]s, guarded by a lock that belongs to the lock
+//! Every lock in keylock that can make a caller wait keeps its waiters in a `WaitList`: an
+//! intrusive, doubly linked FIFO of `WaitNode`s, guarded by a lock that belongs to the lock
 //! being waited for (a stripe's queue mutex, a pool shard, the reader gate of an RwLock). A
 //! blocked thread's node lives on its stack; a future makes its node on the heap the first time
 //! it has to wait (so that an uncontended future stays three words long). Either way a waiter
 //! costs one node and nothing else.
 //!
-//! A node records *how* to wake its owner ([`Wake`]): unpark a thread, or call a
+//! A node records *how* to wake its owner (`Wake`): unpark a thread, or call a
 //! [`std::task::Waker`]. Threads and tasks therefore stand in the same queue and are served in
 //! the same order.
 //!
