@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
+use futures_util::future::{try_join_all, try_join4};
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::sync::mpsc::UnboundedSender;
 use tokio_postgres::error::SqlState;
@@ -15,6 +16,25 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 use super::sql;
 use super::url::PostgresUrl;
 use crate::error::{Error, Result};
+
+/// The lock functions' statements, in [`Statements`]' order.
+const LOCK_STATEMENTS: [&str; 6] = [
+    "SELECT ids, fences, dieds FROM keylock_acquire($1, $2, $3, $4, $5, $6, $7)",
+    "SELECT keylock_release($1, $2, $3, $4)",
+    "SELECT keylock_forget($1, $2)",
+    "SELECT keylock_check($1, $2, $3, $4)",
+    "SELECT keylock_force($1, $2, $3)",
+    "SELECT exclusive, fence, holders, waiters FROM keylock_info($1, $2, $3)",
+];
+
+/// The semaphore functions' statements, in [`SemStatements`]' order.
+const SEM_STATEMENTS: [&str; 4] = [
+    "SELECT state, id, tk, hold, fence, died \
+     FROM keylock_sem_acquire($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+    "SELECT keylock_sem_release($1, $2, $3, $4)",
+    "SELECT keylock_sem_check($1, $2, $3, $4)",
+    "SELECT keylock_sem_forget($1, $2)",
+];
 
 /// The statements of the scope's functions, prepared once per session.
 pub(crate) struct Statements {
@@ -125,71 +145,50 @@ impl Session {
         if install {
             install_functions(&client).await.map_err(fail)?;
         }
-        let pid: i32 = client
-            .query_one("SELECT keylock_session()", &[])
-            .await
-            .map_err(fail)?
-            .get(0);
-        if listen {
-            let channels = if sem {
-                format!("LISTEN {}; LISTEN {}", sql::FORCES, sql::SEM_FREED)
-            } else {
-                format!("LISTEN {}", sql::FORCES)
-            };
-            client.batch_execute(&channels).await.map_err(fail)?;
-        }
-        let sem = if sem {
-            Some(SemStatements {
-                acquire: client
-                    .prepare(
-                        "SELECT state, id, tk, hold, fence, died \
-                         FROM keylock_sem_acquire($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-                    )
-                    .await
-                    .map_err(fail)?,
-                release: client
-                    .prepare("SELECT keylock_sem_release($1, $2, $3, $4)")
-                    .await
-                    .map_err(fail)?,
-                check: client
-                    .prepare("SELECT keylock_sem_check($1, $2, $3, $4)")
-                    .await
-                    .map_err(fail)?,
-                forget: client
-                    .prepare("SELECT keylock_sem_forget($1, $2)")
-                    .await
-                    .map_err(fail)?,
-            })
-        } else {
-            None
+        // Everything else goes in one round trip: tokio-postgres pipelines the requests of
+        // futures polled together, and the server answers them in order.
+        let channels = match (listen, sem) {
+            (false, _) => None,
+            (true, false) => Some(format!("LISTEN {}", sql::FORCES)),
+            (true, true) => Some(format!("LISTEN {}; LISTEN {}", sql::FORCES, sql::SEM_FREED)),
+        };
+        let listening = async {
+            match &channels {
+                Some(c) => client.batch_execute(c).await,
+                None => Ok(()),
+            }
+        };
+        let sem_sql: &[&str] = if sem { &SEM_STATEMENTS } else { &[] };
+        let (pid, (), lock, sem) = try_join4(
+            client.query_one("SELECT keylock_session()", &[]),
+            listening,
+            try_join_all(LOCK_STATEMENTS.map(|q| client.prepare(q))),
+            try_join_all(sem_sql.iter().map(|q| client.prepare(q))),
+        )
+        .await
+        .map_err(fail)?;
+        let pid: i32 = pid.get(0);
+        // `try_join_all` gives as many as it was given: six, and four or none.
+        let sem = match <[Statement; 4]>::try_from(sem) {
+            Ok([acquire, release, check, forget]) => Some(SemStatements {
+                acquire,
+                release,
+                check,
+                forget,
+            }),
+            Err(_) => None,
+        };
+        let Ok([acquire, release, forget, check, force, info]) = <[Statement; 6]>::try_from(lock)
+        else {
+            unreachable!("six statements prepared, six answered")
         };
         let st = Statements {
-            acquire: client
-                .prepare(
-                    "SELECT ids, fences, dieds FROM keylock_acquire($1, $2, $3, $4, $5, $6, $7)",
-                )
-                .await
-                .map_err(fail)?,
-            release: client
-                .prepare("SELECT keylock_release($1, $2, $3, $4)")
-                .await
-                .map_err(fail)?,
-            forget: client
-                .prepare("SELECT keylock_forget($1, $2)")
-                .await
-                .map_err(fail)?,
-            check: client
-                .prepare("SELECT keylock_check($1, $2, $3, $4)")
-                .await
-                .map_err(fail)?,
-            force: client
-                .prepare("SELECT keylock_force($1, $2, $3)")
-                .await
-                .map_err(fail)?,
-            info: client
-                .prepare("SELECT exclusive, fence, holders, waiters FROM keylock_info($1, $2, $3)")
-                .await
-                .map_err(fail)?,
+            acquire,
+            release,
+            forget,
+            check,
+            force,
+            info,
             sem,
         };
         Ok(Arc::new(Session {
