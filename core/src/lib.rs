@@ -77,7 +77,7 @@ pub use guard::KeyedGuard;
 pub use local::ByteStringKey;
 pub use lost::{Lost, LostSignal};
 pub use metrics::{HistogramSnapshot, Metered, MetricsSnapshot};
-pub use open::{inspect, open, open_with};
+pub use open::{inspect, inspect_semaphore, open, open_with};
 pub use redact::redact_scope_name;
 pub use report::{KeyReport, LockId, Party};
 pub use scope::{KeySpace, KeyedLock, LockKey, OpenOptions};

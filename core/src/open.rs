@@ -86,6 +86,34 @@ pub fn inspect(scope: &str) -> Result<Arc<dyn KeyedLock>> {
     }
 }
 
+/// Opens the keyed semaphore of `scope` to look at it from outside, as [`inspect`] opens its
+/// locks: `shm:NAME` as its creator made it (a region of locks is [`Error::Incompatible`]);
+/// `redis://...` and `postgres://...` with the permits recorded under the prefix by the
+/// semaphore's first open (a prefix where no semaphore was opened is
+/// [`Error::Incompatible`]). A prefix can hold locks and a semaphore side by side: [`inspect`]
+/// shows the one, this the other.
+pub fn inspect_semaphore(scope: &str) -> Result<Arc<dyn KeyedLock>> {
+    let scheme = scope.split_once(':').map_or(scope, |(scheme, _)| scheme);
+    match scheme {
+        "redis" | "rediss" | "postgres" | "postgresql" => {
+            let options = OpenOptions {
+                recorded_permits: true,
+                ..OpenOptions::new()
+            };
+            open_with(scope, &options)
+        }
+        _ => {
+            let lock = inspect(scope)?;
+            if lock.permits().is_none() {
+                return Err(Error::Incompatible(
+                    format!("{scope} holds locks, not a keyed semaphore").into(),
+                ));
+            }
+            Ok(lock)
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -354,6 +354,9 @@ pub struct OpenOptions {
     /// Metrics on the lock object (see [`metrics`](crate::metrics)): off by default, and then
     /// nothing is counted and no path does anything more.
     pub metrics: bool,
+    /// A server scope's keyed semaphore with the permits recorded under its prefix, instead
+    /// of `permits` ([`inspect_semaphore`](crate::inspect_semaphore)).
+    pub(crate) recorded_permits: bool,
 }
 
 impl Default for OpenOptions {
@@ -374,6 +377,7 @@ impl OpenOptions {
             seed: None,
             permits: None,
             metrics: false,
+            recorded_permits: false,
         }
     }
 

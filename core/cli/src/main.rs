@@ -21,7 +21,8 @@ Exit codes:
   1  nothing there: the key is free (info, unlock), there is no such region (unlink)
   2  bad usage: an unknown command or option, a bad scope string or key
   3  the scope could not be reached: a missing region, an unreachable server, a timeout
-  4  the scope is not what this keylock reads: a region of another layout, or a corrupt one
+  4  the scope is not what this keylock reads: a region of another layout, or a corrupt one;
+     with --semaphore, a scope that has no keyed semaphore
   5  permission denied
   6  unlock not confirmed
   7  any other error";
@@ -38,6 +39,11 @@ Exit codes:
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// The scope's keyed semaphore instead of its locks: on Redis and PostgreSQL, the one
+    /// opened under the prefix (with the permits its first open recorded); an shm: region is
+    /// a semaphore or locks, and this checks it is the first.
+    #[arg(long, short = 's', global = true)]
+    semaphore: bool,
 }
 
 #[derive(Subcommand)]
@@ -166,7 +172,12 @@ impl Failure {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    match run(cli.command) {
+    let open = if cli.semaphore {
+        keylock_core::inspect_semaphore
+    } else {
+        keylock_core::inspect
+    };
+    match run(cli.command, open) {
         Ok(code) => ExitCode::from(code),
         Err(f) => {
             eprintln!("keylock: {}", f.message);
@@ -175,9 +186,9 @@ fn main() -> ExitCode {
     }
 }
 
-fn open(scope: &str) -> Result<Arc<dyn KeyedLock>, Failure> {
-    keylock_core::inspect(scope).map_err(|e| Failure::of(scope, &e))
-}
+/// How the scope is opened: its locks ([`keylock_core::inspect`]) or its keyed semaphore
+/// ([`keylock_core::inspect_semaphore`]).
+type Opener = fn(&str) -> keylock_core::Result<Arc<dyn KeyedLock>>;
 
 fn print(text: &str) {
     let mut out = std::io::stdout().lock();
@@ -185,7 +196,8 @@ fn print(text: &str) {
     let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());
 }
 
-fn run(command: Command) -> Result<u8, Failure> {
+fn run(command: Command, opener: Opener) -> Result<u8, Failure> {
+    let open = |scope: &str| opener(scope).map_err(|e| Failure::of(scope, &e));
     match command {
         Command::List { scope, json } => {
             let lock = open(&scope)?;

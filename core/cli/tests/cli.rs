@@ -307,6 +307,72 @@ fn server_scope(url: &str, shown: &str) {
     }
 }
 
+/// A keyed semaphore's keys seen with `--semaphore` (`-s`): units held by this process and a
+/// request of another scope object queued behind them, then a force-release that lets it in.
+/// `no_semaphore` is a scope of the same kind with locks only, which `-s` refuses (exit 4).
+/// `apart`: the scope keeps its semaphore apart from its locks (a server prefix), so the lock
+/// view shows none of the semaphore's keys.
+fn semaphore_scope(url: &str, no_semaphore: &str, apart: bool) {
+    let opts = OpenOptions::new().permits(3);
+    let sem = keylock_core::open_with(url, &opts).unwrap();
+    let held = sem
+        .acquire(key(b"slot:1"), &LockOptions::new().weight(2))
+        .unwrap();
+    let other = keylock_core::open_with(url, &opts).unwrap();
+    let w = thread::spawn(move || {
+        let o = LockOptions::new()
+            .weight(2)
+            .wait(Wait::For(Duration::from_secs(60)));
+        let acq = other.acquire(key(b"slot:1"), &o).unwrap();
+        other.release(acq).unwrap();
+    });
+    eventually("the request to queue", || {
+        sem.info(key(b"slot:1")).unwrap().unwrap().waiters == 1
+    });
+    let list = json(&keylock(&["list", "--semaphore", url, "--json"]));
+    assert_eq!(list.as_array().unwrap().len(), 1, "{list}");
+    let j = by_key(&list, "slot:1");
+    assert_eq!(
+        (j["units"].clone(), j["waiters"].clone(), j["fence"].clone()),
+        (2.into(), 1.into(), held.fence().into()),
+        "{j}"
+    );
+    // The flag goes anywhere on the line.
+    let info = json(&keylock(&["info", url, "slot:1", "-s", "--json"]));
+    assert_eq!(info["units"], 2, "{info}");
+    if apart {
+        assert_eq!(
+            json(&keylock(&["list", url, "--json"])),
+            Value::Array(vec![]),
+            "the lock view shows no semaphore key"
+        );
+    }
+    let unlocked = keylock(&["unlock", "-s", url, "slot:1", "--yes"]);
+    assert_eq!(code(&unlocked), 0, "{}", stderr(&unlocked));
+    w.join().unwrap();
+    assert!(sem.release(held).is_err());
+    eventually("the key to be free", || {
+        json(&keylock(&["list", "-s", url, "--json"])) == Value::Array(vec![])
+    });
+    let refused = keylock(&["list", "-s", no_semaphore]);
+    assert_eq!(code(&refused), 4, "{}", stderr(&refused));
+    assert!(
+        stderr(&refused).contains("semaphore"),
+        "{}",
+        stderr(&refused)
+    );
+}
+
+#[test]
+fn shm_semaphore_region() {
+    let (sem_name, lock_name) = (region("sem"), region("locks"));
+    let _locks = keylock_core::open_with(&lock_name, &OpenOptions::new().capacity(8)).unwrap();
+    semaphore_scope(&sem_name, &lock_name, false);
+    for name in [&sem_name, &lock_name] {
+        assert_eq!(code(&keylock(&["unlink", name])), 0);
+    }
+}
+
 #[test]
 fn redis_scope() {
     let server = redis_server::Server::with(false, Some("redis-pw-xyz"));
@@ -315,6 +381,8 @@ fn redis_scope() {
         server.port
     );
     server_scope(&url, "redis-pw-xyz");
+    let sem_url = url.replace("prefix=cli", "prefix=clisem");
+    semaphore_scope(&sem_url, &url, true);
 }
 
 #[test]
@@ -322,6 +390,7 @@ fn postgres_scope() {
     let server = pg_server::Server::start();
     let url = server.url("cli");
     server_scope(&url, server.password());
+    semaphore_scope(&server.url("clisem"), &url, true);
 }
 
 /// `watch` in a real terminal (tmux): it draws the keys, the awaited one first, and `q` and

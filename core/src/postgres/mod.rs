@@ -163,12 +163,19 @@ pub fn open(url: &str, options: &OpenOptions) -> Result<Arc<dyn KeyedLock>> {
     let url = PostgresUrl::parse(url)?;
     let tls = url.tls.connector()?;
     let permits = options.permits.unwrap_or(0);
+    let recorded = options.recorded_permits;
     let lock = RemoteLock::start(options, move |_| async move {
         let (notes, heard) = unbounded_channel();
-        let main = Session::open(&url, &tls, true, None, permits != 0, Some(notes.clone())).await?;
+        let sem = permits != 0 || recorded;
+        let main = Session::open(&url, &tls, true, None, sem, Some(notes.clone())).await?;
+        let permits = if recorded {
+            PgServer::recorded_permits(&main, &url).await?
+        } else {
+            permits
+        };
         let sweep = url.sweep;
         let server = Arc::new(PgServer::new(url, tls, main, notes, permits)?);
-        if permits != 0 {
+        if permits != 0 && !recorded {
             server.claim_permits().await?;
         }
         tokio::spawn(PgServer::watch_notes(Arc::downgrade(&server), heard));
@@ -532,6 +539,10 @@ impl Server for PgServer {
 
     fn lease(&self) -> Duration {
         self.url.options.lease
+    }
+
+    fn permits(&self) -> u32 {
+        self.permits
     }
 
     fn fresh_id(&self) -> String {

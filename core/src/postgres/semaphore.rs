@@ -19,7 +19,8 @@ use std::time::Instant;
 
 use tokio::sync::Notify;
 
-use super::session::{SemStatements, Session};
+use super::session::{self, SemStatements, Session};
+use super::url::PostgresUrl;
 use super::{HeldIn, PgServer, SWEEP_BATCH};
 use crate::acquisition::Mode;
 use crate::error::{Error, Result};
@@ -132,6 +133,43 @@ impl PgServer {
             ));
         }
         Ok(())
+    }
+
+    /// The permits a semaphore's first open recorded for the URL's prefix
+    /// ([`inspect_semaphore`](crate::inspect_semaphore)), read in session `s` (its functions
+    /// installed) within the URL's `connect_timeout`; `Incompatible` where there are none.
+    pub(super) async fn recorded_permits(s: &Session, url: &PostgresUrl) -> Result<u32> {
+        let prefix = [&url.options.prefix as &(dyn tokio_postgres::types::ToSql + Sync)];
+        let read = s.client.query_opt(
+            "SELECT permits FROM keylock_permits WHERE prefix = $1",
+            &prefix,
+        );
+        let row = match tokio::time::timeout(url.options.connect_timeout, read).await {
+            Ok(r) => r.map_err(|e| session::error(url, &e))?,
+            Err(_) => {
+                return Err(Error::Unavailable(
+                    format!(
+                        "PostgreSQL at {}: no answer within connect_timeout ({} ms)",
+                        url.name.redacted(),
+                        url.options.connect_timeout.as_millis()
+                    )
+                    .into(),
+                ));
+            }
+        };
+        let Some(row) = row else {
+            return Err(Error::Incompatible(
+                "no keyed semaphore was opened under this prefix".into(),
+            ));
+        };
+        u32::try_from(row.get::<_, i32>(0))
+            .ok()
+            .filter(|&p| (1..=crate::entry::Policy::MAX_PERMITS).contains(&p))
+            .ok_or_else(|| {
+                Error::Incompatible(
+                    "the permits recorded for this prefix are not a number of permits".into(),
+                )
+            })
     }
 
     /// Wakes this process's requests waiting for semaphore key `sem`.

@@ -177,11 +177,17 @@ pub(crate) type RedisLock = RemoteLock<RedisServer>;
 pub(crate) fn connect(url: &str, options: &OpenOptions) -> Result<RedisLock> {
     let url = RedisUrl::parse(url)?;
     let permits = options.permits.unwrap_or(0);
+    let recorded = options.recorded_permits;
     RemoteLock::start(options, move |_| async move {
         // `connect_timeout` bounds the whole of opening: connecting, the handshake and loading
         // the scripts.
         let cutoff = Instant::now() + url.options.connect_timeout;
         let conns = Conns::connect(url, cutoff).await?;
+        let permits = if recorded {
+            RedisServer::recorded_permits(&conns, cutoff).await?
+        } else {
+            permits
+        };
         let server = RedisServer::new(conns, permits)?;
         server.load(cutoff).await?;
         server.claim_permits(cutoff).await?;

@@ -149,6 +149,43 @@ impl RedisServer {
         Ok(())
     }
 
+    /// The permits a semaphore's first open recorded under the prefix
+    /// ([`inspect_semaphore`](crate::inspect_semaphore)); `Incompatible` where there are none.
+    pub(crate) async fn recorded_permits(conns: &Conns, cutoff: Instant) -> Result<u32> {
+        let name = Names::new(&conns.url.options.prefix, true).permits();
+        let c = conns.cmd(cutoff).await?;
+        let mut con = c.conn.clone();
+        let reply = conns
+            .by(
+                cutoff,
+                redis::cmd("GET")
+                    .arg(&name[..])
+                    .query_async::<Option<Vec<u8>>>(&mut con),
+            )
+            .await;
+        let recorded = match reply {
+            Ok(r) => r,
+            Err(e) => {
+                conns.discard(c.generation);
+                return Err(e);
+            }
+        };
+        let Some(recorded) = recorded else {
+            return Err(Error::Incompatible(
+                "no keyed semaphore was opened under this prefix".into(),
+            ));
+        };
+        std::str::from_utf8(&recorded)
+            .ok()
+            .and_then(|p| p.parse::<u32>().ok())
+            .filter(|&p| (1..=crate::entry::Policy::MAX_PERMITS).contains(&p))
+            .ok_or_else(|| {
+                Error::Incompatible(
+                    "the permits recorded under this prefix are not a number of permits".into(),
+                )
+            })
+    }
+
     /// Records this scope's permits under the prefix, or checks them against those already
     /// recorded: every process that opens a semaphore scope must agree (`Incompatible`
     /// otherwise). Nothing for a lock scope.
@@ -483,6 +520,10 @@ impl Server for RedisServer {
 
     fn lease(&self) -> Duration {
         self.lease
+    }
+
+    fn permits(&self) -> u32 {
+        self.common.permits
     }
 
     fn fresh_id(&self) -> String {

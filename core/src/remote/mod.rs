@@ -180,22 +180,19 @@ impl<S: Server> RemoteLock<S> {
                 "capacity and mode apply to shared-memory scopes only",
             ));
         }
-        let permits = options.permits.unwrap_or(0);
-        let local: Arc<dyn KeyedLock> = match options.permits {
+        // A semaphore of the permits given is checked before connecting.
+        let given: Option<Arc<dyn KeyedLock>> = match options.permits {
             Some(p) => {
                 if options.reentrant || options.fifo {
                     return Err(Error::InvalidArgument(
                         "a semaphore has no owners, and is always FIFO",
                     ));
                 }
-                Arc::new(crate::KeyedSemaphore::builder(p).build::<KeyBuf>()?)
+                Some(Arc::new(
+                    crate::KeyedSemaphore::builder(p).build::<KeyBuf>()?,
+                ))
             }
-            None => Arc::new(
-                KeyPool::builder()
-                    .reentrant(options.reentrant)
-                    .fifo(options.fifo)
-                    .build::<KeyBuf>(),
-            ),
+            None => None,
         };
         let fork_gen = crate::fork::watch_forks();
         let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -214,6 +211,27 @@ impl<S: Server> RemoteLock<S> {
                 runtime.shutdown_background();
                 return Err(e);
             }
+        };
+        // The server knows the permits: those given, or those found recorded under the
+        // prefix ([`inspect_semaphore`](crate::inspect_semaphore)).
+        let permits = remote.permits();
+        let local: Arc<dyn KeyedLock> = match given {
+            Some(local) => local,
+            None if permits != 0 => {
+                match crate::KeyedSemaphore::builder(permits).build::<KeyBuf>() {
+                    Ok(local) => Arc::new(local),
+                    Err(e) => {
+                        runtime.shutdown_background();
+                        return Err(e);
+                    }
+                }
+            }
+            None => Arc::new(
+                KeyPool::builder()
+                    .reentrant(options.reentrant)
+                    .fifo(options.fifo)
+                    .build::<KeyBuf>(),
+            ),
         };
         let lost = remote.take_lost();
         let inner = Arc::new(Inner {

@@ -63,6 +63,10 @@ pub(crate) trait Server: Send + Sync + 'static {
     /// confirmed for this long.
     fn lease(&self) -> Duration;
 
+    /// A semaphore scope's units per key, as it was opened with them or found them recorded
+    /// (0 for a lock scope).
+    fn permits(&self) -> u32;
+
     /// A token no other acquisition, in any process, has.
     fn fresh_id(&self) -> String;
 

@@ -13,18 +13,29 @@ use keylock_core::{Error, KeyedLock, LockKey, LockOptions, Mode, OpenOptions, Re
 
 use crate::{key, wait_until, within};
 
-/// Opens a new scope object: `query` is the prefix, then any `&name=value` options; `permits`
-/// `Some` for a semaphore scope, `None` for a lock scope.
-pub(crate) type SemOpener =
-    Arc<dyn Fn(&str, Option<u32>) -> Result<Arc<dyn KeyedLock>> + Send + Sync>;
+/// What a [`SemOpener`] opens.
+#[derive(Clone, Copy)]
+pub(crate) enum Opens {
+    /// The prefix's locks.
+    Locks,
+    /// The prefix's semaphore, with these permits.
+    Permits(u32),
+    /// The prefix's semaphore as an inspector opens it: with the permits recorded
+    /// ([`keylock_core::inspect_semaphore`]).
+    Recorded,
+}
+
+/// Opens a new scope object: `query` is the prefix, then any `&name=value` options.
+pub(crate) type SemOpener = Arc<dyn Fn(&str, Opens) -> Result<Arc<dyn KeyedLock>> + Send + Sync>;
 
 /// The opener of a server whose scope URL for `query` is `url(query)`.
 pub(crate) fn opener(url: impl Fn(&str) -> String + Send + Sync + 'static) -> SemOpener {
-    Arc::new(move |query: &str, permits: Option<u32>| {
+    Arc::new(move |query: &str, opens: Opens| {
         let url = url(query);
-        match permits {
-            Some(p) => keylock_core::open_with(&url, &OpenOptions::new().permits(p)),
-            None => keylock_core::open(&url),
+        match opens {
+            Opens::Permits(p) => keylock_core::open_with(&url, &OpenOptions::new().permits(p)),
+            Opens::Locks => keylock_core::open(&url),
+            Opens::Recorded => keylock_core::inspect_semaphore(&url),
         }
     })
 }
@@ -35,7 +46,7 @@ pub(crate) fn bounded(open: SemOpener, test: impl FnOnce(&SemOpener) + Send + 's
 }
 
 fn sem(open: &SemOpener, query: &str, permits: u32) -> Arc<dyn KeyedLock> {
-    open(query, Some(permits)).expect("open the semaphore scope")
+    open(query, Opens::Permits(permits)).expect("open the semaphore scope")
 }
 
 pub(crate) fn units(w: u32) -> LockOptions {
@@ -73,9 +84,17 @@ pub(crate) fn weights_fences_and_release_by_acquisition(open: &SemOpener) {
     assert_eq!(a.acquire(key("k"), &timed).unwrap_err(), Error::TimedOut);
     let info = b.info(key("k")).unwrap().unwrap();
     assert_eq!((info.units, info.holders, info.mode), (3, 2, Mode::Shared));
+    // An inspector finds the permits recorded, and sees the same units.
+    let seen = open("sem", Opens::Recorded).unwrap();
+    assert_eq!(seen.permits(), Some(3));
+    let seen = seen.info(key("k")).unwrap().unwrap();
+    assert_eq!(
+        (seen.units, seen.holders, seen.fence),
+        (info.units, info.holders, info.fence)
+    );
     // Another key, and the same key in a lock scope of the same prefix, are never blocked.
     let other = b.acquire(key("other"), &units(3)).unwrap();
-    let lock = open("sem", None).unwrap();
+    let lock = open("sem", Opens::Locks).unwrap();
     let l = lock
         .acquire(key("k"), &LockOptions::new().wait(Wait::No))
         .unwrap();
@@ -113,10 +132,13 @@ pub(crate) fn bad_input_is_refused(open: &SemOpener) {
         Err(Error::InvalidArgument(_))
     ));
     // Every process that opens the prefix must agree on the permits.
-    let other = open("bad", Some(3));
+    let other = open("bad", Opens::Permits(3));
     assert!(matches!(other, Err(Error::Incompatible(_))), "{other:?}");
+    // A prefix where no semaphore was opened has no permits to find.
+    let none = open("never", Opens::Recorded);
+    assert!(matches!(none, Err(Error::Incompatible(_))), "{none:?}");
     // A lock scope takes weight 1 only.
-    let lock = open("bad", None).unwrap();
+    let lock = open("bad", Opens::Locks).unwrap();
     assert!(matches!(
         lock.acquire(key("k"), &units(2)),
         Err(Error::InvalidArgument(_))

@@ -132,3 +132,32 @@ fn a_force_released_permit_fires_its_lost_signal() {
         contract::a_force_released_permit_fires_its_lost_signal(o, "lost&lease=300ms");
     });
 }
+
+/// Permits recorded under a prefix that are not a number of permits (another program's key,
+/// or a corrupted one) are refused as such when a semaphore is opened to be looked at, never
+/// taken as some number.
+#[test]
+fn recorded_permits_that_are_not_a_number_are_refused() {
+    let server = Server::start();
+    let mut con = server.client();
+    for bad in ["many", "0", "-3", "40000", ""] {
+        let _: () = redis::cmd("SET")
+            .arg("{odd}:permits")
+            .arg(bad)
+            .query(&mut con)
+            .unwrap();
+        let seen = keylock_core::inspect_semaphore(&server.url("prefix=odd"));
+        assert!(
+            matches!(&seen, Err(Error::Incompatible(m)) if m.contains("not a number of permits")),
+            "{bad:?}: {:?}",
+            seen.map(|s| s.permits())
+        );
+    }
+    let _: () = redis::cmd("SET")
+        .arg("{odd}:permits")
+        .arg("5")
+        .query(&mut con)
+        .unwrap();
+    let seen = keylock_core::inspect_semaphore(&server.url("prefix=odd")).unwrap();
+    assert_eq!(seen.permits(), Some(5));
+}
