@@ -209,3 +209,26 @@ fn several_keys_are_taken_all_or_none() {
         no_rows_left(&server);
     });
 }
+
+/// Permits recorded for a prefix that are not a number of permits (a row someone changed) are
+/// refused as such when a semaphore is opened to be looked at, never taken as some number.
+#[test]
+fn recorded_permits_that_are_not_a_number_are_refused() {
+    let server = Server::start();
+    let url = server.url("odd");
+    drop(keylock_core::open_with(&url, &OpenOptions::new().permits(2)).unwrap());
+    for bad in [0, -3, 40000] {
+        server.psql(&format!(
+            "UPDATE keylock_permits SET permits = {bad} WHERE prefix = 'odd'"
+        ));
+        let seen = keylock_core::inspect_semaphore(&url);
+        assert!(
+            matches!(&seen, Err(Error::Incompatible(m)) if m.contains("not a number of permits")),
+            "{bad}: {:?}",
+            seen.map(|s| s.permits())
+        );
+    }
+    server.psql("UPDATE keylock_permits SET permits = 5 WHERE prefix = 'odd'");
+    let seen = keylock_core::inspect_semaphore(&url).unwrap();
+    assert_eq!(seen.permits(), Some(5));
+}
