@@ -302,6 +302,8 @@ impl PgServer {
             };
             tokio::select! {
                 () = heard => {}
+                // Its session ended: the next call says so.
+                () = s.ended() => {}
                 () = tokio::time::sleep(self.url.options.lease / 3) => {}
                 () = until => return Err(Error::TimedOut),
                 () = cancelled.as_mut() => return Err(Error::TimedOut),

@@ -71,7 +71,7 @@ pub(crate) struct Session {
     pub(crate) pid: i32,
     pub(crate) st: Statements,
     /// The connection ended (closed, failed, or the server went away): its holds are gone.
-    closed: Arc<AtomicBool>,
+    closed: Arc<Closed>,
     /// Holds granted in this session and not released yet.
     pub(crate) holding: AtomicUsize,
     /// A waiting session's place among the scope's extra connections (none for the main one).
@@ -118,7 +118,7 @@ impl Session {
             .connect(tls.clone())
             .await
             .map_err(|e| error(url, &e))?;
-        let closed = Arc::new(AtomicBool::new(false));
+        let closed = Arc::new(Closed::default());
         let ended = Arc::clone(&closed);
         let listen = notes.is_some();
         // The connection's task: it runs the protocol, and hands on the notifications of
@@ -135,7 +135,8 @@ impl Session {
                     });
                 }
             }
-            ended.store(true, Ordering::Release);
+            ended.flag.store(true, Ordering::Release);
+            ended.notify.notify_waiters();
         });
         let fail = |e: tokio_postgres::Error| error(url, &e);
         client
@@ -203,8 +204,29 @@ impl Session {
 
     /// Whether the connection has ended (its holds are gone with its session).
     pub(crate) fn is_closed(&self) -> bool {
-        self.closed.load(Ordering::Acquire) || self.client.is_closed()
+        self.closed.flag.load(Ordering::Acquire) || self.client.is_closed()
     }
+
+    /// Resolves once the connection's task has seen it end: a request waiting in this session
+    /// (whose place in a queue went with it) hears it at once.
+    pub(crate) async fn ended(&self) {
+        loop {
+            let heard = self.closed.notify.notified();
+            let mut heard = std::pin::pin!(heard);
+            heard.as_mut().enable();
+            if self.closed.flag.load(Ordering::Acquire) {
+                return;
+            }
+            heard.await;
+        }
+    }
+}
+
+/// A connection's end, as its task saw it.
+#[derive(Default)]
+struct Closed {
+    flag: AtomicBool,
+    notify: tokio::sync::Notify,
 }
 
 /// Installs the tables and functions, once per version, serialized among processes. A

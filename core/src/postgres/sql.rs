@@ -57,7 +57,7 @@
 /// The version of the functions below; an open that finds an older one (or none) replaces
 /// them, and one that finds a newer one keeps it. So a new version must keep every call an
 /// older one makes, with the same arguments and results (add a function rather than change one).
-pub(crate) const VERSION: i32 = 9;
+pub(crate) const VERSION: i32 = 10;
 
 /// The channel a force-unlock notifies, with the old lock number as the payload: the holders'
 /// processes (listening on their main sessions) let the old number go at once and fire the
@@ -952,7 +952,8 @@ BEGIN
     RETURN held;
 END $$;
 
--- A semaphore key as the server sees it: no row when nobody holds it.
+-- A semaphore key as the server sees it: no row when nobody holds it (version 10: only the
+-- holders and waiters whose sessions live).
 CREATE OR REPLACE FUNCTION keylock_sem_info(p text, sp smallint, k bytea,
                                             OUT units bigint, OUT holders int,
                                             OUT waiters int, OUT fence bigint)
@@ -964,12 +965,18 @@ BEGIN
     IF id IS NULL THEN
         RETURN;
     END IF;
+    -- Only the holders and waiters whose sessions live, as the next acquire counts them; looked
+    -- at under the key's guard, as every call does (two tries of a dead holder's lock at once
+    -- would show it alive to one of them).
+    PERFORM pg_advisory_xact_lock(keylock_g1(id), keylock_k2(id));
     SELECT coalesce(sum(h.units), 0), count(*), coalesce(max(h.fence), 0)
-        INTO units, holders, fence FROM keylock_sem_holds h WHERE h.sem_id = id;
+        INTO units, holders, fence FROM keylock_sem_holds h
+        WHERE h.sem_id = id AND NOT keylock_sem_dead(h.hold_id, h.pid);
     IF holders = 0 THEN
         RETURN;
     END IF;
-    SELECT count(*) INTO waiters FROM keylock_sem_queue q WHERE q.sem_id = id;
+    SELECT count(*) INTO waiters FROM keylock_sem_queue q
+        WHERE q.sem_id = id AND NOT keylock_sem_dead(q.ticket, q.pid);
     RETURN NEXT;
 END $$;
 "#;

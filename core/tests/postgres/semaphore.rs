@@ -164,6 +164,52 @@ fn a_waiter_whose_session_ended_is_passed_over() {
     });
 }
 
+/// `info` counts only the holders and waiters whose sessions live, as the next acquire does: a
+/// holder whose session ended, and then a waiter whose session ended, are not shown (with a
+/// 600 s lease nobody looks again meanwhile, so their rows stay until the next acquire).
+#[test]
+fn info_counts_only_live_sessions() {
+    // Bounded: a hang fails as a deadlock.
+    within(Duration::from_secs(180), || {
+        let server = Server::start();
+        let url = server.url("live&lease=600s&sweep=off");
+        let sem = |_| keylock_core::open_with(&url, &OpenOptions::new().permits(3)).unwrap();
+        let (a, b, c) = (sem(0), sem(1), sem(2));
+        let gone = a.acquire(key("k"), &units(2)).unwrap();
+        let stays = c.acquire(key("k"), &units(1)).unwrap();
+        let before = c.info(key("k")).unwrap().unwrap();
+        assert_eq!((before.units, before.holders), (3, 2));
+        server.psql(&format!(
+            "SELECT pg_terminate_backend(pid) FROM keylock_sem_holds WHERE fence = {}",
+            gone.fence()
+        ));
+        wait_until(|| c.info(key("k")).unwrap().unwrap().units == 1);
+        let after = c.info(key("k")).unwrap().unwrap();
+        assert_eq!((after.holders, after.fence), (1, stays.fence()));
+        // A waiter behind a full key, whose session then ends.
+        let full = c.acquire(key("k"), &units(2)).unwrap();
+        let waiter = {
+            let b = Arc::clone(&b);
+            std::thread::spawn(move || b.acquire(key("k"), &units(1)))
+        };
+        wait_until(|| c.info(key("k")).unwrap().unwrap().waiters == 1);
+        server.psql("SELECT pg_terminate_backend(pid) FROM keylock_sem_queue");
+        wait_until(|| c.info(key("k")).unwrap().unwrap().waiters == 0);
+        // Its process hears that its session ended at once, not at its next look (200 s).
+        let lost = within(Duration::from_secs(20), move || waiter.join().unwrap());
+        assert!(matches!(lost, Err(Error::Unavailable(_))), "{lost:?}");
+        assert_eq!(c.info(key("k")).unwrap().unwrap().units, 3);
+        c.release(full).unwrap();
+        c.release(stays).unwrap();
+        assert_eq!(
+            c.info(key("k")).unwrap(),
+            None,
+            "the dead holder is not counted"
+        );
+        drop(a);
+    });
+}
+
 /// Several keys are taken all or none: a request that times out on its second key gives back
 /// what it took of the first.
 #[test]
