@@ -204,9 +204,9 @@ fn run(command: Command, opener: Opener) -> Result<u8, Failure> {
             let mut keys = lock.list().map_err(|e| Failure::of(&scope, &e))?;
             keys.sort_by(|a, b| a.id.cmp(&b.id));
             if json {
-                print(&format!("{}\n", render::json_list(&keys)));
+                print(&format!("{}\n", render::json_list(&keys, lock.permits())));
             } else {
-                print(&render::table(&keys, None, usize::MAX));
+                print(&render::table(&keys, None, usize::MAX, lock.permits()));
             }
             Ok(0)
         }
@@ -215,12 +215,12 @@ fn run(command: Command, opener: Opener) -> Result<u8, Failure> {
             let lock = open(&scope)?;
             let report = render::one(&*lock, space, &bytes).map_err(|e| Failure::of(&scope, &e))?;
             if json {
-                let value = report
-                    .as_ref()
-                    .map_or(serde_json::Value::Null, render::json_key);
+                let value = report.as_ref().map_or(serde_json::Value::Null, |r| {
+                    render::json_key(r, lock.permits())
+                });
                 print(&format!("{value}\n"));
             } else if let Some(r) = &report {
-                print(&render::detail(r));
+                print(&render::detail(r, lock.permits()));
             } else {
                 print(&format!("{}: free\n", render::key_text(space, &bytes)));
             }

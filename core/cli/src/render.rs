@@ -4,13 +4,16 @@
 //! `key` (the text, when the bytes are printable UTF-8), `key_hex`, `space` ("keys" or
 //! "names"), or `stripe` for a striped lock's stripe; `held` (false while its waiters are
 //! between a release and their grant), `mode`, `fence`, `holders`, `holds`, `owner`,
-//! `lease_remaining_ms`, `units`, `waiters` (a count), `holder_records` and `waiter_records`
-//! (pid, mode, units, owner and, for waiters, `waited_ms`; empty where the scope keeps none).
+//! `lease_remaining_ms`, `units`, `permits` (a keyed semaphore's units per key; null for a
+//! lock), `waiters` (a count), `holder_records` and `waiter_records` (pid, mode, units, owner
+//! and, for waiters, `waited_ms`; empty where the scope keeps none).
 
 use std::collections::HashMap;
 use std::time::Duration;
 
-use keylock_core::{KeyReport, KeySpace, KeyedLock, LockId, LockKey, Mode, Party, Result};
+use keylock_core::{
+    KeyReport, KeySpace, KeyedLock, LockId, LockInfo, LockKey, Mode, Party, Result,
+};
 use serde_json::{Value, json};
 
 /// `key` in `space` with its holders and waiters; `None` when it is free and unawaited.
@@ -108,21 +111,36 @@ const HEADINGS: [&str; 8] = [
     "HELD",
 ];
 
+/// What a key's MODE column says: its mode, or for a keyed semaphore (`permits`) its units
+/// held of the permits (the UNITS column).
+fn mode_cell(info: Option<&LockInfo>, permits: Option<u32>) -> String {
+    match (info, permits) {
+        (None, _) => "free".to_owned(),
+        (Some(i), None) => mode(i.mode).to_owned(),
+        (Some(i), Some(p)) => format!("{}/{p}", i.units),
+    }
+}
+
 /// The keys as an aligned table, at most `max_rows` of them; the HELD column (how long each
-/// hold has been seen, by `watch`) only when `held_for` is given.
+/// hold has been seen, by `watch`) only when `held_for` is given. A keyed semaphore's
+/// (`permits`) shows UNITS, held of the permits, where a lock's shows MODE.
 pub(crate) fn table(
     keys: &[KeyReport],
     held_for: Option<&HashMap<(LockId, u64), Duration>>,
     max_rows: usize,
+    permits: Option<u32>,
 ) -> String {
     let columns = if held_for.is_some() { 8 } else { 7 };
-    let mut rows: Vec<Vec<String>> =
-        vec![HEADINGS[..columns].iter().map(|s| s.to_string()).collect()];
+    let mut headings: Vec<String> = HEADINGS[..columns].iter().map(|s| s.to_string()).collect();
+    if permits.is_some() {
+        headings[1] = "UNITS".to_owned();
+    }
+    let mut rows: Vec<Vec<String>> = vec![headings];
     for r in keys.iter().take(max_rows) {
         let info = r.info.as_ref();
         let mut row = vec![
             id_text(&r.id),
-            info.map_or("free".to_owned(), |i| mode(i.mode).to_owned()),
+            mode_cell(info, permits),
             info.map_or("-".to_owned(), |i| i.fence.to_string()),
             holders_text(r),
             info.and_then(|i| i.lease_remaining)
@@ -176,12 +194,16 @@ fn party_text(p: &Party) -> String {
     s
 }
 
-/// One key in full, a field per line.
-pub(crate) fn detail(r: &KeyReport) -> String {
+/// One key in full, a field per line; a keyed semaphore's (`permits`) with its units held of
+/// the permits.
+pub(crate) fn detail(r: &KeyReport, permits: Option<u32>) -> String {
     let mut out = format!("key:      {}\n", id_text(&r.id));
     match &r.info {
         Some(i) => {
-            out.push_str(&format!("mode:     {}\n", mode(i.mode)));
+            match permits {
+                Some(p) => out.push_str(&format!("units:    {} of {p}\n", i.units)),
+                None => out.push_str(&format!("mode:     {}\n", mode(i.mode))),
+            }
             out.push_str(&format!("fence:    {}\n", i.fence));
             out.push_str(&format!("holders:  {}\n", i.holders));
             if i.mode == Mode::Exclusive {
@@ -195,7 +217,7 @@ pub(crate) fn detail(r: &KeyReport) -> String {
                 i.lease_remaining
                     .map_or("none".to_owned(), |d| format!("{} left", duration(d)))
             ));
-            if i.units != i.holders {
+            if permits.is_none() && i.units != i.holders {
                 out.push_str(&format!("units:    {}\n", i.units));
             }
         }
@@ -221,8 +243,8 @@ fn json_party(p: &Party) -> Value {
     })
 }
 
-/// One key's JSON record.
-pub(crate) fn json_key(r: &KeyReport) -> Value {
+/// One key's JSON record; `permits`, a keyed semaphore's units per key.
+pub(crate) fn json_key(r: &KeyReport, permits: Option<u32>) -> Value {
     let mut v = match &r.id {
         LockId::Key(b) | LockId::Name(b) => {
             let space = if matches!(r.id, LockId::Name(_)) {
@@ -248,6 +270,7 @@ pub(crate) fn json_key(r: &KeyReport) -> Value {
         "owner": info.and_then(|i| i.owner).map(|o| o.get()),
         "lease_remaining_ms": info.and_then(|i| i.lease_remaining).map(|d| d.as_millis() as u64),
         "units": info.map_or(0, |i| i.units),
+        "permits": permits,
         "waiters": r.waiting(),
         "holder_records": r.holders.iter().map(json_party).collect::<Vec<_>>(),
         "waiter_records": r.waiters.iter().map(json_party).collect::<Vec<_>>(),
@@ -259,6 +282,6 @@ pub(crate) fn json_key(r: &KeyReport) -> Value {
 }
 
 /// `list --json`: an array of key records.
-pub(crate) fn json_list(keys: &[KeyReport]) -> Value {
-    Value::Array(keys.iter().map(json_key).collect())
+pub(crate) fn json_list(keys: &[KeyReport], permits: Option<u32>) -> Value {
+    Value::Array(keys.iter().map(|r| json_key(r, permits)).collect())
 }

@@ -142,7 +142,12 @@ pub(crate) fn run(
                     "keylock watch {shown}: {} key(s) held or awaited, {waiting} waiting; \
                      every {interval}s; q or Ctrl-C quits\n\n{}",
                     keys.len(),
-                    render::table(&keys, Some(&held), rows.saturating_sub(5).max(1))
+                    render::table(
+                        &keys,
+                        Some(&held),
+                        rows.saturating_sub(5).max(1),
+                        lock.permits()
+                    )
                 )
             }
             Err(e) => format!(

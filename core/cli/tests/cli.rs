@@ -337,9 +337,25 @@ fn semaphore_scope(url: &str, no_semaphore: &str, apart: bool) {
         (2.into(), 1.into(), held.fence().into()),
         "{j}"
     );
+    assert_eq!(j["permits"], 3, "{j}");
+    // The table shows units held of the permits where a lock's shows its mode.
+    let table = stdout(&keylock(&["list", "-s", url]));
+    let words = |l: &str| l.split_whitespace().take(2).collect::<Vec<_>>().join(" ");
+    let lines: Vec<&str> = table.lines().collect();
+    assert_eq!(
+        (words(lines[0]), words(lines[1])),
+        ("KEY UNITS".to_owned(), "slot:1 2/3".to_owned()),
+        "{table}"
+    );
     // The flag goes anywhere on the line.
     let info = json(&keylock(&["info", url, "slot:1", "-s", "--json"]));
-    assert_eq!(info["units"], 2, "{info}");
+    assert_eq!(
+        (info["units"].clone(), info["permits"].clone()),
+        (2.into(), 3.into()),
+        "{info}"
+    );
+    let detail = stdout(&keylock(&["info", "-s", url, "slot:1"]));
+    assert!(detail.contains("units:    2 of 3\n"), "{detail}");
     if apart {
         assert_eq!(
             json(&keylock(&["list", url, "--json"])),
