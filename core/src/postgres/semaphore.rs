@@ -157,19 +157,7 @@ impl PgServer {
                 ));
             }
         };
-        let Some(row) = row else {
-            return Err(Error::Incompatible(
-                "no keyed semaphore was opened under this prefix".into(),
-            ));
-        };
-        u32::try_from(row.get::<_, i32>(0))
-            .ok()
-            .filter(|&p| (1..=crate::entry::Policy::MAX_PERMITS).contains(&p))
-            .ok_or_else(|| {
-                Error::Incompatible(
-                    "the permits recorded for this prefix are not a number of permits".into(),
-                )
-            })
+        crate::remote::recorded_permits(row.map(|r| Some(i64::from(r.get::<_, i32>(0)))))
     }
 
     /// Wakes this process's requests waiting for semaphore key `sem`.

@@ -170,20 +170,11 @@ impl RedisServer {
                 return Err(e);
             }
         };
-        let Some(recorded) = recorded else {
-            return Err(Error::Incompatible(
-                "no keyed semaphore was opened under this prefix".into(),
-            ));
-        };
-        std::str::from_utf8(&recorded)
-            .ok()
-            .and_then(|p| p.parse::<u32>().ok())
-            .filter(|&p| (1..=crate::entry::Policy::MAX_PERMITS).contains(&p))
-            .ok_or_else(|| {
-                Error::Incompatible(
-                    "the permits recorded under this prefix are not a number of permits".into(),
-                )
-            })
+        crate::remote::recorded_permits(recorded.map(|r| {
+            std::str::from_utf8(&r)
+                .ok()
+                .and_then(|p| p.parse::<i64>().ok())
+        }))
     }
 
     /// Records this scope's permits under the prefix, or checks them against those already

@@ -51,7 +51,7 @@ use tokio::runtime::{Handle, Runtime};
 use tokio::sync::oneshot;
 
 use self::hold::Hold;
-pub(crate) use self::server::{RemoteGrant, RemoteInfo, RemoteKey, Server};
+pub(crate) use self::server::{RemoteGrant, RemoteInfo, RemoteKey, Server, recorded_permits};
 use crate::acquisition::{Acquisition, LockInfo, LockOptions, Mode, Owner, Wait};
 use crate::error::{Error, Result};
 use crate::lost::LostSignal;

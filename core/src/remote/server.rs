@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::acquisition::Mode;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::scope::KeySpace;
 
 /// One key of a remote request.
@@ -142,4 +142,22 @@ pub(crate) trait Server: Send + Sync + 'static {
     /// order (each once): for [`KeyedLock::list`](crate::KeyedLock::list), which then asks
     /// `info` of each. It costs the server a pass over the prefix's keys.
     fn keys(&self) -> impl Future<Output = Result<Vec<(KeySpace, Vec<u8>)>>> + Send;
+}
+
+/// The permits a semaphore's first open recorded under a prefix, as a server read them
+/// ([`inspect_semaphore`](crate::inspect_semaphore)): `None` where nothing is recorded,
+/// `Some(None)` where the record is not an integer. Anything but a number of permits is
+/// `Incompatible`.
+pub(crate) fn recorded_permits(found: Option<Option<i64>>) -> Result<u32> {
+    let recorded = found.ok_or_else(|| {
+        Error::Incompatible("no keyed semaphore was opened under this prefix".into())
+    })?;
+    recorded
+        .and_then(|p| u32::try_from(p).ok())
+        .filter(|&p| (1..=crate::entry::Policy::MAX_PERMITS).contains(&p))
+        .ok_or_else(|| {
+            Error::Incompatible(
+                "the permits recorded under this prefix are not a number of permits".into(),
+            )
+        })
 }
