@@ -255,7 +255,13 @@ fn run(command: Command, opener: Opener) -> Result<u8, Failure> {
                 .force_unlock(lkey)
                 .map_err(|e| Failure::of(&scope, &e))?
             {
-                print(&format!("{shown}: unlocked, ended fence {}\n", info.fence));
+                match lock.permits() {
+                    Some(permits) => print(&format!(
+                        "{shown}: released {} holder(s) holding {} of {permits} units, newest fence {}\n",
+                        info.holders, info.units, info.fence
+                    )),
+                    None => print(&format!("{shown}: unlocked, ended fence {}\n", info.fence)),
+                }
                 Ok(0)
             } else {
                 print(&format!(

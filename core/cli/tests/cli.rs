@@ -364,7 +364,18 @@ fn semaphore_scope(url: &str, no_semaphore: &str, apart: bool) {
         );
     }
     let unlocked = keylock(&["unlock", "-s", url, "slot:1", "--yes"]);
-    assert_eq!(code(&unlocked), 0, "{}", stderr(&unlocked));
+    assert_eq!(
+        (code(&unlocked), stdout(&unlocked)),
+        (
+            0,
+            format!(
+                "slot:1: released 1 holder(s) holding 2 of 3 units, newest fence {}\n",
+                held.fence()
+            )
+        ),
+        "{}",
+        stderr(&unlocked)
+    );
     w.join().unwrap();
     assert!(sem.release(held).is_err());
     eventually("the key to be free", || {
