@@ -153,6 +153,26 @@ fn recorded_permits_that_are_not_a_number_are_refused() {
             seen.map(|s| s.permits())
         );
     }
+    // A record of another type than a string.
+    let _: () = redis::cmd("DEL")
+        .arg("{odd}:permits")
+        .query(&mut con)
+        .unwrap();
+    let _: () = redis::cmd("RPUSH")
+        .arg("{odd}:permits")
+        .arg("3")
+        .query(&mut con)
+        .unwrap();
+    let seen = keylock_core::inspect_semaphore(&server.url("prefix=odd"));
+    assert!(
+        matches!(&seen, Err(Error::Unavailable(m)) if m.contains("WRONGTYPE")),
+        "a list: {:?}",
+        seen.map(|s| s.permits())
+    );
+    let _: () = redis::cmd("DEL")
+        .arg("{odd}:permits")
+        .query(&mut con)
+        .unwrap();
     let _: () = redis::cmd("SET")
         .arg("{odd}:permits")
         .arg("5")
