@@ -42,8 +42,9 @@ use crate::report::KeyReport;
 use crate::scope::{AcquireFuture, AcquireManyFuture, KeyedLock, LockKey};
 use crate::stats::ScopeStats;
 
-/// Buckets of a histogram ([`HistogramSnapshot`]): bucket 0 counts zero, bucket `i` the durations of `2^(i-1)` to
-/// `2^i - 1` nanoseconds; the last one everything from `2^62` ns (146 years) up.
+/// Buckets of a histogram ([`HistogramSnapshot`]): bucket 0 counts zero, bucket `i` the
+/// durations of `2^(i-1)` to `2^i - 1` nanoseconds; the last one everything from `2^62` ns
+/// (146 years) up.
 pub const BUCKETS: usize = 64;
 
 /// A histogram of durations in power-of-two buckets of nanoseconds, counted with relaxed

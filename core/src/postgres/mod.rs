@@ -11,9 +11,9 @@
 //! ```
 //!
 //! The URL's form and options are in `url.rs`; [`open`](crate::open) gives the lock object as a
-//! [`KeyedLock`]. Its local layer (queueing in the process, one remote hold
-//! per key, records, lost signals) is the one front of every server scope; this module is the
-//! server's half. The tables and functions, and why each is as it is, are in `sql.rs`.
+//! [`KeyedLock`]. Its local layer (queueing in the process, one remote hold per key, records,
+//! lost signals) is the one front of every server scope; this module is the server's half.
+//! The tables and functions, and why each is as it is, are in `sql.rs`.
 //!
 //! # Why advisory locks, and a table beside them
 //!

@@ -13,8 +13,8 @@
 //! ```
 //!
 //! The URL's form and options are in [`url`](self#url) (below); [`open`](crate::open) gives the
-//! lock object as a [`KeyedLock`]. Its local layer (queueing, coalescing,
-//! records, renewal) is the one front of every server scope; this module is the server's half.
+//! lock object as a [`KeyedLock`]. Its local layer (queueing, coalescing, records, renewal) is
+//! the one front of every server scope; this module is the server's half.
 //!
 //! # How a lock lives in Redis
 //!
