@@ -10,7 +10,10 @@
 //!   number: new acquirers lock that one, while the old holder still has the old one, which no
 //!   one else asks for any more. Unlogged, so a key's first lock flushes no WAL: a crash
 //!   empties the table, and then no session survives either, so no lock is held on any number;
-//!   the keys get fresh numbers from the sequence (logged, so a number is never given twice).
+//!   the keys get fresh numbers from the sequence (logged: a number is given twice only after a
+//!   crash of a server with `synchronous_commit = off`, which lost the sequence's last WAL, and
+//!   then harmlessly: the crash left no row and no lock of the numbers it gave before, and a
+//!   call with a token of before the crash matches no row).
 //! - The lock itself is PostgreSQL's session-level advisory lock, two 32-bit keys: the first is
 //!   `KL_LOCK` plus bits 32 to 47 of the number, the second its low 32 bits. (The two-key form
 //!   never meets an application's one-key `pg_advisory_lock(bigint)`.) The server queues
