@@ -140,44 +140,36 @@ fn a_force_released_permit_fires_its_lost_signal() {
 fn recorded_permits_that_are_not_a_number_are_refused() {
     let server = Server::start();
     let mut con = server.client();
-    for bad in ["many", "0", "-3", "40000", ""] {
-        let _: () = redis::cmd("SET")
+    // Writes the prefix's permits record anew, with `cmd` (SET, or RPUSH for a list).
+    let mut record = |cmd: &str, value: &str| {
+        let _: () = redis::cmd("DEL")
             .arg("{odd}:permits")
-            .arg(bad)
             .query(&mut con)
             .unwrap();
-        let seen = keylock_core::inspect_semaphore(&server.url("prefix=odd"));
+        let _: () = redis::cmd(cmd)
+            .arg("{odd}:permits")
+            .arg(value)
+            .query(&mut con)
+            .unwrap();
+    };
+    let seen = || keylock_core::inspect_semaphore(&server.url("prefix=odd"));
+    for bad in ["many", "0", "-3", "40000", ""] {
+        record("SET", bad);
+        let s = seen();
         assert!(
-            matches!(&seen, Err(Error::Incompatible(m)) if m.contains("not a number of permits")),
+            matches!(&s, Err(Error::Incompatible(m)) if m.contains("not a number of permits")),
             "{bad:?}: {:?}",
-            seen.map(|s| s.permits())
+            s.map(|s| s.permits())
         );
     }
     // A record of another type than a string.
-    let _: () = redis::cmd("DEL")
-        .arg("{odd}:permits")
-        .query(&mut con)
-        .unwrap();
-    let _: () = redis::cmd("RPUSH")
-        .arg("{odd}:permits")
-        .arg("3")
-        .query(&mut con)
-        .unwrap();
-    let seen = keylock_core::inspect_semaphore(&server.url("prefix=odd"));
+    record("RPUSH", "3");
+    let s = seen();
     assert!(
-        matches!(&seen, Err(Error::Unavailable(m)) if m.contains("WRONGTYPE")),
+        matches!(&s, Err(Error::Unavailable(m)) if m.contains("WRONGTYPE")),
         "a list: {:?}",
-        seen.map(|s| s.permits())
+        s.map(|s| s.permits())
     );
-    let _: () = redis::cmd("DEL")
-        .arg("{odd}:permits")
-        .query(&mut con)
-        .unwrap();
-    let _: () = redis::cmd("SET")
-        .arg("{odd}:permits")
-        .arg("5")
-        .query(&mut con)
-        .unwrap();
-    let seen = keylock_core::inspect_semaphore(&server.url("prefix=odd")).unwrap();
-    assert_eq!(seen.permits(), Some(5));
+    record("SET", "5");
+    assert_eq!(seen().unwrap().permits(), Some(5));
 }
