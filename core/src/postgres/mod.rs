@@ -89,8 +89,8 @@
 //! - A server restarted mid-hold: every session ends, so every lock is freed; the holders'
 //!   next checks fire their lost signals, and their releases report the hold lost. No grant is
 //!   made twice: a lock is only ever granted by the server, in a session that the scope checks
-//!   is its own. Fences keep rising across the restart: a crash can skip fences, never repeat
-//!   them, whatever the server's `synchronous_commit` (see `keylock_fence` in `sql.rs`).
+//!   is its own. Fences keep rising across the restart (a crash can skip fences, not repeat
+//!   them, with `synchronous_commit` on, the default).
 //! - **PgBouncer in session mode** works: each connection is a session of its own, and the
 //!   pooler's `DISCARD ALL` frees a departed client's locks. **In transaction or statement
 //!   mode** session locks would stay with a server connection that other clients then use, so

@@ -19,13 +19,9 @@
 //!   never meets an application's one-key `pg_advisory_lock(bigint)`.) The server queues
 //!   waiters, wakes them, and frees every lock of a session that ends: a holder killed or cut
 //!   off loses its keys as soon as the server sees its connection close.
-//! - Fences (`keylock_fence`): one counter for every grant's fence, so fences rise across
-//!   keys, sessions, force-unlocks and restarts, and are never reused. The counter is an
-//!   unlogged sequence, which writes no WAL, plus a base; a logged mark stays a step or more
-//!   ahead of every fence handed out and moves on once a step (one WAL flush in 10,000 grants,
-//!   where a logged sequence flushes once in 32). A crash starts the counter over and empties
-//!   the base's unlogged row; the next fence starts a new base at the mark. So a crash skips
-//!   fences, never repeats them.
+//! - `keylock_fences` (a logged sequence): every exclusive acquisition's fence, so fences rise
+//!   across keys, sessions, force-unlocks and restarts, and are never reused (a sequence logs
+//!   ahead and flushes at commit; a crash skips values, never repeats them).
 //! - `keylock_owners(lock_id)` and `keylock_holds(lock_id, token)` (unlogged: written per
 //!   acquire without a WAL flush, and empty after a crash, when no session survives either):
 //!   who holds what, with the holder's backend pid, fence and since when. The exclusive holder
@@ -64,7 +60,7 @@
 /// The version of the functions below; an open that finds an older one (or none) replaces
 /// them, and one that finds a newer one keeps it. So a new version must keep every call an
 /// older one makes, with the same arguments and results (add a function rather than change one).
-pub(crate) const VERSION: i32 = 11;
+pub(crate) const VERSION: i32 = 10;
 
 /// The channel a force-unlock notifies, with the old lock number as the payload: the holders'
 /// processes (listening on their main sessions) let the old number go at once and fire the
@@ -117,41 +113,7 @@ CREATE UNLOGGED TABLE IF NOT EXISTS keylock_keys (
 -- every new call wait behind. It works either way; `ALTER TABLE keylock_keys SET UNLOGGED`, run
 -- when the scope is quiet, converts it.)
 CREATE SEQUENCE IF NOT EXISTS keylock_lock_ids MAXVALUE 281474976710655;
--- Versions 1 to 10 drew fences from this one (kept: the mark below starts above it).
 CREATE SEQUENCE IF NOT EXISTS keylock_fences;
--- Fences (version 11): `base` plus a value of an unlogged counter, below a logged mark that
--- stays ahead of every fence handed out (keylock_fence). A logged sequence writes a WAL record
--- every 32 values, and the commit that wrote it waits for a flush: one WAL flush in 32 grants;
--- an unlogged one writes none. (Unlogged sequences came with PostgreSQL 15; before, the counter
--- is logged, and works the same.)
-DO $$
-BEGIN
-    IF current_setting('server_version_num')::int >= 150000 THEN
-        EXECUTE 'CREATE UNLOGGED SEQUENCE IF NOT EXISTS keylock_fence_counter';
-    ELSE
-        EXECUTE 'CREATE SEQUENCE IF NOT EXISTS keylock_fence_counter';
-    END IF;
-END $$;
--- The mark (logged, one row): `high`, a fence no fence handed out is above, and `step`, how
--- far ahead of the fences it is kept (one flush per `step` fences). It starts above every
--- fence the old sequence gave, with room for a call of an older version's function that was
--- under way when this one was installed.
-CREATE TABLE IF NOT EXISTS keylock_fence_mark (
-    one boolean PRIMARY KEY DEFAULT true CHECK (one),
-    high bigint NOT NULL,
-    step bigint NOT NULL DEFAULT 10000 CHECK (step > 0)
-);
-INSERT INTO keylock_fence_mark (high)
-    SELECT s.last_value + 100000 FROM keylock_fences s
-    ON CONFLICT (one) DO NOTHING;
--- The fences' current `base` and a copy of the mark (unlogged, one row): a crash empties it and
--- starts the counter over, and the next fence then starts a new base at the mark.
-CREATE UNLOGGED TABLE IF NOT EXISTS keylock_fence_live (
-    one boolean PRIMARY KEY DEFAULT true CHECK (one),
-    base bigint NOT NULL,
-    high bigint NOT NULL,
-    step bigint NOT NULL
-);
 CREATE UNLOGGED TABLE IF NOT EXISTS keylock_owners (
     lock_id bigint PRIMARY KEY,
     token text NOT NULL,
@@ -199,38 +161,6 @@ CREATE OR REPLACE FUNCTION keylock_k2(id bigint) RETURNS int
     LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     SELECT ((id & 4294967295) - CASE WHEN (id & 4294967295) >= 2147483648
                                      THEN 4294967296 ELSE 0 END)::int $$;
-
--- The next fence: above every fence handed out before, by any session, before a crash too.
--- A fence is `base` plus the counter's next value, handed out at once (one read of an unlogged
--- row, no WAL) while it is at least a step below the mark. Otherwise, under the mark's row
--- lock: where there is no base (the first fence, or the first since a crash emptied the
--- unlogged row and started the counter over), a new one starts at the mark, above every fence
--- handed out; and a fence within a step of the mark moves the mark two steps above it. That
--- transaction's commit flushes the mark (synchronous_commit is set on for it) before any other
--- session can see it, so no fence is handed out above a mark that a crash could lose.
-CREATE OR REPLACE FUNCTION keylock_fence() RETURNS bigint LANGUAGE plpgsql AS $$
-DECLARE
-    n bigint := nextval('keylock_fence_counter');
-    l keylock_fence_live%ROWTYPE;
-    m keylock_fence_mark%ROWTYPE;
-BEGIN
-    SELECT * INTO l FROM keylock_fence_live;
-    IF FOUND AND l.base + n <= l.high - l.step THEN
-        RETURN l.base + n;
-    END IF;
-    PERFORM set_config('synchronous_commit', 'on', true);
-    SELECT * INTO m FROM keylock_fence_mark FOR UPDATE;
-    SELECT * INTO l FROM keylock_fence_live;
-    IF NOT FOUND THEN
-        l.base := m.high;
-        INSERT INTO keylock_fence_live (base, high, step) VALUES (m.high, m.high, m.step);
-    END IF;
-    IF l.base + n > m.high - m.step THEN
-        UPDATE keylock_fence_mark SET high = l.base + n + 2 * m.step;
-        UPDATE keylock_fence_live SET high = l.base + n + 2 * m.step, step = m.step;
-    END IF;
-    RETURN l.base + n;
-END $$;
 
 -- Claims this session for one keylock connection; its backend pid.
 CREATE OR REPLACE FUNCTION keylock_session() RETURNS int LANGUAGE plpgsql AS $$
@@ -322,7 +252,7 @@ BEGIN
     died := FOUND;
     SELECT max(h.fence) INTO fence FROM keylock_holds h WHERE h.lock_id = id;
     IF fence IS NULL THEN
-        fence := keylock_fence();
+        fence := nextval('keylock_fences');
     END IF;
     INSERT INTO keylock_holds (lock_id, token, pid, mode, fence) VALUES (id, tok, me, m, fence);
 END $$;
@@ -409,7 +339,7 @@ BEGIN
                     -- live: a dying session frees its locks in no set order. A retired row
                     -- refuses the grant: the number was force-unlocked.
                     UPDATE keylock_owners w SET token = tok, pid = me,
-                            fence = keylock_fence(), since = clock_timestamp(),
+                            fence = nextval('keylock_fences'), since = clock_timestamp(),
                             forced = false, died = w.held, held = true
                         WHERE w.lock_id = id AND NOT w.retired
                         RETURNING w.fence, w.died,
@@ -428,7 +358,7 @@ BEGIN
                         IF again = id THEN
                             INSERT INTO keylock_owners AS w (lock_id, token, pid, fence, since,
                                                              forced, held)
-                                VALUES (id, tok, me, keylock_fence(),
+                                VALUES (id, tok, me, nextval('keylock_fences'),
                                         clock_timestamp(), false, true)
                                 ON CONFLICT (lock_id) DO UPDATE SET token = excluded.token,
                                     pid = excluded.pid, fence = excluded.fence,
@@ -600,8 +530,8 @@ $$;
 -- order (from the first when `k` is NULL); how many it dropped (NULL when another session is
 -- sweeping the prefix), and the last key read (NULL at the prefix's end). A key is idle when no
 -- session holds or awaits its number and no exclusive holder died holding it (that mark waits
--- for the next holder's owner_died). Fences come from one counter (keylock_fence), so a key made
--- again later still gets fences above all its old ones.
+-- for the next holder's owner_died). Fences come from one sequence, so a key made again later
+-- still gets fences above all its old ones.
 --
 -- Never waits: a key whose guard or owner row another call holds is left for the next sweep.
 -- Its guard, taken first, keeps out a shared grant and a number's first exclusive grant (both
@@ -722,7 +652,7 @@ END $$;
 -- - `keylock_sems(prefix, space, key) -> sem_id`: the key's number, made by its first acquire
 --   and dropped by the sweep (`keylock_sem_sweep`) once the key has no holder, no waiter and no
 --   death to report.
--- - `keylock_sem_holds`: one row per acquisition (its units, its fence from keylock_fence(), its
+-- - `keylock_sem_holds`: one row per acquisition (its units, its fence from keylock_fences, its
 --   holder's backend) and a session-level advisory lock on a number of its own (`hold_id`),
 --   taken with the row in the holder's session: the holder lives while that lock is held. A
 --   session that ends frees the lock; the next call that needs the units finds the row dead and
@@ -904,7 +834,7 @@ BEGIN
         END LOOP;
         IF fits THEN
             hold := nextval('keylock_lock_ids');
-            fence := keylock_fence();
+            fence := nextval('keylock_fences');
             PERFORM pg_advisory_lock(keylock_k1(hold), keylock_k2(hold));
             INSERT INTO keylock_sem_holds (sem_id, token, hold_id, units, fence, pid)
                 VALUES (id, tok, hold, units, fence, me);

@@ -167,44 +167,6 @@ fn server_restart_mid_hold() {
     });
 }
 
-/// Fences never repeat after a crash on a server whose commits are asynchronous
-/// (`synchronous_commit = off`, a common setting for speed), where a commit returns before its
-/// WAL is written: 100 fences drawn after a checkpoint, then an immediate shutdown with the WAL
-/// writer asleep, lose whatever those commits wrote; the next fence is still above all of them.
-/// The mark that fences stay below moves every 10 fences here (every 10,000 by default), so it
-/// moves several times between the checkpoint and the crash. (Version 10, which drew fences from
-/// a logged sequence, gave fence 101 twice in the same steps without the mark.)
-#[test]
-fn fences_never_repeat_after_a_crash_with_asynchronous_commit() {
-    within(Duration::from_secs(120), || {
-        let mut pg =
-            Server::with_settings(&[("synchronous_commit", "off"), ("wal_writer_delay", "10s")]);
-        let url = pg.url("async");
-        let a = open(&url);
-        pg.psql("UPDATE keylock_fence_mark SET step = 10");
-        pg.psql("CHECKPOINT");
-        let mut last = 0;
-        for i in 0..100 {
-            let acq = a
-                .acquire(key(&format!("k{}", i % 3)), &LockOptions::new())
-                .unwrap();
-            assert!(acq.fence() > last, "fences rise: {} > {last}", acq.fence());
-            last = acq.fence();
-            a.release(acq).unwrap();
-        }
-        pg.kill();
-        pg.restart();
-        let b = open(&url);
-        let after = b.acquire(key("k0"), &LockOptions::new()).unwrap();
-        assert!(
-            after.fence() > last,
-            "after a crash: {} > {last}",
-            after.fence()
-        );
-        b.release(after).unwrap();
-    });
-}
-
 #[test]
 fn pgbouncer_in_session_mode_works() {
     within(Duration::from_secs(60), || {
