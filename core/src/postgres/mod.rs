@@ -299,10 +299,7 @@ impl PgServer {
         &self,
         fut: impl Future<Output = std::result::Result<T, tokio_postgres::Error>>,
     ) -> Result<T> {
-        match tokio::time::timeout(self.url.options.timeout, fut).await {
-            Ok(r) => r.map_err(|e| error(&self.url, &e)),
-            Err(_) => Err(timed_out(&self.url, self.url.options.timeout)),
-        }
+        session::bounded(&self.url, self.url.options.timeout, fut).await
     }
 
     /// An extra session holding nothing, for one wait; `None` if `deadline` passed first.

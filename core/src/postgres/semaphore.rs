@@ -144,19 +144,7 @@ impl PgServer {
             "SELECT permits FROM keylock_permits WHERE prefix = $1",
             &prefix,
         );
-        let row = match tokio::time::timeout(url.options.connect_timeout, read).await {
-            Ok(r) => r.map_err(|e| session::error(url, &e))?,
-            Err(_) => {
-                return Err(Error::Unavailable(
-                    format!(
-                        "PostgreSQL at {}: no answer within connect_timeout ({} ms)",
-                        url.name.redacted(),
-                        url.options.connect_timeout.as_millis()
-                    )
-                    .into(),
-                ));
-            }
-        };
+        let row = session::bounded(url, url.options.connect_timeout, read).await?;
         crate::remote::recorded_permits(row.map(|r| Some(i64::from(r.get::<_, i32>(0)))))
     }
 

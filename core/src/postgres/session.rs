@@ -305,6 +305,19 @@ pub(crate) fn error(url: &PostgresUrl, e: &tokio_postgres::Error) -> Error {
 }
 
 /// The scope's error for a call that `timeout` cut off.
+/// Runs `fut` for at most `limit`: its result, with its error as [`error`] gives it, or
+/// [`timed_out`].
+pub(crate) async fn bounded<T>(
+    url: &PostgresUrl,
+    limit: Duration,
+    fut: impl Future<Output = std::result::Result<T, tokio_postgres::Error>>,
+) -> Result<T> {
+    match tokio::time::timeout(limit, fut).await {
+        Ok(r) => r.map_err(|e| error(url, &e)),
+        Err(_) => Err(timed_out(url, limit)),
+    }
+}
+
 pub(crate) fn timed_out(url: &PostgresUrl, after: Duration) -> Error {
     Error::Unavailable(
         format!(

@@ -170,6 +170,22 @@ impl Conns {
         }
     }
 
+    /// Runs one plain command on the command connection, its reply due by `cutoff`; a
+    /// connection that fails or is cut off is discarded.
+    pub(crate) async fn query<T: redis::FromRedisValue>(
+        &self,
+        cutoff: Instant,
+        cmd: &redis::Cmd,
+    ) -> Result<T> {
+        let c = self.cmd(cutoff).await?;
+        let mut con = c.conn.clone();
+        let reply = self.by(cutoff, cmd.query_async::<T>(&mut con)).await;
+        if reply.is_err() {
+            self.discard(c.generation);
+        }
+        reply
+    }
+
     /// The error for a command that got no (whole) reply within `waited`.
     pub(crate) fn timed_out(&self, waited: Duration) -> Error {
         Error::Unavailable(

@@ -190,7 +190,10 @@ pub(crate) fn connect(url: &str, options: &OpenOptions) -> Result<RedisLock> {
         };
         let server = RedisServer::new(conns, permits)?;
         server.load(cutoff).await?;
-        server.claim_permits(cutoff).await?;
+        // An open for recorded permits only reads them: it never writes a record.
+        if !recorded {
+            server.claim_permits(cutoff).await?;
+        }
         Ok(Arc::new(server))
     })
 }

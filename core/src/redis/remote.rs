@@ -153,23 +153,9 @@ impl RedisServer {
     /// ([`inspect_semaphore`](crate::inspect_semaphore)); `Incompatible` where there are none.
     pub(crate) async fn recorded_permits(conns: &Conns, cutoff: Instant) -> Result<u32> {
         let name = Names::new(&conns.url.options.prefix, true).permits();
-        let c = conns.cmd(cutoff).await?;
-        let mut con = c.conn.clone();
-        let reply = conns
-            .by(
-                cutoff,
-                redis::cmd("GET")
-                    .arg(&name[..])
-                    .query_async::<Option<Vec<u8>>>(&mut con),
-            )
-            .await;
-        let recorded = match reply {
-            Ok(r) => r,
-            Err(e) => {
-                conns.discard(c.generation);
-                return Err(e);
-            }
-        };
+        let recorded: Option<Vec<u8>> = conns
+            .query(cutoff, redis::cmd("GET").arg(&name[..]))
+            .await?;
         crate::remote::recorded_permits(recorded.map(|r| {
             std::str::from_utf8(&r)
                 .ok()
@@ -792,29 +778,18 @@ impl Server for RedisServer {
         let mut found = std::collections::BTreeSet::new();
         let mut cursor = 0u64;
         loop {
-            let cutoff = self.cutoff(None);
-            let c = self.conns.cmd(cutoff).await?;
-            let mut con = c.conn.clone();
-            let reply = self
+            let (next, names): (u64, Vec<Vec<u8>>) = self
                 .conns
-                .by(
-                    cutoff,
+                .query(
+                    self.cutoff(None),
                     redis::cmd("SCAN")
                         .arg(cursor)
                         .arg("MATCH")
                         .arg(&pattern[..])
                         .arg("COUNT")
-                        .arg(1000)
-                        .query_async::<(u64, Vec<Vec<u8>>)>(&mut con),
+                        .arg(1000),
                 )
-                .await;
-            let (next, names) = match reply {
-                Ok(r) => r,
-                Err(e) => {
-                    self.conns.discard(c.generation);
-                    return Err(e);
-                }
-            };
+                .await?;
             found.extend(names.iter().filter_map(|n| self.names.key_of(n)));
             if next == 0 {
                 return Ok(found.into_iter().collect());

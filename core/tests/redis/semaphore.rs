@@ -173,3 +173,30 @@ fn recorded_permits_that_are_not_a_number_are_refused() {
     record("SET", "5");
     assert_eq!(seen().unwrap().permits(), Some(5));
 }
+
+/// Opening a semaphore to look at it reads the recorded permits and writes nothing: it runs
+/// no script (the one that records permits could write a record that vanished).
+#[test]
+fn an_inspector_runs_no_script() {
+    let server = Server::start();
+    let url = server.url("prefix=seen");
+    let s = keylock_core::open_with(&url, &OpenOptions::new().permits(4)).unwrap();
+    drop(s);
+    let mut con = server.client();
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query(&mut con)
+        .unwrap();
+    let seen = keylock_core::inspect_semaphore(&url).unwrap();
+    assert_eq!(seen.permits(), Some(4));
+    let stats: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut con)
+        .unwrap();
+    let ran: Vec<&str> = stats
+        .lines()
+        .filter(|l| l.starts_with("cmdstat_eval") || l.starts_with("cmdstat_fcall"))
+        .collect();
+    assert!(ran.is_empty(), "an inspector ran a script: {ran:?}");
+    assert!(stats.contains("cmdstat_get:"), "no GET seen: {stats}");
+}
