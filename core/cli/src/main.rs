@@ -87,7 +87,8 @@ enum Command {
         #[arg(long)]
         iterations: Option<u64>,
     },
-    /// Remove a shared-memory region (shm:NAME); processes that have it open keep using it.
+    /// Remove a shared-memory region (shm:NAME) of locks, or with --semaphore of a keyed
+    /// semaphore; processes that have it open keep using it.
     Unlink { scope: String },
 }
 
@@ -172,12 +173,7 @@ impl Failure {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let open = if cli.semaphore {
-        keylock_core::inspect_semaphore
-    } else {
-        keylock_core::inspect
-    };
-    match run(cli.command, open) {
+    match run(cli.command, cli.semaphore) {
         Ok(code) => ExitCode::from(code),
         Err(f) => {
             eprintln!("keylock: {}", f.message);
@@ -196,7 +192,12 @@ fn print(text: &str) {
     let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());
 }
 
-fn run(command: Command, opener: Opener) -> Result<u8, Failure> {
+fn run(command: Command, semaphore: bool) -> Result<u8, Failure> {
+    let opener: Opener = if semaphore {
+        keylock_core::inspect_semaphore
+    } else {
+        keylock_core::inspect
+    };
     let open = |scope: &str| opener(scope).map_err(|e| Failure::of(scope, &e));
     match command {
         Command::List { scope, json } => {
@@ -291,6 +292,25 @@ fn run(command: Command, opener: Opener) -> Result<u8, Failure> {
                     format!(
                         "{}: only shm:NAME regions can be unlinked",
                         redact_scope_name(&scope)
+                    ),
+                ));
+            }
+            // A region of the other kind than the one asked for (locks, or a semaphore with
+            // -s) is left alone; one that cannot be read (missing, or corrupt) is removed.
+            if let Ok(lock) = keylock_core::inspect(&scope)
+                && lock.permits().is_some() != semaphore
+            {
+                return Err(Failure::new(
+                    4,
+                    format!(
+                        "{}: {}",
+                        redact_scope_name(&scope),
+                        if semaphore {
+                            "the region holds locks, not a keyed semaphore (unlink it without \
+                             --semaphore)"
+                        } else {
+                            "the region holds a keyed semaphore (unlink it with --semaphore)"
+                        }
                     ),
                 ));
             }

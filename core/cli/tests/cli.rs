@@ -395,9 +395,21 @@ fn shm_semaphore_region() {
     let (sem_name, lock_name) = (region("sem"), region("locks"));
     let _locks = keylock_core::open_with(&lock_name, &OpenOptions::new().capacity(8)).unwrap();
     semaphore_scope(&sem_name, &lock_name, false);
-    for name in [&sem_name, &lock_name] {
-        assert_eq!(code(&keylock(&["unlink", name])), 0);
-    }
+    // unlink removes only a region of the kind asked for (exit 4 for the other kind).
+    assert_eq!(code(&keylock(&["unlink", &sem_name])), 4);
+    assert_eq!(code(&keylock(&["-s", "unlink", &lock_name])), 4);
+    assert_eq!(code(&keylock(&["-s", "unlink", &sem_name])), 0);
+    assert_eq!(code(&keylock(&["unlink", &lock_name])), 0);
+    assert_eq!(code(&keylock(&["-s", "unlink", &sem_name])), 1);
+    // A region that cannot be read as either kind is removed all the same: unlink is how a
+    // corrupt region goes.
+    let corrupt = region("corrupt");
+    let path = format!("/dev/shm/keylock.{}", &corrupt["shm:".len()..]);
+    std::fs::write(&path, vec![0xa5u8; 8192]).unwrap();
+    assert_eq!(code(&keylock(&["list", &corrupt])), 4);
+    let gone = keylock(&["-s", "unlink", &corrupt]);
+    assert_eq!(code(&gone), 0, "{}", stderr(&gone));
+    assert!(!std::path::Path::new(&path).exists());
 }
 
 #[test]
