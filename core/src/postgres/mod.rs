@@ -90,7 +90,7 @@
 //!   next checks fire their lost signals, and their releases report the hold lost. No grant is
 //!   made twice: a lock is only ever granted by the server, in a session that the scope checks
 //!   is its own. Fences keep rising across the restart (a crash can skip fences, not repeat
-//!   them, with `synchronous_commit` on, the default).
+//!   them, whatever the server's `synchronous_commit`: see `sql.rs`).
 //! - **PgBouncer in session mode** works: each connection is a session of its own, and the
 //!   pooler's `DISCARD ALL` frees a departed client's locks. **In transaction or statement
 //!   mode** session locks would stay with a server connection that other clients then use, so

@@ -21,7 +21,9 @@
 //!   off loses its keys as soon as the server sees its connection close.
 //! - `keylock_fences` (a logged sequence): every exclusive acquisition's fence, so fences rise
 //!   across keys, sessions, force-unlocks and restarts, and are never reused (a sequence logs
-//!   ahead and flushes at commit; a crash skips values, never repeats them).
+//!   ahead and flushes at commit; a crash skips values, never repeats them). On a server set to
+//!   `synchronous_commit = off` a commit would not wait for that flush, so the calls that draw
+//!   fences set it to `local` for their own transaction.
 //! - `keylock_owners(lock_id)` and `keylock_holds(lock_id, token)` (unlogged: written per
 //!   acquire without a WAL flush, and empty after a crash, when no session survives either):
 //!   who holds what, with the holder's backend pid, fence and since when. The exclusive holder
@@ -60,7 +62,7 @@
 /// The version of the functions below; an open that finds an older one (or none) replaces
 /// them, and one that finds a newer one keeps it. So a new version must keep every call an
 /// older one makes, with the same arguments and results (add a function rather than change one).
-pub(crate) const VERSION: i32 = 10;
+pub(crate) const VERSION: i32 = 11;
 
 /// The channel a force-unlock notifies, with the old lock number as the payload: the holders'
 /// processes (listening on their main sessions) let the old number go at once and fire the
@@ -284,6 +286,14 @@ BEGIN
     -- the comparison), and call keylock_same_session only for its error.
     IF pg_backend_pid() <> me THEN
         PERFORM keylock_same_session(me);
+    END IF;
+    -- Fences outlive a crash (see keylock_fences) only if the WAL that their sequence logs
+    -- ahead is flushed before a fence is handed out. A server set to commit asynchronously
+    -- would return first, and a crash could then give the same fences again: so a call that
+    -- may draw one commits as the default setting does, waiting for its WAL flush when it
+    -- wrote any (one grant in 32, the sequence's WAL; the tables are unlogged).
+    IF current_setting('synchronous_commit') = 'off' THEN
+        PERFORM set_config('synchronous_commit', 'local', true);
     END IF;
     IF wait_ms > 0 THEN
         deadline := clock_timestamp() + wait_ms * interval '1 millisecond';
@@ -807,6 +817,10 @@ DECLARE
 BEGIN
     IF pg_backend_pid() <> me THEN
         PERFORM keylock_same_session(me);
+    END IF;
+    -- A fence outlives a crash, as in keylock_acquire.
+    IF current_setting('synchronous_commit') = 'off' THEN
+        PERFORM set_config('synchronous_commit', 'local', true);
     END IF;
     BEGIN
         id := keylock_sem_id(p, sp, k, true);
