@@ -304,7 +304,6 @@ pub(crate) fn error(url: &PostgresUrl, e: &tokio_postgres::Error) -> Error {
     }
 }
 
-/// The scope's error for a call that `timeout` cut off.
 /// Runs `fut` for at most `limit`: its result, with its error as [`error`] gives it, or
 /// [`timed_out`].
 pub(crate) async fn bounded<T>(
@@ -318,6 +317,7 @@ pub(crate) async fn bounded<T>(
     }
 }
 
+/// The scope's error for a call that `timeout` cut off.
 pub(crate) fn timed_out(url: &PostgresUrl, after: Duration) -> Error {
     Error::Unavailable(
         format!(
