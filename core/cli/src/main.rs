@@ -22,7 +22,8 @@ Exit codes:
   2  bad usage: an unknown command or option, a bad scope string or key
   3  the scope could not be reached: a missing region, an unreachable server, a timeout
   4  the scope is not what this keylock reads: a region of another layout, or a corrupt one;
-     with --semaphore, a scope that has no keyed semaphore
+     with --semaphore, a scope that has no keyed semaphore; for unlink, a region of the
+     other kind
   5  permission denied
   6  unlock not confirmed
   7  any other error";
