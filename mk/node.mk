@@ -35,7 +35,7 @@ NODE_TEST_FLAGS := --test-timeout=120000
 # repository's .prettierrc.json), relative to node/.
 NODE_FORMATTED := bin index.js index.mjs index.d.ts binding.js lib build.js test bench ../examples/node
 
-# npm ci installs the pinned devDependencies (@napi-rs/cli, typescript, the benchmark's
+# npm ci installs the pinned devDependencies (typescript, prettier, the benchmark's
 # competitors) and runs the package's install script, which builds the addon. It runs again
 # only when package.json or package-lock.json change.
 $(NODE_MODULES_STAMP): $(NODE_DIR)/package.json $(NODE_DIR)/package-lock.json

@@ -5,10 +5,12 @@
 // platform without a per-platform package. The published package carries the sources for it
 // (Cargo.toml, Cargo.lock, build.rs, src/ and vendor/keylock-core/, see .ci/dist/stage-node.js).
 //
-// With the devDependency @napi-rs/cli installed (a development checkout), it runs `napi build`.
-// Without it (installed as a dependency of another project, where devDependencies are not
-// installed), it runs cargo directly and copies the library, which is all `napi build` does for
-// a native Linux, macOS or Windows build. Either way it needs a Rust toolchain.
+// It runs cargo and copies the library it built, which is all a native Linux, macOS or Windows
+// build needs (napi-build, in build.rs, gives the linker what an addon needs). In a checkout the
+// build goes to the workspace's target folder for the host, where the other release builds of
+// the workspace (the Python module, the C library) leave the dependencies they share with it;
+// `napi build` would name the host's target explicitly and so build all of them again in a
+// folder of their own.
 
 const { spawnSync } = require('node:child_process');
 const fs = require('node:fs');
@@ -21,22 +23,6 @@ const output = path.join(here, 'keylock_node.node');
 // process, are on by default).
 const features = process.env.KEYLOCK_FEATURES ? ['--features', process.env.KEYLOCK_FEATURES] : [];
 const locked = ['.', '..'].some((d) => fs.existsSync(path.join(here, d, 'Cargo.lock'))) ? ['--locked'] : [];
-
-function run(cmd, args) {
-  const r = spawnSync(cmd, args, { cwd: here, stdio: ['ignore', 'inherit', 'inherit'] });
-  if (r.error) throw r.error;
-  if (r.status !== 0) process.exit(r.status ?? 1);
-}
-
-function napiCli() {
-  try {
-    const pkg = require.resolve('@napi-rs/cli/package.json', { paths: [here] });
-    const bin = require(pkg).bin;
-    return path.join(path.dirname(pkg), typeof bin === 'string' ? bin : bin.napi);
-  } catch {
-    return null;
-  }
-}
 
 function cargoBuild() {
   // --message-format lets us find the library cargo built wherever its target folder is.
@@ -60,23 +46,4 @@ function cargoBuild() {
   fs.renameSync(output + '.tmp', output);
 }
 
-const cli = napiCli();
-if (cli) {
-  // The generated declarations describe the private native layer only; index.d.ts (written by
-  // hand, committed) is the package's public typing.
-  run(process.execPath, [
-    cli,
-    'build',
-    '--release',
-    '--dts',
-    'native.d.ts',
-    '--no-dts-header',
-    '-p',
-    'keylock-node',
-    '--',
-    ...locked,
-    ...features,
-  ]);
-} else {
-  cargoBuild();
-}
+cargoBuild();

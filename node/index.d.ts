@@ -1,5 +1,5 @@
-// Type declarations for keylock (hand-written and committed; the addon's own generated
-// declarations in native.d.ts describe the private native layer only). They use Node's types
+// Type declarations for keylock (hand-written and committed; the addon itself is a private
+// native layer, lib/native.js, with no declarations of its own). They use Node's types
 // (Buffer, Disposable, AbortSignal): install @types/node, an optional peer dependency.
 /// <reference types="node" />
 
