@@ -63,6 +63,13 @@ demo: $(DEMO_TARGETS)
 # the background (PREBUILD below; .ci/suites.sh says how), each waited for by the suite that uses
 # it: the middle suites leave the two cores idle much of the time.
 TEST_PREBUILD := tools:test-c dist:test-dist tsan:tsan
+# make test builds what it tests from nothing on CI, and the machine's two cores stay busy from
+# its start to its end, so what it saves on compiling is what it saves. No incremental
+# compilation: its caches pay off only on a rebuild after an edit. Debug builds keep line tables
+# only (backtraces, ThreadSanitizer and valgrind still name each frame's file and line). The
+# two cut test-rust's build from scratch (cargo test --no-run) from 124 s to 91 s here.
+test: export CARGO_INCREMENTAL := 0
+test: export CARGO_PROFILE_DEV_DEBUG := line-tables-only
 test:
 	@MAKE="$(MAKE)" PREBUILD="$(TEST_PREBUILD)" bash .ci/suites.sh lint $(TEST_TARGETS)
 bench: $(BENCH_TARGETS)
