@@ -83,6 +83,52 @@ fn holds_key(e: &Entry, h: u64, space: u8, key: &[u8]) -> bool {
     tail.is_empty() || words[words.len() - 1].load(Ordering::Relaxed) == tail_word(tail)
 }
 
+/// The longest key [`short_key_words`] reads.
+const SHORT_KEY: usize = 16;
+
+/// A key of at most [`SHORT_KEY`] bytes as the region stores it (`key_word`: two
+/// little-endian words, zero-padded), read with at most four overlapping loads and no loop.
+#[inline(always)]
+fn short_key_words(key: &[u8]) -> [u64; 2] {
+    #[inline(always)]
+    fn word(key: &[u8], at: usize) -> u64 {
+        let mut buf = [0u8; 8];
+        buf.copy_from_slice(&key[at..at + 8]);
+        u64::from_le_bytes(buf)
+    }
+    #[inline(always)]
+    fn half(key: &[u8], at: usize) -> u64 {
+        let mut buf = [0u8; 4];
+        buf.copy_from_slice(&key[at..at + 4]);
+        u64::from(u32::from_le_bytes(buf))
+    }
+    let n = key.len();
+    match n {
+        // The last 8 bytes, shifted down past the ones the first word has.
+        9..=SHORT_KEY => [word(key, 0), word(key, n - 8) >> ((SHORT_KEY - n) * 8)],
+        8 => [word(key, 0), 0],
+        // Two 4-byte loads that overlap; the bytes they share are the same.
+        4..=7 => [half(key, 0) | half(key, n - 4) << ((n - 4) * 8), 0],
+        1..=3 => [
+            u64::from(key[0])
+                | u64::from(key[n / 2]) << (n / 2 * 8)
+                | u64::from(key[n - 1]) << ((n - 1) * 8),
+            0,
+        ],
+        _ => [0, 0],
+    }
+}
+
+/// [`holds_key`] for a key of at most [`SHORT_KEY`] bytes, given as [`short_key_words`].
+#[inline(always)]
+fn holds_short_key(e: &Entry, h: u64, space: u8, len: usize, words: [u64; 2]) -> bool {
+    e.hash.load(Ordering::Relaxed) == h
+        && e.key_len.load(Ordering::Relaxed) as usize == len
+        && e.space.load(Ordering::Relaxed) == u32::from(space)
+        && (len == 0 || e.key[0].load(Ordering::Relaxed) == words[0])
+        && (len <= 8 || e.key[1].load(Ordering::Relaxed) == words[1])
+}
+
 /// The longest chain a lock-free lookup walks before leaving the search to the mutex.
 const FAST_WALK: usize = 32;
 
@@ -97,13 +143,68 @@ pub(crate) fn find_fast<'r>(
     space: u8,
     key: &[u8],
 ) -> Option<(u32, &'r Entry, u64)> {
+    if key.len() <= SHORT_KEY {
+        let words = short_key_words(key);
+        find_fast_by(
+            r,
+            h,
+            &ShortKey {
+                h,
+                space,
+                len: key.len(),
+                words,
+            },
+        )
+    } else {
+        find_fast_by(r, h, &LongKey { h, space, key })
+    }
+}
+
+/// How [`find_fast_by`] compares an entry's key with the one it looks for (a trait rather
+/// than a closure, whose call the compiler may leave out of line).
+trait KeyMatch {
+    fn holds(&self, e: &Entry) -> bool;
+}
+
+/// A key of at most [`SHORT_KEY`] bytes, read once as [`short_key_words`].
+struct ShortKey {
+    h: u64,
+    space: u8,
+    len: usize,
+    words: [u64; 2],
+}
+
+impl KeyMatch for ShortKey {
+    #[inline(always)]
+    fn holds(&self, e: &Entry) -> bool {
+        holds_short_key(e, self.h, self.space, self.len, self.words)
+    }
+}
+
+/// Any key.
+struct LongKey<'k> {
+    h: u64,
+    space: u8,
+    key: &'k [u8],
+}
+
+impl KeyMatch for LongKey<'_> {
+    #[inline(always)]
+    fn holds(&self, e: &Entry) -> bool {
+        holds_key(e, self.h, self.space, self.key)
+    }
+}
+
+/// [`find_fast`] with the key's comparison `key`.
+#[inline(always)]
+fn find_fast_by<'r>(r: &'r Region, h: u64, key: &impl KeyMatch) -> Option<(u32, &'r Entry, u64)> {
     let mask = r.header.buckets - 1;
     let mut next = r.bucket_if((h as u32) & mask)?.load(Ordering::Acquire);
     for _ in 0..FAST_WALK {
         let index = next.checked_sub(1)?;
         let e = r.entry_if(index)?;
         let bind = e.bind.load(Ordering::Acquire);
-        if bind & 3 == BIND_BOUND && holds_key(e, h, space, key) {
+        if bind & 3 == BIND_BOUND && key.holds(e) {
             // Seqlock-style: the key was read between two reads of `bind`; an eviction
             // changes `bind` (and the word) before it rewrites the key.
             fence(Ordering::Acquire);
@@ -314,6 +415,44 @@ mod tests {
         locked
     }
 
+    /// `holds_key`, checked against the short keys' comparison (`find_fast`'s for keys of at
+    /// most `SHORT_KEY` bytes) wherever that applies.
+    fn holds(e: &Entry, h: u64, space: u8, key: &[u8]) -> bool {
+        let long = holds_key(e, h, space, key);
+        if key.len() <= SHORT_KEY {
+            let short = ShortKey {
+                h,
+                space,
+                len: key.len(),
+                words: short_key_words(key),
+            };
+            assert_eq!(short.holds(e), long, "the comparisons disagree on {key:?}");
+        }
+        long
+    }
+
+    #[test]
+    fn short_keys_are_read_as_the_region_stores_them() {
+        // Every length the short read takes, with bytes that show a misplaced, dropped or
+        // doubled one: distinct bytes, all ones, and zeros inside.
+        for len in 0..=SHORT_KEY {
+            let patterns: [Vec<u8>; 3] = [
+                (0..len).map(|i| 0x0f * (i as u8 + 1)).collect(),
+                vec![0xff; len],
+                (0..len)
+                    .map(|i| if i % 3 == 1 { 0 } else { 0x80 | i as u8 })
+                    .collect(),
+            ];
+            for key in patterns {
+                assert_eq!(
+                    short_key_words(&key),
+                    [key_word(&key, 0), key_word(&key, 1)],
+                    "length {len}: {key:?}"
+                );
+            }
+        }
+    }
+
     #[test]
     fn keys_are_stored_as_zero_padded_little_endian_words() {
         assert_eq!(key_word(b"abc", 0), 0x63_62_61);
@@ -364,14 +503,14 @@ mod tests {
         let key = b"abcdefgh";
         let e = r.entry(bind(&r, 0, key).unwrap()).unwrap();
         let h = hash_key(0, key);
-        assert!(holds_key(e, h, 0, key));
+        assert!(holds(e, h, 0, key));
         // The same hash with another key: the zero padding makes the words equal, the
         // length tells them apart; then the bytes, then the space.
-        assert!(!holds_key(e, h, 0, b"abcdefgh\0"));
-        assert!(!holds_key(e, h, 0, b"abcdefgi"));
-        assert!(!holds_key(e, h, 0, b"abcdefg"));
-        assert!(!holds_key(e, h, 1, key));
-        assert!(!holds_key(e, h ^ 1, 0, key));
+        assert!(!holds(e, h, 0, b"abcdefgh\0"));
+        assert!(!holds(e, h, 0, b"abcdefgi"));
+        assert!(!holds(e, h, 0, b"abcdefg"));
+        assert!(!holds(e, h, 1, key));
+        assert!(!holds(e, h ^ 1, 0, key));
     }
 
     #[test]
@@ -383,13 +522,13 @@ mod tests {
             let key: Vec<u8> = (0..len).map(|i| (i * 7 + len) as u8 | 1).collect();
             let e = r.entry(bind(&r, 0, &key).unwrap()).unwrap();
             let h = hash_key(0, &key);
-            assert!(holds_key(e, h, 0, &key), "length {len}");
+            assert!(holds(e, h, 0, &key), "length {len}");
             for at in 0..len {
                 let mut other = key.clone();
                 other[at] ^= 0x80;
-                assert!(!holds_key(e, h, 0, &other), "length {len}, byte {at}");
+                assert!(!holds(e, h, 0, &other), "length {len}, byte {at}");
                 other[at] = 0;
-                assert!(!holds_key(e, h, 0, &other), "length {len}, byte {at} zero");
+                assert!(!holds(e, h, 0, &other), "length {len}, byte {at} zero");
             }
             assert_eq!(
                 find(&r, 0, &key).map(|i| r.entry(i).unwrap() as *const _),
