@@ -18,10 +18,10 @@ pub(crate) type Outcome = Result<(), Fail>;
 ///
 /// The one exception: the uncontended plain lock and release (`keyed::acquire_plain`,
 /// `keyed::release`) check their arguments and try the core's fast path before this guard,
-/// because that path cannot panic (see `Keyed::acquire_fast` and `Keyed::release_cas` for
-/// why), and around it the guard (a call through memory) cost about 50 instructions of a
-/// striped lock+release's 220 (callgrind); whatever it does not finish runs in here, reached
-/// by a jump (`keyed::acquire_plain_guarded`, `keyed::release_guarded`).
+/// because that path cannot panic (see `Keyed::acquire_fast`, `keyed::acquire_host_plain` and
+/// `Keyed::release_cas` for why), and around it the guard (a call through memory) cost about
+/// 50 instructions of a striped lock+release's 220 (callgrind); whatever it does not finish
+/// runs in here, reached by a jump (`keyed::acquire_plain_guarded`, `keyed::release_guarded`).
 ///
 /// `AssertUnwindSafe`: after a panic the caller only gets `KEYLOCK_PANIC`; the closure's
 /// captures are the call's own arguments, which the caller still owns and may inspect.

@@ -39,8 +39,8 @@ pub(crate) struct Keyed {
 /// `lock_many`, go through the trait and keep an `Acquisition` (an uncontended plain acquire
 /// and its release try the trait's `try_acquire_fast` and `try_release_cas` first: the host
 /// scope's one compare-and-swap each way, called on the host scope's object itself, found by
-/// `KeyedLock::as_host`, rather than through the trait object, its release outside the panic
-/// guard as an in-process object's is).
+/// `KeyedLock::as_host`, rather than through the trait object, outside the panic guard as an
+/// in-process object's are: its release always, its acquire for a key of at most 16 bytes).
 ///
 /// A lock object opened with metrics is the core's `Metered` layer over the scope's object,
 /// whose `as_any` and `as_host` are `None`: it is `Direct::Scope`, so that every call goes
@@ -144,9 +144,29 @@ impl Keyed {
         }
     }
 
+    /// Whether the object is the host scope's, whose uncontended acquire [`acquire_host_plain`]
+    /// tries outside the panic guard.
+    #[cfg(feature = "shm")]
+    #[inline(always)]
+    fn is_host(&self) -> bool {
+        matches!(self.direct, Direct::Host(_))
+    }
+
+    /// The host scope's uncontended plain acquire, straight from the region's lock word
+    /// (`try_acquire_fast` on the object itself): its record, or `None` (take the full path).
+    #[cfg(feature = "shm")]
+    #[inline(always)]
+    fn acquire_host_fast(&self, key: &[u8], mode: Mode) -> Option<Acquisition> {
+        match self.local() {
+            Local::Host(host) => host.try_acquire_fast(LockKey::new(key), mode),
+            _ => None,
+        }
+    }
+
     /// The uncontended plain acquire inside the panic guard, filled into `record`: an in-process
     /// pool's (`KeyPool::try_acquire_fast`; a striped lock's handle never holds one), or another
-    /// scope's that has one (`KeyedLock::try_acquire_fast`: the host scope's). `false`: nothing
+    /// scope's that has one (`KeyedLock::try_acquire_fast`: the host scope's, for a key longer
+    /// than [`acquire_host_plain`] tries before the guard). `false`: nothing
     /// done (take the full path). Each arm fills the record itself: a record made from either
     /// would keep the pool's in memory too, as the trait's call returns it there, and lengthen
     /// the pool's path.
@@ -164,7 +184,11 @@ impl Keyed {
             }
             Local::Scope(locks) => locks.try_acquire_fast(LockKey::new(key), mode).map(fill),
             #[cfg(feature = "shm")]
-            Local::Host(host) => host.try_acquire_fast(LockKey::new(key), mode).map(fill),
+            Local::Host(host) if key.len() > StripedLock::INLINE_KEY_MAX => {
+                host.try_acquire_fast(LockKey::new(key), mode).map(fill)
+            }
+            #[cfg(feature = "shm")]
+            Local::Host(_) => None,
             Local::Pool(_) | Local::Striped(_) => None,
         }
         .is_some()
@@ -419,6 +443,52 @@ pub(crate) unsafe fn acquire_plain<H: Handle>(
         // SAFETY: the caller's contract above; the key is checked as `key` checks it.
         && unsafe { acquire_plain_fast(h, key, len, mode, out, Keyed::acquire_fast) }
     {
+        return KEYLOCK_OK;
+    }
+    // SAFETY: as above (a handle pointer is NULL or valid).
+    #[cfg(feature = "shm")]
+    if unsafe { h.as_ref() }.is_some_and(|h| h.keyed().is_host()) {
+        // SAFETY: forwarded from our caller.
+        return unsafe { acquire_host_plain(h, key, len, mode, out) };
+    }
+    // SAFETY: forwarded from our caller.
+    unsafe { acquire_plain_guarded(h, key, len, mode, out) }
+}
+
+/// [`acquire_plain`] for the host scope's object: for a key of at most `INLINE_KEY_MAX` bytes,
+/// its uncontended acquire outside the panic guard; else, or if that finds the key taken,
+/// [`acquire_plain_guarded`] (a jump). Its own function, so that the registers the region's
+/// lookup needs are saved on this path alone, not on every export's call. Inside the guard,
+/// the same acquire cost an `shm:` pool's lock+release (ffi-c/bench/bench.c, 16-byte key) 263
+/// instructions, and costs 233 here; an `shm:` striped lock's 210, and 202.
+///
+/// Outside the guard because nothing on it can panic or call: the key's hash (XXH3, inlined
+/// for keys of 16 bytes or fewer: arithmetic on reads within the slice), the bucket and
+/// entries looked up with checked indexes into the mapped region, the key read with loads
+/// within the slice and compared with at most two of the entry's words, and one
+/// compare-and-swap whose additions are bounded by the checks before them. The release build
+/// is checked for it: ffi-c/tests/sh/leaves.sh (in `make test-c`) fails if this function, or
+/// an export that runs before the guard, calls anything.
+///
+/// # Safety
+/// As [`acquire`].
+#[cfg(feature = "shm")]
+#[inline(never)]
+unsafe extern "C" fn acquire_host_plain<H: Handle>(
+    h: *const H,
+    key: *const u8,
+    len: usize,
+    mode: Mode,
+    out: *mut keylock_acquisition,
+) -> keylock_result {
+    // SAFETY: the caller's contract above; the key is checked as `key` checks it.
+    let (handle, record, bytes) = unsafe { (h.as_ref(), out.as_mut(), key_of(key, len)) };
+    if let (Some(handle), Some(record), Some(bytes)) = (handle, record, bytes)
+        // (Checked again here, where it keeps XXH3's longer paths, calls, out of the build.)
+        && bytes.len() <= StripedLock::INLINE_KEY_MAX
+        && let Some(acq) = handle.keyed().acquire_host_fast(bytes, mode)
+    {
+        record.fill_keyed(handle.keyed().id, acq);
         return KEYLOCK_OK;
     }
     // SAFETY: forwarded from our caller.

@@ -116,6 +116,40 @@ static void test_basics(keylock_pool *pool) {
     OK(keylock_pool_release(pool, &b));
 }
 
+/*
+ * Keys of every length up to 17 bytes: the host scope locks those of 16 bytes or fewer before
+ * the panic guard, and the 17-byte one after it. Each is its own key: held, refused while held,
+ * not confused with a key one byte different, and locked again with a higher fence. Then the
+ * arguments that path must leave to the full one: a NULL key, record or handle.
+ */
+static void test_short_keys(keylock_pool *pool) {
+    uint8_t k[17], other[17];
+    keylock_acquisition a, b, c;
+    for (size_t len = 0; len <= sizeof k; len++) {
+        for (size_t i = 0; i < len; i++) k[i] = (uint8_t)(i % 3 == 1 ? 0 : 0xA0 + len + i);
+        memcpy(other, k, len);
+        OK(keylock_pool_lock(pool, k, len, &a));
+        CHECK(a.mode == KEYLOCK_EXCLUSIVE && a.fence >= 1 && keylock_acquisition_is_held(&a));
+        CHECK_RESULT(keylock_pool_try_lock(pool, k, len, &b), KEYLOCK_WOULD_BLOCK);
+        if (len > 0) {
+            other[len - 1] ^= 0x01;
+            OK(keylock_pool_lock(pool, other, len, &b));
+            OK(keylock_pool_release(pool, &b));
+        }
+        OK(keylock_pool_release(pool, &a));
+        OK(keylock_pool_lock(pool, k, len, &c));
+        CHECK(c.fence > a.fence);
+        OK(keylock_pool_release(pool, &c));
+        if (checks_failed) {
+            fprintf(stderr, "  short_keys: at a key of %zu bytes\n", len);
+            return;
+        }
+    }
+    CHECK_RESULT(keylock_pool_lock(pool, NULL, 3, &a), KEYLOCK_NULL_ARGUMENT);
+    CHECK_RESULT(keylock_pool_lock(pool, k, 3, NULL), KEYLOCK_NULL_ARGUMENT);
+    CHECK_RESULT(keylock_pool_lock(NULL, k, 3, &a), KEYLOCK_NULL_ARGUMENT);
+}
+
 static void test_shared(keylock_pool *pool) {
     key_t_ k = key("shared");
     keylock_acquisition s1, s2, x;
@@ -489,13 +523,12 @@ static void test_semaphore_open(keylock_pool *pool) {
 }
 
 int main(int argc, char **argv) {
-    static void (*const tests[])(keylock_pool *) = {test_basics, test_shared, test_stale,
-                                                    test_lease,  test_many,   test_mixed,
-                                                    test_lost,   test_unlink, test_stats,
-                                                    test_semaphore_open};
-    static const char *const names[] = {"basics", "shared", "stale",  "lease",
-                                        "many",   "mixed",  "lost",   "unlink",
-                                        "stats",  "semaphore_open"};
+    static void (*const tests[])(keylock_pool *) = {
+        test_basics, test_short_keys, test_shared, test_stale, test_lease,         test_many,
+        test_mixed,  test_lost,       test_unlink, test_stats, test_semaphore_open};
+    static const char *const names[] = {"basics", "short_keys", "shared", "stale",
+                                        "lease",  "many",       "mixed",  "lost",
+                                        "unlink", "stats",      "semaphore_open"};
     int passed = 0, failed = 0;
     keylock_pool *pool;
     if (argc != 2) {
