@@ -481,14 +481,16 @@ unsafe extern "C" fn acquire_host_plain<H: Handle>(
     mode: Mode,
     out: *mut keylock_acquisition,
 ) -> keylock_result {
+    // The length is checked here, where it keeps XXH3's longer paths (calls) out of the build.
+    let fast = |k: &Keyed, bytes: &[u8], mode| {
+        if bytes.len() <= StripedLock::INLINE_KEY_MAX {
+            k.acquire_host_fast(bytes, mode)
+        } else {
+            None
+        }
+    };
     // SAFETY: the caller's contract above; the key is checked as `key` checks it.
-    let (handle, record, bytes) = unsafe { (h.as_ref(), out.as_mut(), key_of(key, len)) };
-    if let (Some(handle), Some(record), Some(bytes)) = (handle, record, bytes)
-        // (Checked again here, where it keeps XXH3's longer paths, calls, out of the build.)
-        && bytes.len() <= StripedLock::INLINE_KEY_MAX
-        && let Some(acq) = handle.keyed().acquire_host_fast(bytes, mode)
-    {
-        record.fill_keyed(handle.keyed().id, acq);
+    if unsafe { acquire_plain_fast(h, key, len, mode, out, fast) } {
         return KEYLOCK_OK;
     }
     // SAFETY: forwarded from our caller.
