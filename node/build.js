@@ -19,8 +19,8 @@ const path = require('node:path');
 const here = __dirname;
 const output = path.join(here, 'keylock_node.node');
 // The workspace's lock file in a checkout, the package's own in a published package.
-// KEYLOCK_FEATURES=... adds cargo features to the build (shm and redis, the scopes beyond this
-// process, are on by default).
+// KEYLOCK_FEATURES=... adds cargo features to the build (shm, redis and postgres, the scopes
+// beyond this process, are on by default).
 const features = process.env.KEYLOCK_FEATURES ? ['--features', process.env.KEYLOCK_FEATURES] : [];
 const locked = ['.', '..'].some((d) => fs.existsSync(path.join(here, d, 'Cargo.lock'))) ? ['--locked'] : [];
 
