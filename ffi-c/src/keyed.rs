@@ -460,7 +460,7 @@ pub(crate) unsafe fn acquire_plain<H: Handle>(
 /// [`acquire_plain_guarded`] (a jump). Its own function, so that the registers the region's
 /// lookup needs are saved on this path alone, not on every export's call. Inside the guard,
 /// the same acquire cost an `shm:` pool's lock+release (ffi-c/bench/bench.c, 16-byte key) 263
-/// instructions, and costs 233 here; an `shm:` striped lock's 210, and 202.
+/// instructions, and costs 233 here; an `shm:` striped lock's 210, and 203 (`make bench-c`).
 ///
 /// Outside the guard because nothing on it can panic or call: the key's hash (XXH3, inlined
 /// for keys of 16 bytes or fewer: arithmetic on reads within the slice), the bucket and

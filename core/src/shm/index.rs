@@ -87,7 +87,7 @@ fn holds_key(e: &Entry, h: u64, space: u8, key: &[u8]) -> bool {
 const SHORT_KEY: usize = 16;
 
 /// A key of at most [`SHORT_KEY`] bytes as the region stores it (`key_word`: two
-/// little-endian words, zero-padded), read with at most four overlapping loads and no loop.
+/// little-endian words, zero-padded), read with at most three loads (overlapping) and no loop.
 #[inline(always)]
 fn short_key_words(key: &[u8]) -> [u64; 2] {
     #[inline(always)]
